@@ -1,0 +1,122 @@
+//! A client: trains when the server asks, evaluates when asked, and keeps its own state
+//! between rounds. Its jobs run on the trainer pool; their results come back to it as
+//! pending messages at the time the system model says they finish.
+
+use super::{Deliver, FlEffects, JobContext, Msg, TrainerPool, SERVER};
+use crate::algorithms::{Algorithm, LocalContext};
+use crate::data::Split;
+use crate::report::{EvalRecord, Record};
+use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
+use crate::system::{payload_bytes, Link, SystemModel};
+use actix::prelude::*;
+use std::sync::Arc;
+
+pub(super) struct Client<A: Algorithm> {
+    id: u32,
+    state: A::ClientState,
+    jobs: Arc<JobContext<A>>,
+    pool: TrainerPool,
+    system: Arc<SystemModel>,
+    seeds: SeedTree,
+    last_trained: Option<u32>,
+}
+
+impl<A: Algorithm> Client<A> {
+    pub fn new(
+        id: u32,
+        state: A::ClientState,
+        jobs: Arc<JobContext<A>>,
+        pool: TrainerPool,
+        system: Arc<SystemModel>,
+        seeds: SeedTree,
+    ) -> Self {
+        Client { id, state, jobs, pool, system, seeds, last_trained: None }
+    }
+
+    fn me(&self) -> crate::sim::EntityId {
+        super::client_entity(self.id)
+    }
+
+    fn train(&mut self, round: u32, global: Arc<A::Global>, lr: f64, eff: &mut FlEffects<A>) {
+        let (jobs, id) = (self.jobs.clone(), self.id);
+        let mut state = self.state.clone();
+        let mut rng = self.seeds.rng(Entity::Client(id), "train", round as u64);
+        let pending = self.pool.submit(move || {
+            let ctx = LocalContext {
+                arch: &jobs.arch,
+                training: &jobs.training,
+                data: &jobs.data,
+                client: id,
+                round,
+                lr,
+            };
+            let update = jobs.algorithm.local_update(&ctx, &global, &mut state, &mut rng);
+            Msg::Trained { round, update, state }
+        });
+        let n_train = self.jobs.data.split_len(id as usize, Split::Train);
+        let samples = self.jobs.training.plan.samples_processed(n_train);
+        eff.send_pending(self.me(), self.system.compute_time(id, samples), pending);
+    }
+
+    fn trained(&mut self, round: u32, update: A::Update, state: A::ClientState, eff: &mut FlEffects<A>) {
+        self.state = state;
+        self.last_trained = Some(round);
+        let bytes = payload_bytes(self.jobs.algorithm.update_len(&update));
+        let delay = self.system.transfer_time(self.id, Link::Up, bytes);
+        eff.send(SERVER, delay, Msg::Update { round, client: self.id, update });
+    }
+
+    fn evaluate(&mut self, round: u32, global: Arc<A::Global>, eff: &mut FlEffects<A>) {
+        let (jobs, id) = (self.jobs.clone(), self.id as usize);
+        let state = self.state.clone();
+        let pending = self.pool.submit(move || {
+            let results = Split::ALL
+                .into_iter()
+                .filter(|&s| jobs.data.split_len(id, s) > 0)
+                .map(|s| {
+                    let view = jobs.data.view(id, s);
+                    (s, jobs.algorithm.evaluate(&jobs.arch, &global, &state, view))
+                })
+                .collect();
+            Msg::Evaluated { round, results }
+        });
+        eff.send_pending(self.me(), SimDuration::ZERO, pending);
+    }
+
+    fn evaluated(&self, now: SimTime, round: u32, results: Vec<(Split, crate::models::EvalStats)>, eff: &mut FlEffects<A>) {
+        let model = self.jobs.algorithm.evaluated_model();
+        for (split, s) in results {
+            eff.record(Record::Eval(EvalRecord {
+                round,
+                time: now,
+                client: self.id,
+                split,
+                model,
+                n_samples: s.n,
+                loss: s.loss,
+                accuracy: s.accuracy,
+                sampled: self.last_trained == Some(round),
+            }));
+        }
+    }
+}
+
+impl<A: Algorithm> Actor for Client<A> {
+    type Context = Context<Self>;
+}
+
+impl<A: Algorithm> Handler<Deliver<A>> for Client<A> {
+    type Result = Result<FlEffects<A>, SimError>;
+
+    fn handle(&mut self, d: Deliver<A>, _: &mut Context<Self>) -> Self::Result {
+        let mut eff = FlEffects::<A>::new();
+        match d.msg {
+            Msg::Train { round, global, lr } => self.train(round, global, lr, &mut eff),
+            Msg::Trained { round, update, state } => self.trained(round, update, state, &mut eff),
+            Msg::Evaluate { round, global } => self.evaluate(round, global, &mut eff),
+            Msg::Evaluated { round, results } => self.evaluated(d.now, round, results, &mut eff),
+            _ => return Err(SimError::Model(format!("client {} got a server message", self.id))),
+        }
+        Ok(eff)
+    }
+}

@@ -1,0 +1,185 @@
+//! The federated entities as actix actors: the server, the clients and the trainer pool.
+//!
+//! Actors handle one message at a time, delivered by the kernel's scheduler, and return the
+//! effects they want; they never message each other directly. Training and evaluation run on
+//! the trainer pool and come back as pending messages at times fixed by the system model.
+//! This room wires entities to the kernel; it holds no polars code and reads no wall clock.
+
+mod client;
+mod sampling;
+mod server;
+mod trainer;
+
+pub use sampling::Sampling;
+pub use trainer::TrainerPool;
+
+use crate::algorithms::{Algorithm, AlgorithmSpec, FedAvg, Local, Training};
+use crate::data::{FederatedData, Split};
+use crate::models::{Architecture, EvalStats, ModelSpec};
+use crate::report::Record;
+use crate::sim::{Effects, Entity, EntityId, Scheduler, SeedTree, SimError, SimTime, World};
+use crate::system::{SystemModel, SystemSpec};
+use actix::prelude::*;
+use client::Client;
+use server::Server;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// What a client-server run needs besides its data.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    pub seed: u64,
+    pub rounds: u32,
+    /// Evaluate every this many rounds (and always after the last one).
+    pub eval_every: u32,
+    pub model: ModelSpec,
+    pub algorithm: AlgorithmSpec,
+    pub training: Training,
+    pub sampling: Sampling,
+    pub system: SystemSpec,
+}
+
+/// What a finished run hands back.
+pub struct SimOutput {
+    pub records: Vec<Record>,
+    pub end_time: SimTime,
+    pub events: u64,
+}
+
+/// The messages entities exchange.
+pub enum Msg<A: Algorithm> {
+    /// Server: begin round `round`.
+    StartRound { round: u32 },
+    /// Client: train from `global` with learning rate `lr`.
+    Train { round: u32, global: Arc<A::Global>, lr: f64 },
+    /// Client (from its own training job): local work is done.
+    Trained { round: u32, update: A::Update, state: A::ClientState },
+    /// Server: a client's update has arrived.
+    Update { round: u32, client: u32, update: A::Update },
+    /// Client: evaluate your model after `round`.
+    Evaluate { round: u32, global: Arc<A::Global> },
+    /// Client (from its own evaluation job): results per split.
+    Evaluated { round: u32, results: Vec<(Split, EvalStats)> },
+}
+
+type FlEffects<A> = Effects<Msg<A>, Record>;
+
+/// A message handed to an actor by the scheduler.
+struct Deliver<A: Algorithm> {
+    now: SimTime,
+    msg: Msg<A>,
+}
+
+impl<A: Algorithm> Message for Deliver<A> {
+    type Result = Result<FlEffects<A>, SimError>;
+}
+
+/// Rank 0 is the server; client `c` has rank `c + 1`.
+const SERVER: EntityId = EntityId(0);
+
+fn client_entity(c: u32) -> EntityId {
+    EntityId(c + 1)
+}
+
+/// Immutable context shared by all jobs of a run.
+struct JobContext<A: Algorithm> {
+    algorithm: A,
+    arch: Architecture,
+    training: Training,
+    data: Arc<FederatedData>,
+}
+
+struct FlWorld<A: Algorithm> {
+    server: Addr<Server<A>>,
+    clients: Arc<Vec<Addr<Client<A>>>>,
+}
+
+impl<A: Algorithm> Clone for FlWorld<A> {
+    fn clone(&self) -> Self {
+        FlWorld { server: self.server.clone(), clients: self.clients.clone() }
+    }
+}
+
+impl<A: Algorithm> World for FlWorld<A> {
+    type Msg = Msg<A>;
+    type Record = Record;
+
+    fn deliver(
+        &self,
+        now: SimTime,
+        to: EntityId,
+        msg: Msg<A>,
+    ) -> Pin<Box<dyn Future<Output = Result<FlEffects<A>, SimError>>>> {
+        let msg = Deliver { now, msg };
+        let gone = move |e: MailboxError| SimError::ActorGone(format!("entity {}: {e}", to.0));
+        if to == SERVER {
+            let req = self.server.send(msg);
+            Box::pin(async move { req.await.map_err(gone)? })
+        } else {
+            let req = self.clients[(to.0 - 1) as usize].send(msg);
+            Box::pin(async move { req.await.map_err(gone)? })
+        }
+    }
+}
+
+/// Runs one client-server simulation on `threads` trainer threads. `on_record` sees every
+/// record as it is made.
+pub fn simulate(
+    spec: &RunSpec,
+    data: Arc<FederatedData>,
+    threads: usize,
+    on_record: impl FnMut(&Record) + 'static,
+) -> Result<SimOutput, SimError> {
+    match &spec.algorithm {
+        AlgorithmSpec::Fedavg(_) => simulate_with(FedAvg, spec, data, threads, on_record),
+        AlgorithmSpec::Local(_) => simulate_with(Local, spec, data, threads, on_record),
+    }
+}
+
+fn simulate_with<A: Algorithm>(
+    algorithm: A,
+    spec: &RunSpec,
+    data: Arc<FederatedData>,
+    threads: usize,
+    on_record: impl FnMut(&Record) + 'static,
+) -> Result<SimOutput, SimError> {
+    let spec = spec.clone();
+    let system = actix::System::new();
+    system.block_on(async move {
+        let seeds = SeedTree::new(spec.seed);
+        let arch = Architecture::new(&spec.model, data.dim, data.classes);
+        let global = algorithm.init_global(&arch, &mut seeds.rng(Entity::Run, "model_init", 0));
+        let num_clients = data.num_clients() as u32;
+        let states: Vec<A::ClientState> =
+            (0..num_clients).map(|c| algorithm.init_client(&global, c)).collect();
+        let jobs = Arc::new(JobContext { algorithm, arch, training: spec.training.clone(), data });
+        let pool = TrainerPool::start(threads);
+        let system_model = Arc::new(SystemModel::new(spec.system.clone()));
+        let clients: Vec<Addr<Client<A>>> = states
+            .into_iter()
+            .enumerate()
+            .map(|(c, state)| {
+                Client::new(c as u32, state, jobs.clone(), pool.clone(), system_model.clone(), seeds)
+                    .start()
+            })
+            .collect();
+        let server = Server::new(
+            server::ServerConfig {
+            algorithm: jobs.clone(),
+            rounds: spec.rounds,
+            eval_every: spec.eval_every,
+            num_clients,
+            sampling: spec.sampling.clone(),
+            system: system_model,
+            seeds,
+            },
+            global,
+        )
+        .start();
+        let world = FlWorld { server, clients: Arc::new(clients) };
+        let start = vec![(SERVER, SERVER, Msg::StartRound { round: 1 })];
+        let outcome = Scheduler::run(world, start, on_record).await?;
+        Ok(SimOutput { records: outcome.records, end_time: outcome.end_time, events: outcome.events })
+    })
+}

@@ -1,0 +1,64 @@
+//! Local training: every client trains its own model on its own data and nothing is
+//! communicated. All clients start from the same initial model.
+
+use super::{Algorithm, LocalContext, ModelKind};
+use crate::data::SplitView;
+use crate::models::{evaluate, train_sgd, Architecture, EvalStats};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalSpec {}
+
+#[derive(Clone, Debug, Default)]
+pub struct Local;
+
+#[derive(Clone, Debug)]
+pub struct LocalModel {
+    pub params: Vec<f32>,
+    pub momentum: Vec<f32>,
+}
+
+impl Algorithm for Local {
+    /// The common initial model.
+    type Global = Vec<f32>;
+    type ClientState = LocalModel;
+    type Update = ();
+
+    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Vec<f32> {
+        arch.init(rng)
+    }
+
+    fn init_client(&self, global: &Vec<f32>, _: u32) -> LocalModel {
+        LocalModel { params: global.clone(), momentum: Vec::new() }
+    }
+
+    fn broadcast_len(&self, _: &Vec<f32>) -> usize {
+        0
+    }
+
+    fn update_len(&self, _: &()) -> usize {
+        0
+    }
+
+    fn local_update(&self, ctx: &LocalContext<'_>, _: &Vec<f32>, state: &mut LocalModel, rng: &mut ChaCha20Rng) {
+        let view = ctx.train_view();
+        train_sgd(ctx.arch, &mut state.params, &mut state.momentum, view, &ctx.training.plan, ctx.lr, rng);
+        if !ctx.training.keep_momentum {
+            state.momentum.clear();
+        }
+    }
+
+    fn aggregate(&self, global: &Vec<f32>, _: &[(u32, ())]) -> Vec<f32> {
+        global.clone()
+    }
+
+    fn evaluated_model(&self) -> ModelKind {
+        ModelKind::Local
+    }
+
+    fn evaluate(&self, arch: &Architecture, _: &Vec<f32>, state: &LocalModel, view: SplitView<'_>) -> EvalStats {
+        evaluate(arch, &state.params, view)
+    }
+}

@@ -1,0 +1,198 @@
+//! Federated algorithms, one file each, behind the [`Algorithm`] trait, chosen in a scenario by
+//! the tagged enum [`AlgorithmSpec`] (`algorithm: {name: fedavg, ...}`).
+//!
+//! An algorithm says what the server holds, what each client keeps between rounds, what a
+//! client computes locally (a pure function of its inputs and random stream, run on the trainer
+//! pool), how updates are combined, and which model a client is evaluated with. It does not
+//! decide who trains or when (that is the server's round policy), and it never touches time.
+
+mod fedavg;
+mod local;
+
+pub use fedavg::{FedAvg, FedAvgSpec};
+pub use local::{Local, LocalSpec};
+
+use crate::data::{FederatedData, SplitView};
+use crate::models::{Architecture, EvalStats, LocalPlan};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+
+/// Which algorithm a scenario runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "name", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AlgorithmSpec {
+    /// FedAvg (McMahan et al. 2017): local SGD, weighted average of the models.
+    Fedavg(FedAvgSpec),
+    /// Every client trains alone on its own data; nothing is communicated.
+    Local(LocalSpec),
+}
+
+impl AlgorithmSpec {
+    pub fn name(&self) -> &'static str {
+        match self {
+            AlgorithmSpec::Fedavg(_) => "fedavg",
+            AlgorithmSpec::Local(_) => "local",
+        }
+    }
+}
+
+/// Which model an evaluation row measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ModelKind {
+    /// The server's model.
+    Global,
+    /// A model trained by the client alone.
+    Local,
+    /// A client-specific model derived from the global one.
+    Personalized,
+}
+
+impl ModelKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelKind::Global => "global",
+            ModelKind::Local => "local",
+            ModelKind::Personalized => "personalized",
+        }
+    }
+}
+
+/// Learning-rate schedule by global round.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LrSchedule {
+    Constant,
+    /// Multiply by `gamma` once every milestone has passed: a round `r` uses
+    /// `lr · gamma^{#{m : m < r}}` (so milestones 50 and 75 decay from rounds 51 and 76 on).
+    MultiStep { milestones: Vec<u32>, gamma: f64 },
+}
+
+/// The local solver, shared by every algorithm.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Training {
+    pub plan: LocalPlan,
+    pub lr: f64,
+    pub schedule: LrSchedule,
+    /// Keep each client's momentum buffer from one round to the next (the FedEM authors' code
+    /// does), instead of starting each round from zero momentum.
+    pub keep_momentum: bool,
+}
+
+impl Training {
+    pub fn lr_at(&self, round: u32) -> f64 {
+        match &self.schedule {
+            LrSchedule::Constant => self.lr,
+            LrSchedule::MultiStep { milestones, gamma } => {
+                let passed = milestones.iter().filter(|&&m| m < round).count();
+                self.lr * gamma.powi(passed as i32)
+            }
+        }
+    }
+}
+
+/// What a client's local work sees.
+pub struct LocalContext<'a> {
+    pub arch: &'a Architecture,
+    pub training: &'a Training,
+    pub data: &'a FederatedData,
+    pub client: u32,
+    pub round: u32,
+    /// The learning rate of this round.
+    pub lr: f64,
+}
+
+impl LocalContext<'_> {
+    pub fn train_view(&self) -> SplitView<'_> {
+        self.data.view(self.client as usize, crate::data::Split::Train)
+    }
+}
+
+/// A federated algorithm. Implementations are immutable configuration; all state lives in
+/// the `Global` and `ClientState` values the actors hold.
+pub trait Algorithm: Send + Sync + 'static {
+    /// What the server holds and broadcasts.
+    type Global: Send + Sync + Unpin + 'static;
+    /// What a client keeps between rounds.
+    type ClientState: Clone + Send + Unpin + 'static;
+    /// What a client sends back.
+    type Update: Send + Unpin + 'static;
+
+    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Self::Global;
+
+    fn init_client(&self, global: &Self::Global, client: u32) -> Self::ClientState;
+
+    /// Number of f32 values the server sends a client each round (0: no message).
+    fn broadcast_len(&self, global: &Self::Global) -> usize;
+
+    /// Number of f32 values in an update (0: no message).
+    fn update_len(&self, update: &Self::Update) -> usize;
+
+    /// A client's local work for one round. Runs on the trainer pool; must depend only on its
+    /// arguments.
+    fn local_update(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &Self::Global,
+        state: &mut Self::ClientState,
+        rng: &mut ChaCha20Rng,
+    ) -> Self::Update;
+
+    /// Combines one round's updates, given in increasing client order.
+    fn aggregate(&self, global: &Self::Global, updates: &[(u32, Self::Update)]) -> Self::Global;
+
+    /// The model a client is evaluated with.
+    fn evaluated_model(&self) -> ModelKind;
+
+    /// Evaluates a client's model on one of its splits.
+    fn evaluate(
+        &self,
+        arch: &Architecture,
+        global: &Self::Global,
+        state: &Self::ClientState,
+        view: SplitView<'_>,
+    ) -> EvalStats;
+}
+
+/// Σ wᵢ·vᵢ / Σ wᵢ in the given order, accumulated in f64.
+pub fn weighted_average<'a>(items: impl IntoIterator<Item = (f64, &'a [f32])>) -> Vec<f32> {
+    let mut acc: Vec<f64> = Vec::new();
+    let mut total = 0.0;
+    for (w, v) in items {
+        if acc.is_empty() {
+            acc = vec![0.0; v.len()];
+        }
+        assert_eq!(acc.len(), v.len(), "vectors of different lengths");
+        total += w;
+        for (a, &x) in acc.iter_mut().zip(v) {
+            *a += w * x as f64;
+        }
+    }
+    assert!(total > 0.0, "weighted average needs a positive total weight");
+    acc.into_iter().map(|a| (a / total) as f32).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::LocalWork;
+
+    #[test]
+    fn weighted_average_by_hand() {
+        let a = [1.0f32, 2.0];
+        let b = [3.0f32, 6.0];
+        assert_eq!(weighted_average([(1.0, &a[..]), (3.0, &b[..])]), vec![2.5, 5.0]);
+    }
+
+    #[test]
+    fn multistep_decays_after_milestones() {
+        let t = Training {
+            plan: LocalPlan { work: LocalWork::Epochs(1), batch_size: 1, momentum: 0.0, weight_decay: 0.0 },
+            lr: 0.1,
+            schedule: LrSchedule::MultiStep { milestones: vec![50, 75], gamma: 0.1 },
+            keep_momentum: true,
+        };
+        assert_eq!(t.lr_at(1), 0.1);
+        assert_eq!(t.lr_at(50), 0.1);
+        assert!((t.lr_at(51) - 0.01).abs() < 1e-15);
+        assert!((t.lr_at(76) - 0.001).abs() < 1e-15);
+    }
+}

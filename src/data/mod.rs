@@ -1,0 +1,142 @@
+//! Federated data sets: one contiguous feature buffer and one label buffer for all clients,
+//! each client a set of index ranges (train / val / test). No per-client copies.
+//!
+//! This module generates and splits data; it does not train, and it holds no tch tensors
+//! (tensors are not `Sync`; the trainer makes zero-copy views of these buffers instead).
+
+mod fedem_synthetic;
+mod split;
+
+pub use fedem_synthetic::{FedemSyntheticSpec, LabelRule};
+pub use split::SplitSpec;
+
+use crate::sim::SeedTree;
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+
+/// Which part of a client's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    Train,
+    Val,
+    Test,
+}
+
+impl Split {
+    pub const ALL: [Split; 3] = [Split::Train, Split::Val, Split::Test];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Val => "val",
+            Split::Test => "test",
+        }
+    }
+}
+
+/// One client's rows in the shared buffers. The three ranges are contiguous and disjoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientShard {
+    pub train: Range<usize>,
+    pub val: Range<usize>,
+    pub test: Range<usize>,
+}
+
+impl ClientShard {
+    pub fn range(&self, split: Split) -> Range<usize> {
+        match split {
+            Split::Train => self.train.clone(),
+            Split::Val => self.val.clone(),
+            Split::Test => self.test.clone(),
+        }
+    }
+}
+
+/// The true generative parameters of a synthetic data set, kept for recovery checks.
+#[derive(Clone, Debug, Default)]
+pub struct MixtureTruth {
+    /// `components[m]` is θ_m.
+    pub components: Vec<Vec<f64>>,
+    /// `weights[t]` is π_t.
+    pub weights: Vec<Vec<f64>>,
+}
+
+/// All clients' data, row-major features (`rows × dim`) and integer labels.
+#[derive(Clone, Debug)]
+pub struct FederatedData {
+    pub dim: usize,
+    pub classes: usize,
+    pub features: Vec<f32>,
+    pub labels: Vec<i64>,
+    pub clients: Vec<ClientShard>,
+    pub truth: Option<MixtureTruth>,
+}
+
+/// A read-only view of one client's split.
+#[derive(Clone, Copy, Debug)]
+pub struct SplitView<'a> {
+    pub features: &'a [f32],
+    pub labels: &'a [i64],
+    pub dim: usize,
+}
+
+impl SplitView<'_> {
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+}
+
+impl FederatedData {
+    pub fn num_clients(&self) -> usize {
+        self.clients.len()
+    }
+
+    pub fn view(&self, client: usize, split: Split) -> SplitView<'_> {
+        let r = self.clients[client].range(split);
+        SplitView {
+            features: &self.features[r.start * self.dim..r.end * self.dim],
+            labels: &self.labels[r.clone()],
+            dim: self.dim,
+        }
+    }
+
+    pub fn split_len(&self, client: usize, split: Split) -> usize {
+        self.clients[client].range(split).len()
+    }
+}
+
+/// Which data set to build, as the scenario names it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum DatasetSpec {
+    /// The mixture-of-linear-models benchmark of FedEM (Marfoq et al. 2021, App. I.1.5).
+    FedemSynthetic(FedemSyntheticSpec),
+}
+
+impl DatasetSpec {
+    /// Number of clients this spec produces.
+    pub fn num_clients(&self) -> usize {
+        match self {
+            DatasetSpec::FedemSynthetic(s) => s.clients,
+        }
+    }
+
+    /// Checks the parameters; errors are `(field path below data, message)`.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        match self {
+            DatasetSpec::FedemSynthetic(s) => s.validate(),
+        }
+    }
+
+    /// Builds the data set; every draw comes from `seeds` under [`crate::sim::Entity::Data`].
+    pub fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> FederatedData {
+        match self {
+            DatasetSpec::FedemSynthetic(s) => s.generate(split, seeds),
+        }
+    }
+}

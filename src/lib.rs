@@ -1,0 +1,22 @@
+//! fedsim: a deterministic discrete-event simulator for federated learning research.
+//!
+//! Rooms, from the bottom up:
+//! - [`sim`]: virtual time, the event queue, the seed tree and the scheduler actor.
+//! - [`data`]: data sets held in contiguous buffers, clients as index ranges.
+//! - [`models`]: tch models, local SGD and evaluation, flat parameters.
+//! - [`system`]: device and network models that turn work into simulated durations.
+//! - [`algorithms`]: federated algorithms behind one trait.
+//! - [`actors`]: the server, the clients and the trainer pool as actix actors.
+//! - [`scenario`]: YAML scenarios, overrides and validation.
+//! - [`report`]: polars frames, Parquet/CSV writers and summaries.
+//! - [`run`]: one scenario end to end.
+
+pub mod actors;
+pub mod algorithms;
+pub mod data;
+pub mod models;
+pub mod report;
+pub mod run;
+pub mod scenario;
+pub mod sim;
+pub mod system;

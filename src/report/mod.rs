@@ -1,0 +1,98 @@
+//! Results: records from the simulation → polars frames → Parquet and CSV, written atomically
+//! (temporary file, then rename), plus the run summary (fairness figures included).
+//!
+//! This is the only room that uses polars. It does not simulate and does not decide what is
+//! measured, only how it is tabulated and stored.
+
+mod frames;
+mod records;
+mod summary;
+
+pub use frames::{metrics_frame, read_parquet, rounds_frame, summary_frame, RunMeta};
+pub use records::{EvalRecord, Record, RoundRecord};
+pub use summary::{percentile, Fairness, Summary};
+
+use polars::prelude::*;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("writing {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("writing {}: {source}", path.display())]
+    Polars { path: PathBuf, source: PolarsError },
+}
+
+/// Writes `path` through a temporary file in the same folder and a rename, so that a reader
+/// (or a killed run) never sees a half-written file.
+pub fn write_atomic(
+    path: &Path,
+    write: impl FnOnce(&mut File) -> Result<(), PolarsError>,
+) -> Result<(), ReportError> {
+    let io = |source| ReportError::Io { path: path.to_path_buf(), source };
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("result");
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut file = File::create(&tmp).map_err(io)?;
+        write(&mut file).map_err(|source| ReportError::Polars { path: path.to_path_buf(), source })?;
+        file.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+pub fn write_parquet(path: &Path, df: &mut DataFrame) -> Result<(), ReportError> {
+    write_atomic(path, |f| ParquetWriter::new(f).finish(df).map(|_| ()))
+}
+
+pub fn write_csv(path: &Path, df: &mut DataFrame) -> Result<(), ReportError> {
+    write_atomic(path, |f| CsvWriter::new(f).finish(df))
+}
+
+/// Writes a run's result files into `dir` (which must exist) and returns their paths.
+/// `summary.csv` is written last: its presence marks a complete run.
+pub fn write_run(
+    dir: &Path,
+    meta: &RunMeta,
+    records: &[Record],
+    summary: &Summary,
+    resolved_yaml: &str,
+) -> Result<Vec<PathBuf>, ReportError> {
+    let mut files = Vec::new();
+    let scenario = dir.join("scenario.yaml");
+    let header = format!(
+        "# Resolved scenario of run {} (content hash sha256:{}).\n",
+        meta.run_id, meta.content_hash
+    );
+    write_atomic(&scenario, |f| {
+        use std::io::Write;
+        f.write_all(header.as_bytes())?;
+        f.write_all(resolved_yaml.as_bytes())?;
+        Ok(())
+    })?;
+    files.push(scenario);
+    let mut metrics = metrics_frame(meta, records).map_err(|source| ReportError::Polars {
+        path: dir.join("metrics.parquet"),
+        source,
+    })?;
+    for (name, csv) in [("metrics.parquet", false), ("metrics.csv", true)] {
+        let p = dir.join(name);
+        if csv { write_csv(&p, &mut metrics)? } else { write_parquet(&p, &mut metrics)? }
+        files.push(p);
+    }
+    let mut rounds = rounds_frame(meta, records)
+        .map_err(|source| ReportError::Polars { path: dir.join("rounds.parquet"), source })?;
+    let p = dir.join("rounds.parquet");
+    write_parquet(&p, &mut rounds)?;
+    files.push(p);
+    let mut s = summary_frame(std::slice::from_ref(summary))
+        .map_err(|source| ReportError::Polars { path: dir.join("summary.csv"), source })?;
+    let p = dir.join("summary.csv");
+    write_csv(&p, &mut s)?;
+    files.push(p);
+    Ok(files)
+}

@@ -1,0 +1,38 @@
+//! Plain result records, as the simulation emits them in event order.
+
+use crate::algorithms::ModelKind;
+use crate::data::Split;
+use crate::sim::SimTime;
+
+/// One evaluation of one client's model on one split.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvalRecord {
+    pub round: u32,
+    pub time: SimTime,
+    pub client: u32,
+    pub split: Split,
+    pub model: ModelKind,
+    pub n_samples: usize,
+    pub loss: f64,
+    pub accuracy: f64,
+    /// Whether the client trained in this round.
+    pub sampled: bool,
+}
+
+/// One finished round as the server saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoundRecord {
+    pub round: u32,
+    pub start: SimTime,
+    pub end: SimTime,
+    pub selected: u32,
+    pub completed: u32,
+    pub bytes_down: u64,
+    pub bytes_up: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Record {
+    Eval(EvalRecord),
+    Round(RoundRecord),
+}

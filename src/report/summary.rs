@@ -1,0 +1,130 @@
+//! One row per run: accuracy and fairness of the final evaluation on the clients' test data.
+
+use super::{EvalRecord, Record};
+use crate::data::Split;
+
+/// Fairness figures over per-client accuracies.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fairness {
+    /// Mean weighted by each client's number of test samples.
+    pub weighted_mean: f64,
+    /// The ⌊T/10⌋-th worst client accuracy (the worst one when T < 10): the FedEM paper's
+    /// "bottom decile".
+    pub bottom_decile: f64,
+    /// 10th percentile with linear interpolation (numpy's default).
+    pub p10: f64,
+    /// Mean accuracy of the worst max(1, ⌊T/10⌋) clients.
+    pub worst10_mean: f64,
+}
+
+impl Fairness {
+    /// From `(accuracy, weight)` per client. NaN everywhere when empty.
+    pub fn of(per_client: &[(f64, f64)]) -> Fairness {
+        if per_client.is_empty() {
+            return Fairness { weighted_mean: f64::NAN, bottom_decile: f64::NAN, p10: f64::NAN, worst10_mean: f64::NAN };
+        }
+        let total: f64 = per_client.iter().map(|&(_, w)| w).sum();
+        let weighted_mean = per_client.iter().map(|&(a, w)| a * w).sum::<f64>() / total;
+        let mut acc: Vec<f64> = per_client.iter().map(|&(a, _)| a).collect();
+        acc.sort_by(f64::total_cmp);
+        let k = (acc.len() / 10).max(1);
+        Fairness {
+            weighted_mean,
+            bottom_decile: acc[k - 1],
+            p10: percentile(&acc, 10.0),
+            worst10_mean: acc[..k].iter().sum::<f64>() / k as f64,
+        }
+    }
+}
+
+/// Linear-interpolation percentile of sorted values (numpy's default method).
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let h = (sorted.len() - 1) as f64 * q / 100.0;
+    let lo = h.floor() as usize;
+    let hi = (lo + 1).min(sorted.len() - 1);
+    sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub run_id: String,
+    pub name: String,
+    pub algorithm: String,
+    pub seed: u64,
+    pub clients: u32,
+    pub final_round: u32,
+    pub test: Fairness,
+    /// Mean test loss weighted by test samples.
+    pub test_loss_mean: f64,
+    pub sim_seconds: f64,
+    /// Wall-clock seconds of the run: the only figure in the results that is not reproducible.
+    pub wall_seconds: f64,
+}
+
+impl Summary {
+    /// Summarises the last evaluated round's test split.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_records(
+        run_id: &str,
+        name: &str,
+        algorithm: &str,
+        seed: u64,
+        records: &[Record],
+        sim_seconds: f64,
+        wall_seconds: f64,
+    ) -> Summary {
+        let evals: Vec<&EvalRecord> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Eval(e) if e.split == Split::Test => Some(e),
+                _ => None,
+            })
+            .collect();
+        let final_round = evals.iter().map(|e| e.round).max().unwrap_or(0);
+        let last: Vec<&&EvalRecord> = evals.iter().filter(|e| e.round == final_round).collect();
+        let per_client: Vec<(f64, f64)> = last.iter().map(|e| (e.accuracy, e.n_samples as f64)).collect();
+        let n: f64 = last.iter().map(|e| e.n_samples as f64).sum();
+        Summary {
+            run_id: run_id.into(),
+            name: name.into(),
+            algorithm: algorithm.into(),
+            seed,
+            clients: last.len() as u32,
+            final_round,
+            test: Fairness::of(&per_client),
+            test_loss_mean: last.iter().map(|e| e.loss * e.n_samples as f64).sum::<f64>() / n,
+            sim_seconds,
+            wall_seconds,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fairness_by_hand() {
+        // 20 clients with accuracies 0.00, 0.05, ..., 0.95, weights 1 except the best (weight 3).
+        let per: Vec<(f64, f64)> =
+            (0..20).map(|i| (i as f64 * 0.05, if i == 19 { 3.0 } else { 1.0 })).collect();
+        let f = Fairness::of(&per);
+        let plain: f64 = (0..20).map(|i| i as f64 * 0.05).sum();
+        assert!((f.weighted_mean - (plain + 2.0 * 0.95) / 22.0).abs() < 1e-12);
+        // ⌊20/10⌋ = 2nd worst.
+        assert!((f.bottom_decile - 0.05).abs() < 1e-12);
+        // numpy.percentile(arange(20)*0.05, 10) = 0.095.
+        assert!((f.p10 - 0.095).abs() < 1e-12);
+        assert!((f.worst10_mean - 0.025).abs() < 1e-12);
+    }
+
+    #[test]
+    fn few_clients_use_the_worst() {
+        let f = Fairness::of(&[(0.9, 1.0), (0.4, 1.0), (0.7, 1.0)]);
+        assert_eq!(f.bottom_decile, 0.4);
+        assert_eq!(f.worst10_mean, 0.4);
+    }
+}

@@ -1,0 +1,100 @@
+//! One scenario end to end: build the data, simulate, summarise, write the result files.
+
+use crate::actors::{simulate, SimOutput};
+use crate::report::{write_run, Record, ReportError, RunMeta, Summary};
+use crate::scenario::Scenario;
+use crate::sim::{SeedTree, SimError};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub out_dir: PathBuf,
+    /// Trainer threads.
+    pub threads: usize,
+    /// Draw a progress bar on stderr (only when it is a terminal).
+    pub progress: bool,
+}
+
+#[derive(Debug)]
+pub struct RunReport {
+    pub summary: Summary,
+    pub out_dir: PathBuf,
+    pub files: Vec<PathBuf>,
+    /// Events the scheduler delivered.
+    pub events: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("simulation failed: {0}")]
+    Sim(#[from] SimError),
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    #[error("cannot create the output folder {}: {source}", path.display())]
+    OutDir { path: PathBuf, source: std::io::Error },
+}
+
+/// The number of cores, the default for `--threads`.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// The default output folder of a scenario: `results/<name>/seed-<seed>`.
+pub fn default_out_dir(s: &Scenario) -> PathBuf {
+    Path::new("results").join(&s.name).join(format!("seed-{}", s.run.seed))
+}
+
+/// Runs the simulation only (no files): data, actors, records.
+pub fn simulate_scenario(
+    s: &Scenario,
+    threads: usize,
+    on_record: impl FnMut(&Record) + 'static,
+) -> Result<SimOutput, SimError> {
+    let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed)));
+    simulate(&s.run, data, threads, on_record)
+}
+
+/// Runs a scenario and writes its result files into `opts.out_dir`.
+pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<RunReport, RunError> {
+    let wall = Instant::now();
+    let bar = if opts.progress {
+        ProgressBar::with_draw_target(Some(s.run.rounds as u64), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] round {pos}/{len} {elapsed_precise} eta {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(format!("{} ({})", s.name, s.run.algorithm.name()));
+    let tick = bar.clone();
+    let output = simulate_scenario(s, opts.threads, move |r| {
+        if let Record::Round(round) = r {
+            tick.set_position(round.round as u64);
+        }
+    })?;
+    bar.finish_and_clear();
+    let summary = Summary::from_records(
+        s.run_id(),
+        &s.name,
+        s.run.algorithm.name(),
+        s.run.seed,
+        &output.records,
+        output.end_time.as_secs_f64(),
+        wall.elapsed().as_secs_f64(),
+    );
+    std::fs::create_dir_all(&opts.out_dir)
+        .map_err(|source| RunError::OutDir { path: opts.out_dir.clone(), source })?;
+    let meta = RunMeta {
+        run_id: s.run_id().to_string(),
+        content_hash: s.content_hash.clone(),
+        algorithm: s.run.algorithm.name().to_string(),
+        seed: s.run.seed,
+    };
+    let files = write_run(&opts.out_dir, &meta, &output.records, &summary, &s.resolved_yaml)?;
+    Ok(RunReport { summary, out_dir: opts.out_dir.clone(), files, events: output.events })
+}

@@ -1,0 +1,259 @@
+//! Scenario files: YAML text → raw spec (unknown fields rejected) → validated [`Scenario`].
+//!
+//! Every error names the file, the field path, the line where it can be found, and what is
+//! allowed. `--set a.b.c=VALUE` overrides are applied to the YAML tree before validation, so
+//! they are checked like the file itself. This room parses and checks; it runs nothing.
+
+mod locate;
+mod raw;
+
+pub use raw::{RawLrSchedule, RawSampling, RawScenario, RawTraining};
+
+use crate::actors::{RunSpec, Sampling};
+use crate::algorithms::{LrSchedule, Training};
+use crate::data::{DatasetSpec, SplitSpec};
+use crate::models::{LocalPlan, LocalWork};
+use serde_yaml::Value;
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A problem with a scenario, located as precisely as possible.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("cannot read scenario file {}: {source}", file.display())]
+    Read { file: PathBuf, source: std::io::Error },
+    #[error("{}", Located(self))]
+    Invalid { file: PathBuf, path: String, line: Option<usize>, message: String },
+    #[error("--set {arg}: {message}")]
+    Override { arg: String, message: String },
+}
+
+struct Located<'a>(&'a ScenarioError);
+
+impl fmt::Display for Located<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let ScenarioError::Invalid { file, path, line, message } = self.0 {
+            write!(f, "{}", file.display())?;
+            if let Some(l) = line {
+                write!(f, ":{l}")?;
+            }
+            if path.is_empty() {
+                write!(f, ": {message}")
+            } else {
+                write!(f, ": field `{path}`: {message}")
+            }
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A checked scenario, ready to run.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: String,
+    pub data: DatasetSpec,
+    pub split: SplitSpec,
+    pub data_seed: u64,
+    pub run: RunSpec,
+    /// The scenario with every default filled in, as YAML.
+    pub resolved_yaml: String,
+    /// SHA-256 of `resolved_yaml`, hex.
+    pub content_hash: String,
+}
+
+impl Scenario {
+    /// A short id for this exact configuration (first 12 hex digits of the content hash).
+    pub fn run_id(&self) -> &str {
+        &self.content_hash[..12]
+    }
+
+    /// Reads, overrides and validates a scenario file.
+    pub fn load(file: &Path, overrides: &[String]) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|source| ScenarioError::Read { file: file.to_path_buf(), source })?;
+        Scenario::from_yaml(&text, file, overrides)
+    }
+
+    /// Parses scenario text; `file` is used in messages.
+    pub fn from_yaml(text: &str, file: &Path, overrides: &[String]) -> Result<Scenario, ScenarioError> {
+        let invalid = |path: String, message: String| {
+            let line = locate::line_of(text, &path);
+            ScenarioError::Invalid { file: file.to_path_buf(), path, line, message }
+        };
+        let mut tree: Value = serde_yaml::from_str(text).map_err(|e| ScenarioError::Invalid {
+            file: file.to_path_buf(),
+            path: String::new(),
+            line: e.location().map(|l| l.line()),
+            message: format!("not valid YAML: {e}"),
+        })?;
+        for arg in overrides {
+            apply_override(&mut tree, arg)?;
+        }
+        let raw: RawScenario = serde_path_to_error::deserialize(tree).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            let message = explain(&e.into_inner().to_string());
+            // An unknown field is best shown on its own line.
+            let line = unknown_field(&message)
+                .and_then(|f| locate::line_of(text, &join(&path, f)))
+                .or_else(|| locate::line_of(text, &path));
+            ScenarioError::Invalid { file: file.to_path_buf(), path, line, message }
+        })?;
+        validate(raw).map_err(|(path, message)| invalid(path, message))
+    }
+}
+
+fn unknown_field(message: &str) -> Option<&str> {
+    message.strip_prefix("unknown field `")?.split('`').next()
+}
+
+fn join(path: &str, field: &str) -> String {
+    if path.is_empty() { field.to_string() } else { format!("{path}.{field}") }
+}
+
+/// serde's messages, made friendlier where they are terse.
+fn explain(msg: &str) -> String {
+    let msg = msg.trim_end_matches(|c: char| c == '.' || c.is_whitespace());
+    if msg.starts_with("missing field") {
+        format!("{msg} (it is required)")
+    } else {
+        msg.to_string()
+    }
+}
+
+/// Sets `a.b.c=VALUE` in the YAML tree (VALUE is parsed as YAML; maps are created as needed;
+/// a numeric segment indexes a list).
+pub fn apply_override(tree: &mut Value, arg: &str) -> Result<(), ScenarioError> {
+    let err = |message: String| ScenarioError::Override { arg: arg.to_string(), message };
+    let (path, value) = arg
+        .split_once('=')
+        .ok_or_else(|| err("expected PATH=VALUE, e.g. sampling.fraction=0.1".into()))?;
+    if path.is_empty() || path.split('.').any(str::is_empty) {
+        return Err(err("the path must be dot-separated field names, e.g. training.lr".into()));
+    }
+    let value: Value =
+        serde_yaml::from_str(value).map_err(|e| err(format!("the value is not valid YAML: {e}")))?;
+    let mut node = tree;
+    for seg in path.split('.') {
+        if node.is_null() {
+            *node = Value::Mapping(Default::default());
+        }
+        node = match node {
+            Value::Mapping(m) => m.entry(Value::String(seg.to_string())).or_insert(Value::Null),
+            Value::Sequence(s) => {
+                let i: usize = seg
+                    .parse()
+                    .map_err(|_| err(format!("`{seg}` indexes a list and must be a number")))?;
+                let len = s.len();
+                s.get_mut(i).ok_or_else(|| err(format!("index {i} is past the list's end ({len} items)")))?
+            }
+            _ => return Err(err(format!("cannot set a field inside a plain value at `{seg}`"))),
+        };
+    }
+    *node = value;
+    Ok(())
+}
+
+type Invalid = (String, String);
+
+fn nest(prefix: &str, (path, message): Invalid) -> Invalid {
+    (format!("{prefix}.{path}"), message)
+}
+
+fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
+    let bad = |path: &str, message: String| Err((path.to_string(), message));
+    if raw.rounds == 0 {
+        return bad("rounds", "must be at least 1".into());
+    }
+    if raw.eval_every == 0 {
+        return bad("eval_every", "must be at least 1 (the last round is always evaluated)".into());
+    }
+    raw.data.validate().map_err(|e| nest("data", e))?;
+    raw.split.validate().map_err(|e| nest("split", e))?;
+    raw.model.validate().map_err(|e| nest("model", e))?;
+    raw.system.validate().map_err(|e| nest("system", e))?;
+    let training = validate_training(&raw.training).map_err(|e| nest("training", e))?;
+    let sampling = match (raw.sampling.fraction, raw.sampling.count) {
+        (Some(_), Some(_)) => {
+            return bad("sampling", "give either `fraction` or `count`, not both".into())
+        }
+        (Some(f), None) if !(f > 0.0 && f <= 1.0) => {
+            return bad("sampling.fraction", format!("must be in (0, 1], got {f}"))
+        }
+        (Some(f), None) => Sampling::Fraction(f),
+        (None, Some(0)) => return bad("sampling.count", "must be at least 1".into()),
+        (None, Some(k)) => Sampling::Count(k),
+        (None, None) => Sampling::Fraction(1.0),
+    };
+    let resolved_yaml = serde_yaml::to_string(&raw).expect("a scenario always serialises");
+    let content_hash = format!("{:x}", Sha256::digest(resolved_yaml.as_bytes()));
+    Ok(Scenario {
+        name: raw.name.clone(),
+        data: raw.data.clone(),
+        split: raw.split.clone(),
+        data_seed: raw.data_seed.unwrap_or(raw.seed),
+        run: RunSpec {
+            seed: raw.seed,
+            rounds: raw.rounds,
+            eval_every: raw.eval_every,
+            model: raw.model,
+            algorithm: raw.algorithm,
+            training,
+            sampling,
+            system: raw.system,
+        },
+        resolved_yaml,
+        content_hash,
+    })
+}
+
+fn validate_training(t: &RawTraining) -> Result<Training, Invalid> {
+    let bad = |path: &str, message: String| Err((path.to_string(), message));
+    let work = match (t.local_epochs, t.local_steps) {
+        (Some(_), Some(_)) => {
+            return bad("local_epochs", "give either `local_epochs` or `local_steps`, not both".into())
+        }
+        (Some(0), None) => return bad("local_epochs", "must be at least 1".into()),
+        (None, Some(0)) => return bad("local_steps", "must be at least 1".into()),
+        (Some(e), None) => LocalWork::Epochs(e),
+        (None, Some(s)) => LocalWork::Steps(s),
+        (None, None) => LocalWork::Epochs(1),
+    };
+    if t.batch_size == 0 {
+        return bad("batch_size", "must be at least 1".into());
+    }
+    if !(t.lr > 0.0 && t.lr.is_finite()) {
+        return bad("lr", format!("must be a positive number, got {}", t.lr));
+    }
+    if !(0.0..1.0).contains(&t.momentum) {
+        return bad("momentum", format!("must be in [0, 1), got {}", t.momentum));
+    }
+    if !(t.weight_decay >= 0.0 && t.weight_decay.is_finite()) {
+        return bad("weight_decay", format!("must be a non-negative number, got {}", t.weight_decay));
+    }
+    let schedule = match &t.lr_schedule {
+        RawLrSchedule::Constant => LrSchedule::Constant,
+        RawLrSchedule::MultiStep { milestones, gamma } => {
+            if !(*gamma > 0.0 && gamma.is_finite()) {
+                return bad("lr_schedule.gamma", format!("must be a positive number, got {gamma}"));
+            }
+            if milestones.windows(2).any(|w| w[0] >= w[1]) {
+                return bad("lr_schedule.milestones", "must be strictly increasing round numbers".into());
+            }
+            LrSchedule::MultiStep { milestones: milestones.clone(), gamma: *gamma }
+        }
+    };
+    Ok(Training {
+        plan: LocalPlan {
+            work,
+            batch_size: t.batch_size,
+            momentum: t.momentum,
+            weight_decay: t.weight_decay,
+        },
+        lr: t.lr,
+        schedule,
+        keep_momentum: t.keep_momentum,
+    })
+}

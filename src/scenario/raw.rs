@@ -1,0 +1,129 @@
+//! The scenario file as written: serde structs that reject unknown fields. Defaults are filled
+//! here so that the resolved scenario written next to the results states every setting.
+
+use crate::algorithms::AlgorithmSpec;
+use crate::data::{DatasetSpec, SplitSpec};
+use crate::models::ModelSpec;
+use crate::system::SystemSpec;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawScenario {
+    /// A short name; the default output folder is `results/<name>/seed-<seed>`.
+    #[serde(default = "default_name")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Root of every random stream of the run.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Root seed of the data set (defaults to `seed`): fix it to train several seeds on the
+    /// same data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_seed: Option<u64>,
+    /// Number of communication rounds.
+    pub rounds: u32,
+    /// Evaluate every this many rounds (the last round is always evaluated).
+    #[serde(default = "default_eval_every")]
+    pub eval_every: u32,
+    pub data: DatasetSpec,
+    #[serde(default)]
+    pub split: SplitSpec,
+    #[serde(default)]
+    pub model: ModelSpec,
+    pub algorithm: AlgorithmSpec,
+    #[serde(default)]
+    pub training: RawTraining,
+    #[serde(default)]
+    pub sampling: RawSampling,
+    #[serde(default)]
+    pub system: SystemSpec,
+}
+
+fn default_name() -> String {
+    "scenario".into()
+}
+fn default_seed() -> u64 {
+    1
+}
+fn default_eval_every() -> u32 {
+    1
+}
+
+/// The local solver: minibatch SGD.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTraining {
+    /// Local epochs per round (give this or `local_steps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_epochs: Option<u32>,
+    /// Local SGD steps per round (give this or `local_epochs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_steps: Option<u32>,
+    #[serde(default = "default_batch")]
+    pub batch_size: usize,
+    #[serde(default = "default_lr")]
+    pub lr: f64,
+    #[serde(default)]
+    pub momentum: f64,
+    #[serde(default)]
+    pub weight_decay: f64,
+    /// Keep each client's momentum buffer between rounds (as the FedEM authors' code does).
+    #[serde(default = "default_true")]
+    pub keep_momentum: bool,
+    #[serde(default)]
+    pub lr_schedule: RawLrSchedule,
+}
+
+fn default_batch() -> usize {
+    128
+}
+fn default_lr() -> f64 {
+    0.1
+}
+fn default_true() -> bool {
+    true
+}
+
+impl Default for RawTraining {
+    fn default() -> Self {
+        RawTraining {
+            local_epochs: None,
+            local_steps: None,
+            batch_size: default_batch(),
+            lr: default_lr(),
+            momentum: 0.0,
+            weight_decay: 0.0,
+            keep_momentum: true,
+            lr_schedule: RawLrSchedule::default(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawLrSchedule {
+    #[default]
+    Constant,
+    /// Multiply the learning rate by `gamma` after each milestone round.
+    MultiStep {
+        milestones: Vec<u32>,
+        #[serde(default = "default_gamma")]
+        gamma: f64,
+    },
+}
+
+fn default_gamma() -> f64 {
+    0.1
+}
+
+/// Clients per round, uniformly without replacement: a fraction of all clients or a count.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSampling {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fraction: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<usize>,
+}

@@ -1,0 +1,72 @@
+//! The `fedsim` binary: exit codes, messages, and no partial results on bad input.
+
+use crate::common::{bin, SMALL};
+
+#[test]
+fn bad_inputs_exit_nonzero_and_leave_no_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = tmp.path().join("good.yaml");
+    std::fs::write(&good, SMALL).unwrap();
+    let unknown = tmp.path().join("unknown.yaml");
+    std::fs::write(&unknown, SMALL.replace("rounds: 4", "rounds: 4\nroundz: 5")).unwrap();
+    let wrong_type = tmp.path().join("wrong.yaml");
+    std::fs::write(&wrong_type, SMALL.replace("rounds: 4", "rounds: four")).unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec![unknown.display().to_string()], "unknown field `roundz`"),
+        (vec![wrong_type.display().to_string()], "field `rounds`"),
+        (
+            vec![good.display().to_string(), "--set".into(), "sampling.fraction=1.5".into()],
+            "field `sampling.fraction`: must be in (0, 1]",
+        ),
+        (vec![tmp.path().join("missing.yaml").display().to_string()], "cannot read scenario file"),
+    ];
+    for (i, (args, expected)) in cases.into_iter().enumerate() {
+        let out_dir = tmp.path().join(format!("out{i}"));
+        let out = bin()
+            .arg("run")
+            .args(&args)
+            .arg("--out")
+            .arg(&out_dir)
+            .arg("--quiet")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(stderr.contains(expected), "{args:?}: stderr was {stderr}");
+        assert!(!out_dir.exists(), "{args:?} left an output folder behind");
+    }
+}
+
+#[test]
+fn run_prints_a_summary_and_writes_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("s.yaml");
+    std::fs::write(&file, SMALL).unwrap();
+    let out_dir = tmp.path().join("out");
+    let out = bin()
+        .args(["run", file.to_str().unwrap(), "--threads", "2", "--seed", "3", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for needle in ["test accuracy, weighted", "bottom decile", "10th percentile", "simulated time", "wall time", "results in"] {
+        assert!(stdout.contains(needle), "summary lacks {needle}:\n{stdout}");
+    }
+    for f in ["metrics.parquet", "metrics.csv", "rounds.parquet", "summary.csv", "scenario.yaml"] {
+        assert!(out_dir.join(f).is_file(), "{f} missing");
+    }
+    assert!(std::fs::read_to_string(out_dir.join("scenario.yaml")).unwrap().contains("seed: 3"));
+}
+
+#[test]
+fn help_explains_the_commands() {
+    let out = bin().arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("run") && text.contains("check"), "{text}");
+    let out = bin().args(["run", "--help"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--out", "--seed", "--threads", "--set", "--quiet"] {
+        assert!(text.contains(flag), "run --help lacks {flag}:\n{text}");
+    }
+}

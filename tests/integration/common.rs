@@ -1,0 +1,26 @@
+//! Helpers shared by the integration tests.
+
+use fedsim::scenario::Scenario;
+use std::path::Path;
+
+/// A small FedAvg scenario that runs in well under a second.
+pub const SMALL: &str = "\
+name: small
+seed: 7
+rounds: 4
+eval_every: 2
+data: {kind: fedem_synthetic, clients: 24, dim: 20, components: 3}
+split: {kind: fractions, train: 0.6, val: 0.2, test: 0.2}
+algorithm: {name: fedavg}
+training: {local_epochs: 1, batch_size: 16, lr: 0.1, momentum: 0.9, weight_decay: 5.0e-4}
+sampling: {fraction: 0.5}
+";
+
+pub fn scenario(text: &str, overrides: &[&str]) -> Scenario {
+    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    Scenario::from_yaml(text, Path::new("test.yaml"), &o).expect("valid scenario")
+}
+
+pub fn bin() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fedsim"))
+}

@@ -1,0 +1,111 @@
+//! Same scenario and seed ⇒ identical result files, whatever the number of trainer threads.
+
+use crate::common::{scenario, SMALL};
+use fedsim::run::{run_scenario, RunOptions};
+use std::path::Path;
+
+fn run(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<u8> {
+    let s = scenario(text, overrides);
+    let opts = RunOptions { out_dir: dir.to_path_buf(), threads, progress: false };
+    run_scenario(&s, &opts).expect("run succeeds");
+    std::fs::read(dir.join("metrics.parquet")).expect("metrics.parquet written")
+}
+
+fn check_algorithm(name: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let algo = format!("algorithm.name={name}");
+    let one = run(SMALL, &[&algo], 1, &tmp.path().join("a"));
+    let again = run(SMALL, &[&algo], 1, &tmp.path().join("b"));
+    let two = run(SMALL, &[&algo], 2, &tmp.path().join("c"));
+    let four = run(SMALL, &[&algo], 4, &tmp.path().join("d"));
+    assert_eq!(one, again, "{name}: two runs with the same seed differ");
+    assert_eq!(one, two, "{name}: 1 and 2 threads differ");
+    assert_eq!(one, four, "{name}: 1 and 4 threads differ");
+    for f in ["metrics.csv", "rounds.parquet", "scenario.yaml"] {
+        assert_eq!(
+            std::fs::read(tmp.path().join("a").join(f)).unwrap(),
+            std::fs::read(tmp.path().join("c").join(f)).unwrap(),
+            "{name}: {f} differs between 1 and 2 threads"
+        );
+    }
+    let other_seed = run(SMALL, &[&algo, "seed=8"], 2, &tmp.path().join("e"));
+    assert_ne!(one, other_seed, "{name}: a different seed gave the same results");
+}
+
+#[test]
+fn fedavg_is_deterministic_across_threads_and_reruns() {
+    check_algorithm("fedavg");
+}
+
+#[test]
+fn local_is_deterministic_across_threads_and_reruns() {
+    check_algorithm("local");
+}
+
+#[test]
+fn results_have_the_documented_shape() {
+    let tmp = tempfile::tempdir().unwrap();
+    run(SMALL, &[], 2, tmp.path());
+    let df = fedsim::report::read_parquet(&tmp.path().join("metrics.parquet")).unwrap();
+    let names: Vec<String> = df.get_column_names().iter().map(|c| c.to_string()).collect();
+    assert_eq!(
+        names,
+        [
+            "run_id", "algorithm", "seed", "round", "sim_time_s", "client", "split", "model",
+            "n_samples", "loss", "accuracy", "sampled"
+        ]
+    );
+    // Rounds 2 and 4 evaluated, 24 clients, three splits each.
+    assert_eq!(df.height(), 2 * 24 * 3);
+    let summary = std::fs::read_to_string(tmp.path().join("summary.csv")).unwrap();
+    let header = summary.lines().next().unwrap();
+    for col in [
+        "test_acc_mean",
+        "test_acc_bottom_decile",
+        "test_acc_p10",
+        "test_acc_worst10_mean",
+        "final_round",
+        "sim_seconds",
+        "wall_seconds",
+    ] {
+        assert!(header.contains(col), "summary.csv lacks {col}: {header}");
+    }
+    // Half the clients train each round: 12 sampled rows per (round, split).
+    let sampled = df.column("sampled").unwrap().bool().unwrap().sum().unwrap();
+    assert_eq!(sampled, 2 * 12 * 3);
+    let resolved = std::fs::read_to_string(tmp.path().join("scenario.yaml")).unwrap();
+    assert!(resolved.contains("content hash sha256:") && resolved.contains("seed: 7"));
+    // No temporary files are left behind.
+    for entry in std::fs::read_dir(tmp.path()).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        assert!(!name.ends_with(".tmp"), "left over {name}");
+    }
+}
+
+#[test]
+fn simulated_time_follows_the_system_model() {
+    // 10 clients of exactly 100 training samples, full participation, one epoch, 1000
+    // samples/s, 10 ms latency, 151 floats = 604 bytes at 8 Mbit/s down and 1 Mbit/s up.
+    let text = "\
+rounds: 2
+data: {kind: fedem_synthetic, clients: 10, dim: 150, min_samples: 100, max_samples: 100}
+split: {kind: extra_test, test_samples: 10}
+algorithm: {name: fedavg}
+system:
+  compute: {samples_per_second: 1000}
+  network: {latency_ms: 10, downlink_mbps: 8, uplink_mbps: 1}
+";
+    let s = scenario(text, &[]);
+    let out = fedsim::run::simulate_scenario(&s, 2, |_| {}).unwrap();
+    // Per round: down 10 ms + 604 µs, compute 100 ms, up 10 ms + 4832 µs.
+    let round_us = 10_000 + 604 + 100_000 + 10_000 + 4_832;
+    assert_eq!(out.end_time.micros(), 2 * round_us);
+    let rounds: Vec<_> = out
+        .records
+        .iter()
+        .filter_map(|r| if let fedsim::report::Record::Round(r) = r { Some(r.clone()) } else { None })
+        .collect();
+    assert_eq!(rounds.len(), 2);
+    assert_eq!(rounds[1].start.micros(), round_us);
+    assert_eq!(rounds[0].bytes_down, 10 * 604);
+}

@@ -1,0 +1,105 @@
+//! Bad input: clear messages naming the file, the field path, the line and what is allowed.
+
+use fedsim::scenario::{Scenario, ScenarioError};
+use std::path::Path;
+
+fn error(text: &str, overrides: &[&str]) -> String {
+    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    match Scenario::from_yaml(text, Path::new("bad.yaml"), &o) {
+        Ok(_) => panic!("scenario should be rejected:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+const BASE: &str = "\
+rounds: 3
+data:
+  kind: fedem_synthetic
+  clients: 10
+algorithm:
+  name: fedavg
+sampling:
+  fraction: 0.5
+";
+
+#[test]
+fn unknown_field_names_path_line_and_choices() {
+    let text = BASE.replace("  clients: 10", "  clients: 10\n  clientz: 4");
+    let e = error(&text, &[]);
+    assert!(e.starts_with("bad.yaml:5: field `data"), "{e}");
+    assert!(e.contains("unknown field `clientz`"), "{e}");
+    assert!(e.contains("expected one of") && e.contains("`clients`"), "{e}");
+}
+
+#[test]
+fn wrong_type_names_the_field() {
+    let text = BASE.replace("rounds: 3", "rounds: many");
+    let e = error(&text, &[]);
+    assert!(e.starts_with("bad.yaml:1: field `rounds`"), "{e}");
+    assert!(e.contains("invalid type") && e.contains("u32"), "{e}");
+}
+
+#[test]
+fn sampling_fraction_outside_unit_interval() {
+    for bad in ["0", "1.5", "-0.2"] {
+        let e = error(BASE, &[&format!("sampling.fraction={bad}")]);
+        assert!(e.starts_with("bad.yaml:8: field `sampling.fraction`: must be in (0, 1]"), "{e}");
+    }
+}
+
+#[test]
+fn unknown_algorithm_lists_the_known_ones() {
+    let e = error(&BASE.replace("name: fedavg", "name: fedsgd"), &[]);
+    assert!(e.contains("field `algorithm"), "{e}");
+    assert!(e.contains("unknown variant `fedsgd`") && e.contains("`fedavg`") && e.contains("`local`"), "{e}");
+}
+
+#[test]
+fn missing_required_field() {
+    let e = error(&BASE.replace("rounds: 3\n", ""), &[]);
+    assert!(e.contains("missing field `rounds`"), "{e}");
+}
+
+#[test]
+fn semantic_errors_carry_their_path() {
+    let e = error(BASE, &["training.local_steps=5", "training.local_epochs=2"]);
+    assert!(e.contains("field `training.local_epochs`: give either"), "{e}");
+    let e = error(BASE, &["split.kind=fractions", "split.train=0.9"]);
+    assert!(e.contains("field `split.train`: train + val + test must be 1"), "{e}");
+    let e = error(BASE, &["data.alpha=-1"]);
+    assert!(e.contains("field `data.alpha`: must be a positive number"), "{e}");
+}
+
+#[test]
+fn malformed_yaml_reports_its_line() {
+    let e = error("rounds: 3\ndata: [unclosed\n", &[]);
+    assert!(e.starts_with("bad.yaml:"), "{e}");
+    assert!(e.contains("not valid YAML"), "{e}");
+}
+
+#[test]
+fn bad_override_syntax() {
+    match Scenario::from_yaml(BASE, Path::new("bad.yaml"), &["sampling.fraction".to_string()]) {
+        Err(ScenarioError::Override { message, .. }) => assert!(message.contains("PATH=VALUE")),
+        other => panic!("expected an override error, got {other:?}"),
+    }
+}
+
+#[test]
+fn missing_file() {
+    let e = Scenario::load(Path::new("no/such/scenario.yaml"), &[]).unwrap_err().to_string();
+    assert!(e.contains("cannot read scenario file no/such/scenario.yaml"), "{e}");
+}
+
+#[test]
+fn overrides_reach_any_field() {
+    let s = Scenario::from_yaml(
+        BASE,
+        Path::new("ok.yaml"),
+        &["sampling.fraction=1.0".into(), "training.lr=0.5".into(), "data.dim=7".into(), "seed=99".into()],
+    )
+    .unwrap();
+    assert_eq!(s.run.training.lr, 0.5);
+    assert_eq!(s.run.seed, 99);
+    assert!(s.resolved_yaml.contains("dim: 7"));
+}
