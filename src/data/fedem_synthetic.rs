@@ -9,8 +9,13 @@
 //! `max_m count_m` samples get labels and the others stay 0 (about 27% of labels forced to 0).
 //! `authors_label_bug: true` reproduces that for comparison; by default every sample is labelled
 //! by its own component, as the paper describes.
+//!
+//! Draws come from the seed tree, unless `numpy_seed` is set: then they come from numpy's legacy
+//! MT19937 stream in the order of the authors' `generate_data.py`, which rebuilds their data set
+//! exactly (their files used seed 12345), so that fedsim and their code can be compared on the
+//! same data.
 
-use super::{ClientShard, FederatedData, MixtureTruth, SplitSpec};
+use super::{ClientShard, FederatedData, MixtureTruth, NumpyRandomState, SplitSpec};
 use crate::sim::{Entity, SeedTree};
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
@@ -61,6 +66,10 @@ pub struct FedemSyntheticSpec {
     /// Reproduce the authors' label bug (off by default).
     #[serde(default)]
     pub authors_label_bug: bool,
+    /// Draw everything from numpy's legacy `RandomState(numpy_seed)` in the authors' order
+    /// (their data: 12345) instead of the seed tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numpy_seed: Option<u32>,
 }
 
 fn d_clients() -> usize {
@@ -105,6 +114,7 @@ impl Default for FedemSyntheticSpec {
             lognormal_sigma: d_ln_sigma(),
             labels: LabelRule::default(),
             authors_label_bug: false,
+            numpy_seed: None,
         }
     }
 }
@@ -142,6 +152,12 @@ impl FedemSyntheticSpec {
         if !self.lognormal_mean.is_finite() {
             return err("lognormal_mean", "must be a finite number".into());
         }
+        if self.numpy_seed.is_some() && self.labels != LabelRule::RoundedSigmoid {
+            return err(
+                "labels",
+                "must be rounded_sigmoid when numpy_seed is set (the authors' generator rounds)".into(),
+            );
+        }
         Ok(())
     }
 
@@ -159,6 +175,9 @@ impl FedemSyntheticSpec {
     }
 
     pub fn generate(&self, split: &SplitSpec, seeds: &SeedTree) -> FederatedData {
+        if let Some(seed) = self.numpy_seed {
+            return self.generate_numpy(split, seed);
+        }
         let (d, m) = (self.dim, self.components);
         let mut rng = seeds.rng(Entity::Data, "fedem_synthetic/components", 0);
         let components: Vec<Vec<f64>> =
@@ -266,6 +285,67 @@ impl FedemSyntheticSpec {
     }
 }
 
+impl FedemSyntheticSpec {
+    /// The authors' generator, draw for draw: sizes, mixture weights, components, then for each
+    /// client its own samples and its extra test samples (multinomial counts, features, noise
+    /// per component, shuffle).
+    fn generate_numpy(&self, split: &SplitSpec, seed: u32) -> FederatedData {
+        let (d, m) = (self.dim, self.components);
+        let mut rs = NumpyRandomState::new(seed);
+        let sizes: Vec<usize> = (0..self.clients)
+            .map(|_| {
+                let extra = rs.lognormal(self.lognormal_mean, self.lognormal_sigma).trunc();
+                (self.min_samples as f64 + extra).min(self.max_samples as f64) as usize
+            })
+            .collect();
+        let weights: Vec<Vec<f64>> =
+            (0..self.clients).map(|_| rs.dirichlet(&vec![self.alpha; m])).collect();
+        let components: Vec<Vec<f64>> =
+            (0..m).map(|_| (0..d).map(|_| rs.uniform(-1.0, 1.0)).collect()).collect();
+        let mut features = Vec::new();
+        let mut labels = Vec::new();
+        let mut clients = Vec::with_capacity(self.clients);
+        for (t, &n) in sizes.iter().enumerate() {
+            let start = labels.len();
+            for count in [n, split.extra_samples()] {
+                if count == 0 {
+                    continue;
+                }
+                let counts = rs.multinomial(count as i64, &weights[t]);
+                let x: Vec<f64> = (0..count * d).map(|_| rs.uniform(-1.0, 1.0)).collect();
+                let mut y = vec![0i64; count];
+                let mut at = 0;
+                for (comp, &c) in counts.iter().enumerate() {
+                    let c = c as usize;
+                    for i in at..at + c {
+                        let dot: f64 = x[i * d..(i + 1) * d].iter().zip(&components[comp]).map(|(a, b)| a * b).sum();
+                        let p = sigmoid(dot + rs.normal(0.0, self.noise));
+                        y[i] = p.round_ties_even() as i64;
+                    }
+                    if !self.authors_label_bug {
+                        at += c;
+                    }
+                }
+                let mut order: Vec<usize> = (0..count).collect();
+                rs.shuffle(&mut order);
+                for &i in &order {
+                    features.extend(x[i * d..(i + 1) * d].iter().map(|&v| v as f32));
+                    labels.push(y[i]);
+                }
+            }
+            let s = split.sizes(n);
+            let train = start..start + s.train;
+            let val = train.end..train.end + s.val;
+            let test = match split {
+                SplitSpec::Fractions { .. } => val.end..val.end + s.test,
+                SplitSpec::ExtraTest { .. } => start + n..start + n + s.test,
+            };
+            clients.push(ClientShard { train, val, test });
+        }
+        FederatedData { dim: d, classes: 2, features, labels, clients, truth: Some(MixtureTruth { components, weights }) }
+    }
+}
+
 fn sigmoid(v: f64) -> f64 {
     1.0 / (1.0 + (-v).exp())
 }
@@ -332,6 +412,23 @@ mod tests {
         let ones = data.labels.iter().filter(|&&y| y == 1).count() as f64;
         let share = ones / data.labels.len() as f64;
         assert!(share < 0.45, "positive share {share} should be well below one half");
+    }
+
+    #[test]
+    fn numpy_seed_rebuilds_the_authors_data() {
+        // Checkpoints printed by numpy running the authors' generator (scripts/dev/numpy_reference.py).
+        use super::super::numpy_rng::reference::*;
+        let spec = FedemSyntheticSpec { numpy_seed: Some(12345), ..Default::default() };
+        let data = spec.generate(&SplitSpec::ExtraTest { test_samples: 1000, val: 0.0 }, &SeedTree::new(0));
+        let sizes: Vec<usize> = data.clients.iter().map(|c| c.train.len()).collect();
+        assert_eq!(sizes[..5], NP_AUTHORS_SIZES);
+        assert_eq!(sizes.iter().sum::<usize>(), NP_AUTHORS_TOTAL_TRAIN);
+        let positives = |r: std::ops::Range<usize>| data.labels[r].iter().sum::<i64>();
+        let (first, last) = (&data.clients[0], &data.clients[299]);
+        assert_eq!(data.features[first.train.start * 150..][..3], NP_AUTHORS_FIRST_X);
+        assert_eq!((positives(first.train.clone()), positives(first.test.clone())), NP_AUTHORS_FIRST_POSITIVES);
+        assert_eq!(data.features[last.test.end * 150 - 3..last.test.end * 150], NP_AUTHORS_LAST_X);
+        assert_eq!((positives(last.train.clone()), positives(last.test.clone())), NP_AUTHORS_LAST_POSITIVES);
     }
 
     #[test]

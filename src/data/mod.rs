@@ -5,9 +5,11 @@
 //! (tensors are not `Sync`; the trainer makes zero-copy views of these buffers instead).
 
 mod fedem_synthetic;
+mod numpy_rng;
 mod split;
 
 pub use fedem_synthetic::{FedemSyntheticSpec, LabelRule};
+pub use numpy_rng::NumpyRandomState;
 pub use split::SplitSpec;
 
 use crate::sim::SeedTree;
