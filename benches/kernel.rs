@@ -18,7 +18,9 @@ fn event_queue(c: &mut Criterion) {
     g.throughput(Throughput::Elements(N));
     g.bench_function("push_pop_100k", |b| {
         let mut rng = SeedTree::new(1).rng(fedsim::sim::Entity::Run, "bench", 0);
-        let times: Vec<(u64, u32)> = (0..N).map(|_| (rng.gen_range(0..1_000_000), rng.gen_range(0..300))).collect();
+        let times: Vec<(u64, u32)> = (0..N)
+            .map(|_| (rng.gen_range(0..1_000_000), rng.gen_range(0..300)))
+            .collect();
         b.iter_batched(
             || times.clone(),
             |times| {
@@ -38,6 +40,38 @@ fn event_queue(c: &mut Criterion) {
     g.finish();
 }
 
+fn local_sgd(c: &mut Criterion) {
+    use fedsim::data::SplitView;
+    use fedsim::models::{train_sgd, Architecture, LocalPlan, LocalWork, ModelSpec};
+    let mut rng = SeedTree::new(1).rng(fedsim::sim::Entity::Run, "bench", 1);
+    tch::set_num_threads(1); // as every trainer worker does
+    let (n, d) = (1024usize, 150usize);
+    let x: Vec<f32> = (0..n * d).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let y: Vec<i64> = (0..n).map(|_| rng.gen_range(0..2)).collect();
+    let view = SplitView {
+        features: &x,
+        labels: &y,
+        dim: d,
+    };
+    let arch = Architecture::new(&ModelSpec::Linear, d, 2);
+    let plan = LocalPlan {
+        work: LocalWork::Epochs(1),
+        batch_size: 128,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+    };
+    let init = arch.init(&mut rng);
+    let mut g = c.benchmark_group("local_sgd");
+    g.throughput(Throughput::Elements(8)); // minibatch steps per epoch
+    g.bench_function("logistic_d150_1024_samples_batch128", |b| {
+        b.iter(|| {
+            let (mut p, mut m) = (init.clone(), Vec::new());
+            train_sgd(&arch, &mut p, &mut m, view, &plan, 0.1, &mut rng)
+        })
+    });
+    g.finish();
+}
+
 fn fedavg(c: &mut Criterion) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let file = root.join("scenarios/paper/fedem_synthetic_fedavg.yaml");
@@ -49,13 +83,21 @@ fn fedavg(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(20));
     let one = Scenario::load(&file, &["rounds=1".into()]).unwrap();
     g.bench_function("one_round_with_evaluation", |b| {
-        b.iter(|| simulate(&one.run, data.clone(), threads, |_| {}).unwrap().events)
+        b.iter(|| {
+            simulate(&one.run, data.clone(), threads, |_| {})
+                .unwrap()
+                .events
+        })
     });
     g.bench_function("100_rounds_eval_every_20", |b| {
-        b.iter(|| simulate(&base.run, data.clone(), threads, |_| {}).unwrap().events)
+        b.iter(|| {
+            simulate(&base.run, data.clone(), threads, |_| {})
+                .unwrap()
+                .events
+        })
     });
     g.finish();
 }
 
-criterion_group!(benches, event_queue, fedavg);
+criterion_group!(benches, event_queue, local_sgd, fedavg);
 criterion_main!(benches);

@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 use fedsim::run::{default_out_dir, default_threads, run_scenario, RunOptions};
 use fedsim::scenario::Scenario;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Deterministic discrete-event simulator for federated learning.
 ///
@@ -57,7 +57,7 @@ struct Overrides {
 }
 
 impl Overrides {
-    fn load(&self, file: &PathBuf) -> Result<Scenario> {
+    fn load(&self, file: &Path) -> Result<Scenario> {
         let mut all = self.set.clone();
         if let Some(seed) = self.seed {
             all.push(format!("seed={seed}"));
@@ -75,21 +75,39 @@ fn main() {
 
 fn real_main() -> Result<()> {
     match Cli::parse().command {
-        Command::Check { scenario, overrides } => {
+        Command::Check {
+            scenario,
+            overrides,
+        } => {
             let s = overrides.load(&scenario)?;
-            println!("# {}: valid (run id {})\n{}", scenario.display(), s.run_id(), s.resolved_yaml);
+            println!(
+                "# {}: valid (run id {})\n{}",
+                scenario.display(),
+                s.run_id(),
+                s.resolved_yaml
+            );
         }
-        Command::Run { scenario, overrides, out, threads, quiet } => {
+        Command::Run {
+            scenario,
+            overrides,
+            out,
+            threads,
+            quiet,
+        } => {
             let s = overrides.load(&scenario)?;
             let opts = RunOptions {
                 out_dir: out.unwrap_or_else(|| default_out_dir(&s)),
                 threads: threads.unwrap_or_else(default_threads).max(1),
                 progress: !quiet && std::io::stderr().is_terminal(),
             };
-            let report = run_scenario(&s, &opts).with_context(|| format!("running {}", scenario.display()))?;
+            let report = run_scenario(&s, &opts)
+                .with_context(|| format!("running {}", scenario.display()))?;
             let m = &report.summary;
             let pct = |v: f64| format!("{:6.2} %", 100.0 * v);
-            println!("{} — {} (seed {}, run {})", m.name, m.algorithm, m.seed, m.run_id);
+            println!(
+                "{} — {} (seed {}, run {})",
+                m.name, m.algorithm, m.seed, m.run_id
+            );
             println!("  clients evaluated        {}", m.clients);
             println!("  final round              {}", m.final_round);
             println!("  test accuracy, weighted  {}", pct(m.test.weighted_mean));

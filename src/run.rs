@@ -34,17 +34,24 @@ pub enum RunError {
     #[error(transparent)]
     Report(#[from] ReportError),
     #[error("cannot create the output folder {}: {source}", path.display())]
-    OutDir { path: PathBuf, source: std::io::Error },
+    OutDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// The number of cores, the default for `--threads`.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 /// The default output folder of a scenario: `results/<name>/seed-<seed>`.
 pub fn default_out_dir(s: &Scenario) -> PathBuf {
-    Path::new("results").join(&s.name).join(format!("seed-{}", s.run.seed))
+    Path::new("results")
+        .join(&s.name)
+        .join(format!("seed-{}", s.run.seed))
 }
 
 /// Runs the simulation only (no files): data, actors, records.
@@ -66,9 +73,11 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<RunReport, RunErr
         ProgressBar::hidden()
     };
     bar.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:30}] round {pos}/{len} {elapsed_precise} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{prefix} [{bar:30}] round {pos}/{len} {elapsed_precise} eta {eta}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar.set_prefix(format!("{} ({})", s.name, s.run.algorithm.name()));
     let tick = bar.clone();
@@ -87,14 +96,27 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<RunReport, RunErr
         output.end_time.as_secs_f64(),
         wall.elapsed().as_secs_f64(),
     );
-    std::fs::create_dir_all(&opts.out_dir)
-        .map_err(|source| RunError::OutDir { path: opts.out_dir.clone(), source })?;
+    std::fs::create_dir_all(&opts.out_dir).map_err(|source| RunError::OutDir {
+        path: opts.out_dir.clone(),
+        source,
+    })?;
     let meta = RunMeta {
         run_id: s.run_id().to_string(),
         content_hash: s.content_hash.clone(),
         algorithm: s.run.algorithm.name().to_string(),
         seed: s.run.seed,
     };
-    let files = write_run(&opts.out_dir, &meta, &output.records, &summary, &s.resolved_yaml)?;
-    Ok(RunReport { summary, out_dir: opts.out_dir.clone(), files, events: output.events })
+    let files = write_run(
+        &opts.out_dir,
+        &meta,
+        &output.records,
+        &summary,
+        &s.resolved_yaml,
+    )?;
+    Ok(RunReport {
+        summary,
+        out_dir: opts.out_dir.clone(),
+        files,
+        events: output.events,
+    })
 }

@@ -30,7 +30,15 @@ impl<A: Algorithm> Client<A> {
         system: Arc<SystemModel>,
         seeds: SeedTree,
     ) -> Self {
-        Client { id, state, jobs, pool, system, seeds, last_trained: None }
+        Client {
+            id,
+            state,
+            jobs,
+            pool,
+            system,
+            seeds,
+            last_trained: None,
+        }
     }
 
     fn me(&self) -> crate::sim::EntityId {
@@ -50,20 +58,40 @@ impl<A: Algorithm> Client<A> {
                 round,
                 lr,
             };
-            let update = jobs.algorithm.local_update(&ctx, &global, &mut state, &mut rng);
-            Msg::Trained { round, update, state }
+            let update = jobs
+                .algorithm
+                .local_update(&ctx, &global, &mut state, &mut rng);
+            Msg::Trained {
+                round,
+                update,
+                state,
+            }
         });
         let n_train = self.jobs.data.split_len(id as usize, Split::Train);
         let samples = self.jobs.training.plan.samples_processed(n_train);
         eff.send_pending(self.me(), self.system.compute_time(id, samples), pending);
     }
 
-    fn trained(&mut self, round: u32, update: A::Update, state: A::ClientState, eff: &mut FlEffects<A>) {
+    fn trained(
+        &mut self,
+        round: u32,
+        update: A::Update,
+        state: A::ClientState,
+        eff: &mut FlEffects<A>,
+    ) {
         self.state = state;
         self.last_trained = Some(round);
         let bytes = payload_bytes(self.jobs.algorithm.update_len(&update));
         let delay = self.system.transfer_time(self.id, Link::Up, bytes);
-        eff.send(SERVER, delay, Msg::Update { round, client: self.id, update });
+        eff.send(
+            SERVER,
+            delay,
+            Msg::Update {
+                round,
+                client: self.id,
+                update,
+            },
+        );
     }
 
     fn evaluate(&mut self, round: u32, global: Arc<A::Global>, eff: &mut FlEffects<A>) {
@@ -75,7 +103,10 @@ impl<A: Algorithm> Client<A> {
                 .filter(|&s| jobs.data.split_len(id, s) > 0)
                 .map(|s| {
                     let view = jobs.data.view(id, s);
-                    (s, jobs.algorithm.evaluate(&jobs.arch, &global, &state, view))
+                    (
+                        s,
+                        jobs.algorithm.evaluate(&jobs.arch, &global, &state, view),
+                    )
                 })
                 .collect();
             Msg::Evaluated { round, results }
@@ -83,7 +114,13 @@ impl<A: Algorithm> Client<A> {
         eff.send_pending(self.me(), SimDuration::ZERO, pending);
     }
 
-    fn evaluated(&self, now: SimTime, round: u32, results: Vec<(Split, crate::models::EvalStats)>, eff: &mut FlEffects<A>) {
+    fn evaluated(
+        &self,
+        now: SimTime,
+        round: u32,
+        results: Vec<(Split, crate::models::EvalStats)>,
+        eff: &mut FlEffects<A>,
+    ) {
         let model = self.jobs.algorithm.evaluated_model();
         for (split, s) in results {
             eff.record(Record::Eval(EvalRecord {
@@ -112,10 +149,19 @@ impl<A: Algorithm> Handler<Deliver<A>> for Client<A> {
         let mut eff = FlEffects::<A>::new();
         match d.msg {
             Msg::Train { round, global, lr } => self.train(round, global, lr, &mut eff),
-            Msg::Trained { round, update, state } => self.trained(round, update, state, &mut eff),
+            Msg::Trained {
+                round,
+                update,
+                state,
+            } => self.trained(round, update, state, &mut eff),
             Msg::Evaluate { round, global } => self.evaluate(round, global, &mut eff),
             Msg::Evaluated { round, results } => self.evaluated(d.now, round, results, &mut eff),
-            _ => return Err(SimError::Model(format!("client {} got a server message", self.id))),
+            _ => {
+                return Err(SimError::Model(format!(
+                    "client {} got a server message",
+                    self.id
+                )))
+            }
         }
         Ok(eff)
     }

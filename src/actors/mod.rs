@@ -17,13 +17,13 @@ use crate::algorithms::{Algorithm, AlgorithmSpec, FedAvg, Local, Training};
 use crate::data::{FederatedData, Split};
 use crate::models::{Architecture, EvalStats, ModelSpec};
 use crate::report::Record;
-use crate::sim::{Effects, Entity, EntityId, Scheduler, SeedTree, SimError, SimTime, World};
+use crate::sim::{
+    Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimError, SimTime, World,
+};
 use crate::system::{SystemModel, SystemSpec};
 use actix::prelude::*;
 use client::Client;
 use server::Server;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 /// What a client-server run needs besides its data.
@@ -52,15 +52,30 @@ pub enum Msg<A: Algorithm> {
     /// Server: begin round `round`.
     StartRound { round: u32 },
     /// Client: train from `global` with learning rate `lr`.
-    Train { round: u32, global: Arc<A::Global>, lr: f64 },
+    Train {
+        round: u32,
+        global: Arc<A::Global>,
+        lr: f64,
+    },
     /// Client (from its own training job): local work is done.
-    Trained { round: u32, update: A::Update, state: A::ClientState },
+    Trained {
+        round: u32,
+        update: A::Update,
+        state: A::ClientState,
+    },
     /// Server: a client's update has arrived.
-    Update { round: u32, client: u32, update: A::Update },
+    Update {
+        round: u32,
+        client: u32,
+        update: A::Update,
+    },
     /// Client: evaluate your model after `round`.
     Evaluate { round: u32, global: Arc<A::Global> },
     /// Client (from its own evaluation job): results per split.
-    Evaluated { round: u32, results: Vec<(Split, EvalStats)> },
+    Evaluated {
+        round: u32,
+        results: Vec<(Split, EvalStats)>,
+    },
 }
 
 type FlEffects<A> = Effects<Msg<A>, Record>;
@@ -97,7 +112,10 @@ struct FlWorld<A: Algorithm> {
 
 impl<A: Algorithm> Clone for FlWorld<A> {
     fn clone(&self) -> Self {
-        FlWorld { server: self.server.clone(), clients: self.clients.clone() }
+        FlWorld {
+            server: self.server.clone(),
+            clients: self.clients.clone(),
+        }
     }
 }
 
@@ -105,12 +123,7 @@ impl<A: Algorithm> World for FlWorld<A> {
     type Msg = Msg<A>;
     type Record = Record;
 
-    fn deliver(
-        &self,
-        now: SimTime,
-        to: EntityId,
-        msg: Msg<A>,
-    ) -> Pin<Box<dyn Future<Output = Result<FlEffects<A>, SimError>>>> {
+    fn deliver(&self, now: SimTime, to: EntityId, msg: Msg<A>) -> Delivery<Msg<A>, Record> {
         let msg = Deliver { now, msg };
         let gone = move |e: MailboxError| SimError::ActorGone(format!("entity {}: {e}", to.0));
         if to == SERVER {
@@ -151,35 +164,55 @@ fn simulate_with<A: Algorithm>(
         let arch = Architecture::new(&spec.model, data.dim, data.classes);
         let global = algorithm.init_global(&arch, &mut seeds.rng(Entity::Run, "model_init", 0));
         let num_clients = data.num_clients() as u32;
-        let states: Vec<A::ClientState> =
-            (0..num_clients).map(|c| algorithm.init_client(&global, c)).collect();
-        let jobs = Arc::new(JobContext { algorithm, arch, training: spec.training.clone(), data });
+        let states: Vec<A::ClientState> = (0..num_clients)
+            .map(|c| algorithm.init_client(&global, c))
+            .collect();
+        let jobs = Arc::new(JobContext {
+            algorithm,
+            arch,
+            training: spec.training.clone(),
+            data,
+        });
         let pool = TrainerPool::start(threads);
         let system_model = Arc::new(SystemModel::new(spec.system.clone()));
         let clients: Vec<Addr<Client<A>>> = states
             .into_iter()
             .enumerate()
             .map(|(c, state)| {
-                Client::new(c as u32, state, jobs.clone(), pool.clone(), system_model.clone(), seeds)
-                    .start()
+                Client::new(
+                    c as u32,
+                    state,
+                    jobs.clone(),
+                    pool.clone(),
+                    system_model.clone(),
+                    seeds,
+                )
+                .start()
             })
             .collect();
         let server = Server::new(
             server::ServerConfig {
-            algorithm: jobs.clone(),
-            rounds: spec.rounds,
-            eval_every: spec.eval_every,
-            num_clients,
-            sampling: spec.sampling.clone(),
-            system: system_model,
-            seeds,
+                algorithm: jobs.clone(),
+                rounds: spec.rounds,
+                eval_every: spec.eval_every,
+                num_clients,
+                sampling: spec.sampling.clone(),
+                system: system_model,
+                seeds,
             },
             global,
         )
         .start();
-        let world = FlWorld { server, clients: Arc::new(clients) };
+        let world = FlWorld {
+            server,
+            clients: Arc::new(clients),
+        };
         let start = vec![(SERVER, SERVER, Msg::StartRound { round: 1 })];
         let outcome = Scheduler::run(world, start, on_record).await?;
-        Ok(SimOutput { records: outcome.records, end_time: outcome.end_time, events: outcome.events })
+        Ok(SimOutput {
+            records: outcome.records,
+            end_time: outcome.end_time,
+            events: outcome.events,
+        })
     })
 }

@@ -25,7 +25,10 @@ impl Sampling {
         let mut chosen: Vec<u32> = if k == total {
             (0..total as u32).collect()
         } else {
-            rand::seq::index::sample(rng, total, k).into_iter().map(|i| i as u32).collect()
+            rand::seq::index::sample(rng, total, k)
+                .into_iter()
+                .map(|i| i as u32)
+                .collect()
         };
         chosen.sort_unstable();
         chosen

@@ -51,7 +51,10 @@ impl<A: Algorithm> Server<A> {
         self.round_start = now;
         self.arrived.clear();
         let mut rng = self.cfg.seeds.rng(Entity::Server, "sampling", round as u64);
-        self.selected = self.cfg.sampling.select(self.cfg.num_clients as usize, &mut rng);
+        self.selected = self
+            .cfg
+            .sampling
+            .select(self.cfg.num_clients as usize, &mut rng);
         let alg = &self.cfg.algorithm.algorithm;
         let bytes = payload_bytes(alg.broadcast_len(&self.global));
         let lr = self.cfg.algorithm.training.lr_at(round);
@@ -59,19 +62,40 @@ impl<A: Algorithm> Server<A> {
         self.bytes_up = 0;
         for &c in &self.selected {
             let delay = self.cfg.system.transfer_time(c, Link::Down, bytes);
-            eff.send(client_entity(c), delay, Msg::Train { round, global: self.global.clone(), lr });
+            eff.send(
+                client_entity(c),
+                delay,
+                Msg::Train {
+                    round,
+                    global: self.global.clone(),
+                    lr,
+                },
+            );
         }
     }
 
-    fn receive(&mut self, now: SimTime, round: u32, client: u32, update: A::Update, eff: &mut FlEffects<A>) {
+    fn receive(
+        &mut self,
+        now: SimTime,
+        round: u32,
+        client: u32,
+        update: A::Update,
+        eff: &mut FlEffects<A>,
+    ) {
         debug_assert_eq!(round, self.round, "synchronous rounds never overlap");
         self.bytes_up += payload_bytes(self.cfg.algorithm.algorithm.update_len(&update));
         self.arrived.insert(client, update);
         if self.arrived.len() < self.selected.len() {
             return;
         }
-        let updates: Vec<(u32, A::Update)> = std::mem::take(&mut self.arrived).into_iter().collect();
-        self.global = Arc::new(self.cfg.algorithm.algorithm.aggregate(&self.global, &updates));
+        let updates: Vec<(u32, A::Update)> =
+            std::mem::take(&mut self.arrived).into_iter().collect();
+        self.global = Arc::new(
+            self.cfg
+                .algorithm
+                .algorithm
+                .aggregate(&self.global, &updates),
+        );
         eff.record(Record::Round(RoundRecord {
             round,
             start: self.round_start,
@@ -83,11 +107,22 @@ impl<A: Algorithm> Server<A> {
         }));
         if round % self.cfg.eval_every == 0 || round == self.cfg.rounds {
             for c in 0..self.cfg.num_clients {
-                eff.send(client_entity(c), SimDuration::ZERO, Msg::Evaluate { round, global: self.global.clone() });
+                eff.send(
+                    client_entity(c),
+                    SimDuration::ZERO,
+                    Msg::Evaluate {
+                        round,
+                        global: self.global.clone(),
+                    },
+                );
             }
         }
         if round < self.cfg.rounds {
-            eff.send(SERVER, SimDuration::ZERO, Msg::StartRound { round: round + 1 });
+            eff.send(
+                SERVER,
+                SimDuration::ZERO,
+                Msg::StartRound { round: round + 1 },
+            );
         }
     }
 }
@@ -103,7 +138,11 @@ impl<A: Algorithm> Handler<Deliver<A>> for Server<A> {
         let mut eff = FlEffects::<A>::new();
         match d.msg {
             Msg::StartRound { round } => self.start_round(d.now, round, &mut eff),
-            Msg::Update { round, client, update } => self.receive(d.now, round, client, update, &mut eff),
+            Msg::Update {
+                round,
+                client,
+                update,
+            } => self.receive(d.now, round, client, update, &mut eff),
             _ => return Err(SimError::Model("the server got a client message".into())),
         }
         Ok(eff)

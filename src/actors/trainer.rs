@@ -42,12 +42,17 @@ pub struct TrainerPool {
 impl TrainerPool {
     /// Starts `threads` workers. Needs a running actix `System`.
     pub fn start(threads: usize) -> Self {
-        TrainerPool { addr: SyncArbiter::start(threads.max(1), || Worker) }
+        TrainerPool {
+            addr: SyncArbiter::start(threads.max(1), || Worker),
+        }
     }
 
     /// Queues `job` (never blocks: `do_send` ignores mailbox capacity). A panic inside the
     /// job becomes an error result.
-    pub fn submit<M: Send + 'static>(&self, job: impl FnOnce() -> M + Send + 'static) -> Pending<M> {
+    pub fn submit<M: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> M + Send + 'static,
+    ) -> Pending<M> {
         let (tx, rx) = oneshot::channel();
         self.addr.do_send(Job(Box::new(move || {
             let result = catch_unwind(AssertUnwindSafe(job)).map_err(|panic| {

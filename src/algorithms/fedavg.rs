@@ -51,11 +51,22 @@ impl Algorithm for FedAvg {
     ) -> ModelUpdate {
         let mut params = global.clone();
         let view = ctx.train_view();
-        train_sgd(ctx.arch, &mut params, momentum, view, &ctx.training.plan, ctx.lr, rng);
+        train_sgd(
+            ctx.arch,
+            &mut params,
+            momentum,
+            view,
+            &ctx.training.plan,
+            ctx.lr,
+            rng,
+        );
         if !ctx.training.keep_momentum {
             momentum.clear();
         }
-        ModelUpdate { params, weight: view.len() as f64 }
+        ModelUpdate {
+            params,
+            weight: view.len() as f64,
+        }
     }
 
     fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
@@ -66,7 +77,13 @@ impl Algorithm for FedAvg {
         ModelKind::Global
     }
 
-    fn evaluate(&self, arch: &Architecture, global: &Vec<f32>, _: &Vec<f32>, view: SplitView<'_>) -> EvalStats {
+    fn evaluate(
+        &self,
+        arch: &Architecture,
+        global: &Vec<f32>,
+        _: &Vec<f32>,
+        view: SplitView<'_>,
+    ) -> EvalStats {
         evaluate(arch, global, view)
     }
 }

@@ -31,7 +31,10 @@ impl Algorithm for Local {
     }
 
     fn init_client(&self, global: &Vec<f32>, _: u32) -> LocalModel {
-        LocalModel { params: global.clone(), momentum: Vec::new() }
+        LocalModel {
+            params: global.clone(),
+            momentum: Vec::new(),
+        }
     }
 
     fn broadcast_len(&self, _: &Vec<f32>) -> usize {
@@ -42,9 +45,23 @@ impl Algorithm for Local {
         0
     }
 
-    fn local_update(&self, ctx: &LocalContext<'_>, _: &Vec<f32>, state: &mut LocalModel, rng: &mut ChaCha20Rng) {
+    fn local_update(
+        &self,
+        ctx: &LocalContext<'_>,
+        _: &Vec<f32>,
+        state: &mut LocalModel,
+        rng: &mut ChaCha20Rng,
+    ) {
         let view = ctx.train_view();
-        train_sgd(ctx.arch, &mut state.params, &mut state.momentum, view, &ctx.training.plan, ctx.lr, rng);
+        train_sgd(
+            ctx.arch,
+            &mut state.params,
+            &mut state.momentum,
+            view,
+            &ctx.training.plan,
+            ctx.lr,
+            rng,
+        );
         if !ctx.training.keep_momentum {
             state.momentum.clear();
         }
@@ -58,7 +75,13 @@ impl Algorithm for Local {
         ModelKind::Local
     }
 
-    fn evaluate(&self, arch: &Architecture, _: &Vec<f32>, state: &LocalModel, view: SplitView<'_>) -> EvalStats {
+    fn evaluate(
+        &self,
+        arch: &Architecture,
+        _: &Vec<f32>,
+        state: &LocalModel,
+        view: SplitView<'_>,
+    ) -> EvalStats {
         evaluate(arch, &state.params, view)
     }
 }

@@ -63,7 +63,10 @@ pub enum LrSchedule {
     Constant,
     /// Multiply by `gamma` once every milestone has passed: a round `r` uses
     /// `lr · gamma^{#{m : m < r}}` (so milestones 50 and 75 decay from rounds 51 and 76 on).
-    MultiStep { milestones: Vec<u32>, gamma: f64 },
+    MultiStep {
+        milestones: Vec<u32>,
+        gamma: f64,
+    },
 }
 
 /// The local solver, shared by every algorithm.
@@ -102,7 +105,8 @@ pub struct LocalContext<'a> {
 
 impl LocalContext<'_> {
     pub fn train_view(&self) -> SplitView<'_> {
-        self.data.view(self.client as usize, crate::data::Split::Train)
+        self.data
+            .view(self.client as usize, crate::data::Split::Train)
     }
 }
 
@@ -166,7 +170,10 @@ pub fn weighted_average<'a>(items: impl IntoIterator<Item = (f64, &'a [f32])>) -
             *a += w * x as f64;
         }
     }
-    assert!(total > 0.0, "weighted average needs a positive total weight");
+    assert!(
+        total > 0.0,
+        "weighted average needs a positive total weight"
+    );
     acc.into_iter().map(|a| (a / total) as f32).collect()
 }
 
@@ -179,15 +186,26 @@ mod tests {
     fn weighted_average_by_hand() {
         let a = [1.0f32, 2.0];
         let b = [3.0f32, 6.0];
-        assert_eq!(weighted_average([(1.0, &a[..]), (3.0, &b[..])]), vec![2.5, 5.0]);
+        assert_eq!(
+            weighted_average([(1.0, &a[..]), (3.0, &b[..])]),
+            vec![2.5, 5.0]
+        );
     }
 
     #[test]
     fn multistep_decays_after_milestones() {
         let t = Training {
-            plan: LocalPlan { work: LocalWork::Epochs(1), batch_size: 1, momentum: 0.0, weight_decay: 0.0 },
+            plan: LocalPlan {
+                work: LocalWork::Epochs(1),
+                batch_size: 1,
+                momentum: 0.0,
+                weight_decay: 0.0,
+            },
             lr: 0.1,
-            schedule: LrSchedule::MultiStep { milestones: vec![50, 75], gamma: 0.1 },
+            schedule: LrSchedule::MultiStep {
+                milestones: vec![50, 75],
+                gamma: 0.1,
+            },
             keep_momentum: true,
         };
         assert_eq!(t.lr_at(1), 0.1);

@@ -132,10 +132,16 @@ impl FedemSyntheticSpec {
             return err("dim", "must be at least 1".into());
         }
         if !(self.alpha > 0.0 && self.alpha.is_finite()) {
-            return err("alpha", format!("must be a positive number, got {}", self.alpha));
+            return err(
+                "alpha",
+                format!("must be a positive number, got {}", self.alpha),
+            );
         }
         if !(self.noise >= 0.0 && self.noise.is_finite()) {
-            return err("noise", format!("must be a non-negative number, got {}", self.noise));
+            return err(
+                "noise",
+                format!("must be a non-negative number, got {}", self.noise),
+            );
         }
         if self.min_samples == 0 {
             return err("min_samples", "must be at least 1".into());
@@ -155,7 +161,8 @@ impl FedemSyntheticSpec {
         if self.numpy_seed.is_some() && self.labels != LabelRule::RoundedSigmoid {
             return err(
                 "labels",
-                "must be rounded_sigmoid when numpy_seed is set (the authors' generator rounds)".into(),
+                "must be rounded_sigmoid when numpy_seed is set (the authors' generator rounds)"
+                    .into(),
             );
         }
         Ok(())
@@ -168,7 +175,11 @@ impl FedemSyntheticSpec {
         (0..self.clients)
             .map(|_| {
                 let extra = law.sample(&mut rng).floor();
-                let extra = if extra.is_finite() { extra.min(1e12) as usize } else { usize::MAX };
+                let extra = if extra.is_finite() {
+                    extra.min(1e12) as usize
+                } else {
+                    usize::MAX
+                };
                 self.min_samples.saturating_add(extra).min(self.max_samples)
             })
             .collect()
@@ -180,15 +191,18 @@ impl FedemSyntheticSpec {
         }
         let (d, m) = (self.dim, self.components);
         let mut rng = seeds.rng(Entity::Data, "fedem_synthetic/components", 0);
-        let components: Vec<Vec<f64>> =
-            (0..m).map(|_| (0..d).map(|_| rng.gen_range(-1.0..1.0)).collect()).collect();
+        let components: Vec<Vec<f64>> = (0..m)
+            .map(|_| (0..d).map(|_| rng.gen_range(-1.0..1.0)).collect())
+            .collect();
         let weights: Vec<Vec<f64>> = (0..self.clients)
             .map(|t| {
                 if m == 1 {
                     return vec![1.0];
                 }
                 let mut rng = seeds.rng(Entity::Data, "fedem_synthetic/mixture", t as u64);
-                Dirichlet::new(&vec![self.alpha; m]).expect("validated").sample(&mut rng)
+                Dirichlet::new(&vec![self.alpha; m])
+                    .expect("validated")
+                    .sample(&mut rng)
             })
             .collect();
         let sizes = self.sample_sizes(seeds);
@@ -228,7 +242,10 @@ impl FedemSyntheticSpec {
             features,
             labels,
             clients,
-            truth: Some(MixtureTruth { components, weights }),
+            truth: Some(MixtureTruth {
+                components,
+                weights,
+            }),
         }
     }
 
@@ -250,9 +267,12 @@ impl FedemSyntheticSpec {
             features.extend((0..self.dim).map(|_| rng.gen_range(-1.0f32..1.0)));
             let z = sample_categorical(pi, rng);
             let x = &features[row..row + self.dim];
-            let logit: f64 =
-                x.iter().zip(&components[z]).map(|(&xi, &ti)| xi as f64 * ti).sum::<f64>()
-                    + noise.sample(rng);
+            let logit: f64 = x
+                .iter()
+                .zip(&components[z])
+                .map(|(&xi, &ti)| xi as f64 * ti)
+                .sum::<f64>()
+                + noise.sample(rng);
             let y = match self.labels {
                 LabelRule::RoundedSigmoid => (logit > 0.0) as i64,
                 LabelRule::Bernoulli => rng.gen_bool(sigmoid(logit)) as i64,
@@ -272,9 +292,12 @@ impl FedemSyntheticSpec {
             for (m, &c) in counts.iter().enumerate() {
                 for (i, y) in ys.iter_mut().enumerate().take(c) {
                     let x = &features[(first + i) * self.dim..(first + i + 1) * self.dim];
-                    let logit: f64 =
-                        x.iter().zip(&components[m]).map(|(&xi, &ti)| xi as f64 * ti).sum::<f64>()
-                            + noise.sample(rng);
+                    let logit: f64 = x
+                        .iter()
+                        .zip(&components[m])
+                        .map(|(&xi, &ti)| xi as f64 * ti)
+                        .sum::<f64>()
+                        + noise.sample(rng);
                     *y = match self.labels {
                         LabelRule::RoundedSigmoid => (logit > 0.0) as i64,
                         LabelRule::Bernoulli => rng.gen_bool(sigmoid(logit)) as i64,
@@ -294,14 +317,18 @@ impl FedemSyntheticSpec {
         let mut rs = NumpyRandomState::new(seed);
         let sizes: Vec<usize> = (0..self.clients)
             .map(|_| {
-                let extra = rs.lognormal(self.lognormal_mean, self.lognormal_sigma).trunc();
+                let extra = rs
+                    .lognormal(self.lognormal_mean, self.lognormal_sigma)
+                    .trunc();
                 (self.min_samples as f64 + extra).min(self.max_samples as f64) as usize
             })
             .collect();
-        let weights: Vec<Vec<f64>> =
-            (0..self.clients).map(|_| rs.dirichlet(&vec![self.alpha; m])).collect();
-        let components: Vec<Vec<f64>> =
-            (0..m).map(|_| (0..d).map(|_| rs.uniform(-1.0, 1.0)).collect()).collect();
+        let weights: Vec<Vec<f64>> = (0..self.clients)
+            .map(|_| rs.dirichlet(&vec![self.alpha; m]))
+            .collect();
+        let components: Vec<Vec<f64>> = (0..m)
+            .map(|_| (0..d).map(|_| rs.uniform(-1.0, 1.0)).collect())
+            .collect();
         let mut features = Vec::new();
         let mut labels = Vec::new();
         let mut clients = Vec::with_capacity(self.clients);
@@ -318,7 +345,11 @@ impl FedemSyntheticSpec {
                 for (comp, &c) in counts.iter().enumerate() {
                     let c = c as usize;
                     for i in at..at + c {
-                        let dot: f64 = x[i * d..(i + 1) * d].iter().zip(&components[comp]).map(|(a, b)| a * b).sum();
+                        let dot: f64 = x[i * d..(i + 1) * d]
+                            .iter()
+                            .zip(&components[comp])
+                            .map(|(a, b)| a * b)
+                            .sum();
                         let p = sigmoid(dot + rs.normal(0.0, self.noise));
                         y[i] = p.round_ties_even() as i64;
                     }
@@ -342,7 +373,17 @@ impl FedemSyntheticSpec {
             };
             clients.push(ClientShard { train, val, test });
         }
-        FederatedData { dim: d, classes: 2, features, labels, clients, truth: Some(MixtureTruth { components, weights }) }
+        FederatedData {
+            dim: d,
+            classes: 2,
+            features,
+            labels,
+            clients,
+            truth: Some(MixtureTruth {
+                components,
+                weights,
+            }),
+        }
     }
 }
 
@@ -367,12 +408,19 @@ mod tests {
     use super::*;
 
     fn small() -> FedemSyntheticSpec {
-        FedemSyntheticSpec { clients: 20, dim: 10, ..Default::default() }
+        FedemSyntheticSpec {
+            clients: 20,
+            dim: 10,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn sizes_follow_the_clamped_lognormal_law() {
-        let spec = FedemSyntheticSpec { clients: 3000, ..Default::default() };
+        let spec = FedemSyntheticSpec {
+            clients: 3000,
+            ..Default::default()
+        };
         let sizes = spec.sample_sizes(&SeedTree::new(1));
         assert!(sizes.iter().all(|&n| (50..=1000).contains(&n)));
         let capped = sizes.iter().filter(|&&n| n == 1000).count() as f64 / 3000.0;
@@ -389,8 +437,17 @@ mod tests {
 
     #[test]
     fn every_label_comes_from_a_component() {
-        let spec = FedemSyntheticSpec { noise: 0.0, ..small() };
-        let data = spec.generate(&SplitSpec::ExtraTest { test_samples: 50, val: 0.0 }, &SeedTree::new(3));
+        let spec = FedemSyntheticSpec {
+            noise: 0.0,
+            ..small()
+        };
+        let data = spec.generate(
+            &SplitSpec::ExtraTest {
+                test_samples: 50,
+                val: 0.0,
+            },
+            &SeedTree::new(3),
+        );
         let truth = data.truth.as_ref().unwrap();
         for row in 0..data.labels.len() {
             let x = &data.features[row * data.dim..(row + 1) * data.dim];
@@ -407,28 +464,64 @@ mod tests {
 
     #[test]
     fn authors_bug_forces_zeros() {
-        let spec = FedemSyntheticSpec { authors_label_bug: true, ..small() };
-        let data = spec.generate(&SplitSpec::ExtraTest { test_samples: 2000, val: 0.0 }, &SeedTree::new(3));
+        let spec = FedemSyntheticSpec {
+            authors_label_bug: true,
+            ..small()
+        };
+        let data = spec.generate(
+            &SplitSpec::ExtraTest {
+                test_samples: 2000,
+                val: 0.0,
+            },
+            &SeedTree::new(3),
+        );
         let ones = data.labels.iter().filter(|&&y| y == 1).count() as f64;
         let share = ones / data.labels.len() as f64;
-        assert!(share < 0.45, "positive share {share} should be well below one half");
+        assert!(
+            share < 0.45,
+            "positive share {share} should be well below one half"
+        );
     }
 
     #[test]
     fn numpy_seed_rebuilds_the_authors_data() {
         // Checkpoints printed by numpy running the authors' generator (scripts/dev/numpy_reference.py).
         use super::super::numpy_rng::reference::*;
-        let spec = FedemSyntheticSpec { numpy_seed: Some(12345), ..Default::default() };
-        let data = spec.generate(&SplitSpec::ExtraTest { test_samples: 1000, val: 0.0 }, &SeedTree::new(0));
+        let spec = FedemSyntheticSpec {
+            numpy_seed: Some(12345),
+            ..Default::default()
+        };
+        let data = spec.generate(
+            &SplitSpec::ExtraTest {
+                test_samples: 1000,
+                val: 0.0,
+            },
+            &SeedTree::new(0),
+        );
         let sizes: Vec<usize> = data.clients.iter().map(|c| c.train.len()).collect();
         assert_eq!(sizes[..5], NP_AUTHORS_SIZES);
         assert_eq!(sizes.iter().sum::<usize>(), NP_AUTHORS_TOTAL_TRAIN);
         let positives = |r: std::ops::Range<usize>| data.labels[r].iter().sum::<i64>();
         let (first, last) = (&data.clients[0], &data.clients[299]);
-        assert_eq!(data.features[first.train.start * 150..][..3], NP_AUTHORS_FIRST_X);
-        assert_eq!((positives(first.train.clone()), positives(first.test.clone())), NP_AUTHORS_FIRST_POSITIVES);
-        assert_eq!(data.features[last.test.end * 150 - 3..last.test.end * 150], NP_AUTHORS_LAST_X);
-        assert_eq!((positives(last.train.clone()), positives(last.test.clone())), NP_AUTHORS_LAST_POSITIVES);
+        assert_eq!(
+            data.features[first.train.start * 150..][..3],
+            NP_AUTHORS_FIRST_X
+        );
+        assert_eq!(
+            (
+                positives(first.train.clone()),
+                positives(first.test.clone())
+            ),
+            NP_AUTHORS_FIRST_POSITIVES
+        );
+        assert_eq!(
+            data.features[last.test.end * 150 - 3..last.test.end * 150],
+            NP_AUTHORS_LAST_X
+        );
+        assert_eq!(
+            (positives(last.train.clone()), positives(last.test.clone())),
+            NP_AUTHORS_LAST_POSITIVES
+        );
     }
 
     #[test]

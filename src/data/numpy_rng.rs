@@ -23,9 +23,15 @@ impl NumpyRandomState {
         let mut s = seed;
         for (pos, k) in key.iter_mut().enumerate() {
             *k = s;
-            s = 1_812_433_253u32.wrapping_mul(s ^ (s >> 30)).wrapping_add(pos as u32 + 1);
+            s = 1_812_433_253u32
+                .wrapping_mul(s ^ (s >> 30))
+                .wrapping_add(pos as u32 + 1);
         }
-        NumpyRandomState { key, pos: N, gauss: None }
+        NumpyRandomState {
+            key,
+            pos: N,
+            gauss: None,
+        }
     }
 
     fn generate(&mut self) {
@@ -36,9 +42,13 @@ impl NumpyRandomState {
             let y = (a & UPPER) | (b & LOWER);
             c ^ (y >> 1) ^ (0u32.wrapping_sub(y & 1) & MATRIX_A)
         };
-        for i in 0..N {
-            self.key[i] = twist(self.key[i], self.key[(i + 1) % N], self.key[(i + M) % N]);
+        for i in 0..N - M {
+            self.key[i] = twist(self.key[i], self.key[i + 1], self.key[i + M]);
         }
+        for i in N - M..N - 1 {
+            self.key[i] = twist(self.key[i], self.key[i + 1], self.key[i + M - N]);
+        }
+        self.key[N - 1] = twist(self.key[N - 1], self.key[0], self.key[M - 1]);
         self.pos = 0;
     }
 
@@ -239,7 +249,8 @@ impl NumpyRandomState {
                 break y;
             }
             // Step 52
-            let rho = (kf / nrq) * ((kf * (kf / 3.0 + 0.625) + 0.166_666_666_666_666_66) / nrq + 0.5);
+            let rho =
+                (kf / nrq) * ((kf * (kf / 3.0 + 0.625) + 0.166_666_666_666_666_66) / nrq + 0.5);
             let t = -kf * kf / (2.0 * nrq);
             let big_a = v.ln();
             if big_a < t - rho {
@@ -343,6 +354,7 @@ impl NumpyRandomState {
 /// Values printed by numpy itself (scripts/dev/numpy_reference.py).
 #[cfg(test)]
 #[allow(dead_code)]
+#[allow(clippy::excessive_precision)]
 pub(super) mod reference {
     include!("numpy_reference.in");
 }
@@ -360,20 +372,32 @@ mod tests {
         let ln: Vec<f64> = (0..3).map(|_| r.lognormal(4.0, 2.0)).collect();
         let expect_ln = [NP_LN0, NP_LN1, NP_LN2];
         for (a, b) in ln.iter().zip(expect_ln) {
-            assert!((a - b).abs() <= 1e-9 * b.abs(), "lognormal {a} vs numpy {b}");
+            assert!(
+                (a - b).abs() <= 1e-9 * b.abs(),
+                "lognormal {a} vs numpy {b}"
+            );
         }
         let d = r.dirichlet(&[0.4, 0.4, 0.4]);
         for (a, b) in d.iter().zip(NP_DIR) {
             assert!((a - b).abs() < 1e-12, "dirichlet {a} vs numpy {b}");
         }
         assert_eq!(r.multinomial(1000, &[0.2, 0.5, 0.3]), NP_MULTI.to_vec());
-        assert_eq!(r.multinomial(40, &[0.05, 0.9, 0.05]), NP_MULTI_SMALL.to_vec());
+        assert_eq!(
+            r.multinomial(40, &[0.05, 0.9, 0.05]),
+            NP_MULTI_SMALL.to_vec()
+        );
         let mut idx: Vec<i64> = (0..10).collect();
         r.shuffle(&mut idx);
         assert_eq!(idx, NP_SHUFFLE.to_vec());
         let u = r.uniform(-1.0, 1.0);
-        assert!((u - NP_UNIFORM).abs() < 1e-15, "uniform {u} vs numpy {NP_UNIFORM}");
+        assert!(
+            (u - NP_UNIFORM).abs() < 1e-15,
+            "uniform {u} vs numpy {NP_UNIFORM}"
+        );
         let g = r.normal(0.0, 0.1);
-        assert!((g - NP_NORMAL).abs() < 1e-15, "normal {g} vs numpy {NP_NORMAL}");
+        assert!(
+            (g - NP_NORMAL).abs() < 1e-15,
+            "normal {g} vs numpy {NP_NORMAL}"
+        );
     }
 }

@@ -37,7 +37,11 @@ fn default_test() -> f64 {
 
 impl Default for SplitSpec {
     fn default() -> Self {
-        SplitSpec::Fractions { train: 0.6, val: 0.2, test: 0.2 }
+        SplitSpec::Fractions {
+            train: 0.6,
+            val: 0.2,
+            test: 0.2,
+        }
     }
 }
 
@@ -55,7 +59,10 @@ impl SplitSpec {
             if (0.0..=1.0).contains(&v) {
                 Ok(())
             } else {
-                Err((name.to_string(), format!("must be a fraction in [0, 1], got {v}")))
+                Err((
+                    name.to_string(),
+                    format!("must be a fraction in [0, 1], got {v}"),
+                ))
             }
         };
         match *self {
@@ -80,7 +87,10 @@ impl SplitSpec {
                 }
                 frac("val", val)?;
                 if val >= 1.0 {
-                    return Err(("val".into(), "must be below 1 (train would be empty)".into()));
+                    return Err((
+                        "val".into(),
+                        "must be below 1 (train would be empty)".into(),
+                    ));
                 }
                 Ok(())
             }
@@ -102,11 +112,19 @@ impl SplitSpec {
             SplitSpec::Fractions { val, test, .. } => {
                 let test_n = round(test).min(n.saturating_sub(1));
                 let val_n = round(val).min(n.saturating_sub(1 + test_n));
-                SplitSizes { train: n - val_n - test_n, val: val_n, test: test_n }
+                SplitSizes {
+                    train: n - val_n - test_n,
+                    val: val_n,
+                    test: test_n,
+                }
             }
             SplitSpec::ExtraTest { test_samples, val } => {
                 let val_n = round(val).min(n.saturating_sub(1));
-                SplitSizes { train: n - val_n, val: val_n, test: test_samples }
+                SplitSizes {
+                    train: n - val_n,
+                    val: val_n,
+                    test: test_samples,
+                }
             }
         }
     }
@@ -119,22 +137,70 @@ mod tests {
     #[test]
     fn fractions_round_and_keep_train_nonempty() {
         let s = SplitSpec::default();
-        assert_eq!(s.sizes(100), SplitSizes { train: 60, val: 20, test: 20 });
-        assert_eq!(s.sizes(51), SplitSizes { train: 31, val: 10, test: 10 });
-        assert_eq!(s.sizes(1), SplitSizes { train: 1, val: 0, test: 0 });
+        assert_eq!(
+            s.sizes(100),
+            SplitSizes {
+                train: 60,
+                val: 20,
+                test: 20
+            }
+        );
+        assert_eq!(
+            s.sizes(51),
+            SplitSizes {
+                train: 31,
+                val: 10,
+                test: 10
+            }
+        );
+        assert_eq!(
+            s.sizes(1),
+            SplitSizes {
+                train: 1,
+                val: 0,
+                test: 0
+            }
+        );
     }
 
     #[test]
     fn extra_test_keeps_own_samples_for_training() {
-        let s = SplitSpec::ExtraTest { test_samples: 1000, val: 0.0 };
-        assert_eq!(s.sizes(57), SplitSizes { train: 57, val: 0, test: 1000 });
+        let s = SplitSpec::ExtraTest {
+            test_samples: 1000,
+            val: 0.0,
+        };
+        assert_eq!(
+            s.sizes(57),
+            SplitSizes {
+                train: 57,
+                val: 0,
+                test: 1000
+            }
+        );
         assert_eq!(s.extra_samples(), 1000);
     }
 
     #[test]
     fn rejects_bad_fractions() {
-        assert!(SplitSpec::Fractions { train: 0.5, val: 0.2, test: 0.2 }.validate().is_err());
-        assert!(SplitSpec::Fractions { train: 1.2, val: -0.2, test: 0.0 }.validate().is_err());
-        assert!(SplitSpec::ExtraTest { test_samples: 0, val: 0.0 }.validate().is_err());
+        assert!(SplitSpec::Fractions {
+            train: 0.5,
+            val: 0.2,
+            test: 0.2
+        }
+        .validate()
+        .is_err());
+        assert!(SplitSpec::Fractions {
+            train: 1.2,
+            val: -0.2,
+            test: 0.0
+        }
+        .validate()
+        .is_err());
+        assert!(SplitSpec::ExtraTest {
+            test_samples: 0,
+            val: 0.0
+        }
+        .validate()
+        .is_err());
     }
 }

@@ -14,19 +14,14 @@ use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 /// The model family, as a scenario names it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ModelSpec {
     /// Logistic regression for two classes (one output), softmax regression otherwise.
+    #[default]
     Linear,
     /// Fully connected ReLU network with the given hidden widths.
     Mlp { hidden: Vec<usize> },
-}
-
-impl Default for ModelSpec {
-    fn default() -> Self {
-        ModelSpec::Linear
-    }
 }
 
 impl ModelSpec {
@@ -61,7 +56,11 @@ impl Architecture {
         }
         widths.push(outputs);
         let layers = widths.windows(2).map(|w| (w[0], w[1])).collect();
-        Architecture { input_dim, classes, layers }
+        Architecture {
+            input_dim,
+            classes,
+            layers,
+        }
     }
 
     /// Binary models have a single logit and use the logistic loss.
@@ -86,7 +85,11 @@ impl Architecture {
 
     /// Leaf tensors (requiring grad) holding a copy of `flat`.
     fn tensors(&self, flat: &[f32]) -> Vec<Tensor> {
-        assert_eq!(flat.len(), self.num_params(), "parameter vector of the wrong length");
+        assert_eq!(
+            flat.len(),
+            self.num_params(),
+            "parameter vector of the wrong length"
+        );
         let mut out = Vec::with_capacity(2 * self.layers.len());
         let mut at = 0;
         for &(i, o) in &self.layers {
@@ -136,7 +139,13 @@ mod tests {
         assert_eq!(lin.num_params(), 151);
         let soft = Architecture::new(&ModelSpec::Linear, 60, 10);
         assert_eq!(soft.num_params(), 610);
-        let mlp = Architecture::new(&ModelSpec::Mlp { hidden: vec![64, 32] }, 10, 3);
+        let mlp = Architecture::new(
+            &ModelSpec::Mlp {
+                hidden: vec![64, 32],
+            },
+            10,
+            3,
+        );
         assert_eq!(mlp.num_params(), 10 * 64 + 64 + 64 * 32 + 32 + 32 * 3 + 3);
     }
 

@@ -67,8 +67,6 @@ impl LocalPlan {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TrainStats {
     pub steps: u32,
-    /// Mean of the minibatch losses seen during the run.
-    pub mean_loss: f64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -91,20 +89,32 @@ fn data_tensors(view: &SplitView<'_>) -> (Tensor, Tensor) {
             Kind::Float,
             Device::Cpu,
         );
-        let y =
-            Tensor::from_blob(view.labels.as_ptr() as *const u8, &[n], &[], Kind::Int64, Device::Cpu);
+        let y = Tensor::from_blob(
+            view.labels.as_ptr() as *const u8,
+            &[n],
+            &[],
+            Kind::Int64,
+            Device::Cpu,
+        );
         (x, y)
     }
 }
 
+/// Targets as the loss wants them: float for the logistic loss, integer classes otherwise.
+fn targets(arch: &Architecture, y: &Tensor) -> Tensor {
+    if arch.is_binary() {
+        y.to_kind(Kind::Float)
+    } else {
+        y.shallow_clone()
+    }
+}
+
+/// `y` as made by [`targets`].
 fn loss(arch: &Architecture, logits: &Tensor, y: &Tensor, reduction: Reduction) -> Tensor {
     if arch.is_binary() {
-        logits.squeeze_dim(1).binary_cross_entropy_with_logits::<Tensor>(
-            &y.to_kind(Kind::Float),
-            None,
-            None,
-            reduction,
-        )
+        logits
+            .squeeze_dim(1)
+            .binary_cross_entropy_with_logits::<Tensor>(y, None, None, reduction)
     } else {
         logits.cross_entropy_loss::<Tensor>(y, None, reduction, -100, 0.0)
     }
@@ -131,28 +141,32 @@ pub fn train_sgd(
     rng: &mut impl Rng,
 ) -> TrainStats {
     let (x, y) = data_tensors(&data);
+    let y = targets(arch, &y);
     let ps = arch.tensors(params);
     let use_momentum = plan.momentum != 0.0;
     let mut bufs: Option<Vec<Tensor>> = if use_momentum && !momentum.is_empty() {
-        Some(arch.tensors(momentum).into_iter().map(|t| t.detach()).collect())
+        Some(
+            arch.tensors(momentum)
+                .into_iter()
+                .map(|t| t.detach())
+                .collect(),
+        )
     } else {
         None
     };
     let mut stats = TrainStats::default();
-    let mut loss_sum = 0.0;
     for batch in plan.batches(data.len(), rng) {
         let idx = Tensor::from_slice(&batch);
         let (xb, yb) = (x.index_select(0, &idx), y.index_select(0, &idx));
         let l = loss(arch, &arch.forward(&ps, &xb), &yb, Reduction::Mean);
         let grads = Tensor::run_backward(&[&l], &ps, false, false);
-        loss_sum += l.double_value(&[]);
         stats.steps += 1;
         tch::no_grad(|| {
             let mut directions = Vec::with_capacity(ps.len());
             for (p, g) in ps.iter().zip(&grads) {
                 let mut d = g.shallow_clone();
                 if plan.weight_decay != 0.0 {
-                    d = d + p * plan.weight_decay;
+                    d += p * plan.weight_decay;
                 }
                 directions.push(d);
             }
@@ -165,15 +179,17 @@ pub fn train_sgd(
                         }
                     }
                 }
-                directions = bufs.as_ref().unwrap().iter().map(Tensor::shallow_clone).collect();
+                directions = bufs
+                    .as_ref()
+                    .unwrap()
+                    .iter()
+                    .map(Tensor::shallow_clone)
+                    .collect();
             }
             for (p, d) in ps.iter().zip(&directions) {
                 let _ = p.shallow_clone().g_sub_(&(d * lr));
             }
         });
-    }
-    if stats.steps > 0 {
-        stats.mean_loss = loss_sum / stats.steps as f64;
     }
     flatten_into(&ps, params);
     if let Some(bs) = bufs {
@@ -193,9 +209,13 @@ pub fn evaluate(arch: &Architecture, params: &[f32], data: SplitView<'_>) -> Eva
     tch::no_grad(|| {
         let ps: Vec<Tensor> = arch.tensors(params).iter().map(Tensor::detach).collect();
         let logits = arch.forward(&ps, &x);
-        let loss_sum = loss(arch, &logits, &y, Reduction::Sum).double_value(&[]);
+        let loss_sum = loss(arch, &logits, &targets(arch, &y), Reduction::Sum).double_value(&[]);
         let hits = correct(arch, &logits, &y);
-        EvalStats { n, loss: loss_sum / n as f64, accuracy: hits as f64 / n as f64 }
+        EvalStats {
+            n,
+            loss: loss_sum / n as f64,
+            accuracy: hits as f64 / n as f64,
+        }
     })
 }
 
@@ -207,7 +227,12 @@ mod tests {
     use rand_chacha::ChaCha20Rng;
 
     fn plan(work: LocalWork, momentum: f64, wd: f64) -> LocalPlan {
-        LocalPlan { work, batch_size: 4, momentum, weight_decay: wd }
+        LocalPlan {
+            work,
+            batch_size: 4,
+            momentum,
+            weight_decay: wd,
+        }
     }
 
     #[test]
@@ -216,10 +241,22 @@ mod tests {
         let arch = Architecture::new(&ModelSpec::Linear, 2, 2);
         let mut p = vec![0.0f32; 3];
         let (x, y) = (vec![1.0f32, 2.0], vec![1i64]);
-        let view = SplitView { features: &x, labels: &y, dim: 2 };
+        let view = SplitView {
+            features: &x,
+            labels: &y,
+            dim: 2,
+        };
         let mut mom = Vec::new();
         let mut rng = ChaCha20Rng::seed_from_u64(0);
-        train_sgd(&arch, &mut p, &mut mom, view, &plan(LocalWork::Steps(1), 0.0, 0.0), 0.1, &mut rng);
+        train_sgd(
+            &arch,
+            &mut p,
+            &mut mom,
+            view,
+            &plan(LocalWork::Steps(1), 0.0, 0.0),
+            0.1,
+            &mut rng,
+        );
         let expect = [0.05f32, 0.1, 0.05];
         for (a, b) in p.iter().zip(expect) {
             assert!((a - b).abs() < 1e-6, "{p:?}");
@@ -232,7 +269,11 @@ mod tests {
         // Two steps on the same sample with momentum 0.9 and weight decay 0.5.
         let arch = Architecture::new(&ModelSpec::Linear, 1, 2);
         let (x, y) = (vec![1.0f32], vec![0i64]);
-        let view = SplitView { features: &x, labels: &y, dim: 1 };
+        let view = SplitView {
+            features: &x,
+            labels: &y,
+            dim: 1,
+        };
         let mut p = vec![1.0f32, 0.0];
         let mut mom = Vec::new();
         let mut rng = ChaCha20Rng::seed_from_u64(0);
@@ -250,15 +291,26 @@ mod tests {
         bb = 0.9 * bb + s + 0.5 * b;
         w -= 0.1 * bw;
         b -= 0.1 * bb;
-        assert!((p[0] as f64 - w).abs() < 1e-6 && (p[1] as f64 - b).abs() < 1e-6, "{p:?}");
+        assert!(
+            (p[0] as f64 - w).abs() < 1e-6 && (p[1] as f64 - b).abs() < 1e-6,
+            "{p:?}"
+        );
         assert!((mom[0] as f64 - bw).abs() < 1e-6 && (mom[1] as f64 - bb).abs() < 1e-6);
     }
 
     #[test]
     fn epochs_cover_every_row_once_per_epoch() {
-        let pl = LocalPlan { work: LocalWork::Epochs(2), batch_size: 3, momentum: 0.0, weight_decay: 0.0 };
+        let pl = LocalPlan {
+            work: LocalWork::Epochs(2),
+            batch_size: 3,
+            momentum: 0.0,
+            weight_decay: 0.0,
+        };
         let batches = pl.batches(7, &mut ChaCha20Rng::seed_from_u64(5));
-        assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 1, 3, 3, 1]);
+        assert_eq!(
+            batches.iter().map(Vec::len).collect::<Vec<_>>(),
+            [3, 3, 1, 3, 3, 1]
+        );
         let mut first: Vec<i64> = batches[..3].concat();
         first.sort();
         assert_eq!(first, (0..7).collect::<Vec<_>>());
@@ -269,7 +321,11 @@ mod tests {
     fn evaluate_counts_hits() {
         let arch = Architecture::new(&ModelSpec::Linear, 1, 2);
         let (x, y) = (vec![1.0f32, -1.0, 2.0], vec![1i64, 0, 0]);
-        let view = SplitView { features: &x, labels: &y, dim: 1 };
+        let view = SplitView {
+            features: &x,
+            labels: &y,
+            dim: 1,
+        };
         let s = evaluate(&arch, &[1.0, 0.0], view);
         assert_eq!(s.n, 3);
         assert!((s.accuracy - 2.0 / 3.0).abs() < 1e-12);

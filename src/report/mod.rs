@@ -19,7 +19,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     #[error("writing {}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("writing {}: {source}", path.display())]
     Polars { path: PathBuf, source: PolarsError },
 }
@@ -30,12 +33,21 @@ pub fn write_atomic(
     path: &Path,
     write: impl FnOnce(&mut File) -> Result<(), PolarsError>,
 ) -> Result<(), ReportError> {
-    let io = |source| ReportError::Io { path: path.to_path_buf(), source };
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("result");
+    let io = |source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("result");
     let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     let result = (|| {
         let mut file = File::create(&tmp).map_err(io)?;
-        write(&mut file).map_err(|source| ReportError::Polars { path: path.to_path_buf(), source })?;
+        write(&mut file).map_err(|source| ReportError::Polars {
+            path: path.to_path_buf(),
+            source,
+        })?;
         file.sync_all().map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)
     })();
@@ -81,16 +93,25 @@ pub fn write_run(
     })?;
     for (name, csv) in [("metrics.parquet", false), ("metrics.csv", true)] {
         let p = dir.join(name);
-        if csv { write_csv(&p, &mut metrics)? } else { write_parquet(&p, &mut metrics)? }
+        if csv {
+            write_csv(&p, &mut metrics)?
+        } else {
+            write_parquet(&p, &mut metrics)?
+        }
         files.push(p);
     }
-    let mut rounds = rounds_frame(meta, records)
-        .map_err(|source| ReportError::Polars { path: dir.join("rounds.parquet"), source })?;
+    let mut rounds = rounds_frame(meta, records).map_err(|source| ReportError::Polars {
+        path: dir.join("rounds.parquet"),
+        source,
+    })?;
     let p = dir.join("rounds.parquet");
     write_parquet(&p, &mut rounds)?;
     files.push(p);
-    let mut s = summary_frame(std::slice::from_ref(summary))
-        .map_err(|source| ReportError::Polars { path: dir.join("summary.csv"), source })?;
+    let mut s =
+        summary_frame(std::slice::from_ref(summary)).map_err(|source| ReportError::Polars {
+            path: dir.join("summary.csv"),
+            source,
+        })?;
     let p = dir.join("summary.csv");
     write_csv(&p, &mut s)?;
     files.push(p);

@@ -21,7 +21,12 @@ impl Fairness {
     /// From `(accuracy, weight)` per client. NaN everywhere when empty.
     pub fn of(per_client: &[(f64, f64)]) -> Fairness {
         if per_client.is_empty() {
-            return Fairness { weighted_mean: f64::NAN, bottom_decile: f64::NAN, p10: f64::NAN, worst10_mean: f64::NAN };
+            return Fairness {
+                weighted_mean: f64::NAN,
+                bottom_decile: f64::NAN,
+                p10: f64::NAN,
+                worst10_mean: f64::NAN,
+            };
         }
         let total: f64 = per_client.iter().map(|&(_, w)| w).sum();
         let weighted_mean = per_client.iter().map(|&(a, w)| a * w).sum::<f64>() / total;
@@ -85,7 +90,10 @@ impl Summary {
             .collect();
         let final_round = evals.iter().map(|e| e.round).max().unwrap_or(0);
         let last: Vec<&&EvalRecord> = evals.iter().filter(|e| e.round == final_round).collect();
-        let per_client: Vec<(f64, f64)> = last.iter().map(|e| (e.accuracy, e.n_samples as f64)).collect();
+        let per_client: Vec<(f64, f64)> = last
+            .iter()
+            .map(|e| (e.accuracy, e.n_samples as f64))
+            .collect();
         let n: f64 = last.iter().map(|e| e.n_samples as f64).sum();
         Summary {
             run_id: run_id.into(),
@@ -95,7 +103,11 @@ impl Summary {
             clients: last.len() as u32,
             final_round,
             test: Fairness::of(&per_client),
-            test_loss_mean: last.iter().map(|e| e.loss * e.n_samples as f64).sum::<f64>() / n,
+            test_loss_mean: last
+                .iter()
+                .map(|e| e.loss * e.n_samples as f64)
+                .sum::<f64>()
+                / n,
             sim_seconds,
             wall_seconds,
         }
@@ -109,8 +121,9 @@ mod tests {
     #[test]
     fn fairness_by_hand() {
         // 20 clients with accuracies 0.00, 0.05, ..., 0.95, weights 1 except the best (weight 3).
-        let per: Vec<(f64, f64)> =
-            (0..20).map(|i| (i as f64 * 0.05, if i == 19 { 3.0 } else { 1.0 })).collect();
+        let per: Vec<(f64, f64)> = (0..20)
+            .map(|i| (i as f64 * 0.05, if i == 19 { 3.0 } else { 1.0 }))
+            .collect();
         let f = Fairness::of(&per);
         let plain: f64 = (0..20).map(|i| i as f64 * 0.05).sum();
         assert!((f.weighted_mean - (plain + 2.0 * 0.95) / 22.0).abs() < 1e-12);

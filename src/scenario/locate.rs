@@ -37,7 +37,9 @@ pub fn line_of(text: &str, path: &str) -> Option<usize> {
             // The rest of the path may sit in a flow mapping on this same line.
             let rest = &key_text[segments[want - 1].len() + 1..];
             if rest.trim_start().starts_with('{')
-                && segments[want..].iter().all(|s| rest.contains(&format!("{s}:")))
+                && segments[want..]
+                    .iter()
+                    .all(|s| rest.contains(&format!("{s}:")))
             {
                 break;
             }

@@ -22,9 +22,17 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
     #[error("cannot read scenario file {}: {source}", file.display())]
-    Read { file: PathBuf, source: std::io::Error },
+    Read {
+        file: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}", Located(self))]
-    Invalid { file: PathBuf, path: String, line: Option<usize>, message: String },
+    Invalid {
+        file: PathBuf,
+        path: String,
+        line: Option<usize>,
+        message: String,
+    },
     #[error("--set {arg}: {message}")]
     Override { arg: String, message: String },
 }
@@ -33,7 +41,13 @@ struct Located<'a>(&'a ScenarioError);
 
 impl fmt::Display for Located<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let ScenarioError::Invalid { file, path, line, message } = self.0 {
+        if let ScenarioError::Invalid {
+            file,
+            path,
+            line,
+            message,
+        } = self.0
+        {
             write!(f, "{}", file.display())?;
             if let Some(l) = line {
                 write!(f, ":{l}")?;
@@ -71,16 +85,27 @@ impl Scenario {
 
     /// Reads, overrides and validates a scenario file.
     pub fn load(file: &Path, overrides: &[String]) -> Result<Scenario, ScenarioError> {
-        let text = std::fs::read_to_string(file)
-            .map_err(|source| ScenarioError::Read { file: file.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(file).map_err(|source| ScenarioError::Read {
+            file: file.to_path_buf(),
+            source,
+        })?;
         Scenario::from_yaml(&text, file, overrides)
     }
 
     /// Parses scenario text; `file` is used in messages.
-    pub fn from_yaml(text: &str, file: &Path, overrides: &[String]) -> Result<Scenario, ScenarioError> {
+    pub fn from_yaml(
+        text: &str,
+        file: &Path,
+        overrides: &[String],
+    ) -> Result<Scenario, ScenarioError> {
         let invalid = |path: String, message: String| {
             let line = locate::line_of(text, &path);
-            ScenarioError::Invalid { file: file.to_path_buf(), path, line, message }
+            ScenarioError::Invalid {
+                file: file.to_path_buf(),
+                path,
+                line,
+                message,
+            }
         };
         let mut tree: Value = serde_yaml::from_str(text).map_err(|e| ScenarioError::Invalid {
             file: file.to_path_buf(),
@@ -99,7 +124,12 @@ impl Scenario {
             let line = unknown_field(&message)
                 .and_then(|f| locate::line_of(text, &join(&path, f)))
                 .or_else(|| locate::line_of(text, &path));
-            ScenarioError::Invalid { file: file.to_path_buf(), path, line, message }
+            ScenarioError::Invalid {
+                file: file.to_path_buf(),
+                path,
+                line,
+                message,
+            }
         })?;
         validate(raw).map_err(|(path, message)| invalid(path, message))
     }
@@ -110,7 +140,11 @@ fn unknown_field(message: &str) -> Option<&str> {
 }
 
 fn join(path: &str, field: &str) -> String {
-    if path.is_empty() { field.to_string() } else { format!("{path}.{field}") }
+    if path.is_empty() {
+        field.to_string()
+    } else {
+        format!("{path}.{field}")
+    }
 }
 
 /// serde's messages, made friendlier where they are terse.
@@ -126,30 +160,42 @@ fn explain(msg: &str) -> String {
 /// Sets `a.b.c=VALUE` in the YAML tree (VALUE is parsed as YAML; maps are created as needed;
 /// a numeric segment indexes a list).
 pub fn apply_override(tree: &mut Value, arg: &str) -> Result<(), ScenarioError> {
-    let err = |message: String| ScenarioError::Override { arg: arg.to_string(), message };
+    let err = |message: String| ScenarioError::Override {
+        arg: arg.to_string(),
+        message,
+    };
     let (path, value) = arg
         .split_once('=')
         .ok_or_else(|| err("expected PATH=VALUE, e.g. sampling.fraction=0.1".into()))?;
     if path.is_empty() || path.split('.').any(str::is_empty) {
-        return Err(err("the path must be dot-separated field names, e.g. training.lr".into()));
+        return Err(err(
+            "the path must be dot-separated field names, e.g. training.lr".into(),
+        ));
     }
-    let value: Value =
-        serde_yaml::from_str(value).map_err(|e| err(format!("the value is not valid YAML: {e}")))?;
+    let value: Value = serde_yaml::from_str(value)
+        .map_err(|e| err(format!("the value is not valid YAML: {e}")))?;
     let mut node = tree;
     for seg in path.split('.') {
         if node.is_null() {
             *node = Value::Mapping(Default::default());
         }
         node = match node {
-            Value::Mapping(m) => m.entry(Value::String(seg.to_string())).or_insert(Value::Null),
+            Value::Mapping(m) => m
+                .entry(Value::String(seg.to_string()))
+                .or_insert(Value::Null),
             Value::Sequence(s) => {
                 let i: usize = seg
                     .parse()
                     .map_err(|_| err(format!("`{seg}` indexes a list and must be a number")))?;
                 let len = s.len();
-                s.get_mut(i).ok_or_else(|| err(format!("index {i} is past the list's end ({len} items)")))?
+                s.get_mut(i)
+                    .ok_or_else(|| err(format!("index {i} is past the list's end ({len} items)")))?
             }
-            _ => return Err(err(format!("cannot set a field inside a plain value at `{seg}`"))),
+            _ => {
+                return Err(err(format!(
+                    "cannot set a field inside a plain value at `{seg}`"
+                )))
+            }
         };
     }
     *node = value;
@@ -168,7 +214,10 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
         return bad("rounds", "must be at least 1".into());
     }
     if raw.eval_every == 0 {
-        return bad("eval_every", "must be at least 1 (the last round is always evaluated)".into());
+        return bad(
+            "eval_every",
+            "must be at least 1 (the last round is always evaluated)".into(),
+        );
     }
     raw.data.validate().map_err(|e| nest("data", e))?;
     raw.split.validate().map_err(|e| nest("split", e))?;
@@ -177,7 +226,10 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
     let training = validate_training(&raw.training).map_err(|e| nest("training", e))?;
     let sampling = match (raw.sampling.fraction, raw.sampling.count) {
         (Some(_), Some(_)) => {
-            return bad("sampling", "give either `fraction` or `count`, not both".into())
+            return bad(
+                "sampling",
+                "give either `fraction` or `count`, not both".into(),
+            )
         }
         (Some(f), None) if !(f > 0.0 && f <= 1.0) => {
             return bad("sampling.fraction", format!("must be in (0, 1], got {f}"))
@@ -213,7 +265,10 @@ fn validate_training(t: &RawTraining) -> Result<Training, Invalid> {
     let bad = |path: &str, message: String| Err((path.to_string(), message));
     let work = match (t.local_epochs, t.local_steps) {
         (Some(_), Some(_)) => {
-            return bad("local_epochs", "give either `local_epochs` or `local_steps`, not both".into())
+            return bad(
+                "local_epochs",
+                "give either `local_epochs` or `local_steps`, not both".into(),
+            )
         }
         (Some(0), None) => return bad("local_epochs", "must be at least 1".into()),
         (None, Some(0)) => return bad("local_steps", "must be at least 1".into()),
@@ -231,18 +286,30 @@ fn validate_training(t: &RawTraining) -> Result<Training, Invalid> {
         return bad("momentum", format!("must be in [0, 1), got {}", t.momentum));
     }
     if !(t.weight_decay >= 0.0 && t.weight_decay.is_finite()) {
-        return bad("weight_decay", format!("must be a non-negative number, got {}", t.weight_decay));
+        return bad(
+            "weight_decay",
+            format!("must be a non-negative number, got {}", t.weight_decay),
+        );
     }
     let schedule = match &t.lr_schedule {
         RawLrSchedule::Constant => LrSchedule::Constant,
         RawLrSchedule::MultiStep { milestones, gamma } => {
             if !(*gamma > 0.0 && gamma.is_finite()) {
-                return bad("lr_schedule.gamma", format!("must be a positive number, got {gamma}"));
+                return bad(
+                    "lr_schedule.gamma",
+                    format!("must be a positive number, got {gamma}"),
+                );
             }
             if milestones.windows(2).any(|w| w[0] >= w[1]) {
-                return bad("lr_schedule.milestones", "must be strictly increasing round numbers".into());
+                return bad(
+                    "lr_schedule.milestones",
+                    "must be strictly increasing round numbers".into(),
+                );
             }
-            LrSchedule::MultiStep { milestones: milestones.clone(), gamma: *gamma }
+            LrSchedule::MultiStep {
+                milestones: milestones.clone(),
+                gamma: *gamma,
+            }
         }
     };
     Ok(Training {

@@ -28,6 +28,8 @@ mod seed;
 mod time;
 
 pub use queue::{EventKey, EventQueue};
-pub use scheduler::{Effects, EntityId, Outcome, Payload, Pending, Scheduler, SimError, World};
+pub use scheduler::{
+    Delivery, Effects, EntityId, Outcome, Payload, Pending, Scheduler, SimError, World,
+};
 pub use seed::{Entity, SeedTree};
 pub use time::{SimDuration, SimTime};

@@ -49,12 +49,19 @@ impl<T> Default for EventQueue<T> {
 
 impl<T> EventQueue<T> {
     pub fn new() -> Self {
-        EventQueue { heap: BinaryHeap::new(), next_seq: 0 }
+        EventQueue {
+            heap: BinaryHeap::new(),
+            next_seq: 0,
+        }
     }
 
     /// Schedules `item` at `time` on behalf of the entity of rank `origin_rank`.
     pub fn push(&mut self, time: SimTime, origin_rank: u32, item: T) -> EventKey {
-        let key = EventKey { time, origin_rank, seq: self.next_seq };
+        let key = EventKey {
+            time,
+            origin_rank,
+            seq: self.next_seq,
+        };
         self.next_seq += 1;
         self.heap.push(Entry { key, item });
         key

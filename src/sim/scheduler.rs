@@ -47,7 +47,11 @@ pub struct Effects<M, R> {
 
 impl<M, R> Default for Effects<M, R> {
     fn default() -> Self {
-        Effects { sends: Vec::new(), records: Vec::new(), stop: false }
+        Effects {
+            sends: Vec::new(),
+            records: Vec::new(),
+            stop: false,
+        }
     }
 }
 
@@ -77,6 +81,9 @@ impl<M, R> Effects<M, R> {
     }
 }
 
+/// What delivering a message yields: the receiving entity's effects, once it has handled it.
+pub type Delivery<M, R> = Pin<Box<dyn Future<Output = Result<Effects<M, R>, SimError>>>>;
+
 /// The entities of a simulation as seen by the scheduler: something that delivers a message to
 /// an entity and returns that entity's effects. Implementations hold actix addresses.
 pub trait World: Clone + Unpin + 'static {
@@ -88,7 +95,7 @@ pub trait World: Clone + Unpin + 'static {
         now: SimTime,
         to: EntityId,
         msg: Self::Msg,
-    ) -> Pin<Box<dyn Future<Output = Result<Effects<Self::Msg, Self::Record>, SimError>>>>;
+    ) -> Delivery<Self::Msg, Self::Record>;
 }
 
 /// What a finished simulation hands back.
@@ -128,7 +135,14 @@ impl<W: World> Scheduler<W> {
         let (tx, rx) = oneshot::channel();
         let mut queue = EventQueue::new();
         for (origin, to, msg) in initial {
-            queue.push(SimTime::ZERO, origin.0, Event { to, payload: Payload::Ready(msg) });
+            queue.push(
+                SimTime::ZERO,
+                origin.0,
+                Event {
+                    to,
+                    payload: Payload::Ready(msg),
+                },
+            );
         }
         Scheduler {
             world,
@@ -140,7 +154,8 @@ impl<W: World> Scheduler<W> {
             done: Some(tx),
         }
         .start();
-        rx.await.map_err(|_| SimError::ActorGone("scheduler".into()))?
+        rx.await
+            .map_err(|_| SimError::ActorGone("scheduler".into()))?
     }
 
     fn finish(&mut self, result: Result<(), SimError>, ctx: &mut Context<Self>) {
@@ -157,7 +172,8 @@ impl<W: World> Scheduler<W> {
 
     fn apply(&mut self, origin: EntityId, effects: Effects<W::Msg, W::Record>) -> bool {
         for (to, delay, payload) in effects.sends {
-            self.queue.push(self.now + delay, origin.0, Event { to, payload });
+            self.queue
+                .push(self.now + delay, origin.0, Event { to, payload });
         }
         for r in effects.records {
             (self.observer)(&r);

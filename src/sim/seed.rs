@@ -74,6 +74,11 @@ mod tests {
         assert_ne!(a, t.rng(Entity::Client(3), "train", 8).next_u64());
         assert_ne!(a, t.rng(Entity::Client(4), "train", 7).next_u64());
         assert_ne!(a, t.rng(Entity::Client(3), "sampling", 7).next_u64());
-        assert_ne!(a, SeedTree::new(43).rng(Entity::Client(3), "train", 7).next_u64());
+        assert_ne!(
+            a,
+            SeedTree::new(43)
+                .rng(Entity::Client(3), "train", 7)
+                .next_u64()
+        );
     }
 }

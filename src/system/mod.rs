@@ -54,13 +54,19 @@ fn d_up() -> f64 {
 
 impl Default for ComputeSpec {
     fn default() -> Self {
-        ComputeSpec { samples_per_second: d_speed() }
+        ComputeSpec {
+            samples_per_second: d_speed(),
+        }
     }
 }
 
 impl Default for NetworkSpec {
     fn default() -> Self {
-        NetworkSpec { latency_ms: d_latency(), downlink_mbps: d_down(), uplink_mbps: d_up() }
+        NetworkSpec {
+            latency_ms: d_latency(),
+            downlink_mbps: d_down(),
+            uplink_mbps: d_up(),
+        }
     }
 }
 
@@ -70,16 +76,25 @@ impl SystemSpec {
             if v > 0.0 && v.is_finite() {
                 Ok(())
             } else {
-                Err((path.to_string(), format!("must be a positive number, got {v}")))
+                Err((
+                    path.to_string(),
+                    format!("must be a positive number, got {v}"),
+                ))
             }
         };
-        positive("compute.samples_per_second", self.compute.samples_per_second)?;
+        positive(
+            "compute.samples_per_second",
+            self.compute.samples_per_second,
+        )?;
         positive("network.downlink_mbps", self.network.downlink_mbps)?;
         positive("network.uplink_mbps", self.network.uplink_mbps)?;
         if !(self.network.latency_ms >= 0.0 && self.network.latency_ms.is_finite()) {
             return Err((
                 "network.latency_ms".into(),
-                format!("must be a non-negative number, got {}", self.network.latency_ms),
+                format!(
+                    "must be a non-negative number, got {}",
+                    self.network.latency_ms
+                ),
             ));
         }
         Ok(())
@@ -138,13 +153,25 @@ mod tests {
     #[test]
     fn durations_from_sizes() {
         let m = SystemModel::new(SystemSpec {
-            compute: ComputeSpec { samples_per_second: 200.0 },
-            network: NetworkSpec { latency_ms: 10.0, downlink_mbps: 8.0, uplink_mbps: 1.0 },
+            compute: ComputeSpec {
+                samples_per_second: 200.0,
+            },
+            network: NetworkSpec {
+                latency_ms: 10.0,
+                downlink_mbps: 8.0,
+                uplink_mbps: 1.0,
+            },
         });
         assert_eq!(m.compute_time(0, 100), SimDuration::from_millis(500));
         // 1000 bytes = 8000 bits at 8 Mbit/s = 1 ms, plus 10 ms latency.
-        assert_eq!(m.transfer_time(0, Link::Down, 1000), SimDuration::from_millis(11));
-        assert_eq!(m.transfer_time(0, Link::Up, 1000), SimDuration::from_millis(18));
+        assert_eq!(
+            m.transfer_time(0, Link::Down, 1000),
+            SimDuration::from_millis(11)
+        );
+        assert_eq!(
+            m.transfer_time(0, Link::Up, 1000),
+            SimDuration::from_millis(18)
+        );
         assert_eq!(m.transfer_time(0, Link::Up, 0), SimDuration::ZERO);
     }
 }

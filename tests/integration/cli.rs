@@ -12,13 +12,23 @@ fn bad_inputs_exit_nonzero_and_leave_no_results() {
     let wrong_type = tmp.path().join("wrong.yaml");
     std::fs::write(&wrong_type, SMALL.replace("rounds: 4", "rounds: four")).unwrap();
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec![unknown.display().to_string()], "unknown field `roundz`"),
+        (
+            vec![unknown.display().to_string()],
+            "unknown field `roundz`",
+        ),
         (vec![wrong_type.display().to_string()], "field `rounds`"),
         (
-            vec![good.display().to_string(), "--set".into(), "sampling.fraction=1.5".into()],
+            vec![
+                good.display().to_string(),
+                "--set".into(),
+                "sampling.fraction=1.5".into(),
+            ],
             "field `sampling.fraction`: must be in (0, 1]",
         ),
-        (vec![tmp.path().join("missing.yaml").display().to_string()], "cannot read scenario file"),
+        (
+            vec![tmp.path().join("missing.yaml").display().to_string()],
+            "cannot read scenario file",
+        ),
     ];
     for (i, (args, expected)) in cases.into_iter().enumerate() {
         let out_dir = tmp.path().join(format!("out{i}"));
@@ -44,19 +54,46 @@ fn run_prints_a_summary_and_writes_files() {
     std::fs::write(&file, SMALL).unwrap();
     let out_dir = tmp.path().join("out");
     let out = bin()
-        .args(["run", file.to_str().unwrap(), "--threads", "2", "--seed", "3", "--out"])
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--threads",
+            "2",
+            "--seed",
+            "3",
+            "--out",
+        ])
         .arg(&out_dir)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for needle in ["test accuracy, weighted", "bottom decile", "10th percentile", "simulated time", "wall time", "results in"] {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for needle in [
+        "test accuracy, weighted",
+        "bottom decile",
+        "10th percentile",
+        "simulated time",
+        "wall time",
+        "results in",
+    ] {
         assert!(stdout.contains(needle), "summary lacks {needle}:\n{stdout}");
     }
-    for f in ["metrics.parquet", "metrics.csv", "rounds.parquet", "summary.csv", "scenario.yaml"] {
+    for f in [
+        "metrics.parquet",
+        "metrics.csv",
+        "rounds.parquet",
+        "summary.csv",
+        "scenario.yaml",
+    ] {
         assert!(out_dir.join(f).is_file(), "{f} missing");
     }
-    assert!(std::fs::read_to_string(out_dir.join("scenario.yaml")).unwrap().contains("seed: 3"));
+    assert!(std::fs::read_to_string(out_dir.join("scenario.yaml"))
+        .unwrap()
+        .contains("seed: 3"));
 }
 
 #[test]

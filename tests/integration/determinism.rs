@@ -6,7 +6,11 @@ use std::path::Path;
 
 fn run(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<u8> {
     let s = scenario(text, overrides);
-    let opts = RunOptions { out_dir: dir.to_path_buf(), threads, progress: false };
+    let opts = RunOptions {
+        out_dir: dir.to_path_buf(),
+        threads,
+        progress: false,
+    };
     run_scenario(&s, &opts).expect("run succeeds");
     std::fs::read(dir.join("metrics.parquet")).expect("metrics.parquet written")
 }
@@ -29,7 +33,10 @@ fn check_algorithm(name: &str) {
         );
     }
     let other_seed = run(SMALL, &[&algo, "seed=8"], 2, &tmp.path().join("e"));
-    assert_ne!(one, other_seed, "{name}: a different seed gave the same results");
+    assert_ne!(
+        one, other_seed,
+        "{name}: a different seed gave the same results"
+    );
 }
 
 #[test]
@@ -47,12 +54,26 @@ fn results_have_the_documented_shape() {
     let tmp = tempfile::tempdir().unwrap();
     run(SMALL, &[], 2, tmp.path());
     let df = fedsim::report::read_parquet(&tmp.path().join("metrics.parquet")).unwrap();
-    let names: Vec<String> = df.get_column_names().iter().map(|c| c.to_string()).collect();
+    let names: Vec<String> = df
+        .get_column_names()
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
     assert_eq!(
         names,
         [
-            "run_id", "algorithm", "seed", "round", "sim_time_s", "client", "split", "model",
-            "n_samples", "loss", "accuracy", "sampled"
+            "run_id",
+            "algorithm",
+            "seed",
+            "round",
+            "sim_time_s",
+            "client",
+            "split",
+            "model",
+            "n_samples",
+            "loss",
+            "accuracy",
+            "sampled"
         ]
     );
     // Rounds 2 and 4 evaluated, 24 clients, three splits each.
@@ -103,7 +124,13 @@ system:
     let rounds: Vec<_> = out
         .records
         .iter()
-        .filter_map(|r| if let fedsim::report::Record::Round(r) = r { Some(r.clone()) } else { None })
+        .filter_map(|r| {
+            if let fedsim::report::Record::Round(r) = r {
+                Some(r.clone())
+            } else {
+                None
+            }
+        })
         .collect();
     assert_eq!(rounds.len(), 2);
     assert_eq!(rounds[1].start.micros(), round_us);

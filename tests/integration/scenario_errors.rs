@@ -28,7 +28,10 @@ fn unknown_field_names_path_line_and_choices() {
     let e = error(&text, &[]);
     assert!(e.starts_with("bad.yaml:5: field `data"), "{e}");
     assert!(e.contains("unknown field `clientz`"), "{e}");
-    assert!(e.contains("expected one of") && e.contains("`clients`"), "{e}");
+    assert!(
+        e.contains("expected one of") && e.contains("`clients`"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -43,7 +46,10 @@ fn wrong_type_names_the_field() {
 fn sampling_fraction_outside_unit_interval() {
     for bad in ["0", "1.5", "-0.2"] {
         let e = error(BASE, &[&format!("sampling.fraction={bad}")]);
-        assert!(e.starts_with("bad.yaml:8: field `sampling.fraction`: must be in (0, 1]"), "{e}");
+        assert!(
+            e.starts_with("bad.yaml:8: field `sampling.fraction`: must be in (0, 1]"),
+            "{e}"
+        );
     }
 }
 
@@ -51,7 +57,10 @@ fn sampling_fraction_outside_unit_interval() {
 fn unknown_algorithm_lists_the_known_ones() {
     let e = error(&BASE.replace("name: fedavg", "name: fedsgd"), &[]);
     assert!(e.contains("field `algorithm"), "{e}");
-    assert!(e.contains("unknown variant `fedsgd`") && e.contains("`fedavg`") && e.contains("`local`"), "{e}");
+    assert!(
+        e.contains("unknown variant `fedsgd`") && e.contains("`fedavg`") && e.contains("`local`"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -63,11 +72,20 @@ fn missing_required_field() {
 #[test]
 fn semantic_errors_carry_their_path() {
     let e = error(BASE, &["training.local_steps=5", "training.local_epochs=2"]);
-    assert!(e.contains("field `training.local_epochs`: give either"), "{e}");
+    assert!(
+        e.contains("field `training.local_epochs`: give either"),
+        "{e}"
+    );
     let e = error(BASE, &["split.kind=fractions", "split.train=0.9"]);
-    assert!(e.contains("field `split.train`: train + val + test must be 1"), "{e}");
+    assert!(
+        e.contains("field `split.train`: train + val + test must be 1"),
+        "{e}"
+    );
     let e = error(BASE, &["data.alpha=-1"]);
-    assert!(e.contains("field `data.alpha`: must be a positive number"), "{e}");
+    assert!(
+        e.contains("field `data.alpha`: must be a positive number"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -79,7 +97,11 @@ fn malformed_yaml_reports_its_line() {
 
 #[test]
 fn bad_override_syntax() {
-    match Scenario::from_yaml(BASE, Path::new("bad.yaml"), &["sampling.fraction".to_string()]) {
+    match Scenario::from_yaml(
+        BASE,
+        Path::new("bad.yaml"),
+        &["sampling.fraction".to_string()],
+    ) {
         Err(ScenarioError::Override { message, .. }) => assert!(message.contains("PATH=VALUE")),
         other => panic!("expected an override error, got {other:?}"),
     }
@@ -87,8 +109,13 @@ fn bad_override_syntax() {
 
 #[test]
 fn missing_file() {
-    let e = Scenario::load(Path::new("no/such/scenario.yaml"), &[]).unwrap_err().to_string();
-    assert!(e.contains("cannot read scenario file no/such/scenario.yaml"), "{e}");
+    let e = Scenario::load(Path::new("no/such/scenario.yaml"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("cannot read scenario file no/such/scenario.yaml"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -96,7 +123,12 @@ fn overrides_reach_any_field() {
     let s = Scenario::from_yaml(
         BASE,
         Path::new("ok.yaml"),
-        &["sampling.fraction=1.0".into(), "training.lr=0.5".into(), "data.dim=7".into(), "seed=99".into()],
+        &[
+            "sampling.fraction=1.0".into(),
+            "training.lr=0.5".into(),
+            "data.dim=7".into(),
+            "seed=99".into(),
+        ],
     )
     .unwrap();
     assert_eq!(s.run.training.lr, 0.5);
