@@ -13,7 +13,7 @@ mod trainer;
 pub use sampling::Sampling;
 pub use trainer::TrainerPool;
 
-use crate::algorithms::{Algorithm, AlgorithmSpec, FedAvg, Local, Training};
+use crate::algorithms::{Algorithm, AlgorithmSpec, FedAvg, FedEm, Local, Training};
 use crate::data::{FederatedData, Split};
 use crate::models::{Architecture, EvalStats, ModelSpec};
 use crate::report::Record;
@@ -147,6 +147,18 @@ pub fn simulate(
     match &spec.algorithm {
         AlgorithmSpec::Fedavg(_) => simulate_with(FedAvg, spec, data, threads, on_record),
         AlgorithmSpec::Local(_) => simulate_with(Local, spec, data, threads, on_record),
+        AlgorithmSpec::Fedem(s) => {
+            let total_train = (0..data.num_clients())
+                .map(|c| data.split_len(c, Split::Train))
+                .sum();
+            simulate_with(
+                FedEm::new(s.clone(), total_train),
+                spec,
+                data,
+                threads,
+                on_record,
+            )
+        }
     }
 }
 

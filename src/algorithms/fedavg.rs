@@ -3,7 +3,7 @@
 
 use super::{weighted_average, Algorithm, LocalContext, ModelKind};
 use crate::data::SplitView;
-use crate::models::{evaluate, train_sgd, Architecture, EvalStats};
+use crate::models::{evaluate, Architecture, EvalStats};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -50,22 +50,10 @@ impl Algorithm for FedAvg {
         rng: &mut ChaCha20Rng,
     ) -> ModelUpdate {
         let mut params = global.clone();
-        let view = ctx.train_view();
-        train_sgd(
-            ctx.arch,
-            &mut params,
-            momentum,
-            view,
-            &ctx.training.plan,
-            ctx.lr,
-            rng,
-        );
-        if !ctx.training.keep_momentum {
-            momentum.clear();
-        }
+        ctx.train(&mut params, momentum, None, rng);
         ModelUpdate {
             params,
-            weight: view.len() as f64,
+            weight: ctx.train_view().len() as f64,
         }
     }
 

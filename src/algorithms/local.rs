@@ -3,7 +3,7 @@
 
 use super::{Algorithm, LocalContext, ModelKind};
 use crate::data::SplitView;
-use crate::models::{evaluate, train_sgd, Architecture, EvalStats};
+use crate::models::{evaluate, Architecture, EvalStats};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -52,19 +52,7 @@ impl Algorithm for Local {
         state: &mut LocalModel,
         rng: &mut ChaCha20Rng,
     ) {
-        let view = ctx.train_view();
-        train_sgd(
-            ctx.arch,
-            &mut state.params,
-            &mut state.momentum,
-            view,
-            &ctx.training.plan,
-            ctx.lr,
-            rng,
-        );
-        if !ctx.training.keep_momentum {
-            state.momentum.clear();
-        }
+        ctx.train(&mut state.params, &mut state.momentum, None, rng);
     }
 
     fn aggregate(&self, global: &Vec<f32>, _: &[(u32, ())]) -> Vec<f32> {

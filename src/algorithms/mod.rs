@@ -7,13 +7,15 @@
 //! decide who trains or when (that is the server's round policy), and it never touches time.
 
 mod fedavg;
+mod fedem;
 mod local;
 
 pub use fedavg::{FedAvg, FedAvgSpec};
+pub use fedem::{e_step, FedEm, FedEmSpec, Unsampled, MIN_MIXTURE_WEIGHT};
 pub use local::{Local, LocalSpec};
 
 use crate::data::{FederatedData, SplitView};
-use crate::models::{Architecture, EvalStats, LocalPlan};
+use crate::models::{train_sgd, Architecture, EvalStats, LocalPlan};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +27,8 @@ pub enum AlgorithmSpec {
     Fedavg(FedAvgSpec),
     /// Every client trains alone on its own data; nothing is communicated.
     Local(LocalSpec),
+    /// FedEM (Marfoq et al. 2021): a mixture of M shared components, learned by federated EM.
+    Fedem(FedEmSpec),
 }
 
 impl AlgorithmSpec {
@@ -32,6 +36,15 @@ impl AlgorithmSpec {
         match self {
             AlgorithmSpec::Fedavg(_) => "fedavg",
             AlgorithmSpec::Local(_) => "local",
+            AlgorithmSpec::Fedem(_) => "fedem",
+        }
+    }
+
+    /// Checks the algorithm's own settings; errors are `(field path below algorithm, message)`.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        match self {
+            AlgorithmSpec::Fedem(s) => s.validate(),
+            AlgorithmSpec::Fedavg(_) | AlgorithmSpec::Local(_) => Ok(()),
         }
     }
 }
@@ -45,6 +58,8 @@ pub enum ModelKind {
     Local,
     /// A client-specific model derived from the global one.
     Personalized,
+    /// A client-specific mixture of global components.
+    Mixture,
 }
 
 impl ModelKind {
@@ -53,6 +68,7 @@ impl ModelKind {
             ModelKind::Global => "global",
             ModelKind::Local => "local",
             ModelKind::Personalized => "personalized",
+            ModelKind::Mixture => "mixture",
         }
     }
 }
@@ -107,6 +123,31 @@ impl LocalContext<'_> {
     pub fn train_view(&self) -> SplitView<'_> {
         self.data
             .view(self.client as usize, crate::data::Split::Train)
+    }
+
+    /// Local SGD on this client's training split with this round's settings, optionally with
+    /// per-row loss weights. The momentum buffer is then kept or cleared, as the scenario says.
+    pub fn train(
+        &self,
+        params: &mut [f32],
+        momentum: &mut Vec<f32>,
+        sample_weights: Option<&[f32]>,
+        rng: &mut ChaCha20Rng,
+    ) {
+        let (plan, view) = (&self.training.plan, self.train_view());
+        train_sgd(
+            self.arch,
+            params,
+            momentum,
+            view,
+            plan,
+            self.lr,
+            rng,
+            sample_weights,
+        );
+        if !self.training.keep_momentum {
+            momentum.clear();
+        }
     }
 }
 

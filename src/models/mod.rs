@@ -7,7 +7,10 @@
 
 mod sgd;
 
-pub use sgd::{evaluate, train_sgd, EvalStats, LocalPlan, LocalWork, TrainStats};
+pub use sgd::{
+    evaluate, evaluate_mixture, sample_losses, train_sgd, EvalStats, LocalPlan, LocalWork,
+    TrainStats,
+};
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -83,37 +86,123 @@ impl Architecture {
         flat
     }
 
-    /// Leaf tensors (requiring grad) holding a copy of `flat`.
-    fn tensors(&self, flat: &[f32]) -> Vec<Tensor> {
+    /// Linear models are trained with hand-written gradients on one flat tensor; deeper models
+    /// with autograd on one leaf tensor per weight and bias. Both hold `flat` in its order.
+    fn is_linear(&self) -> bool {
+        self.layers.len() == 1
+    }
+
+    /// The tensors training updates, holding a copy of `flat`.
+    fn params(&self, flat: &[f32]) -> Vec<Tensor> {
         assert_eq!(
             flat.len(),
             self.num_params(),
             "parameter vector of the wrong length"
         );
+        if self.is_linear() {
+            return vec![Tensor::from_slice(flat)];
+        }
         let mut out = Vec::with_capacity(2 * self.layers.len());
         let mut at = 0;
         for &(i, o) in &self.layers {
-            let w = Tensor::from_slice(&flat[at..at + i * o]).view([o as i64, i as i64]);
-            at += i * o;
-            let b = Tensor::from_slice(&flat[at..at + o]);
-            at += o;
-            out.push(w.set_requires_grad(true));
-            out.push(b.set_requires_grad(true));
+            for (len, shape) in [(i * o, vec![o as i64, i as i64]), (o, vec![o as i64])] {
+                out.push(
+                    Tensor::from_slice(&flat[at..at + len])
+                        .view(&shape[..])
+                        .set_requires_grad(true),
+                );
+                at += len;
+            }
         }
         out
     }
 
+    /// `(weight [out, in], bias [out])` of each layer, as views of `params`.
+    fn layer_views(&self, params: &[Tensor]) -> Vec<(Tensor, Tensor)> {
+        if self.is_linear() {
+            let (i, o) = (self.layers[0].0 as i64, self.layers[0].1 as i64);
+            let flat = &params[0];
+            return vec![(
+                flat.narrow(0, 0, i * o).view([o, i]),
+                flat.narrow(0, i * o, o),
+            )];
+        }
+        params
+            .chunks(2)
+            .map(|wb| (wb[0].shallow_clone(), wb[1].shallow_clone()))
+            .collect()
+    }
+
     /// Logits `[batch, outputs]`.
     fn forward(&self, params: &[Tensor], x: &Tensor) -> Tensor {
+        let layers = self.layer_views(params);
         let mut h = x.shallow_clone();
-        let last = self.layers.len() - 1;
-        for (l, wb) in params.chunks(2).enumerate() {
-            h = wb[1].addmm(&h, &wb[0].tr());
-            if l < last {
+        for (l, (w, b)) in layers.iter().enumerate() {
+            h = b.addmm(&h, &w.tr());
+            if l + 1 < layers.len() {
                 h = h.relu();
             }
         }
         h
+    }
+
+    /// Gradients of the minibatch loss Σᵢ wᵢ·ℓᵢ / B (wᵢ = 1 without weights), one per tensor of
+    /// `params`.
+    fn gradients(
+        &self,
+        params: &[Tensor],
+        x: &Tensor,
+        y: &Tensor,
+        w: Option<&Tensor>,
+    ) -> Vec<Tensor> {
+        if self.is_linear() {
+            vec![self.linear_gradient(params, x, y, w)]
+        } else {
+            self.autograd_gradients(params, x, y, w)
+        }
+    }
+
+    /// For logits z = xWᵀ + b, the logistic and the softmax cross-entropy losses both have
+    /// ∂L/∂z = (p − onehot(y)) / B, so ∂L/∂W = (∂L/∂z)ᵀ x and ∂L/∂b = Σ_rows ∂L/∂z.
+    fn linear_gradient(
+        &self,
+        params: &[Tensor],
+        x: &Tensor,
+        y: &Tensor,
+        w: Option<&Tensor>,
+    ) -> Tensor {
+        let z = self.forward(params, x);
+        let batch = x.size()[0] as f64;
+        let mut r = if self.is_binary() {
+            z.sigmoid() - y.unsqueeze(1)
+        } else {
+            z.softmax(1, Kind::Float) - y.one_hot(self.classes as i64).to_kind(Kind::Float)
+        };
+        if let Some(w) = w {
+            let _ = r.g_mul_(&w.unsqueeze(1));
+        }
+        let _ = r.g_mul_scalar_(1.0 / batch);
+        let gw = r.tr().mm(x);
+        let gb = r.sum_dim_intlist(0, false, Kind::Float);
+        Tensor::cat(&[gw.view(-1), gb], 0)
+    }
+
+    fn autograd_gradients(
+        &self,
+        params: &[Tensor],
+        x: &Tensor,
+        y: &Tensor,
+        w: Option<&Tensor>,
+    ) -> Vec<Tensor> {
+        let logits = self.forward(params, x);
+        let l = match w {
+            None => sgd::loss(self, &logits, y, tch::Reduction::Mean),
+            Some(w) => {
+                let per_row = sgd::loss(self, &logits, y, tch::Reduction::None);
+                (per_row * w).sum(Kind::Float) / x.size()[0] as f64
+            }
+        };
+        Tensor::run_backward(&[&l], params, false, false)
     }
 }
 
@@ -131,7 +220,7 @@ fn flatten_into(params: &[Tensor], flat: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
+    use rand::{Rng, SeedableRng};
 
     #[test]
     fn shapes_and_parameter_counts() {
@@ -161,11 +250,39 @@ mod tests {
 
     #[test]
     fn flat_round_trip() {
-        let arch = Architecture::new(&ModelSpec::Mlp { hidden: vec![4] }, 3, 3);
-        let flat: Vec<f32> = (0..arch.num_params()).map(|i| i as f32 * 0.5).collect();
-        let t = arch.tensors(&flat);
-        let mut back = vec![0.0; flat.len()];
-        flatten_into(&t, &mut back);
-        assert_eq!(flat, back);
+        for arch in [
+            Architecture::new(&ModelSpec::Mlp { hidden: vec![4] }, 3, 3),
+            Architecture::new(&ModelSpec::Linear, 3, 4),
+        ] {
+            let flat: Vec<f32> = (0..arch.num_params()).map(|i| i as f32 * 0.5).collect();
+            let t = arch.params(&flat);
+            let mut back = vec![0.0; flat.len()];
+            flatten_into(&t, &mut back);
+            assert_eq!(flat, back);
+        }
+    }
+
+    #[test]
+    fn linear_gradients_equal_autograd() {
+        // Binary (logistic) and 4-class (softmax) linear models, random data and sample weights.
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(9);
+        for classes in [2usize, 4] {
+            let arch = Architecture::new(&ModelSpec::Linear, 5, classes);
+            let flat: Vec<f32> = (0..arch.num_params())
+                .map(|_| rng.gen_range(-1.0..1.0))
+                .collect();
+            let xs: Vec<f32> = (0..7 * 5).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let ys: Vec<i64> = (0..7).map(|_| rng.gen_range(0..classes as i64)).collect();
+            let x = Tensor::from_slice(&xs).view([7, 5]);
+            let y = sgd::targets(&arch, &Tensor::from_slice(&ys));
+            let ws: Vec<f32> = (0..7).map(|_| rng.gen_range(0.0..1.0)).collect();
+            let w = Tensor::from_slice(&ws);
+            let manual = arch.linear_gradient(&arch.params(&flat), &x, &y, Some(&w));
+            // Autograd through the same views of a flat leaf tensor holding the same values.
+            let leaf = Tensor::from_slice(&flat).set_requires_grad(true);
+            let auto = arch.autograd_gradients(&[leaf], &x, &y, Some(&w)).remove(0);
+            let diff = (manual - auto).abs().max().double_value(&[]);
+            assert!(diff < 1e-6, "{classes} classes: max difference {diff}");
+        }
     }
 }

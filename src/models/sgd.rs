@@ -33,30 +33,35 @@ impl LocalPlan {
         }
     }
 
-    /// The batches (row indices) of one local run, in order.
-    fn batches(&self, n: usize, rng: &mut impl Rng) -> Vec<Vec<i64>> {
+    /// The shuffled passes over `n` rows of one local run: each pass is a permutation and the
+    /// `(start, len)` batches cut from it, in order.
+    fn passes(&self, n: usize, rng: &mut impl Rng) -> Vec<(Vec<i64>, Vec<(usize, usize)>)> {
         let mut out = Vec::new();
         if n == 0 {
             return out;
         }
         let mut perm: Vec<i64> = (0..n as i64).collect();
+        let cut = |from: usize, to: usize, b: usize| {
+            (from..to)
+                .step_by(b)
+                .map(|s| (s, b.min(to - s)))
+                .collect::<Vec<_>>()
+        };
         match self.work {
             LocalWork::Epochs(e) => {
                 for _ in 0..e {
                     perm.shuffle(rng);
-                    out.extend(perm.chunks(self.batch_size).map(<[i64]>::to_vec));
+                    out.push((perm.clone(), cut(0, n, self.batch_size)));
                 }
             }
             LocalWork::Steps(s) => {
-                let mut cursor = n;
-                for _ in 0..s {
-                    if cursor >= n {
-                        perm.shuffle(rng);
-                        cursor = 0;
-                    }
-                    let end = (cursor + self.batch_size).min(n);
-                    out.push(perm[cursor..end].to_vec());
-                    cursor = end;
+                let mut left = s as usize;
+                while left > 0 {
+                    perm.shuffle(rng);
+                    let mut batches = cut(0, n, self.batch_size);
+                    batches.truncate(left);
+                    left -= batches.len();
+                    out.push((perm.clone(), batches));
                 }
             }
         }
@@ -101,7 +106,7 @@ fn data_tensors(view: &SplitView<'_>) -> (Tensor, Tensor) {
 }
 
 /// Targets as the loss wants them: float for the logistic loss, integer classes otherwise.
-fn targets(arch: &Architecture, y: &Tensor) -> Tensor {
+pub(super) fn targets(arch: &Architecture, y: &Tensor) -> Tensor {
     if arch.is_binary() {
         y.to_kind(Kind::Float)
     } else {
@@ -110,7 +115,12 @@ fn targets(arch: &Architecture, y: &Tensor) -> Tensor {
 }
 
 /// `y` as made by [`targets`].
-fn loss(arch: &Architecture, logits: &Tensor, y: &Tensor, reduction: Reduction) -> Tensor {
+pub(super) fn loss(
+    arch: &Architecture,
+    logits: &Tensor,
+    y: &Tensor,
+    reduction: Reduction,
+) -> Tensor {
     if arch.is_binary() {
         logits
             .squeeze_dim(1)
@@ -131,6 +141,8 @@ fn correct(arch: &Architecture, logits: &Tensor, y: &Tensor) -> i64 {
 
 /// Runs local SGD on `params` in place. `momentum` holds the momentum buffer between calls
 /// (empty: none yet; it is filled when the plan uses momentum). Batches come from `rng`.
+/// With `sample_weights` (one per row), a batch's loss is Σᵢ wᵢ·ℓᵢ / batch size (FedEM's M-step).
+#[allow(clippy::too_many_arguments)]
 pub fn train_sgd(
     arch: &Architecture,
     params: &mut [f32],
@@ -139,57 +151,30 @@ pub fn train_sgd(
     plan: &LocalPlan,
     lr: f64,
     rng: &mut impl Rng,
+    sample_weights: Option<&[f32]>,
 ) -> TrainStats {
     let (x, y) = data_tensors(&data);
     let y = targets(arch, &y);
-    let ps = arch.tensors(params);
-    let use_momentum = plan.momentum != 0.0;
-    let mut bufs: Option<Vec<Tensor>> = if use_momentum && !momentum.is_empty() {
-        Some(
-            arch.tensors(momentum)
-                .into_iter()
-                .map(|t| t.detach())
-                .collect(),
-        )
-    } else {
-        None
-    };
+    let w = sample_weights.map(|w| {
+        assert_eq!(w.len(), data.len(), "one weight per row");
+        Tensor::from_slice(w)
+    });
+    let ps = arch.params(params);
+    let mut bufs: Option<Vec<Tensor>> = (plan.momentum != 0.0 && !momentum.is_empty())
+        .then(|| arch.params(momentum).iter().map(Tensor::detach).collect());
     let mut stats = TrainStats::default();
-    for batch in plan.batches(data.len(), rng) {
-        let idx = Tensor::from_slice(&batch);
-        let (xb, yb) = (x.index_select(0, &idx), y.index_select(0, &idx));
-        let l = loss(arch, &arch.forward(&ps, &xb), &yb, Reduction::Mean);
-        let grads = Tensor::run_backward(&[&l], &ps, false, false);
-        stats.steps += 1;
-        tch::no_grad(|| {
-            let mut directions = Vec::with_capacity(ps.len());
-            for (p, g) in ps.iter().zip(&grads) {
-                let mut d = g.shallow_clone();
-                if plan.weight_decay != 0.0 {
-                    d += p * plan.weight_decay;
-                }
-                directions.push(d);
-            }
-            if use_momentum {
-                match bufs.as_mut() {
-                    None => bufs = Some(directions.iter().map(|d| d.copy()).collect()),
-                    Some(bs) => {
-                        for (b, d) in bs.iter_mut().zip(&directions) {
-                            let _ = b.g_mul_scalar_(plan.momentum).g_add_(d);
-                        }
-                    }
-                }
-                directions = bufs
-                    .as_ref()
-                    .unwrap()
-                    .iter()
-                    .map(Tensor::shallow_clone)
-                    .collect();
-            }
-            for (p, d) in ps.iter().zip(&directions) {
-                let _ = p.shallow_clone().g_sub_(&(d * lr));
-            }
-        });
+    for (order, batches) in plan.passes(data.len(), rng) {
+        let perm = Tensor::from_slice(&order);
+        let (xp, yp) = (x.index_select(0, &perm), y.index_select(0, &perm));
+        let wp = w.as_ref().map(|w| w.index_select(0, &perm));
+        for (start, len) in batches {
+            let (s, l) = (start as i64, len as i64);
+            let (xb, yb) = (xp.narrow(0, s, l), yp.narrow(0, s, l));
+            let wb = wp.as_ref().map(|w| w.narrow(0, s, l));
+            let grads = arch.gradients(&ps, &xb, &yb, wb.as_ref());
+            sgd_update(&ps, grads, &mut bufs, plan, lr);
+            stats.steps += 1;
+        }
     }
     flatten_into(&ps, params);
     if let Some(bs) = bufs {
@@ -197,6 +182,121 @@ pub fn train_sgd(
         flatten_into(&bs, momentum);
     }
     stats
+}
+
+/// One PyTorch SGD step: d = g + wd·p; with momentum, buf = μ·buf + d (buf = d at first) and
+/// d = buf; then p −= lr·d.
+fn sgd_update(
+    ps: &[Tensor],
+    grads: Vec<Tensor>,
+    bufs: &mut Option<Vec<Tensor>>,
+    plan: &LocalPlan,
+    lr: f64,
+) {
+    tch::no_grad(|| {
+        let mut directions = grads;
+        if plan.weight_decay != 0.0 {
+            for (d, p) in directions.iter_mut().zip(ps) {
+                let _ = d.g_add_(&(p * plan.weight_decay));
+            }
+        }
+        if plan.momentum != 0.0 {
+            match bufs.as_mut() {
+                None => *bufs = Some(directions.iter().map(Tensor::copy).collect()),
+                Some(bs) => {
+                    for (b, d) in bs.iter_mut().zip(&directions) {
+                        let _ = b.g_mul_scalar_(plan.momentum).g_add_(d);
+                    }
+                }
+            }
+            directions = bufs
+                .as_ref()
+                .expect("set above")
+                .iter()
+                .map(Tensor::shallow_clone)
+                .collect();
+        }
+        for (p, d) in ps.iter().zip(&directions) {
+            let _ = p.shallow_clone().g_sub_(&(d * lr));
+        }
+    })
+}
+
+/// The loss of every row of a split under `params` (FedEM's E-step).
+pub fn sample_losses(arch: &Architecture, params: &[f32], data: SplitView<'_>) -> Vec<f32> {
+    if data.is_empty() {
+        return Vec::new();
+    }
+    let (x, y) = data_tensors(&data);
+    tch::no_grad(|| {
+        let ps: Vec<Tensor> = arch.params(params).iter().map(Tensor::detach).collect();
+        let l = loss(
+            arch,
+            &arch.forward(&ps, &x),
+            &targets(arch, &y),
+            Reduction::None,
+        );
+        let mut out = vec![0f32; data.len()];
+        l.to_kind(Kind::Float).copy_data(&mut out, data.len());
+        out
+    })
+}
+
+/// Loss and accuracy of the mixture Σₘ πₘ·p(y | x; θₘ) on a split: class probabilities (sigmoid
+/// for two classes, softmax otherwise) averaged with weights `pi`.
+pub fn evaluate_mixture(
+    arch: &Architecture,
+    components: &[&[f32]],
+    pi: &[f64],
+    data: SplitView<'_>,
+) -> EvalStats {
+    let n = data.len();
+    if n == 0 {
+        return EvalStats::default();
+    }
+    let (x, y) = data_tensors(&data);
+    tch::no_grad(|| {
+        let mut prob: Option<Tensor> = None;
+        for (theta, &weight) in components.iter().zip(pi) {
+            let ps: Vec<Tensor> = arch.params(theta).iter().map(Tensor::detach).collect();
+            let logits = arch.forward(&ps, &x);
+            let p = if arch.is_binary() {
+                logits.sigmoid()
+            } else {
+                logits.softmax(1, Kind::Float)
+            } * weight;
+            prob = Some(match prob {
+                None => p,
+                Some(acc) => acc + p,
+            });
+        }
+        let prob = prob
+            .expect("at least one component")
+            .clamp(1e-12, 1.0 - 1e-12);
+        let (loss_sum, hits) = if arch.is_binary() {
+            let p1 = prob.squeeze_dim(1);
+            let nll =
+                p1.binary_cross_entropy::<Tensor>(&y.to_kind(Kind::Float), None, Reduction::Sum);
+            let hits = p1
+                .gt(0.5)
+                .to_kind(Kind::Int64)
+                .eq_tensor(&y)
+                .sum(Kind::Int64);
+            (nll.double_value(&[]), hits.int64_value(&[]))
+        } else {
+            let nll = -prob
+                .log()
+                .gather(1, &y.unsqueeze(1), false)
+                .sum(Kind::Double);
+            let hits = prob.argmax(1, false).eq_tensor(&y).sum(Kind::Int64);
+            (nll.double_value(&[]), hits.int64_value(&[]))
+        };
+        EvalStats {
+            n,
+            loss: loss_sum / n as f64,
+            accuracy: hits as f64 / n as f64,
+        }
+    })
 }
 
 /// Mean loss and accuracy of `params` on a split.
@@ -207,7 +307,7 @@ pub fn evaluate(arch: &Architecture, params: &[f32], data: SplitView<'_>) -> Eva
     }
     let (x, y) = data_tensors(&data);
     tch::no_grad(|| {
-        let ps: Vec<Tensor> = arch.tensors(params).iter().map(Tensor::detach).collect();
+        let ps: Vec<Tensor> = arch.params(params).iter().map(Tensor::detach).collect();
         let logits = arch.forward(&ps, &x);
         let loss_sum = loss(arch, &logits, &targets(arch, &y), Reduction::Sum).double_value(&[]);
         let hits = correct(arch, &logits, &y);
@@ -223,7 +323,7 @@ pub fn evaluate(arch: &Architecture, params: &[f32], data: SplitView<'_>) -> Eva
 mod tests {
     use super::*;
     use crate::models::ModelSpec;
-    use rand::SeedableRng;
+    use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
 
     fn plan(work: LocalWork, momentum: f64, wd: f64) -> LocalPlan {
@@ -256,6 +356,7 @@ mod tests {
             &plan(LocalWork::Steps(1), 0.0, 0.0),
             0.1,
             &mut rng,
+            None,
         );
         let expect = [0.05f32, 0.1, 0.05];
         for (a, b) in p.iter().zip(expect) {
@@ -278,7 +379,7 @@ mod tests {
         let mut mom = Vec::new();
         let mut rng = ChaCha20Rng::seed_from_u64(0);
         let pl = plan(LocalWork::Steps(2), 0.9, 0.5);
-        train_sgd(&arch, &mut p, &mut mom, view, &pl, 0.1, &mut rng);
+        train_sgd(&arch, &mut p, &mut mom, view, &pl, 0.1, &mut rng, None);
         // By hand: step 1 at (w, b) = (1, 0): s = σ(1) = 0.731059, g = (s, s) + 0.5·(w, b).
         let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
         let (mut w, mut b) = (1.0f64, 0.0f64);
@@ -306,15 +407,65 @@ mod tests {
             momentum: 0.0,
             weight_decay: 0.0,
         };
-        let batches = pl.batches(7, &mut ChaCha20Rng::seed_from_u64(5));
-        assert_eq!(
-            batches.iter().map(Vec::len).collect::<Vec<_>>(),
-            [3, 3, 1, 3, 3, 1]
-        );
-        let mut first: Vec<i64> = batches[..3].concat();
-        first.sort();
-        assert_eq!(first, (0..7).collect::<Vec<_>>());
+        let passes = pl.passes(7, &mut ChaCha20Rng::seed_from_u64(5));
+        assert_eq!(passes.len(), 2);
+        for (order, batches) in &passes {
+            let mut sorted = order.clone();
+            sorted.sort();
+            assert_eq!(sorted, (0..7).collect::<Vec<_>>());
+            assert_eq!(batches, &[(0, 3), (3, 3), (6, 1)]);
+        }
+        assert_ne!(passes[0].0, passes[1].0, "each epoch reshuffles");
         assert_eq!(pl.samples_processed(7), 14);
+    }
+
+    #[test]
+    fn steps_continue_across_passes() {
+        let pl = LocalPlan {
+            work: LocalWork::Steps(4),
+            batch_size: 3,
+            momentum: 0.0,
+            weight_decay: 0.0,
+        };
+        let passes = pl.passes(7, &mut ChaCha20Rng::seed_from_u64(5));
+        let batches: Vec<_> = passes.iter().flat_map(|(_, b)| b.clone()).collect();
+        assert_eq!(batches, [(0, 3), (3, 3), (6, 1), (0, 3)]);
+        assert_eq!(pl.samples_processed(7), 12);
+    }
+
+    #[test]
+    fn mlp_training_lowers_the_loss() {
+        // Autograd path: a small MLP on a problem no linear model separates.
+        let arch = Architecture::new(&ModelSpec::Mlp { hidden: vec![16] }, 2, 2);
+        let mut rng = ChaCha20Rng::seed_from_u64(1);
+        let xs: Vec<f32> = (0..200 * 2).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let ys: Vec<i64> = xs.chunks(2).map(|p| (p[0] * p[1] > 0.0) as i64).collect();
+        let view = SplitView {
+            features: &xs,
+            labels: &ys,
+            dim: 2,
+        };
+        let mut p = arch.init(&mut rng);
+        let before = evaluate(&arch, &p, view).loss;
+        let pl = LocalPlan {
+            work: LocalWork::Epochs(100),
+            batch_size: 16,
+            momentum: 0.9,
+            weight_decay: 0.0,
+        };
+        train_sgd(
+            &arch,
+            &mut p,
+            &mut Vec::new(),
+            view,
+            &pl,
+            0.1,
+            &mut rng,
+            None,
+        );
+        let after = evaluate(&arch, &p, view);
+        assert!(after.loss < 0.5 * before, "loss {before} -> {}", after.loss);
+        assert!(after.accuracy > 0.85, "accuracy {}", after.accuracy);
     }
 
     #[test]

@@ -223,6 +223,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
     raw.split.validate().map_err(|e| nest("split", e))?;
     raw.model.validate().map_err(|e| nest("model", e))?;
     raw.system.validate().map_err(|e| nest("system", e))?;
+    raw.algorithm.validate().map_err(|e| nest("algorithm", e))?;
     let training = validate_training(&raw.training).map_err(|e| nest("training", e))?;
     let sampling = match (raw.sampling.fraction, raw.sampling.count) {
         (Some(_), Some(_)) => {

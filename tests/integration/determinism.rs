@@ -50,6 +50,11 @@ fn local_is_deterministic_across_threads_and_reruns() {
 }
 
 #[test]
+fn fedem_is_deterministic_across_threads_and_reruns() {
+    check_algorithm("fedem");
+}
+
+#[test]
 fn results_have_the_documented_shape() {
     let tmp = tempfile::tempdir().unwrap();
     run(SMALL, &[], 2, tmp.path());

@@ -8,8 +8,12 @@ use fedsim::scenario::Scenario;
 use std::path::Path;
 
 fn run_paper(file: &str) -> Summary {
+    run_paper_with(file, &[])
+}
+
+fn run_paper_with(file: &str, overrides: &[String]) -> Summary {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let s = Scenario::load(&root.join(file), &[]).unwrap();
+    let s = Scenario::load(&root.join(file), overrides).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let opts = RunOptions {
         out_dir: tmp.path().to_path_buf(),
@@ -18,7 +22,7 @@ fn run_paper(file: &str) -> Summary {
     };
     let r = run_scenario(&s, &opts).unwrap();
     eprintln!(
-        "{file}: mean {:.2} bottom decile {:.2} p10 {:.2} ({:.1} s wall)",
+        "{file} {overrides:?}: mean {:.2} bottom decile {:.2} p10 {:.2} ({:.1} s wall)",
         100.0 * r.summary.test.weighted_mean,
         100.0 * r.summary.test.bottom_decile,
         100.0 * r.summary.test.p10,
@@ -55,4 +59,37 @@ fn local_matches_the_authors_code() {
         (p10 - 57.3).abs() <= 1.5,
         "Local p10 {p10:.2}, authors' code 57.3"
     );
+}
+
+/// FedEM's outcome depends on where EM starts: on the same data, seeds 1, 2, 3 reach
+/// 82.0 / 80.9 / 74.6 mean accuracy. The authors' single run is one draw from that spread, so
+/// the comparison is with the mean over seeds 1 to 3.
+#[test]
+fn fedem_matches_the_authors_code_over_three_seeds() {
+    let runs: Vec<Summary> = (1..=3)
+        .map(|seed| {
+            run_paper_with(
+                "scenarios/paper/fedem_synthetic_fedem.yaml",
+                &[format!("seed={seed}")],
+            )
+        })
+        .collect();
+    let mean =
+        |f: &dyn Fn(&Summary) -> f64| 100.0 * runs.iter().map(f).sum::<f64>() / runs.len() as f64;
+    let (acc, p10) = (mean(&|s| s.test.weighted_mean), mean(&|s| s.test.p10));
+    assert!(
+        (acc - 78.6).abs() <= 1.5,
+        "FedEM mean over seeds {acc:.2}, authors' code 78.6"
+    );
+    assert!(
+        (p10 - 73.6).abs() <= 1.5,
+        "FedEM p10 over seeds {p10:.2}, authors' code 73.6"
+    );
+    // FedEM's personalisation pays on this benchmark: every seed beats FedAvg's 71.7 / 69.2.
+    for s in &runs {
+        assert!(
+            100.0 * s.test.weighted_mean > 71.7 && 100.0 * s.test.p10 > 69.2,
+            "{s:?}"
+        );
+    }
 }

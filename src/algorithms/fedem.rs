@@ -1,0 +1,275 @@
+//! FedEM (Marfoq et al. 2021, Alg. 2): every client's distribution is a mixture of M shared
+//! components. Each round a client runs an E-step on its training data with the current global
+//! components (q(i, m) ∝ π_m · exp(−ℓ_m(i)), computed in log space), sets π to the mean of q,
+//! then runs a local M-step: one pass of local SGD per component, each sample's loss weighted by
+//! q(i, m). The server averages each component with weights p_t = n_t / n. A client predicts with
+//! Σ_m π_m · p(y | x; θ_m).
+
+use super::{weighted_average, Algorithm, LocalContext, ModelKind};
+use crate::data::SplitView;
+use crate::models::{evaluate_mixture, sample_losses, Architecture, EvalStats};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+
+/// What the server does with the clients it did not sample this round.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unsampled {
+    /// They count with their weight p_t and the previous global components (the FedEM
+    /// authors' aggregator).
+    #[default]
+    KeepGlobal,
+    /// Weights are renormalised over the sampled clients.
+    Renormalize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FedEmSpec {
+    /// M, the number of mixture components.
+    #[serde(default = "default_components")]
+    pub components: usize,
+    #[serde(default)]
+    pub unsampled: Unsampled,
+}
+
+fn default_components() -> usize {
+    3
+}
+
+impl Default for FedEmSpec {
+    fn default() -> Self {
+        FedEmSpec {
+            components: default_components(),
+            unsampled: Unsampled::default(),
+        }
+    }
+}
+
+impl FedEmSpec {
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if self.components == 0 {
+            return Err(("components".into(), "must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Mixture weights never go below this, so that log π stays finite and a component a client
+/// has abandoned can still win it back.
+pub const MIN_MIXTURE_WEIGHT: f64 = 1e-8;
+
+#[derive(Clone, Debug)]
+pub struct FedEm {
+    spec: FedEmSpec,
+    /// n, the training samples of all clients (for p_t = n_t / n).
+    total_train: f64,
+}
+
+impl FedEm {
+    pub fn new(spec: FedEmSpec, total_train: usize) -> Self {
+        FedEm {
+            spec,
+            total_train: total_train as f64,
+        }
+    }
+}
+
+/// A client's mixture weights and one momentum buffer per component.
+#[derive(Clone, Debug)]
+pub struct FedEmClient {
+    pub pi: Vec<f64>,
+    pub momentum: Vec<Vec<f32>>,
+}
+
+/// The client's M components after its local M-step, with its weight n_t.
+pub struct FedEmUpdate {
+    pub components: Vec<Vec<f32>>,
+    pub weight: f64,
+}
+
+/// The E-step: responsibilities q(i, m) = softmax_m(log π_m − ℓ_m(i)) for `losses[m][i]`, and
+/// the new mixture weights π_m = mean_i q(i, m) (kept at least [`MIN_MIXTURE_WEIGHT`] and
+/// renormalised). Returns q by component: `q[m][i]`.
+pub fn e_step(pi: &[f64], losses: &[Vec<f32>]) -> (Vec<Vec<f32>>, Vec<f64>) {
+    let m = pi.len();
+    let n = losses.first().map_or(0, Vec::len);
+    let log_pi: Vec<f64> = pi.iter().map(|p| p.ln()).collect();
+    let mut q = vec![vec![0f32; n]; m];
+    let mut new_pi = vec![0f64; m];
+    let mut row = vec![0f64; m];
+    for i in 0..n {
+        for c in 0..m {
+            row[c] = log_pi[c] - losses[c][i] as f64;
+        }
+        let top = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = row.iter().map(|v| (v - top).exp()).sum();
+        for c in 0..m {
+            let qic = (row[c] - top).exp() / z;
+            q[c][i] = qic as f32;
+            new_pi[c] += qic;
+        }
+    }
+    if n == 0 {
+        return (q, pi.to_vec());
+    }
+    for p in &mut new_pi {
+        *p = (*p / n as f64).max(MIN_MIXTURE_WEIGHT);
+    }
+    let total: f64 = new_pi.iter().sum();
+    new_pi.iter_mut().for_each(|p| *p /= total);
+    (q, new_pi)
+}
+
+impl Algorithm for FedEm {
+    type Global = Vec<Vec<f32>>;
+    type ClientState = FedEmClient;
+    type Update = FedEmUpdate;
+
+    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Vec<Vec<f32>> {
+        (0..self.spec.components).map(|_| arch.init(rng)).collect()
+    }
+
+    fn init_client(&self, _: &Vec<Vec<f32>>, _: u32) -> FedEmClient {
+        let m = self.spec.components;
+        FedEmClient {
+            pi: vec![1.0 / m as f64; m],
+            momentum: vec![Vec::new(); m],
+        }
+    }
+
+    fn broadcast_len(&self, global: &Vec<Vec<f32>>) -> usize {
+        global.iter().map(Vec::len).sum()
+    }
+
+    fn update_len(&self, update: &FedEmUpdate) -> usize {
+        update.components.iter().map(Vec::len).sum()
+    }
+
+    fn local_update(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &Vec<Vec<f32>>,
+        state: &mut FedEmClient,
+        rng: &mut ChaCha20Rng,
+    ) -> FedEmUpdate {
+        let view = ctx.train_view();
+        let losses: Vec<Vec<f32>> = global
+            .iter()
+            .map(|theta| sample_losses(ctx.arch, theta, view))
+            .collect();
+        let (q, pi) = e_step(&state.pi, &losses);
+        state.pi = pi;
+        let components = global
+            .iter()
+            .zip(&q)
+            .zip(&mut state.momentum)
+            .map(|((theta, q_m), momentum)| {
+                let mut params = theta.clone();
+                ctx.train(&mut params, momentum, Some(q_m), rng);
+                params
+            })
+            .collect();
+        FedEmUpdate {
+            components,
+            weight: view.len() as f64,
+        }
+    }
+
+    fn aggregate(&self, global: &Vec<Vec<f32>>, updates: &[(u32, FedEmUpdate)]) -> Vec<Vec<f32>> {
+        let sampled: f64 = updates.iter().map(|(_, u)| u.weight).sum();
+        let rest = match self.spec.unsampled {
+            Unsampled::KeepGlobal => (self.total_train - sampled).max(0.0),
+            Unsampled::Renormalize => 0.0,
+        };
+        (0..global.len())
+            .map(|m| {
+                let sampled = updates
+                    .iter()
+                    .map(|(_, u)| (u.weight, &u.components[m][..]));
+                let kept = (rest > 0.0).then_some((rest, &global[m][..]));
+                weighted_average(sampled.chain(kept))
+            })
+            .collect()
+    }
+
+    fn evaluated_model(&self) -> ModelKind {
+        ModelKind::Mixture
+    }
+
+    fn evaluate(
+        &self,
+        arch: &Architecture,
+        global: &Vec<Vec<f32>>,
+        state: &FedEmClient,
+        view: SplitView<'_>,
+    ) -> EvalStats {
+        let components: Vec<&[f32]> = global.iter().map(Vec::as_slice).collect();
+        evaluate_mixture(arch, &components, &state.pi, view)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e_step_by_hand() {
+        // Two components, π = (0.5, 0.5); sample 0 has losses (0, ln 3): q = (3/4, 1/4);
+        // sample 1 has losses (ln 2, 0): q = (1/3, 2/3). New π = mean = (13/24, 11/24).
+        let losses = vec![vec![0.0, 2f32.ln()], vec![3f32.ln(), 0.0]];
+        let (q, pi) = e_step(&[0.5, 0.5], &losses);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        assert!(
+            close(q[0][0] as f64, 0.75) && close(q[1][0] as f64, 0.25),
+            "{q:?}"
+        );
+        assert!(
+            close(q[0][1] as f64, 1.0 / 3.0) && close(q[1][1] as f64, 2.0 / 3.0),
+            "{q:?}"
+        );
+        assert!(
+            close(pi[0], 13.0 / 24.0) && close(pi[1], 11.0 / 24.0),
+            "{pi:?}"
+        );
+        // The prior counts: with π = (0.9, 0.1) and equal losses, q = π.
+        let (q, _) = e_step(&[0.9, 0.1], &[vec![1.0], vec![1.0]]);
+        assert!(close(q[0][0] as f64, 0.9));
+    }
+
+    #[test]
+    fn e_step_survives_huge_losses_and_keeps_weights_positive() {
+        let (q, pi) = e_step(&[0.5, 0.5], &[vec![1e4, 1e4], vec![0.0, 0.0]]);
+        assert_eq!(q[1], vec![1.0, 1.0]);
+        assert!(pi[0] >= MIN_MIXTURE_WEIGHT * 0.99 && pi[0] < 1e-7, "{pi:?}");
+        assert!(((pi[0] + pi[1]) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn aggregation_keeps_or_renormalises_the_unsampled() {
+        // n = 10; client 0 (n_t = 2) sampled with component values 1; global components 0.
+        let update = FedEmUpdate {
+            components: vec![vec![1.0], vec![3.0]],
+            weight: 2.0,
+        };
+        let global = vec![vec![0.0], vec![0.0]];
+        let keep = FedEm::new(FedEmSpec::default(), 10);
+        let agg = keep.aggregate(&global, &[(0, update)]);
+        assert_eq!(agg, vec![vec![0.2], vec![0.6]]);
+        let update = FedEmUpdate {
+            components: vec![vec![1.0], vec![3.0]],
+            weight: 2.0,
+        };
+        let renorm = FedEm::new(
+            FedEmSpec {
+                unsampled: Unsampled::Renormalize,
+                ..Default::default()
+            },
+            10,
+        );
+        assert_eq!(
+            renorm.aggregate(&global, &[(0, update)]),
+            vec![vec![1.0], vec![3.0]]
+        );
+    }
+}
