@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.13.0
-say() { [ "${FEDSIM_SETUP_QUIET:-0}" = 1 ] || echo "setup: $*" >&2; }
+say() { echo "setup: $*" >&2; }
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo is not installed; install a Rust toolchain (https://rustup.rs) first" >&2
@@ -53,9 +53,8 @@ fi
 
 features=()
 [ "$flavour" = cuda ] && features=(--features cuda)
-say "building (cargo build --release)"
-if [ "${FEDSIM_SETUP_QUIET:-0}" = 1 ]; then
-  cargo build --release --locked "${features[@]}" --quiet
-else
-  cargo build --release --locked "${features[@]}"
-fi
+# --all-targets: tests and benches in the same build. Their dev-dependencies change the features
+# of shared crates (polars among them), so building the binary alone and then the tests would
+# compile those crates twice.
+say "building (cargo build --release --all-targets)"
+cargo build --release --locked --all-targets "${features[@]}"

@@ -34,6 +34,8 @@ impl NumpyRandomState {
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn generate(&mut self) {
         const UPPER: u32 = 0x8000_0000;
         const LOWER: u32 = 0x7fff_ffff;
@@ -52,6 +54,7 @@ impl NumpyRandomState {
         self.pos = 0;
     }
 
+    #[inline(always)]
     pub fn next_u32(&mut self) -> u32 {
         if self.pos == N {
             self.generate();
@@ -65,6 +68,7 @@ impl NumpyRandomState {
     }
 
     /// A double in [0, 1) from 53 random bits.
+    #[inline(always)]
     pub fn next_double(&mut self) -> f64 {
         let a = (self.next_u32() >> 5) as f64;
         let b = (self.next_u32() >> 6) as f64;

@@ -117,28 +117,28 @@ impl Architecture {
         out
     }
 
-    /// `(weight [out, in], bias [out])` of each layer, as views of `params`.
-    fn layer_views(&self, params: &[Tensor]) -> Vec<(Tensor, Tensor)> {
+    /// `(weightᵀ [in, out], bias [out])` of each layer, as views of `params`: updates to
+    /// `params` show through, so training computes them once per job.
+    fn layers(&self, params: &[Tensor]) -> Vec<(Tensor, Tensor)> {
         if self.is_linear() {
             let (i, o) = (self.layers[0].0 as i64, self.layers[0].1 as i64);
             let flat = &params[0];
             return vec![(
-                flat.narrow(0, 0, i * o).view([o, i]),
+                flat.narrow(0, 0, i * o).view([o, i]).tr(),
                 flat.narrow(0, i * o, o),
             )];
         }
         params
             .chunks(2)
-            .map(|wb| (wb[0].shallow_clone(), wb[1].shallow_clone()))
+            .map(|wb| (wb[0].tr(), wb[1].shallow_clone()))
             .collect()
     }
 
     /// Logits `[batch, outputs]`.
-    fn forward(&self, params: &[Tensor], x: &Tensor) -> Tensor {
-        let layers = self.layer_views(params);
+    fn forward(&self, layers: &[(Tensor, Tensor)], x: &Tensor) -> Tensor {
         let mut h = x.shallow_clone();
-        for (l, (w, b)) in layers.iter().enumerate() {
-            h = b.addmm(&h, &w.tr());
+        for (l, (wt, b)) in layers.iter().enumerate() {
+            h = b.addmm(&h, wt);
             if l + 1 < layers.len() {
                 h = h.relu();
             }
@@ -147,16 +147,18 @@ impl Architecture {
     }
 
     /// Gradients of the minibatch loss Σᵢ wᵢ·ℓᵢ / B (wᵢ = 1 without weights), one per tensor of
-    /// `params`.
+    /// `params`. `layers` are [`Architecture::layers`] of `params`; `y` as [`sgd::targets`]
+    /// makes it; `w` is `[B, 1]`.
     fn gradients(
         &self,
         params: &[Tensor],
+        layers: &[(Tensor, Tensor)],
         x: &Tensor,
         y: &Tensor,
         w: Option<&Tensor>,
     ) -> Vec<Tensor> {
         if self.is_linear() {
-            vec![self.linear_gradient(params, x, y, w)]
+            vec![self.linear_gradient(layers, x, y, w)]
         } else {
             self.autograd_gradients(params, x, y, w)
         }
@@ -166,20 +168,20 @@ impl Architecture {
     /// ∂L/∂z = (p − onehot(y)) / B, so ∂L/∂W = (∂L/∂z)ᵀ x and ∂L/∂b = Σ_rows ∂L/∂z.
     fn linear_gradient(
         &self,
-        params: &[Tensor],
+        layers: &[(Tensor, Tensor)],
         x: &Tensor,
         y: &Tensor,
         w: Option<&Tensor>,
     ) -> Tensor {
-        let z = self.forward(params, x);
+        let z = self.forward(layers, x);
         let batch = x.size()[0] as f64;
         let mut r = if self.is_binary() {
-            z.sigmoid() - y.unsqueeze(1)
+            z.sigmoid() - y
         } else {
             z.softmax(1, Kind::Float) - y.one_hot(self.classes as i64).to_kind(Kind::Float)
         };
         if let Some(w) = w {
-            let _ = r.g_mul_(&w.unsqueeze(1));
+            let _ = r.g_mul_(w);
         }
         let _ = r.g_mul_scalar_(1.0 / batch);
         let gw = r.tr().mm(x);
@@ -194,12 +196,12 @@ impl Architecture {
         y: &Tensor,
         w: Option<&Tensor>,
     ) -> Vec<Tensor> {
-        let logits = self.forward(params, x);
+        let logits = self.forward(&self.layers(params), x);
         let l = match w {
             None => sgd::loss(self, &logits, y, tch::Reduction::Mean),
             Some(w) => {
                 let per_row = sgd::loss(self, &logits, y, tch::Reduction::None);
-                (per_row * w).sum(Kind::Float) / x.size()[0] as f64
+                (per_row.view([-1]) * w.view([-1])).sum(Kind::Float) / x.size()[0] as f64
             }
         };
         Tensor::run_backward(&[&l], params, false, false)
@@ -276,8 +278,8 @@ mod tests {
             let x = Tensor::from_slice(&xs).view([7, 5]);
             let y = sgd::targets(&arch, &Tensor::from_slice(&ys));
             let ws: Vec<f32> = (0..7).map(|_| rng.gen_range(0.0..1.0)).collect();
-            let w = Tensor::from_slice(&ws);
-            let manual = arch.linear_gradient(&arch.params(&flat), &x, &y, Some(&w));
+            let w = Tensor::from_slice(&ws).unsqueeze(1);
+            let manual = arch.linear_gradient(&arch.layers(&arch.params(&flat)), &x, &y, Some(&w));
             // Autograd through the same views of a flat leaf tensor holding the same values.
             let leaf = Tensor::from_slice(&flat).set_requires_grad(true);
             let auto = arch.autograd_gradients(&[leaf], &x, &y, Some(&w)).remove(0);

@@ -105,10 +105,11 @@ fn data_tensors(view: &SplitView<'_>) -> (Tensor, Tensor) {
     }
 }
 
-/// Targets as the loss wants them: float for the logistic loss, integer classes otherwise.
+/// Targets as the loss wants them: `[n, 1]` floats for the logistic loss, integer classes
+/// `[n]` otherwise.
 pub(super) fn targets(arch: &Architecture, y: &Tensor) -> Tensor {
     if arch.is_binary() {
-        y.to_kind(Kind::Float)
+        y.to_kind(Kind::Float).unsqueeze(1)
     } else {
         y.shallow_clone()
     }
@@ -122,9 +123,7 @@ pub(super) fn loss(
     reduction: Reduction,
 ) -> Tensor {
     if arch.is_binary() {
-        logits
-            .squeeze_dim(1)
-            .binary_cross_entropy_with_logits::<Tensor>(y, None, None, reduction)
+        logits.binary_cross_entropy_with_logits::<Tensor>(y, None, None, reduction)
     } else {
         logits.cross_entropy_loss::<Tensor>(y, None, reduction, -100, 0.0)
     }
@@ -157,9 +156,10 @@ pub fn train_sgd(
     let y = targets(arch, &y);
     let w = sample_weights.map(|w| {
         assert_eq!(w.len(), data.len(), "one weight per row");
-        Tensor::from_slice(w)
+        Tensor::from_slice(w).unsqueeze(1)
     });
     let ps = arch.params(params);
+    let layers = arch.layers(&ps);
     let mut bufs: Option<Vec<Tensor>> = (plan.momentum != 0.0 && !momentum.is_empty())
         .then(|| arch.params(momentum).iter().map(Tensor::detach).collect());
     let mut stats = TrainStats::default();
@@ -171,7 +171,7 @@ pub fn train_sgd(
             let (s, l) = (start as i64, len as i64);
             let (xb, yb) = (xp.narrow(0, s, l), yp.narrow(0, s, l));
             let wb = wp.as_ref().map(|w| w.narrow(0, s, l));
-            let grads = arch.gradients(&ps, &xb, &yb, wb.as_ref());
+            let grads = arch.gradients(&ps, &layers, &xb, &yb, wb.as_ref());
             sgd_update(&ps, grads, &mut bufs, plan, lr);
             stats.steps += 1;
         }
@@ -232,7 +232,7 @@ pub fn sample_losses(arch: &Architecture, params: &[f32], data: SplitView<'_>) -
         let ps: Vec<Tensor> = arch.params(params).iter().map(Tensor::detach).collect();
         let l = loss(
             arch,
-            &arch.forward(&ps, &x),
+            &arch.forward(&arch.layers(&ps), &x),
             &targets(arch, &y),
             Reduction::None,
         );
@@ -259,7 +259,7 @@ pub fn evaluate_mixture(
         let mut prob: Option<Tensor> = None;
         for (theta, &weight) in components.iter().zip(pi) {
             let ps: Vec<Tensor> = arch.params(theta).iter().map(Tensor::detach).collect();
-            let logits = arch.forward(&ps, &x);
+            let logits = arch.forward(&arch.layers(&ps), &x);
             let p = if arch.is_binary() {
                 logits.sigmoid()
             } else {
@@ -308,7 +308,7 @@ pub fn evaluate(arch: &Architecture, params: &[f32], data: SplitView<'_>) -> Eva
     let (x, y) = data_tensors(&data);
     tch::no_grad(|| {
         let ps: Vec<Tensor> = arch.params(params).iter().map(Tensor::detach).collect();
-        let logits = arch.forward(&ps, &x);
+        let logits = arch.forward(&arch.layers(&ps), &x);
         let loss_sum = loss(arch, &logits, &targets(arch, &y), Reduction::Sum).double_value(&[]);
         let hits = correct(arch, &logits, &y);
         EvalStats {
