@@ -35,7 +35,7 @@ impl LocalPlan {
 
     /// The shuffled passes over `n` rows of one local run: each pass is a permutation and the
     /// `(start, len)` batches cut from it, in order.
-    fn passes(&self, n: usize, rng: &mut impl Rng) -> Vec<(Vec<i64>, Vec<(usize, usize)>)> {
+    fn passes(&self, n: usize, rng: &mut impl Rng) -> Vec<Pass> {
         let mut out = Vec::new();
         if n == 0 {
             return out;
@@ -68,6 +68,10 @@ impl LocalPlan {
         out
     }
 }
+
+/// One shuffled pass over a client's rows: the permutation, and the `(start, len)` batches cut
+/// from it.
+type Pass = (Vec<i64>, Vec<(usize, usize)>);
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TrainStats {
