@@ -15,7 +15,7 @@
 //! exactly (their files used seed 12345), so that fedsim and their code can be compared on the
 //! same data.
 
-use super::{ClientShard, FederatedData, MixtureTruth, NumpyRandomState, SplitSpec};
+use super::{FederatedData, MixtureTruth, NumpyRandomState, SplitSpec};
 use crate::sim::{Entity, SeedTree};
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
@@ -227,14 +227,7 @@ impl FedemSyntheticSpec {
                     &mut labels,
                 );
             }
-            let s = split.sizes(n);
-            let train = start..start + s.train;
-            let val = train.end..train.end + s.val;
-            let test = match split {
-                SplitSpec::Fractions { .. } => val.end..val.end + s.test,
-                SplitSpec::ExtraTest { .. } => start + n..start + n + s.test,
-            };
-            clients.push(ClientShard { train, val, test });
+            clients.push(split.shard(start, n));
         }
         FederatedData {
             dim: d,
@@ -246,6 +239,13 @@ impl FedemSyntheticSpec {
                 components,
                 weights,
             }),
+        }
+    }
+
+    fn label(&self, logit: f64, rng: &mut ChaCha20Rng) -> i64 {
+        match self.labels {
+            LabelRule::RoundedSigmoid => (logit > 0.0) as i64,
+            LabelRule::Bernoulli => rng.gen_bool(sigmoid(logit)) as i64,
         }
     }
 
@@ -273,10 +273,7 @@ impl FedemSyntheticSpec {
                 .map(|(&xi, &ti)| xi as f64 * ti)
                 .sum::<f64>()
                 + noise.sample(rng);
-            let y = match self.labels {
-                LabelRule::RoundedSigmoid => (logit > 0.0) as i64,
-                LabelRule::Bernoulli => rng.gen_bool(sigmoid(logit)) as i64,
-            };
+            let y = self.label(logit, rng);
             latent.push(z);
             labels.push(y);
         }
@@ -298,10 +295,7 @@ impl FedemSyntheticSpec {
                         .map(|(&xi, &ti)| xi as f64 * ti)
                         .sum::<f64>()
                         + noise.sample(rng);
-                    *y = match self.labels {
-                        LabelRule::RoundedSigmoid => (logit > 0.0) as i64,
-                        LabelRule::Bernoulli => rng.gen_bool(sigmoid(logit)) as i64,
-                    };
+                    *y = self.label(logit, rng);
                 }
             }
         }
@@ -364,14 +358,7 @@ impl FedemSyntheticSpec {
                     labels.push(y[i]);
                 }
             }
-            let s = split.sizes(n);
-            let train = start..start + s.train;
-            let val = train.end..train.end + s.val;
-            let test = match split {
-                SplitSpec::Fractions { .. } => val.end..val.end + s.test,
-                SplitSpec::ExtraTest { .. } => start + n..start + n + s.test,
-            };
-            clients.push(ClientShard { train, val, test });
+            clients.push(split.shard(start, n));
         }
         FederatedData {
             dim: d,

@@ -1,5 +1,6 @@
 //! How each client's samples are divided into train / validation / test.
 
+use super::ClientShard;
 use serde::{Deserialize, Serialize};
 
 /// Per-client split.
@@ -105,6 +106,19 @@ impl SplitSpec {
         }
     }
 
+    /// The ranges of a client whose rows start at `start`: its `n` own samples (train, then
+    /// val, then test), followed by the extra test samples if any.
+    pub fn shard(&self, start: usize, n: usize) -> ClientShard {
+        let s = self.sizes(n);
+        let train = start..start + s.train;
+        let val = train.end..train.end + s.val;
+        let test = match self {
+            SplitSpec::Fractions { .. } => val.end..val.end + s.test,
+            SplitSpec::ExtraTest { .. } => start + n..start + n + s.test,
+        };
+        ClientShard { train, val, test }
+    }
+
     /// How `n` own samples (plus the extra ones) are divided. Train keeps at least one row.
     pub fn sizes(&self, n: usize) -> SplitSizes {
         let round = |f: f64| ((n as f64) * f).round() as usize;
@@ -178,6 +192,18 @@ mod tests {
             }
         );
         assert_eq!(s.extra_samples(), 1000);
+    }
+
+    #[test]
+    fn shards_lay_out_own_then_extra_rows() {
+        let s = SplitSpec::default().shard(10, 10);
+        assert_eq!((s.train, s.val, s.test), (10..16, 16..18, 18..20));
+        let s = SplitSpec::ExtraTest {
+            test_samples: 5,
+            val: 0.2,
+        }
+        .shard(10, 10);
+        assert_eq!((s.train, s.val, s.test), (10..18, 18..20, 20..25));
     }
 
     #[test]
