@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""Markdown table of mean ± std over seeds, per algorithm, from fedsim's summary.csv files.
+
+Usage: python3 analysis/summary_table.py RESULTS_DIR...
+Every summary.csv below the given folders is read (one row per run); runs are grouped by
+`name` and `algorithm`. Columns: test accuracy weighted mean, bottom decile, 10th percentile,
+worst-10% mean, in percent. Needs only the Python standard library.
+"""
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+COLUMNS = [
+    ("test_acc_mean", "mean"),
+    ("test_acc_bottom_decile", "bottom decile"),
+    ("test_acc_p10", "p10"),
+    ("test_acc_worst10_mean", "worst-10% mean"),
+]
+
+
+def main(dirs):
+    groups = {}
+    for d in dirs:
+        for path in sorted(Path(d).rglob("summary.csv")):
+            with open(path, newline="") as f:
+                for row in csv.DictReader(f):
+                    groups.setdefault((row["name"], row["algorithm"]), []).append(row)
+    if not groups:
+        sys.exit(f"no summary.csv under {' '.join(dirs)}")
+    print("| scenario | algorithm | seeds | " + " | ".join(c[1] for c in COLUMNS) + " |")
+    print("|---" * (3 + len(COLUMNS)) + "|")
+    for (name, algorithm), rows in sorted(groups.items()):
+        cells = []
+        for key, _ in COLUMNS:
+            values = [100 * float(r[key]) for r in rows]
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            cells.append(f"{statistics.mean(values):.2f} ± {std:.2f}")
+        seeds = ",".join(sorted((r["seed"] for r in rows), key=int))
+        print(f"| {name} | {algorithm} | {seeds} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["results"])
