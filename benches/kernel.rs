@@ -66,7 +66,16 @@ fn local_sgd(c: &mut Criterion) {
     g.bench_function("logistic_d150_1024_samples_batch128", |b| {
         b.iter(|| {
             let (mut p, mut m) = (init.clone(), Vec::new());
-            train_sgd(&arch, &mut p, &mut m, view, &plan, 0.1, &mut rng, None)
+            train_sgd(
+                &arch,
+                &mut p,
+                &mut m,
+                view,
+                &plan,
+                0.1,
+                &mut rng,
+                &Default::default(),
+            )
         })
     });
     g.finish();

@@ -95,20 +95,19 @@ impl<A: Algorithm> Client<A> {
     }
 
     fn evaluate(&mut self, round: u32, global: Arc<A::Global>, eff: &mut FlEffects<A>) {
-        let (jobs, id) = (self.jobs.clone(), self.id as usize);
+        let (jobs, id) = (self.jobs.clone(), self.id);
         let state = self.state.clone();
+        let mut rng = self.seeds.rng(Entity::Client(id), "evaluate", round as u64);
         let pending = self.pool.submit(move || {
-            let results = Split::ALL
-                .into_iter()
-                .filter(|&s| jobs.data.split_len(id, s) > 0)
-                .map(|s| {
-                    let view = jobs.data.view(id, s);
-                    (
-                        s,
-                        jobs.algorithm.evaluate(&jobs.arch, &global, &state, view),
-                    )
-                })
-                .collect();
+            let ctx = LocalContext {
+                arch: &jobs.arch,
+                training: &jobs.training,
+                data: &jobs.data,
+                client: id,
+                round,
+                lr: jobs.training.lr_at(round),
+            };
+            let results = jobs.algorithm.evaluate(&ctx, &global, &state, &mut rng);
             Msg::Evaluated { round, results }
         });
         eff.send_pending(self.me(), SimDuration::ZERO, pending);

@@ -145,7 +145,11 @@ pub fn simulate(
     on_record: impl FnMut(&Record) + 'static,
 ) -> Result<SimOutput, SimError> {
     match &spec.algorithm {
-        AlgorithmSpec::Fedavg(_) => simulate_with(FedAvg, spec, data, threads, on_record),
+        AlgorithmSpec::Fedavg(_) => simulate_with(FedAvg::plain(), spec, data, threads, on_record),
+        AlgorithmSpec::Fedprox(s) => simulate_with(FedAvg::prox(s), spec, data, threads, on_record),
+        AlgorithmSpec::FedavgPlus(s) => {
+            simulate_with(FedAvg::plus(s), spec, data, threads, on_record)
+        }
         AlgorithmSpec::Local(_) => simulate_with(Local, spec, data, threads, on_record),
         AlgorithmSpec::Fedem(s) => {
             let total_train = (0..data.num_clients())

@@ -1,9 +1,13 @@
-//! FedAvg (McMahan et al. 2017): clients run local SGD from the global model; the server
-//! averages the returned models weighted by the clients' training-set sizes n_t.
+//! FedAvg (McMahan et al. 2017) and its two close relatives. Clients run local SGD from the
+//! global model; the server averages the returned models weighted by the clients' training-set
+//! sizes n_t.
+//! - FedProx (Li et al. 2020) adds (μ/2)·‖θ − θ_global‖² to the local loss.
+//! - FedAvg+ (Jiang et al. 2019) trains like FedAvg; at evaluation each client fine-tunes a copy
+//!   of the global model for a few local epochs and is tested on it.
 
 use super::{weighted_average, Algorithm, LocalContext, ModelKind};
-use crate::data::SplitView;
-use crate::models::{evaluate, Architecture, EvalStats};
+use crate::data::Split;
+use crate::models::{evaluate, Architecture, EvalStats, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -11,8 +15,88 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct FedAvgSpec {}
 
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FedProxSpec {
+    /// μ, the weight of the proximal term (the FedEM authors used 1, 0.1 or 0.05).
+    pub mu: f64,
+}
+
+impl FedProxSpec {
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if !(self.mu >= 0.0 && self.mu.is_finite()) {
+            return Err((
+                "mu".into(),
+                format!("must be a non-negative number, got {}", self.mu),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FedAvgPlusSpec {
+    /// Local epochs of fine-tuning before each evaluation.
+    #[serde(default = "default_finetune_epochs")]
+    pub finetune_epochs: u32,
+    /// Learning rate of the fine-tuning [default: `training.lr`, undecayed: the FedEM authors'
+    /// fine-tuning learner steps its own schedule only when it fine-tunes, so it stays near it].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finetune_lr: Option<f64>,
+}
+
+fn default_finetune_epochs() -> u32 {
+    1
+}
+
+impl FedAvgPlusSpec {
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if self.finetune_epochs == 0 {
+            return Err(("finetune_epochs".into(), "must be at least 1".into()));
+        }
+        if let Some(lr) = self.finetune_lr {
+            if !(lr > 0.0 && lr.is_finite()) {
+                return Err((
+                    "finetune_lr".into(),
+                    format!("must be a positive number, got {lr}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// FedAvg with an optional proximal weight (FedProx) and optional fine-tuning before tests
+/// (FedAvg+).
 #[derive(Clone, Debug, Default)]
-pub struct FedAvg;
+pub struct FedAvg {
+    pub proximal_mu: f64,
+    pub finetune_epochs: u32,
+    /// `None`: the scenario's base learning rate.
+    pub finetune_lr: Option<f64>,
+}
+
+impl FedAvg {
+    pub fn plain() -> Self {
+        FedAvg::default()
+    }
+
+    pub fn prox(spec: &FedProxSpec) -> Self {
+        FedAvg {
+            proximal_mu: spec.mu,
+            ..Default::default()
+        }
+    }
+
+    pub fn plus(spec: &FedAvgPlusSpec) -> Self {
+        FedAvg {
+            finetune_epochs: spec.finetune_epochs,
+            finetune_lr: spec.finetune_lr,
+            ..Default::default()
+        }
+    }
+}
 
 /// A client's model after local training, with its aggregation weight n_t.
 pub struct ModelUpdate {
@@ -50,7 +134,11 @@ impl Algorithm for FedAvg {
         rng: &mut ChaCha20Rng,
     ) -> ModelUpdate {
         let mut params = global.clone();
-        ctx.train(&mut params, momentum, None, rng);
+        let objective = Objective {
+            proximal: (self.proximal_mu > 0.0).then_some((&global[..], self.proximal_mu)),
+            ..Default::default()
+        };
+        ctx.train(&mut params, momentum, &objective, rng);
         ModelUpdate {
             params,
             weight: ctx.train_view().len() as f64,
@@ -62,16 +150,28 @@ impl Algorithm for FedAvg {
     }
 
     fn evaluated_model(&self) -> ModelKind {
-        ModelKind::Global
+        if self.finetune_epochs > 0 {
+            ModelKind::Personalized
+        } else {
+            ModelKind::Global
+        }
     }
 
     fn evaluate(
         &self,
-        arch: &Architecture,
+        ctx: &LocalContext<'_>,
         global: &Vec<f32>,
         _: &Vec<f32>,
-        view: SplitView<'_>,
-    ) -> EvalStats {
-        evaluate(arch, global, view)
+        rng: &mut ChaCha20Rng,
+    ) -> Vec<(Split, EvalStats)> {
+        let tuned;
+        let params = if self.finetune_epochs > 0 {
+            let lr = self.finetune_lr.unwrap_or(ctx.training.lr);
+            tuned = ctx.fine_tune(global, self.finetune_epochs, lr, rng);
+            &tuned
+        } else {
+            global
+        };
+        ctx.evaluate_splits(|view| evaluate(ctx.arch, params, view))
     }
 }

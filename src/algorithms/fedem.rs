@@ -6,8 +6,8 @@
 //! Σ_m π_m · p(y | x; θ_m).
 
 use super::{weighted_average, Algorithm, LocalContext, ModelKind};
-use crate::data::SplitView;
-use crate::models::{evaluate_mixture, sample_losses, Architecture, EvalStats};
+use crate::data::Split;
+use crate::models::{evaluate_mixture, sample_losses, Architecture, EvalStats, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -166,7 +166,15 @@ impl Algorithm for FedEm {
             .zip(&mut state.momentum)
             .map(|((theta, q_m), momentum)| {
                 let mut params = theta.clone();
-                ctx.train(&mut params, momentum, Some(q_m), rng);
+                ctx.train(
+                    &mut params,
+                    momentum,
+                    &Objective {
+                        sample_weights: Some(q_m),
+                        ..Default::default()
+                    },
+                    rng,
+                );
                 params
             })
             .collect();
@@ -199,13 +207,13 @@ impl Algorithm for FedEm {
 
     fn evaluate(
         &self,
-        arch: &Architecture,
+        ctx: &LocalContext<'_>,
         global: &Vec<Vec<f32>>,
         state: &FedEmClient,
-        view: SplitView<'_>,
-    ) -> EvalStats {
+        _: &mut ChaCha20Rng,
+    ) -> Vec<(Split, EvalStats)> {
         let components: Vec<&[f32]> = global.iter().map(Vec::as_slice).collect();
-        evaluate_mixture(arch, &components, &state.pi, view)
+        ctx.evaluate_splits(|view| evaluate_mixture(ctx.arch, &components, &state.pi, view))
     }
 }
 

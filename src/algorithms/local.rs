@@ -2,8 +2,8 @@
 //! communicated. All clients start from the same initial model.
 
 use super::{Algorithm, LocalContext, ModelKind};
-use crate::data::SplitView;
-use crate::models::{evaluate, Architecture, EvalStats};
+use crate::data::Split;
+use crate::models::{evaluate, Architecture, EvalStats, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -52,7 +52,12 @@ impl Algorithm for Local {
         state: &mut LocalModel,
         rng: &mut ChaCha20Rng,
     ) {
-        ctx.train(&mut state.params, &mut state.momentum, None, rng);
+        ctx.train(
+            &mut state.params,
+            &mut state.momentum,
+            &Objective::default(),
+            rng,
+        );
     }
 
     fn aggregate(&self, global: &Vec<f32>, _: &[(u32, ())]) -> Vec<f32> {
@@ -65,11 +70,11 @@ impl Algorithm for Local {
 
     fn evaluate(
         &self,
-        arch: &Architecture,
+        ctx: &LocalContext<'_>,
         _: &Vec<f32>,
         state: &LocalModel,
-        view: SplitView<'_>,
-    ) -> EvalStats {
-        evaluate(arch, &state.params, view)
+        _: &mut ChaCha20Rng,
+    ) -> Vec<(Split, EvalStats)> {
+        ctx.evaluate_splits(|view| evaluate(ctx.arch, &state.params, view))
     }
 }

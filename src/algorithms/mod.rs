@@ -10,12 +10,13 @@ mod fedavg;
 mod fedem;
 mod local;
 
-pub use fedavg::{FedAvg, FedAvgSpec};
+pub use fedavg::{FedAvg, FedAvgPlusSpec, FedAvgSpec, FedProxSpec};
 pub use fedem::{e_step, FedEm, FedEmSpec, Unsampled, MIN_MIXTURE_WEIGHT};
 pub use local::{Local, LocalSpec};
 
+use crate::data::Split;
 use crate::data::{FederatedData, SplitView};
-use crate::models::{train_sgd, Architecture, EvalStats, LocalPlan};
+use crate::models::{train_sgd, Architecture, EvalStats, LocalPlan, LocalWork, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +26,11 @@ use serde::{Deserialize, Serialize};
 pub enum AlgorithmSpec {
     /// FedAvg (McMahan et al. 2017): local SGD, weighted average of the models.
     Fedavg(FedAvgSpec),
+    /// FedProx (Li et al. 2020): FedAvg with a proximal term (μ/2)‖θ − θ_global‖² in the local loss.
+    Fedprox(FedProxSpec),
+    /// FedAvg+ (Jiang et al. 2019): FedAvg, then each client fine-tunes a copy of the global
+    /// model on its own training data before it is tested.
+    FedavgPlus(FedAvgPlusSpec),
     /// Every client trains alone on its own data; nothing is communicated.
     Local(LocalSpec),
     /// FedEM (Marfoq et al. 2021): a mixture of M shared components, learned by federated EM.
@@ -35,6 +41,8 @@ impl AlgorithmSpec {
     pub fn name(&self) -> &'static str {
         match self {
             AlgorithmSpec::Fedavg(_) => "fedavg",
+            AlgorithmSpec::Fedprox(_) => "fedprox",
+            AlgorithmSpec::FedavgPlus(_) => "fedavg_plus",
             AlgorithmSpec::Local(_) => "local",
             AlgorithmSpec::Fedem(_) => "fedem",
         }
@@ -44,6 +52,8 @@ impl AlgorithmSpec {
     pub fn validate(&self) -> Result<(), (String, String)> {
         match self {
             AlgorithmSpec::Fedem(s) => s.validate(),
+            AlgorithmSpec::Fedprox(s) => s.validate(),
+            AlgorithmSpec::FedavgPlus(s) => s.validate(),
             AlgorithmSpec::Fedavg(_) | AlgorithmSpec::Local(_) => Ok(()),
         }
     }
@@ -125,29 +135,62 @@ impl LocalContext<'_> {
             .view(self.client as usize, crate::data::Split::Train)
     }
 
-    /// Local SGD on this client's training split with this round's settings, optionally with
-    /// per-row loss weights. The momentum buffer is then kept or cleared, as the scenario says.
+    /// Local SGD on this client's training split with this round's settings, minimising the
+    /// plain loss plus what `objective` adds. The momentum buffer is then kept or cleared, as
+    /// the scenario says.
     pub fn train(
         &self,
         params: &mut [f32],
         momentum: &mut Vec<f32>,
-        sample_weights: Option<&[f32]>,
+        objective: &Objective<'_>,
         rng: &mut ChaCha20Rng,
     ) {
         let (plan, view) = (&self.training.plan, self.train_view());
         train_sgd(
-            self.arch,
-            params,
-            momentum,
-            view,
-            plan,
-            self.lr,
-            rng,
-            sample_weights,
+            self.arch, params, momentum, view, plan, self.lr, rng, objective,
         );
         if !self.training.keep_momentum {
             momentum.clear();
         }
+    }
+
+    /// `epochs` local epochs at learning rate `lr` on a copy of `params`, from zero momentum
+    /// (evaluation-time adaptation: nothing is kept).
+    pub fn fine_tune(
+        &self,
+        params: &[f32],
+        epochs: u32,
+        lr: f64,
+        rng: &mut ChaCha20Rng,
+    ) -> Vec<f32> {
+        let plan = LocalPlan {
+            work: LocalWork::Epochs(epochs),
+            ..self.training.plan
+        };
+        let mut tuned = params.to_vec();
+        train_sgd(
+            self.arch,
+            &mut tuned,
+            &mut Vec::new(),
+            self.train_view(),
+            &plan,
+            lr,
+            rng,
+            &Objective::default(),
+        );
+        tuned
+    }
+
+    /// `eval` on each of this client's non-empty splits.
+    pub fn evaluate_splits(
+        &self,
+        eval: impl Fn(SplitView<'_>) -> EvalStats,
+    ) -> Vec<(Split, EvalStats)> {
+        Split::ALL
+            .into_iter()
+            .filter(|&s| self.data.split_len(self.client as usize, s) > 0)
+            .map(|s| (s, eval(self.data.view(self.client as usize, s))))
+            .collect()
     }
 }
 
@@ -187,14 +230,17 @@ pub trait Algorithm: Send + Sync + 'static {
     /// The model a client is evaluated with.
     fn evaluated_model(&self) -> ModelKind;
 
-    /// Evaluates a client's model on one of its splits.
+    /// Evaluates the client's model on each of its non-empty splits (see
+    /// [`LocalContext::evaluate_splits`]). Runs on the trainer pool; `rng` is the client's
+    /// evaluation stream for the round, for algorithms that adapt before testing. The client's
+    /// state is not changed.
     fn evaluate(
         &self,
-        arch: &Architecture,
+        ctx: &LocalContext<'_>,
         global: &Self::Global,
         state: &Self::ClientState,
-        view: SplitView<'_>,
-    ) -> EvalStats;
+        rng: &mut ChaCha20Rng,
+    ) -> Vec<(Split, EvalStats)>;
 }
 
 /// Σ wᵢ·vᵢ / Σ wᵢ in the given order, accumulated in f64.

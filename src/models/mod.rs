@@ -9,7 +9,7 @@ mod sgd;
 
 pub use sgd::{
     evaluate, evaluate_mixture, sample_losses, train_sgd, EvalStats, LocalPlan, LocalWork,
-    TrainStats,
+    Objective, TrainStats,
 };
 
 use rand::Rng;

@@ -73,6 +73,15 @@ impl LocalPlan {
 /// from it.
 type Pass = (Vec<i64>, Vec<(usize, usize)>);
 
+/// What a local loss adds to the plain per-row loss.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Objective<'a> {
+    /// One weight per row: a batch's loss is Σᵢ wᵢ·ℓᵢ / batch size (FedEM's M-step).
+    pub sample_weights: Option<&'a [f32]>,
+    /// `(anchor, μ)`: adds (μ/2)·‖θ − anchor‖² to the loss (FedProx).
+    pub proximal: Option<(&'a [f32], f64)>,
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TrainStats {
     pub steps: u32,
@@ -142,9 +151,9 @@ fn correct(arch: &Architecture, logits: &Tensor, y: &Tensor) -> i64 {
     pred.eq_tensor(y).sum(Kind::Int64).int64_value(&[])
 }
 
-/// Runs local SGD on `params` in place. `momentum` holds the momentum buffer between calls
-/// (empty: none yet; it is filled when the plan uses momentum). Batches come from `rng`.
-/// With `sample_weights` (one per row), a batch's loss is Σᵢ wᵢ·ℓᵢ / batch size (FedEM's M-step).
+/// Runs local SGD on `params` in place, minimising the plain loss plus what `objective` adds.
+/// `momentum` holds the momentum buffer between calls (empty: none yet; it is filled when the
+/// plan uses momentum). Batches come from `rng`.
 #[allow(clippy::too_many_arguments)]
 pub fn train_sgd(
     arch: &Architecture,
@@ -154,16 +163,19 @@ pub fn train_sgd(
     plan: &LocalPlan,
     lr: f64,
     rng: &mut impl Rng,
-    sample_weights: Option<&[f32]>,
+    objective: &Objective<'_>,
 ) -> TrainStats {
     let (x, y) = data_tensors(&data);
     let y = targets(arch, &y);
-    let w = sample_weights.map(|w| {
+    let w = objective.sample_weights.map(|w| {
         assert_eq!(w.len(), data.len(), "one weight per row");
         Tensor::from_slice(w).unsqueeze(1)
     });
     let ps = arch.params(params);
     let layers = arch.layers(&ps);
+    let anchor: Option<(Vec<Tensor>, f64)> = objective
+        .proximal
+        .map(|(a, mu)| (arch.params(a).iter().map(Tensor::detach).collect(), mu));
     let mut bufs: Option<Vec<Tensor>> = (plan.momentum != 0.0 && !momentum.is_empty())
         .then(|| arch.params(momentum).iter().map(Tensor::detach).collect());
     let mut stats = TrainStats::default();
@@ -175,7 +187,14 @@ pub fn train_sgd(
             let (s, l) = (start as i64, len as i64);
             let (xb, yb) = (xp.narrow(0, s, l), yp.narrow(0, s, l));
             let wb = wp.as_ref().map(|w| w.narrow(0, s, l));
-            let grads = arch.gradients(&ps, &layers, &xb, &yb, wb.as_ref());
+            let mut grads = arch.gradients(&ps, &layers, &xb, &yb, wb.as_ref());
+            if let Some((anchors, mu)) = &anchor {
+                tch::no_grad(|| {
+                    for ((g, p), a) in grads.iter_mut().zip(&ps).zip(anchors) {
+                        let _ = g.g_add_(&((p - a) * *mu));
+                    }
+                });
+            }
             sgd_update(&ps, grads, &mut bufs, plan, lr);
             stats.steps += 1;
         }
@@ -360,13 +379,46 @@ mod tests {
             &plan(LocalWork::Steps(1), 0.0, 0.0),
             0.1,
             &mut rng,
-            None,
+            &Objective::default(),
         );
         let expect = [0.05f32, 0.1, 0.05];
         for (a, b) in p.iter().zip(expect) {
             assert!((a - b).abs() < 1e-6, "{p:?}");
         }
         assert!(mom.is_empty());
+    }
+
+    #[test]
+    fn proximal_term_pulls_towards_the_anchor() {
+        // As above (logistic gradient (−0.5, −1, −0.5)), plus μ(θ − a) with μ = 0.5 and
+        // a = (0.2, 0.2, 0.2): −0.1 each. One step of lr 0.1: θ = (0.06, 0.11, 0.06).
+        let arch = Architecture::new(&ModelSpec::Linear, 2, 2);
+        let (x, y) = (vec![1.0f32, 2.0], vec![1i64]);
+        let view = SplitView {
+            features: &x,
+            labels: &y,
+            dim: 2,
+        };
+        let mut p = vec![0.0f32; 3];
+        let anchor = [0.2f32; 3];
+        let objective = Objective {
+            proximal: Some((&anchor, 0.5)),
+            ..Default::default()
+        };
+        let pl = plan(LocalWork::Steps(1), 0.0, 0.0);
+        train_sgd(
+            &arch,
+            &mut p,
+            &mut Vec::new(),
+            view,
+            &pl,
+            0.1,
+            &mut ChaCha20Rng::seed_from_u64(0),
+            &objective,
+        );
+        for (a, b) in p.iter().zip([0.06f32, 0.11, 0.06]) {
+            assert!((a - b).abs() < 1e-6, "{p:?}");
+        }
     }
 
     #[test]
@@ -383,7 +435,16 @@ mod tests {
         let mut mom = Vec::new();
         let mut rng = ChaCha20Rng::seed_from_u64(0);
         let pl = plan(LocalWork::Steps(2), 0.9, 0.5);
-        train_sgd(&arch, &mut p, &mut mom, view, &pl, 0.1, &mut rng, None);
+        train_sgd(
+            &arch,
+            &mut p,
+            &mut mom,
+            view,
+            &pl,
+            0.1,
+            &mut rng,
+            &Objective::default(),
+        );
         // By hand: step 1 at (w, b) = (1, 0): s = σ(1) = 0.731059, g = (s, s) + 0.5·(w, b).
         let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
         let (mut w, mut b) = (1.0f64, 0.0f64);
@@ -465,7 +526,7 @@ mod tests {
             &pl,
             0.1,
             &mut rng,
-            None,
+            &Objective::default(),
         );
         let after = evaluate(&arch, &p, view);
         assert!(after.loss < 0.5 * before, "loss {before} -> {}", after.loss);

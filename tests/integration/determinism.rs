@@ -16,12 +16,23 @@ fn run(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<u8> {
 }
 
 fn check_algorithm(name: &str) {
+    check_algorithm_with(name, &[]);
+}
+
+fn check_algorithm_with(name: &str, settings: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let algo = format!("algorithm.name={name}");
-    let one = run(SMALL, &[&algo], 1, &tmp.path().join("a"));
-    let again = run(SMALL, &[&algo], 1, &tmp.path().join("b"));
-    let two = run(SMALL, &[&algo], 2, &tmp.path().join("c"));
-    let four = run(SMALL, &[&algo], 4, &tmp.path().join("d"));
+    let with = |extra: &[&'static str]| -> Vec<String> {
+        std::iter::once(algo.clone())
+            .chain(settings.iter().chain(extra).map(|s| s.to_string()))
+            .collect()
+    };
+    let base = with(&[]);
+    let base: Vec<&str> = base.iter().map(String::as_str).collect();
+    let one = run(SMALL, &base, 1, &tmp.path().join("a"));
+    let again = run(SMALL, &base, 1, &tmp.path().join("b"));
+    let two = run(SMALL, &base, 2, &tmp.path().join("c"));
+    let four = run(SMALL, &base, 4, &tmp.path().join("d"));
     assert_eq!(one, again, "{name}: two runs with the same seed differ");
     assert_eq!(one, two, "{name}: 1 and 2 threads differ");
     assert_eq!(one, four, "{name}: 1 and 4 threads differ");
@@ -32,7 +43,9 @@ fn check_algorithm(name: &str) {
             "{name}: {f} differs between 1 and 2 threads"
         );
     }
-    let other_seed = run(SMALL, &[&algo, "seed=8"], 2, &tmp.path().join("e"));
+    let reseeded = with(&["seed=8"]);
+    let reseeded: Vec<&str> = reseeded.iter().map(String::as_str).collect();
+    let other_seed = run(SMALL, &reseeded, 2, &tmp.path().join("e"));
     assert_ne!(
         one, other_seed,
         "{name}: a different seed gave the same results"
@@ -52,6 +65,21 @@ fn local_is_deterministic_across_threads_and_reruns() {
 #[test]
 fn fedem_is_deterministic_across_threads_and_reruns() {
     check_algorithm("fedem");
+}
+
+#[test]
+fn fedprox_is_deterministic_across_threads_and_reruns() {
+    check_algorithm_with("fedprox", &["algorithm.mu=0.1"]);
+}
+
+#[test]
+fn fedavg_plus_is_deterministic_and_evaluates_fine_tuned_models() {
+    check_algorithm("fedavg_plus");
+    let tmp = tempfile::tempdir().unwrap();
+    run(SMALL, &["algorithm.name=fedavg_plus"], 2, tmp.path());
+    let df = fedsim::report::read_parquet(&tmp.path().join("metrics.parquet")).unwrap();
+    let models = df.column("model").unwrap().str().unwrap();
+    assert!(models.iter().all(|m| m == Some("personalized")));
 }
 
 #[test]
