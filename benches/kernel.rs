@@ -1,6 +1,7 @@
 //! Benchmarks: the event queue's throughput, and FedAvg on the full FedEM synthetic benchmark
-//! (T = 300, d = 150): one round, and the whole 100-round run with evaluation every 20 rounds
-//! (target: under 30 s wall on a 2-core machine). Run with `cargo bench --bench kernel`.
+//! (T = 300, d = 150): one round, and the whole 100-round run with evaluation every 20 rounds;
+//! FedEM (M = 3) for 100 rounds (targets: under 30 s wall on a 2-core machine). Run with
+//! `cargo bench --bench kernel` (about 10 minutes), or name one group: `-- fedem`.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use fedsim::actors::simulate;
@@ -108,5 +109,24 @@ fn fedavg(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, event_queue, local_sgd, fedavg);
+fn fedem(c: &mut Criterion) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = root.join("scenarios/paper/fedem_synthetic_fedem.yaml");
+    let s = Scenario::load(&file, &[]).expect("paper scenario");
+    let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed)));
+    let threads = default_threads();
+    let mut g = c.benchmark_group("fedem_fedem_synthetic");
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(60));
+    g.bench_function("m3_100_rounds_eval_every_20", |b| {
+        b.iter(|| {
+            simulate(&s.run, data.clone(), threads, |_| {})
+                .unwrap()
+                .events
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, event_queue, local_sgd, fedavg, fedem);
 criterion_main!(benches);

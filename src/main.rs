@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use fedsim::report::{differing_files, REPRODUCIBLE_FILES};
 use fedsim::run::{default_out_dir, default_threads, run_scenario, RunOptions};
 use fedsim::scenario::Scenario;
 use std::io::IsTerminal;
@@ -35,6 +36,10 @@ enum Command {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
+        /// Afterwards, rerun with one trainer thread and check that every reproducible result
+        /// file is byte-identical (exit code 3 if not).
+        #[arg(long)]
+        check_determinism: bool,
     },
     /// Check a scenario and print it with every default filled in; runs nothing.
     Check {
@@ -93,6 +98,7 @@ fn real_main() -> Result<()> {
             out,
             threads,
             quiet,
+            check_determinism,
         } => {
             let s = overrides.load(&scenario)?;
             let opts = RunOptions {
@@ -119,6 +125,32 @@ fn real_main() -> Result<()> {
             println!("results in {}/", report.out_dir.display());
             for f in &report.files {
                 println!("  {}", f.file_name().unwrap_or_default().to_string_lossy());
+            }
+            if check_determinism {
+                let rerun_dir = opts.out_dir.join(".determinism-check");
+                let rerun = RunOptions {
+                    out_dir: rerun_dir.clone(),
+                    threads: 1,
+                    progress: opts.progress,
+                };
+                run_scenario(&s, &rerun).context("determinism check rerun")?;
+                let differing = differing_files(&opts.out_dir, &rerun_dir);
+                if differing.is_empty() {
+                    std::fs::remove_dir_all(&rerun_dir).ok();
+                    println!(
+                        "determinism check: {} identical with {} and 1 trainer threads",
+                        REPRODUCIBLE_FILES.join(", "),
+                        opts.threads
+                    );
+                } else {
+                    eprintln!(
+                        "error: determinism check failed: {} differ between {} and {} (kept for inspection)",
+                        differing.join(", "),
+                        opts.out_dir.display(),
+                        rerun_dir.display()
+                    );
+                    std::process::exit(3);
+                }
             }
         }
     }

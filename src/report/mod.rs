@@ -16,6 +16,28 @@ use polars::prelude::*;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differing_files_names_what_changed() {
+        let tmp = std::env::temp_dir().join(format!("fedsim-diff-{}", std::process::id()));
+        let (a, b) = (tmp.join("a"), tmp.join("b"));
+        for d in [&a, &b] {
+            std::fs::create_dir_all(d).unwrap();
+            for f in REPRODUCIBLE_FILES {
+                std::fs::write(d.join(f), f).unwrap();
+            }
+        }
+        assert!(differing_files(&a, &b).is_empty());
+        std::fs::write(b.join("metrics.csv"), "changed").unwrap();
+        std::fs::remove_file(b.join("rounds.parquet")).unwrap();
+        assert_eq!(differing_files(&a, &b), ["metrics.csv", "rounds.parquet"]);
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     #[error("writing {}: {source}", path.display())]
@@ -63,6 +85,29 @@ pub fn write_parquet(path: &Path, df: &mut DataFrame) -> Result<(), ReportError>
 
 pub fn write_csv(path: &Path, df: &mut DataFrame) -> Result<(), ReportError> {
     write_atomic(path, |f| CsvWriter::new(f).finish(df))
+}
+
+/// The result files that must be identical between two runs of the same scenario and seed
+/// (`summary.csv` is not among them: it holds the wall time).
+pub const REPRODUCIBLE_FILES: [&str; 4] = [
+    "scenario.yaml",
+    "metrics.parquet",
+    "metrics.csv",
+    "rounds.parquet",
+];
+
+/// The reproducible files that differ (or are missing) between two result folders.
+pub fn differing_files(a: &Path, b: &Path) -> Vec<String> {
+    REPRODUCIBLE_FILES
+        .iter()
+        .filter(
+            |f| match (std::fs::read(a.join(f)), std::fs::read(b.join(f))) {
+                (Ok(x), Ok(y)) => x != y,
+                _ => true,
+            },
+        )
+        .map(|f| f.to_string())
+        .collect()
 }
 
 /// Writes a run's result files into `dir` (which must exist) and returns their paths.

@@ -107,3 +107,35 @@ fn help_explains_the_commands() {
         assert!(text.contains(flag), "run --help lacks {flag}:\n{text}");
     }
 }
+
+#[test]
+fn check_determinism_reruns_and_compares() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("s.yaml");
+    std::fs::write(&file, SMALL.replace("name: fedavg", "name: fedem")).unwrap();
+    let out_dir = tmp.path().join("out");
+    let out = bin()
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--threads",
+            "3",
+            "--quiet",
+            "--check-determinism",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("determinism check: scenario.yaml, metrics.parquet, metrics.csv, rounds.parquet identical with 3 and 1 trainer threads"), "{stdout}");
+    assert!(
+        !out_dir.join(".determinism-check").exists(),
+        "the rerun folder is removed when identical"
+    );
+}
