@@ -1,7 +1,8 @@
 //! Benchmarks: the event queue's throughput, and FedAvg on the full FedEM synthetic benchmark
 //! (T = 300, d = 150): one round, and the whole 100-round run with evaluation every 20 rounds;
 //! FedEM (M = 3) for 100 rounds (targets: under 30 s wall on a 2-core machine). Run with
-//! `cargo bench --bench kernel` (about 10 minutes), or name one group: `-- fedem`.
+//! `cargo bench --bench kernel` (about 10 minutes), or name one group:
+//! `cargo bench --bench kernel -- fedem_fedem_synthetic`.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use fedsim::actors::simulate;
