@@ -3,7 +3,7 @@
 //! pending messages at the time the system model says they finish.
 
 use super::{Deliver, FlEffects, JobContext, Msg, TrainerPool, SERVER};
-use crate::algorithms::{Algorithm, LocalContext};
+use crate::algorithms::Algorithm;
 use crate::data::Split;
 use crate::report::{EvalRecord, Record};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
@@ -50,14 +50,7 @@ impl<A: Algorithm> Client<A> {
         let mut state = self.state.clone();
         let mut rng = self.seeds.rng(Entity::Client(id), "train", round as u64);
         let pending = self.pool.submit(move || {
-            let ctx = LocalContext {
-                arch: &jobs.arch,
-                training: &jobs.training,
-                data: &jobs.data,
-                client: id,
-                round,
-                lr,
-            };
+            let ctx = jobs.local(id, round, lr);
             let update = jobs
                 .algorithm
                 .local_update(&ctx, &global, &mut state, &mut rng);
@@ -99,14 +92,7 @@ impl<A: Algorithm> Client<A> {
         let state = self.state.clone();
         let mut rng = self.seeds.rng(Entity::Client(id), "evaluate", round as u64);
         let pending = self.pool.submit(move || {
-            let ctx = LocalContext {
-                arch: &jobs.arch,
-                training: &jobs.training,
-                data: &jobs.data,
-                client: id,
-                round,
-                lr: jobs.training.lr_at(round),
-            };
+            let ctx = jobs.local(id, round, jobs.training.lr_at(round));
             let results = jobs.algorithm.evaluate(&ctx, &global, &state, &mut rng);
             Msg::Evaluated { round, results }
         });

@@ -105,6 +105,20 @@ struct JobContext<A: Algorithm> {
     data: Arc<FederatedData>,
 }
 
+impl<A: Algorithm> JobContext<A> {
+    /// What client `client`'s job sees in `round`, at learning rate `lr`.
+    fn local(&self, client: u32, round: u32, lr: f64) -> crate::algorithms::LocalContext<'_> {
+        crate::algorithms::LocalContext {
+            arch: &self.arch,
+            training: &self.training,
+            data: &self.data,
+            client,
+            round,
+            lr,
+        }
+    }
+}
+
 struct FlWorld<A: Algorithm> {
     server: Addr<Server<A>>,
     clients: Arc<Vec<Addr<Client<A>>>>,

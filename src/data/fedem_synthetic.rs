@@ -229,17 +229,7 @@ impl FedemSyntheticSpec {
             }
             clients.push(split.shard(start, n));
         }
-        FederatedData {
-            dim: d,
-            classes: 2,
-            features,
-            labels,
-            clients,
-            truth: Some(MixtureTruth {
-                components,
-                weights,
-            }),
-        }
+        binary_mixture(d, features, labels, clients, components, weights)
     }
 
     fn label(&self, logit: f64, rng: &mut ChaCha20Rng) -> i64 {
@@ -360,17 +350,29 @@ impl FedemSyntheticSpec {
             }
             clients.push(split.shard(start, n));
         }
-        FederatedData {
-            dim: d,
-            classes: 2,
-            features,
-            labels,
-            clients,
-            truth: Some(MixtureTruth {
-                components,
-                weights,
-            }),
-        }
+        binary_mixture(d, features, labels, clients, components, weights)
+    }
+}
+
+fn binary_mixture(
+    dim: usize,
+    features: Vec<f32>,
+    labels: Vec<i64>,
+    clients: Vec<super::ClientShard>,
+    components: Vec<Vec<f64>>,
+    weights: Vec<Vec<f64>>,
+) -> FederatedData {
+    let truth = Some(MixtureTruth {
+        components,
+        weights,
+    });
+    FederatedData {
+        dim,
+        classes: 2,
+        features,
+        labels,
+        clients,
+        truth,
     }
 }
 
