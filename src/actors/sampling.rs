@@ -7,7 +7,7 @@ use rand::Rng;
 pub enum Sampling {
     /// `max(1, ⌊fraction · T⌋)` clients, with `fraction` in (0, 1].
     Fraction(f64),
-    /// `min(count, T)` clients, `count` at least 1.
+    /// `count` clients, 1 ≤ `count` ≤ T (checked when the scenario is validated).
     Count(usize),
 }
 

@@ -237,6 +237,15 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
         }
         (Some(f), None) => Sampling::Fraction(f),
         (None, Some(0)) => return bad("sampling.count", "must be at least 1".into()),
+        (None, Some(k)) if k > raw.data.num_clients() => {
+            return bad(
+                "sampling.count",
+                format!(
+                    "must be at most the number of clients ({}), got {k}",
+                    raw.data.num_clients()
+                ),
+            )
+        }
         (None, Some(k)) => Sampling::Count(k),
         (None, None) => Sampling::Fraction(1.0),
     };

@@ -54,6 +54,15 @@ fn sampling_fraction_outside_unit_interval() {
 }
 
 #[test]
+fn sampling_count_beyond_the_clients() {
+    let e = error(BASE, &["sampling.fraction=null", "sampling.count=11"]);
+    assert!(
+        e.contains("field `sampling.count`: must be at most the number of clients (10), got 11"),
+        "{e}"
+    );
+}
+
+#[test]
 fn unknown_algorithm_lists_the_known_ones() {
     let e = error(&BASE.replace("name: fedavg", "name: fedsgd"), &[]);
     assert!(e.contains("field `algorithm"), "{e}");
