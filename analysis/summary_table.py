@@ -3,7 +3,7 @@
 
 Usage: python3 analysis/summary_table.py RESULTS_DIR...
 Every summary.csv below the given folders is read (one row per run); runs are grouped by
-`name` and `algorithm`. Columns: test accuracy weighted mean, bottom decile, 10th percentile,
+`name`, `algorithm` and `model` (pFedMe reports its personalized and its global model). Columns: test accuracy weighted mean, bottom decile, 10th percentile,
 worst-10% mean, in percent. Needs only the Python standard library.
 """
 import csv
@@ -25,19 +25,19 @@ def main(dirs):
         for path in sorted(Path(d).rglob("summary.csv")):
             with open(path, newline="") as f:
                 for row in csv.DictReader(f):
-                    groups.setdefault((row["name"], row["algorithm"]), []).append(row)
+                    groups.setdefault((row["name"], row["algorithm"], row.get("model", "")), []).append(row)
     if not groups:
         sys.exit(f"no summary.csv under {' '.join(dirs)}")
-    print("| scenario | algorithm | seeds | " + " | ".join(c[1] for c in COLUMNS) + " |")
-    print("|---" * (3 + len(COLUMNS)) + "|")
-    for (name, algorithm), rows in sorted(groups.items()):
+    print("| scenario | algorithm | model | seeds | " + " | ".join(c[1] for c in COLUMNS) + " |")
+    print("|---" * (4 + len(COLUMNS)) + "|")
+    for (name, algorithm, model), rows in sorted(groups.items()):
         cells = []
         for key, _ in COLUMNS:
             values = [100 * float(r[key]) for r in rows]
             std = statistics.stdev(values) if len(values) > 1 else 0.0
             cells.append(f"{statistics.mean(values):.2f} ± {std:.2f}")
         seeds = ",".join(sorted((r["seed"] for r in rows), key=int))
-        print(f"| {name} | {algorithm} | {seeds} | " + " | ".join(cells) + " |")
+        print(f"| {name} | {algorithm} | {model} | {seeds} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -108,20 +108,23 @@ fn real_main() -> Result<()> {
             };
             let report = run_scenario(&s, &opts)
                 .with_context(|| format!("running {}", scenario.display()))?;
-            let m = &report.summary;
             let pct = |v: f64| format!("{:6.2} %", 100.0 * v);
+            let h = report.headline();
             println!(
                 "{} — {} (seed {}, run {})",
-                m.name, m.algorithm, m.seed, m.run_id
+                h.name, h.algorithm, h.seed, h.run_id
             );
-            println!("  clients evaluated        {}", m.clients);
-            println!("  final round              {}", m.final_round);
-            println!("  test accuracy, weighted  {}", pct(m.test.weighted_mean));
-            println!("  bottom decile            {}", pct(m.test.bottom_decile));
-            println!("  10th percentile          {}", pct(m.test.p10));
-            println!("  worst-10% mean           {}", pct(m.test.worst10_mean));
-            println!("  simulated time           {:.1} s", m.sim_seconds);
-            println!("  wall time                {:.1} s", m.wall_seconds);
+            println!("  clients evaluated        {}", h.clients);
+            println!("  final round              {}", h.final_round);
+            for m in &report.summaries {
+                println!("  {} model, test data:", m.model);
+                println!("    accuracy, weighted     {}", pct(m.test.weighted_mean));
+                println!("    bottom decile          {}", pct(m.test.bottom_decile));
+                println!("    10th percentile        {}", pct(m.test.p10));
+                println!("    worst-10% mean         {}", pct(m.test.worst10_mean));
+            }
+            println!("  simulated time           {:.1} s", h.sim_seconds);
+            println!("  wall time                {:.1} s", h.wall_seconds);
             println!("results in {}/", report.out_dir.display());
             for f in &report.files {
                 println!("  {}", f.file_name().unwrap_or_default().to_string_lossy());

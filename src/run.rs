@@ -20,7 +20,8 @@ pub struct RunOptions {
 
 #[derive(Debug)]
 pub struct RunReport {
-    pub summary: Summary,
+    /// One per evaluated model; the most client-specific one last (see [`RunReport::headline`]).
+    pub summaries: Vec<Summary>,
     pub out_dir: PathBuf,
     pub files: Vec<PathBuf>,
     /// Events the scheduler delivered.
@@ -52,6 +53,15 @@ pub fn default_out_dir(s: &Scenario) -> PathBuf {
     Path::new("results")
         .join(&s.name)
         .join(format!("seed-{}", s.run.seed))
+}
+
+impl RunReport {
+    /// The summary of the most client-specific model evaluated (personalized over global).
+    pub fn headline(&self) -> &Summary {
+        self.summaries
+            .last()
+            .expect("a run evaluates at least once")
+    }
 }
 
 /// Runs the simulation only (no files): data, actors, records.
@@ -87,7 +97,7 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<RunReport, RunErr
         }
     })?;
     bar.finish_and_clear();
-    let summary = Summary::from_records(
+    let summaries = Summary::per_model(
         s.run_id(),
         &s.name,
         s.run.algorithm.name(),
@@ -110,11 +120,11 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<RunReport, RunErr
         &opts.out_dir,
         &meta,
         &output.records,
-        &summary,
+        &summaries,
         &s.resolved_yaml,
     )?;
     Ok(RunReport {
-        summary,
+        summaries,
         out_dir: opts.out_dir.clone(),
         files,
         events: output.events,

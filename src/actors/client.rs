@@ -3,7 +3,7 @@
 //! pending messages at the time the system model says they finish.
 
 use super::{Deliver, FlEffects, JobContext, Msg, TrainerPool, SERVER};
-use crate::algorithms::Algorithm;
+use crate::algorithms::{Algorithm, Evaluation};
 use crate::data::Split;
 use crate::report::{EvalRecord, Record};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
@@ -45,7 +45,14 @@ impl<A: Algorithm> Client<A> {
         super::client_entity(self.id)
     }
 
-    fn train(&mut self, round: u32, global: Arc<A::Global>, lr: f64, eff: &mut FlEffects<A>) {
+    fn train(
+        &mut self,
+        round: u32,
+        global: Arc<A::Global>,
+        lr: f64,
+        upload: bool,
+        eff: &mut FlEffects<A>,
+    ) {
         let (jobs, id) = (self.jobs.clone(), self.id);
         let mut state = self.state.clone();
         let mut rng = self.seeds.rng(Entity::Client(id), "train", round as u64);
@@ -58,10 +65,14 @@ impl<A: Algorithm> Client<A> {
                 round,
                 update,
                 state,
+                upload,
             }
         });
         let n_train = self.jobs.data.split_len(id as usize, Split::Train);
-        let samples = self.jobs.training.plan.samples_processed(n_train);
+        let samples = self
+            .jobs
+            .algorithm
+            .samples_processed(&self.jobs.training.plan, n_train);
         eff.send_pending(self.me(), self.system.compute_time(id, samples), pending);
     }
 
@@ -70,10 +81,23 @@ impl<A: Algorithm> Client<A> {
         round: u32,
         update: A::Update,
         state: A::ClientState,
+        upload: bool,
         eff: &mut FlEffects<A>,
     ) {
         self.state = state;
         self.last_trained = Some(round);
+        if !upload {
+            let delay = self.system.transfer_time(self.id, Link::Up, 0);
+            eff.send(
+                SERVER,
+                delay,
+                Msg::Done {
+                    round,
+                    client: self.id,
+                },
+            );
+            return;
+        }
         let bytes = payload_bytes(self.jobs.algorithm.update_len(&update));
         let delay = self.system.transfer_time(self.id, Link::Up, bytes);
         eff.send(
@@ -90,11 +114,16 @@ impl<A: Algorithm> Client<A> {
     fn evaluate(&mut self, round: u32, global: Arc<A::Global>, eff: &mut FlEffects<A>) {
         let (jobs, id) = (self.jobs.clone(), self.id);
         let state = self.state.clone();
+        let cluster = self.jobs.algorithm.cluster(&global, id);
         let mut rng = self.seeds.rng(Entity::Client(id), "evaluate", round as u64);
         let pending = self.pool.submit(move || {
             let ctx = jobs.local(id, round, jobs.training.lr_at(round));
             let results = jobs.algorithm.evaluate(&ctx, &global, &state, &mut rng);
-            Msg::Evaluated { round, results }
+            Msg::Evaluated {
+                round,
+                results,
+                cluster,
+            }
         });
         eff.send_pending(self.me(), SimDuration::ZERO, pending);
     }
@@ -103,21 +132,27 @@ impl<A: Algorithm> Client<A> {
         &self,
         now: SimTime,
         round: u32,
-        results: Vec<(Split, crate::models::EvalStats)>,
+        results: Vec<Evaluation>,
+        cluster: Option<u32>,
         eff: &mut FlEffects<A>,
     ) {
-        let model = self.jobs.algorithm.evaluated_model();
-        for (split, s) in results {
+        for Evaluation {
+            model,
+            split,
+            stats,
+        } in results
+        {
             eff.record(Record::Eval(EvalRecord {
                 round,
                 time: now,
                 client: self.id,
                 split,
                 model,
-                n_samples: s.n,
-                loss: s.loss,
-                accuracy: s.accuracy,
+                n_samples: stats.n,
+                loss: stats.loss,
+                accuracy: stats.accuracy,
                 sampled: self.last_trained == Some(round),
+                cluster,
             }));
         }
     }
@@ -133,14 +168,24 @@ impl<A: Algorithm> Handler<Deliver<A>> for Client<A> {
     fn handle(&mut self, d: Deliver<A>, _: &mut Context<Self>) -> Self::Result {
         let mut eff = FlEffects::<A>::new();
         match d.msg {
-            Msg::Train { round, global, lr } => self.train(round, global, lr, &mut eff),
+            Msg::Train {
+                round,
+                global,
+                lr,
+                upload,
+            } => self.train(round, global, lr, upload, &mut eff),
             Msg::Trained {
                 round,
                 update,
                 state,
-            } => self.trained(round, update, state, &mut eff),
+                upload,
+            } => self.trained(round, update, state, upload, &mut eff),
             Msg::Evaluate { round, global } => self.evaluate(round, global, &mut eff),
-            Msg::Evaluated { round, results } => self.evaluated(d.now, round, results, &mut eff),
+            Msg::Evaluated {
+                round,
+                results,
+                cluster,
+            } => self.evaluated(d.now, round, results, cluster, &mut eff),
             _ => {
                 return Err(SimError::Model(format!(
                     "client {} got a server message",

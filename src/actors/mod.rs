@@ -13,9 +13,12 @@ mod trainer;
 pub use sampling::Sampling;
 pub use trainer::TrainerPool;
 
-use crate::algorithms::{Algorithm, AlgorithmSpec, FedAvg, FedEm, Local, Training};
+use crate::algorithms::{
+    Algorithm, AlgorithmSpec, Apfl, Clustered, Ditto, Evaluation, FedAvg, FedEm, Local, PFedMe,
+    PerFedAvg, Training,
+};
 use crate::data::{FederatedData, Split};
-use crate::models::{Architecture, EvalStats, ModelSpec};
+use crate::models::{Architecture, ModelSpec};
 use crate::report::Record;
 use crate::sim::{
     Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimError, SimTime, World,
@@ -51,17 +54,20 @@ pub struct SimOutput {
 pub enum Msg<A: Algorithm> {
     /// Server: begin round `round`.
     StartRound { round: u32 },
-    /// Client: train from `global` with learning rate `lr`.
+    /// Client: train from `global` with learning rate `lr`; send the update if `upload`,
+    /// else only a completion notice (pFedMe's unsampled clients train but are not aggregated).
     Train {
         round: u32,
         global: Arc<A::Global>,
         lr: f64,
+        upload: bool,
     },
     /// Client (from its own training job): local work is done.
     Trained {
         round: u32,
         update: A::Update,
         state: A::ClientState,
+        upload: bool,
     },
     /// Server: a client's update has arrived.
     Update {
@@ -69,12 +75,15 @@ pub enum Msg<A: Algorithm> {
         client: u32,
         update: A::Update,
     },
+    /// Server: a client that was not asked to upload has finished training.
+    Done { round: u32, client: u32 },
     /// Client: evaluate your model after `round`.
     Evaluate { round: u32, global: Arc<A::Global> },
-    /// Client (from its own evaluation job): results per split.
+    /// Client (from its own evaluation job): results per model and split.
     Evaluated {
         round: u32,
-        results: Vec<(Split, EvalStats)>,
+        results: Vec<Evaluation>,
+        cluster: Option<u32>,
     },
 }
 
@@ -165,6 +174,29 @@ pub fn simulate(
             simulate_with(FedAvg::plus(s), spec, data, threads, on_record)
         }
         AlgorithmSpec::Local(_) => simulate_with(Local, spec, data, threads, on_record),
+        AlgorithmSpec::Clustered(s) => {
+            let alg = Clustered {
+                spec: s.clone(),
+                num_clients: data.num_clients() as u32,
+            };
+            simulate_with(alg, spec, data, threads, on_record)
+        }
+        AlgorithmSpec::Apfl(s) => {
+            simulate_with(Apfl { spec: s.clone() }, spec, data, threads, on_record)
+        }
+        AlgorithmSpec::PerFedavg(s) => simulate_with(
+            PerFedAvg { spec: s.clone() },
+            spec,
+            data,
+            threads,
+            on_record,
+        ),
+        AlgorithmSpec::Ditto(s) => {
+            simulate_with(Ditto { spec: s.clone() }, spec, data, threads, on_record)
+        }
+        AlgorithmSpec::Pfedme(s) => {
+            simulate_with(PFedMe { spec: s.clone() }, spec, data, threads, on_record)
+        }
         AlgorithmSpec::Fedem(s) => {
             let total_train = (0..data.num_clients())
                 .map(|c| data.split_len(c, Split::Train))

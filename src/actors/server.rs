@@ -26,6 +26,8 @@ pub(super) struct Server<A: Algorithm> {
     round: u32,
     round_start: SimTime,
     selected: Vec<u32>,
+    /// Clients training this round that have not reported yet.
+    training: usize,
     bytes_down: u64,
     bytes_up: u64,
     /// Updates of the current round, keyed (and so iterated) by client id.
@@ -40,6 +42,7 @@ impl<A: Algorithm> Server<A> {
             round: 0,
             round_start: SimTime::ZERO,
             selected: Vec::new(),
+            training: 0,
             bytes_down: 0,
             bytes_up: 0,
             arrived: BTreeMap::new(),
@@ -58,9 +61,15 @@ impl<A: Algorithm> Server<A> {
         let alg = &self.cfg.algorithm.algorithm;
         let bytes = payload_bytes(alg.broadcast_len(&self.global));
         let lr = self.cfg.algorithm.training.lr_at(round);
-        self.bytes_down = bytes * self.selected.len() as u64;
+        let trainers: Vec<u32> = if alg.trains_unsampled() {
+            (0..self.cfg.num_clients).collect()
+        } else {
+            self.selected.clone()
+        };
+        self.training = trainers.len();
+        self.bytes_down = bytes * trainers.len() as u64;
         self.bytes_up = 0;
-        for &c in &self.selected {
+        for c in trainers {
             let delay = self.cfg.system.transfer_time(c, Link::Down, bytes);
             eff.send(
                 client_entity(c),
@@ -69,9 +78,17 @@ impl<A: Algorithm> Server<A> {
                     round,
                     global: self.global.clone(),
                     lr,
+                    upload: self.selected.binary_search(&c).is_ok(),
                 },
             );
         }
+    }
+
+    /// A client that trained without uploading has finished.
+    fn done(&mut self, now: SimTime, round: u32, eff: &mut FlEffects<A>) {
+        debug_assert_eq!(round, self.round, "synchronous rounds never overlap");
+        self.training -= 1;
+        self.maybe_finish_round(now, eff);
     }
 
     fn receive(
@@ -85,9 +102,16 @@ impl<A: Algorithm> Server<A> {
         debug_assert_eq!(round, self.round, "synchronous rounds never overlap");
         self.bytes_up += payload_bytes(self.cfg.algorithm.algorithm.update_len(&update));
         self.arrived.insert(client, update);
-        if self.arrived.len() < self.selected.len() {
+        self.training -= 1;
+        self.maybe_finish_round(now, eff);
+    }
+
+    /// Aggregates and moves on once every client training this round has reported.
+    fn maybe_finish_round(&mut self, now: SimTime, eff: &mut FlEffects<A>) {
+        if self.training > 0 {
             return;
         }
+        let round = self.round;
         let updates: Vec<(u32, A::Update)> =
             std::mem::take(&mut self.arrived).into_iter().collect();
         self.global = Arc::new(
@@ -143,6 +167,7 @@ impl<A: Algorithm> Handler<Deliver<A>> for Server<A> {
                 client,
                 update,
             } => self.receive(d.now, round, client, update, &mut eff),
+            Msg::Done { round, .. } => self.done(d.now, round, &mut eff),
             _ => return Err(SimError::Model("the server got a client message".into())),
         }
         Ok(eff)

@@ -5,9 +5,8 @@
 //! - FedAvg+ (Jiang et al. 2019) trains like FedAvg; at evaluation each client fine-tunes a copy
 //!   of the global model for a few local epochs and is tested on it.
 
-use super::{weighted_average, Algorithm, LocalContext, ModelKind};
-use crate::data::Split;
-use crate::models::{evaluate, Architecture, EvalStats, Objective};
+use super::{weighted_average, Algorithm, Evaluation, LocalContext, ModelKind};
+use crate::models::{evaluate, Architecture, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -149,29 +148,20 @@ impl Algorithm for FedAvg {
         weighted_average(updates.iter().map(|(_, u)| (u.weight, &u.params[..])))
     }
 
-    fn evaluated_model(&self) -> ModelKind {
-        if self.finetune_epochs > 0 {
-            ModelKind::Personalized
-        } else {
-            ModelKind::Global
-        }
-    }
-
     fn evaluate(
         &self,
         ctx: &LocalContext<'_>,
         global: &Vec<f32>,
         _: &Vec<f32>,
         rng: &mut ChaCha20Rng,
-    ) -> Vec<(Split, EvalStats)> {
-        let tuned;
-        let params = if self.finetune_epochs > 0 {
-            let lr = self.finetune_lr.unwrap_or(ctx.training.lr);
-            tuned = ctx.fine_tune(global, self.finetune_epochs, lr, rng);
-            &tuned
-        } else {
-            global
-        };
-        ctx.evaluate_splits(|view| evaluate(ctx.arch, params, view))
+    ) -> Vec<Evaluation> {
+        if self.finetune_epochs == 0 {
+            return ctx.evaluate_splits(ModelKind::Global, |view| evaluate(ctx.arch, global, view));
+        }
+        let lr = self.finetune_lr.unwrap_or(ctx.training.lr);
+        let tuned = ctx.fine_tune(global, self.finetune_epochs, lr, rng);
+        ctx.evaluate_splits(ModelKind::Personalized, |view| {
+            evaluate(ctx.arch, &tuned, view)
+        })
     }
 }

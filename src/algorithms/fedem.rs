@@ -5,9 +5,8 @@
 //! q(i, m). The server averages each component with weights p_t = n_t / n. A client predicts with
 //! Σ_m π_m · p(y | x; θ_m).
 
-use super::{weighted_average, Algorithm, LocalContext, ModelKind};
-use crate::data::Split;
-use crate::models::{evaluate_mixture, sample_losses, Architecture, EvalStats, Objective};
+use super::{weighted_average, Algorithm, Evaluation, LocalContext, ModelKind};
+use crate::models::{evaluate_mixture, sample_losses, Architecture, LocalPlan, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -146,6 +145,11 @@ impl Algorithm for FedEm {
         update.components.iter().map(Vec::len).sum()
     }
 
+    /// One pass of the plan per component.
+    fn samples_processed(&self, plan: &LocalPlan, n_train: usize) -> u64 {
+        self.spec.components as u64 * plan.samples_processed(n_train)
+    }
+
     fn local_update(
         &self,
         ctx: &LocalContext<'_>,
@@ -201,19 +205,17 @@ impl Algorithm for FedEm {
             .collect()
     }
 
-    fn evaluated_model(&self) -> ModelKind {
-        ModelKind::Mixture
-    }
-
     fn evaluate(
         &self,
         ctx: &LocalContext<'_>,
         global: &Vec<Vec<f32>>,
         state: &FedEmClient,
         _: &mut ChaCha20Rng,
-    ) -> Vec<(Split, EvalStats)> {
+    ) -> Vec<Evaluation> {
         let components: Vec<&[f32]> = global.iter().map(Vec::as_slice).collect();
-        ctx.evaluate_splits(|view| evaluate_mixture(ctx.arch, &components, &state.pi, view))
+        ctx.evaluate_splits(ModelKind::Mixture, |view| {
+            evaluate_mixture(ctx.arch, &components, &state.pi, view)
+        })
     }
 }
 

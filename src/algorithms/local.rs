@@ -1,9 +1,8 @@
 //! Local training: every client trains its own model on its own data and nothing is
 //! communicated. All clients start from the same initial model.
 
-use super::{Algorithm, LocalContext, ModelKind};
-use crate::data::Split;
-use crate::models::{evaluate, Architecture, EvalStats, Objective};
+use super::{Algorithm, Evaluation, LocalContext, ModelKind};
+use crate::models::{evaluate, Architecture, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -64,17 +63,15 @@ impl Algorithm for Local {
         global.clone()
     }
 
-    fn evaluated_model(&self) -> ModelKind {
-        ModelKind::Local
-    }
-
     fn evaluate(
         &self,
         ctx: &LocalContext<'_>,
         _: &Vec<f32>,
         state: &LocalModel,
         _: &mut ChaCha20Rng,
-    ) -> Vec<(Split, EvalStats)> {
-        ctx.evaluate_splits(|view| evaluate(ctx.arch, &state.params, view))
+    ) -> Vec<Evaluation> {
+        ctx.evaluate_splits(ModelKind::Local, |view| {
+            evaluate(ctx.arch, &state.params, view)
+        })
     }
 }

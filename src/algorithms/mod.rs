@@ -6,17 +6,29 @@
 //! pool), how updates are combined, and which model a client is evaluated with. It does not
 //! decide who trains or when (that is the server's round policy), and it never touches time.
 
+mod apfl;
+mod clustered;
+mod ditto;
 mod fedavg;
 mod fedem;
 mod local;
+mod per_fedavg;
+mod pfedme;
 
+pub use apfl::{Apfl, ApflSpec};
+pub use clustered::{complete_linkage_bipartition, Clustered, ClusteredSpec, Clusters};
+pub use ditto::{Ditto, DittoSpec};
 pub use fedavg::{FedAvg, FedAvgPlusSpec, FedAvgSpec, FedProxSpec};
 pub use fedem::{e_step, FedEm, FedEmSpec, Unsampled, MIN_MIXTURE_WEIGHT};
 pub use local::{Local, LocalSpec};
+pub use per_fedavg::{PerFedAvg, PerFedAvgSpec};
+pub use pfedme::{PFedMe, PFedMeSpec};
 
 use crate::data::Split;
 use crate::data::{FederatedData, SplitView};
-use crate::models::{train_sgd, Architecture, EvalStats, LocalPlan, LocalWork, Objective};
+use crate::models::{
+    for_each_batch, train_sgd, Architecture, Batch, EvalStats, LocalPlan, LocalWork, Objective,
+};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +47,16 @@ pub enum AlgorithmSpec {
     Local(LocalSpec),
     /// FedEM (Marfoq et al. 2021): a mixture of M shared components, learned by federated EM.
     Fedem(FedEmSpec),
+    /// pFedMe (Dinh et al. 2020): personalized models through Moreau envelopes.
+    Pfedme(PFedMeSpec),
+    /// Clustered FL (Sattler et al. 2020): clusters split by the cosine similarity of updates.
+    Clustered(ClusteredSpec),
+    /// APFL (Deng et al. 2020): a local model mixed with the global one.
+    Apfl(ApflSpec),
+    /// Per-FedAvg (Fallah et al. 2020), first-order MAML: adapt with one step before testing.
+    PerFedavg(PerFedAvgSpec),
+    /// Ditto (Li et al. 2021): personal models pulled towards the global one.
+    Ditto(DittoSpec),
 }
 
 impl AlgorithmSpec {
@@ -45,6 +67,11 @@ impl AlgorithmSpec {
             AlgorithmSpec::FedavgPlus(_) => "fedavg_plus",
             AlgorithmSpec::Local(_) => "local",
             AlgorithmSpec::Fedem(_) => "fedem",
+            AlgorithmSpec::Pfedme(_) => "pfedme",
+            AlgorithmSpec::Clustered(_) => "clustered",
+            AlgorithmSpec::Apfl(_) => "apfl",
+            AlgorithmSpec::PerFedavg(_) => "per_fedavg",
+            AlgorithmSpec::Ditto(_) => "ditto",
         }
     }
 
@@ -54,6 +81,11 @@ impl AlgorithmSpec {
             AlgorithmSpec::Fedem(s) => s.validate(),
             AlgorithmSpec::Fedprox(s) => s.validate(),
             AlgorithmSpec::FedavgPlus(s) => s.validate(),
+            AlgorithmSpec::Pfedme(s) => s.validate(),
+            AlgorithmSpec::Clustered(s) => s.validate(),
+            AlgorithmSpec::Apfl(s) => s.validate(),
+            AlgorithmSpec::PerFedavg(s) => s.validate(),
+            AlgorithmSpec::Ditto(s) => s.validate(),
             AlgorithmSpec::Fedavg(_) | AlgorithmSpec::Local(_) => Ok(()),
         }
     }
@@ -64,6 +96,8 @@ impl AlgorithmSpec {
 pub enum ModelKind {
     /// The server's model.
     Global,
+    /// The model of the client's cluster.
+    Cluster,
     /// A model trained by the client alone.
     Local,
     /// A client-specific model derived from the global one.
@@ -76,11 +110,20 @@ impl ModelKind {
     pub fn as_str(self) -> &'static str {
         match self {
             ModelKind::Global => "global",
+            ModelKind::Cluster => "cluster",
             ModelKind::Local => "local",
             ModelKind::Personalized => "personalized",
             ModelKind::Mixture => "mixture",
         }
     }
+}
+
+/// One evaluation of one of a client's models on one of its splits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Evaluation {
+    pub model: ModelKind,
+    pub split: Split,
+    pub stats: EvalStats,
 }
 
 /// Learning-rate schedule by global round.
@@ -154,6 +197,13 @@ impl LocalContext<'_> {
         }
     }
 
+    /// The minibatches of this round's local plan over the training split, one call of `step`
+    /// each, for algorithms with their own update rule. Plain SGD: the plan's momentum is not
+    /// used (its weight decay is, inside [`Batch::gradient`]).
+    pub fn for_each_batch(&self, rng: &mut ChaCha20Rng, step: impl FnMut(&Batch<'_>)) {
+        for_each_batch(self.arch, self.train_view(), &self.training.plan, rng, step);
+    }
+
     /// `epochs` local epochs at learning rate `lr` on a copy of `params`, from zero momentum
     /// (evaluation-time adaptation: nothing is kept).
     pub fn fine_tune(
@@ -181,15 +231,20 @@ impl LocalContext<'_> {
         tuned
     }
 
-    /// `eval` on each of this client's non-empty splits.
+    /// `eval` of a `model` on each of this client's non-empty splits.
     pub fn evaluate_splits(
         &self,
+        model: ModelKind,
         eval: impl Fn(SplitView<'_>) -> EvalStats,
-    ) -> Vec<(Split, EvalStats)> {
+    ) -> Vec<Evaluation> {
         Split::ALL
             .into_iter()
             .filter(|&s| self.data.split_len(self.client as usize, s) > 0)
-            .map(|s| (s, eval(self.data.view(self.client as usize, s))))
+            .map(|split| Evaluation {
+                model,
+                split,
+                stats: eval(self.data.view(self.client as usize, split)),
+            })
             .collect()
     }
 }
@@ -224,14 +279,29 @@ pub trait Algorithm: Send + Sync + 'static {
         rng: &mut ChaCha20Rng,
     ) -> Self::Update;
 
+    /// Samples a client's local work processes (what the device model charges time for), for
+    /// `n_train` training rows. One pass of the plan unless the algorithm does more.
+    fn samples_processed(&self, plan: &LocalPlan, n_train: usize) -> u64 {
+        plan.samples_processed(n_train)
+    }
+
+    /// Whether every client trains each round while only the sampled ones are aggregated
+    /// (pFedMe's Algorithm 1); otherwise only sampled clients train.
+    fn trains_unsampled(&self) -> bool {
+        false
+    }
+
+    /// The cluster a client belongs to, for algorithms that cluster clients.
+    fn cluster(&self, _global: &Self::Global, _client: u32) -> Option<u32> {
+        None
+    }
+
     /// Combines one round's updates, given in increasing client order.
     fn aggregate(&self, global: &Self::Global, updates: &[(u32, Self::Update)]) -> Self::Global;
 
-    /// The model a client is evaluated with.
-    fn evaluated_model(&self) -> ModelKind;
-
-    /// Evaluates the client's model on each of its non-empty splits (see
-    /// [`LocalContext::evaluate_splits`]). Runs on the trainer pool; `rng` is the client's
+    /// Evaluates the client's model(s) on each of its non-empty splits (see
+    /// [`LocalContext::evaluate_splits`]); an algorithm with a global and a personalized model
+    /// (pFedMe) reports both. Runs on the trainer pool; `rng` is the client's
     /// evaluation stream for the round, for algorithms that adapt before testing. The client's
     /// state is not changed.
     fn evaluate(
@@ -240,7 +310,17 @@ pub trait Algorithm: Send + Sync + 'static {
         global: &Self::Global,
         state: &Self::ClientState,
         rng: &mut ChaCha20Rng,
-    ) -> Vec<(Split, EvalStats)>;
+    ) -> Vec<Evaluation>;
+}
+
+/// θ ← θ − lr·d.
+pub fn descend(theta: &mut [f32], lr: f64, direction: &[f32]) {
+    assert_eq!(theta.len(), direction.len(), "vectors of different lengths");
+    let lr = lr as f32;
+    theta
+        .iter_mut()
+        .zip(direction)
+        .for_each(|(t, d)| *t -= lr * d);
 }
 
 /// Σ wᵢ·vᵢ / Σ wᵢ in the given order, accumulated in f64.
@@ -262,6 +342,70 @@ pub fn weighted_average<'a>(items: impl IntoIterator<Item = (f64, &'a [f32])>) -
         "weighted average needs a positive total weight"
     );
     acc.into_iter().map(|a| (a / total) as f32).collect()
+}
+
+/// Tiny hand-checkable settings for the algorithms' unit tests.
+#[cfg(test)]
+pub(crate) mod testkit {
+    use super::*;
+    use crate::data::ClientShard;
+    use crate::models::ModelSpec;
+
+    pub fn close(a: &[f32], b: &[f32], tol: f32) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol)
+    }
+
+    /// One client whose rows are all training rows, a linear model, plain SGD, one step.
+    pub struct Kit {
+        pub data: FederatedData,
+        pub arch: Architecture,
+        pub training: Training,
+    }
+
+    impl Kit {
+        /// Binary labels; `rows` are (features, label); batches of `batch_size`, lr `lr`.
+        pub fn binary(rows: &[(&[f32], i64)], batch_size: usize, lr: f64) -> Kit {
+            let dim = rows[0].0.len();
+            let data = FederatedData {
+                dim,
+                classes: 2,
+                features: rows.iter().flat_map(|r| r.0.iter().copied()).collect(),
+                labels: rows.iter().map(|r| r.1).collect(),
+                clients: vec![ClientShard {
+                    train: 0..rows.len(),
+                    val: rows.len()..rows.len(),
+                    test: rows.len()..rows.len(),
+                }],
+                truth: None,
+            };
+            Kit {
+                arch: Architecture::new(&ModelSpec::Linear, dim, 2),
+                data,
+                training: Training {
+                    plan: LocalPlan {
+                        work: LocalWork::Steps(1),
+                        batch_size,
+                        momentum: 0.0,
+                        weight_decay: 0.0,
+                    },
+                    lr,
+                    schedule: LrSchedule::Constant,
+                    keep_momentum: false,
+                },
+            }
+        }
+
+        pub fn ctx(&self) -> LocalContext<'_> {
+            LocalContext {
+                arch: &self.arch,
+                training: &self.training,
+                data: &self.data,
+                client: 0,
+                round: 1,
+                lr: self.training.lr,
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,10 +7,12 @@
 mod fedem_synthetic;
 mod numpy_rng;
 mod split;
+mod synthetic_ab;
 
 pub use fedem_synthetic::{FedemSyntheticSpec, LabelRule};
 pub use numpy_rng::NumpyRandomState;
 pub use split::SplitSpec;
+pub use synthetic_ab::SyntheticAbSpec;
 
 use crate::sim::SeedTree;
 use serde::{Deserialize, Serialize};
@@ -118,6 +120,8 @@ impl FederatedData {
 pub enum DatasetSpec {
     /// The mixture-of-linear-models benchmark of FedEM (Marfoq et al. 2021, App. I.1.5).
     FedemSynthetic(FedemSyntheticSpec),
+    /// Synthetic(α, β) of FedProx and pFedMe: per-client multinomial regression models.
+    SyntheticAb(SyntheticAbSpec),
 }
 
 impl DatasetSpec {
@@ -125,6 +129,7 @@ impl DatasetSpec {
     pub fn num_clients(&self) -> usize {
         match self {
             DatasetSpec::FedemSynthetic(s) => s.clients,
+            DatasetSpec::SyntheticAb(s) => s.clients,
         }
     }
 
@@ -132,6 +137,7 @@ impl DatasetSpec {
     pub fn validate(&self) -> Result<(), (String, String)> {
         match self {
             DatasetSpec::FedemSynthetic(s) => s.validate(),
+            DatasetSpec::SyntheticAb(s) => s.validate(),
         }
     }
 
@@ -139,6 +145,7 @@ impl DatasetSpec {
     pub fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> FederatedData {
         match self {
             DatasetSpec::FedemSynthetic(s) => s.generate(split, seeds),
+            DatasetSpec::SyntheticAb(s) => s.generate(split, seeds),
         }
     }
 }

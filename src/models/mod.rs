@@ -8,8 +8,8 @@
 mod sgd;
 
 pub use sgd::{
-    evaluate, evaluate_mixture, sample_losses, train_sgd, EvalStats, LocalPlan, LocalWork,
-    Objective, TrainStats,
+    evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch, EvalStats,
+    LocalPlan, LocalWork, Objective, TrainStats,
 };
 
 use rand::Rng;

@@ -207,6 +207,68 @@ pub fn train_sgd(
     stats
 }
 
+/// One minibatch of a local run, for algorithms with their own update rule (pFedMe,
+/// Per-FedAvg, Ditto, APFL): it answers gradient queries at any parameters.
+pub struct Batch<'a> {
+    arch: &'a Architecture,
+    x: Tensor,
+    /// As [`targets`] makes them.
+    y: Tensor,
+    weight_decay: f64,
+}
+
+impl Batch<'_> {
+    /// Rows in the batch.
+    pub fn len(&self) -> usize {
+        self.x.size()[0] as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The gradient of the mean minibatch loss at `params`, plus `weight_decay · params` (the L2
+    /// term PyTorch's SGD adds).
+    pub fn gradient(&self, params: &[f32]) -> Vec<f32> {
+        let ps = self.arch.params(params);
+        let layers = self.arch.layers(&ps);
+        let grads = self.arch.gradients(&ps, &layers, &self.x, &self.y, None);
+        let mut out = vec![0f32; params.len()];
+        tch::no_grad(|| flatten_into(&grads, &mut out));
+        if self.weight_decay != 0.0 {
+            let wd = self.weight_decay as f32;
+            out.iter_mut().zip(params).for_each(|(g, p)| *g += wd * p);
+        }
+        out
+    }
+}
+
+/// Calls `step` once per minibatch of `plan` over `data`, in order, the batches drawn from `rng`
+/// exactly as [`train_sgd`] draws them.
+pub fn for_each_batch(
+    arch: &Architecture,
+    data: SplitView<'_>,
+    plan: &LocalPlan,
+    rng: &mut impl Rng,
+    mut step: impl FnMut(&Batch<'_>),
+) {
+    let (x, y) = data_tensors(&data);
+    let y = targets(arch, &y);
+    for (order, batches) in plan.passes(data.len(), rng) {
+        let perm = Tensor::from_slice(&order);
+        let (xp, yp) = (x.index_select(0, &perm), y.index_select(0, &perm));
+        for (start, len) in batches {
+            let (s, l) = (start as i64, len as i64);
+            step(&Batch {
+                arch,
+                x: xp.narrow(0, s, l),
+                y: yp.narrow(0, s, l),
+                weight_decay: plan.weight_decay,
+            });
+        }
+    }
+}
+
 /// One PyTorch SGD step: d = g + wd·p; with momentum, buf = μ·buf + d (buf = d at first) and
 /// d = buf; then p −= lr·d.
 fn sgd_update(

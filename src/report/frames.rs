@@ -69,6 +69,10 @@ pub fn metrics_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
             "sampled".into(),
             evals.iter().map(|e| e.sampled).collect::<Vec<_>>(),
         ),
+        Column::new(
+            "cluster".into(),
+            evals.iter().map(|e| e.cluster).collect::<Vec<_>>(),
+        ),
     ])
 }
 
@@ -124,7 +128,7 @@ pub fn rounds_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
     ])
 }
 
-/// One row per run.
+/// One row per run and evaluated model.
 pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
     let col = |name: &str, f: &dyn Fn(&Summary) -> f64| {
         Column::new(name.into(), rows.iter().map(f).collect::<Vec<f64>>())
@@ -143,6 +147,10 @@ pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
             rows.iter()
                 .map(|s| s.algorithm.as_str())
                 .collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "model".into(),
+            rows.iter().map(|s| s.model.as_str()).collect::<Vec<_>>(),
         ),
         Column::new(
             "seed".into(),

@@ -116,7 +116,7 @@ pub fn write_run(
     dir: &Path,
     meta: &RunMeta,
     records: &[Record],
-    summary: &Summary,
+    summaries: &[Summary],
     resolved_yaml: &str,
 ) -> Result<Vec<PathBuf>, ReportError> {
     let mut files = Vec::new();
@@ -152,11 +152,10 @@ pub fn write_run(
     let p = dir.join("rounds.parquet");
     write_parquet(&p, &mut rounds)?;
     files.push(p);
-    let mut s =
-        summary_frame(std::slice::from_ref(summary)).map_err(|source| ReportError::Polars {
-            path: dir.join("summary.csv"),
-            source,
-        })?;
+    let mut s = summary_frame(summaries).map_err(|source| ReportError::Polars {
+        path: dir.join("summary.csv"),
+        source,
+    })?;
     let p = dir.join("summary.csv");
     write_csv(&p, &mut s)?;
     files.push(p);

@@ -17,6 +17,8 @@ pub struct EvalRecord {
     pub accuracy: f64,
     /// Whether the client trained in this round.
     pub sampled: bool,
+    /// The client's cluster, for algorithms that cluster clients (Clustered FL).
+    pub cluster: Option<u32>,
 }
 
 /// One finished round as the server saw it.

@@ -1,6 +1,7 @@
 //! One row per run: accuracy and fairness of the final evaluation on the clients' test data.
 
 use super::{EvalRecord, Record};
+use crate::algorithms::ModelKind;
 use crate::data::Split;
 
 /// Fairness figures over per-client accuracies.
@@ -58,6 +59,8 @@ pub struct Summary {
     pub run_id: String,
     pub name: String,
     pub algorithm: String,
+    /// Which model was evaluated ([`ModelKind::as_str`]).
+    pub model: String,
     pub seed: u64,
     pub clients: u32,
     pub final_round: u32,
@@ -70,7 +73,49 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Summarises the last evaluated round's test split.
+    /// One summary per evaluated model (in [`ModelKind`] order, so the most client-specific
+    /// model comes last), each of the last evaluated round's test split.
+    #[allow(clippy::too_many_arguments)]
+    pub fn per_model(
+        run_id: &str,
+        name: &str,
+        algorithm: &str,
+        seed: u64,
+        records: &[Record],
+        sim_seconds: f64,
+        wall_seconds: f64,
+    ) -> Vec<Summary> {
+        let models: std::collections::BTreeSet<ModelKind> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Eval(e) => Some(e.model),
+                _ => None,
+            })
+            .collect();
+        models
+            .into_iter()
+            .map(|model| {
+                let mine: Vec<Record> = records
+                    .iter()
+                    .filter(|r| matches!(r, Record::Eval(e) if e.model == model))
+                    .cloned()
+                    .collect();
+                let mut s = Summary::from_records(
+                    run_id,
+                    name,
+                    algorithm,
+                    seed,
+                    &mine,
+                    sim_seconds,
+                    wall_seconds,
+                );
+                s.model = model.as_str().into();
+                s
+            })
+            .collect()
+    }
+
+    /// Summarises the last evaluated round's test split of all evaluation records.
     #[allow(clippy::too_many_arguments)]
     pub fn from_records(
         run_id: &str,
@@ -99,6 +144,7 @@ impl Summary {
             run_id: run_id.into(),
             name: name.into(),
             algorithm: algorithm.into(),
+            model: last.first().map_or("none", |e| e.model.as_str()).into(),
             seed,
             clients: last.len() as u32,
             final_round,

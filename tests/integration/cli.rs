@@ -73,7 +73,7 @@ fn run_prints_a_summary_and_writes_files() {
         String::from_utf8_lossy(&out.stderr)
     );
     for needle in [
-        "test accuracy, weighted",
+        "accuracy, weighted",
         "bottom decile",
         "10th percentile",
         "simulated time",

@@ -23,12 +23,12 @@ fn run_paper_with(file: &str, overrides: &[String]) -> Summary {
     let r = run_scenario(&s, &opts).unwrap();
     eprintln!(
         "{file} {overrides:?}: mean {:.2} bottom decile {:.2} p10 {:.2} ({:.1} s wall)",
-        100.0 * r.summary.test.weighted_mean,
-        100.0 * r.summary.test.bottom_decile,
-        100.0 * r.summary.test.p10,
-        r.summary.wall_seconds
+        100.0 * r.headline().test.weighted_mean,
+        100.0 * r.headline().test.bottom_decile,
+        100.0 * r.headline().test.p10,
+        r.headline().wall_seconds
     );
-    r.summary
+    r.headline().clone()
 }
 
 #[test]

@@ -1,0 +1,168 @@
+//! Ditto (Li et al. 2021): FedAvg for the global model w, plus a personal model v per client,
+//! trained in the same round by v ← v − η_p·(∇f(v) + λ·(v − w)) against the global model w the
+//! client received. Clients are evaluated with v.
+//!
+//! The global part is FedAvg's local training (momentum and all, as the scenario says); the
+//! personal part takes as many plain-SGD minibatch steps as the plan has, at `personal_lr`.
+
+use super::{descend, weighted_average, Algorithm, Evaluation, LocalContext, ModelKind};
+use crate::algorithms::fedavg::ModelUpdate;
+use crate::models::{evaluate, Architecture, LocalPlan, Objective};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DittoSpec {
+    /// λ, the pull of the personal model towards the global one (the Ditto paper tunes it in
+    /// {0.01, 0.1, 1, 2}).
+    pub lambda: f64,
+    /// Learning rate of the personal model [default: the round's `training.lr`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub personal_lr: Option<f64>,
+}
+
+impl DittoSpec {
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if !(self.lambda >= 0.0 && self.lambda.is_finite()) {
+            return Err((
+                "lambda".into(),
+                format!("must be a non-negative number, got {}", self.lambda),
+            ));
+        }
+        if let Some(lr) = self.personal_lr {
+            if !(lr > 0.0 && lr.is_finite()) {
+                return Err((
+                    "personal_lr".into(),
+                    format!("must be a positive number, got {lr}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Ditto {
+    pub spec: DittoSpec,
+}
+
+/// The personal model (empty until the client first trains) and the momentum of the global
+/// model's local training.
+#[derive(Clone, Debug, Default)]
+pub struct DittoClient {
+    pub personal: Vec<f32>,
+    pub momentum: Vec<f32>,
+}
+
+impl Algorithm for Ditto {
+    type Global = Vec<f32>;
+    type ClientState = DittoClient;
+    type Update = ModelUpdate;
+
+    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Vec<f32> {
+        arch.init(rng)
+    }
+
+    fn init_client(&self, _: &Vec<f32>, _: u32) -> DittoClient {
+        DittoClient::default()
+    }
+
+    fn broadcast_len(&self, global: &Vec<f32>) -> usize {
+        global.len()
+    }
+
+    fn update_len(&self, update: &ModelUpdate) -> usize {
+        update.params.len()
+    }
+
+    /// The global and the personal model each take one pass of the plan.
+    fn samples_processed(&self, plan: &LocalPlan, n_train: usize) -> u64 {
+        2 * plan.samples_processed(n_train)
+    }
+
+    fn local_update(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &Vec<f32>,
+        state: &mut DittoClient,
+        rng: &mut ChaCha20Rng,
+    ) -> ModelUpdate {
+        let mut params = global.clone();
+        ctx.train(&mut params, &mut state.momentum, &Objective::default(), rng);
+        if state.personal.is_empty() {
+            state.personal = global.clone();
+        }
+        let (lambda, lr) = (
+            self.spec.lambda as f32,
+            self.spec.personal_lr.unwrap_or(ctx.lr),
+        );
+        let v = &mut state.personal;
+        ctx.for_each_batch(rng, |batch| {
+            let mut direction = batch.gradient(v);
+            direction
+                .iter_mut()
+                .zip(v.iter().zip(global))
+                .for_each(|(d, (vi, wi))| *d += lambda * (vi - wi));
+            descend(v, lr, &direction);
+        });
+        ModelUpdate {
+            params,
+            weight: ctx.train_view().len() as f64,
+        }
+    }
+
+    fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
+        weighted_average(updates.iter().map(|(_, u)| (u.weight, &u.params[..])))
+    }
+
+    fn evaluate(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &Vec<f32>,
+        state: &DittoClient,
+        _: &mut ChaCha20Rng,
+    ) -> Vec<Evaluation> {
+        let v = if state.personal.is_empty() {
+            global
+        } else {
+            &state.personal
+        };
+        ctx.evaluate_splits(ModelKind::Personalized, |view| evaluate(ctx.arch, v, view))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::testkit::{close, Kit};
+    use rand::SeedableRng;
+
+    #[test]
+    fn personal_step_by_hand() {
+        // One row x = 1, y = 1; global w = (0, 0) and personal v = (1, 1) from an earlier
+        // round. ∇f(v) = (σ(2) − 1)·(1, 1); with λ = 0.5 the pull is 0.5·(1 − 0) = 0.5.
+        // lr 0.1: v = 1 − 0.1·(σ(2) − 1 + 0.5).
+        let kit = Kit::binary(&[(&[1.0], 1)], 1, 0.1);
+        let alg = Ditto {
+            spec: DittoSpec {
+                lambda: 0.5,
+                personal_lr: None,
+            },
+        };
+        let mut state = DittoClient {
+            personal: vec![1.0, 1.0],
+            momentum: Vec::new(),
+        };
+        let mut rng = ChaCha20Rng::seed_from_u64(0);
+        let up = alg.local_update(&kit.ctx(), &vec![0.0, 0.0], &mut state, &mut rng);
+        let want = (1.0 - 0.1 * (1.0 / (1.0 + (-2.0f64).exp()) - 1.0 + 0.5)) as f32;
+        assert!(
+            close(&state.personal, &[want, want], 1e-6),
+            "{:?}",
+            state.personal
+        );
+        // The global part is one plain SGD step from w = 0: 0 − 0.1·(−½) = 0.05.
+        assert!(close(&up.params, &[0.05, 0.05], 1e-7), "{:?}", up.params);
+    }
+}
