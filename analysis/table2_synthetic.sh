@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Recipe: FedEM Table 2, synthetic row, in the authors' setting (their exact data, corrected
-# labels, 1000 extra test samples, 100 rounds): Local, FedAvg, FedProx, FedAvg+ and FedEM over
+# labels, 1000 extra test samples, 100 rounds): Local, FedAvg, FedProx, FedAvg+, Clustered FL,
+# pFedMe, APFL, Per-FedAvg, Ditto and FedEM over
 # seeds 1-3, then a markdown table of mean ± std.
 # Results go to results/table2_synthetic/<method>/seed-<n>/.
 #   bash analysis/table2_synthetic.sh
@@ -8,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 out=results/table2_synthetic
-for method in local fedavg fedprox fedavg_plus fedem; do
+for method in local fedavg fedprox fedavg_plus clustered pfedme apfl per_fedavg ditto fedem; do
   for seed in 1 2 3; do
     dir="$out/$method/seed-$seed"
     if [ -f "$dir/summary.csv" ]; then continue; fi   # finished runs are kept

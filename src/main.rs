@@ -117,7 +117,8 @@ fn real_main() -> Result<()> {
             println!("  clients evaluated        {}", h.clients);
             println!("  final round              {}", h.final_round);
             for m in &report.summaries {
-                println!("  {} model, test data:", m.model);
+                let who = if m.unseen { " (unseen clients)" } else { "" };
+                println!("  {} model{who}, test data:", m.model);
                 println!("    accuracy, weighted     {}", pct(m.test.weighted_mean));
                 println!("    bottom decile          {}", pct(m.test.bottom_decile));
                 println!("    10th percentile        {}", pct(m.test.p10));

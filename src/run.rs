@@ -56,11 +56,13 @@ pub fn default_out_dir(s: &Scenario) -> PathBuf {
 }
 
 impl RunReport {
-    /// The summary of the most client-specific model evaluated (personalized over global).
+    /// The summary of the most client-specific model evaluated (personalized over global) on
+    /// the training clients.
     pub fn headline(&self) -> &Summary {
         self.summaries
-            .last()
-            .expect("a run evaluates at least once")
+            .iter()
+            .rfind(|s| !s.unseen)
+            .expect("a run evaluates its training clients")
     }
 }
 

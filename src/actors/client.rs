@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 pub(super) struct Client<A: Algorithm> {
     id: u32,
+    /// Held out of training: adapts to the trained model only to be tested.
+    unseen: bool,
     state: A::ClientState,
     jobs: Arc<JobContext<A>>,
     pool: TrainerPool,
@@ -24,6 +26,7 @@ pub(super) struct Client<A: Algorithm> {
 impl<A: Algorithm> Client<A> {
     pub fn new(
         id: u32,
+        unseen: bool,
         state: A::ClientState,
         jobs: Arc<JobContext<A>>,
         pool: TrainerPool,
@@ -32,6 +35,7 @@ impl<A: Algorithm> Client<A> {
     ) -> Self {
         Client {
             id,
+            unseen,
             state,
             jobs,
             pool,
@@ -113,12 +117,17 @@ impl<A: Algorithm> Client<A> {
 
     fn evaluate(&mut self, round: u32, global: Arc<A::Global>, eff: &mut FlEffects<A>) {
         let (jobs, id) = (self.jobs.clone(), self.id);
-        let state = self.state.clone();
+        let (state, unseen) = (self.state.clone(), self.unseen);
         let cluster = self.jobs.algorithm.cluster(&global, id);
         let mut rng = self.seeds.rng(Entity::Client(id), "evaluate", round as u64);
         let pending = self.pool.submit(move || {
             let ctx = jobs.local(id, round, jobs.training.lr_at(round));
-            let results = jobs.algorithm.evaluate(&ctx, &global, &state, &mut rng);
+            let alg = &jobs.algorithm;
+            let results = if unseen {
+                alg.evaluate_unseen(&ctx, &global, &mut rng)
+            } else {
+                alg.evaluate(&ctx, &global, &state, &mut rng)
+            };
             Msg::Evaluated {
                 round,
                 results,
@@ -153,6 +162,7 @@ impl<A: Algorithm> Client<A> {
                 accuracy: stats.accuracy,
                 sampled: self.last_trained == Some(round),
                 cluster,
+                unseen: self.unseen,
             }));
         }
     }

@@ -41,6 +41,22 @@ pub struct RunSpec {
     pub training: Training,
     pub sampling: Sampling,
     pub system: SystemSpec,
+    /// How many clients are held out of training (chosen from the seed; see [`unseen_clients`]).
+    pub unseen_clients: usize,
+}
+
+/// The held-out clients of a run (sorted): `count` of `total`, drawn from the run's seed.
+pub fn unseen_clients(seeds: &SeedTree, total: usize, count: usize) -> Vec<u32> {
+    if count == 0 {
+        return Vec::new();
+    }
+    let mut rng = seeds.rng(Entity::Run, "unseen_clients", 0);
+    let mut chosen: Vec<u32> = rand::seq::index::sample(&mut rng, total, count)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
+    chosen.sort_unstable();
+    chosen
 }
 
 /// What a finished run hands back.
@@ -167,6 +183,17 @@ pub fn simulate(
     threads: usize,
     on_record: impl FnMut(&Record) + 'static,
 ) -> Result<SimOutput, SimError> {
+    let unseen = unseen_clients(
+        &SeedTree::new(spec.seed),
+        data.num_clients(),
+        spec.unseen_clients,
+    );
+    let held_out = |c: usize| unseen.binary_search(&(c as u32)).is_ok();
+    let participants_train: usize = (0..data.num_clients())
+        .filter(|&c| !held_out(c))
+        .map(|c| data.split_len(c, Split::Train))
+        .sum();
+    let on_record = (unseen, on_record);
     match &spec.algorithm {
         AlgorithmSpec::Fedavg(_) => simulate_with(FedAvg::plain(), spec, data, threads, on_record),
         AlgorithmSpec::Fedprox(s) => simulate_with(FedAvg::prox(s), spec, data, threads, on_record),
@@ -197,27 +224,23 @@ pub fn simulate(
         AlgorithmSpec::Pfedme(s) => {
             simulate_with(PFedMe { spec: s.clone() }, spec, data, threads, on_record)
         }
-        AlgorithmSpec::Fedem(s) => {
-            let total_train = (0..data.num_clients())
-                .map(|c| data.split_len(c, Split::Train))
-                .sum();
-            simulate_with(
-                FedEm::new(s.clone(), total_train),
-                spec,
-                data,
-                threads,
-                on_record,
-            )
-        }
+        AlgorithmSpec::Fedem(s) => simulate_with(
+            FedEm::new(s.clone(), participants_train),
+            spec,
+            data,
+            threads,
+            on_record,
+        ),
     }
 }
 
+/// `on_record` is the held-out clients with the record callback.
 fn simulate_with<A: Algorithm>(
     algorithm: A,
     spec: &RunSpec,
     data: Arc<FederatedData>,
     threads: usize,
-    on_record: impl FnMut(&Record) + 'static,
+    (unseen, on_record): (Vec<u32>, impl FnMut(&Record) + 'static),
 ) -> Result<SimOutput, SimError> {
     let spec = spec.clone();
     let system = actix::System::new();
@@ -243,6 +266,7 @@ fn simulate_with<A: Algorithm>(
             .map(|(c, state)| {
                 Client::new(
                     c as u32,
+                    unseen.binary_search(&(c as u32)).is_ok(),
                     state,
                     jobs.clone(),
                     pool.clone(),
@@ -258,6 +282,9 @@ fn simulate_with<A: Algorithm>(
                 rounds: spec.rounds,
                 eval_every: spec.eval_every,
                 num_clients,
+                participants: (0..num_clients)
+                    .filter(|c| unseen.binary_search(c).is_err())
+                    .collect(),
                 sampling: spec.sampling.clone(),
                 system: system_model,
                 seeds,

@@ -15,6 +15,8 @@ pub(super) struct ServerConfig<A: Algorithm> {
     pub rounds: u32,
     pub eval_every: u32,
     pub num_clients: u32,
+    /// The clients that take part in training (all but the held-out ones), sorted.
+    pub participants: Vec<u32>,
     pub sampling: Sampling,
     pub system: Arc<SystemModel>,
     pub seeds: SeedTree,
@@ -54,15 +56,19 @@ impl<A: Algorithm> Server<A> {
         self.round_start = now;
         self.arrived.clear();
         let mut rng = self.cfg.seeds.rng(Entity::Server, "sampling", round as u64);
+        let participants = &self.cfg.participants;
         self.selected = self
             .cfg
             .sampling
-            .select(self.cfg.num_clients as usize, &mut rng);
+            .select(participants.len(), &mut rng)
+            .into_iter()
+            .map(|i| participants[i as usize])
+            .collect();
         let alg = &self.cfg.algorithm.algorithm;
         let bytes = payload_bytes(alg.broadcast_len(&self.global));
         let lr = self.cfg.algorithm.training.lr_at(round);
         let trainers: Vec<u32> = if alg.trains_unsampled() {
-            (0..self.cfg.num_clients).collect()
+            self.cfg.participants.clone()
         } else {
             self.selected.clone()
         };

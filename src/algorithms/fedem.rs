@@ -30,6 +30,20 @@ pub struct FedEmSpec {
     pub components: usize,
     #[serde(default)]
     pub unsampled: Unsampled,
+    /// Unseen clients fit their mixture weights by EM with the components frozen, starting
+    /// uniform, for at most this many iterations ...
+    #[serde(default = "default_unseen_em_iterations")]
+    pub unseen_em_iterations: u32,
+    /// ... or until no weight moves by more than this.
+    #[serde(default = "default_unseen_em_tolerance")]
+    pub unseen_em_tolerance: f64,
+}
+
+fn default_unseen_em_iterations() -> u32 {
+    100
+}
+fn default_unseen_em_tolerance() -> f64 {
+    1e-6
 }
 
 fn default_components() -> usize {
@@ -41,6 +55,8 @@ impl Default for FedEmSpec {
         FedEmSpec {
             components: default_components(),
             unsampled: Unsampled::default(),
+            unseen_em_iterations: default_unseen_em_iterations(),
+            unseen_em_tolerance: default_unseen_em_tolerance(),
         }
     }
 }
@@ -49,6 +65,18 @@ impl FedEmSpec {
     pub fn validate(&self) -> Result<(), (String, String)> {
         if self.components == 0 {
             return Err(("components".into(), "must be at least 1".into()));
+        }
+        if self.unseen_em_iterations == 0 {
+            return Err(("unseen_em_iterations".into(), "must be at least 1".into()));
+        }
+        if !(self.unseen_em_tolerance >= 0.0 && self.unseen_em_tolerance.is_finite()) {
+            return Err((
+                "unseen_em_tolerance".into(),
+                format!(
+                    "must be a non-negative number, got {}",
+                    self.unseen_em_tolerance
+                ),
+            ));
         }
         Ok(())
     }
@@ -118,6 +146,26 @@ pub fn e_step(pi: &[f64], losses: &[Vec<f32>]) -> (Vec<Vec<f32>>, Vec<f64>) {
     let total: f64 = new_pi.iter().sum();
     new_pi.iter_mut().for_each(|p| *p /= total);
     (q, new_pi)
+}
+
+/// Mixture weights for fixed components: EM from uniform weights on per-sample `losses[m][i]`,
+/// until no weight moves by more than `tolerance` or after `max_iterations`.
+pub fn fit_mixture_weights(losses: &[Vec<f32>], max_iterations: u32, tolerance: f64) -> Vec<f64> {
+    let m = losses.len();
+    let mut pi = vec![1.0 / m as f64; m];
+    for _ in 0..max_iterations {
+        let (_, next) = e_step(&pi, losses);
+        let moved = next
+            .iter()
+            .zip(&pi)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        pi = next;
+        if moved <= tolerance {
+            break;
+        }
+    }
+    pi
 }
 
 impl Algorithm for FedEm {
@@ -205,6 +253,29 @@ impl Algorithm for FedEm {
             .collect()
     }
 
+    /// FedEM Table 3: the components stay fixed; π is fitted by EM on the client's training data.
+    fn evaluate_unseen(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &Vec<Vec<f32>>,
+        rng: &mut ChaCha20Rng,
+    ) -> Vec<Evaluation> {
+        let losses: Vec<Vec<f32>> = global
+            .iter()
+            .map(|theta| sample_losses(ctx.arch, theta, ctx.train_view()))
+            .collect();
+        let pi = fit_mixture_weights(
+            &losses,
+            self.spec.unseen_em_iterations,
+            self.spec.unseen_em_tolerance,
+        );
+        let state = FedEmClient {
+            pi,
+            momentum: Vec::new(),
+        };
+        self.evaluate(ctx, global, &state, rng)
+    }
+
     fn evaluate(
         &self,
         ctx: &LocalContext<'_>,
@@ -245,6 +316,21 @@ mod tests {
         // The prior counts: with π = (0.9, 0.1) and equal losses, q = π.
         let (q, _) = e_step(&[0.9, 0.1], &[vec![1.0], vec![1.0]]);
         assert!(close(q[0][0] as f64, 0.9));
+    }
+
+    #[test]
+    fn fitted_weights_follow_the_better_component() {
+        // Component 0 explains sample 0 much better (loss 0 vs 10), component 1 explains
+        // samples 1 and 2: EM converges to π ≈ (1/3, 2/3).
+        let losses = vec![vec![0.0, 10.0, 10.0], vec![10.0, 0.0, 0.0]];
+        let pi = fit_mixture_weights(&losses, 100, 1e-9);
+        assert!(
+            (pi[0] - 1.0 / 3.0).abs() < 1e-3 && (pi[1] - 2.0 / 3.0).abs() < 1e-3,
+            "{pi:?}"
+        );
+        // One iteration is one E-step from uniform.
+        let one = fit_mixture_weights(&losses, 1, 0.0);
+        assert_eq!(one, e_step(&[0.5, 0.5], &losses).1);
     }
 
     #[test]

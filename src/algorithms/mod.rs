@@ -19,7 +19,7 @@ pub use apfl::{Apfl, ApflSpec};
 pub use clustered::{complete_linkage_bipartition, Clustered, ClusteredSpec, Clusters};
 pub use ditto::{Ditto, DittoSpec};
 pub use fedavg::{FedAvg, FedAvgPlusSpec, FedAvgSpec, FedProxSpec};
-pub use fedem::{e_step, FedEm, FedEmSpec, Unsampled, MIN_MIXTURE_WEIGHT};
+pub use fedem::{e_step, fit_mixture_weights, FedEm, FedEmSpec, Unsampled, MIN_MIXTURE_WEIGHT};
 pub use local::{Local, LocalSpec};
 pub use per_fedavg::{PerFedAvg, PerFedAvgSpec};
 pub use pfedme::{PFedMe, PFedMeSpec};
@@ -294,6 +294,19 @@ pub trait Algorithm: Send + Sync + 'static {
     /// The cluster a client belongs to, for algorithms that cluster clients.
     fn cluster(&self, _global: &Self::Global, _client: u32) -> Option<u32> {
         None
+    }
+
+    /// Evaluates a client held out of training: it adapts to `global` with its own training
+    /// data as the algorithm does for a newcomer, and is tested; nothing is kept. By default it
+    /// starts from a fresh client state and is evaluated as a training client would be.
+    fn evaluate_unseen(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &Self::Global,
+        rng: &mut ChaCha20Rng,
+    ) -> Vec<Evaluation> {
+        let state = self.init_client(global, ctx.client);
+        self.evaluate(ctx, global, &state, rng)
     }
 
     /// Combines one round's updates, given in increasing client order.

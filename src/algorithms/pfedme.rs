@@ -147,6 +147,19 @@ impl Algorithm for PFedMe {
             .collect()
     }
 
+    /// A newcomer runs one round of local personalization (R local rounds from w) and is tested
+    /// with the θ it reaches (and with w).
+    fn evaluate_unseen(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &Vec<f32>,
+        rng: &mut ChaCha20Rng,
+    ) -> Vec<Evaluation> {
+        let mut theta = Vec::new();
+        self.local_update(ctx, global, &mut theta, rng);
+        self.evaluate(ctx, global, &theta, rng)
+    }
+
     fn evaluate(
         &self,
         ctx: &LocalContext<'_>,

@@ -73,6 +73,10 @@ pub fn metrics_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
             "cluster".into(),
             evals.iter().map(|e| e.cluster).collect::<Vec<_>>(),
         ),
+        Column::new(
+            "unseen".into(),
+            evals.iter().map(|e| e.unseen).collect::<Vec<_>>(),
+        ),
     ])
 }
 
@@ -151,6 +155,10 @@ pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
         Column::new(
             "model".into(),
             rows.iter().map(|s| s.model.as_str()).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "unseen".into(),
+            rows.iter().map(|s| s.unseen).collect::<Vec<_>>(),
         ),
         Column::new(
             "seed".into(),

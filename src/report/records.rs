@@ -19,6 +19,8 @@ pub struct EvalRecord {
     pub sampled: bool,
     /// The client's cluster, for algorithms that cluster clients (Clustered FL).
     pub cluster: Option<u32>,
+    /// The client was held out of training (`unseen` in the scenario).
+    pub unseen: bool,
 }
 
 /// One finished round as the server saw it.

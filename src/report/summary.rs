@@ -61,6 +61,8 @@ pub struct Summary {
     pub algorithm: String,
     /// Which model was evaluated ([`ModelKind::as_str`]).
     pub model: String,
+    /// Whether these are the clients held out of training.
+    pub unseen: bool,
     pub seed: u64,
     pub clients: u32,
     pub final_round: u32,
@@ -73,8 +75,9 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// One summary per evaluated model (in [`ModelKind`] order, so the most client-specific
-    /// model comes last), each of the last evaluated round's test split.
+    /// One summary per group of clients (training clients, then held-out ones) and evaluated
+    /// model (in [`ModelKind`] order, so the most client-specific model comes last), each of the
+    /// last evaluated round's test split.
     #[allow(clippy::too_many_arguments)]
     pub fn per_model(
         run_id: &str,
@@ -85,19 +88,21 @@ impl Summary {
         sim_seconds: f64,
         wall_seconds: f64,
     ) -> Vec<Summary> {
-        let models: std::collections::BTreeSet<ModelKind> = records
+        let groups: std::collections::BTreeSet<(bool, ModelKind)> = records
             .iter()
             .filter_map(|r| match r {
-                Record::Eval(e) => Some(e.model),
+                Record::Eval(e) => Some((e.unseen, e.model)),
                 _ => None,
             })
             .collect();
-        models
+        groups
             .into_iter()
-            .map(|model| {
+            .map(|(unseen, model)| {
                 let mine: Vec<Record> = records
                     .iter()
-                    .filter(|r| matches!(r, Record::Eval(e) if e.model == model))
+                    .filter(
+                        |r| matches!(r, Record::Eval(e) if e.model == model && e.unseen == unseen),
+                    )
                     .cloned()
                     .collect();
                 let mut s = Summary::from_records(
@@ -110,6 +115,7 @@ impl Summary {
                     wall_seconds,
                 );
                 s.model = model.as_str().into();
+                s.unseen = unseen;
                 s
             })
             .collect()
@@ -145,6 +151,7 @@ impl Summary {
             name: name.into(),
             algorithm: algorithm.into(),
             model: last.first().map_or("none", |e| e.model.as_str()).into(),
+            unseen: last.first().is_some_and(|e| e.unseen),
             seed,
             clients: last.len() as u32,
             final_round,

@@ -249,6 +249,35 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
         (None, Some(k)) => Sampling::Count(k),
         (None, None) => Sampling::Fraction(1.0),
     };
+    let clients = raw.data.num_clients();
+    let unseen_clients = match &raw.unseen {
+        None => 0,
+        Some(u) => {
+            let k = (u.fraction * clients as f64).floor() as usize;
+            if !(u.fraction > 0.0 && u.fraction < 1.0) || k == 0 || k == clients {
+                return bad(
+                    "unseen.fraction",
+                    format!(
+                        "must be in (0, 1) and leave at least one client on each side \
+                         (⌊fraction · {clients}⌋ held out), got {}",
+                        u.fraction
+                    ),
+                );
+            }
+            k
+        }
+    };
+    if let Sampling::Count(k) = sampling {
+        if k > clients - unseen_clients {
+            return bad(
+                "sampling.count",
+                format!(
+                    "must be at most the number of training clients ({}), got {k}",
+                    clients - unseen_clients
+                ),
+            );
+        }
+    }
     let resolved_yaml = serde_yaml::to_string(&raw).expect("a scenario always serialises");
     let content_hash = format!("{:x}", Sha256::digest(resolved_yaml.as_bytes()));
     Ok(Scenario {
@@ -265,6 +294,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
             training,
             sampling,
             system: raw.system,
+            unseen_clients,
         },
         resolved_yaml,
         content_hash,

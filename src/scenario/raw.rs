@@ -39,6 +39,24 @@ pub struct RawScenario {
     pub sampling: RawSampling,
     #[serde(default)]
     pub system: SystemSpec,
+    /// Hold out clients from training, to test generalisation to unseen clients (FedEM
+    /// Table 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unseen: Option<RawUnseen>,
+}
+
+/// Clients held out of training: after each evaluated round they adapt to the trained model
+/// with their own training data (as their algorithm does it) and are tested.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUnseen {
+    /// Fraction of the clients held out, drawn from the run's seed.
+    #[serde(default = "default_unseen_fraction")]
+    pub fraction: f64,
+}
+
+fn default_unseen_fraction() -> f64 {
+    0.2
 }
 
 fn default_name() -> String {

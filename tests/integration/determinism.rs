@@ -82,6 +82,78 @@ fn fedavg_plus_is_deterministic_and_evaluates_fine_tuned_models() {
     assert!(models.iter().all(|m| m == Some("personalized")));
 }
 
+fn metrics(settings: &[&str]) -> polars::prelude::DataFrame {
+    let tmp = tempfile::tempdir().unwrap();
+    run(SMALL, settings, 2, tmp.path());
+    fedsim::report::read_parquet(&tmp.path().join("metrics.parquet")).unwrap()
+}
+
+fn distinct_strings(df: &polars::prelude::DataFrame, col: &str) -> Vec<String> {
+    let mut v: Vec<String> = df
+        .column(col)
+        .unwrap()
+        .str()
+        .unwrap()
+        .iter()
+        .map(|m| m.unwrap().to_string())
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[test]
+fn pfedme_is_deterministic_and_reports_personalized_and_global_models() {
+    let settings = ["algorithm.lambda=5", "algorithm.personal_lr=0.05"];
+    check_algorithm_with("pfedme", &settings);
+    let df = metrics(&["algorithm.name=pfedme", settings[0], settings[1]]);
+    assert_eq!(distinct_strings(&df, "model"), ["global", "personalized"]);
+    // Algorithm 1: every client trains each round, only the sampled half is aggregated.
+    let sampled = df.column("sampled").unwrap().bool().unwrap().sum().unwrap();
+    assert_eq!(sampled as usize, df.height());
+}
+
+#[test]
+fn pfedme_on_synthetic_alpha_beta_is_deterministic() {
+    let data = "data={kind: synthetic_ab, clients: 6, max_samples: 300}";
+    let training = "training={local_steps: 3, batch_size: 16, lr: 0.05}";
+    check_algorithm_with("pfedme", &[data, training]);
+}
+
+#[test]
+fn clustered_fl_is_deterministic_and_reports_clusters() {
+    // tol1 huge and tol2 zero: every cluster with more than two reporting clients splits.
+    let settings = ["algorithm.tol1=1000", "algorithm.tol2=0"];
+    check_algorithm_with("clustered", &settings);
+    let df = metrics(&["algorithm.name=clustered", settings[0], settings[1]]);
+    assert_eq!(distinct_strings(&df, "model"), ["cluster"]);
+    let clusters = df.column("cluster").unwrap().u32().unwrap();
+    assert_eq!(clusters.null_count(), 0);
+    assert!(
+        clusters.iter().flatten().max().unwrap() >= 2,
+        "no split happened"
+    );
+    // Default tolerances on this small problem: one cluster, id 0.
+    let df = metrics(&["algorithm.name=clustered"]);
+    let clusters = df.column("cluster").unwrap().u32().unwrap();
+    assert!(clusters.iter().all(|c| c == Some(0)));
+}
+
+#[test]
+fn apfl_is_deterministic_across_threads_and_reruns() {
+    check_algorithm_with("apfl", &["algorithm.adaptive=true"]);
+}
+
+#[test]
+fn per_fedavg_is_deterministic_across_threads_and_reruns() {
+    check_algorithm_with("per_fedavg", &["algorithm.inner_lr=0.05"]);
+}
+
+#[test]
+fn ditto_is_deterministic_across_threads_and_reruns() {
+    check_algorithm_with("ditto", &["algorithm.lambda=0.5"]);
+}
+
 #[test]
 fn results_have_the_documented_shape() {
     let tmp = tempfile::tempdir().unwrap();
@@ -106,7 +178,8 @@ fn results_have_the_documented_shape() {
             "n_samples",
             "loss",
             "accuracy",
-            "sampled"
+            "sampled",
+            "cluster"
         ]
     );
     // Rounds 2 and 4 evaluated, 24 clients, three splits each.
