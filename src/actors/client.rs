@@ -5,7 +5,7 @@
 use super::{Deliver, FlEffects, JobContext, Msg, TrainerPool, SERVER};
 use crate::algorithms::{Algorithm, Evaluation};
 use crate::data::Split;
-use crate::report::{EvalRecord, Record};
+use crate::report::{EvalRecord, MixtureRecord, Record};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
@@ -145,6 +145,15 @@ impl<A: Algorithm> Client<A> {
         cluster: Option<u32>,
         eff: &mut FlEffects<A>,
     ) {
+        if !self.unseen {
+            if let Some(weights) = self.jobs.algorithm.mixture_weights(&self.state) {
+                eff.record(Record::Mixture(MixtureRecord {
+                    round,
+                    client: self.id,
+                    weights,
+                }));
+            }
+        }
         for Evaluation {
             model,
             split,

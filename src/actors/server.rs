@@ -147,6 +147,11 @@ impl<A: Algorithm> Server<A> {
                 );
             }
         }
+        if round == self.cfg.rounds {
+            eff.record(Record::FinalModels(
+                self.cfg.algorithm.algorithm.models(&self.global),
+            ));
+        }
         if round < self.cfg.rounds {
             eff.send(
                 SERVER,

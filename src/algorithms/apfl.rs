@@ -86,6 +86,10 @@ impl Algorithm for Apfl {
         }
     }
 
+    fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
+        vec![global.clone()]
+    }
+
     fn broadcast_len(&self, global: &Vec<f32>) -> usize {
         global.len()
     }

@@ -159,6 +159,10 @@ impl Algorithm for Clustered {
         Vec::new()
     }
 
+    fn models(&self, global: &Clusters) -> Vec<Vec<f32>> {
+        global.models.clone()
+    }
+
     /// A client receives its own cluster's model.
     fn broadcast_len(&self, global: &Clusters) -> usize {
         global.models[0].len()

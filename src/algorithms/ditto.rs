@@ -68,6 +68,10 @@ impl Algorithm for Ditto {
         DittoClient::default()
     }
 
+    fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
+        vec![global.clone()]
+    }
+
     fn broadcast_len(&self, global: &Vec<f32>) -> usize {
         global.len()
     }

@@ -117,6 +117,10 @@ impl Algorithm for FedAvg {
         Vec::new()
     }
 
+    fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
+        vec![global.clone()]
+    }
+
     fn broadcast_len(&self, global: &Vec<f32>) -> usize {
         global.len()
     }

@@ -185,6 +185,14 @@ impl Algorithm for FedEm {
         }
     }
 
+    fn models(&self, global: &Vec<Vec<f32>>) -> Vec<Vec<f32>> {
+        global.clone()
+    }
+
+    fn mixture_weights(&self, state: &FedEmClient) -> Option<Vec<f64>> {
+        Some(state.pi.clone())
+    }
+
     fn broadcast_len(&self, global: &Vec<Vec<f32>>) -> usize {
         global.iter().map(Vec::len).sum()
     }

@@ -36,6 +36,10 @@ impl Algorithm for Local {
         }
     }
 
+    fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
+        vec![global.clone()]
+    }
+
     fn broadcast_len(&self, _: &Vec<f32>) -> usize {
         0
     }

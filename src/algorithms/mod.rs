@@ -291,6 +291,14 @@ pub trait Algorithm: Send + Sync + 'static {
         false
     }
 
+    /// The server's models as flat parameter vectors (recorded after the last round).
+    fn models(&self, global: &Self::Global) -> Vec<Vec<f32>>;
+
+    /// A client's mixture weights, for mixture algorithms (recorded at evaluations).
+    fn mixture_weights(&self, _state: &Self::ClientState) -> Option<Vec<f64>> {
+        None
+    }
+
     /// The cluster a client belongs to, for algorithms that cluster clients.
     fn cluster(&self, _global: &Self::Global, _client: u32) -> Option<u32> {
         None

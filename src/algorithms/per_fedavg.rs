@@ -59,6 +59,10 @@ impl Algorithm for PerFedAvg {
 
     fn init_client(&self, _: &Vec<f32>, _: u32) {}
 
+    fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
+        vec![global.clone()]
+    }
+
     fn broadcast_len(&self, global: &Vec<f32>) -> usize {
         global.len()
     }

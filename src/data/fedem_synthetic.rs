@@ -70,6 +70,10 @@ pub struct FedemSyntheticSpec {
     /// (their data: 12345) instead of the seed tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numpy_seed: Option<u32>,
+    /// FedEM App. J.4: each client draws all its samples from one component (uniformly chosen)
+    /// instead of a Dirichlet mixture.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub one_hot: bool,
 }
 
 fn d_clients() -> usize {
@@ -115,6 +119,7 @@ impl Default for FedemSyntheticSpec {
             labels: LabelRule::default(),
             authors_label_bug: false,
             numpy_seed: None,
+            one_hot: false,
         }
     }
 }
@@ -145,6 +150,14 @@ impl FedemSyntheticSpec {
         }
         if self.min_samples == 0 {
             return err("min_samples", "must be at least 1".into());
+        }
+        if self.one_hot && self.numpy_seed.is_some() {
+            return err(
+                "one_hot",
+                "cannot be combined with numpy_seed (the authors' generator draws Dirichlet \
+                 weights)"
+                    .into(),
+            );
         }
         if self.max_samples < self.min_samples {
             return err(
@@ -200,6 +213,11 @@ impl FedemSyntheticSpec {
                     return vec![1.0];
                 }
                 let mut rng = seeds.rng(Entity::Data, "fedem_synthetic/mixture", t as u64);
+                if self.one_hot {
+                    let mut w = vec![0.0; m];
+                    w[rng.gen_range(0..m)] = 1.0;
+                    return w;
+                }
                 Dirichlet::new(&vec![self.alpha; m])
                     .expect("validated")
                     .sample(&mut rng)

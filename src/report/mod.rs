@@ -9,7 +9,7 @@ mod records;
 mod summary;
 
 pub use frames::{metrics_frame, read_parquet, rounds_frame, summary_frame, RunMeta};
-pub use records::{EvalRecord, Record, RoundRecord};
+pub use records::{EvalRecord, MixtureRecord, Record, RoundRecord};
 pub use summary::{percentile, Fairness, Summary};
 
 use polars::prelude::*;

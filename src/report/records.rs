@@ -35,8 +35,20 @@ pub struct RoundRecord {
     pub bytes_up: u64,
 }
 
+/// A client's mixture weights at an evaluation (FedEM).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MixtureRecord {
+    pub round: u32,
+    pub client: u32,
+    pub weights: Vec<f64>,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Record {
     Eval(EvalRecord),
     Round(RoundRecord),
+    Mixture(MixtureRecord),
+    /// The server's models after the last round (FedAvg: one; FedEM: the M components;
+    /// Clustered FL: one per cluster), flat in parameter order.
+    FinalModels(Vec<Vec<f32>>),
 }

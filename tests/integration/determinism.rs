@@ -179,7 +179,8 @@ fn results_have_the_documented_shape() {
             "loss",
             "accuracy",
             "sampled",
-            "cluster"
+            "cluster",
+            "unseen"
         ]
     );
     // Rounds 2 and 4 evaluated, 24 clients, three splits each.
@@ -241,4 +242,32 @@ system:
     assert_eq!(rounds.len(), 2);
     assert_eq!(rounds[1].start.micros(), round_us);
     assert_eq!(rounds[0].bytes_down, 10 * 604);
+}
+
+#[test]
+fn unseen_clients_never_train_and_are_reported_apart() {
+    // 24 clients, a quarter held out: 6 unseen, 18 train, 9 sampled per round.
+    let settings = ["unseen={fraction: 0.25}"];
+    check_algorithm_with("fedem", &settings);
+    let tmp = tempfile::tempdir().unwrap();
+    run(SMALL, &["algorithm.name=fedem", settings[0]], 2, tmp.path());
+    let df = fedsim::report::read_parquet(&tmp.path().join("metrics.parquet")).unwrap();
+    let unseen = df.column("unseen").unwrap().bool().unwrap();
+    let sampled = df.column("sampled").unwrap().bool().unwrap();
+    let clients = df.column("client").unwrap().u32().unwrap();
+    let mut held_out: Vec<u32> = Vec::new();
+    for i in 0..df.height() {
+        if unseen.get(i).unwrap() {
+            assert!(!sampled.get(i).unwrap(), "an unseen client trained");
+            held_out.push(clients.get(i).unwrap());
+        }
+    }
+    held_out.sort();
+    held_out.dedup();
+    assert_eq!(held_out.len(), 6);
+    let rounds = fedsim::report::read_parquet(&tmp.path().join("rounds.parquet")).unwrap();
+    let selected = rounds.column("selected").unwrap().u32().unwrap();
+    assert!(selected.iter().all(|k| k == Some(9)));
+    let summary = std::fs::read_to_string(tmp.path().join("summary.csv")).unwrap();
+    assert_eq!(summary.lines().count(), 3, "header, training and unseen clients:\n{summary}");
 }

@@ -144,3 +144,20 @@ fn overrides_reach_any_field() {
     assert_eq!(s.run.seed, 99);
     assert!(s.resolved_yaml.contains("dim: 7"));
 }
+
+#[test]
+fn unseen_fraction_must_leave_clients_on_both_sides() {
+    let e = error(&format!("{BASE}unseen:\n  fraction: 0.05\n"), &[]);
+    assert!(e.starts_with("bad.yaml:11: field `unseen.fraction`"), "{e}");
+    assert!(e.contains("must be in (0, 1)"), "{e}");
+    let e = error(BASE, &["unseen={fraction: 0.5}", "sampling={count: 6}"]);
+    assert!(e.contains("at most the number of training clients (5)"), "{e}");
+}
+
+#[test]
+fn unknown_algorithm_lists_every_choice() {
+    let e = error(&BASE.replace("name: fedavg", "name: fedsgd"), &[]);
+    for name in ["pfedme", "clustered", "apfl", "per_fedavg", "ditto", "fedem"] {
+        assert!(e.contains(name), "{name} missing from: {e}");
+    }
+}
