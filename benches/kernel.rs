@@ -88,7 +88,7 @@ fn fedavg(c: &mut Criterion) {
     let file = root.join("scenarios/paper/fedem_synthetic_fedavg.yaml");
     let threads = default_threads();
     let base = Scenario::load(&file, &[]).expect("paper scenario");
-    let data = Arc::new(base.data.build(&base.split, &SeedTree::new(base.data_seed)));
+    let data = Arc::new(base.data.build(&base.split, &SeedTree::new(base.data_seed)).unwrap());
     let mut g = c.benchmark_group("fedavg_fedem_synthetic");
     g.sample_size(10);
     g.measurement_time(Duration::from_secs(20));
@@ -114,7 +114,7 @@ fn fedem(c: &mut Criterion) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let file = root.join("scenarios/paper/fedem_synthetic_fedem.yaml");
     let s = Scenario::load(&file, &[]).expect("paper scenario");
-    let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed)));
+    let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed)).unwrap());
     let threads = default_threads();
     let mut g = c.benchmark_group("fedem_fedem_synthetic");
     g.sample_size(10);

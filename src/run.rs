@@ -3,6 +3,7 @@
 use crate::actors::{simulate, SimOutput};
 use crate::report::{write_run, Record, ReportError, RunMeta, Summary};
 use crate::scenario::Scenario;
+use crate::data::DataError;
 use crate::sim::{SeedTree, SimError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -34,6 +35,8 @@ pub enum RunError {
     Sim(#[from] SimError),
     #[error(transparent)]
     Report(#[from] ReportError),
+    #[error("data: {0}")]
+    Data(#[from] DataError),
     #[error("cannot create the output folder {}: {source}", path.display())]
     OutDir {
         path: PathBuf,
@@ -71,9 +74,12 @@ pub fn simulate_scenario(
     s: &Scenario,
     threads: usize,
     on_record: impl FnMut(&Record) + 'static,
-) -> Result<SimOutput, SimError> {
-    let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed)));
-    simulate(&s.run, data, threads, on_record)
+) -> Result<SimOutput, RunError> {
+    let data = Arc::new(
+        s.data
+            .build(&s.split, &SeedTree::new(s.data_seed))?,
+    );
+    Ok(simulate(&s.run, data, threads, on_record)?)
 }
 
 /// Runs a scenario and writes its result files into `opts.out_dir`.

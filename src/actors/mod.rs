@@ -41,8 +41,9 @@ pub struct RunSpec {
     pub training: Training,
     pub sampling: Sampling,
     pub system: SystemSpec,
-    /// How many clients are held out of training (chosen from the seed; see [`unseen_clients`]).
-    pub unseen_clients: usize,
+    /// Fraction of the clients held out of training (chosen from the seed; see
+    /// [`unseen_clients`]).
+    pub unseen_fraction: f64,
 }
 
 /// The held-out clients of a run (sorted): `count` of `total`, drawn from the run's seed.
@@ -183,11 +184,10 @@ pub fn simulate(
     threads: usize,
     on_record: impl FnMut(&Record) + 'static,
 ) -> Result<SimOutput, SimError> {
-    let unseen = unseen_clients(
-        &SeedTree::new(spec.seed),
-        data.num_clients(),
-        spec.unseen_clients,
-    );
+    crate::scenario::check_client_counts(data.num_clients(), spec.unseen_fraction, &spec.sampling)
+        .map_err(SimError::Model)?;
+    let held_out_count = (spec.unseen_fraction * data.num_clients() as f64).floor() as usize;
+    let unseen = unseen_clients(&SeedTree::new(spec.seed), data.num_clients(), held_out_count);
     let held_out = |c: usize| unseen.binary_search(&(c as u32)).is_ok();
     let participants_train: usize = (0..data.num_clients())
         .filter(|&c| !held_out(c))

@@ -6,11 +6,13 @@
 
 mod fedem_synthetic;
 mod numpy_rng;
+mod parquet;
 mod split;
 mod synthetic_ab;
 
 pub use fedem_synthetic::{FedemSyntheticSpec, LabelRule};
 pub use numpy_rng::NumpyRandomState;
+pub use parquet::{DataError, ParquetSpec};
 pub use split::SplitSpec;
 pub use synthetic_ab::SyntheticAbSpec;
 
@@ -122,14 +124,17 @@ pub enum DatasetSpec {
     FedemSynthetic(FedemSyntheticSpec),
     /// Synthetic(α, β) of FedProx and pFedMe: per-client multinomial regression models.
     SyntheticAb(SyntheticAbSpec),
+    /// Your own data from a Parquet file.
+    Parquet(ParquetSpec),
 }
 
 impl DatasetSpec {
-    /// Number of clients this spec produces.
-    pub fn num_clients(&self) -> usize {
+    /// Number of clients this spec produces, when known without reading a file.
+    pub fn num_clients(&self) -> Option<usize> {
         match self {
-            DatasetSpec::FedemSynthetic(s) => s.clients,
-            DatasetSpec::SyntheticAb(s) => s.clients,
+            DatasetSpec::FedemSynthetic(s) => Some(s.clients),
+            DatasetSpec::SyntheticAb(s) => Some(s.clients),
+            DatasetSpec::Parquet(_) => None,
         }
     }
 
@@ -138,14 +143,16 @@ impl DatasetSpec {
         match self {
             DatasetSpec::FedemSynthetic(s) => s.validate(),
             DatasetSpec::SyntheticAb(s) => s.validate(),
+            DatasetSpec::Parquet(s) => s.validate(),
         }
     }
 
     /// Builds the data set; every draw comes from `seeds` under [`crate::sim::Entity::Data`].
-    pub fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> FederatedData {
-        match self {
+    pub fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
+        Ok(match self {
             DatasetSpec::FedemSynthetic(s) => s.generate(split, seeds),
             DatasetSpec::SyntheticAb(s) => s.generate(split, seeds),
-        }
+            DatasetSpec::Parquet(s) => s.load(split)?,
+        })
     }
 }

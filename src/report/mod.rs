@@ -7,10 +7,12 @@
 mod frames;
 mod records;
 mod summary;
+mod tables;
 
 pub use frames::{metrics_frame, read_parquet, rounds_frame, summary_frame, RunMeta};
 pub use records::{EvalRecord, MixtureRecord, Record, RoundRecord};
 pub use summary::{percentile, Fairness, Summary};
+pub use tables::{read_client_table, ClientTable, FeatureColumns, TableColumns, TableError};
 
 use polars::prelude::*;
 use std::fs::File;

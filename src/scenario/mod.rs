@@ -237,45 +237,25 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
         }
         (Some(f), None) => Sampling::Fraction(f),
         (None, Some(0)) => return bad("sampling.count", "must be at least 1".into()),
-        (None, Some(k)) if k > raw.data.num_clients() => {
-            return bad(
-                "sampling.count",
-                format!(
-                    "must be at most the number of clients ({}), got {k}",
-                    raw.data.num_clients()
-                ),
-            )
-        }
         (None, Some(k)) => Sampling::Count(k),
         (None, None) => Sampling::Fraction(1.0),
     };
-    let clients = raw.data.num_clients();
-    let unseen_clients = match &raw.unseen {
-        None => 0,
-        Some(u) => {
-            let k = (u.fraction * clients as f64).floor() as usize;
-            if !(u.fraction > 0.0 && u.fraction < 1.0) || k == 0 || k == clients {
-                return bad(
-                    "unseen.fraction",
-                    format!(
-                        "must be in (0, 1) and leave at least one client on each side \
-                         (⌊fraction · {clients}⌋ held out), got {}",
-                        u.fraction
-                    ),
-                );
-            }
-            k
-        }
-    };
-    if let Sampling::Count(k) = sampling {
-        if k > clients - unseen_clients {
-            return bad(
-                "sampling.count",
-                format!(
-                    "must be at most the number of training clients ({}), got {k}",
-                    clients - unseen_clients
-                ),
-            );
+    let unseen_fraction = raw.unseen.as_ref().map_or(0.0, |u| u.fraction);
+    if raw.unseen.is_some() && !(unseen_fraction > 0.0 && unseen_fraction < 1.0) {
+        return bad(
+            "unseen.fraction",
+            format!("must be in (0, 1), got {unseen_fraction}"),
+        );
+    }
+    // With a data set of known size, check the client counts now (else when it is loaded).
+    if let Some(clients) = raw.data.num_clients() {
+        if let Err(message) = check_client_counts(clients, unseen_fraction, &sampling) {
+            let path = if message.starts_with("unseen") {
+                "unseen.fraction"
+            } else {
+                "sampling.count"
+            };
+            return bad(path, message);
         }
     }
     let resolved_yaml = serde_yaml::to_string(&raw).expect("a scenario always serialises");
@@ -294,11 +274,37 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
             training,
             sampling,
             system: raw.system,
-            unseen_clients,
+            unseen_fraction,
         },
         resolved_yaml,
         content_hash,
     })
+}
+
+/// Whether `clients` clients can hold out `⌊unseen_fraction · clients⌋` and still give
+/// `sampling` its clients. The message starts with the setting at fault (`unseen` or
+/// `sampling`).
+pub fn check_client_counts(
+    clients: usize,
+    unseen_fraction: f64,
+    sampling: &Sampling,
+) -> Result<(), String> {
+    let held_out = (unseen_fraction * clients as f64).floor() as usize;
+    if unseen_fraction > 0.0 && (held_out == 0 || held_out >= clients) {
+        return Err(format!(
+            "unseen.fraction {unseen_fraction} holds out {held_out} of {clients} clients; it must \
+             leave at least one client on each side"
+        ));
+    }
+    if let Sampling::Count(k) = *sampling {
+        if k > clients - held_out {
+            return Err(format!(
+                "sampling.count must be at most the number of training clients ({}), got {k}",
+                clients - held_out
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn validate_training(t: &RawTraining) -> Result<Training, Invalid> {

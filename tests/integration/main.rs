@@ -4,4 +4,5 @@ mod cli;
 mod common;
 mod determinism;
 mod paper;
+mod parquet_data;
 mod scenario_errors;

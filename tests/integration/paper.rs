@@ -217,6 +217,7 @@ fn fedem_recovers_one_hot_components() {
             serde_yaml::from_str("{kind: extra_test, test_samples: 1000}").unwrap();
         let truth = spec
             .build(&split, &fedsim::sim::SeedTree::new(1))
+            .unwrap()
             .truth
             .unwrap();
         let weights: Vec<Vec<f64>> = learned

@@ -1,0 +1,162 @@
+//! Bring your own federated data: one Parquet file with a client id column, an optional split
+//! column (`train` / `val` / `test`; without it the scenario's `split` fractions cut each
+//! client's rows in file order), a label column (integer class ids) and the features, as
+//! numeric columns or one list column. Clients are numbered in the order of their ids
+//! (numerically for integer ids). The file is read by `report::read_client_table` (all polars
+//! code lives there).
+
+use super::{ClientShard, FederatedData, Split, SplitSpec};
+use crate::report::{read_client_table, FeatureColumns, TableColumns, TableError};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParquetSpec {
+    /// The file, relative to the working directory.
+    pub path: PathBuf,
+    #[serde(default = "d_client")]
+    pub client_column: String,
+    /// Column of `train` / `val` / `test` [default: none, the `split` fractions apply].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_column: Option<String>,
+    #[serde(default = "d_label")]
+    pub label_column: String,
+    /// One numeric column per feature ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_columns: Option<Vec<String>>,
+    /// ... or one list column holding all of a row's features.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features_column: Option<String>,
+    /// Number of classes [default: largest label + 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classes: Option<usize>,
+}
+
+fn d_client() -> String {
+    "client".into()
+}
+fn d_label() -> String {
+    "label".into()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error(transparent)]
+    Table(#[from] TableError),
+    #[error("{}: {message}", path.display())]
+    Content { path: PathBuf, message: String },
+}
+
+impl ParquetSpec {
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        match (&self.feature_columns, &self.features_column) {
+            (Some(_), Some(_)) | (None, None) => Err((
+                "feature_columns".into(),
+                "give exactly one of `feature_columns` (a list of column names) and \
+                 `features_column` (one list column)"
+                    .into(),
+            )),
+            (Some(cols), None) if cols.is_empty() => {
+                Err(("feature_columns".into(), "must name at least one column".into()))
+            }
+            _ => match self.classes {
+                Some(c) if c < 2 => Err(("classes".into(), format!("must be at least 2, got {c}"))),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    pub fn load(&self, split: &SplitSpec) -> Result<FederatedData, DataError> {
+        let content = |message: String| DataError::Content {
+            path: self.path.clone(),
+            message,
+        };
+        if matches!(split, SplitSpec::ExtraTest { .. }) {
+            return Err(content(
+                "a Parquet data set needs `split: {kind: fractions, ...}` or a split column; \
+                 `extra_test` only applies to generated data"
+                    .into(),
+            ));
+        }
+        let features = match (&self.feature_columns, &self.features_column) {
+            (Some(cols), _) => FeatureColumns::Columns(cols),
+            (None, Some(col)) => FeatureColumns::List(col),
+            (None, None) => unreachable!("validated"),
+        };
+        let table = read_client_table(
+            &self.path,
+            TableColumns {
+                client: &self.client_column,
+                split: self.split_column.as_deref(),
+                label: &self.label_column,
+                features,
+            },
+        )?;
+        if let Some(bad) = table.labels.iter().find(|&&y| y < 0) {
+            return Err(content(format!("labels must be class ids ≥ 0, found {bad}")));
+        }
+        let top = table.labels.iter().copied().max().unwrap_or(0) as usize;
+        let classes = self.classes.unwrap_or(top + 1).max(2);
+        if top >= classes {
+            return Err(content(format!(
+                "label {top} does not fit classes = {classes}"
+            )));
+        }
+        // Each client's rows, grouped by split, in file order.
+        let clients = table.client_names.len();
+        let mut rows: Vec<[Vec<usize>; 3]> = vec![Default::default(); clients];
+        for (r, &c) in table.client.iter().enumerate() {
+            let part = match &table.split {
+                None => 0,
+                Some(s) => match s[r].as_str() {
+                    "train" => 0,
+                    "val" | "validation" => 1,
+                    "test" => 2,
+                    other => {
+                        return Err(content(format!(
+                            "split column `{}`, row {r}: `{other}`; allowed: train, val, test",
+                            self.split_column.as_deref().unwrap_or_default()
+                        )))
+                    }
+                },
+            };
+            rows[c as usize][part].push(r);
+        }
+        let dim = table.dim;
+        let mut data = FederatedData {
+            dim,
+            classes,
+            features: Vec::with_capacity(table.features.len()),
+            labels: Vec::with_capacity(table.labels.len()),
+            clients: Vec::with_capacity(clients),
+            truth: None,
+        };
+        for (c, [train, val, test]) in rows.into_iter().enumerate() {
+            let start = data.labels.len();
+            for &r in train.iter().chain(&val).chain(&test) {
+                data.features
+                    .extend_from_slice(&table.features[r * dim..(r + 1) * dim]);
+                data.labels.push(table.labels[r]);
+            }
+            let shard = if table.split.is_some() {
+                let (a, b) = (start + train.len(), start + train.len() + val.len());
+                ClientShard {
+                    train: start..a,
+                    val: a..b,
+                    test: b..b + test.len(),
+                }
+            } else {
+                split.shard(start, train.len())
+            };
+            if shard.range(Split::Train).is_empty() {
+                return Err(content(format!(
+                    "client `{}` has no training rows",
+                    table.client_names[c]
+                )));
+            }
+            data.clients.push(shard);
+        }
+        Ok(data)
+    }
+}

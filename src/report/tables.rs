@@ -1,0 +1,204 @@
+//! Reading a federated data table (Parquet) into plain vectors for `data::parquet`. It lives
+//! here because this room holds all polars code; it knows columns and types, not splits or
+//! clients' meaning.
+
+use polars::prelude::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where the features are.
+#[derive(Clone, Copy, Debug)]
+pub enum FeatureColumns<'a> {
+    /// One numeric column per feature.
+    Columns(&'a [String]),
+    /// One list column holding every row's features (all rows the same length).
+    List(&'a str),
+}
+
+/// The columns to read.
+#[derive(Clone, Copy, Debug)]
+pub struct TableColumns<'a> {
+    pub client: &'a str,
+    pub split: Option<&'a str>,
+    pub label: &'a str,
+    pub features: FeatureColumns<'a>,
+}
+
+/// A table's rows in file order.
+#[derive(Clone, Debug, Default)]
+pub struct ClientTable {
+    /// Client ids in their natural order (numbers numerically, text lexically).
+    pub client_names: Vec<String>,
+    /// Per row: index into `client_names`.
+    pub client: Vec<u32>,
+    /// Per row: the split column's text, when there is one.
+    pub split: Option<Vec<String>>,
+    pub labels: Vec<i64>,
+    /// Row-major, `dim` per row.
+    pub features: Vec<f32>,
+    pub dim: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {message}", path.display())]
+pub struct TableError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTable, TableError> {
+    let fail = |message: String| TableError {
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let df = ParquetReader::new(file)
+        .finish()
+        .map_err(|e| fail(format!("not a readable Parquet file: {e}")))?;
+    let names: Vec<String> = df.get_column_names().iter().map(|c| c.to_string()).collect();
+    let column = |name: &str, role: &str| {
+        df.column(name).map_err(|_| {
+            fail(format!(
+                "no {role} column `{name}`; the file has: {}",
+                names.join(", ")
+            ))
+        })
+    };
+    let polars_err = |name: &str, e: PolarsError| fail(format!("column `{name}`: {e}"));
+    let no_nulls = |name: &str, c: &Column| {
+        if c.null_count() > 0 {
+            Err(fail(format!("column `{name}` has missing values")))
+        } else {
+            Ok(())
+        }
+    };
+
+    let client_col = column(cols.client, "client")?;
+    no_nulls(cols.client, client_col)?;
+    let (client_names, client) = if client_col.dtype().is_integer() {
+        let c = client_col
+            .cast(&DataType::Int64)
+            .map_err(|e| polars_err(cols.client, e))?;
+        let ids: Vec<i64> = c
+            .i64()
+            .map_err(|e| polars_err(cols.client, e))?
+            .into_no_null_iter()
+            .collect();
+        index_of(ids, |v| v.to_string())
+    } else {
+        let c = client_col
+            .cast(&DataType::String)
+            .map_err(|e| polars_err(cols.client, e))?;
+        let ids: Vec<String> = c
+            .str()
+            .map_err(|e| polars_err(cols.client, e))?
+            .iter()
+            .map(|v| v.unwrap_or_default().to_string())
+            .collect();
+        index_of(ids, Clone::clone)
+    };
+
+    let split = match cols.split {
+        None => None,
+        Some(name) => {
+            let c = column(name, "split")?;
+            no_nulls(name, c)?;
+            let c = c.cast(&DataType::String).map_err(|e| polars_err(name, e))?;
+            let ca = c.str().map_err(|e| polars_err(name, e))?;
+            Some(ca.iter().map(|v| v.unwrap_or_default().to_string()).collect())
+        }
+    };
+
+    let label_col = column(cols.label, "label")?;
+    no_nulls(cols.label, label_col)?;
+    if !label_col.dtype().is_integer() {
+        return Err(fail(format!(
+            "label column `{}` must hold integers (class ids), it holds {}",
+            cols.label,
+            label_col.dtype()
+        )));
+    }
+    let labels: Vec<i64> = label_col
+        .cast(&DataType::Int64)
+        .map_err(|e| polars_err(cols.label, e))?
+        .i64()
+        .map_err(|e| polars_err(cols.label, e))?
+        .into_no_null_iter()
+        .collect();
+
+    let rows = df.height();
+    let (features, dim) = match cols.features {
+        FeatureColumns::Columns(names) => {
+            let mut per_column = Vec::with_capacity(names.len());
+            for name in names {
+                let c = column(name, "feature")?;
+                no_nulls(name, c)?;
+                let c = c.cast(&DataType::Float32).map_err(|e| polars_err(name, e))?;
+                let v: Vec<f32> = c
+                    .f32()
+                    .map_err(|e| polars_err(name, e))?
+                    .into_no_null_iter()
+                    .collect();
+                per_column.push(v);
+            }
+            let dim = names.len();
+            let mut features = Vec::with_capacity(rows * dim);
+            for r in 0..rows {
+                features.extend(per_column.iter().map(|c| c[r]));
+            }
+            (features, dim)
+        }
+        FeatureColumns::List(name) => {
+            let c = column(name, "features")?;
+            no_nulls(name, c)?;
+            let c = c
+                .cast(&DataType::List(Box::new(DataType::Float32)))
+                .map_err(|e| polars_err(name, e))?;
+            let lists = c.list().map_err(|e| polars_err(name, e))?;
+            let mut features = Vec::new();
+            let mut dim = None;
+            for r in 0..lists.len() {
+                let row = lists
+                    .get_as_series(r)
+                    .ok_or_else(|| fail(format!("column `{name}`: row {r} is empty")))?;
+                let values = row.f32().map_err(|e| polars_err(name, e))?;
+                if values.null_count() > 0 {
+                    return Err(fail(format!("column `{name}`: row {r} has missing values")));
+                }
+                let n = values.len();
+                if *dim.get_or_insert(n) != n {
+                    return Err(fail(format!(
+                        "column `{name}`: row {r} has {n} features, earlier rows {}",
+                        dim.unwrap_or(0)
+                    )));
+                }
+                features.extend(values.into_no_null_iter());
+            }
+            (features, dim.unwrap_or(0))
+        }
+    };
+    Ok(ClientTable {
+        client_names,
+        client,
+        split,
+        labels,
+        features,
+        dim,
+    })
+}
+
+/// Sorted distinct ids, and each row's index among them.
+fn index_of<K: Ord + Clone>(ids: Vec<K>, name: impl Fn(&K) -> String) -> (Vec<String>, Vec<u32>) {
+    let order: BTreeMap<K, u32> = ids
+        .iter()
+        .cloned()
+        .map(|k| (k, 0))
+        .collect::<BTreeMap<_, _>>()
+        .into_keys()
+        .enumerate()
+        .map(|(i, k)| (k, i as u32))
+        .collect();
+    let names = order.keys().map(name).collect();
+    let rows = ids.iter().map(|k| order[k]).collect();
+    (names, rows)
+}

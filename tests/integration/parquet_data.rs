@@ -1,0 +1,170 @@
+//! Bring-your-own data: federated data sets read from Parquet files in the documented layout.
+
+use crate::common::scenario;
+use fedsim::report::{read_parquet, write_parquet};
+use fedsim::run::{run_scenario, simulate_scenario, RunOptions};
+use polars::prelude::*;
+use std::path::Path;
+
+/// 3 clients (ids 10, 2, 7 in the file: numbered 2 → 0, 7 → 1, 10 → 2), 2 features, binary
+/// labels that follow the first feature; client 7 has rows in all three splits.
+fn write_table(path: &Path, with_split: bool, as_list: bool) {
+    let mut client = Vec::new();
+    let mut split = Vec::new();
+    let (mut f0, mut f1, mut label) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, n) in [(10i64, 12), (2, 9), (7, 15)] {
+        for i in 0..n {
+            client.push(id);
+            split.push(match i % 5 {
+                3 => "val",
+                4 => "test",
+                _ => "train",
+            });
+            let x = (i as f32 - n as f32 / 2.0) / n as f32 + id as f32 * 0.01;
+            f0.push(x);
+            f1.push(1.0 - x);
+            label.push((x > 0.0) as i64);
+        }
+    }
+    let mut cols = vec![
+        Column::new("cid".into(), client),
+        Column::new("y".into(), label),
+    ];
+    if with_split {
+        cols.push(Column::new("part".into(), split));
+    }
+    if as_list {
+        let rows: Vec<Series> = f0
+            .iter()
+            .zip(&f1)
+            .map(|(a, b)| Series::new("".into(), vec![*a, *b]))
+            .collect();
+        cols.push(Column::new("x".into(), rows));
+    } else {
+        cols.push(Column::new("f0".into(), f0));
+        cols.push(Column::new("f1".into(), f1));
+    }
+    let mut df = DataFrame::new_infer_height(cols).unwrap();
+    write_parquet(path, &mut df).unwrap();
+}
+
+fn yaml(path: &Path, data_fields: &str) -> String {
+    format!(
+        "\
+name: byod
+rounds: 3
+data: {{kind: parquet, path: '{}', client_column: cid, label_column: y, {data_fields}}}
+split: {{kind: fractions, train: 0.5, val: 0.25, test: 0.25}}
+algorithm: {{name: fedavg}}
+training: {{local_epochs: 1, batch_size: 4, lr: 0.5}}
+",
+        path.display()
+    )
+}
+
+fn test_rows_per_client(dir: &Path) -> Vec<(u32, String, u32)> {
+    let df = read_parquet(&dir.join("metrics.parquet")).unwrap();
+    let (c, s, n) = (
+        df.column("client").unwrap().u32().unwrap(),
+        df.column("split").unwrap().str().unwrap(),
+        df.column("n_samples").unwrap().u32().unwrap(),
+    );
+    let last = df.column("round").unwrap().u32().unwrap();
+    (0..df.height())
+        .filter(|&i| last.get(i) == Some(3))
+        .map(|i| {
+            (
+                c.get(i).unwrap(),
+                s.get(i).unwrap().to_string(),
+                n.get(i).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn split_column_and_feature_columns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("data.parquet");
+    write_table(&file, true, false);
+    let s = scenario(
+        &yaml(&file, "split_column: part, feature_columns: [f0, f1]"),
+        &[],
+    );
+    let out = tmp.path().join("run");
+    let opts = RunOptions {
+        out_dir: out.clone(),
+        threads: 2,
+        progress: false,
+    };
+    run_scenario(&s, &opts).unwrap();
+    let rows = test_rows_per_client(&out);
+    // Client 0 is id 2 (9 rows: i % 5 = 3 → val at 3, 8; = 4 → test at 4).
+    let count = |client: u32, split: &str| {
+        rows.iter()
+            .find(|r| r.0 == client && r.1 == split)
+            .map_or(0, |r| r.2)
+    };
+    assert_eq!(
+        (count(0, "train"), count(0, "val"), count(0, "test")),
+        (6, 2, 1)
+    );
+    // Client 2 is id 10 (12 rows), client 1 is id 7 (15 rows).
+    assert_eq!(count(2, "train") + count(2, "val") + count(2, "test"), 12);
+    assert_eq!(
+        (count(1, "train"), count(1, "val"), count(1, "test")),
+        (9, 3, 3)
+    );
+}
+
+#[test]
+fn list_column_and_fractions_give_the_same_model_inputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a.parquet"), tmp.path().join("b.parquet"));
+    write_table(&a, false, false);
+    write_table(&b, false, true);
+    let run = |text: String| simulate_scenario(&scenario(&text, &[]), 1, |_| {}).unwrap();
+    let by_columns = run(yaml(&a, "feature_columns: [f0, f1]"));
+    let by_list = run(yaml(&b, "features_column: x"));
+    assert_eq!(by_columns.records, by_list.records);
+    // Fractions 0.5 / 0.25 / 0.25 of 9 rows: 5 train, 2 val, 2 test.
+    let n: Vec<usize> = by_columns
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            fedsim::report::Record::Eval(e) if e.client == 0 && e.round == 3 => Some(e.n_samples),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(n, [5, 2, 2]);
+}
+
+#[test]
+fn a_missing_column_is_named_with_the_file_and_the_columns_it_has() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("data.parquet");
+    write_table(&file, true, false);
+    let err = simulate_scenario(
+        &scenario(&yaml(&file, "feature_columns: [f0, f2]"), &[]),
+        1,
+        |_| {},
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("data.parquet"), "{err}");
+    assert!(err.contains("no feature column `f2`"), "{err}");
+    assert!(err.contains("cid, y, part, f0, f1"), "{err}");
+    let err = simulate_scenario(
+        &scenario(
+            &yaml(&file, "split_column: cid, feature_columns: [f0]"),
+            &[],
+        ),
+        1,
+        |_| {},
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("allowed: train, val, test"), "{err}");
+}
