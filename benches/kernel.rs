@@ -88,7 +88,11 @@ fn fedavg(c: &mut Criterion) {
     let file = root.join("scenarios/paper/fedem_synthetic_fedavg.yaml");
     let threads = default_threads();
     let base = Scenario::load(&file, &[]).expect("paper scenario");
-    let data = Arc::new(base.data.build(&base.split, &SeedTree::new(base.data_seed)).unwrap());
+    let data = Arc::new(
+        base.data
+            .build(&base.split, &SeedTree::new(base.data_seed))
+            .unwrap(),
+    );
     let mut g = c.benchmark_group("fedavg_fedem_synthetic");
     g.sample_size(10);
     g.measurement_time(Duration::from_secs(20));

@@ -1,9 +1,9 @@
 //! One scenario end to end: build the data, simulate, summarise, write the result files.
 
 use crate::actors::{simulate, SimOutput};
+use crate::data::DataError;
 use crate::report::{write_run, Record, ReportError, RunMeta, Summary};
 use crate::scenario::Scenario;
-use crate::data::DataError;
 use crate::sim::{SeedTree, SimError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -75,10 +75,7 @@ pub fn simulate_scenario(
     threads: usize,
     on_record: impl FnMut(&Record) + 'static,
 ) -> Result<SimOutput, RunError> {
-    let data = Arc::new(
-        s.data
-            .build(&s.split, &SeedTree::new(s.data_seed))?,
-    );
+    let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed))?);
     Ok(simulate(&s.run, data, threads, on_record)?)
 }
 

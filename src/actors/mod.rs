@@ -185,9 +185,13 @@ pub fn simulate(
     on_record: impl FnMut(&Record) + 'static,
 ) -> Result<SimOutput, SimError> {
     crate::scenario::check_client_counts(data.num_clients(), spec.unseen_fraction, &spec.sampling)
-        .map_err(SimError::Model)?;
+        .map_err(|(path, message)| SimError::Model(format!("{path}: {message}")))?;
     let held_out_count = (spec.unseen_fraction * data.num_clients() as f64).floor() as usize;
-    let unseen = unseen_clients(&SeedTree::new(spec.seed), data.num_clients(), held_out_count);
+    let unseen = unseen_clients(
+        &SeedTree::new(spec.seed),
+        data.num_clients(),
+        held_out_count,
+    );
     let held_out = |c: usize| unseen.binary_search(&(c as u32)).is_ok();
     let participants_train: usize = (0..data.num_clients())
         .filter(|&c| !held_out(c))

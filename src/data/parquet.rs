@@ -57,9 +57,10 @@ impl ParquetSpec {
                  `features_column` (one list column)"
                     .into(),
             )),
-            (Some(cols), None) if cols.is_empty() => {
-                Err(("feature_columns".into(), "must name at least one column".into()))
-            }
+            (Some(cols), None) if cols.is_empty() => Err((
+                "feature_columns".into(),
+                "must name at least one column".into(),
+            )),
             _ => match self.classes {
                 Some(c) if c < 2 => Err(("classes".into(), format!("must be at least 2, got {c}"))),
                 _ => Ok(()),
@@ -94,7 +95,9 @@ impl ParquetSpec {
             },
         )?;
         if let Some(bad) = table.labels.iter().find(|&&y| y < 0) {
-            return Err(content(format!("labels must be class ids ≥ 0, found {bad}")));
+            return Err(content(format!(
+                "labels must be class ids ≥ 0, found {bad}"
+            )));
         }
         let top = table.labels.iter().copied().max().unwrap_or(0) as usize;
         let classes = self.classes.unwrap_or(top + 1).max(2);

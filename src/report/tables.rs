@@ -55,7 +55,11 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
     let df = ParquetReader::new(file)
         .finish()
         .map_err(|e| fail(format!("not a readable Parquet file: {e}")))?;
-    let names: Vec<String> = df.get_column_names().iter().map(|c| c.to_string()).collect();
+    let names: Vec<String> = df
+        .get_column_names()
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
     let column = |name: &str, role: &str| {
         df.column(name).map_err(|_| {
             fail(format!(
@@ -105,7 +109,11 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
             no_nulls(name, c)?;
             let c = c.cast(&DataType::String).map_err(|e| polars_err(name, e))?;
             let ca = c.str().map_err(|e| polars_err(name, e))?;
-            Some(ca.iter().map(|v| v.unwrap_or_default().to_string()).collect())
+            Some(
+                ca.iter()
+                    .map(|v| v.unwrap_or_default().to_string())
+                    .collect(),
+            )
         }
     };
 
@@ -133,7 +141,9 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
             for name in names {
                 let c = column(name, "feature")?;
                 no_nulls(name, c)?;
-                let c = c.cast(&DataType::Float32).map_err(|e| polars_err(name, e))?;
+                let c = c
+                    .cast(&DataType::Float32)
+                    .map_err(|e| polars_err(name, e))?;
                 let v: Vec<f32> = c
                     .f32()
                     .map_err(|e| polars_err(name, e))?

@@ -249,14 +249,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
     }
     // With a data set of known size, check the client counts now (else when it is loaded).
     if let Some(clients) = raw.data.num_clients() {
-        if let Err(message) = check_client_counts(clients, unseen_fraction, &sampling) {
-            let path = if message.starts_with("unseen") {
-                "unseen.fraction"
-            } else {
-                "sampling.count"
-            };
-            return bad(path, message);
-        }
+        check_client_counts(clients, unseen_fraction, &sampling)?;
     }
     let resolved_yaml = serde_yaml::to_string(&raw).expect("a scenario always serialises");
     let content_hash = format!("{:x}", Sha256::digest(resolved_yaml.as_bytes()));
@@ -282,25 +275,30 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
 }
 
 /// Whether `clients` clients can hold out `⌊unseen_fraction · clients⌋` and still give
-/// `sampling` its clients. The message starts with the setting at fault (`unseen` or
-/// `sampling`).
+/// `sampling` its clients. Errors are `(field path, message)`.
 pub fn check_client_counts(
     clients: usize,
     unseen_fraction: f64,
     sampling: &Sampling,
-) -> Result<(), String> {
+) -> Result<(), (String, String)> {
     let held_out = (unseen_fraction * clients as f64).floor() as usize;
     if unseen_fraction > 0.0 && (held_out == 0 || held_out >= clients) {
-        return Err(format!(
-            "unseen.fraction {unseen_fraction} holds out {held_out} of {clients} clients; it must \
-             leave at least one client on each side"
+        return Err((
+            "unseen.fraction".into(),
+            format!(
+                "{unseen_fraction} holds out {held_out} of {clients} clients; it must leave at \
+                 least one client on each side"
+            ),
         ));
     }
     if let Sampling::Count(k) = *sampling {
         if k > clients - held_out {
-            return Err(format!(
-                "sampling.count must be at most the number of training clients ({}), got {k}",
-                clients - held_out
+            return Err((
+                "sampling.count".into(),
+                format!(
+                    "must be at most the number of training clients ({}), got {k}",
+                    clients - held_out
+                ),
             ));
         }
     }

@@ -269,5 +269,9 @@ fn unseen_clients_never_train_and_are_reported_apart() {
     let selected = rounds.column("selected").unwrap().u32().unwrap();
     assert!(selected.iter().all(|k| k == Some(9)));
     let summary = std::fs::read_to_string(tmp.path().join("summary.csv")).unwrap();
-    assert_eq!(summary.lines().count(), 3, "header, training and unseen clients:\n{summary}");
+    assert_eq!(
+        summary.lines().count(),
+        3,
+        "header, training and unseen clients:\n{summary}"
+    );
 }

@@ -115,7 +115,10 @@ fn fedem_unseen_clients_do_at_least_as_well_as_fedavg() {
     let fedem = unseen("scenarios/paper/fedem_synthetic_fedem.yaml");
     let fedavg = unseen("scenarios/paper/fedem_synthetic_fedavg.yaml");
     assert_eq!((fedem.clients, fedavg.clients), (60, 60));
-    assert_eq!((fedem.model.as_str(), fedavg.model.as_str()), ("mixture", "global"));
+    assert_eq!(
+        (fedem.model.as_str(), fedavg.model.as_str()),
+        ("mixture", "global")
+    );
     assert!(
         fedem.test.weighted_mean >= fedavg.test.weighted_mean,
         "unseen clients: FedEM {:.2}, FedAvg {:.2}",
@@ -173,14 +176,16 @@ fn one_hot_run(m: usize, seed: u64) -> (f64, Vec<Vec<f32>>, Vec<fedsim::report::
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let overrides: Vec<String> = vec![
         format!("seed={seed}"),
-        "data_seed=1".into(),
         "data.numpy_seed=null".into(),
         "data.one_hot=true".into(),
         format!("data.components={m}"),
         format!("algorithm.components={m}"),
     ];
-    let s = Scenario::load(&root.join("scenarios/paper/fedem_synthetic_fedem.yaml"), &overrides)
-        .unwrap();
+    let s = Scenario::load(
+        &root.join("scenarios/paper/fedem_synthetic_fedem.yaml"),
+        &overrides,
+    )
+    .unwrap();
     let out = fedsim::run::simulate_scenario(&s, 2, |_| {}).unwrap();
     let (mut loss, mut models, mut mixtures) = (0.0, Vec::new(), Vec::new());
     for r in out.records {
@@ -200,10 +205,11 @@ fn one_hot_run(m: usize, seed: u64) -> (f64, Vec<Vec<f32>>, Vec<fedsim::report::
 /// components (cosine distance ≤ 1e-2 between the learned weight vectors and the true θ_m, up to
 /// a relabelling) and each client's largest mixture weight names its component.
 ///
-/// EM can stop in a local optimum (one component shared by two clusters). On this data, M = 2
-/// recovers from training seed 1; M = 3 from seed 1 ends 0.12 away (seed 2: 0.005, seed 3: 0.017,
-/// seed 4: 0.44), and its final training loss does not single out the good starts. So this test
-/// pins M = 3 to seed 2 and guards against regressions; recovering from every start is open.
+/// EM can stop in a local optimum (one component shared by two clusters). With the seed also
+/// drawing the data, M = 2 recovers with seed 1; M = 3 with seed 1 ends 0.12 away (seed 2: 0.005,
+/// seed 3: 0.017, seed 4: 0.44; data seed 1 with training seed 2: 0.26), and the final training
+/// loss does not single out the good starts. So this test pins M = 3 to seed 2 and guards
+/// against regressions; recovering from every start is open.
 #[test]
 fn fedem_recovers_one_hot_components() {
     for (m, seed) in [(2usize, 1u64), (3, 2)] {
@@ -216,7 +222,7 @@ fn fedem_recovers_one_hot_components() {
         let split: fedsim::data::SplitSpec =
             serde_yaml::from_str("{kind: extra_test, test_samples: 1000}").unwrap();
         let truth = spec
-            .build(&split, &fedsim::sim::SeedTree::new(1))
+            .build(&split, &fedsim::sim::SeedTree::new(seed))
             .unwrap()
             .truth
             .unwrap();
@@ -235,7 +241,11 @@ fn fedem_recovers_one_hot_components() {
             })
             .max_by(|a, b| a.0.total_cmp(&b.0))
             .unwrap();
-        assert!(1.0 - best <= 1e-2, "M = {m}: worst cosine distance {}", 1.0 - best);
+        assert!(
+            1.0 - best <= 1e-2,
+            "M = {m}: worst cosine distance {}",
+            1.0 - best
+        );
         assert_eq!(mixtures.len(), 300);
         for w in &mixtures {
             let top = (0..m)

@@ -57,7 +57,9 @@ fn sampling_fraction_outside_unit_interval() {
 fn sampling_count_beyond_the_clients() {
     let e = error(BASE, &["sampling.fraction=null", "sampling.count=11"]);
     assert!(
-        e.contains("field `sampling.count`: must be at most the number of clients (10), got 11"),
+        e.contains(
+            "field `sampling.count`: must be at most the number of training clients (10), got 11"
+        ),
         "{e}"
     );
 }
@@ -148,16 +150,31 @@ fn overrides_reach_any_field() {
 #[test]
 fn unseen_fraction_must_leave_clients_on_both_sides() {
     let e = error(&format!("{BASE}unseen:\n  fraction: 0.05\n"), &[]);
-    assert!(e.starts_with("bad.yaml:11: field `unseen.fraction`"), "{e}");
-    assert!(e.contains("must be in (0, 1)"), "{e}");
+    assert!(e.starts_with("bad.yaml:10: field `unseen.fraction`"), "{e}");
+    assert!(e.contains("holds out 0 of 10 clients"), "{e}");
+    let e = error(BASE, &["unseen={fraction: 1.5}"]);
+    assert!(
+        e.contains("field `unseen.fraction`: must be in (0, 1), got 1.5"),
+        "{e}"
+    );
     let e = error(BASE, &["unseen={fraction: 0.5}", "sampling={count: 6}"]);
-    assert!(e.contains("at most the number of training clients (5)"), "{e}");
+    assert!(
+        e.contains("at most the number of training clients (5)"),
+        "{e}"
+    );
 }
 
 #[test]
 fn unknown_algorithm_lists_every_choice() {
     let e = error(&BASE.replace("name: fedavg", "name: fedsgd"), &[]);
-    for name in ["pfedme", "clustered", "apfl", "per_fedavg", "ditto", "fedem"] {
+    for name in [
+        "pfedme",
+        "clustered",
+        "apfl",
+        "per_fedavg",
+        "ditto",
+        "fedem",
+    ] {
         assert!(e.contains(name), "{name} missing from: {e}");
     }
 }
