@@ -5,7 +5,7 @@
 //! α ← α − η_α·⟨v − w, ∇f(v̄)⟩, kept in [0, 1]. The server averages the w's (weights n_t).
 //! Clients are evaluated with α·v + (1 − α)·w_global. Plain SGD: momentum is not used.
 
-use super::{descend, weighted_average, Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{descend, Algorithm, Evaluation, LocalContext, ModelKind};
 use crate::algorithms::fedavg::ModelUpdate;
 use crate::models::{evaluate, Architecture, LocalPlan};
 use rand_chacha::ChaCha20Rng;
@@ -133,14 +133,11 @@ impl Algorithm for Apfl {
             descend(v, lr, &grad_v);
             descend(&mut w, lr, &grad_w);
         });
-        ModelUpdate {
-            params: w,
-            weight: ctx.train_view().len() as f64,
-        }
+        ModelUpdate::of(ctx, w)
     }
 
     fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
-        weighted_average(updates.iter().map(|(_, u)| (u.weight, &u.params[..])))
+        ModelUpdate::average(updates)
     }
 
     fn evaluate(

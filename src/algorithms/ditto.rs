@@ -5,7 +5,7 @@
 //! The global part is FedAvg's local training (momentum and all, as the scenario says); the
 //! personal part takes as many plain-SGD minibatch steps as the plan has, at `personal_lr`.
 
-use super::{descend, weighted_average, Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{descend, Algorithm, Evaluation, LocalContext, ModelKind};
 use crate::algorithms::fedavg::ModelUpdate;
 use crate::models::{evaluate, Architecture, LocalPlan, Objective};
 use rand_chacha::ChaCha20Rng;
@@ -110,14 +110,11 @@ impl Algorithm for Ditto {
                 .for_each(|(d, (vi, wi))| *d += lambda * (vi - wi));
             descend(v, lr, &direction);
         });
-        ModelUpdate {
-            params,
-            weight: ctx.train_view().len() as f64,
-        }
+        ModelUpdate::of(ctx, params)
     }
 
     fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
-        weighted_average(updates.iter().map(|(_, u)| (u.weight, &u.params[..])))
+        ModelUpdate::average(updates)
     }
 
     fn evaluate(

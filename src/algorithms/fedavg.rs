@@ -103,6 +103,21 @@ pub struct ModelUpdate {
     pub weight: f64,
 }
 
+impl ModelUpdate {
+    /// The model a local run produced on `ctx`'s client, weighted by its training-set size.
+    pub fn of(ctx: &LocalContext<'_>, params: Vec<f32>) -> Self {
+        ModelUpdate {
+            params,
+            weight: ctx.train_view().len() as f64,
+        }
+    }
+
+    /// FedAvg's aggregation: the n_t-weighted average of the models, in client order.
+    pub fn average(updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
+        weighted_average(updates.iter().map(|(_, u)| (u.weight, &u.params[..])))
+    }
+}
+
 impl Algorithm for FedAvg {
     type Global = Vec<f32>;
     /// The momentum buffer (empty unless momentum is kept across rounds).
@@ -142,14 +157,11 @@ impl Algorithm for FedAvg {
             ..Default::default()
         };
         ctx.train(&mut params, momentum, &objective, rng);
-        ModelUpdate {
-            params,
-            weight: ctx.train_view().len() as f64,
-        }
+        ModelUpdate::of(ctx, params)
     }
 
     fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
-        weighted_average(updates.iter().map(|(_, u)| (u.weight, &u.params[..])))
+        ModelUpdate::average(updates)
     }
 
     fn evaluate(

@@ -8,7 +8,7 @@
 //! pairs (2R minibatches); with local epochs, consecutive minibatches of each pass are paired
 //! (an odd last one is left out). Plain SGD: momentum is not used.
 
-use super::{descend, weighted_average, Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{descend, Algorithm, Evaluation, LocalContext, ModelKind};
 use crate::algorithms::fedavg::ModelUpdate;
 use crate::models::{evaluate, for_each_batch, Architecture, LocalPlan, LocalWork};
 use rand_chacha::ChaCha20Rng;
@@ -99,14 +99,11 @@ impl Algorithm for PerFedAvg {
                 Some(t) => descend(&mut w, ctx.lr, &batch.gradient(&t)),
             },
         );
-        ModelUpdate {
-            params: w,
-            weight: ctx.train_view().len() as f64,
-        }
+        ModelUpdate::of(ctx, w)
     }
 
     fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
-        weighted_average(updates.iter().map(|(_, u)| (u.weight, &u.params[..])))
+        ModelUpdate::average(updates)
     }
 
     fn evaluate(
