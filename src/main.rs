@@ -109,13 +109,17 @@ fn real_main() -> Result<()> {
             let report = run_scenario(&s, &opts)
                 .with_context(|| format!("running {}", scenario.display()))?;
             let pct = |v: f64| format!("{:6.2} %", 100.0 * v);
-            let h = report.headline();
             println!(
                 "{} — {} (seed {}, run {})",
-                h.name, h.algorithm, h.seed, h.run_id
+                s.name,
+                s.run.algorithm.name(),
+                s.run.seed,
+                s.run_id()
             );
-            println!("  clients evaluated        {}", h.clients);
-            println!("  final round              {}", h.final_round);
+            if let Some(h) = report.headline() {
+                println!("  clients evaluated        {}", h.clients);
+                println!("  final round              {}", h.final_round);
+            }
             for m in &report.summaries {
                 let who = if m.unseen { " (unseen clients)" } else { "" };
                 println!("  {} model{who}, test data:", m.model);
@@ -123,9 +127,12 @@ fn real_main() -> Result<()> {
                 println!("    bottom decile          {}", pct(m.test.bottom_decile));
                 println!("    10th percentile        {}", pct(m.test.p10));
                 println!("    worst-10% mean         {}", pct(m.test.worst10_mean));
+                if let (Some(target), Some(t)) = (s.target_accuracy, m.time_to_target_s) {
+                    println!("    reached {} at        {t:.1} s (simulated)", pct(target));
+                }
             }
-            println!("  simulated time           {:.1} s", h.sim_seconds);
-            println!("  wall time                {:.1} s", h.wall_seconds);
+            println!("  simulated time           {:.1} s", report.sim_seconds);
+            println!("  wall time                {:.1} s", report.wall_seconds);
             println!("results in {}/", report.out_dir.display());
             for f in &report.files {
                 println!("  {}", f.file_name().unwrap_or_default().to_string_lossy());

@@ -27,6 +27,9 @@ pub struct RunReport {
     pub files: Vec<PathBuf>,
     /// Events the scheduler delivered.
     pub events: u64,
+    /// Simulated seconds at the end of the run, and the wall-clock seconds it took.
+    pub sim_seconds: f64,
+    pub wall_seconds: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,12 +63,9 @@ pub fn default_out_dir(s: &Scenario) -> PathBuf {
 
 impl RunReport {
     /// The summary of the most client-specific model evaluated (personalized over global) on
-    /// the training clients.
-    pub fn headline(&self) -> &Summary {
-        self.summaries
-            .iter()
-            .rfind(|s| !s.unseen)
-            .expect("a run evaluates its training clients")
+    /// the training clients (`None` for a run that evaluates nothing: `noop`).
+    pub fn headline(&self) -> Option<&Summary> {
+        self.summaries.iter().rfind(|s| !s.unseen)
     }
 }
 
@@ -102,14 +102,15 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<RunReport, RunErr
         }
     })?;
     bar.finish_and_clear();
+    let (sim_seconds, wall_seconds) = (output.end_time.as_secs_f64(), wall.elapsed().as_secs_f64());
     let summaries = Summary::per_model(
         s.run_id(),
         &s.name,
         s.run.algorithm.name(),
         s.run.seed,
         &output.records,
-        output.end_time.as_secs_f64(),
-        wall.elapsed().as_secs_f64(),
+        s.target_accuracy,
+        (sim_seconds, wall_seconds),
     );
     std::fs::create_dir_all(&opts.out_dir).map_err(|source| RunError::OutDir {
         path: opts.out_dir.clone(),
@@ -133,5 +134,7 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<RunReport, RunErr
         out_dir: opts.out_dir.clone(),
         files,
         events: output.events,
+        sim_seconds,
+        wall_seconds,
     })
 }

@@ -49,17 +49,36 @@ impl<A: Algorithm> Client<A> {
         super::client_entity(self.id)
     }
 
+    /// Starts a training job, unless the client drops out or goes offline before its
+    /// compute ends (then the server hears of the failure when it happens).
     fn train(
         &mut self,
-        round: u32,
+        now: SimTime,
+        (round, job): (u32, u64),
         global: Arc<A::Global>,
         lr: f64,
         upload: bool,
         eff: &mut FlEffects<A>,
     ) {
+        let n_train = self.jobs.data.split_len(self.id as usize, Split::Train);
+        let samples = self
+            .jobs
+            .algorithm
+            .samples_processed(&self.jobs.training.plan, n_train);
+        let compute = self.system.compute_time(self.id, job, samples);
+        let online_until = self.system.online_until(self.id, now).unwrap_or(now);
+        let dropout = self
+            .system
+            .dropout_point(self.id, job)
+            .map(|f| SimDuration::from_secs_f64_ceil(compute.as_secs_f64() * f));
+        let offline = (online_until < now + compute).then(|| online_until - now);
+        if let Some(after) = [dropout, offline].into_iter().flatten().min() {
+            self.fail(round, after, after, eff);
+            return;
+        }
         let (jobs, id) = (self.jobs.clone(), self.id);
         let mut state = self.state.clone();
-        let mut rng = self.seeds.rng(Entity::Client(id), "train", round as u64);
+        let mut rng = self.seeds.rng(Entity::Client(id), "train", job);
         let pending = self.pool.submit(move || {
             let ctx = jobs.local(id, round, lr);
             let update = jobs
@@ -70,49 +89,63 @@ impl<A: Algorithm> Client<A> {
                 update,
                 state,
                 upload,
+                compute,
             }
         });
-        let n_train = self.jobs.data.split_len(id as usize, Split::Train);
-        let samples = self
-            .jobs
-            .algorithm
-            .samples_processed(&self.jobs.training.plan, n_train);
-        eff.send_pending(self.me(), self.system.compute_time(id, samples), pending);
+        eff.send_pending(self.me(), compute, pending);
+    }
+
+    /// Tells the server, `after` from now, that this job is lost (after `compute` of work).
+    fn fail(&self, round: u32, after: SimDuration, compute: SimDuration, eff: &mut FlEffects<A>) {
+        eff.send(
+            SERVER,
+            after,
+            Msg::Failed {
+                round,
+                client: self.id,
+                compute,
+            },
+        );
     }
 
     fn trained(
         &mut self,
+        now: SimTime,
         round: u32,
         update: A::Update,
         state: A::ClientState,
-        upload: bool,
+        (upload, compute): (bool, SimDuration),
         eff: &mut FlEffects<A>,
     ) {
         self.state = state;
         self.last_trained = Some(round);
-        if !upload {
-            let delay = self.system.transfer_time(self.id, Link::Up, 0);
-            eff.send(
-                SERVER,
-                delay,
-                Msg::Done {
-                    round,
-                    client: self.id,
-                },
-            );
+        let floats = if upload {
+            self.jobs.algorithm.update_len(&update)
+        } else {
+            0
+        };
+        let delay = self.system.transfer_time(self.id, Link::Up, payload_bytes(floats));
+        let online_until = self.system.online_until(self.id, now).unwrap_or(now);
+        if online_until < now + delay {
+            self.fail(round, online_until - now, compute, eff);
             return;
         }
-        let bytes = payload_bytes(self.jobs.algorithm.update_len(&update));
-        let delay = self.system.transfer_time(self.id, Link::Up, bytes);
-        eff.send(
-            SERVER,
-            delay,
+        let client = self.id;
+        let msg = if upload {
             Msg::Update {
                 round,
-                client: self.id,
+                client,
                 update,
-            },
-        );
+                compute,
+            }
+        } else {
+            Msg::Done {
+                round,
+                client,
+                compute,
+            }
+        };
+        eff.send(SERVER, delay, msg);
     }
 
     fn evaluate(&mut self, round: u32, global: Arc<A::Global>, eff: &mut FlEffects<A>) {
@@ -189,16 +222,18 @@ impl<A: Algorithm> Handler<Deliver<A>> for Client<A> {
         match d.msg {
             Msg::Train {
                 round,
+                job,
                 global,
                 lr,
                 upload,
-            } => self.train(round, global, lr, upload, &mut eff),
+            } => self.train(d.now, (round, job), global, lr, upload, &mut eff),
             Msg::Trained {
                 round,
                 update,
                 state,
                 upload,
-            } => self.trained(round, update, state, upload, &mut eff),
+                compute,
+            } => self.trained(d.now, round, update, state, (upload, compute), &mut eff),
             Msg::Evaluate { round, global } => self.evaluate(round, global, &mut eff),
             Msg::Evaluated {
                 round,

@@ -6,24 +6,27 @@
 //! This room wires entities to the kernel; it holds no polars code and reads no wall clock.
 
 mod client;
+mod policy;
 mod sampling;
 mod server;
 mod trainer;
 
-pub use sampling::Sampling;
+pub use policy::{staleness_factor, LateUpdates, PolicySpec};
+pub use sampling::{SampleSize, Sampling, Strategy};
 pub use trainer::TrainerPool;
 
 use crate::algorithms::{
-    Algorithm, AlgorithmSpec, Apfl, Clustered, Ditto, Evaluation, FedAvg, FedEm, Local, PFedMe,
+    Algorithm, AlgorithmSpec, Apfl, Clustered, Ditto, Evaluation, FedAvg, FedEm, Local, Noop, PFedMe,
     PerFedAvg, Training,
 };
 use crate::data::{FederatedData, Split};
 use crate::models::{Architecture, ModelSpec};
-use crate::report::Record;
+use crate::report::{DeviceRecord, Record};
 use crate::sim::{
-    Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimError, SimTime, World,
+    Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime,
+    World,
 };
-use crate::system::{SystemModel, SystemSpec};
+use crate::system::{Link, SystemModel, SystemSpec};
 use actix::prelude::*;
 use client::Client;
 use server::Server;
@@ -40,6 +43,7 @@ pub struct RunSpec {
     pub algorithm: AlgorithmSpec,
     pub training: Training,
     pub sampling: Sampling,
+    pub policy: PolicySpec,
     pub system: SystemSpec,
     /// Fraction of the clients held out of training (chosen from the seed; see
     /// [`unseen_clients`]).
@@ -69,12 +73,19 @@ pub struct SimOutput {
 
 /// The messages entities exchange.
 pub enum Msg<A: Algorithm> {
-    /// Server: begin round `round`.
+    /// Server: begin round `round` (FedBuff: start the first jobs).
     StartRound { round: u32 },
-    /// Client: train from `global` with learning rate `lr`; send the update if `upload`,
-    /// else only a completion notice (pFedMe's unsampled clients train but are not aggregated).
+    /// Server: round `round`'s deadline has come.
+    Deadline { round: u32 },
+    /// Server (FedBuff): a client may have come online; start jobs if slots are free.
+    Wake,
+    /// Client: train from `global` with learning rate `lr` for round `round`; `job` indexes
+    /// the client's random streams (the round, in synchronous runs). Send the update if
+    /// `upload`, else only a completion notice (pFedMe's unsampled clients train but are not
+    /// aggregated).
     Train {
         round: u32,
+        job: u64,
         global: Arc<A::Global>,
         lr: f64,
         upload: bool,
@@ -85,15 +96,28 @@ pub enum Msg<A: Algorithm> {
         update: A::Update,
         state: A::ClientState,
         upload: bool,
+        compute: SimDuration,
     },
     /// Server: a client's update has arrived.
     Update {
         round: u32,
         client: u32,
         update: A::Update,
+        compute: SimDuration,
     },
     /// Server: a client that was not asked to upload has finished training.
-    Done { round: u32, client: u32 },
+    Done {
+        round: u32,
+        client: u32,
+        compute: SimDuration,
+    },
+    /// Server: a client dropped out or went offline; its job is lost (the server notices
+    /// when it happens, as a broken connection).
+    Failed {
+        round: u32,
+        client: u32,
+        compute: SimDuration,
+    },
     /// Client: evaluate your model after `round`.
     Evaluate { round: u32, global: Arc<A::Global> },
     /// Client (from its own evaluation job): results per model and split.
@@ -228,6 +252,7 @@ pub fn simulate(
         AlgorithmSpec::Pfedme(s) => {
             simulate_with(PFedMe { spec: s.clone() }, spec, data, threads, on_record)
         }
+        AlgorithmSpec::Noop(_) => simulate_with(Noop, spec, data, threads, on_record),
         AlgorithmSpec::Fedem(s) => simulate_with(
             FedEm::new(s.clone(), participants_train),
             spec,
@@ -263,7 +288,25 @@ fn simulate_with<A: Algorithm>(
             data,
         });
         let pool = TrainerPool::start(threads);
-        let system_model = Arc::new(SystemModel::new(spec.system.clone()));
+        let system_model = SystemModel::build(
+            &spec.system,
+            &seeds,
+            num_clients as usize,
+            spec.training.plan.batch_size,
+            jobs.data.truth.as_ref(),
+        )
+        .map_err(|e| SimError::Model(e.to_string()))?;
+        let system_model = Arc::new(system_model);
+        let devices: Vec<Record> = (0..num_clients)
+            .map(|c| {
+                Record::Device(DeviceRecord {
+                    client: c,
+                    samples_per_second: system_model.samples_per_second(c),
+                    downlink_mbps: system_model.bandwidth_mbps(c, Link::Down),
+                    uplink_mbps: system_model.bandwidth_mbps(c, Link::Up),
+                })
+            })
+            .collect();
         let clients: Vec<Addr<Client<A>>> = states
             .into_iter()
             .enumerate()
@@ -290,6 +333,7 @@ fn simulate_with<A: Algorithm>(
                     .filter(|c| unseen.binary_search(c).is_err())
                     .collect(),
                 sampling: spec.sampling.clone(),
+                policy: spec.policy.clone(),
                 system: system_model,
                 seeds,
             },
@@ -301,9 +345,13 @@ fn simulate_with<A: Algorithm>(
             clients: Arc::new(clients),
         };
         let start = vec![(SERVER, SERVER, Msg::StartRound { round: 1 })];
+        let mut on_record = on_record;
+        devices.iter().for_each(&mut on_record);
         let outcome = Scheduler::run(world, start, on_record).await?;
+        let mut records = devices;
+        records.extend(outcome.records);
         Ok(SimOutput {
-            records: outcome.records,
+            records,
             end_time: outcome.end_time,
             events: outcome.events,
         })

@@ -1,9 +1,21 @@
-//! The server: runs synchronous rounds (select, broadcast, wait for every update, aggregate)
-//! and asks clients to evaluate at evaluation rounds.
+//! The server: selects clients, sends them the model, and aggregates what arrives, under the
+//! scenario's round policy.
+//!
+//! - **Synchronous**: a round selects clients among the idle (and, if asked, online) ones and
+//!   ends when every trainer has reported (update, completion notice or failure), when the
+//!   first K updates are in (over-selection), or at the deadline. Jobs still running when a
+//!   round ends are stragglers (deadline) or discarded (over-selection); a straggler's update
+//!   may join the next aggregation with its staleness (`late_updates: next_round`).
+//! - **FedBuff**: up to `concurrency` jobs run at any time; every `buffer_size` arrivals are
+//!   aggregated with staleness weights; each aggregation is a "round".
+//!
+//! A client is never sent a second job while one is in flight. The server reads the system
+//! model only to ask who is online; all durations are the clients' and the links'.
 
+use super::policy::{staleness_factor, LateUpdates, PolicySpec};
 use super::{client_entity, Deliver, FlEffects, JobContext, Msg, Sampling, SERVER};
-use crate::algorithms::Algorithm;
-use crate::report::{Record, RoundRecord};
+use crate::algorithms::{Algorithm, StaleUpdate};
+use crate::report::{JobOutcome, JobRecord, Record, RoundRecord};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
@@ -18,22 +30,55 @@ pub(super) struct ServerConfig<A: Algorithm> {
     /// The clients that take part in training (all but the held-out ones), sorted.
     pub participants: Vec<u32>,
     pub sampling: Sampling,
+    pub policy: PolicySpec,
     pub system: Arc<SystemModel>,
     pub seeds: SeedTree,
+}
+
+/// A job the server is waiting for.
+struct InFlight<G> {
+    /// The round it was started for (FedBuff: the model version it starts from, + 1).
+    round: u32,
+    base: Arc<G>,
+    sent: SimTime,
+    download: SimDuration,
+    /// Set when its round ended without it: what it will be if it arrives.
+    late: Option<JobOutcome>,
+}
+
+/// An update waiting for an aggregation.
+struct Held<A: Algorithm> {
+    client: u32,
+    update: A::Update,
+    base: Arc<A::Global>,
+    staleness: u32,
 }
 
 pub(super) struct Server<A: Algorithm> {
     cfg: ServerConfig<A>,
     global: Arc<A::Global>,
+    /// The current round (synchronous) or the number of aggregations so far (FedBuff).
     round: u32,
     round_start: SimTime,
+    in_flight: BTreeMap<u32, InFlight<A::Global>>,
+    /// Synchronous: the round is open (between its start and its aggregation).
+    open: bool,
+    /// Synchronous: a round waits to start until a client is idle.
+    start_when_idle: bool,
     selected: Vec<u32>,
-    /// Clients training this round that have not reported yet.
-    training: usize,
-    bytes_down: u64,
-    bytes_up: u64,
-    /// Updates of the current round, keyed (and so iterated) by client id.
-    arrived: BTreeMap<u32, A::Update>,
+    /// Synchronous: this round's trainers that have not reported yet.
+    outstanding: usize,
+    /// Updates to aggregate: this round's (synchronous), or the buffer (FedBuff).
+    fresh: Vec<Held<A>>,
+    /// Synchronous: stragglers accepted for the next aggregation.
+    late: Vec<Held<A>>,
+    counts: RoundRecord,
+    /// FedBuff: jobs started so far (each job's index for its random streams).
+    jobs_started: u64,
+    /// FedBuff: a wake-up is scheduled at this time.
+    wake_at: Option<SimTime>,
+    /// The last round has been aggregated: start no more jobs.
+    finished: bool,
 }
 
 impl<A: Algorithm> Server<A> {
@@ -43,98 +88,225 @@ impl<A: Algorithm> Server<A> {
             global: Arc::new(global),
             round: 0,
             round_start: SimTime::ZERO,
+            in_flight: BTreeMap::new(),
+            open: false,
+            start_when_idle: false,
             selected: Vec::new(),
-            training: 0,
-            bytes_down: 0,
-            bytes_up: 0,
-            arrived: BTreeMap::new(),
+            outstanding: 0,
+            fresh: Vec::new(),
+            late: Vec::new(),
+            counts: RoundRecord::default(),
+            jobs_started: 0,
+            wake_at: None,
+            finished: false,
         }
     }
 
-    fn start_round(&mut self, now: SimTime, round: u32, eff: &mut FlEffects<A>) {
+    fn alg(&self) -> &A {
+        &self.cfg.algorithm.algorithm
+    }
+
+    fn is_async(&self) -> bool {
+        matches!(self.cfg.policy, PolicySpec::Fedbuff { .. })
+    }
+
+    /// Idle participants (no job in flight), online at `now` if the sampling asks for it.
+    fn candidates(&self, now: SimTime, online_only: bool) -> Vec<u32> {
+        self.cfg
+            .participants
+            .iter()
+            .copied()
+            .filter(|c| !self.in_flight.contains_key(c))
+            .filter(|&c| !online_only || self.cfg.system.online_until(c, now).is_some())
+            .collect()
+    }
+
+    /// The earliest time after `now` when an idle participant comes online.
+    fn next_online(&self, now: SimTime) -> Option<SimTime> {
+        self.cfg
+            .participants
+            .iter()
+            .filter(|c| !self.in_flight.contains_key(c))
+            .filter_map(|&c| self.cfg.system.next_online(c, now + SimDuration(1)))
+            .min()
+    }
+
+    fn choose(&self, candidates: &[u32], count: usize, index: u64) -> Vec<u32> {
+        let mut rng = self.cfg.seeds.rng(Entity::Server, "sampling", index);
+        let data = &self.cfg.algorithm.data;
+        let n_train = |c: u32| data.split_len(c as usize, crate::data::Split::Train) as f64;
+        self.cfg.sampling.select(candidates, count, n_train, &mut rng)
+    }
+
+    /// Sends the current model to `client` for job `job` of round `round`.
+    fn dispatch(&mut self, now: SimTime, client: u32, round: u32, job: u64, upload: bool, eff: &mut FlEffects<A>) {
+        let bytes = payload_bytes(self.alg().broadcast_len(&self.global));
+        let download = self.cfg.system.transfer_time(client, Link::Down, bytes);
+        self.counts.bytes_down += bytes;
+        self.counts.selected += 1;
+        self.in_flight.insert(
+            client,
+            InFlight {
+                round,
+                base: self.global.clone(),
+                sent: now,
+                download,
+                late: None,
+            },
+        );
+        eff.send(
+            client_entity(client),
+            download,
+            Msg::Train {
+                round,
+                job,
+                global: self.global.clone(),
+                lr: self.cfg.algorithm.training.lr_at(round),
+                upload,
+            },
+        );
+    }
+
+    fn start(&mut self, now: SimTime, round: u32, eff: &mut FlEffects<A>) -> Result<(), SimError> {
+        if self.is_async() {
+            self.round_start = now;
+            return self.fill(now, eff);
+        }
+        self.start_round(now, round, eff)
+    }
+
+    // ---- synchronous rounds ----
+
+    fn start_round(&mut self, now: SimTime, round: u32, eff: &mut FlEffects<A>) -> Result<(), SimError> {
         self.round = round;
+        self.start_when_idle = false;
+        let total = self.cfg.participants.len();
+        let candidates = self.candidates(now, self.cfg.sampling.available_only);
+        if candidates.is_empty() {
+            if !self.in_flight.is_empty() {
+                // Every idle client is busy: start when one reports.
+                self.start_when_idle = true;
+                return Ok(());
+            }
+            let Some(at) = self.next_online(now) else {
+                return Err(SimError::Model(format!(
+                    "round {round}: no client is online now or will ever be again"
+                )));
+            };
+            eff.send(SERVER, at - now, Msg::StartRound { round });
+            return Ok(());
+        }
+        self.open = true;
         self.round_start = now;
-        self.arrived.clear();
-        let mut rng = self.cfg.seeds.rng(Entity::Server, "sampling", round as u64);
-        let participants = &self.cfg.participants;
-        self.selected = self
-            .cfg
-            .sampling
-            .select(participants.len(), &mut rng)
-            .into_iter()
-            .map(|i| participants[i as usize])
-            .collect();
-        let alg = &self.cfg.algorithm.algorithm;
-        let bytes = payload_bytes(alg.broadcast_len(&self.global));
-        let lr = self.cfg.algorithm.training.lr_at(round);
-        let trainers: Vec<u32> = if alg.trains_unsampled() {
-            self.cfg.participants.clone()
+        self.counts = RoundRecord {
+            round,
+            start: now,
+            ..Default::default()
+        };
+        self.selected = self.choose(&candidates, self.cfg.sampling.to_select(total), round as u64);
+        let trainers = if self.alg().trains_unsampled() {
+            candidates
         } else {
             self.selected.clone()
         };
-        self.training = trainers.len();
-        self.bytes_down = bytes * trainers.len() as u64;
-        self.bytes_up = 0;
+        self.outstanding = trainers.len();
         for c in trainers {
-            let delay = self.cfg.system.transfer_time(c, Link::Down, bytes);
-            eff.send(
-                client_entity(c),
-                delay,
-                Msg::Train {
-                    round,
-                    global: self.global.clone(),
-                    lr,
-                    upload: self.selected.binary_search(&c).is_ok(),
-                },
-            );
+            let upload = self.selected.binary_search(&c).is_ok();
+            self.dispatch(now, c, round, round as u64, upload, eff);
+        }
+        self.counts.selected = self.selected.len() as u32;
+        if let PolicySpec::Synchronous {
+            deadline_s: Some(d),
+            ..
+        } = self.cfg.policy
+        {
+            eff.send(SERVER, SimDuration::from_secs_f64_ceil(d), Msg::Deadline { round });
+        }
+        Ok(())
+    }
+
+    /// The number of fresh updates that ends the round early (over-selection), if any.
+    fn quota(&self) -> Option<usize> {
+        (self.cfg.sampling.over_selection > 0.0)
+            .then(|| self.cfg.sampling.per_round(self.cfg.participants.len()))
+    }
+
+    fn maybe_close(&mut self, now: SimTime, eff: &mut FlEffects<A>) {
+        let quota_met = self.quota().is_some_and(|k| self.fresh.len() >= k);
+        if self.open && (self.outstanding == 0 || quota_met) {
+            let reason = if self.outstanding == 0 {
+                None
+            } else {
+                Some(JobOutcome::Discarded)
+            };
+            self.close(now, reason, eff);
         }
     }
 
-    /// A client that trained without uploading has finished.
-    fn done(&mut self, now: SimTime, round: u32, eff: &mut FlEffects<A>) {
-        debug_assert_eq!(round, self.round, "synchronous rounds never overlap");
-        self.training -= 1;
-        self.maybe_finish_round(now, eff);
+    /// Ends the synchronous round: jobs still out become `late_as`, then aggregate.
+    fn close(&mut self, now: SimTime, late_as: Option<JobOutcome>, eff: &mut FlEffects<A>) {
+        self.open = false;
+        let round = self.round;
+        if let Some(outcome) = late_as {
+            for job in self.in_flight.values_mut().filter(|j| j.round == round && j.late.is_none()) {
+                job.late = Some(outcome);
+                match outcome {
+                    JobOutcome::Straggler => self.counts.stragglers += 1,
+                    _ => self.counts.discarded += 1,
+                }
+            }
+        }
+        let exponent = self.staleness_exponent();
+        self.counts.completed = self.fresh.len() as u32;
+        let mut held: Vec<Held<A>> = std::mem::take(&mut self.fresh);
+        held.append(&mut self.late);
+        self.aggregate(held, 1.0, exponent);
+        self.counts.end = now;
+        eff.record(Record::Round(std::mem::take(&mut self.counts)));
+        self.after_aggregation(eff);
+        if round < self.cfg.rounds {
+            eff.send(SERVER, SimDuration::ZERO, Msg::StartRound { round: round + 1 });
+        }
     }
 
-    fn receive(
-        &mut self,
-        now: SimTime,
-        round: u32,
-        client: u32,
-        update: A::Update,
-        eff: &mut FlEffects<A>,
-    ) {
-        debug_assert_eq!(round, self.round, "synchronous rounds never overlap");
-        self.bytes_up += payload_bytes(self.cfg.algorithm.algorithm.update_len(&update));
-        self.arrived.insert(client, update);
-        self.training -= 1;
-        self.maybe_finish_round(now, eff);
+    fn staleness_exponent(&self) -> f64 {
+        match self.cfg.policy {
+            PolicySpec::Synchronous { staleness_exponent, .. } | PolicySpec::Fedbuff { staleness_exponent, .. } => {
+                staleness_exponent
+            }
+        }
     }
 
-    /// Aggregates and moves on once every client training this round has reported.
-    fn maybe_finish_round(&mut self, now: SimTime, eff: &mut FlEffects<A>) {
-        if self.training > 0 {
+    /// Aggregates `held` into the global model: the algorithm's own rule when every update is
+    /// fresh and the server's step is 1, its stale-aware rule otherwise.
+    fn aggregate(&mut self, mut held: Vec<Held<A>>, server_lr: f64, exponent: f64) {
+        if held.is_empty() {
             return;
         }
+        held.sort_by_key(|h| h.client);
+        let next = if held.iter().all(|h| h.staleness == 0) && server_lr == 1.0 {
+            let updates: Vec<(u32, A::Update)> = held.into_iter().map(|h| (h.client, h.update)).collect();
+            self.alg().aggregate(&self.global, &updates)
+        } else {
+            let stale: Vec<StaleUpdate<'_, A::Global, A::Update>> = held
+                .iter()
+                .map(|h| StaleUpdate {
+                    client: h.client,
+                    update: &h.update,
+                    base: &*h.base,
+                    factor: staleness_factor(h.staleness, exponent),
+                })
+                .collect();
+            self.alg()
+                .aggregate_stale(&self.global, &stale, server_lr)
+                .expect("the scenario checks that the algorithm takes stale updates")
+        };
+        self.global = Arc::new(next);
+    }
+
+    /// Evaluations and the final models after an aggregation that completed `self.round`.
+    fn after_aggregation(&mut self, eff: &mut FlEffects<A>) {
         let round = self.round;
-        let updates: Vec<(u32, A::Update)> =
-            std::mem::take(&mut self.arrived).into_iter().collect();
-        self.global = Arc::new(
-            self.cfg
-                .algorithm
-                .algorithm
-                .aggregate(&self.global, &updates),
-        );
-        eff.record(Record::Round(RoundRecord {
-            round,
-            start: self.round_start,
-            end: now,
-            selected: self.selected.len() as u32,
-            completed: updates.len() as u32,
-            bytes_down: self.bytes_down,
-            bytes_up: self.bytes_up,
-        }));
         if round % self.cfg.eval_every == 0 || round == self.cfg.rounds {
             for c in 0..self.cfg.num_clients {
                 eff.send(
@@ -148,17 +320,218 @@ impl<A: Algorithm> Server<A> {
             }
         }
         if round == self.cfg.rounds {
-            eff.record(Record::FinalModels(
-                self.cfg.algorithm.algorithm.models(&self.global),
-            ));
+            self.finished = true;
+            eff.record(Record::FinalModels(self.alg().models(&self.global)));
         }
-        if round < self.cfg.rounds {
-            eff.send(
-                SERVER,
-                SimDuration::ZERO,
-                Msg::StartRound { round: round + 1 },
-            );
+    }
+
+    // ---- arrivals (both policies) ----
+
+    fn job_record(&self, now: SimTime, client: u32, job: &InFlight<A::Global>, outcome: JobOutcome, compute: SimDuration, staleness: u32) -> Record {
+        Record::Job(JobRecord {
+            round: job.round,
+            client,
+            outcome,
+            sent: job.sent,
+            end: now,
+            download: job.download,
+            compute,
+            staleness,
+        })
+    }
+
+    fn take_job(&mut self, client: u32) -> Result<InFlight<A::Global>, SimError> {
+        self.in_flight
+            .remove(&client)
+            .ok_or_else(|| SimError::Model(format!("client {client} reported a job it was never sent")))
+    }
+
+    fn receive(
+        &mut self,
+        now: SimTime,
+        client: u32,
+        update: Option<A::Update>,
+        compute: SimDuration,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        let job = self.take_job(client)?;
+        if let Some(u) = &update {
+            self.counts.bytes_up += payload_bytes(self.alg().update_len(u));
         }
+        if self.is_async() {
+            return self.receive_async(now, client, job, update, compute, eff);
+        }
+        let current = self.open && job.round == self.round && job.late.is_none();
+        let outcome = match (update, current) {
+            (None, true) => {
+                self.outstanding -= 1;
+                JobOutcome::Unsampled
+            }
+            (None, false) => JobOutcome::Unsampled,
+            (Some(update), true) => {
+                self.outstanding -= 1;
+                self.fresh.push(Held {
+                    client,
+                    update,
+                    base: job.base.clone(),
+                    staleness: 0,
+                });
+                JobOutcome::Aggregated
+            }
+            (Some(update), false) => self.late_arrival(client, &job, update),
+        };
+        let staleness = match outcome {
+            JobOutcome::Late => self.late.last().map_or(0, |h| h.staleness),
+            _ => 0,
+        };
+        eff.record(self.job_record(now, client, &job, outcome, compute, staleness));
+        self.maybe_close(now, eff);
+        self.start_if_waiting(now, eff)
+    }
+
+    /// A synchronous update that arrives after its round ended.
+    fn late_arrival(&mut self, client: u32, job: &InFlight<A::Global>, update: A::Update) -> JobOutcome {
+        let PolicySpec::Synchronous {
+            late_updates,
+            max_staleness,
+            ..
+        } = self.cfg.policy
+        else {
+            unreachable!("only synchronous rounds end with jobs out")
+        };
+        let outcome = job.late.unwrap_or(JobOutcome::Discarded);
+        // It joins the next aggregation: that of the open round, or of the next one.
+        let joins = if self.open { self.round } else { self.round + 1 };
+        let staleness = joins - job.round;
+        if outcome == JobOutcome::Straggler && late_updates == LateUpdates::NextRound && staleness <= max_staleness && joins <= self.cfg.rounds {
+            self.counts.late += 1;
+            self.late.push(Held {
+                client,
+                update,
+                base: job.base.clone(),
+                staleness,
+            });
+            return JobOutcome::Late;
+        }
+        outcome
+    }
+
+    fn failed(&mut self, now: SimTime, client: u32, compute: SimDuration, eff: &mut FlEffects<A>) -> Result<(), SimError> {
+        let job = self.take_job(client)?;
+        eff.record(self.job_record(now, client, &job, JobOutcome::Failed, compute, 0));
+        if self.is_async() {
+            self.counts.failed += 1;
+            return self.fill(now, eff);
+        }
+        if self.open && job.round == self.round && job.late.is_none() {
+            self.counts.failed += 1;
+            self.outstanding -= 1;
+            self.maybe_close(now, eff);
+        }
+        self.start_if_waiting(now, eff)
+    }
+
+    fn deadline(&mut self, now: SimTime, round: u32, eff: &mut FlEffects<A>) {
+        if self.open && round == self.round {
+            self.close(now, Some(JobOutcome::Straggler), eff);
+        }
+    }
+
+    fn start_if_waiting(&mut self, now: SimTime, eff: &mut FlEffects<A>) -> Result<(), SimError> {
+        if self.start_when_idle {
+            self.start_round(now, self.round, eff)?;
+        }
+        Ok(())
+    }
+
+    // ---- FedBuff ----
+
+    /// Starts jobs until `concurrency` are running, on idle online clients; if none is online,
+    /// wakes up when the first one comes online.
+    fn fill(&mut self, now: SimTime, eff: &mut FlEffects<A>) -> Result<(), SimError> {
+        let PolicySpec::Fedbuff { concurrency, .. } = self.cfg.policy else {
+            unreachable!()
+        };
+        if self.finished || self.in_flight.len() >= concurrency {
+            return Ok(());
+        }
+        let candidates = self.candidates(now, true);
+        let wanted = concurrency - self.in_flight.len();
+        let chosen = self.choose(&candidates, wanted, self.jobs_started);
+        let round = self.round + 1;
+        let upload = true;
+        for c in chosen {
+            let job = self.jobs_started;
+            self.jobs_started += 1;
+            self.dispatch(now, c, round, job, upload, eff);
+        }
+        if self.in_flight.len() < concurrency {
+            match self.next_online(now) {
+                Some(at) if self.wake_at.map_or(true, |w| at < w) => {
+                    self.wake_at = Some(at);
+                    eff.send(SERVER, at - now, Msg::Wake);
+                }
+                None if self.in_flight.is_empty() => {
+                    return Err(SimError::Model(
+                        "asynchronous rounds: no client is online now or will ever be again".into(),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn receive_async(
+        &mut self,
+        now: SimTime,
+        client: u32,
+        job: InFlight<A::Global>,
+        update: Option<A::Update>,
+        compute: SimDuration,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        let PolicySpec::Fedbuff {
+            buffer_size,
+            max_staleness,
+            staleness_exponent,
+            server_lr,
+            ..
+        } = self.cfg.policy
+        else {
+            unreachable!()
+        };
+        let update = update.ok_or_else(|| SimError::Model("asynchronous jobs always upload".into()))?;
+        let staleness = self.round + 1 - job.round;
+        if self.finished || staleness > max_staleness {
+            if !self.finished {
+                self.counts.discarded += 1;
+            }
+            eff.record(self.job_record(now, client, &job, JobOutcome::Discarded, compute, staleness));
+            return self.fill(now, eff);
+        }
+        let outcome = if staleness == 0 { JobOutcome::Aggregated } else { JobOutcome::Late };
+        eff.record(self.job_record(now, client, &job, outcome, compute, staleness));
+        self.fresh.push(Held {
+            client,
+            update,
+            base: job.base,
+            staleness,
+        });
+        if self.fresh.len() >= buffer_size {
+            let held = std::mem::take(&mut self.fresh);
+            self.counts.completed = held.iter().filter(|h| h.staleness == 0).count() as u32;
+            self.counts.late = held.len() as u32 - self.counts.completed;
+            self.aggregate(held, server_lr, staleness_exponent);
+            self.round += 1;
+            self.counts.round = self.round;
+            self.counts.start = self.round_start;
+            self.counts.end = now;
+            self.round_start = now;
+            eff.record(Record::Round(std::mem::take(&mut self.counts)));
+            self.after_aggregation(eff);
+        }
+        self.fill(now, eff)
     }
 }
 
@@ -171,14 +544,24 @@ impl<A: Algorithm> Handler<Deliver<A>> for Server<A> {
 
     fn handle(&mut self, d: Deliver<A>, _: &mut Context<Self>) -> Self::Result {
         let mut eff = FlEffects::<A>::new();
+        let now = d.now;
         match d.msg {
-            Msg::StartRound { round } => self.start_round(d.now, round, &mut eff),
+            Msg::StartRound { round } => self.start(now, round, &mut eff)?,
             Msg::Update {
-                round,
                 client,
                 update,
-            } => self.receive(d.now, round, client, update, &mut eff),
-            Msg::Done { round, .. } => self.done(d.now, round, &mut eff),
+                compute,
+                ..
+            } => self.receive(now, client, Some(update), compute, &mut eff)?,
+            Msg::Done { client, compute, .. } => self.receive(now, client, None, compute, &mut eff)?,
+            Msg::Failed { client, compute, .. } => self.failed(now, client, compute, &mut eff)?,
+            Msg::Deadline { round } => self.deadline(now, round, &mut eff),
+            Msg::Wake => {
+                if self.wake_at == Some(now) {
+                    self.wake_at = None;
+                }
+                self.fill(now, &mut eff)?
+            }
             _ => return Err(SimError::Model("the server got a client message".into())),
         }
         Ok(eff)

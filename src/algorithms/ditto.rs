@@ -5,7 +5,7 @@
 //! The global part is FedAvg's local training (momentum and all, as the scenario says); the
 //! personal part takes as many plain-SGD minibatch steps as the plan has, at `personal_lr`.
 
-use super::{descend, Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{StaleUpdate, descend, Algorithm, Evaluation, LocalContext, ModelKind};
 use crate::algorithms::fedavg::ModelUpdate;
 use crate::models::{evaluate, Architecture, LocalPlan, Objective};
 use rand_chacha::ChaCha20Rng;
@@ -115,6 +115,15 @@ impl Algorithm for Ditto {
 
     fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
         ModelUpdate::average(updates)
+    }
+
+    fn aggregate_stale(
+        &self,
+        global: &Vec<f32>,
+        updates: &[StaleUpdate<'_, Vec<f32>, ModelUpdate>],
+        server_lr: f64,
+    ) -> Option<Vec<f32>> {
+        Some(ModelUpdate::stale_average(global, updates, server_lr))
     }
 
     fn evaluate(

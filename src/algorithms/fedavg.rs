@@ -5,7 +5,7 @@
 //! - FedAvg+ (Jiang et al. 2019) trains like FedAvg; at evaluation each client fine-tunes a copy
 //!   of the global model for a few local epochs and is tested on it.
 
-use super::{weighted_average, Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{stale_delta_average, weighted_average, Algorithm, StaleUpdate, Evaluation, LocalContext, ModelKind};
 use crate::models::{evaluate, Architecture, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -116,6 +116,20 @@ impl ModelUpdate {
     pub fn average(updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
         weighted_average(updates.iter().map(|(_, u)| (u.weight, &u.params[..])))
     }
+
+    /// FedAvg's aggregation of stale updates: the global model moves by `lr` times the
+    /// n_t- and staleness-weighted average of the clients' changes (FedBuff).
+    pub fn stale_average(
+        global: &[f32],
+        updates: &[StaleUpdate<'_, Vec<f32>, ModelUpdate>],
+        lr: f64,
+    ) -> Vec<f32> {
+        let total = updates.iter().map(|u| u.update.weight).sum();
+        let items = updates
+            .iter()
+            .map(|u| (u.update.weight, u.factor, &u.update.params[..], &u.base[..]));
+        stale_delta_average(global, items, total, lr)
+    }
 }
 
 impl Algorithm for FedAvg {
@@ -162,6 +176,15 @@ impl Algorithm for FedAvg {
 
     fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
         ModelUpdate::average(updates)
+    }
+
+    fn aggregate_stale(
+        &self,
+        global: &Vec<f32>,
+        updates: &[StaleUpdate<'_, Vec<f32>, ModelUpdate>],
+        server_lr: f64,
+    ) -> Option<Vec<f32>> {
+        Some(ModelUpdate::stale_average(global, updates, server_lr))
     }
 
     fn evaluate(

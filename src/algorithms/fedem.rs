@@ -5,7 +5,7 @@
 //! q(i, m). The server averages each component with weights p_t = n_t / n. A client predicts with
 //! Σ_m π_m · p(y | x; θ_m).
 
-use super::{weighted_average, Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{stale_delta_average, weighted_average, Algorithm, StaleUpdate, Evaluation, LocalContext, ModelKind};
 use crate::models::{evaluate_mixture, sample_losses, Architecture, LocalPlan, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -259,6 +259,32 @@ impl Algorithm for FedEm {
                 weighted_average(sampled.chain(kept))
             })
             .collect()
+    }
+
+    /// Each component moves by the p_t-weighted (and staleness-weighted) average change, with
+    /// p_t = n_t / n as in [`FedEm::aggregate`] (over the arrived clients with `renormalize`).
+    fn aggregate_stale(
+        &self,
+        global: &Vec<Vec<f32>>,
+        updates: &[StaleUpdate<'_, Vec<Vec<f32>>, FedEmUpdate>],
+        server_lr: f64,
+    ) -> Option<Vec<Vec<f32>>> {
+        let arrived: f64 = updates.iter().map(|u| u.update.weight).sum();
+        let total = match self.spec.unsampled {
+            Unsampled::KeepGlobal => self.total_train.max(arrived),
+            Unsampled::Renormalize => arrived,
+        };
+        Some(
+            (0..global.len())
+                .map(|m| {
+                    let items = updates.iter().map(|u| {
+                        let (x, b) = (&u.update.components[m][..], &u.base[m][..]);
+                        (u.update.weight, u.factor, x, b)
+                    });
+                    stale_delta_average(&global[m], items, total, server_lr)
+                })
+                .collect(),
+        )
     }
 
     /// FedEM Table 3: the components stay fixed; π is fitted by EM on the client's training data.

@@ -1,7 +1,7 @@
 //! Local training: every client trains its own model on its own data and nothing is
 //! communicated. All clients start from the same initial model.
 
-use super::{Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{StaleUpdate, Algorithm, Evaluation, LocalContext, ModelKind};
 use crate::models::{evaluate, Architecture, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -65,6 +65,15 @@ impl Algorithm for Local {
 
     fn aggregate(&self, global: &Vec<f32>, _: &[(u32, ())]) -> Vec<f32> {
         global.clone()
+    }
+
+    fn aggregate_stale(
+        &self,
+        global: &Vec<f32>,
+        _: &[StaleUpdate<'_, Vec<f32>, ()>],
+        _: f64,
+    ) -> Option<Vec<f32>> {
+        Some(global.clone())
     }
 
     fn evaluate(

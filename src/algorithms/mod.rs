@@ -12,6 +12,7 @@ mod ditto;
 mod fedavg;
 mod fedem;
 mod local;
+mod noop;
 mod per_fedavg;
 mod pfedme;
 
@@ -21,6 +22,7 @@ pub use ditto::{Ditto, DittoSpec};
 pub use fedavg::{FedAvg, FedAvgPlusSpec, FedAvgSpec, FedProxSpec};
 pub use fedem::{e_step, fit_mixture_weights, FedEm, FedEmSpec, Unsampled, MIN_MIXTURE_WEIGHT};
 pub use local::{Local, LocalSpec};
+pub use noop::{Noop, NoopSpec};
 pub use per_fedavg::{PerFedAvg, PerFedAvgSpec};
 pub use pfedme::{PFedMe, PFedMeSpec};
 
@@ -57,6 +59,8 @@ pub enum AlgorithmSpec {
     PerFedavg(PerFedAvgSpec),
     /// Ditto (Li et al. 2021): personal models pulled towards the global one.
     Ditto(DittoSpec),
+    /// No training: only the system is simulated (round times, participation).
+    Noop(NoopSpec),
 }
 
 impl AlgorithmSpec {
@@ -72,7 +76,14 @@ impl AlgorithmSpec {
             AlgorithmSpec::Apfl(_) => "apfl",
             AlgorithmSpec::PerFedavg(_) => "per_fedavg",
             AlgorithmSpec::Ditto(_) => "ditto",
+            AlgorithmSpec::Noop(_) => "noop",
         }
+    }
+
+    /// Whether the algorithm can aggregate stale updates (asynchronous FedBuff rounds, late
+    /// updates accepted into the next round).
+    pub fn takes_stale_updates(&self) -> bool {
+        !matches!(self, AlgorithmSpec::Pfedme(_) | AlgorithmSpec::Clustered(_))
     }
 
     /// Checks the algorithm's own settings; errors are `(field path below algorithm, message)`.
@@ -86,7 +97,7 @@ impl AlgorithmSpec {
             AlgorithmSpec::Apfl(s) => s.validate(),
             AlgorithmSpec::PerFedavg(s) => s.validate(),
             AlgorithmSpec::Ditto(s) => s.validate(),
-            AlgorithmSpec::Fedavg(_) | AlgorithmSpec::Local(_) => Ok(()),
+            AlgorithmSpec::Fedavg(_) | AlgorithmSpec::Local(_) | AlgorithmSpec::Noop(_) => Ok(()),
         }
     }
 }
@@ -320,6 +331,19 @@ pub trait Algorithm: Send + Sync + 'static {
     /// Combines one round's updates, given in increasing client order.
     fn aggregate(&self, global: &Self::Global, updates: &[(u32, Self::Update)]) -> Self::Global;
 
+    /// Combines updates computed from older models (asynchronous or late rounds): each comes
+    /// with the model it started from and a staleness factor, in increasing client order. The
+    /// server moves by `server_lr` times the factor-weighted average change. `None`: this
+    /// algorithm cannot take stale updates (see [`AlgorithmSpec::takes_stale_updates`]).
+    fn aggregate_stale(
+        &self,
+        _global: &Self::Global,
+        _updates: &[StaleUpdate<'_, Self::Global, Self::Update>],
+        _server_lr: f64,
+    ) -> Option<Self::Global> {
+        None
+    }
+
     /// Evaluates the client's model(s) on each of its non-empty splits (see
     /// [`LocalContext::evaluate_splits`]); an algorithm with a global and a personalized model
     /// (pFedMe) reports both. Runs on the trainer pool; `rng` is the client's
@@ -332,6 +356,40 @@ pub trait Algorithm: Send + Sync + 'static {
         state: &Self::ClientState,
         rng: &mut ChaCha20Rng,
     ) -> Vec<Evaluation>;
+}
+
+/// An update with the global model it was computed from and the factor its staleness gives it
+/// (1 for a fresh update).
+pub struct StaleUpdate<'a, G, U> {
+    pub client: u32,
+    pub update: &'a U,
+    pub base: &'a G,
+    pub factor: f64,
+}
+
+/// `global + lr · Σ fᵢ·wᵢ·(xᵢ − bᵢ) / total` in the given order, accumulated in f64: the
+/// stale-aware average of model changes (FedBuff). With fresh updates (bᵢ = global, fᵢ = 1),
+/// lr = 1 and total = Σ wᵢ it is the weighted average of the xᵢ.
+pub fn stale_delta_average<'a>(
+    global: &[f32],
+    items: impl IntoIterator<Item = (f64, f64, &'a [f32], &'a [f32])>,
+    total: f64,
+    lr: f64,
+) -> Vec<f32> {
+    assert!(total > 0.0, "stale average needs a positive total weight");
+    let mut acc = vec![0f64; global.len()];
+    for (w, f, x, b) in items {
+        assert!(x.len() == acc.len() && b.len() == acc.len(), "vectors of different lengths");
+        let k = f * w / total;
+        for ((a, &xi), &bi) in acc.iter_mut().zip(x).zip(b) {
+            *a += k * (xi as f64 - bi as f64);
+        }
+    }
+    global
+        .iter()
+        .zip(acc)
+        .map(|(&g, d)| (g as f64 + lr * d) as f32)
+        .collect()
 }
 
 /// θ ← θ − lr·d.
@@ -442,6 +500,19 @@ mod tests {
             weighted_average([(1.0, &a[..]), (3.0, &b[..])]),
             vec![2.5, 5.0]
         );
+    }
+
+    #[test]
+    fn stale_average_by_hand() {
+        let g = [1.0f32, 1.0];
+        let (x1, b1) = ([3.0f32, 1.0], [1.0f32, 1.0]);
+        let (x2, b2) = ([0.0f32, 4.0], [0.0f32, 0.0]);
+        // Fresh, unit factors: the weighted average of the models.
+        let fresh = stale_delta_average(&g, [(1.0, 1.0, &x1[..], &g[..]), (3.0, 1.0, &[5.0f32, 1.0][..], &g[..])], 4.0, 1.0);
+        assert_eq!(fresh, vec![4.5, 1.0]);
+        // g + 0.5 · (1·2·(2, 0) + 0.5·2·(0, 4)) / 4 = (1.5, 1.5).
+        let stale = stale_delta_average(&g, [(2.0, 1.0, &x1[..], &b1[..]), (2.0, 0.5, &x2[..], &b2[..])], 4.0, 0.5);
+        assert_eq!(stale, vec![1.5, 1.5]);
     }
 
     #[test]

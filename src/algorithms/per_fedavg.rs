@@ -8,7 +8,7 @@
 //! pairs (2R minibatches); with local epochs, consecutive minibatches of each pass are paired
 //! (an odd last one is left out). Plain SGD: momentum is not used.
 
-use super::{descend, Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{StaleUpdate, descend, Algorithm, Evaluation, LocalContext, ModelKind};
 use crate::algorithms::fedavg::ModelUpdate;
 use crate::models::{evaluate, for_each_batch, Architecture, LocalPlan, LocalWork};
 use rand_chacha::ChaCha20Rng;
@@ -104,6 +104,15 @@ impl Algorithm for PerFedAvg {
 
     fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
         ModelUpdate::average(updates)
+    }
+
+    fn aggregate_stale(
+        &self,
+        global: &Vec<f32>,
+        updates: &[StaleUpdate<'_, Vec<f32>, ModelUpdate>],
+        server_lr: f64,
+    ) -> Option<Vec<f32>> {
+        Some(ModelUpdate::stale_average(global, updates, server_lr))
     }
 
     fn evaluate(

@@ -1,6 +1,8 @@
 //! Tidy polars frames of a run's records.
 
-use super::{Record, Summary};
+use super::{DeviceRecord, JobOutcome, JobRecord, Record, Summary};
+use crate::algorithms::ModelKind;
+use crate::data::Split;
 use polars::prelude::*;
 use std::path::Path;
 
@@ -122,6 +124,22 @@ pub fn rounds_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
             rounds.iter().map(|r| r.completed).collect::<Vec<_>>(),
         ),
         Column::new(
+            "failed".into(),
+            rounds.iter().map(|r| r.failed).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "stragglers".into(),
+            rounds.iter().map(|r| r.stragglers).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "discarded".into(),
+            rounds.iter().map(|r| r.discarded).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "late".into(),
+            rounds.iter().map(|r| r.late).collect::<Vec<_>>(),
+        ),
+        Column::new(
             "bytes_down".into(),
             rounds.iter().map(|r| r.bytes_down).collect::<Vec<_>>(),
         ),
@@ -130,6 +148,117 @@ pub fn rounds_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
             rounds.iter().map(|r| r.bytes_up).collect::<Vec<_>>(),
         ),
     ])
+}
+
+/// One row per training job whose fate is known: when it was sent and arrived, how long it
+/// spent downloading, computing and uploading, and what became of it.
+pub fn jobs_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
+    let jobs: Vec<&JobRecord> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Job(j) => Some(j),
+            _ => None,
+        })
+        .collect();
+    let secs = |f: &dyn Fn(&JobRecord) -> f64| jobs.iter().map(|j| f(j)).collect::<Vec<f64>>();
+    DataFrame::new_infer_height(vec![
+        Column::new("run_id".into(), vec![meta.run_id.as_str(); jobs.len()]),
+        Column::new("round".into(), jobs.iter().map(|j| j.round).collect::<Vec<_>>()),
+        Column::new("client".into(), jobs.iter().map(|j| j.client).collect::<Vec<_>>()),
+        Column::new(
+            "outcome".into(),
+            jobs.iter().map(|j| j.outcome.as_str()).collect::<Vec<_>>(),
+        ),
+        Column::new("sent_s".into(), secs(&|j| j.sent.as_secs_f64())),
+        Column::new("end_s".into(), secs(&|j| j.end.as_secs_f64())),
+        Column::new("download_s".into(), secs(&|j| j.download.as_secs_f64())),
+        Column::new("compute_s".into(), secs(&|j| j.compute.as_secs_f64())),
+        Column::new(
+            "upload_s".into(),
+            secs(&|j| {
+                if j.outcome == JobOutcome::Failed {
+                    0.0
+                } else {
+                    (j.end - j.sent).as_secs_f64() - j.download.as_secs_f64() - j.compute.as_secs_f64()
+                }
+            }),
+        ),
+        Column::new("staleness".into(), jobs.iter().map(|j| j.staleness).collect::<Vec<_>>()),
+    ])
+}
+
+/// One row per client: its device, its jobs by outcome, its time computing and
+/// communicating, and its last test accuracy (of the most client-specific model evaluated).
+pub fn clients_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
+    #[derive(Default, Clone)]
+    struct Row {
+        device: Option<DeviceRecord>,
+        outcomes: [u32; 6],
+        compute: f64,
+        comm: f64,
+        last_eval: Option<(u32, ModelKind, f64, bool)>,
+    }
+    let outcomes = [
+        JobOutcome::Aggregated,
+        JobOutcome::Late,
+        JobOutcome::Straggler,
+        JobOutcome::Discarded,
+        JobOutcome::Failed,
+        JobOutcome::Unsampled,
+    ];
+    let mut rows: std::collections::BTreeMap<u32, Row> = Default::default();
+    for r in records {
+        match r {
+            Record::Device(d) => rows.entry(d.client).or_default().device = Some(d.clone()),
+            Record::Job(j) => {
+                let row = rows.entry(j.client).or_default();
+                let k = outcomes.iter().position(|o| *o == j.outcome).expect("every outcome");
+                row.outcomes[k] += 1;
+                row.compute += j.compute.as_secs_f64();
+                row.comm += (j.end - j.sent).as_secs_f64() - j.compute.as_secs_f64();
+            }
+            Record::Eval(e) if e.split == Split::Test => {
+                let row = rows.entry(e.client).or_default();
+                let key = (e.round, e.model);
+                if row.last_eval.map_or(true, |(r, m, _, _)| key >= (r, m)) {
+                    row.last_eval = Some((e.round, e.model, e.accuracy, e.unseen));
+                }
+            }
+            _ => {}
+        }
+    }
+    let rows: Vec<(u32, Row)> = rows.into_iter().collect();
+    let device = |f: &dyn Fn(&DeviceRecord) -> f64| {
+        rows.iter()
+            .map(|(_, r)| r.device.as_ref().map(f))
+            .collect::<Vec<Option<f64>>>()
+    };
+    let mut columns = vec![
+        Column::new("run_id".into(), vec![meta.run_id.as_str(); rows.len()]),
+        Column::new("client".into(), rows.iter().map(|(c, _)| *c).collect::<Vec<_>>()),
+        Column::new("samples_per_second".into(), device(&|d| d.samples_per_second)),
+        Column::new("downlink_mbps".into(), device(&|d| d.downlink_mbps)),
+        Column::new("uplink_mbps".into(), device(&|d| d.uplink_mbps)),
+    ];
+    for (k, o) in outcomes.iter().enumerate() {
+        columns.push(Column::new(
+            format!("jobs_{}", o.as_str()).into(),
+            rows.iter().map(|(_, r)| r.outcomes[k]).collect::<Vec<_>>(),
+        ));
+    }
+    columns.extend([
+        Column::new("compute_s".into(), rows.iter().map(|(_, r)| r.compute).collect::<Vec<_>>()),
+        Column::new("comm_s".into(), rows.iter().map(|(_, r)| r.comm).collect::<Vec<_>>()),
+        Column::new(
+            "unseen".into(),
+            rows.iter().map(|(_, r)| r.last_eval.map(|e| e.3)).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "test_accuracy".into(),
+            rows.iter().map(|(_, r)| r.last_eval.map(|e| e.2)).collect::<Vec<_>>(),
+        ),
+    ]);
+    DataFrame::new_infer_height(columns)
 }
 
 /// One row per run and evaluated model.
@@ -177,6 +306,10 @@ pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
         col("test_acc_p10", &|s| s.test.p10),
         col("test_acc_worst10_mean", &|s| s.test.worst10_mean),
         col("test_loss_mean", &|s| s.test_loss_mean),
+        Column::new(
+            "time_to_target_s".into(),
+            rows.iter().map(|s| s.time_to_target_s).collect::<Vec<_>>(),
+        ),
         col("sim_seconds", &|s| s.sim_seconds),
         col("wall_seconds", &|s| s.wall_seconds),
     ])

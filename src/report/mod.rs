@@ -9,8 +9,12 @@ mod records;
 mod summary;
 mod tables;
 
-pub use frames::{metrics_frame, read_parquet, rounds_frame, summary_frame, RunMeta};
-pub use records::{EvalRecord, MixtureRecord, Record, RoundRecord};
+pub use frames::{
+    clients_frame, jobs_frame, metrics_frame, read_parquet, rounds_frame, summary_frame, RunMeta,
+};
+pub use records::{
+    DeviceRecord, EvalRecord, JobOutcome, JobRecord, MixtureRecord, Record, RoundRecord,
+};
 pub use summary::{percentile, Fairness, Summary};
 pub use tables::{read_client_table, ClientTable, FeatureColumns, TableColumns, TableError};
 
@@ -91,11 +95,14 @@ pub fn write_csv(path: &Path, df: &mut DataFrame) -> Result<(), ReportError> {
 
 /// The result files that must be identical between two runs of the same scenario and seed
 /// (`summary.csv` is not among them: it holds the wall time).
-pub const REPRODUCIBLE_FILES: [&str; 4] = [
+pub const REPRODUCIBLE_FILES: [&str; 7] = [
     "scenario.yaml",
     "metrics.parquet",
     "metrics.csv",
     "rounds.parquet",
+    "jobs.parquet",
+    "clients.parquet",
+    "clients.csv",
 ];
 
 /// The reproducible files that differ (or are missing) between two result folders.
@@ -147,13 +154,26 @@ pub fn write_run(
         }
         files.push(p);
     }
-    let mut rounds = rounds_frame(meta, records).map_err(|source| ReportError::Polars {
-        path: dir.join("rounds.parquet"),
-        source,
-    })?;
-    let p = dir.join("rounds.parquet");
-    write_parquet(&p, &mut rounds)?;
-    files.push(p);
+    type Frame = fn(&RunMeta, &[Record]) -> PolarsResult<DataFrame>;
+    let tables: [(&str, Frame, bool); 4] = [
+        ("rounds.parquet", rounds_frame, false),
+        ("jobs.parquet", jobs_frame, false),
+        ("clients.parquet", clients_frame, false),
+        ("clients.csv", clients_frame, true),
+    ];
+    for (name, frame, csv) in tables {
+        let p = dir.join(name);
+        let mut df = frame(meta, records).map_err(|source| ReportError::Polars {
+            path: p.clone(),
+            source,
+        })?;
+        if csv {
+            write_csv(&p, &mut df)?
+        } else {
+            write_parquet(&p, &mut df)?
+        }
+        files.push(p);
+    }
     let mut s = summary_frame(summaries).map_err(|source| ReportError::Polars {
         path: dir.join("summary.csv"),
         source,

@@ -2,7 +2,7 @@
 
 use crate::algorithms::ModelKind;
 use crate::data::Split;
-use crate::sim::SimTime;
+use crate::sim::{SimDuration, SimTime};
 
 /// One evaluation of one client's model on one split.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,16 +23,82 @@ pub struct EvalRecord {
     pub unseen: bool,
 }
 
-/// One finished round as the server saw it.
-#[derive(Clone, Debug, PartialEq)]
+/// One finished round (an aggregation) as the server saw it.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct RoundRecord {
     pub round: u32,
     pub start: SimTime,
     pub end: SimTime,
+    /// Training jobs started (synchronous: the selected clients).
     pub selected: u32,
+    /// Fresh updates aggregated.
     pub completed: u32,
+    /// Jobs lost to a dropout or a client going offline.
+    pub failed: u32,
+    /// Jobs still running at the deadline.
+    pub stragglers: u32,
+    /// Updates not aggregated: over-selected clients past the first K, or too stale.
+    pub discarded: u32,
+    /// Stale updates (of earlier rounds) aggregated.
+    pub late: u32,
     pub bytes_down: u64,
     pub bytes_up: u64,
+}
+
+/// What became of a training job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum JobOutcome {
+    /// Aggregated in the round it was trained for.
+    Aggregated,
+    /// Aggregated in a later round (a late straggler, or asynchronous).
+    Late,
+    /// Arrived after its round's deadline and was dropped.
+    Straggler,
+    /// Arrived after its round had its K updates, or too stale; dropped.
+    Discarded,
+    /// The client dropped out or went offline before its update arrived.
+    Failed,
+    /// Trained without uploading (pFedMe's unsampled clients).
+    Unsampled,
+}
+
+impl JobOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobOutcome::Aggregated => "aggregated",
+            JobOutcome::Late => "late",
+            JobOutcome::Straggler => "straggler",
+            JobOutcome::Discarded => "discarded",
+            JobOutcome::Failed => "failed",
+            JobOutcome::Unsampled => "unsampled",
+        }
+    }
+}
+
+/// One training job of one client, once its fate is known.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRecord {
+    /// The round it was trained for (asynchronous: the model version it started from, + 1).
+    pub round: u32,
+    pub client: u32,
+    pub outcome: JobOutcome,
+    /// When the server sent the model, and when the update (or the failure) reached it.
+    pub sent: SimTime,
+    pub end: SimTime,
+    pub download: SimDuration,
+    /// Compute time spent (up to the failure, for a failed job).
+    pub compute: SimDuration,
+    /// Aggregations between the model it started from and the one it joined.
+    pub staleness: u32,
+}
+
+/// A client's device and links as the system model drew them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceRecord {
+    pub client: u32,
+    pub samples_per_second: f64,
+    pub downlink_mbps: f64,
+    pub uplink_mbps: f64,
 }
 
 /// A client's mixture weights at an evaluation (FedEM).
@@ -48,6 +114,8 @@ pub enum Record {
     Eval(EvalRecord),
     Round(RoundRecord),
     Mixture(MixtureRecord),
+    Job(JobRecord),
+    Device(DeviceRecord),
     /// The server's models after the last round (FedAvg: one; FedEM: the M components;
     /// Clustered FL: one per cluster), flat in parameter order.
     FinalModels(Vec<Vec<f32>>),

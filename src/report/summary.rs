@@ -69,6 +69,9 @@ pub struct Summary {
     pub test: Fairness,
     /// Mean test loss weighted by test samples.
     pub test_loss_mean: f64,
+    /// Simulated seconds until the weighted mean test accuracy first reached the scenario's
+    /// `target_accuracy` (`None`: no target, or never reached).
+    pub time_to_target_s: Option<f64>,
     pub sim_seconds: f64,
     /// Wall-clock seconds of the run: the only figure in the results that is not reproducible.
     pub wall_seconds: f64,
@@ -85,8 +88,8 @@ impl Summary {
         algorithm: &str,
         seed: u64,
         records: &[Record],
-        sim_seconds: f64,
-        wall_seconds: f64,
+        target_accuracy: Option<f64>,
+        (sim_seconds, wall_seconds): (f64, f64),
     ) -> Vec<Summary> {
         let groups: std::collections::BTreeSet<(bool, ModelKind)> = records
             .iter()
@@ -116,6 +119,7 @@ impl Summary {
                 );
                 s.model = model.as_str().into();
                 s.unseen = unseen;
+                s.time_to_target_s = target_accuracy.and_then(|t| time_to_accuracy(&mine, t));
                 s
             })
             .collect()
@@ -161,10 +165,32 @@ impl Summary {
                 .map(|e| e.loss * e.n_samples as f64)
                 .sum::<f64>()
                 / n,
+            time_to_target_s: None,
             sim_seconds,
             wall_seconds,
         }
     }
+}
+
+/// The simulated time of the first evaluation whose weighted mean test accuracy is at least
+/// `target`.
+pub fn time_to_accuracy(records: &[Record], target: f64) -> Option<f64> {
+    let mut by_round: std::collections::BTreeMap<u32, (f64, f64, f64)> = Default::default();
+    for r in records {
+        if let Record::Eval(e) = r {
+            if e.split == Split::Test {
+                let n = e.n_samples as f64;
+                let entry = by_round.entry(e.round).or_insert((0.0, 0.0, 0.0));
+                entry.0 += e.accuracy * n;
+                entry.1 += n;
+                entry.2 = entry.2.max(e.time.as_secs_f64());
+            }
+        }
+    }
+    by_round
+        .values()
+        .find(|(correct, n, _)| *n > 0.0 && correct / n >= target)
+        .map(|&(_, _, t)| t)
 }
 
 #[cfg(test)]
@@ -185,6 +211,38 @@ mod tests {
         // numpy.percentile(arange(20)*0.05, 10) = 0.095.
         assert!((f.p10 - 0.095).abs() < 1e-12);
         assert!((f.worst10_mean - 0.025).abs() < 1e-12);
+    }
+
+    #[test]
+    fn time_to_accuracy_by_hand() {
+        use crate::algorithms::ModelKind;
+        use crate::sim::SimTime;
+        let eval = |round: u32, secs: u64, accuracy: f64, n: usize| {
+            Record::Eval(EvalRecord {
+                round,
+                time: SimTime(secs * 1_000_000),
+                client: 0,
+                split: Split::Test,
+                model: ModelKind::Global,
+                n_samples: n,
+                loss: 0.0,
+                accuracy,
+                sampled: true,
+                cluster: None,
+                unseen: false,
+            })
+        };
+        // Round 2's weighted mean is (0.9·1 + 0.6·3)/4 = 0.675; round 3's 0.75.
+        let records = [
+            eval(1, 10, 0.5, 1),
+            eval(1, 10, 0.5, 3),
+            eval(2, 20, 0.9, 1),
+            eval(2, 20, 0.6, 3),
+            eval(3, 30, 0.75, 4),
+        ];
+        assert_eq!(time_to_accuracy(&records, 0.7), Some(30.0));
+        assert_eq!(time_to_accuracy(&records, 0.6), Some(20.0));
+        assert_eq!(time_to_accuracy(&records, 0.8), None);
     }
 
     #[test]

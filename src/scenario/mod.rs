@@ -9,7 +9,7 @@ mod raw;
 
 pub use raw::{RawLrSchedule, RawSampling, RawScenario, RawTraining};
 
-use crate::actors::{RunSpec, Sampling};
+use crate::actors::{PolicySpec, RunSpec, SampleSize, Sampling, Strategy};
 use crate::algorithms::{LrSchedule, Training};
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::{LocalPlan, LocalWork};
@@ -71,6 +71,8 @@ pub struct Scenario {
     pub split: SplitSpec,
     pub data_seed: u64,
     pub run: RunSpec,
+    /// Accuracy for the time-to-accuracy figure of the summary.
+    pub target_accuracy: Option<f64>,
     /// The scenario with every default filled in, as YAML.
     pub resolved_yaml: String,
     /// SHA-256 of `resolved_yaml`, hex.
@@ -225,21 +227,34 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
     raw.system.validate().map_err(|e| nest("system", e))?;
     raw.algorithm.validate().map_err(|e| nest("algorithm", e))?;
     let training = validate_training(&raw.training).map_err(|e| nest("training", e))?;
-    let sampling = match (raw.sampling.fraction, raw.sampling.count) {
-        (Some(_), Some(_)) => {
+    let sampling = validate_sampling(&raw.sampling).map_err(|e| nest("sampling", e))?;
+    raw.policy.validate().map_err(|e| nest("policy", e))?;
+    if raw.policy.needs_stale_updates() && !raw.algorithm.takes_stale_updates() {
+        return bad(
+            "policy",
+            format!(
+                "this policy aggregates stale updates, which `{}` cannot take; use it with \
+                 fedavg, fedprox, fedavg_plus, fedem, apfl, per_fedavg, ditto, local or noop",
+                raw.algorithm.name()
+            ),
+        );
+    }
+    if let PolicySpec::Fedbuff { .. } = raw.policy {
+        let s = &raw.sampling;
+        if s.fraction.is_some() || s.count.is_some() || s.over_selection > 0.0 || s.available_only {
             return bad(
                 "sampling",
-                "give either `fraction` or `count`, not both".into(),
-            )
+                "with `policy.kind: fedbuff`, `policy.concurrency` sets how many clients train \
+                 and only online clients start; keep only `strategy` (and `replacement`) here"
+                    .into(),
+            );
         }
-        (Some(f), None) if !(f > 0.0 && f <= 1.0) => {
-            return bad("sampling.fraction", format!("must be in (0, 1], got {f}"))
+    }
+    if let Some(t) = raw.target_accuracy {
+        if !(0.0..=1.0).contains(&t) {
+            return bad("target_accuracy", format!("must be in [0, 1], got {t}"));
         }
-        (Some(f), None) => Sampling::Fraction(f),
-        (None, Some(0)) => return bad("sampling.count", "must be at least 1".into()),
-        (None, Some(k)) => Sampling::Count(k),
-        (None, None) => Sampling::Fraction(1.0),
-    };
+    }
     let unseen_fraction = raw.unseen.as_ref().map_or(0.0, |u| u.fraction);
     if raw.unseen.is_some() && !(unseen_fraction > 0.0 && unseen_fraction < 1.0) {
         return bad(
@@ -258,6 +273,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
         data: raw.data.clone(),
         split: raw.split.clone(),
         data_seed: raw.data_seed.unwrap_or(raw.seed),
+        target_accuracy: raw.target_accuracy,
         run: RunSpec {
             seed: raw.seed,
             rounds: raw.rounds,
@@ -266,6 +282,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
             algorithm: raw.algorithm,
             training,
             sampling,
+            policy: raw.policy,
             system: raw.system,
             unseen_fraction,
         },
@@ -291,7 +308,7 @@ pub fn check_client_counts(
             ),
         ));
     }
-    if let Sampling::Count(k) = *sampling {
+    if let SampleSize::Count(k) = sampling.size {
         if k > clients - held_out {
             return Err((
                 "sampling.count".into(),
@@ -303,6 +320,36 @@ pub fn check_client_counts(
         }
     }
     Ok(())
+}
+
+fn validate_sampling(s: &RawSampling) -> Result<Sampling, Invalid> {
+    let bad = |path: &str, message: String| Err((path.to_string(), message));
+    let size = match (s.fraction, s.count) {
+        (Some(_), Some(_)) => return bad("fraction", "give either `fraction` or `count`, not both".into()),
+        (Some(f), None) if !(f > 0.0 && f <= 1.0) => {
+            return bad("fraction", format!("must be in (0, 1], got {f}"))
+        }
+        (Some(f), None) => SampleSize::Fraction(f),
+        (None, Some(0)) => return bad("count", "must be at least 1".into()),
+        (None, Some(k)) => SampleSize::Count(k),
+        (None, None) => SampleSize::Fraction(1.0),
+    };
+    if s.replacement && s.strategy != Strategy::Weighted {
+        return bad("replacement", "applies to `strategy: weighted` only".into());
+    }
+    if !(s.over_selection >= 0.0 && s.over_selection.is_finite()) {
+        return bad(
+            "over_selection",
+            format!("must be a non-negative number, got {}", s.over_selection),
+        );
+    }
+    Ok(Sampling {
+        size,
+        strategy: s.strategy,
+        replacement: s.replacement,
+        available_only: s.available_only,
+        over_selection: s.over_selection,
+    })
 }
 
 fn validate_training(t: &RawTraining) -> Result<Training, Invalid> {

@@ -4,6 +4,7 @@
 use crate::algorithms::AlgorithmSpec;
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::ModelSpec;
+use crate::actors::{PolicySpec, Strategy};
 use crate::system::SystemSpec;
 use serde::{Deserialize, Serialize};
 
@@ -37,8 +38,15 @@ pub struct RawScenario {
     pub training: RawTraining,
     #[serde(default)]
     pub sampling: RawSampling,
+    /// When the server aggregates: synchronous rounds (optionally with a deadline) or
+    /// asynchronous buffered aggregation.
+    #[serde(default)]
+    pub policy: PolicySpec,
     #[serde(default)]
     pub system: SystemSpec,
+    /// Report the simulated time at which the weighted mean test accuracy first reaches this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_accuracy: Option<f64>,
     /// Hold out clients from training, to test generalisation to unseen clients (FedEM
     /// Table 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -136,7 +144,8 @@ fn default_gamma() -> f64 {
     0.1
 }
 
-/// Clients per round, uniformly without replacement: a fraction of all clients or a count.
+/// Clients per round: a fraction of the training clients or a count (K), and how they are
+/// drawn.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSampling {
@@ -144,4 +153,16 @@ pub struct RawSampling {
     pub fraction: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<usize>,
+    /// `uniform` (without replacement) or `weighted` (by training-set size n_t).
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Weighted draws with replacement (duplicates train once).
+    #[serde(default)]
+    pub replacement: bool,
+    /// Draw only among clients online at selection time.
+    #[serde(default)]
+    pub available_only: bool,
+    /// Select ⌈(1 + o)·K⌉ clients and aggregate the first K updates to arrive.
+    #[serde(default)]
+    pub over_selection: f64,
 }

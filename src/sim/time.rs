@@ -14,6 +14,8 @@ pub struct SimDuration(pub u64);
 
 impl SimTime {
     pub const ZERO: SimTime = SimTime(0);
+    /// "Never": later than any event.
+    pub const MAX: SimTime = SimTime(u64::MAX);
 
     pub fn micros(self) -> u64 {
         self.0
@@ -38,6 +40,19 @@ impl SimDuration {
 
     pub fn from_secs(s: u64) -> Self {
         SimDuration(s.saturating_mul(1_000_000))
+    }
+
+    /// Seconds from a model's float parameters, rounded up to a whole microsecond (so a
+    /// positive duration never becomes zero). Negative or NaN inputs give zero.
+    pub fn from_secs_f64_ceil(s: f64) -> Self {
+        let us = (s * 1e6).ceil();
+        if us.is_nan() || us <= 0.0 {
+            SimDuration::ZERO
+        } else if us >= u64::MAX as f64 {
+            SimDuration(u64::MAX)
+        } else {
+            SimDuration(us as u64)
+        }
     }
 
     pub fn micros(self) -> u64 {

@@ -1,18 +1,52 @@
-//! Devices and network: how long computing and sending take, in simulated time.
+//! Devices, network and availability: how long computing and sending take, and when a client
+//! is online, in simulated time.
 //!
-//! Durations are computed from the model's parameters and the work's size, never measured.
-//! This room holds the system model only; it does not decide who trains or when.
+//! Every per-client quantity is drawn once from the client's own seeded stream (or read from a
+//! file); per-job variation (jitter, dropouts) is drawn from `(client, purpose, job)`. Durations
+//! come from these parameters and the work's size, never from a clock. This room holds the
+//! system model only; it does not decide who trains or when (that is the server's policy).
 
-use crate::sim::SimDuration;
+mod availability;
+mod dist;
+mod traces;
+
+pub use availability::{AvailabilityModel, Intervals};
+pub use dist::{Dist, DrawnDist};
+pub use traces::{FedScaleBehavior, FedScaleDevice};
+
+use crate::data::MixtureTruth;
+use crate::sim::{Entity, SeedTree, SimDuration, SimTime};
+use rand::Rng;
+use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
-/// Device compute speed.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, thiserror::Error)]
+pub enum SystemError {
+    #[error("{}: {message}", path.display())]
+    File { path: PathBuf, message: String },
+    #[error("system.{field}: {message}")]
+    Spec { field: String, message: String },
+}
+
+/// Device compute speed. Give `samples_per_second` or `seconds_per_batch` (default: 1000
+/// samples per second for every device).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ComputeSpec {
-    /// Training throughput of every device, in samples per second.
-    #[serde(default = "d_speed")]
-    pub samples_per_second: f64,
+    /// Training throughput, in samples per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_per_second: Option<Dist>,
+    /// Seconds per minibatch of `training.batch_size` samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds_per_batch: Option<Dist>,
+    /// σ of a per-job lognormal factor (median 1) on compute time; 0 for none.
+    #[serde(default)]
+    pub jitter: f64,
+    /// Hand the drawn speeds out so that the clients with the largest share of this mixture
+    /// component get the slowest devices (needs data with known mixture weights).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slowest_to_component: Option<usize>,
 }
 
 /// Links between server and clients.
@@ -21,13 +55,35 @@ pub struct ComputeSpec {
 pub struct NetworkSpec {
     /// One-way latency of every message, in milliseconds.
     #[serde(default = "d_latency")]
-    pub latency_ms: f64,
+    pub latency_ms: Dist,
     /// Server → client bandwidth, in megabits per second.
     #[serde(default = "d_down")]
-    pub downlink_mbps: f64,
+    pub downlink_mbps: Dist,
     /// Client → server bandwidth, in megabits per second.
     #[serde(default = "d_up")]
-    pub uplink_mbps: f64,
+    pub uplink_mbps: Dist,
+}
+
+/// When clients are online.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AvailabilitySpec {
+    #[default]
+    Always,
+    /// On/off two-state Markov process with exponential durations of these means.
+    Markov {
+        mean_online_s: f64,
+        mean_offline_s: f64,
+    },
+    /// Our CSV of online intervals: `client,start_s,end_s` (a client without rows is never
+    /// online), repeating every `period_s` if given.
+    Csv {
+        path: PathBuf,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        period_s: Option<f64>,
+    },
+    /// FedScale's `client_behave_trace` pickle.
+    Fedscale { path: PathBuf },
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -37,27 +93,27 @@ pub struct SystemSpec {
     pub compute: ComputeSpec,
     #[serde(default)]
     pub network: NetworkSpec,
+    #[serde(default)]
+    pub availability: AvailabilitySpec,
+    /// Probability that a client drops out during a training job (its update never arrives).
+    #[serde(default)]
+    pub dropout: f64,
+    /// FedScale's `client_device_capacity` pickle: sets every client's compute speed
+    /// (1000 / (3 · computation) samples per second, FedScale's factor 3 for a training pass)
+    /// and both bandwidths (communication kbit/s); replaces `compute` speeds and the
+    /// bandwidths of `network`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fedscale_devices: Option<PathBuf>,
 }
 
-fn d_speed() -> f64 {
-    1000.0
+fn d_latency() -> Dist {
+    Dist::Constant(50.0)
 }
-fn d_latency() -> f64 {
-    50.0
+fn d_down() -> Dist {
+    Dist::Constant(20.0)
 }
-fn d_down() -> f64 {
-    20.0
-}
-fn d_up() -> f64 {
-    5.0
-}
-
-impl Default for ComputeSpec {
-    fn default() -> Self {
-        ComputeSpec {
-            samples_per_second: d_speed(),
-        }
-    }
+fn d_up() -> Dist {
+    Dist::Constant(5.0)
 }
 
 impl Default for NetworkSpec {
@@ -71,31 +127,60 @@ impl Default for NetworkSpec {
 }
 
 impl SystemSpec {
+    /// Checks parameters (files are read when the model is built); errors are
+    /// `(field path below system, message)`.
     pub fn validate(&self) -> Result<(), (String, String)> {
-        let positive = |path: &str, v: f64| {
-            if v > 0.0 && v.is_finite() {
-                Ok(())
-            } else {
-                Err((
-                    path.to_string(),
-                    format!("must be a positive number, got {v}"),
-                ))
+        let at = |prefix: &str| {
+            let prefix = prefix.to_string();
+            move |(p, m): (String, String)| {
+                (if p.is_empty() { prefix.clone() } else { format!("{prefix}.{p}") }, m)
             }
         };
-        positive(
-            "compute.samples_per_second",
-            self.compute.samples_per_second,
-        )?;
-        positive("network.downlink_mbps", self.network.downlink_mbps)?;
-        positive("network.uplink_mbps", self.network.uplink_mbps)?;
-        if !(self.network.latency_ms >= 0.0 && self.network.latency_ms.is_finite()) {
+        let c = &self.compute;
+        if c.samples_per_second.is_some() && c.seconds_per_batch.is_some() {
             return Err((
-                "network.latency_ms".into(),
-                format!(
-                    "must be a non-negative number, got {}",
-                    self.network.latency_ms
-                ),
+                "compute".into(),
+                "give either `samples_per_second` or `seconds_per_batch`, not both".into(),
             ));
+        }
+        if let Some(d) = &c.samples_per_second {
+            d.validate(true).map_err(at("compute.samples_per_second"))?;
+        }
+        if let Some(d) = &c.seconds_per_batch {
+            d.validate(true).map_err(at("compute.seconds_per_batch"))?;
+        }
+        if !(c.jitter >= 0.0 && c.jitter.is_finite()) {
+            return Err(("compute.jitter".into(), format!("must be ≥ 0, got {}", c.jitter)));
+        }
+        self.network.latency_ms.validate(false).map_err(at("network.latency_ms"))?;
+        self.network.downlink_mbps.validate(true).map_err(at("network.downlink_mbps"))?;
+        self.network.uplink_mbps.validate(true).map_err(at("network.uplink_mbps"))?;
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(("dropout".into(), format!("must be in [0, 1), got {}", self.dropout)));
+        }
+        match &self.availability {
+            AvailabilitySpec::Markov {
+                mean_online_s,
+                mean_offline_s,
+            } => {
+                for (name, v) in [("mean_online_s", mean_online_s), ("mean_offline_s", mean_offline_s)] {
+                    if !(*v > 0.0 && v.is_finite()) {
+                        return Err((
+                            format!("availability.{name}"),
+                            format!("must be a positive number of seconds, got {v}"),
+                        ));
+                    }
+                }
+            }
+            AvailabilitySpec::Csv {
+                period_s: Some(p), ..
+            } if !(*p > 0.0 && p.is_finite()) => {
+                return Err((
+                    "availability.period_s".into(),
+                    format!("must be a positive number of seconds, got {p}"),
+                ))
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -108,37 +193,165 @@ pub enum Link {
     Up,
 }
 
-/// Turns work sizes into durations. Rounds up to whole microseconds.
-#[derive(Clone, Debug)]
+/// Every client's device, links and availability, drawn for one run.
 pub struct SystemModel {
-    spec: SystemSpec,
+    samples_per_second: Vec<f64>,
+    jitter: f64,
+    latency: Vec<SimDuration>,
+    downlink_mbps: Vec<f64>,
+    uplink_mbps: Vec<f64>,
+    availability: AvailabilityModel,
+    dropout: f64,
+    seeds: SeedTree,
 }
 
 impl SystemModel {
-    pub fn new(spec: SystemSpec) -> Self {
-        SystemModel { spec }
-    }
-
-    /// Time for `client` to process `samples` training samples.
-    pub fn compute_time(&self, _client: u32, samples: u64) -> SimDuration {
-        micros_ceil(samples as f64 / self.spec.compute.samples_per_second * 1e6)
-    }
-
-    /// Time for a message of `bytes` to cross `link`; a message of no bytes is not sent.
-    pub fn transfer_time(&self, _client: u32, link: Link, bytes: u64) -> SimDuration {
-        if bytes == 0 {
-            return SimDuration::ZERO;
-        }
-        let mbps = match link {
-            Link::Down => self.spec.network.downlink_mbps,
-            Link::Up => self.spec.network.uplink_mbps,
+    /// Draws (or reads) every client's parameters. `batch_size` converts seconds per batch;
+    /// `truth` is needed by `compute.slowest_to_component`.
+    pub fn build(
+        spec: &SystemSpec,
+        seeds: &SeedTree,
+        clients: usize,
+        batch_size: usize,
+        truth: Option<&MixtureTruth>,
+    ) -> Result<SystemModel, SystemError> {
+        let mut speed = match (&spec.compute.samples_per_second, &spec.compute.seconds_per_batch) {
+            (_, Some(spb)) => spb
+                .per_client(seeds, "device/seconds_per_batch", clients)?
+                .into_iter()
+                .map(|s| batch_size as f64 / s)
+                .collect(),
+            (Some(sps), None) => sps.per_client(seeds, "device/samples_per_second", clients)?,
+            (None, None) => vec![1000.0; clients],
         };
-        micros_ceil(self.spec.network.latency_ms * 1e3) + micros_ceil(bytes as f64 * 8.0 / mbps)
+        let net = &spec.network;
+        let mut downlink_mbps = net.downlink_mbps.per_client(seeds, "network/downlink", clients)?;
+        let mut uplink_mbps = net.uplink_mbps.per_client(seeds, "network/uplink", clients)?;
+        if let Some(path) = &spec.fedscale_devices {
+            for (c, d) in traces::fedscale_devices(path, clients)?.into_iter().enumerate() {
+                speed[c] = 1000.0 / (3.0 * d.computation);
+                downlink_mbps[c] = d.communication / 1000.0;
+                uplink_mbps[c] = d.communication / 1000.0;
+            }
+        }
+        if let Some(k) = spec.compute.slowest_to_component {
+            speed = slowest_to_component(speed, truth, k)?;
+        }
+        let latency = net
+            .latency_ms
+            .per_client(seeds, "network/latency", clients)?
+            .into_iter()
+            .map(|ms| SimDuration::from_secs_f64_ceil(ms / 1e3))
+            .collect();
+        let availability = match &spec.availability {
+            AvailabilitySpec::Always => AvailabilityModel::Always,
+            AvailabilitySpec::Markov {
+                mean_online_s,
+                mean_offline_s,
+            } => AvailabilityModel::markov(*mean_online_s, *mean_offline_s, seeds, clients),
+            AvailabilitySpec::Csv { path, period_s } => AvailabilityModel::Traces(
+                traces::online_intervals(path, clients)?
+                    .into_iter()
+                    .map(|spans| Intervals::new(spans, *period_s))
+                    .collect(),
+            ),
+            AvailabilitySpec::Fedscale { path } => AvailabilityModel::Traces(
+                traces::fedscale_behavior(path, clients)?
+                    .iter()
+                    .map(Intervals::fedscale)
+                    .collect(),
+            ),
+        };
+        Ok(SystemModel {
+            samples_per_second: speed,
+            jitter: spec.compute.jitter,
+            latency,
+            downlink_mbps,
+            uplink_mbps,
+            availability,
+            dropout: spec.dropout,
+            seeds: *seeds,
+        })
+    }
+
+    /// Client `client`'s training throughput before jitter, in samples per second.
+    pub fn samples_per_second(&self, client: u32) -> f64 {
+        self.samples_per_second[client as usize]
+    }
+
+    pub fn bandwidth_mbps(&self, client: u32, link: Link) -> f64 {
+        match link {
+            Link::Down => self.downlink_mbps[client as usize],
+            Link::Up => self.uplink_mbps[client as usize],
+        }
+    }
+
+    /// Time for `client` to process `samples` training samples in its job number `job`.
+    pub fn compute_time(&self, client: u32, job: u64, samples: u64) -> SimDuration {
+        let mut secs = samples as f64 / self.samples_per_second(client);
+        if self.jitter > 0.0 {
+            let mut rng = self.seeds.rng(Entity::Client(client), "device/jitter", job);
+            let z: f64 = StandardNormal.sample(&mut rng);
+            secs *= (self.jitter * z).exp();
+        }
+        SimDuration::from_secs_f64_ceil(secs)
+    }
+
+    /// Time for a message of `bytes` to cross `client`'s `link`: latency plus bytes over the
+    /// bandwidth. A message of no bytes (a completion notice) takes the latency only.
+    pub fn transfer_time(&self, client: u32, link: Link, bytes: u64) -> SimDuration {
+        let bits = bytes as f64 * 8.0;
+        self.latency[client as usize]
+            + SimDuration::from_secs_f64_ceil(bits / (self.bandwidth_mbps(client, link) * 1e6))
+    }
+
+    /// If `client` is online at `t`: when it goes offline ([`SimTime::MAX`]: never).
+    pub fn online_until(&self, client: u32, t: SimTime) -> Option<SimTime> {
+        self.availability.online_until(client, t)
+    }
+
+    /// The first time at or after `t` when `client` is online (`None`: never again).
+    pub fn next_online(&self, client: u32, t: SimTime) -> Option<SimTime> {
+        self.availability.next_online(client, t)
+    }
+
+    /// Whether `client` drops out of its job number `job`, and if so after which fraction of
+    /// the job's compute time.
+    pub fn dropout_point(&self, client: u32, job: u64) -> Option<f64> {
+        if self.dropout == 0.0 {
+            return None;
+        }
+        let mut rng = self.seeds.rng(Entity::Client(client), "dropout", job);
+        (rng.gen::<f64>() < self.dropout).then(|| rng.gen::<f64>())
     }
 }
 
-fn micros_ceil(us: f64) -> SimDuration {
-    SimDuration(us.ceil() as u64)
+/// Speeds reassigned so that the larger a client's weight of component `k`, the slower its
+/// device (ties by client id).
+fn slowest_to_component(
+    mut speed: Vec<f64>,
+    truth: Option<&MixtureTruth>,
+    k: usize,
+) -> Result<Vec<f64>, SystemError> {
+    let spec_err = |message: String| SystemError::Spec {
+        field: "compute.slowest_to_component".into(),
+        message,
+    };
+    let truth = truth.ok_or_else(|| {
+        spec_err("needs data with known mixture weights (`data.kind: fedem_synthetic`)".into())
+    })?;
+    let m = truth.components.len();
+    if k >= m || truth.weights.len() != speed.len() {
+        return Err(spec_err(format!("component {k} does not exist: the data has {m}")));
+    }
+    let mut order: Vec<usize> = (0..speed.len()).collect();
+    order.sort_by(|&a, &b| truth.weights[b][k].total_cmp(&truth.weights[a][k]).then(a.cmp(&b)));
+    let mut sorted = speed.clone();
+    sorted.sort_by(f64::total_cmp);
+    for (rank, c) in order.into_iter().enumerate() {
+        speed[c] = sorted[rank];
+    }
+    Ok(speed)
 }
 
 /// Bytes on the wire for `floats` f32 parameters.
@@ -150,28 +363,76 @@ pub fn payload_bytes(floats: usize) -> u64 {
 mod tests {
     use super::*;
 
+    fn model(spec: SystemSpec, clients: usize) -> SystemModel {
+        SystemModel::build(&spec, &SeedTree::new(1), clients, 50, None).unwrap()
+    }
+
     #[test]
     fn durations_from_sizes() {
-        let m = SystemModel::new(SystemSpec {
-            compute: ComputeSpec {
-                samples_per_second: 200.0,
+        let m = model(
+            SystemSpec {
+                compute: ComputeSpec {
+                    samples_per_second: Some(Dist::Constant(200.0)),
+                    ..Default::default()
+                },
+                network: NetworkSpec {
+                    latency_ms: Dist::Constant(10.0),
+                    downlink_mbps: Dist::Constant(8.0),
+                    uplink_mbps: Dist::Constant(1.0),
+                },
+                ..Default::default()
             },
-            network: NetworkSpec {
-                latency_ms: 10.0,
-                downlink_mbps: 8.0,
-                uplink_mbps: 1.0,
-            },
-        });
-        assert_eq!(m.compute_time(0, 100), SimDuration::from_millis(500));
+            3,
+        );
+        assert_eq!(m.compute_time(0, 1, 100), SimDuration::from_millis(500));
         // 1000 bytes = 8000 bits at 8 Mbit/s = 1 ms, plus 10 ms latency.
-        assert_eq!(
-            m.transfer_time(0, Link::Down, 1000),
-            SimDuration::from_millis(11)
+        assert_eq!(m.transfer_time(0, Link::Down, 1000), SimDuration::from_millis(11));
+        assert_eq!(m.transfer_time(0, Link::Up, 1000), SimDuration::from_millis(18));
+        assert_eq!(m.transfer_time(0, Link::Up, 0), SimDuration::from_millis(10));
+        let b = model(
+            SystemSpec {
+                compute: ComputeSpec {
+                    seconds_per_batch: Some(Dist::Constant(2.0)),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            1,
         );
-        assert_eq!(
-            m.transfer_time(0, Link::Up, 1000),
-            SimDuration::from_millis(18)
+        // 50 samples per 2 s batch.
+        assert_eq!(b.compute_time(0, 1, 100), SimDuration::from_secs(4));
+    }
+
+    #[test]
+    fn jitter_and_dropout_are_per_job_streams() {
+        let m = model(
+            SystemSpec {
+                compute: ComputeSpec {
+                    jitter: 0.3,
+                    ..Default::default()
+                },
+                dropout: 0.5,
+                ..Default::default()
+            },
+            2,
         );
-        assert_eq!(m.transfer_time(0, Link::Up, 0), SimDuration::ZERO);
+        let a = m.compute_time(1, 7, 1000);
+        assert_eq!(a, m.compute_time(1, 7, 1000));
+        assert_ne!(a, m.compute_time(1, 8, 1000));
+        let drops = (0..1000).filter(|&j| m.dropout_point(0, j).is_some()).count();
+        assert!((400..600).contains(&drops), "{drops}");
+    }
+
+    #[test]
+    fn slow_devices_go_to_one_component() {
+        let truth = MixtureTruth {
+            components: vec![vec![0.0]; 2],
+            weights: vec![vec![0.9, 0.1], vec![0.2, 0.8], vec![0.5, 0.5]],
+        };
+        let speed = slowest_to_component(vec![3.0, 1.0, 2.0], Some(&truth), 1).unwrap();
+        assert_eq!(speed, vec![3.0, 1.0, 2.0]);
+        let speed = slowest_to_component(vec![3.0, 1.0, 2.0], Some(&truth), 0).unwrap();
+        assert_eq!(speed, vec![1.0, 3.0, 2.0]);
+        assert!(slowest_to_component(vec![1.0; 3], None, 0).is_err());
     }
 }

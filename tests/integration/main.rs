@@ -6,3 +6,4 @@ mod determinism;
 mod paper;
 mod parquet_data;
 mod scenario_errors;
+mod systems;

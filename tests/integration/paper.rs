@@ -29,12 +29,13 @@ fn run_paper_all(file: &str, overrides: &[String]) -> Vec<Summary> {
         progress: false,
     };
     let r = run_scenario(&s, &opts).unwrap();
+    let h = r.headline().expect("paper runs evaluate their clients");
     eprintln!(
         "{file} {overrides:?}: mean {:.2} bottom decile {:.2} p10 {:.2} ({:.1} s wall)",
-        100.0 * r.headline().test.weighted_mean,
-        100.0 * r.headline().test.bottom_decile,
-        100.0 * r.headline().test.p10,
-        r.headline().wall_seconds
+        100.0 * h.test.weighted_mean,
+        100.0 * h.test.bottom_decile,
+        100.0 * h.test.p10,
+        r.wall_seconds
     );
     r.summaries
 }

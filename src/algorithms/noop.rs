@@ -1,0 +1,57 @@
+//! No training at all: clients take the simulated time their devices and links need for a
+//! model of the scenario's size, and return nothing. For studying the system alone (round
+//! times, participation, stragglers) at scales where training would dominate, and for
+//! measuring the simulator's own overhead.
+
+use super::{Algorithm, Evaluation, LocalContext, StaleUpdate};
+use crate::models::Architecture;
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoopSpec {}
+
+#[derive(Clone, Debug, Default)]
+pub struct Noop;
+
+impl Algorithm for Noop {
+    /// The number of model parameters (what the messages would carry).
+    type Global = usize;
+    type ClientState = ();
+    type Update = usize;
+
+    fn init_global(&self, arch: &Architecture, _: &mut ChaCha20Rng) -> usize {
+        arch.num_params()
+    }
+
+    fn init_client(&self, _: &usize, _: u32) {}
+
+    fn broadcast_len(&self, global: &usize) -> usize {
+        *global
+    }
+
+    fn update_len(&self, update: &usize) -> usize {
+        *update
+    }
+
+    fn local_update(&self, _: &LocalContext<'_>, global: &usize, _: &mut (), _: &mut ChaCha20Rng) -> usize {
+        *global
+    }
+
+    fn models(&self, _: &usize) -> Vec<Vec<f32>> {
+        Vec::new()
+    }
+
+    fn aggregate(&self, global: &usize, _: &[(u32, usize)]) -> usize {
+        *global
+    }
+
+    fn aggregate_stale(&self, global: &usize, _: &[StaleUpdate<'_, usize, usize>], _: f64) -> Option<usize> {
+        Some(*global)
+    }
+
+    fn evaluate(&self, _: &LocalContext<'_>, _: &usize, _: &(), _: &mut ChaCha20Rng) -> Vec<Evaluation> {
+        Vec::new()
+    }
+}

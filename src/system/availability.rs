@@ -1,0 +1,241 @@
+//! When each client is online: always, a two-state Markov process, or a trace of intervals.
+//!
+//! Every answer is a pure function of the scenario and the seed: the Markov chains are drawn
+//! lazily from each client's own stream, so the order of the questions does not change the
+//! answers.
+
+use super::traces::FedScaleBehavior;
+use crate::sim::{Entity, SeedTree, SimDuration, SimTime};
+use rand::Rng;
+use rand_chacha::ChaCha20Rng;
+use rand_distr::{Distribution, Exp};
+use std::sync::Mutex;
+
+/// Online intervals `[start, end)`, sorted and disjoint, optionally repeating every `period`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Intervals {
+    spans: Vec<(SimTime, SimTime)>,
+    period: Option<SimDuration>,
+}
+
+impl Intervals {
+    /// From seconds; overlapping or touching spans are merged. With a period, spans are
+    /// taken modulo nothing: they must lie in `[0, period]`.
+    pub fn new(mut spans_s: Vec<(f64, f64)>, period_s: Option<f64>) -> Intervals {
+        spans_s.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut spans: Vec<(SimTime, SimTime)> = Vec::new();
+        for (s, e) in spans_s {
+            let (s, e) = (to_time(s), to_time(e));
+            match spans.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => spans.push((s, e)),
+            }
+        }
+        Intervals {
+            spans,
+            period: period_s.map(|p| SimDuration::from_secs_f64_ceil(p)),
+        }
+    }
+
+    /// FedScale's trace: online during `[active[i], inactive[i]]`, every `finish_time` seconds.
+    pub fn fedscale(t: &FedScaleBehavior) -> Intervals {
+        let spans = t.active.iter().cloned().zip(t.inactive.iter().cloned()).collect();
+        Intervals::new(spans, Some(t.finish_time))
+    }
+
+    fn online_until(&self, t: SimTime) -> Option<SimTime> {
+        let Some(p) = self.period else {
+            return span_end(&self.spans, t);
+        };
+        if p.0 == 0 {
+            return None;
+        }
+        let base = t.0 - t.0 % p.0;
+        let end = span_end(&self.spans, SimTime(t.0 % p.0))?;
+        // A span that runs to the period's end continues into the next period's first span.
+        if end.0 >= p.0 && self.spans[0].0 == SimTime::ZERO {
+            if self.spans.len() == 1 {
+                return Some(SimTime::MAX);
+            }
+            return Some(SimTime(base + p.0 + self.spans[0].1 .0));
+        }
+        Some(SimTime(base + end.0.min(p.0)))
+    }
+
+    fn next_online(&self, t: SimTime) -> Option<SimTime> {
+        if self.online_until(t).is_some() {
+            return Some(t);
+        }
+        let first_after = |r: SimTime| self.spans.iter().find(|s| s.0 > r).map(|s| s.0);
+        match self.period {
+            None => first_after(t),
+            Some(p) => {
+                let base = t.0 - t.0 % p.0;
+                match first_after(SimTime(t.0 % p.0)).filter(|s| s.0 < p.0) {
+                    Some(s) => Some(SimTime(base + s.0)),
+                    None => self.spans.first().map(|s| SimTime(base + p.0 + s.0 .0)),
+                }
+            }
+        }
+    }
+}
+
+/// The end of the span of sorted disjoint `spans` that holds `t`.
+fn span_end(spans: &[(SimTime, SimTime)], t: SimTime) -> Option<SimTime> {
+    let i = spans.partition_point(|s| s.0 <= t);
+    (i > 0 && t < spans[i - 1].1).then(|| spans[i - 1].1)
+}
+
+fn to_time(s: f64) -> SimTime {
+    SimTime(SimDuration::from_secs_f64_ceil(s).0)
+}
+
+/// A client's on/off Markov chain, drawn as far as it has been asked about.
+pub struct Chain {
+    rng: ChaCha20Rng,
+    online: bool,
+    cursor: SimTime,
+    spans: Vec<(SimTime, SimTime)>,
+}
+
+/// The availability of every client of a run.
+pub enum AvailabilityModel {
+    Always,
+    Markov {
+        on: Exp<f64>,
+        off: Exp<f64>,
+        chains: Vec<Mutex<Chain>>,
+    },
+    Traces(Vec<Intervals>),
+}
+
+impl AvailabilityModel {
+    /// Two-state chains with exponential online / offline durations of the given means; each
+    /// client starts in the stationary distribution, from its own stream.
+    pub fn markov(mean_online_s: f64, mean_offline_s: f64, seeds: &SeedTree, clients: usize) -> Self {
+        let p_online = mean_online_s / (mean_online_s + mean_offline_s);
+        let chains = (0..clients)
+            .map(|c| {
+                let mut rng = seeds.rng(Entity::Client(c as u32), "availability", 0);
+                let online = rng.gen::<f64>() < p_online;
+                Mutex::new(Chain {
+                    rng,
+                    online,
+                    cursor: SimTime::ZERO,
+                    spans: Vec::new(),
+                })
+            })
+            .collect();
+        AvailabilityModel::Markov {
+            on: Exp::new(1.0 / mean_online_s).expect("checked mean"),
+            off: Exp::new(1.0 / mean_offline_s).expect("checked mean"),
+            chains,
+        }
+    }
+
+    /// If `client` is online at `t`: when it goes offline ([`SimTime::MAX`]: never).
+    pub fn online_until(&self, client: u32, t: SimTime) -> Option<SimTime> {
+        match self {
+            AvailabilityModel::Always => Some(SimTime::MAX),
+            AvailabilityModel::Traces(ts) => ts[client as usize].online_until(t),
+            AvailabilityModel::Markov { on, off, chains } => {
+                let mut chain = chains[client as usize].lock().expect("no panics while held");
+                chain.extend_past(t, on, off);
+                span_end(&chain.spans, t)
+            }
+        }
+    }
+
+    /// The first time at or after `t` when `client` is online (`None`: never again).
+    pub fn next_online(&self, client: u32, t: SimTime) -> Option<SimTime> {
+        match self {
+            AvailabilityModel::Always => Some(t),
+            AvailabilityModel::Traces(ts) => ts[client as usize].next_online(t),
+            AvailabilityModel::Markov { on, off, chains } => {
+                let mut chain = chains[client as usize].lock().expect("no panics while held");
+                chain.extend_past(t, on, off);
+                if span_end(&chain.spans, t).is_some() {
+                    return Some(t);
+                }
+                // Offline at `t`: the next drawn span, or the one starting at the cursor (the
+                // offline period holding `t` ends there).
+                let i = chain.spans.partition_point(|s| s.0 <= t);
+                Some(chain.spans.get(i).map_or(chain.cursor, |s| s.0))
+            }
+        }
+    }
+}
+
+impl Chain {
+    /// Draws spans until the chain's cursor is past `t` (so the state at `t` is known and, if
+    /// online, so is the end of its span).
+    fn extend_past(&mut self, t: SimTime, on: &Exp<f64>, off: &Exp<f64>) {
+        while self.cursor <= t {
+            let dist = if self.online { on } else { off };
+            let d = SimDuration::from_secs_f64_ceil(dist.sample(&mut self.rng)).max(SimDuration(1));
+            let end = self.cursor + d;
+            if self.online {
+                self.spans.push((self.cursor, end));
+            }
+            self.cursor = end;
+            self.online = !self.online;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(x: u64) -> SimTime {
+        SimTime(x * 1_000_000)
+    }
+
+    #[test]
+    fn plain_intervals() {
+        let iv = Intervals::new(vec![(10.0, 20.0), (15.0, 30.0), (50.0, 60.0)], None);
+        assert_eq!(iv.online_until(s(5)), None);
+        assert_eq!(iv.online_until(s(10)), Some(s(30)));
+        assert_eq!(iv.online_until(s(30)), None);
+        assert_eq!(iv.next_online(s(31)), Some(s(50)));
+        assert_eq!(iv.next_online(s(61)), None);
+    }
+
+    #[test]
+    fn periodic_intervals_as_fedscale() {
+        let iv = Intervals::fedscale(&FedScaleBehavior {
+            active: vec![0.0, 40.0],
+            inactive: vec![10.0, 100.0],
+            finish_time: 100.0,
+        });
+        assert_eq!(iv.online_until(s(105)), Some(s(110)));
+        assert_eq!(iv.online_until(s(20)), None);
+        assert_eq!(iv.next_online(s(120)), Some(s(140)));
+        // The span reaching the period's end runs on into the next period's first one.
+        assert_eq!(iv.online_until(s(90)), Some(s(110)));
+    }
+
+    #[test]
+    fn markov_is_order_independent_and_has_the_right_duty_cycle() {
+        let seeds = SeedTree::new(9);
+        let a = AvailabilityModel::markov(60.0, 240.0, &seeds, 4);
+        let b = AvailabilityModel::markov(60.0, 240.0, &seeds, 4);
+        // Ask `a` far ahead first, `b` in order: same answers.
+        let far = a.online_until(2, s(100_000));
+        let mut online = 0;
+        for k in 0..100_000u64 {
+            let t = s(k);
+            let x = b.online_until(2, t);
+            assert_eq!(x, a.online_until(2, t));
+            if let Some(end) = x {
+                assert!(end > t);
+                online += 1;
+            } else {
+                assert!(b.next_online(2, t).unwrap() > t);
+            }
+        }
+        assert_eq!(far, b.online_until(2, s(100_000)));
+        let duty = online as f64 / 100_000.0;
+        assert!((duty - 0.2).abs() < 0.05, "{duty}");
+    }
+}

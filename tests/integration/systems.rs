@@ -1,0 +1,297 @@
+//! The system model in virtual time: exact durations, deadlines, over-selection, FedBuff
+//! staleness, failures and availability, and determinism under every policy.
+
+use crate::common::scenario;
+use fedsim::report::{read_parquet, JobOutcome, JobRecord, Record, RoundRecord, REPRODUCIBLE_FILES};
+use fedsim::run::{run_scenario, simulate_scenario, RunOptions};
+use fedsim::sim::{SeedTree, SimDuration, SimTime};
+use fedsim::system::SystemModel;
+use std::path::Path;
+
+/// Six clients with seconds per batch 1, 2, 4, 8, 16, 32 (from a CSV file), one local step
+/// of 8 samples, no training (`noop`): a job computes for exactly its client's seconds.
+fn timed(dir: &Path, extra: &str) -> String {
+    let speeds = dir.join("speeds.csv");
+    let rows: String = (0..6).map(|c| format!("{c},{}\n", 1u64 << c)).collect();
+    std::fs::write(&speeds, format!("client,seconds_per_batch\n{rows}")).unwrap();
+    format!(
+        "\
+name: timed
+seed: 3
+rounds: 4
+data: {{kind: fedem_synthetic, clients: 6, dim: 5, components: 2}}
+algorithm: {{name: noop}}
+training: {{local_steps: 1, batch_size: 8}}
+system:
+  compute: {{seconds_per_batch: {{dist: file, path: '{}', column: seconds_per_batch}}}}
+  network: {{latency_ms: 10, downlink_mbps: 8, uplink_mbps: 2}}
+{extra}",
+        speeds.display()
+    )
+}
+
+fn records(text: &str, overrides: &[&str], threads: usize) -> Vec<Record> {
+    let s = scenario(text, overrides);
+    simulate_scenario(&s, threads, |_| {}).unwrap().records
+}
+
+fn jobs(records: &[Record]) -> Vec<&JobRecord> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Job(j) => Some(j),
+            _ => None,
+        })
+        .collect()
+}
+
+fn rounds(records: &[Record]) -> Vec<&RoundRecord> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Round(x) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+fn secs(s: u64) -> SimDuration {
+    SimDuration::from_secs(s)
+}
+
+/// Transfer times of the noop model of `timed` (linear, 5 features, 2 classes): latency
+/// 10 ms plus 4 bytes per parameter over 8 (down) or 2 (up) Mbit/s, rounded up to a µs.
+fn transfers() -> (SimDuration, SimDuration) {
+    let params = fedsim::models::Architecture::new(&fedsim::models::ModelSpec::Linear, 5, 2).num_params();
+    let bits = 32.0 * params as f64;
+    let t = |mbps: f64| SimDuration::from_millis(10) + SimDuration::from_secs_f64_ceil(bits / (mbps * 1e6));
+    (t(8.0), t(2.0))
+}
+
+#[test]
+fn synchronous_rounds_take_exactly_the_slowest_selected_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = records(&timed(tmp.path(), "sampling: {count: 3}\n"), &[], 2);
+    let (down, up) = transfers();
+    let jobs = jobs(&r);
+    assert_eq!(jobs.len(), 12);
+    for j in &jobs {
+        assert_eq!(j.outcome, JobOutcome::Aggregated);
+        assert_eq!(j.download, down);
+        assert_eq!(j.compute, secs(1 << j.client));
+        assert_eq!(j.end - j.sent, down + secs(1 << j.client) + up, "client {}", j.client);
+    }
+    let rounds = rounds(&r);
+    assert_eq!(rounds.len(), 4);
+    let mut start = SimTime::ZERO;
+    for x in rounds {
+        let mine: Vec<_> = jobs.iter().filter(|j| j.round == x.round).collect();
+        assert_eq!((x.selected, x.completed, mine.len()), (3, 3, 3));
+        let slowest = mine.iter().map(|j| j.client).max().unwrap();
+        assert_eq!(x.start, start);
+        assert_eq!(x.end, x.start + down + secs(1 << slowest) + up);
+        start = x.end;
+    }
+}
+
+#[test]
+fn a_deadline_cuts_off_stragglers_and_late_updates_join_the_next_round() {
+    let tmp = tempfile::tempdir().unwrap();
+    for late in ["drop", "next_round"] {
+        let policy = format!(
+            "sampling: {{count: 4}}\npolicy: {{kind: synchronous, deadline_s: 5, late_updates: {late}, max_staleness: 2}}\n"
+        );
+        let r = records(&timed(tmp.path(), &policy), &[], 2);
+        let (down, up) = transfers();
+        let deadline = secs(5);
+        let jobs = jobs(&r);
+        for j in &jobs {
+            let on_time = down + secs(1 << j.client) + up <= deadline;
+            match j.outcome {
+                JobOutcome::Aggregated => assert!(on_time, "{j:?}"),
+                // (with next_round: too stale, or after the last round)
+                JobOutcome::Straggler => assert!(!on_time, "{j:?}"),
+                JobOutcome::Late => {
+                    assert!(!on_time && late == "next_round", "{j:?}");
+                    assert!((1..=2).contains(&j.staleness), "{j:?}");
+                }
+                JobOutcome::Discarded => assert!(!on_time, "{j:?}"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let mut busy_until: Vec<SimTime> = vec![SimTime::ZERO; 6];
+        for x in rounds(&r) {
+            let mine: Vec<_> = jobs.iter().filter(|j| j.round == x.round).collect();
+            let cut = mine.iter().filter(|j| j.outcome != JobOutcome::Aggregated).count() as u32;
+            assert_eq!(x.stragglers, cut, "round {}", x.round);
+            assert_eq!(x.completed as usize, mine.len() - cut as usize);
+            // A round ends at its deadline when someone is cut off, else with its last job.
+            if cut > 0 {
+                assert_eq!(x.end, x.start + deadline);
+            } else {
+                assert_eq!(x.end, mine.iter().map(|j| j.end).max().unwrap());
+            }
+            // A client still busy with an earlier job is not selected.
+            for j in &mine {
+                assert!(busy_until[j.client as usize] <= x.start, "client {} reselected while busy", j.client);
+                busy_until[j.client as usize] = j.end;
+            }
+            let late = jobs.iter().filter(|j| j.outcome == JobOutcome::Late && j.round + j.staleness == x.round).count();
+            assert_eq!(x.late as usize, late, "round {}", x.round);
+        }
+        if late == "next_round" {
+            assert!(jobs.iter().any(|j| j.outcome == JobOutcome::Late), "no late update was used");
+        } else {
+            assert!(jobs.iter().any(|j| j.outcome == JobOutcome::Straggler));
+        }
+    }
+}
+
+#[test]
+fn over_selection_aggregates_the_first_k_arrivals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = timed(tmp.path(), "");
+    let r = records(&text, &["rounds=1", "sampling.count=2", "sampling.over_selection=1.0"], 2);
+    let (down, up) = transfers();
+    let x = rounds(&r)[0].clone();
+    let jobs = jobs(&r);
+    assert_eq!((x.selected, x.completed, x.discarded), (4, 2, 2));
+    let mut chosen: Vec<u32> = jobs.iter().map(|j| j.client).collect();
+    chosen.sort();
+    let second_fastest = chosen[1];
+    assert_eq!(x.end, SimTime::ZERO + down + secs(1 << second_fastest) + up);
+    for j in jobs {
+        let expected = if j.client <= second_fastest { JobOutcome::Aggregated } else { JobOutcome::Discarded };
+        assert_eq!(j.outcome, expected, "client {}", j.client);
+    }
+}
+
+#[test]
+fn fedbuff_staleness_by_hand() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Clients 0, 1, 2 compute 1, 2, 4 s; transfers take 1 µs each way.
+    let speeds = tmp.path().join("speeds.csv");
+    std::fs::write(&speeds, "client,seconds_per_batch\n0,1\n1,2\n2,4\n").unwrap();
+    let text = format!(
+        "\
+seed: 1
+rounds: 3
+data: {{kind: fedem_synthetic, clients: 3, dim: 5, components: 2}}
+algorithm: {{name: noop}}
+training: {{local_steps: 1, batch_size: 8}}
+policy: {{kind: fedbuff, buffer_size: 2, concurrency: 3, max_staleness: 10}}
+system:
+  compute: {{seconds_per_batch: {{dist: file, path: '{}', column: seconds_per_batch}}}}
+  network: {{latency_ms: 0, downlink_mbps: 1.0e12, uplink_mbps: 1.0e12}}
+",
+        speeds.display()
+    );
+    let r = records(&text, &[], 2);
+    let us = |s: u64, micros: u64| SimTime(s * 1_000_000 + micros);
+    let got: Vec<(u32, u32, JobOutcome, SimTime)> = jobs(&r)
+        .iter()
+        .map(|j| (j.client, j.staleness, j.outcome, j.end))
+        .collect();
+    use JobOutcome::*;
+    // Worked by hand: each client restarts as soon as it reports; aggregations at
+    // 2.000002 (c0, c1), 3.000006 (c0 stale, c0) and 4.000004 (c2, c1); then nothing starts.
+    let expected = vec![
+        (0, 0, Aggregated, us(1, 2)),
+        (1, 0, Aggregated, us(2, 2)),
+        (0, 1, Late, us(2, 4)),
+        (0, 0, Aggregated, us(3, 6)),
+        (2, 2, Late, us(4, 2)),
+        (1, 1, Late, us(4, 4)),
+        (0, 1, Discarded, us(4, 8)),
+        (2, 1, Discarded, us(8, 4)),
+    ];
+    assert_eq!(got, expected);
+    let ends: Vec<SimTime> = rounds(&r).iter().map(|x| x.end).collect();
+    assert_eq!(ends, vec![us(2, 2), us(3, 6), us(4, 4)]);
+    // With a maximum staleness of 1, the update two aggregations old is dropped.
+    let r = records(&text, &["policy.max_staleness=1"], 1);
+    let c2 = jobs(&r).into_iter().find(|j| j.client == 2).unwrap().clone();
+    assert_eq!((c2.staleness, c2.outcome), (2, Discarded));
+}
+
+#[test]
+fn dropouts_and_availability_lose_jobs_and_selection_sees_only_online_clients() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = timed(
+        tmp.path(),
+        "sampling: {count: 3, available_only: true}\n\
+         policy: {kind: synchronous, deadline_s: 40}\n",
+    );
+    let overrides = [
+        "rounds=30",
+        "system.dropout=0.2",
+        "system.availability={kind: markov, mean_online_s: 30, mean_offline_s: 30}",
+    ];
+    let s = scenario(&text, &overrides);
+    let r = simulate_scenario(&s, 2, |_| {}).unwrap().records;
+    let model = SystemModel::build(&s.run.system, &SeedTree::new(s.run.seed), 6, 8, None).unwrap();
+    let jobs = jobs(&r);
+    let failed = jobs.iter().filter(|j| j.outcome == JobOutcome::Failed).count();
+    assert!(failed > 0, "no job failed");
+    for j in &jobs {
+        assert!(model.online_until(j.client, j.sent).is_some(), "offline client selected: {j:?}");
+        if j.outcome != JobOutcome::Failed {
+            // A job that arrived ran while its client stayed online.
+            assert!(model.online_until(j.client, j.sent).unwrap() >= j.end, "{j:?}");
+        }
+    }
+    let counted: u32 = rounds(&r).iter().map(|x| x.failed).sum();
+    assert!(counted as usize <= failed && counted > 0);
+}
+
+/// Every reproducible file, for one run.
+fn files(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<Vec<u8>> {
+    let s = scenario(text, overrides);
+    let opts = RunOptions {
+        out_dir: dir.to_path_buf(),
+        threads,
+        progress: false,
+    };
+    run_scenario(&s, &opts).unwrap();
+    REPRODUCIBLE_FILES.iter().map(|f| std::fs::read(dir.join(f)).unwrap()).collect()
+}
+
+const SYSTEMS: &str = "\
+name: systems
+seed: 5
+rounds: 6
+eval_every: 3
+data: {kind: fedem_synthetic, clients: 20, dim: 10, components: 2}
+split: {kind: fractions, train: 0.6, val: 0.2, test: 0.2}
+algorithm: {name: fedem, components: 2}
+training: {local_epochs: 1, batch_size: 16, lr: 0.1}
+system:
+  compute: {samples_per_second: {dist: lognormal, median: 20, sigma: 0.8}, jitter: 0.2}
+  network: {latency_ms: {dist: uniform, low: 5, high: 100}, downlink_mbps: 10, uplink_mbps: {dist: lognormal, median: 1, sigma: 0.5}}
+  availability: {kind: markov, mean_online_s: 60, mean_offline_s: 30}
+  dropout: 0.1
+";
+
+#[test]
+fn every_policy_is_deterministic_across_threads_and_reruns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let policies: [&[&str]; 3] = [
+        &[
+            "sampling={fraction: 0.3, available_only: true, over_selection: 0.5, strategy: weighted}",
+            "policy={kind: synchronous, deadline_s: 8, late_updates: next_round}",
+        ],
+        &["policy={kind: fedbuff, buffer_size: 3, concurrency: 6}"],
+        &["algorithm={name: fedavg}", "policy={kind: fedbuff, buffer_size: 2, concurrency: 5, server_lr: 0.5}"],
+    ];
+    for (i, p) in policies.iter().enumerate() {
+        let d = |k: &str| tmp.path().join(format!("{i}-{k}"));
+        let one = files(SYSTEMS, p, 1, &d("a"));
+        assert_eq!(one, files(SYSTEMS, p, 1, &d("b")), "policy {p:?}: reruns differ");
+        assert_eq!(one, files(SYSTEMS, p, 2, &d("c")), "policy {p:?}: 1 and 2 threads differ");
+        assert_eq!(one, files(SYSTEMS, p, 4, &d("d")), "policy {p:?}: 1 and 4 threads differ");
+        let jobs = read_parquet(&d("a").join("jobs.parquet")).unwrap();
+        assert!(jobs.height() > 0);
+        let clients = read_parquet(&d("a").join("clients.parquet")).unwrap();
+        assert_eq!(clients.height(), 20);
+    }
+}
