@@ -2,7 +2,8 @@
 //! (T = 300, d = 150): one round, and the whole 100-round run with evaluation every 20 rounds;
 //! FedEM (M = 3) for 100 rounds (targets: under 30 s wall on a 2-core machine). Run with
 //! `cargo bench --bench kernel` (about 10 minutes), or name one group:
-//! `cargo bench --bench kernel -- fedem_fedem_synthetic`.
+//! `cargo bench --bench kernel -- fedem_fedem_synthetic`. `simulator_overhead` measures the
+//! kernel, actors and system model alone with the `noop` algorithm.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use fedsim::actors::simulate;
@@ -133,5 +134,54 @@ fn fedem(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, event_queue, local_sgd, fedavg, fedem);
+/// The simulator's own cost: 1000 clients, full participation, 100 rounds of the `noop`
+/// algorithm (no training; every job still crosses the trainer pool, the system model and
+/// the scheduler) = 10⁵ client-rounds. Target: ≥ 10⁵ client-rounds per second on 2 cores.
+fn simulator_overhead(c: &mut Criterion) {
+    let text = "\
+rounds: 100
+eval_every: 100
+data: {kind: fedem_synthetic, clients: 1000, dim: 10, components: 2}
+algorithm: {name: noop}
+training: {local_steps: 1, batch_size: 8}
+";
+    let threads = default_threads();
+    let mut g = c.benchmark_group("simulator_overhead");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(100 * 1000));
+    for (name, extra) in [
+        ("noop_1000_clients_100_rounds_sync", vec![]),
+        (
+            "noop_1000_clients_100_rounds_deadline_jitter_dropout",
+            vec![
+                "policy={kind: synchronous, deadline_s: 1.2}".to_string(),
+                "system.compute.jitter=0.5".to_string(),
+                "system.dropout=0.05".to_string(),
+            ],
+        ),
+        (
+            "noop_1000_clients_fedbuff_100k_jobs",
+            vec![
+                "policy={kind: fedbuff, buffer_size: 1000, concurrency: 1000, max_staleness: 1000}"
+                    .to_string(),
+            ],
+        ),
+    ] {
+        let s = Scenario::from_yaml(text, Path::new("overhead.yaml"), &extra).unwrap();
+        let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed)).unwrap());
+        g.bench_function(name, |b| {
+            b.iter(|| simulate(&s.run, data.clone(), threads, |_| {}).unwrap().events)
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    event_queue,
+    local_sgd,
+    simulator_overhead,
+    fedavg,
+    fedem
+);
 criterion_main!(benches);

@@ -61,6 +61,8 @@ pub(super) struct Server<A: Algorithm> {
     round: u32,
     round_start: SimTime,
     in_flight: BTreeMap<u32, InFlight<A::Global>>,
+    /// `busy[c]`: client `c` has a job in flight (the keys of `in_flight`, for quick scans).
+    busy: Vec<bool>,
     /// Synchronous: the round is open (between its start and its aggregation).
     open: bool,
     /// Synchronous: a round waits to start until a client is idle.
@@ -84,11 +86,11 @@ pub(super) struct Server<A: Algorithm> {
 impl<A: Algorithm> Server<A> {
     pub fn new(cfg: ServerConfig<A>, global: A::Global) -> Self {
         Server {
-            cfg,
             global: Arc::new(global),
             round: 0,
             round_start: SimTime::ZERO,
             in_flight: BTreeMap::new(),
+            busy: vec![false; cfg.num_clients as usize],
             open: false,
             start_when_idle: false,
             selected: Vec::new(),
@@ -99,6 +101,7 @@ impl<A: Algorithm> Server<A> {
             jobs_started: 0,
             wake_at: None,
             finished: false,
+            cfg,
         }
     }
 
@@ -116,7 +119,7 @@ impl<A: Algorithm> Server<A> {
             .participants
             .iter()
             .copied()
-            .filter(|c| !self.in_flight.contains_key(c))
+            .filter(|&c| !self.busy[c as usize])
             .filter(|&c| !online_only || self.cfg.system.online_until(c, now).is_some())
             .collect()
     }
@@ -126,7 +129,7 @@ impl<A: Algorithm> Server<A> {
         self.cfg
             .participants
             .iter()
-            .filter(|c| !self.in_flight.contains_key(c))
+            .filter(|&&c| !self.busy[c as usize])
             .filter_map(|&c| self.cfg.system.next_online(c, now + SimDuration(1)))
             .min()
     }
@@ -144,6 +147,7 @@ impl<A: Algorithm> Server<A> {
         let download = self.cfg.system.transfer_time(client, Link::Down, bytes);
         self.counts.bytes_down += bytes;
         self.counts.selected += 1;
+        self.busy[client as usize] = true;
         self.in_flight.insert(
             client,
             InFlight {
@@ -341,6 +345,7 @@ impl<A: Algorithm> Server<A> {
     }
 
     fn take_job(&mut self, client: u32) -> Result<InFlight<A::Global>, SimError> {
+        self.busy[client as usize] = false;
         self.in_flight
             .remove(&client)
             .ok_or_else(|| SimError::Model(format!("client {client} reported a job it was never sent")))

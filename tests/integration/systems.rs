@@ -295,3 +295,41 @@ fn every_policy_is_deterministic_across_threads_and_reruns() {
         assert_eq!(clients.height(), 20);
     }
 }
+
+#[test]
+fn fedscale_traces_set_devices_and_availability() {
+    use fedsim::system::{Link, SystemSpec};
+    // Written by Python's pickle in FedScale's layout (tests/data/fedscale/make_fixtures.py).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fedscale");
+    let spec: SystemSpec = serde_yaml::from_str(&format!(
+        "fedscale_devices: '{}'\navailability: {{kind: fedscale, path: '{}'}}\n",
+        dir.join("client_device_capacity").display(),
+        dir.join("client_behave_trace").display()
+    ))
+    .unwrap();
+    let m = SystemModel::build(&spec, &SeedTree::new(1), 4, 8, None).unwrap();
+    // Device ids in ascending order are 3, 7, 12; client c takes position c mod 3. Training
+    // costs 3× the inference milliseconds per sample; kbit/s become Mbit/s both ways.
+    let speeds: Vec<f64> = (0..4).map(|c| m.samples_per_second(c)).collect();
+    assert_eq!(speeds, vec![1000.0 / 150.0, 1000.0 / 300.0, 1000.0 / 600.0, 1000.0 / 150.0]);
+    assert_eq!(m.bandwidth_mbps(0, Link::Up), 8.0);
+    assert_eq!(m.bandwidth_mbps(2, Link::Down), 0.5);
+    // Behaviour ids 1, 2: client 0 (and 2) online in [0, 100] and [200, 250] every 300 s;
+    // client 1 (and 3) in [30, 60] every 120 s.
+    let t = |s: u64| SimTime(s * 1_000_000);
+    assert_eq!(m.online_until(0, t(50)), Some(t(100)));
+    assert_eq!(m.online_until(0, t(150)), None);
+    assert_eq!(m.next_online(0, t(150)), Some(t(200)));
+    assert_eq!(m.online_until(2, t(320)), Some(t(400)));
+    assert_eq!(m.online_until(1, t(10)), None);
+    assert_eq!(m.next_online(1, t(10)), Some(t(30)));
+    assert_eq!(m.online_until(3, t(150)), Some(t(180)));
+    // A file that is not a pickle is named in the error.
+    let bad: SystemSpec = serde_yaml::from_str(&format!(
+        "availability: {{kind: fedscale, path: '{}'}}\n",
+        dir.join("make_fixtures.py").display()
+    ))
+    .unwrap();
+    let e = SystemModel::build(&bad, &SeedTree::new(1), 4, 8, None).err().unwrap().to_string();
+    assert!(e.contains("make_fixtures.py") && e.contains("pickle"), "{e}");
+}
