@@ -22,10 +22,10 @@ def mean(xs):
 
 
 def main(dirs):
-    head = ("| run | weighted mean | p10 | time to 70 % (s) | accuracy by speed quintile, slowest → fastest "
-            "| jobs aggregated by quintile |")
+    head = ("| run | weighted mean | p10 | time to target (s) | clients missing an aggregation, per round "
+            "| accuracy by speed quintile, slowest → fastest | jobs aggregated by quintile |")
     print(head)
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for d in map(Path, dirs):
         clients = [r for r in csv.DictReader(open(d / "clients.csv")) if r["unseen"] != "true"]
         summary = list(csv.DictReader(open(d / "summary.csv")))[-1]
@@ -34,9 +34,13 @@ def main(dirs):
             acc.append(100 * mean(float(r["test_accuracy"]) for r in q))
             jobs = sum(sum(int(r[k]) for k in r if k.startswith("jobs_")) for r in q)
             share.append(100 * sum(int(r["jobs_aggregated"]) for r in q) / max(jobs, 1))
-        ttt = summary.get("time_to_target_s") or "never"
+        ttt = summary.get("time_to_target_s")
+        ttt = f"{float(ttt):.1f}" if ttt else "never"
+        rounds = int(summary["final_round"])
+        aggregated = sum(int(r["jobs_aggregated"]) for r in clients)
+        missing = 100 * (1 - aggregated / (rounds * len(clients)))
         print(f"| {d.name} | {100 * float(summary['test_acc_mean']):.2f} | "
-              f"{100 * float(summary['test_acc_p10']):.2f} | {ttt} | "
+              f"{100 * float(summary['test_acc_p10']):.2f} | {ttt} | {missing:.1f} % | "
               + " / ".join(f"{a:.1f}" for a in acc) + " | "
               + " / ".join(f"{s:.0f} %" for s in share) + " |")
 
