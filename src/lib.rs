@@ -4,12 +4,13 @@
 //! - [`sim`]: virtual time, the event queue, the seed tree and the scheduler actor.
 //! - [`data`]: data sets held in contiguous buffers, clients as index ranges.
 //! - [`models`]: tch models, local SGD and evaluation, flat parameters.
-//! - [`system`]: device and network models that turn work into simulated durations.
+//! - [`system`]: devices, links and availability that turn work into simulated durations.
 //! - [`algorithms`]: federated algorithms behind one trait.
 //! - [`actors`]: the server, the clients and the trainer pool as actix actors.
-//! - [`scenario`]: YAML scenarios, overrides and validation.
-//! - [`report`]: polars frames, Parquet/CSV writers and summaries.
+//! - [`scenario`]: YAML scenarios, overrides and validation; sweep files expanded into cells.
+//! - [`report`]: polars frames, Parquet/CSV writers, summaries and reports over many runs.
 //! - [`run`]: one scenario end to end.
+//! - [`sweep`]: a sweep's cells, in parallel, resumable and shardable.
 
 pub mod actors;
 pub mod algorithms;
@@ -19,4 +20,5 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod sim;
+pub mod sweep;
 pub mod system;

@@ -2,9 +2,10 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use fedsim::report::{differing_files, REPRODUCIBLE_FILES};
+use fedsim::report::{aggregate, differing_files, markdown, read_runs, write_report, REPRODUCIBLE_FILES};
 use fedsim::run::{default_out_dir, default_threads, run_scenario, RunOptions};
-use fedsim::scenario::Scenario;
+use fedsim::scenario::{parse_shard, Scenario, Sweep};
+use fedsim::sweep::{cell_dir, is_finished, run_sweep, SweepOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -40,6 +41,39 @@ enum Command {
         /// file is byte-identical (exit code 3 if not).
         #[arg(long)]
         check_determinism: bool,
+    },
+    /// Run a sweep's cells (grid × zip × seeds over a base scenario) into OUT/cell=<id>/,
+    /// skipping the finished ones. Rerun the same command to resume after a crash.
+    Sweep {
+        /// The sweep file (YAML).
+        sweep: PathBuf,
+        /// Output folder [default: results/<sweep name>].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Cells run at once (each gets cores / jobs trainer threads).
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+        /// Run one shard: I/N (0-based), or `auto` / `auto/N` to take I from
+        /// SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX (N from SLURM_ARRAY_TASK_COUNT).
+        #[arg(long)]
+        shard: Option<String>,
+        /// List the cells (id, finished or not, axis values) and run nothing.
+        #[arg(long)]
+        list: bool,
+        /// No progress bars.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Tables over runs: per configuration (a sweep's axis values, or a run folder), mean ± std
+    /// over seeds of accuracy, bottom decile, p10, worst-10% mean, fairness, loss, time to
+    /// target. Printed, and written as report.csv and report.md.
+    Report {
+        /// Sweep folders (with cells.csv) or run folders (with summary.csv).
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Where to write report.csv and report.md [default: <first folder>/report].
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Check a scenario and print it with every default filled in; runs nothing.
     Check {
@@ -80,6 +114,69 @@ fn main() {
 
 fn real_main() -> Result<()> {
     match Cli::parse().command {
+        Command::Sweep {
+            sweep,
+            out,
+            jobs,
+            shard,
+            list,
+            quiet,
+        } => {
+            let plan = Sweep::load(&sweep)?;
+            let out = out.unwrap_or_else(|| Path::new("results").join(&plan.name));
+            let shard = match shard {
+                Some(arg) => parse_shard(&arg, |k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?,
+                None => (0, 1),
+            };
+            if list {
+                for cell in plan.shard(shard.0, shard.1) {
+                    let done = is_finished(&cell_dir(&out, cell), cell);
+                    println!("{}  {}  {}", cell.id(), if done { "finished" } else { "to run  " }, cell.label());
+                }
+                return Ok(());
+            }
+            let opts = SweepOptions {
+                out: out.clone(),
+                jobs,
+                shard,
+                progress: !quiet && std::io::stderr().is_terminal(),
+            };
+            let outcome = run_sweep(&plan, &opts).with_context(|| format!("sweep {}", sweep.display()))?;
+            println!(
+                "{}: shard {}/{}: {} cells, {} already finished, {} run, {} failed; results in {}/",
+                plan.name,
+                shard.0,
+                shard.1,
+                outcome.cells,
+                outcome.skipped,
+                outcome.ran,
+                outcome.failed.len(),
+                out.display()
+            );
+            if !outcome.failed.is_empty() {
+                for (cell, e) in &outcome.failed {
+                    eprintln!("error: cell {cell}: {e}");
+                }
+                std::process::exit(1);
+            }
+        }
+        Command::Report { dirs, out } => {
+            let mut rows = Vec::new();
+            for d in &dirs {
+                let (mut r, missing) = read_runs(d).with_context(|| format!("reading {}", d.display()))?;
+                if missing > 0 {
+                    eprintln!("note: {}: {missing} cells have no results yet", d.display());
+                }
+                rows.append(&mut r);
+            }
+            anyhow::ensure!(!rows.is_empty(), "no finished runs under {:?}", dirs);
+            let report = aggregate(&rows);
+            print!("{}", markdown(&report));
+            let out = out.unwrap_or_else(|| dirs[0].join("report"));
+            for f in write_report(&out, &report)? {
+                println!("wrote {}", f.display());
+            }
+        }
         Command::Check {
             scenario,
             overrides,

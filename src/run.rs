@@ -81,12 +81,19 @@ pub fn simulate_scenario(
 
 /// Runs a scenario and writes its result files into `opts.out_dir`.
 pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<RunReport, RunError> {
-    let wall = Instant::now();
     let bar = if opts.progress {
         ProgressBar::with_draw_target(Some(s.run.rounds as u64), ProgressDrawTarget::stderr())
     } else {
         ProgressBar::hidden()
     };
+    let report = run_scenario_with_bar(s, opts, bar.clone());
+    bar.finish_and_clear();
+    report
+}
+
+/// A run's progress bar: rounds done out of the scenario's rounds.
+pub fn style_run_bar(bar: &ProgressBar, s: &Scenario, prefix: &str) {
+    bar.set_length(s.run.rounds as u64);
     bar.set_style(
         ProgressStyle::with_template(
             "{prefix} [{bar:30}] round {pos}/{len} {elapsed_precise} eta {eta}",
@@ -94,14 +101,28 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<RunReport, RunErr
         .expect("valid template")
         .progress_chars("=> "),
     );
-    bar.set_prefix(format!("{} ({})", s.name, s.run.algorithm.name()));
+    bar.set_prefix(prefix.to_string());
+}
+
+/// [`run_scenario`], reporting finished rounds on `bar` (which it styles, keeping its prefix if
+/// it has one; hidden bars are fine).
+pub fn run_scenario_with_bar(
+    s: &Scenario,
+    opts: &RunOptions,
+    bar: ProgressBar,
+) -> Result<RunReport, RunError> {
+    let wall = Instant::now();
+    let prefix = match bar.prefix() {
+        p if p.is_empty() => format!("{} ({})", s.name, s.run.algorithm.name()),
+        p => p,
+    };
+    style_run_bar(&bar, s, &prefix);
     let tick = bar.clone();
     let output = simulate_scenario(s, opts.threads, move |r| {
         if let Record::Round(round) = r {
             tick.set_position(round.round as u64);
         }
     })?;
-    bar.finish_and_clear();
     let (sim_seconds, wall_seconds) = (output.end_time.as_secs_f64(), wall.elapsed().as_secs_f64());
     let summaries = Summary::per_model(
         s.run_id(),

@@ -305,6 +305,8 @@ pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
         col("test_acc_bottom_decile", &|s| s.test.bottom_decile),
         col("test_acc_p10", &|s| s.test.p10),
         col("test_acc_worst10_mean", &|s| s.test.worst10_mean),
+        col("test_acc_std", &|s| s.test.std),
+        col("test_acc_jain", &|s| s.test.jain),
         col("test_loss_mean", &|s| s.test_loss_mean),
         Column::new(
             "time_to_target_s".into(),

@@ -6,6 +6,7 @@
 
 mod frames;
 mod records;
+mod study;
 mod summary;
 mod tables;
 
@@ -15,7 +16,11 @@ pub use frames::{
 pub use records::{
     DeviceRecord, EvalRecord, JobOutcome, JobRecord, MixtureRecord, Record, RoundRecord,
 };
-pub use summary::{percentile, Fairness, Summary};
+pub use study::{
+    aggregate, markdown, mean_std, read_runs, report_frame, write_report, write_text_table,
+    ReportRow, RunRow, REPORT_METRICS,
+};
+pub use summary::{percentile, time_to_accuracy, Fairness, Summary};
 pub use tables::{read_client_table, ClientTable, FeatureColumns, TableColumns, TableError};
 
 use polars::prelude::*;

@@ -16,6 +16,10 @@ pub struct Fairness {
     pub p10: f64,
     /// Mean accuracy of the worst max(1, ⌊T/10⌋) clients.
     pub worst10_mean: f64,
+    /// Standard deviation of the clients' accuracies (population, unweighted).
+    pub std: f64,
+    /// Jain's fairness index (Σa)² / (T·Σa²): 1 when every client is equally accurate.
+    pub jain: f64,
 }
 
 impl Fairness {
@@ -27,6 +31,8 @@ impl Fairness {
                 bottom_decile: f64::NAN,
                 p10: f64::NAN,
                 worst10_mean: f64::NAN,
+                std: f64::NAN,
+                jain: f64::NAN,
             };
         }
         let total: f64 = per_client.iter().map(|&(_, w)| w).sum();
@@ -34,7 +40,12 @@ impl Fairness {
         let mut acc: Vec<f64> = per_client.iter().map(|&(a, _)| a).collect();
         acc.sort_by(f64::total_cmp);
         let k = (acc.len() / 10).max(1);
+        let t = acc.len() as f64;
+        let mean = acc.iter().sum::<f64>() / t;
+        let sum_sq: f64 = acc.iter().map(|a| a * a).sum();
         Fairness {
+            std: (acc.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / t).sqrt(),
+            jain: if sum_sq > 0.0 { (mean * t).powi(2) / (t * sum_sq) } else { f64::NAN },
             weighted_mean,
             bottom_decile: acc[k - 1],
             p10: percentile(&acc, 10.0),
@@ -211,6 +222,9 @@ mod tests {
         // numpy.percentile(arange(20)*0.05, 10) = 0.095.
         assert!((f.p10 - 0.095).abs() < 1e-12);
         assert!((f.worst10_mean - 0.025).abs() < 1e-12);
+        // numpy.std(arange(20)*0.05) = 0.28831...; Jain = (9.5)² / (20 · 6.175).
+        assert!((f.std - 0.288_314_064_866_769_9).abs() < 1e-12);
+        assert!((f.jain - 9.5f64.powi(2) / (20.0 * 6.175)).abs() < 1e-12);
     }
 
     #[test]

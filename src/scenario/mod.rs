@@ -6,8 +6,10 @@
 
 mod locate;
 mod raw;
+mod sweep;
 
 pub use raw::{RawLrSchedule, RawSampling, RawScenario, RawTraining};
+pub use sweep::{compact, parse_shard, Cell, Sweep, SweepError};
 
 use crate::actors::{PolicySpec, RunSpec, SampleSize, Sampling, Strategy};
 use crate::algorithms::{LrSchedule, Training};

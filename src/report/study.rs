@@ -1,0 +1,313 @@
+//! Tables over many runs (`fedsim report`): the runs' `summary.csv` rows, grouped by
+//! configuration (a sweep's axis values, or the run folder), with mean ± std over seeds.
+//!
+//! A sweep folder holds `cells.csv` (one row per cell: `cell`, `seed`, one column per axis)
+//! and one `cell=<id>/` folder per finished cell; a plain run folder holds `summary.csv`.
+
+use super::{write_atomic, ReportError};
+use polars::prelude::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The summary columns a report aggregates, with their display names.
+pub const REPORT_METRICS: [(&str, &str); 9] = [
+    ("test_acc_mean", "accuracy"),
+    ("test_acc_bottom_decile", "bottom decile"),
+    ("test_acc_p10", "p10"),
+    ("test_acc_worst10_mean", "worst-10% mean"),
+    ("test_acc_std", "std across clients"),
+    ("test_acc_jain", "Jain"),
+    ("test_loss_mean", "loss"),
+    ("time_to_target_s", "time to target (s)"),
+    ("sim_seconds", "simulated s"),
+];
+
+/// One summary row of one run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunRow {
+    /// The configuration: `(axis, value)` in axis order (the seed is not part of it).
+    pub config: Vec<(String, String)>,
+    pub seed: String,
+    pub model: String,
+    pub unseen: bool,
+    /// Metric values by [`REPORT_METRICS`] name (NaN when missing).
+    pub metrics: BTreeMap<String, f64>,
+}
+
+/// One configuration × model × client group, over seeds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReportRow {
+    pub config: Vec<(String, String)>,
+    pub model: String,
+    pub unseen: bool,
+    pub seeds: usize,
+    /// `(mean, sample std)` per metric, NaN values left out (std 0 with one value).
+    pub stats: BTreeMap<String, (f64, f64)>,
+}
+
+/// Every column of a CSV file as text.
+fn read_csv_text(path: &Path) -> Result<Vec<(String, Vec<Option<String>>)>, ReportError> {
+    let err = |source| ReportError::Polars {
+        path: path.to_path_buf(),
+        source,
+    };
+    let df = CsvReadOptions::default()
+        .with_has_header(true)
+        .with_infer_schema_length(Some(0))
+        .try_into_reader_with_file_path(Some(path.to_path_buf()))
+        .and_then(|r| r.finish())
+        .map_err(err)?;
+    df.columns()
+        .iter()
+        .map(|c| {
+            let values = c
+                .str()
+                .map_err(err)?
+                .iter()
+                .map(|v| v.map(str::to_string))
+                .collect();
+            Ok((c.name().to_string(), values))
+        })
+        .collect()
+}
+
+fn column<'a>(cols: &'a [(String, Vec<Option<String>>)], name: &str) -> Option<&'a [Option<String>]> {
+    cols.iter().find(|(n, _)| n == name).map(|(_, v)| &v[..])
+}
+
+/// The summary rows of one run folder, each with `config`.
+fn read_summary(path: &Path, config: &[(String, String)], seed: Option<&str>) -> Result<Vec<RunRow>, ReportError> {
+    let cols = read_csv_text(path)?;
+    let n = cols.first().map_or(0, |c| c.1.len());
+    let text = |name: &str, i: usize| column(&cols, name).and_then(|c| c[i].clone()).unwrap_or_default();
+    Ok((0..n)
+        .map(|i| RunRow {
+            config: config.to_vec(),
+            seed: seed.map_or_else(|| text("seed", i), str::to_string),
+            model: text("model", i),
+            unseen: text("unseen", i) == "true",
+            metrics: REPORT_METRICS
+                .iter()
+                .map(|(m, _)| (m.to_string(), text(m, i).parse().unwrap_or(f64::NAN)))
+                .collect(),
+        })
+        .collect())
+}
+
+/// The runs under `dir`: a sweep folder (its finished cells) or one run folder. Also returns
+/// how many sweep cells have no results yet.
+pub fn read_runs(dir: &Path) -> Result<(Vec<RunRow>, usize), ReportError> {
+    let cells = dir.join("cells.csv");
+    if !cells.exists() {
+        let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let rows = read_summary(&dir.join("summary.csv"), &[("run".into(), name)], None)?;
+        return Ok((rows, 0));
+    }
+    let cols = read_csv_text(&cells)?;
+    let ids = column(&cols, "cell").unwrap_or(&[]);
+    let seeds = column(&cols, "seed").unwrap_or(&[]);
+    let axes: Vec<&(String, Vec<Option<String>>)> =
+        cols.iter().filter(|(n, _)| n != "cell" && n != "seed").collect();
+    let (mut rows, mut missing) = (Vec::new(), 0);
+    for (i, id) in ids.iter().enumerate() {
+        let summary = dir.join(format!("cell={}", id.as_deref().unwrap_or_default())).join("summary.csv");
+        if !summary.exists() {
+            missing += 1;
+            continue;
+        }
+        let config: Vec<(String, String)> = axes
+            .iter()
+            .map(|(n, v)| (n.clone(), v[i].clone().unwrap_or_default()))
+            .collect();
+        rows.extend(read_summary(&summary, &config, seeds[i].as_deref())?);
+    }
+    Ok((rows, missing))
+}
+
+/// Groups rows by (configuration, model, client group), in order of first appearance.
+pub fn aggregate(rows: &[RunRow]) -> Vec<ReportRow> {
+    let mut out: Vec<ReportRow> = Vec::new();
+    let mut values: Vec<BTreeMap<String, Vec<f64>>> = Vec::new();
+    for r in rows {
+        let i = match out
+            .iter()
+            .position(|g| g.config == r.config && g.model == r.model && g.unseen == r.unseen)
+        {
+            Some(i) => i,
+            None => {
+                out.push(ReportRow {
+                    config: r.config.clone(),
+                    model: r.model.clone(),
+                    unseen: r.unseen,
+                    seeds: 0,
+                    stats: BTreeMap::new(),
+                });
+                values.push(BTreeMap::new());
+                out.len() - 1
+            }
+        };
+        out[i].seeds += 1;
+        for (m, v) in &r.metrics {
+            values[i].entry(m.clone()).or_default().extend(v.is_finite().then_some(*v));
+        }
+    }
+    for (row, vals) in out.iter_mut().zip(values) {
+        row.stats = vals.into_iter().map(|(m, v)| (m, mean_std(&v))).collect();
+    }
+    out
+}
+
+/// Mean and sample standard deviation (0 for one value; NaN for none).
+pub fn mean_std(v: &[f64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let std = if v.len() > 1 {
+        (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    (mean, std)
+}
+
+/// The axis names of `rows`, in first-appearance order.
+fn axis_names(rows: &[ReportRow]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for r in rows {
+        for (a, _) in &r.config {
+            if !names.contains(a) {
+                names.push(a.clone());
+            }
+        }
+    }
+    names
+}
+
+fn config_value(r: &ReportRow, axis: &str) -> String {
+    r.config.iter().find(|(a, _)| a == axis).map(|(_, v)| v.clone()).unwrap_or_default()
+}
+
+/// The report as a Markdown table (accuracies in %, mean ± std over seeds).
+pub fn markdown(rows: &[ReportRow]) -> String {
+    let axes = axis_names(rows);
+    let mut head: Vec<String> = axes.clone();
+    head.extend(["model".into(), "clients".into(), "seeds".into()]);
+    head.extend(REPORT_METRICS.iter().map(|(_, d)| d.to_string()));
+    let mut s = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
+    for r in rows {
+        let mut cells: Vec<String> = axes.iter().map(|a| config_value(r, a)).collect();
+        cells.push(r.model.clone());
+        cells.push(if r.unseen { "unseen" } else { "training" }.into());
+        cells.push(r.seeds.to_string());
+        for (m, _) in REPORT_METRICS {
+            let (mean, std) = r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
+            let percent = m.starts_with("test_acc") && m != "test_acc_jain";
+            let k = if percent { 100.0 } else { 1.0 };
+            cells.push(if mean.is_nan() {
+                "–".into()
+            } else if m == "test_acc_jain" {
+                format!("{mean:.4} ± {std:.4}")
+            } else {
+                format!("{:.2} ± {:.2}", k * mean, k * std)
+            });
+        }
+        s += &format!("| {} |\n", cells.join(" | "));
+    }
+    s
+}
+
+/// The report as a frame: axis columns, `model`, `unseen`, `seeds`, and `<metric>_mean`,
+/// `<metric>_std` per metric.
+pub fn report_frame(rows: &[ReportRow]) -> PolarsResult<DataFrame> {
+    let axes = axis_names(rows);
+    let mut columns: Vec<Column> = axes
+        .iter()
+        .map(|a| Column::new(a.as_str().into(), rows.iter().map(|r| config_value(r, a)).collect::<Vec<_>>()))
+        .collect();
+    columns.push(Column::new("model".into(), rows.iter().map(|r| r.model.clone()).collect::<Vec<_>>()));
+    columns.push(Column::new("unseen".into(), rows.iter().map(|r| r.unseen).collect::<Vec<_>>()));
+    columns.push(Column::new("seeds".into(), rows.iter().map(|r| r.seeds as u32).collect::<Vec<_>>()));
+    for (m, _) in REPORT_METRICS {
+        let get = |r: &ReportRow| r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
+        columns.push(Column::new(format!("{m}_mean").into(), rows.iter().map(|r| get(r).0).collect::<Vec<_>>()));
+        columns.push(Column::new(format!("{m}_std").into(), rows.iter().map(|r| get(r).1).collect::<Vec<_>>()));
+    }
+    DataFrame::new_infer_height(columns)
+}
+
+/// Writes `report.csv` and `report.md` into `out` (created if needed); returns their paths.
+pub fn write_report(out: &Path, rows: &[ReportRow]) -> Result<Vec<PathBuf>, ReportError> {
+    std::fs::create_dir_all(out).map_err(|source| ReportError::Io {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let csv = out.join("report.csv");
+    let mut df = report_frame(rows).map_err(|source| ReportError::Polars {
+        path: csv.clone(),
+        source,
+    })?;
+    super::write_csv(&csv, &mut df)?;
+    let md = out.join("report.md");
+    let text = markdown(rows);
+    write_atomic(&md, |f| {
+        use std::io::Write;
+        f.write_all(text.as_bytes())?;
+        Ok(())
+    })?;
+    Ok(vec![csv, md])
+}
+
+/// Writes a table of text columns as CSV (for a sweep's `cells.csv`).
+pub fn write_text_table(path: &Path, columns: &[(String, Vec<String>)]) -> Result<(), ReportError> {
+    let mut df = DataFrame::new_infer_height(
+        columns
+            .iter()
+            .map(|(n, v)| Column::new(n.as_str().into(), v.clone()))
+            .collect(),
+    )
+    .map_err(|source| ReportError::Polars {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    super::write_csv(path, &mut df)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(config: &str, seed: &str, acc: f64, p10: f64) -> RunRow {
+        RunRow {
+            config: vec![("sampling.fraction".into(), config.into())],
+            seed: seed.into(),
+            model: "global".into(),
+            unseen: false,
+            metrics: [("test_acc_mean".to_string(), acc), ("test_acc_p10".to_string(), p10)]
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn groups_by_configuration_with_mean_and_sample_std() {
+        let rows = [
+            row("0.1", "1", 0.70, 0.5),
+            row("0.5", "1", 0.80, f64::NAN),
+            row("0.1", "2", 0.74, 0.7),
+            row("0.1", "3", 0.72, 0.6),
+        ];
+        let report = aggregate(&rows);
+        assert_eq!(report.len(), 2);
+        assert_eq!(report[0].config[0].1, "0.1");
+        assert_eq!(report[0].seeds, 3);
+        let (m, s) = report[0].stats["test_acc_mean"];
+        assert!((m - 0.72).abs() < 1e-12 && (s - 0.02).abs() < 1e-12, "{m} {s}");
+        assert_eq!(report[1].stats["test_acc_mean"], (0.80, 0.0));
+        // A missing value is left out, not averaged as NaN.
+        assert!(report[1].stats["test_acc_p10"].0.is_nan());
+        let md = markdown(&report);
+        assert!(md.contains("| 0.1 | global | training | 3 | 72.00 ± 2.00 |"), "{md}");
+    }
+}
