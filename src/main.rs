@@ -2,7 +2,10 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use fedsim::report::{aggregate, differing_files, markdown, read_runs, write_report, REPRODUCIBLE_FILES};
+use fedsim::report::{
+    aggregate, differing_files, markdown, read_curves, read_runs, write_plots, write_report,
+    REPRODUCIBLE_FILES,
+};
 use fedsim::run::{default_out_dir, default_threads, run_scenario, RunOptions};
 use fedsim::scenario::{parse_shard, Scenario, Sweep};
 use fedsim::sweep::{cell_dir, is_finished, run_sweep, SweepOptions};
@@ -64,9 +67,11 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
-    /// Tables over runs: per configuration (a sweep's axis values, or a run folder), mean ± std
-    /// over seeds of accuracy, bottom decile, p10, worst-10% mean, fairness, loss, time to
-    /// target. Printed, and written as report.csv and report.md.
+    /// Tables and plots over runs: per configuration (a sweep's axis values, or a run folder),
+    /// mean ± std over seeds of accuracy, bottom decile, p10, worst-10% mean, fairness, loss,
+    /// time to target (printed, and written as report.csv and report.md); PNG and SVG charts
+    /// of accuracy against each numeric axis, convergence against rounds and simulated time,
+    /// and per-client accuracy CDFs.
     Report {
         /// Sweep folders (with cells.csv) or run folders (with summary.csv).
         #[arg(required = true)]
@@ -173,7 +178,13 @@ fn real_main() -> Result<()> {
             let report = aggregate(&rows);
             print!("{}", markdown(&report));
             let out = out.unwrap_or_else(|| dirs[0].join("report"));
-            for f in write_report(&out, &report)? {
+            let mut curves = Vec::new();
+            for d in &dirs {
+                curves.extend(read_curves(d).with_context(|| format!("reading {}", d.display()))?);
+            }
+            let mut files = write_report(&out, &report)?;
+            files.extend(write_plots(&out, &report, &curves)?);
+            for f in files {
                 println!("wrote {}", f.display());
             }
         }

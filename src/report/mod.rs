@@ -5,6 +5,7 @@
 //! measured, only how it is tabulated and stored.
 
 mod frames;
+mod plots;
 mod records;
 mod study;
 mod summary;
@@ -16,9 +17,10 @@ pub use frames::{
 pub use records::{
     DeviceRecord, EvalRecord, JobOutcome, JobRecord, MixtureRecord, Record, RoundRecord,
 };
+pub use plots::{write_chart, Chart, Series};
 pub use study::{
-    aggregate, markdown, mean_std, read_runs, report_frame, write_report, write_text_table,
-    ReportRow, RunRow, REPORT_METRICS,
+    aggregate, markdown, mean_std, read_curve, read_curves, read_runs, report_frame, write_plots,
+    write_report, write_text_table, ReportRow, RunCurve, RunRow, REPORT_METRICS,
 };
 pub use summary::{percentile, time_to_accuracy, Fairness, Summary};
 pub use tables::{read_client_table, ClientTable, FeatureColumns, TableColumns, TableError};
@@ -58,6 +60,8 @@ pub enum ReportError {
     },
     #[error("writing {}: {source}", path.display())]
     Polars { path: PathBuf, source: PolarsError },
+    #[error("drawing {}: {message}", path.display())]
+    Plot { path: PathBuf, message: String },
 }
 
 /// Writes `path` through a temporary file in the same folder and a rename, so that a reader

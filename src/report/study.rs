@@ -94,32 +94,45 @@ fn read_summary(path: &Path, config: &[(String, String)], seed: Option<&str>) ->
         .collect())
 }
 
-/// The runs under `dir`: a sweep folder (its finished cells) or one run folder. Also returns
-/// how many sweep cells have no results yet.
-pub fn read_runs(dir: &Path) -> Result<(Vec<RunRow>, usize), ReportError> {
+/// A finished run folder with its configuration and seed (`None`: read from its summary).
+type RunDir = (PathBuf, Vec<(String, String)>, Option<String>);
+
+/// The finished run folders under `dir` (a sweep folder's finished cells, or `dir` itself),
+/// and how many sweep cells have no results yet.
+fn run_dirs(dir: &Path) -> Result<(Vec<RunDir>, usize), ReportError> {
     let cells = dir.join("cells.csv");
     if !cells.exists() {
         let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
-        let rows = read_summary(&dir.join("summary.csv"), &[("run".into(), name)], None)?;
-        return Ok((rows, 0));
+        return Ok((vec![(dir.to_path_buf(), vec![("run".into(), name)], None)], 0));
     }
     let cols = read_csv_text(&cells)?;
     let ids = column(&cols, "cell").unwrap_or(&[]);
     let seeds = column(&cols, "seed").unwrap_or(&[]);
     let axes: Vec<&(String, Vec<Option<String>>)> =
         cols.iter().filter(|(n, _)| n != "cell" && n != "seed").collect();
-    let (mut rows, mut missing) = (Vec::new(), 0);
+    let (mut runs, mut missing) = (Vec::new(), 0);
     for (i, id) in ids.iter().enumerate() {
-        let summary = dir.join(format!("cell={}", id.as_deref().unwrap_or_default())).join("summary.csv");
-        if !summary.exists() {
+        let run = dir.join(format!("cell={}", id.as_deref().unwrap_or_default()));
+        if !run.join("summary.csv").exists() {
             missing += 1;
             continue;
         }
-        let config: Vec<(String, String)> = axes
+        let config = axes
             .iter()
             .map(|(n, v)| (n.clone(), v[i].clone().unwrap_or_default()))
             .collect();
-        rows.extend(read_summary(&summary, &config, seeds[i].as_deref())?);
+        runs.push((run, config, seeds.get(i).cloned().flatten()));
+    }
+    Ok((runs, missing))
+}
+
+/// The summary rows of the runs under `dir` (see [`run_dirs`]), and how many sweep cells have
+/// no results yet.
+pub fn read_runs(dir: &Path) -> Result<(Vec<RunRow>, usize), ReportError> {
+    let (runs, missing) = run_dirs(dir)?;
+    let mut rows = Vec::new();
+    for (run, config, seed) in runs {
+        rows.extend(read_summary(&run.join("summary.csv"), &config, seed.as_deref())?);
     }
     Ok((rows, missing))
 }
@@ -272,6 +285,220 @@ pub fn write_text_table(path: &Path, columns: &[(String, Vec<String>)]) -> Resul
         source,
     })?;
     super::write_csv(path, &mut df)
+}
+
+/// One run's learning curve (weighted mean test accuracy per evaluated round, training
+/// clients, its most client-specific model) and final per-client test accuracies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunCurve {
+    pub config: Vec<(String, String)>,
+    pub model: String,
+    /// `(round, simulated seconds, accuracy)`.
+    pub points: Vec<(u32, f64, f64)>,
+    pub client_accuracy: Vec<f64>,
+}
+
+/// Reads `dir/metrics.parquet` for the curve of `model` (training clients).
+pub fn read_curve(dir: &Path, config: &[(String, String)], model: &str) -> Result<RunCurve, ReportError> {
+    let path = dir.join("metrics.parquet");
+    let err = |source| ReportError::Polars {
+        path: path.clone(),
+        source,
+    };
+    let df = super::read_parquet(&path).map_err(err)?;
+    let round = df.column("round").and_then(|c| c.u32().cloned()).map_err(err)?;
+    let time = df.column("sim_time_s").and_then(|c| c.f64().cloned()).map_err(err)?;
+    let split = df.column("split").and_then(|c| c.str().cloned()).map_err(err)?;
+    let kind = df.column("model").and_then(|c| c.str().cloned()).map_err(err)?;
+    let unseen = df.column("unseen").and_then(|c| c.bool().cloned()).map_err(err)?;
+    let n = df.column("n_samples").and_then(|c| c.u32().cloned()).map_err(err)?;
+    let acc = df.column("accuracy").and_then(|c| c.f64().cloned()).map_err(err)?;
+    let mut by_round: BTreeMap<u32, (f64, f64, f64)> = BTreeMap::new();
+    let mut last: BTreeMap<u32, (u32, f64)> = BTreeMap::new();
+    let client = df.column("client").and_then(|c| c.u32().cloned()).map_err(err)?;
+    for i in 0..df.height() {
+        if split.get(i) != Some("test") || kind.get(i) != Some(model) || unseen.get(i) != Some(false) {
+            continue;
+        }
+        let (r, a, w) = (round.get(i).unwrap_or(0), acc.get(i).unwrap_or(f64::NAN), n.get(i).unwrap_or(0) as f64);
+        let e = by_round.entry(r).or_insert((0.0, 0.0, 0.0));
+        e.0 += a * w;
+        e.1 += w;
+        e.2 = e.2.max(time.get(i).unwrap_or(0.0));
+        let c = client.get(i).unwrap_or(0);
+        if last.get(&c).is_none_or(|(lr, _)| r >= *lr) {
+            last.insert(c, (r, a));
+        }
+    }
+    Ok(RunCurve {
+        config: config.to_vec(),
+        model: model.to_string(),
+        points: by_round
+            .into_iter()
+            .filter(|(_, (_, w, _))| *w > 0.0)
+            .map(|(r, (aw, w, t))| (r, t, aw / w))
+            .collect(),
+        client_accuracy: last.into_values().map(|(_, a)| a).collect(),
+    })
+}
+
+/// The learning curves of the runs under `dir`, each of its most client-specific model.
+pub fn read_curves(dir: &Path) -> Result<Vec<RunCurve>, ReportError> {
+    let mut out = Vec::new();
+    for (run, config, seed) in run_dirs(dir)?.0 {
+        let rows = read_summary(&run.join("summary.csv"), &config, seed.as_deref())?;
+        if let Some(headline) = rows.iter().rfind(|r| !r.unseen) {
+            out.push(read_curve(&run, &config, &headline.model)?);
+        }
+    }
+    Ok(out)
+}
+
+/// `values[i]` is determined by `keys[i]` (one value per key).
+fn determined_by(keys: &[String], values: &[String]) -> bool {
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    keys.iter()
+        .zip(values)
+        .all(|(k, v)| *seen.entry(k.as_str()).or_insert(v.as_str()) == v.as_str())
+}
+
+fn config_label(config: &[(String, String)], skip: &[String]) -> String {
+    let parts: Vec<String> = config
+        .iter()
+        .filter(|(a, _)| !skip.contains(a))
+        .map(|(_, v)| v.clone())
+        .collect();
+    if parts.is_empty() {
+        "all".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// Draws the report's figures into `out`: accuracy against every numeric axis (one line per
+/// value of the other axes, ±std over seeds; FedEM Fig. 1 left for a sampling-rate sweep),
+/// convergence curves against rounds and simulated time, and the distribution (CDF) of
+/// per-client accuracy, per configuration. Returns the files written.
+pub fn write_plots(out: &Path, rows: &[ReportRow], curves: &[RunCurve]) -> Result<Vec<PathBuf>, ReportError> {
+    use super::{write_chart, Chart, Series};
+    let mut files = Vec::new();
+    let training: Vec<&ReportRow> = rows.iter().filter(|r| !r.unseen).collect();
+    let axes = axis_names(rows);
+    let values = |a: &str| training.iter().map(|r| config_value(r, a)).collect::<Vec<_>>();
+    // Axes that vary together with an earlier one (zip partners) get no chart of their own.
+    let mut charted: Vec<String> = Vec::new();
+    for a in &axes {
+        let va = values(a);
+        let numeric = va.iter().all(|v| v.parse::<f64>().is_ok());
+        let distinct: std::collections::BTreeSet<&String> = va.iter().collect();
+        if !numeric || distinct.len() < 2 || charted.iter().any(|c| determined_by(&values(c), &va)) {
+            continue;
+        }
+        charted.push(a.clone());
+        let partners: Vec<String> = axes
+            .iter()
+            .filter(|b| *b == a || determined_by(&va, &values(b)))
+            .cloned()
+            .collect();
+        let mut series: Vec<Series> = Vec::new();
+        for r in &training {
+            let label = format!("{} {}", config_label(&r.config, &partners), r.model);
+            let (m, s) = r.stats.get("test_acc_mean").copied().unwrap_or((f64::NAN, f64::NAN));
+            let x: f64 = config_value(r, a).parse().unwrap_or(f64::NAN);
+            match series.iter_mut().find(|s| s.label == label) {
+                Some(found) => found.points.push((x, 100.0 * m, 100.0 * s)),
+                None => series.push(Series {
+                    label,
+                    points: vec![(x, 100.0 * m, 100.0 * s)],
+                }),
+            }
+        }
+        for s in &mut series {
+            s.points.sort_by(|p, q| p.0.total_cmp(&q.0));
+        }
+        let positive = va.iter().all(|v| v.parse::<f64>().is_ok_and(|x| x > 0.0));
+        let stem = out.join(format!("accuracy_vs_{}", a.replace(['.', '/'], "_")));
+        files.extend(write_chart(
+            &stem,
+            &Chart {
+                title: format!("test accuracy vs {a} (mean ± std over seeds)"),
+                x_label: a.clone(),
+                y_label: "weighted mean test accuracy (%)".into(),
+                log_x: positive && distinct.len() > 2,
+                series,
+            },
+        )?);
+    }
+    // Convergence: mean ± std over seeds at each evaluated round.
+    let mut groups: Vec<(String, Vec<&RunCurve>)> = Vec::new();
+    for c in curves {
+        let label = format!("{} {}", config_label(&c.config, &[]), c.model);
+        match groups.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, g)) => g.push(c),
+            None => groups.push((label, vec![c])),
+        }
+    }
+    for (x_name, by_time) in [("round", false), ("simulated time (s)", true)] {
+        let series = groups
+            .iter()
+            .map(|(label, runs)| {
+                let mut at: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+                for run in runs {
+                    for &(r, t, a) in &run.points {
+                        let e = at.entry(r).or_default();
+                        e.0.push(t);
+                        e.1.push(100.0 * a);
+                    }
+                }
+                let points = at
+                    .into_iter()
+                    .map(|(r, (t, a))| {
+                        let (m, s) = mean_std(&a);
+                        (if by_time { mean_std(&t).0 } else { r as f64 }, m, s)
+                    })
+                    .collect();
+                Series {
+                    label: label.clone(),
+                    points,
+                }
+            })
+            .collect();
+        let stem = out.join(if by_time { "convergence_time" } else { "convergence_round" });
+        files.extend(write_chart(
+            &stem,
+            &Chart {
+                title: format!("test accuracy vs {x_name} (mean ± std over seeds)"),
+                x_label: x_name.into(),
+                y_label: "weighted mean test accuracy (%)".into(),
+                log_x: false,
+                series,
+            },
+        )?);
+    }
+    // Per-client accuracy: empirical CDF, seeds pooled.
+    let series = groups
+        .iter()
+        .map(|(label, runs)| {
+            let mut acc: Vec<f64> = runs.iter().flat_map(|r| r.client_accuracy.iter().map(|a| 100.0 * a)).collect();
+            acc.sort_by(f64::total_cmp);
+            let n = acc.len() as f64;
+            Series {
+                label: label.clone(),
+                points: acc.iter().enumerate().map(|(i, &a)| (a, (i + 1) as f64 / n, 0.0)).collect(),
+            }
+        })
+        .collect();
+    files.extend(write_chart(
+        &out.join("client_accuracy_cdf"),
+        &Chart {
+            title: "per-client test accuracy (CDF, seeds pooled)".into(),
+            x_label: "test accuracy (%)".into(),
+            y_label: "fraction of clients".into(),
+            log_x: false,
+            series,
+        },
+    )?);
+    Ok(files)
 }
 
 #[cfg(test)]

@@ -1,0 +1,154 @@
+//! Line charts as PNG and SVG (plotters), for `fedsim report`: each series a mean line with a
+//! ±std band. Text is drawn with the bundled DejaVu Sans, so no system font is needed.
+
+use super::ReportError;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+static FONT: &[u8] = include_bytes!("fonts/DejaVuSans.ttf");
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+/// One line: `(x, mean, std)` points, sorted by x.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub label: String,
+    pub points: Vec<(f64, f64, f64)>,
+}
+
+/// A chart to draw.
+#[derive(Clone, Debug)]
+pub struct Chart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub log_x: bool,
+    pub series: Vec<Series>,
+}
+
+fn bounds(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    let (lo, hi) = values
+        .filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    (lo <= hi).then_some((lo, hi))
+}
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let pts = || chart.series.iter().flat_map(|s| s.points.iter());
+    let (x0, x1) = bounds(pts().map(|p| p.0)).ok_or("nothing to plot")?;
+    let (y0, y1) = bounds(pts().flat_map(|p| [p.1 - p.2, p.1 + p.2])).ok_or("nothing to plot")?;
+    let pad_y = ((y1 - y0) * 0.05).max(1e-3);
+    let (y0, y1) = (y0 - pad_y, y1 + pad_y);
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .caption(&chart.title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(60);
+    let series_style = |i: usize| Palette99::pick(i).to_rgba();
+    macro_rules! body {
+        ($ctx:expr) => {{
+            let mut ctx = $ctx;
+            ctx.configure_mesh()
+                .x_desc(chart.x_label.as_str())
+                .y_desc(chart.y_label.as_str())
+                .label_style(("sans-serif", 14))
+                .draw()
+                .map_err(e)?;
+            for (i, s) in chart.series.iter().enumerate() {
+                let color = series_style(i);
+                let mut band: Vec<(f64, f64)> = s.points.iter().map(|p| (p.0, p.1 + p.2)).collect();
+                band.extend(s.points.iter().rev().map(|p| (p.0, p.1 - p.2)));
+                if s.points.iter().any(|p| p.2 > 0.0) {
+                    ctx.draw_series(std::iter::once(Polygon::new(band, color.mix(0.15).filled())))
+                        .map_err(e)?;
+                }
+                ctx.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.1)), color.stroke_width(2)))
+                    .map_err(e)?
+                    .label(s.label.as_str())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+                ctx.draw_series(s.points.iter().map(|p| Circle::new((p.0, p.1), 3, color.filled())))
+                    .map_err(e)?;
+            }
+            ctx.configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 13))
+                .draw()
+                .map_err(e)?;
+        }};
+    }
+    if chart.log_x && x0 > 0.0 {
+        body!(builder.build_cartesian_2d((x0 * 0.9..x1 * 1.1).log_scale(), y0..y1).map_err(e)?);
+    } else {
+        let pad_x = ((x1 - x0) * 0.02).max(1e-9);
+        body!(builder.build_cartesian_2d(x0 - pad_x..x1 + pad_x, y0..y1).map_err(e)?);
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+/// Draws `chart` into `<stem>.png` and `<stem>.svg` (each written to a temporary file and
+/// renamed into place); returns their paths.
+pub fn write_chart(stem: &Path, chart: &Chart) -> Result<Vec<PathBuf>, ReportError> {
+    register_font();
+    let mut out = Vec::new();
+    for ext in ["png", "svg"] {
+        let path = stem.with_extension(ext);
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = path.with_file_name(format!(".{name}.{}.tmp.{ext}", std::process::id()));
+        let drawn = if ext == "png" {
+            draw(BitMapBackend::new(&tmp, (960, 640)).into_drawing_area(), chart)
+        } else {
+            draw(SVGBackend::new(&tmp, (960, 640)).into_drawing_area(), chart)
+        };
+        let fail = |message: String| {
+            let _ = std::fs::remove_file(&tmp);
+            ReportError::Plot {
+                path: path.clone(),
+                message,
+            }
+        };
+        drawn.map_err(fail)?;
+        std::fs::rename(&tmp, &path).map_err(|e| fail(e.to_string()))?;
+        out.push(path);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_png_and_svg_with_text() {
+        let dir = std::env::temp_dir().join(format!("fedsim-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let chart = Chart {
+            title: "accuracy vs sampling rate".into(),
+            x_label: "sampling.fraction".into(),
+            y_label: "test accuracy (%)".into(),
+            log_x: true,
+            series: vec![Series {
+                label: "fedem".into(),
+                points: vec![(0.05, 70.0, 1.0), (0.5, 80.0, 0.5), (1.0, 82.0, 0.0)],
+            }],
+        };
+        let files = write_chart(&dir.join("acc"), &chart).unwrap();
+        let png = std::fs::read(&files[0]).unwrap();
+        assert_eq!(&png[1..4], b"PNG");
+        let svg = std::fs::read_to_string(&files[1]).unwrap();
+        assert!(svg.contains("accuracy vs sampling rate") && svg.contains("fedem"), "{svg}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
