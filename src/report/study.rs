@@ -346,6 +346,9 @@ pub fn read_curve(dir: &Path, config: &[(String, String)], model: &str) -> Resul
 pub fn read_curves(dir: &Path) -> Result<Vec<RunCurve>, ReportError> {
     let mut out = Vec::new();
     for (run, config, seed) in run_dirs(dir)?.0 {
+        if !run.join("metrics.parquet").exists() {
+            continue;
+        }
         let rows = read_summary(&run.join("summary.csv"), &config, seed.as_deref())?;
         if let Some(headline) = rows.iter().rfind(|r| !r.unseen) {
             out.push(read_curve(&run, &config, &headline.model)?);
@@ -437,6 +440,9 @@ pub fn write_plots(out: &Path, rows: &[ReportRow], curves: &[RunCurve]) -> Resul
             Some((_, g)) => g.push(c),
             None => groups.push((label, vec![c])),
         }
+    }
+    if curves.is_empty() {
+        return Ok(files);
     }
     for (x_name, by_time) in [("round", false), ("simulated time (s)", true)] {
         let series = groups

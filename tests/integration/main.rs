@@ -6,4 +6,5 @@ mod determinism;
 mod paper;
 mod parquet_data;
 mod scenario_errors;
+mod sweeps;
 mod systems;
