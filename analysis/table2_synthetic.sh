@@ -5,6 +5,9 @@
 # seeds 1-3, then a markdown table of mean ± std.
 # Results go to results/table2_synthetic/<method>/seed-<n>/.
 #   bash analysis/table2_synthetic.sh
+# The same runs as one sweep (each cell is exactly one of these scenario files; a test checks it):
+#   target/release/fedsim sweep scenarios/paper/fedem_table2_synthetic.yaml --jobs 2
+#   target/release/fedsim report results/fedem_table2_synthetic
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

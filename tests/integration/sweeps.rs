@@ -233,3 +233,21 @@ fn kill_minus_nine_leaves_only_finished_cells_and_a_rerun_completes() {
         .collect();
     assert!(leftovers.is_empty(), "partial folders left: {leftovers:?}");
 }
+
+#[test]
+fn the_table2_sweep_is_exactly_the_per_method_scenarios() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let s = Sweep::load(&root.join("scenarios/paper/fedem_table2_synthetic.yaml")).unwrap();
+    assert_eq!(s.cells.len(), 30);
+    for method in ["local", "fedavg", "fedprox", "fedavg_plus", "clustered", "pfedme", "apfl", "per_fedavg", "ditto", "fedem"] {
+        for seed in 1..=3 {
+            let file = root.join(format!("scenarios/paper/fedem_synthetic_{method}.yaml"));
+            let args = ["name=fedem_table2_synthetic".to_string(), format!("seed={seed}")];
+            let own = fedsim::scenario::Scenario::load(&file, &args).unwrap();
+            assert!(
+                s.cells.iter().any(|c| c.id() == own.run_id() && c.scenario.resolved_yaml == own.resolved_yaml),
+                "no cell is {method} seed {seed}"
+            );
+        }
+    }
+}
