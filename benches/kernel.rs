@@ -170,7 +170,11 @@ training: {local_steps: 1, batch_size: 8}
         let s = Scenario::from_yaml(text, Path::new("overhead.yaml"), &extra).unwrap();
         let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed)).unwrap());
         g.bench_function(name, |b| {
-            b.iter(|| simulate(&s.run, data.clone(), threads, |_| {}).unwrap().events)
+            b.iter(|| {
+                simulate(&s.run, data.clone(), threads, |_| {})
+                    .unwrap()
+                    .events
+            })
         });
     }
     g.finish();

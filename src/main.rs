@@ -130,13 +130,20 @@ fn real_main() -> Result<()> {
             let plan = Sweep::load(&sweep)?;
             let out = out.unwrap_or_else(|| Path::new("results").join(&plan.name));
             let shard = match shard {
-                Some(arg) => parse_shard(&arg, |k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?,
+                Some(arg) => {
+                    parse_shard(&arg, |k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?
+                }
                 None => (0, 1),
             };
             if list {
                 for cell in plan.shard(shard.0, shard.1) {
                     let done = is_finished(&cell_dir(&out, cell), cell);
-                    println!("{}  {}  {}", cell.id(), if done { "finished" } else { "to run  " }, cell.label());
+                    println!(
+                        "{}  {}  {}",
+                        cell.id(),
+                        if done { "finished" } else { "to run  " },
+                        cell.label()
+                    );
                 }
                 return Ok(());
             }
@@ -146,7 +153,8 @@ fn real_main() -> Result<()> {
                 shard,
                 progress: !quiet && std::io::stderr().is_terminal(),
             };
-            let outcome = run_sweep(&plan, &opts).with_context(|| format!("sweep {}", sweep.display()))?;
+            let outcome =
+                run_sweep(&plan, &opts).with_context(|| format!("sweep {}", sweep.display()))?;
             println!(
                 "{}: shard {}/{}: {} cells, {} already finished, {} run, {} failed; results in {}/",
                 plan.name,
@@ -168,7 +176,8 @@ fn real_main() -> Result<()> {
         Command::Report { dirs, out } => {
             let mut rows = Vec::new();
             for d in &dirs {
-                let (mut r, missing) = read_runs(d).with_context(|| format!("reading {}", d.display()))?;
+                let (mut r, missing) =
+                    read_runs(d).with_context(|| format!("reading {}", d.display()))?;
                 if missing > 0 {
                     eprintln!("note: {}: {missing} cells have no results yet", d.display());
                 }

@@ -57,11 +57,20 @@ pub fn is_finished(dir: &Path, cell: &Cell) -> bool {
 /// Writes `OUT/cells.csv`: `cell, seed`, then one column per axis (values on one line).
 fn write_cells(out: &Path, sweep: &Sweep) -> Result<(), ReportError> {
     let mut columns = vec![
-        ("cell".to_string(), sweep.cells.iter().map(|c| c.id().to_string()).collect()),
-        ("seed".to_string(), sweep.cells.iter().map(|c| c.seed.to_string()).collect()),
+        (
+            "cell".to_string(),
+            sweep.cells.iter().map(|c| c.id().to_string()).collect(),
+        ),
+        (
+            "seed".to_string(),
+            sweep.cells.iter().map(|c| c.seed.to_string()).collect(),
+        ),
     ];
     for (i, path) in sweep.axis_paths.iter().enumerate() {
-        columns.push((path.clone(), sweep.cells.iter().map(|c| compact(&c.axes[i].1)).collect()));
+        columns.push((
+            path.clone(),
+            sweep.cells.iter().map(|c| compact(&c.axes[i].1)).collect(),
+        ));
     }
     write_text_table(&out.join("cells.csv"), &columns)
 }
@@ -86,7 +95,11 @@ fn clear_partials(out: &Path, cell: &Cell) -> Result<(), RunError> {
 
 fn run_cell(out: &Path, cell: &Cell, threads: usize, bar: ProgressBar) -> Result<(), RunError> {
     clear_partials(out, cell)?;
-    let partial = out.join(format!(".partial-cell={}-{}", cell.id(), std::process::id()));
+    let partial = out.join(format!(
+        ".partial-cell={}-{}",
+        cell.id(),
+        std::process::id()
+    ));
     let opts = RunOptions {
         out_dir: partial.clone(),
         threads,
@@ -122,9 +135,11 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
     });
     let overall = multi.add(ProgressBar::new(mine.len() as u64));
     overall.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:30}] cells {pos}/{len} {elapsed_precise} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{prefix} [{bar:30}] cells {pos}/{len} {elapsed_precise} eta {eta}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     overall.set_prefix(sweep.name.clone());
     overall.set_position(outcome.skipped as u64);
@@ -139,11 +154,15 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
                 let Some(cell) = todo.get(i) else { break };
                 let bar = multi.add(ProgressBar::new(0));
                 bar.set_prefix(cell.label());
-                let result = run_cell(&opts.out, cell, threads, bar.clone()).map_err(|e| e.to_string());
+                let result =
+                    run_cell(&opts.out, cell, threads, bar.clone()).map_err(|e| e.to_string());
                 bar.finish_and_clear();
                 multi.remove(&bar);
                 overall.inc(1);
-                results.lock().expect("no panics while held").push((i, result));
+                results
+                    .lock()
+                    .expect("no panics while held")
+                    .push((i, result));
             });
         }
     });

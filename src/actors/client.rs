@@ -124,7 +124,9 @@ impl<A: Algorithm> Client<A> {
         } else {
             0
         };
-        let delay = self.system.transfer_time(self.id, Link::Up, payload_bytes(floats));
+        let delay = self
+            .system
+            .transfer_time(self.id, Link::Up, payload_bytes(floats));
         let online_until = self.system.online_until(self.id, now).unwrap_or(now);
         if online_until < now + delay {
             self.fail(round, online_until - now, compute, eff);

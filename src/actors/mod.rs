@@ -16,15 +16,14 @@ pub use sampling::{SampleSize, Sampling, Strategy};
 pub use trainer::TrainerPool;
 
 use crate::algorithms::{
-    Algorithm, AlgorithmSpec, Apfl, Clustered, Ditto, Evaluation, FedAvg, FedEm, Local, Noop, PFedMe,
-    PerFedAvg, Training,
+    Algorithm, AlgorithmSpec, Apfl, Clustered, Ditto, Evaluation, FedAvg, FedEm, Local, Noop,
+    PFedMe, PerFedAvg, Training,
 };
 use crate::data::{FederatedData, Split};
 use crate::models::{Architecture, ModelSpec};
 use crate::report::{DeviceRecord, Record};
 use crate::sim::{
-    Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime,
-    World,
+    Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime, World,
 };
 use crate::system::{Link, SystemModel, SystemSpec};
 use actix::prelude::*;

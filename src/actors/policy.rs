@@ -90,7 +90,10 @@ impl PolicySpec {
             if v >= 0.0 && v.is_finite() {
                 Ok(())
             } else {
-                Err((path.to_string(), format!("must be a non-negative number, got {v}")))
+                Err((
+                    path.to_string(),
+                    format!("must be a non-negative number, got {v}"),
+                ))
             }
         };
         match self {
@@ -123,7 +126,10 @@ impl PolicySpec {
                     return Err(("concurrency".into(), "must be at least 1".into()));
                 }
                 if !(*server_lr > 0.0 && server_lr.is_finite()) {
-                    return Err(("server_lr".into(), format!("must be positive, got {server_lr}")));
+                    return Err((
+                        "server_lr".into(),
+                        format!("must be positive, got {server_lr}"),
+                    ));
                 }
                 non_negative("staleness_exponent", *staleness_exponent)
             }

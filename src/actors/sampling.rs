@@ -112,7 +112,10 @@ mod tests {
         let frac = |f| Sampling::uniform(SampleSize::Fraction(f));
         assert_eq!(frac(0.1).per_round(300), 30);
         assert_eq!(frac(0.001).per_round(300), 1);
-        assert_eq!(Sampling::uniform(SampleSize::Count(500)).per_round(300), 300);
+        assert_eq!(
+            Sampling::uniform(SampleSize::Count(500)).per_round(300),
+            300
+        );
         let over = Sampling {
             over_selection: 0.3,
             ..frac(0.1)

@@ -138,11 +138,21 @@ impl<A: Algorithm> Server<A> {
         let mut rng = self.cfg.seeds.rng(Entity::Server, "sampling", index);
         let data = &self.cfg.algorithm.data;
         let n_train = |c: u32| data.split_len(c as usize, crate::data::Split::Train) as f64;
-        self.cfg.sampling.select(candidates, count, n_train, &mut rng)
+        self.cfg
+            .sampling
+            .select(candidates, count, n_train, &mut rng)
     }
 
     /// Sends the current model to `client` for job `job` of round `round`.
-    fn dispatch(&mut self, now: SimTime, client: u32, round: u32, job: u64, upload: bool, eff: &mut FlEffects<A>) {
+    fn dispatch(
+        &mut self,
+        now: SimTime,
+        client: u32,
+        round: u32,
+        job: u64,
+        upload: bool,
+        eff: &mut FlEffects<A>,
+    ) {
         let bytes = payload_bytes(self.alg().broadcast_len(&self.global));
         let download = self.cfg.system.transfer_time(client, Link::Down, bytes);
         self.counts.bytes_down += bytes;
@@ -181,7 +191,12 @@ impl<A: Algorithm> Server<A> {
 
     // ---- synchronous rounds ----
 
-    fn start_round(&mut self, now: SimTime, round: u32, eff: &mut FlEffects<A>) -> Result<(), SimError> {
+    fn start_round(
+        &mut self,
+        now: SimTime,
+        round: u32,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
         self.round = round;
         self.start_when_idle = false;
         let total = self.cfg.participants.len();
@@ -207,7 +222,11 @@ impl<A: Algorithm> Server<A> {
             start: now,
             ..Default::default()
         };
-        self.selected = self.choose(&candidates, self.cfg.sampling.to_select(total), round as u64);
+        self.selected = self.choose(
+            &candidates,
+            self.cfg.sampling.to_select(total),
+            round as u64,
+        );
         let trainers = if self.alg().trains_unsampled() {
             candidates
         } else {
@@ -224,7 +243,11 @@ impl<A: Algorithm> Server<A> {
             ..
         } = self.cfg.policy
         {
-            eff.send(SERVER, SimDuration::from_secs_f64_ceil(d), Msg::Deadline { round });
+            eff.send(
+                SERVER,
+                SimDuration::from_secs_f64_ceil(d),
+                Msg::Deadline { round },
+            );
         }
         Ok(())
     }
@@ -252,7 +275,11 @@ impl<A: Algorithm> Server<A> {
         self.open = false;
         let round = self.round;
         if let Some(outcome) = late_as {
-            for job in self.in_flight.values_mut().filter(|j| j.round == round && j.late.is_none()) {
+            for job in self
+                .in_flight
+                .values_mut()
+                .filter(|j| j.round == round && j.late.is_none())
+            {
                 job.late = Some(outcome);
                 match outcome {
                     JobOutcome::Straggler => self.counts.stragglers += 1,
@@ -269,15 +296,22 @@ impl<A: Algorithm> Server<A> {
         eff.record(Record::Round(std::mem::take(&mut self.counts)));
         self.after_aggregation(eff);
         if round < self.cfg.rounds {
-            eff.send(SERVER, SimDuration::ZERO, Msg::StartRound { round: round + 1 });
+            eff.send(
+                SERVER,
+                SimDuration::ZERO,
+                Msg::StartRound { round: round + 1 },
+            );
         }
     }
 
     fn staleness_exponent(&self) -> f64 {
         match self.cfg.policy {
-            PolicySpec::Synchronous { staleness_exponent, .. } | PolicySpec::Fedbuff { staleness_exponent, .. } => {
-                staleness_exponent
+            PolicySpec::Synchronous {
+                staleness_exponent, ..
             }
+            | PolicySpec::Fedbuff {
+                staleness_exponent, ..
+            } => staleness_exponent,
         }
     }
 
@@ -289,7 +323,8 @@ impl<A: Algorithm> Server<A> {
         }
         held.sort_by_key(|h| h.client);
         let next = if held.iter().all(|h| h.staleness == 0) && server_lr == 1.0 {
-            let updates: Vec<(u32, A::Update)> = held.into_iter().map(|h| (h.client, h.update)).collect();
+            let updates: Vec<(u32, A::Update)> =
+                held.into_iter().map(|h| (h.client, h.update)).collect();
             self.alg().aggregate(&self.global, &updates)
         } else {
             let stale: Vec<StaleUpdate<'_, A::Global, A::Update>> = held
@@ -331,7 +366,15 @@ impl<A: Algorithm> Server<A> {
 
     // ---- arrivals (both policies) ----
 
-    fn job_record(&self, now: SimTime, client: u32, job: &InFlight<A::Global>, outcome: JobOutcome, compute: SimDuration, staleness: u32) -> Record {
+    fn job_record(
+        &self,
+        now: SimTime,
+        client: u32,
+        job: &InFlight<A::Global>,
+        outcome: JobOutcome,
+        compute: SimDuration,
+        staleness: u32,
+    ) -> Record {
         Record::Job(JobRecord {
             round: job.round,
             client,
@@ -346,9 +389,9 @@ impl<A: Algorithm> Server<A> {
 
     fn take_job(&mut self, client: u32) -> Result<InFlight<A::Global>, SimError> {
         self.busy[client as usize] = false;
-        self.in_flight
-            .remove(&client)
-            .ok_or_else(|| SimError::Model(format!("client {client} reported a job it was never sent")))
+        self.in_flight.remove(&client).ok_or_else(|| {
+            SimError::Model(format!("client {client} reported a job it was never sent"))
+        })
     }
 
     fn receive(
@@ -395,7 +438,12 @@ impl<A: Algorithm> Server<A> {
     }
 
     /// A synchronous update that arrives after its round ended.
-    fn late_arrival(&mut self, client: u32, job: &InFlight<A::Global>, update: A::Update) -> JobOutcome {
+    fn late_arrival(
+        &mut self,
+        client: u32,
+        job: &InFlight<A::Global>,
+        update: A::Update,
+    ) -> JobOutcome {
         let PolicySpec::Synchronous {
             late_updates,
             max_staleness,
@@ -406,9 +454,17 @@ impl<A: Algorithm> Server<A> {
         };
         let outcome = job.late.unwrap_or(JobOutcome::Discarded);
         // It joins the next aggregation: that of the open round, or of the next one.
-        let joins = if self.open { self.round } else { self.round + 1 };
+        let joins = if self.open {
+            self.round
+        } else {
+            self.round + 1
+        };
         let staleness = joins - job.round;
-        if outcome == JobOutcome::Straggler && late_updates == LateUpdates::NextRound && staleness <= max_staleness && joins <= self.cfg.rounds {
+        if outcome == JobOutcome::Straggler
+            && late_updates == LateUpdates::NextRound
+            && staleness <= max_staleness
+            && joins <= self.cfg.rounds
+        {
             self.counts.late += 1;
             self.late.push(Held {
                 client,
@@ -421,7 +477,13 @@ impl<A: Algorithm> Server<A> {
         outcome
     }
 
-    fn failed(&mut self, now: SimTime, client: u32, compute: SimDuration, eff: &mut FlEffects<A>) -> Result<(), SimError> {
+    fn failed(
+        &mut self,
+        now: SimTime,
+        client: u32,
+        compute: SimDuration,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
         let job = self.take_job(client)?;
         eff.record(self.job_record(now, client, &job, JobOutcome::Failed, compute, 0));
         if self.is_async() {
@@ -506,16 +568,28 @@ impl<A: Algorithm> Server<A> {
         else {
             unreachable!()
         };
-        let update = update.ok_or_else(|| SimError::Model("asynchronous jobs always upload".into()))?;
+        let update =
+            update.ok_or_else(|| SimError::Model("asynchronous jobs always upload".into()))?;
         let staleness = self.round + 1 - job.round;
         if self.finished || staleness > max_staleness {
             if !self.finished {
                 self.counts.discarded += 1;
             }
-            eff.record(self.job_record(now, client, &job, JobOutcome::Discarded, compute, staleness));
+            eff.record(self.job_record(
+                now,
+                client,
+                &job,
+                JobOutcome::Discarded,
+                compute,
+                staleness,
+            ));
             return self.fill(now, eff);
         }
-        let outcome = if staleness == 0 { JobOutcome::Aggregated } else { JobOutcome::Late };
+        let outcome = if staleness == 0 {
+            JobOutcome::Aggregated
+        } else {
+            JobOutcome::Late
+        };
         eff.record(self.job_record(now, client, &job, outcome, compute, staleness));
         self.fresh.push(Held {
             client,
@@ -558,8 +632,12 @@ impl<A: Algorithm> Handler<Deliver<A>> for Server<A> {
                 compute,
                 ..
             } => self.receive(now, client, Some(update), compute, &mut eff)?,
-            Msg::Done { client, compute, .. } => self.receive(now, client, None, compute, &mut eff)?,
-            Msg::Failed { client, compute, .. } => self.failed(now, client, compute, &mut eff)?,
+            Msg::Done {
+                client, compute, ..
+            } => self.receive(now, client, None, compute, &mut eff)?,
+            Msg::Failed {
+                client, compute, ..
+            } => self.failed(now, client, compute, &mut eff)?,
             Msg::Deadline { round } => self.deadline(now, round, &mut eff),
             Msg::Wake => {
                 if self.wake_at == Some(now) {

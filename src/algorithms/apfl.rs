@@ -5,8 +5,8 @@
 //! α ← α − η_α·⟨v − w, ∇f(v̄)⟩, kept in [0, 1]. The server averages the w's (weights n_t).
 //! Clients are evaluated with α·v + (1 − α)·w_global. Plain SGD: momentum is not used.
 
-use super::{StaleUpdate, descend, Algorithm, Evaluation, LocalContext, ModelKind};
-use crate::algorithms::fedavg::ModelUpdate;
+use super::{descend, Algorithm, Evaluation, LocalContext, ModelKind};
+use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
 use crate::models::{evaluate, Architecture, LocalPlan};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -136,18 +136,7 @@ impl Algorithm for Apfl {
         ModelUpdate::of(ctx, w)
     }
 
-    fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
-        ModelUpdate::average(updates)
-    }
-
-    fn aggregate_stale(
-        &self,
-        global: &Vec<f32>,
-        updates: &[StaleUpdate<'_, Vec<f32>, ModelUpdate>],
-        server_lr: f64,
-    ) -> Option<Vec<f32>> {
-        Some(ModelUpdate::stale_average(global, updates, server_lr))
-    }
+    model_update_aggregation!();
 
     fn evaluate(
         &self,

@@ -5,8 +5,8 @@
 //! The global part is FedAvg's local training (momentum and all, as the scenario says); the
 //! personal part takes as many plain-SGD minibatch steps as the plan has, at `personal_lr`.
 
-use super::{StaleUpdate, descend, Algorithm, Evaluation, LocalContext, ModelKind};
-use crate::algorithms::fedavg::ModelUpdate;
+use super::{descend, Algorithm, Evaluation, LocalContext, ModelKind};
+use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
 use crate::models::{evaluate, Architecture, LocalPlan, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -113,18 +113,7 @@ impl Algorithm for Ditto {
         ModelUpdate::of(ctx, params)
     }
 
-    fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
-        ModelUpdate::average(updates)
-    }
-
-    fn aggregate_stale(
-        &self,
-        global: &Vec<f32>,
-        updates: &[StaleUpdate<'_, Vec<f32>, ModelUpdate>],
-        server_lr: f64,
-    ) -> Option<Vec<f32>> {
-        Some(ModelUpdate::stale_average(global, updates, server_lr))
-    }
+    model_update_aggregation!();
 
     fn evaluate(
         &self,

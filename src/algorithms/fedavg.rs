@@ -5,7 +5,10 @@
 //! - FedAvg+ (Jiang et al. 2019) trains like FedAvg; at evaluation each client fine-tunes a copy
 //!   of the global model for a few local epochs and is tested on it.
 
-use super::{stale_delta_average, weighted_average, Algorithm, StaleUpdate, Evaluation, LocalContext, ModelKind};
+use super::{
+    stale_delta_average, weighted_average, Algorithm, Evaluation, LocalContext, ModelKind,
+    StaleUpdate,
+};
 use crate::models::{evaluate, Architecture, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -97,6 +100,26 @@ impl FedAvg {
     }
 }
 
+/// `aggregate` (FedAvg's weighted average) and `aggregate_stale` (FedBuff's) for an
+/// [`Algorithm`] whose server holds one flat model and whose clients send [`ModelUpdate`]s.
+macro_rules! model_update_aggregation {
+    () => {
+        fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
+            ModelUpdate::average(updates)
+        }
+
+        fn aggregate_stale(
+            &self,
+            global: &Vec<f32>,
+            updates: &[$crate::algorithms::StaleUpdate<'_, Vec<f32>, ModelUpdate>],
+            server_lr: f64,
+        ) -> Option<Vec<f32>> {
+            Some(ModelUpdate::stale_average(global, updates, server_lr))
+        }
+    };
+}
+pub(crate) use model_update_aggregation;
+
 /// A client's model after local training, with its aggregation weight n_t.
 pub struct ModelUpdate {
     pub params: Vec<f32>,
@@ -174,18 +197,7 @@ impl Algorithm for FedAvg {
         ModelUpdate::of(ctx, params)
     }
 
-    fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
-        ModelUpdate::average(updates)
-    }
-
-    fn aggregate_stale(
-        &self,
-        global: &Vec<f32>,
-        updates: &[StaleUpdate<'_, Vec<f32>, ModelUpdate>],
-        server_lr: f64,
-    ) -> Option<Vec<f32>> {
-        Some(ModelUpdate::stale_average(global, updates, server_lr))
-    }
+    model_update_aggregation!();
 
     fn evaluate(
         &self,

@@ -5,7 +5,10 @@
 //! q(i, m). The server averages each component with weights p_t = n_t / n. A client predicts with
 //! Σ_m π_m · p(y | x; θ_m).
 
-use super::{stale_delta_average, weighted_average, Algorithm, StaleUpdate, Evaluation, LocalContext, ModelKind};
+use super::{
+    stale_delta_average, weighted_average, Algorithm, Evaluation, LocalContext, ModelKind,
+    StaleUpdate,
+};
 use crate::models::{evaluate_mixture, sample_losses, Architecture, LocalPlan, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};

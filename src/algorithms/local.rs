@@ -1,7 +1,7 @@
 //! Local training: every client trains its own model on its own data and nothing is
 //! communicated. All clients start from the same initial model.
 
-use super::{StaleUpdate, Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{Algorithm, Evaluation, LocalContext, ModelKind, StaleUpdate};
 use crate::models::{evaluate, Architecture, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};

@@ -379,7 +379,10 @@ pub fn stale_delta_average<'a>(
     assert!(total > 0.0, "stale average needs a positive total weight");
     let mut acc = vec![0f64; global.len()];
     for (w, f, x, b) in items {
-        assert!(x.len() == acc.len() && b.len() == acc.len(), "vectors of different lengths");
+        assert!(
+            x.len() == acc.len() && b.len() == acc.len(),
+            "vectors of different lengths"
+        );
         let k = f * w / total;
         for ((a, &xi), &bi) in acc.iter_mut().zip(x).zip(b) {
             *a += k * (xi as f64 - bi as f64);
@@ -508,10 +511,23 @@ mod tests {
         let (x1, b1) = ([3.0f32, 1.0], [1.0f32, 1.0]);
         let (x2, b2) = ([0.0f32, 4.0], [0.0f32, 0.0]);
         // Fresh, unit factors: the weighted average of the models.
-        let fresh = stale_delta_average(&g, [(1.0, 1.0, &x1[..], &g[..]), (3.0, 1.0, &[5.0f32, 1.0][..], &g[..])], 4.0, 1.0);
+        let fresh = stale_delta_average(
+            &g,
+            [
+                (1.0, 1.0, &x1[..], &g[..]),
+                (3.0, 1.0, &[5.0f32, 1.0][..], &g[..]),
+            ],
+            4.0,
+            1.0,
+        );
         assert_eq!(fresh, vec![4.5, 1.0]);
         // g + 0.5 · (1·2·(2, 0) + 0.5·2·(0, 4)) / 4 = (1.5, 1.5).
-        let stale = stale_delta_average(&g, [(2.0, 1.0, &x1[..], &b1[..]), (2.0, 0.5, &x2[..], &b2[..])], 4.0, 0.5);
+        let stale = stale_delta_average(
+            &g,
+            [(2.0, 1.0, &x1[..], &b1[..]), (2.0, 0.5, &x2[..], &b2[..])],
+            4.0,
+            0.5,
+        );
         assert_eq!(stale, vec![1.5, 1.5]);
     }
 

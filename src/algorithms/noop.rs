@@ -35,7 +35,13 @@ impl Algorithm for Noop {
         *update
     }
 
-    fn local_update(&self, _: &LocalContext<'_>, global: &usize, _: &mut (), _: &mut ChaCha20Rng) -> usize {
+    fn local_update(
+        &self,
+        _: &LocalContext<'_>,
+        global: &usize,
+        _: &mut (),
+        _: &mut ChaCha20Rng,
+    ) -> usize {
         *global
     }
 
@@ -47,11 +53,22 @@ impl Algorithm for Noop {
         *global
     }
 
-    fn aggregate_stale(&self, global: &usize, _: &[StaleUpdate<'_, usize, usize>], _: f64) -> Option<usize> {
+    fn aggregate_stale(
+        &self,
+        global: &usize,
+        _: &[StaleUpdate<'_, usize, usize>],
+        _: f64,
+    ) -> Option<usize> {
         Some(*global)
     }
 
-    fn evaluate(&self, _: &LocalContext<'_>, _: &usize, _: &(), _: &mut ChaCha20Rng) -> Vec<Evaluation> {
+    fn evaluate(
+        &self,
+        _: &LocalContext<'_>,
+        _: &usize,
+        _: &(),
+        _: &mut ChaCha20Rng,
+    ) -> Vec<Evaluation> {
         Vec::new()
     }
 }

@@ -8,8 +8,8 @@
 //! pairs (2R minibatches); with local epochs, consecutive minibatches of each pass are paired
 //! (an odd last one is left out). Plain SGD: momentum is not used.
 
-use super::{StaleUpdate, descend, Algorithm, Evaluation, LocalContext, ModelKind};
-use crate::algorithms::fedavg::ModelUpdate;
+use super::{descend, Algorithm, Evaluation, LocalContext, ModelKind};
+use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
 use crate::models::{evaluate, for_each_batch, Architecture, LocalPlan, LocalWork};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -102,18 +102,7 @@ impl Algorithm for PerFedAvg {
         ModelUpdate::of(ctx, w)
     }
 
-    fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
-        ModelUpdate::average(updates)
-    }
-
-    fn aggregate_stale(
-        &self,
-        global: &Vec<f32>,
-        updates: &[StaleUpdate<'_, Vec<f32>, ModelUpdate>],
-        server_lr: f64,
-    ) -> Option<Vec<f32>> {
-        Some(ModelUpdate::stale_average(global, updates, server_lr))
-    }
+    model_update_aggregation!();
 
     fn evaluate(
         &self,

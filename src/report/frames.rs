@@ -163,8 +163,14 @@ pub fn jobs_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame>
     let secs = |f: &dyn Fn(&JobRecord) -> f64| jobs.iter().map(|j| f(j)).collect::<Vec<f64>>();
     DataFrame::new_infer_height(vec![
         Column::new("run_id".into(), vec![meta.run_id.as_str(); jobs.len()]),
-        Column::new("round".into(), jobs.iter().map(|j| j.round).collect::<Vec<_>>()),
-        Column::new("client".into(), jobs.iter().map(|j| j.client).collect::<Vec<_>>()),
+        Column::new(
+            "round".into(),
+            jobs.iter().map(|j| j.round).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "client".into(),
+            jobs.iter().map(|j| j.client).collect::<Vec<_>>(),
+        ),
         Column::new(
             "outcome".into(),
             jobs.iter().map(|j| j.outcome.as_str()).collect::<Vec<_>>(),
@@ -179,11 +185,16 @@ pub fn jobs_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame>
                 if j.outcome == JobOutcome::Failed {
                     0.0
                 } else {
-                    (j.end - j.sent).as_secs_f64() - j.download.as_secs_f64() - j.compute.as_secs_f64()
+                    (j.end - j.sent).as_secs_f64()
+                        - j.download.as_secs_f64()
+                        - j.compute.as_secs_f64()
                 }
             }),
         ),
-        Column::new("staleness".into(), jobs.iter().map(|j| j.staleness).collect::<Vec<_>>()),
+        Column::new(
+            "staleness".into(),
+            jobs.iter().map(|j| j.staleness).collect::<Vec<_>>(),
+        ),
     ])
 }
 
@@ -212,7 +223,10 @@ pub fn clients_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
             Record::Device(d) => rows.entry(d.client).or_default().device = Some(d.clone()),
             Record::Job(j) => {
                 let row = rows.entry(j.client).or_default();
-                let k = outcomes.iter().position(|o| *o == j.outcome).expect("every outcome");
+                let k = outcomes
+                    .iter()
+                    .position(|o| *o == j.outcome)
+                    .expect("every outcome");
                 row.outcomes[k] += 1;
                 row.compute += j.compute.as_secs_f64();
                 row.comm += (j.end - j.sent).as_secs_f64() - j.compute.as_secs_f64();
@@ -235,8 +249,14 @@ pub fn clients_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
     };
     let mut columns = vec![
         Column::new("run_id".into(), vec![meta.run_id.as_str(); rows.len()]),
-        Column::new("client".into(), rows.iter().map(|(c, _)| *c).collect::<Vec<_>>()),
-        Column::new("samples_per_second".into(), device(&|d| d.samples_per_second)),
+        Column::new(
+            "client".into(),
+            rows.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "samples_per_second".into(),
+            device(&|d| d.samples_per_second),
+        ),
         Column::new("downlink_mbps".into(), device(&|d| d.downlink_mbps)),
         Column::new("uplink_mbps".into(), device(&|d| d.uplink_mbps)),
     ];
@@ -247,15 +267,25 @@ pub fn clients_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
         ));
     }
     columns.extend([
-        Column::new("compute_s".into(), rows.iter().map(|(_, r)| r.compute).collect::<Vec<_>>()),
-        Column::new("comm_s".into(), rows.iter().map(|(_, r)| r.comm).collect::<Vec<_>>()),
+        Column::new(
+            "compute_s".into(),
+            rows.iter().map(|(_, r)| r.compute).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "comm_s".into(),
+            rows.iter().map(|(_, r)| r.comm).collect::<Vec<_>>(),
+        ),
         Column::new(
             "unseen".into(),
-            rows.iter().map(|(_, r)| r.last_eval.map(|e| e.3)).collect::<Vec<_>>(),
+            rows.iter()
+                .map(|(_, r)| r.last_eval.map(|e| e.3))
+                .collect::<Vec<_>>(),
         ),
         Column::new(
             "test_accuracy".into(),
-            rows.iter().map(|(_, r)| r.last_eval.map(|e| e.2)).collect::<Vec<_>>(),
+            rows.iter()
+                .map(|(_, r)| r.last_eval.map(|e| e.2))
+                .collect::<Vec<_>>(),
         ),
     ]);
     DataFrame::new_infer_height(columns)

@@ -14,10 +14,10 @@ mod tables;
 pub use frames::{
     clients_frame, jobs_frame, metrics_frame, read_parquet, rounds_frame, summary_frame, RunMeta,
 };
+pub use plots::{write_chart, Chart, Series};
 pub use records::{
     DeviceRecord, EvalRecord, JobOutcome, JobRecord, MixtureRecord, Record, RoundRecord,
 };
-pub use plots::{write_chart, Chart, Series};
 pub use study::{
     aggregate, markdown, mean_std, read_curve, read_curves, read_runs, report_frame, write_plots,
     write_report, write_text_table, ReportRow, RunCurve, RunRow, REPORT_METRICS,

@@ -36,7 +36,9 @@ pub struct Chart {
 fn bounds(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
     let (lo, hi) = values
         .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(v), b.max(v))
+        });
     (lo <= hi).then_some((lo, hi))
 }
 
@@ -69,15 +71,27 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Resu
                 let mut band: Vec<(f64, f64)> = s.points.iter().map(|p| (p.0, p.1 + p.2)).collect();
                 band.extend(s.points.iter().rev().map(|p| (p.0, p.1 - p.2)));
                 if s.points.iter().any(|p| p.2 > 0.0) {
-                    ctx.draw_series(std::iter::once(Polygon::new(band, color.mix(0.15).filled())))
-                        .map_err(e)?;
-                }
-                ctx.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.1)), color.stroke_width(2)))
-                    .map_err(e)?
-                    .label(s.label.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-                ctx.draw_series(s.points.iter().map(|p| Circle::new((p.0, p.1), 3, color.filled())))
+                    ctx.draw_series(std::iter::once(Polygon::new(
+                        band,
+                        color.mix(0.15).filled(),
+                    )))
                     .map_err(e)?;
+                }
+                ctx.draw_series(LineSeries::new(
+                    s.points.iter().map(|p| (p.0, p.1)),
+                    color.stroke_width(2),
+                ))
+                .map_err(e)?
+                .label(s.label.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+                ctx.draw_series(
+                    s.points
+                        .iter()
+                        .map(|p| Circle::new((p.0, p.1), 3, color.filled())),
+                )
+                .map_err(e)?;
             }
             ctx.configure_series_labels()
                 .position(SeriesLabelPosition::LowerRight)
@@ -89,10 +103,14 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Resu
         }};
     }
     if chart.log_x && x0 > 0.0 {
-        body!(builder.build_cartesian_2d((x0 * 0.9..x1 * 1.1).log_scale(), y0..y1).map_err(e)?);
+        body!(builder
+            .build_cartesian_2d((x0 * 0.9..x1 * 1.1).log_scale(), y0..y1)
+            .map_err(e)?);
     } else {
         let pad_x = ((x1 - x0) * 0.02).max(1e-9);
-        body!(builder.build_cartesian_2d(x0 - pad_x..x1 + pad_x, y0..y1).map_err(e)?);
+        body!(builder
+            .build_cartesian_2d(x0 - pad_x..x1 + pad_x, y0..y1)
+            .map_err(e)?);
     }
     root.present().map_err(e)?;
     Ok(())
@@ -105,10 +123,16 @@ pub fn write_chart(stem: &Path, chart: &Chart) -> Result<Vec<PathBuf>, ReportErr
     let mut out = Vec::new();
     for ext in ["png", "svg"] {
         let path = stem.with_extension(ext);
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let tmp = path.with_file_name(format!(".{name}.{}.tmp.{ext}", std::process::id()));
         let drawn = if ext == "png" {
-            draw(BitMapBackend::new(&tmp, (960, 640)).into_drawing_area(), chart)
+            draw(
+                BitMapBackend::new(&tmp, (960, 640)).into_drawing_area(),
+                chart,
+            )
         } else {
             draw(SVGBackend::new(&tmp, (960, 640)).into_drawing_area(), chart)
         };
@@ -148,7 +172,10 @@ mod tests {
         let png = std::fs::read(&files[0]).unwrap();
         assert_eq!(&png[1..4], b"PNG");
         let svg = std::fs::read_to_string(&files[1]).unwrap();
-        assert!(svg.contains("accuracy vs sampling rate") && svg.contains("fedem"), "{svg}");
+        assert!(
+            svg.contains("accuracy vs sampling rate") && svg.contains("fedem"),
+            "{svg}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -71,15 +71,26 @@ fn read_csv_text(path: &Path) -> Result<Vec<(String, Vec<Option<String>>)>, Repo
         .collect()
 }
 
-fn column<'a>(cols: &'a [(String, Vec<Option<String>>)], name: &str) -> Option<&'a [Option<String>]> {
+fn column<'a>(
+    cols: &'a [(String, Vec<Option<String>>)],
+    name: &str,
+) -> Option<&'a [Option<String>]> {
     cols.iter().find(|(n, _)| n == name).map(|(_, v)| &v[..])
 }
 
 /// The summary rows of one run folder, each with `config`.
-fn read_summary(path: &Path, config: &[(String, String)], seed: Option<&str>) -> Result<Vec<RunRow>, ReportError> {
+fn read_summary(
+    path: &Path,
+    config: &[(String, String)],
+    seed: Option<&str>,
+) -> Result<Vec<RunRow>, ReportError> {
     let cols = read_csv_text(path)?;
     let n = cols.first().map_or(0, |c| c.1.len());
-    let text = |name: &str, i: usize| column(&cols, name).and_then(|c| c[i].clone()).unwrap_or_default();
+    let text = |name: &str, i: usize| {
+        column(&cols, name)
+            .and_then(|c| c[i].clone())
+            .unwrap_or_default()
+    };
     Ok((0..n)
         .map(|i| RunRow {
             config: config.to_vec(),
@@ -102,14 +113,22 @@ type RunDir = (PathBuf, Vec<(String, String)>, Option<String>);
 fn run_dirs(dir: &Path) -> Result<(Vec<RunDir>, usize), ReportError> {
     let cells = dir.join("cells.csv");
     if !cells.exists() {
-        let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
-        return Ok((vec![(dir.to_path_buf(), vec![("run".into(), name)], None)], 0));
+        let name = dir.file_name().map_or_else(
+            || dir.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        return Ok((
+            vec![(dir.to_path_buf(), vec![("run".into(), name)], None)],
+            0,
+        ));
     }
     let cols = read_csv_text(&cells)?;
     let ids = column(&cols, "cell").unwrap_or(&[]);
     let seeds = column(&cols, "seed").unwrap_or(&[]);
-    let axes: Vec<&(String, Vec<Option<String>>)> =
-        cols.iter().filter(|(n, _)| n != "cell" && n != "seed").collect();
+    let axes: Vec<&(String, Vec<Option<String>>)> = cols
+        .iter()
+        .filter(|(n, _)| n != "cell" && n != "seed")
+        .collect();
     let (mut runs, mut missing) = (Vec::new(), 0);
     for (i, id) in ids.iter().enumerate() {
         let run = dir.join(format!("cell={}", id.as_deref().unwrap_or_default()));
@@ -132,7 +151,11 @@ pub fn read_runs(dir: &Path) -> Result<(Vec<RunRow>, usize), ReportError> {
     let (runs, missing) = run_dirs(dir)?;
     let mut rows = Vec::new();
     for (run, config, seed) in runs {
-        rows.extend(read_summary(&run.join("summary.csv"), &config, seed.as_deref())?);
+        rows.extend(read_summary(
+            &run.join("summary.csv"),
+            &config,
+            seed.as_deref(),
+        )?);
     }
     Ok((rows, missing))
 }
@@ -161,7 +184,10 @@ pub fn aggregate(rows: &[RunRow]) -> Vec<ReportRow> {
         };
         out[i].seeds += 1;
         for (m, v) in &r.metrics {
-            values[i].entry(m.clone()).or_default().extend(v.is_finite().then_some(*v));
+            values[i]
+                .entry(m.clone())
+                .or_default()
+                .extend(v.is_finite().then_some(*v));
         }
     }
     for (row, vals) in out.iter_mut().zip(values) {
@@ -199,7 +225,11 @@ fn axis_names(rows: &[ReportRow]) -> Vec<String> {
 }
 
 fn config_value(r: &ReportRow, axis: &str) -> String {
-    r.config.iter().find(|(a, _)| a == axis).map(|(_, v)| v.clone()).unwrap_or_default()
+    r.config
+        .iter()
+        .find(|(a, _)| a == axis)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
 }
 
 /// The report as a Markdown table (accuracies in %, mean ± std over seeds).
@@ -237,15 +267,35 @@ pub fn report_frame(rows: &[ReportRow]) -> PolarsResult<DataFrame> {
     let axes = axis_names(rows);
     let mut columns: Vec<Column> = axes
         .iter()
-        .map(|a| Column::new(a.as_str().into(), rows.iter().map(|r| config_value(r, a)).collect::<Vec<_>>()))
+        .map(|a| {
+            Column::new(
+                a.as_str().into(),
+                rows.iter().map(|r| config_value(r, a)).collect::<Vec<_>>(),
+            )
+        })
         .collect();
-    columns.push(Column::new("model".into(), rows.iter().map(|r| r.model.clone()).collect::<Vec<_>>()));
-    columns.push(Column::new("unseen".into(), rows.iter().map(|r| r.unseen).collect::<Vec<_>>()));
-    columns.push(Column::new("seeds".into(), rows.iter().map(|r| r.seeds as u32).collect::<Vec<_>>()));
+    columns.push(Column::new(
+        "model".into(),
+        rows.iter().map(|r| r.model.clone()).collect::<Vec<_>>(),
+    ));
+    columns.push(Column::new(
+        "unseen".into(),
+        rows.iter().map(|r| r.unseen).collect::<Vec<_>>(),
+    ));
+    columns.push(Column::new(
+        "seeds".into(),
+        rows.iter().map(|r| r.seeds as u32).collect::<Vec<_>>(),
+    ));
     for (m, _) in REPORT_METRICS {
         let get = |r: &ReportRow| r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
-        columns.push(Column::new(format!("{m}_mean").into(), rows.iter().map(|r| get(r).0).collect::<Vec<_>>()));
-        columns.push(Column::new(format!("{m}_std").into(), rows.iter().map(|r| get(r).1).collect::<Vec<_>>()));
+        columns.push(Column::new(
+            format!("{m}_mean").into(),
+            rows.iter().map(|r| get(r).0).collect::<Vec<_>>(),
+        ));
+        columns.push(Column::new(
+            format!("{m}_std").into(),
+            rows.iter().map(|r| get(r).1).collect::<Vec<_>>(),
+        ));
     }
     DataFrame::new_infer_height(columns)
 }
@@ -299,28 +349,63 @@ pub struct RunCurve {
 }
 
 /// Reads `dir/metrics.parquet` for the curve of `model` (training clients).
-pub fn read_curve(dir: &Path, config: &[(String, String)], model: &str) -> Result<RunCurve, ReportError> {
+pub fn read_curve(
+    dir: &Path,
+    config: &[(String, String)],
+    model: &str,
+) -> Result<RunCurve, ReportError> {
     let path = dir.join("metrics.parquet");
     let err = |source| ReportError::Polars {
         path: path.clone(),
         source,
     };
     let df = super::read_parquet(&path).map_err(err)?;
-    let round = df.column("round").and_then(|c| c.u32().cloned()).map_err(err)?;
-    let time = df.column("sim_time_s").and_then(|c| c.f64().cloned()).map_err(err)?;
-    let split = df.column("split").and_then(|c| c.str().cloned()).map_err(err)?;
-    let kind = df.column("model").and_then(|c| c.str().cloned()).map_err(err)?;
-    let unseen = df.column("unseen").and_then(|c| c.bool().cloned()).map_err(err)?;
-    let n = df.column("n_samples").and_then(|c| c.u32().cloned()).map_err(err)?;
-    let acc = df.column("accuracy").and_then(|c| c.f64().cloned()).map_err(err)?;
+    let round = df
+        .column("round")
+        .and_then(|c| c.u32().cloned())
+        .map_err(err)?;
+    let time = df
+        .column("sim_time_s")
+        .and_then(|c| c.f64().cloned())
+        .map_err(err)?;
+    let split = df
+        .column("split")
+        .and_then(|c| c.str().cloned())
+        .map_err(err)?;
+    let kind = df
+        .column("model")
+        .and_then(|c| c.str().cloned())
+        .map_err(err)?;
+    let unseen = df
+        .column("unseen")
+        .and_then(|c| c.bool().cloned())
+        .map_err(err)?;
+    let n = df
+        .column("n_samples")
+        .and_then(|c| c.u32().cloned())
+        .map_err(err)?;
+    let acc = df
+        .column("accuracy")
+        .and_then(|c| c.f64().cloned())
+        .map_err(err)?;
     let mut by_round: BTreeMap<u32, (f64, f64, f64)> = BTreeMap::new();
     let mut last: BTreeMap<u32, (u32, f64)> = BTreeMap::new();
-    let client = df.column("client").and_then(|c| c.u32().cloned()).map_err(err)?;
+    let client = df
+        .column("client")
+        .and_then(|c| c.u32().cloned())
+        .map_err(err)?;
     for i in 0..df.height() {
-        if split.get(i) != Some("test") || kind.get(i) != Some(model) || unseen.get(i) != Some(false) {
+        if split.get(i) != Some("test")
+            || kind.get(i) != Some(model)
+            || unseen.get(i) != Some(false)
+        {
             continue;
         }
-        let (r, a, w) = (round.get(i).unwrap_or(0), acc.get(i).unwrap_or(f64::NAN), n.get(i).unwrap_or(0) as f64);
+        let (r, a, w) = (
+            round.get(i).unwrap_or(0),
+            acc.get(i).unwrap_or(f64::NAN),
+            n.get(i).unwrap_or(0) as f64,
+        );
         let e = by_round.entry(r).or_insert((0.0, 0.0, 0.0));
         e.0 += a * w;
         e.1 += w;
@@ -382,19 +467,29 @@ fn config_label(config: &[(String, String)], skip: &[String]) -> String {
 /// value of the other axes, ±std over seeds; FedEM Fig. 1 left for a sampling-rate sweep),
 /// convergence curves against rounds and simulated time, and the distribution (CDF) of
 /// per-client accuracy, per configuration. Returns the files written.
-pub fn write_plots(out: &Path, rows: &[ReportRow], curves: &[RunCurve]) -> Result<Vec<PathBuf>, ReportError> {
+pub fn write_plots(
+    out: &Path,
+    rows: &[ReportRow],
+    curves: &[RunCurve],
+) -> Result<Vec<PathBuf>, ReportError> {
     use super::{write_chart, Chart, Series};
     let mut files = Vec::new();
     let training: Vec<&ReportRow> = rows.iter().filter(|r| !r.unseen).collect();
     let axes = axis_names(rows);
-    let values = |a: &str| training.iter().map(|r| config_value(r, a)).collect::<Vec<_>>();
+    let values = |a: &str| {
+        training
+            .iter()
+            .map(|r| config_value(r, a))
+            .collect::<Vec<_>>()
+    };
     // Axes that vary together with an earlier one (zip partners) get no chart of their own.
     let mut charted: Vec<String> = Vec::new();
     for a in &axes {
         let va = values(a);
         let numeric = va.iter().all(|v| v.parse::<f64>().is_ok());
         let distinct: std::collections::BTreeSet<&String> = va.iter().collect();
-        if !numeric || distinct.len() < 2 || charted.iter().any(|c| determined_by(&values(c), &va)) {
+        if !numeric || distinct.len() < 2 || charted.iter().any(|c| determined_by(&values(c), &va))
+        {
             continue;
         }
         charted.push(a.clone());
@@ -406,7 +501,11 @@ pub fn write_plots(out: &Path, rows: &[ReportRow], curves: &[RunCurve]) -> Resul
         let mut series: Vec<Series> = Vec::new();
         for r in &training {
             let label = format!("{} {}", config_label(&r.config, &partners), r.model);
-            let (m, s) = r.stats.get("test_acc_mean").copied().unwrap_or((f64::NAN, f64::NAN));
+            let (m, s) = r
+                .stats
+                .get("test_acc_mean")
+                .copied()
+                .unwrap_or((f64::NAN, f64::NAN));
             let x: f64 = config_value(r, a).parse().unwrap_or(f64::NAN);
             match series.iter_mut().find(|s| s.label == label) {
                 Some(found) => found.points.push((x, 100.0 * m, 100.0 * s)),
@@ -469,7 +568,11 @@ pub fn write_plots(out: &Path, rows: &[ReportRow], curves: &[RunCurve]) -> Resul
                 }
             })
             .collect();
-        let stem = out.join(if by_time { "convergence_time" } else { "convergence_round" });
+        let stem = out.join(if by_time {
+            "convergence_time"
+        } else {
+            "convergence_round"
+        });
         files.extend(write_chart(
             &stem,
             &Chart {
@@ -485,12 +588,19 @@ pub fn write_plots(out: &Path, rows: &[ReportRow], curves: &[RunCurve]) -> Resul
     let series = groups
         .iter()
         .map(|(label, runs)| {
-            let mut acc: Vec<f64> = runs.iter().flat_map(|r| r.client_accuracy.iter().map(|a| 100.0 * a)).collect();
+            let mut acc: Vec<f64> = runs
+                .iter()
+                .flat_map(|r| r.client_accuracy.iter().map(|a| 100.0 * a))
+                .collect();
             acc.sort_by(f64::total_cmp);
             let n = acc.len() as f64;
             Series {
                 label: label.clone(),
-                points: acc.iter().enumerate().map(|(i, &a)| (a, (i + 1) as f64 / n, 0.0)).collect(),
+                points: acc
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &a)| (a, (i + 1) as f64 / n, 0.0))
+                    .collect(),
             }
         })
         .collect();
@@ -517,9 +627,12 @@ mod tests {
             seed: seed.into(),
             model: "global".into(),
             unseen: false,
-            metrics: [("test_acc_mean".to_string(), acc), ("test_acc_p10".to_string(), p10)]
-                .into_iter()
-                .collect(),
+            metrics: [
+                ("test_acc_mean".to_string(), acc),
+                ("test_acc_p10".to_string(), p10),
+            ]
+            .into_iter()
+            .collect(),
         }
     }
 
@@ -536,11 +649,17 @@ mod tests {
         assert_eq!(report[0].config[0].1, "0.1");
         assert_eq!(report[0].seeds, 3);
         let (m, s) = report[0].stats["test_acc_mean"];
-        assert!((m - 0.72).abs() < 1e-12 && (s - 0.02).abs() < 1e-12, "{m} {s}");
+        assert!(
+            (m - 0.72).abs() < 1e-12 && (s - 0.02).abs() < 1e-12,
+            "{m} {s}"
+        );
         assert_eq!(report[1].stats["test_acc_mean"], (0.80, 0.0));
         // A missing value is left out, not averaged as NaN.
         assert!(report[1].stats["test_acc_p10"].0.is_nan());
         let md = markdown(&report);
-        assert!(md.contains("| 0.1 | global | training | 3 | 72.00 ± 2.00 |"), "{md}");
+        assert!(
+            md.contains("| 0.1 | global | training | 3 | 72.00 ± 2.00 |"),
+            "{md}"
+        );
     }
 }

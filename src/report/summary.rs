@@ -45,7 +45,11 @@ impl Fairness {
         let sum_sq: f64 = acc.iter().map(|a| a * a).sum();
         Fairness {
             std: (acc.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / t).sqrt(),
-            jain: if sum_sq > 0.0 { (mean * t).powi(2) / (t * sum_sq) } else { f64::NAN },
+            jain: if sum_sq > 0.0 {
+                (mean * t).powi(2) / (t * sum_sq)
+            } else {
+                f64::NAN
+            },
             weighted_mean,
             bottom_decile: acc[k - 1],
             p10: percentile(&acc, 10.0),

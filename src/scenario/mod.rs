@@ -327,7 +327,12 @@ pub fn check_client_counts(
 fn validate_sampling(s: &RawSampling) -> Result<Sampling, Invalid> {
     let bad = |path: &str, message: String| Err((path.to_string(), message));
     let size = match (s.fraction, s.count) {
-        (Some(_), Some(_)) => return bad("fraction", "give either `fraction` or `count`, not both".into()),
+        (Some(_), Some(_)) => {
+            return bad(
+                "fraction",
+                "give either `fraction` or `count`, not both".into(),
+            )
+        }
         (Some(f), None) if !(f > 0.0 && f <= 1.0) => {
             return bad("fraction", format!("must be in (0, 1], got {f}"))
         }

@@ -1,10 +1,10 @@
 //! The scenario file as written: serde structs that reject unknown fields. Defaults are filled
 //! here so that the resolved scenario written next to the results states every setting.
 
+use crate::actors::{PolicySpec, Strategy};
 use crate::algorithms::AlgorithmSpec;
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::ModelSpec;
-use crate::actors::{PolicySpec, Strategy};
 use crate::system::SystemSpec;
 use serde::{Deserialize, Serialize};
 

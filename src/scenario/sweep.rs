@@ -95,7 +95,10 @@ pub fn compact(v: &Value) -> String {
         Value::Number(n) => n.to_string(),
         Value::String(s) => s.clone(),
         Value::Sequence(items) => {
-            format!("[{}]", items.iter().map(compact).collect::<Vec<_>>().join(", "))
+            format!(
+                "[{}]",
+                items.iter().map(compact).collect::<Vec<_>>().join(", ")
+            )
         }
         Value::Mapping(m) => format!(
             "{{{}}}",
@@ -135,29 +138,55 @@ impl Sweep {
             file: file.to_path_buf(),
             message,
         };
-        let raw: RawSweep = serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text))
-            .map_err(|e| {
-                let path = e.path().to_string();
-                let line = e.inner().location().map(|l| format!(" (line {})", l.line())).unwrap_or_default();
-                invalid(format!("field `{path}`{line}: {}", e.into_inner()))
-            })?;
+        let raw: RawSweep = serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(
+            text,
+        ))
+        .map_err(|e| {
+            let path = e.path().to_string();
+            let line = e
+                .inner()
+                .location()
+                .map(|l| format!(" (line {})", l.line()))
+                .unwrap_or_default();
+            invalid(format!("field `{path}`{line}: {}", e.into_inner()))
+        })?;
         let base_file = file.parent().unwrap_or(Path::new(".")).join(&raw.base);
-        let base_text = std::fs::read_to_string(&base_file)
-            .map_err(|e| invalid(format!("field `base`: cannot read {}: {e}", base_file.display())))?;
-        let axis = |kind: &str, (k, v): (&Value, &Value)| -> Result<(String, Vec<Value>), SweepError> {
-            let path = k
-                .as_str()
-                .filter(|p| !p.is_empty() && !p.split('.').any(str::is_empty))
-                .ok_or_else(|| invalid(format!("`{kind}`: axis `{}` must be a dotted field path", compact(k))))?;
-            match v {
-                Value::Sequence(values) if !values.is_empty() => Ok((path.to_string(), values.clone())),
-                _ => Err(invalid(format!("`{kind}.{path}`: must be a non-empty list of values"))),
-            }
-        };
-        let grid: Vec<(String, Vec<Value>)> =
-            raw.grid.iter().map(|kv| axis("grid", kv)).collect::<Result<_, _>>()?;
-        let zip: Vec<(String, Vec<Value>)> =
-            raw.zip.iter().map(|kv| axis("zip", kv)).collect::<Result<_, _>>()?;
+        let base_text = std::fs::read_to_string(&base_file).map_err(|e| {
+            invalid(format!(
+                "field `base`: cannot read {}: {e}",
+                base_file.display()
+            ))
+        })?;
+        let axis =
+            |kind: &str, (k, v): (&Value, &Value)| -> Result<(String, Vec<Value>), SweepError> {
+                let path = k
+                    .as_str()
+                    .filter(|p| !p.is_empty() && !p.split('.').any(str::is_empty))
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "`{kind}`: axis `{}` must be a dotted field path",
+                            compact(k)
+                        ))
+                    })?;
+                match v {
+                    Value::Sequence(values) if !values.is_empty() => {
+                        Ok((path.to_string(), values.clone()))
+                    }
+                    _ => Err(invalid(format!(
+                        "`{kind}.{path}`: must be a non-empty list of values"
+                    ))),
+                }
+            };
+        let grid: Vec<(String, Vec<Value>)> = raw
+            .grid
+            .iter()
+            .map(|kv| axis("grid", kv))
+            .collect::<Result<_, _>>()?;
+        let zip: Vec<(String, Vec<Value>)> = raw
+            .zip
+            .iter()
+            .map(|kv| axis("zip", kv))
+            .collect::<Result<_, _>>()?;
         if let Some((first, rest)) = zip.split_first() {
             if let Some((p, v)) = rest.iter().find(|(_, v)| v.len() != first.1.len()) {
                 return Err(invalid(format!(
@@ -169,7 +198,11 @@ impl Sweep {
             }
         }
         let axis_paths: Vec<String> = grid.iter().chain(&zip).map(|(p, _)| p.clone()).collect();
-        if let Some(dup) = axis_paths.iter().enumerate().find(|(i, p)| axis_paths[..*i].contains(p)) {
+        if let Some(dup) = axis_paths
+            .iter()
+            .enumerate()
+            .find(|(i, p)| axis_paths[..*i].contains(p))
+        {
             return Err(invalid(format!("axis `{}` appears twice", dup.1)));
         }
         let name = raw
@@ -209,7 +242,9 @@ impl Sweep {
         // Without `seeds`, every cell keeps the base scenario's seed.
         let seeds: Vec<Option<u64>> = match &raw.seeds {
             Some(s) if s.is_empty() => {
-                return Err(invalid("`seeds`: give at least one seed, or leave it out".into()))
+                return Err(invalid(
+                    "`seeds`: give at least one seed, or leave it out".into(),
+                ))
             }
             Some(s) => s.iter().copied().map(Some).collect(),
             None => vec![None],
@@ -220,13 +255,14 @@ impl Sweep {
                 let mut args = fixed.clone();
                 args.extend(axes.iter().map(|(p, v)| override_arg(p, v)));
                 args.extend(seed.map(|s| format!("seed={s}")));
-                let scenario = Scenario::from_yaml(&base_text, &base_file, &args).map_err(|source| {
-                    SweepError::Cell {
-                        file: file.to_path_buf(),
-                        cell: label(&axes, seed.unwrap_or_default()),
-                        source: Box::new(source),
-                    }
-                })?;
+                let scenario =
+                    Scenario::from_yaml(&base_text, &base_file, &args).map_err(|source| {
+                        SweepError::Cell {
+                            file: file.to_path_buf(),
+                            cell: label(&axes, seed.unwrap_or_default()),
+                            source: Box::new(source),
+                        }
+                    })?;
                 let seed = scenario.run.seed;
                 cells.push(Cell {
                     axes: axes.clone(),
@@ -235,7 +271,8 @@ impl Sweep {
                 });
             }
         }
-        let mut ids: Vec<(&str, usize)> = cells.iter().enumerate().map(|(i, c)| (c.id(), i)).collect();
+        let mut ids: Vec<(&str, usize)> =
+            cells.iter().enumerate().map(|(i, c)| (c.id(), i)).collect();
         ids.sort();
         if let Some(w) = ids.windows(2).find(|w| w[0].0 == w[1].0) {
             return Err(invalid(format!(
@@ -269,7 +306,10 @@ impl Sweep {
 /// `I/N` (0 ≤ I < N), or `auto` / `auto/N`: the index from `SLURM_ARRAY_TASK_ID` (minus
 /// `SLURM_ARRAY_TASK_MIN`) or `JOB_COMPLETION_INDEX` (Kubernetes indexed jobs), the count from
 /// `/N` or `SLURM_ARRAY_TASK_COUNT`. `env` looks variables up.
-pub fn parse_shard(arg: &str, env: impl Fn(&str) -> Option<String>) -> Result<(usize, usize), String> {
+pub fn parse_shard(
+    arg: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<(usize, usize), String> {
     let num = |s: &str, what: &str| {
         s.trim()
             .parse::<usize>()
@@ -279,16 +319,23 @@ pub fn parse_shard(arg: &str, env: impl Fn(&str) -> Option<String>) -> Result<(u
         Some(("auto", n)) => (None, Some(num(n, "the count")?)),
         Some((i, n)) => (Some(num(i, "the index")?), Some(num(n, "the count")?)),
         None if arg == "auto" => (None, None),
-        None => return Err(format!("--shard {arg}: expected I/N (e.g. 0/4), auto or auto/N")),
+        None => {
+            return Err(format!(
+                "--shard {arg}: expected I/N (e.g. 0/4), auto or auto/N"
+            ))
+        }
     };
     let index = match index {
         Some(i) => i,
         None => match (env("SLURM_ARRAY_TASK_ID"), env("JOB_COMPLETION_INDEX")) {
             (Some(id), _) => {
-                let min = env("SLURM_ARRAY_TASK_MIN").map_or(Ok(0), |m| num(&m, "SLURM_ARRAY_TASK_MIN"))?;
+                let min = env("SLURM_ARRAY_TASK_MIN")
+                    .map_or(Ok(0), |m| num(&m, "SLURM_ARRAY_TASK_MIN"))?;
                 num(&id, "SLURM_ARRAY_TASK_ID")?
                     .checked_sub(min)
-                    .ok_or_else(|| format!("--shard {arg}: SLURM_ARRAY_TASK_ID is below SLURM_ARRAY_TASK_MIN"))?
+                    .ok_or_else(|| {
+                        format!("--shard {arg}: SLURM_ARRAY_TASK_ID is below SLURM_ARRAY_TASK_MIN")
+                    })?
             }
             (None, Some(k)) => num(&k, "JOB_COMPLETION_INDEX")?,
             (None, None) => {
@@ -308,7 +355,9 @@ pub fn parse_shard(arg: &str, env: impl Fn(&str) -> Option<String>) -> Result<(u
         )?,
     };
     if count == 0 || index >= count {
-        return Err(format!("--shard {arg}: need 0 ≤ index < count, got {index}/{count}"));
+        return Err(format!(
+            "--shard {arg}: need 0 ≤ index < count, got {index}/{count}"
+        ));
     }
     Ok((index, count))
 }

@@ -39,7 +39,12 @@ impl Intervals {
 
     /// FedScale's trace: online during `[active[i], inactive[i]]`, every `finish_time` seconds.
     pub fn fedscale(t: &FedScaleBehavior) -> Intervals {
-        let spans = t.active.iter().cloned().zip(t.inactive.iter().cloned()).collect();
+        let spans = t
+            .active
+            .iter()
+            .cloned()
+            .zip(t.inactive.iter().cloned())
+            .collect();
         Intervals::new(spans, Some(t.finish_time))
     }
 
@@ -112,7 +117,12 @@ pub enum AvailabilityModel {
 impl AvailabilityModel {
     /// Two-state chains with exponential online / offline durations of the given means; each
     /// client starts in the stationary distribution, from its own stream.
-    pub fn markov(mean_online_s: f64, mean_offline_s: f64, seeds: &SeedTree, clients: usize) -> Self {
+    pub fn markov(
+        mean_online_s: f64,
+        mean_offline_s: f64,
+        seeds: &SeedTree,
+        clients: usize,
+    ) -> Self {
         let p_online = mean_online_s / (mean_online_s + mean_offline_s);
         let chains = (0..clients)
             .map(|c| {
@@ -139,7 +149,9 @@ impl AvailabilityModel {
             AvailabilityModel::Always => Some(SimTime::MAX),
             AvailabilityModel::Traces(ts) => ts[client as usize].online_until(t),
             AvailabilityModel::Markov { on, off, chains } => {
-                let mut chain = chains[client as usize].lock().expect("no panics while held");
+                let mut chain = chains[client as usize]
+                    .lock()
+                    .expect("no panics while held");
                 chain.extend_past(t, on, off);
                 span_end(&chain.spans, t)
             }
@@ -152,7 +164,9 @@ impl AvailabilityModel {
             AvailabilityModel::Always => Some(t),
             AvailabilityModel::Traces(ts) => ts[client as usize].next_online(t),
             AvailabilityModel::Markov { on, off, chains } => {
-                let mut chain = chains[client as usize].lock().expect("no panics while held");
+                let mut chain = chains[client as usize]
+                    .lock()
+                    .expect("no panics while held");
                 chain.extend_past(t, on, off);
                 if span_end(&chain.spans, t).is_some() {
                     return Some(t);

@@ -39,7 +39,10 @@ impl Dist {
                 Ok(())
             } else {
                 let what = if positive { "positive" } else { "non-negative" };
-                Err((path.to_string(), format!("must be a {what} number, got {v}")))
+                Err((
+                    path.to_string(),
+                    format!("must be a {what} number, got {v}"),
+                ))
             }
         };
         match self {
@@ -127,23 +130,45 @@ mod tests {
         let c: Dist = serde_yaml::from_str("250").unwrap();
         assert_eq!(c, Dist::Constant(250.0));
         let u: Dist = serde_yaml::from_str("{dist: uniform, low: 1, high: 3}").unwrap();
-        assert_eq!(u, Dist::Drawn(DrawnDist::Uniform { low: 1.0, high: 3.0 }));
+        assert_eq!(
+            u,
+            Dist::Drawn(DrawnDist::Uniform {
+                low: 1.0,
+                high: 3.0
+            })
+        );
         let e = serde_yaml::from_str::<Dist>("{dist: gamma, k: 1}").unwrap_err();
         assert!(e.to_string().contains("uniform"), "{e}");
         // Round trip through the resolved scenario.
-        assert_eq!(serde_yaml::to_string(&u).unwrap(), serde_yaml::to_string(&serde_yaml::from_str::<Dist>(&serde_yaml::to_string(&u).unwrap()).unwrap()).unwrap());
+        assert_eq!(
+            serde_yaml::to_string(&u).unwrap(),
+            serde_yaml::to_string(
+                &serde_yaml::from_str::<Dist>(&serde_yaml::to_string(&u).unwrap()).unwrap()
+            )
+            .unwrap()
+        );
     }
 
     #[test]
     fn draws_are_per_client_streams() {
         let seeds = SeedTree::new(4);
-        let d = Dist::Drawn(DrawnDist::Lognormal { median: 100.0, sigma: 0.5 });
+        let d = Dist::Drawn(DrawnDist::Lognormal {
+            median: 100.0,
+            sigma: 0.5,
+        });
         let a = d.per_client(&seeds, "speed", 50).unwrap();
         assert_eq!(a, d.per_client(&seeds, "speed", 50).unwrap());
         // A client's value does not depend on how many clients there are.
         assert_eq!(a[..10], d.per_client(&seeds, "speed", 10).unwrap()[..]);
         assert!(a.iter().all(|v| *v > 0.0));
-        let u = Dist::Drawn(DrawnDist::Uniform { low: 2.0, high: 3.0 });
-        assert!(u.per_client(&seeds, "x", 20).unwrap().iter().all(|v| (2.0..=3.0).contains(v)));
+        let u = Dist::Drawn(DrawnDist::Uniform {
+            low: 2.0,
+            high: 3.0,
+        });
+        assert!(u
+            .per_client(&seeds, "x", 20)
+            .unwrap()
+            .iter()
+            .all(|v| (2.0..=3.0).contains(v)));
     }
 }

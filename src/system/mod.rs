@@ -133,7 +133,14 @@ impl SystemSpec {
         let at = |prefix: &str| {
             let prefix = prefix.to_string();
             move |(p, m): (String, String)| {
-                (if p.is_empty() { prefix.clone() } else { format!("{prefix}.{p}") }, m)
+                (
+                    if p.is_empty() {
+                        prefix.clone()
+                    } else {
+                        format!("{prefix}.{p}")
+                    },
+                    m,
+                )
             }
         };
         let c = &self.compute;
@@ -150,20 +157,38 @@ impl SystemSpec {
             d.validate(true).map_err(at("compute.seconds_per_batch"))?;
         }
         if !(c.jitter >= 0.0 && c.jitter.is_finite()) {
-            return Err(("compute.jitter".into(), format!("must be ≥ 0, got {}", c.jitter)));
+            return Err((
+                "compute.jitter".into(),
+                format!("must be ≥ 0, got {}", c.jitter),
+            ));
         }
-        self.network.latency_ms.validate(false).map_err(at("network.latency_ms"))?;
-        self.network.downlink_mbps.validate(true).map_err(at("network.downlink_mbps"))?;
-        self.network.uplink_mbps.validate(true).map_err(at("network.uplink_mbps"))?;
+        self.network
+            .latency_ms
+            .validate(false)
+            .map_err(at("network.latency_ms"))?;
+        self.network
+            .downlink_mbps
+            .validate(true)
+            .map_err(at("network.downlink_mbps"))?;
+        self.network
+            .uplink_mbps
+            .validate(true)
+            .map_err(at("network.uplink_mbps"))?;
         if !(0.0..1.0).contains(&self.dropout) {
-            return Err(("dropout".into(), format!("must be in [0, 1), got {}", self.dropout)));
+            return Err((
+                "dropout".into(),
+                format!("must be in [0, 1), got {}", self.dropout),
+            ));
         }
         match &self.availability {
             AvailabilitySpec::Markov {
                 mean_online_s,
                 mean_offline_s,
             } => {
-                for (name, v) in [("mean_online_s", mean_online_s), ("mean_offline_s", mean_offline_s)] {
+                for (name, v) in [
+                    ("mean_online_s", mean_online_s),
+                    ("mean_offline_s", mean_offline_s),
+                ] {
                     if !(*v > 0.0 && v.is_finite()) {
                         return Err((
                             format!("availability.{name}"),
@@ -215,7 +240,10 @@ impl SystemModel {
         batch_size: usize,
         truth: Option<&MixtureTruth>,
     ) -> Result<SystemModel, SystemError> {
-        let mut speed = match (&spec.compute.samples_per_second, &spec.compute.seconds_per_batch) {
+        let mut speed = match (
+            &spec.compute.samples_per_second,
+            &spec.compute.seconds_per_batch,
+        ) {
             (_, Some(spb)) => spb
                 .per_client(seeds, "device/seconds_per_batch", clients)?
                 .into_iter()
@@ -225,10 +253,17 @@ impl SystemModel {
             (None, None) => vec![1000.0; clients],
         };
         let net = &spec.network;
-        let mut downlink_mbps = net.downlink_mbps.per_client(seeds, "network/downlink", clients)?;
-        let mut uplink_mbps = net.uplink_mbps.per_client(seeds, "network/uplink", clients)?;
+        let mut downlink_mbps = net
+            .downlink_mbps
+            .per_client(seeds, "network/downlink", clients)?;
+        let mut uplink_mbps = net
+            .uplink_mbps
+            .per_client(seeds, "network/uplink", clients)?;
         if let Some(path) = &spec.fedscale_devices {
-            for (c, d) in traces::fedscale_devices(path, clients)?.into_iter().enumerate() {
+            for (c, d) in traces::fedscale_devices(path, clients)?
+                .into_iter()
+                .enumerate()
+            {
                 speed[c] = 1000.0 / (3.0 * d.computation);
                 downlink_mbps[c] = d.communication / 1000.0;
                 uplink_mbps[c] = d.communication / 1000.0;
@@ -342,10 +377,16 @@ fn slowest_to_component(
     })?;
     let m = truth.components.len();
     if k >= m || truth.weights.len() != speed.len() {
-        return Err(spec_err(format!("component {k} does not exist: the data has {m}")));
+        return Err(spec_err(format!(
+            "component {k} does not exist: the data has {m}"
+        )));
     }
     let mut order: Vec<usize> = (0..speed.len()).collect();
-    order.sort_by(|&a, &b| truth.weights[b][k].total_cmp(&truth.weights[a][k]).then(a.cmp(&b)));
+    order.sort_by(|&a, &b| {
+        truth.weights[b][k]
+            .total_cmp(&truth.weights[a][k])
+            .then(a.cmp(&b))
+    });
     let mut sorted = speed.clone();
     sorted.sort_by(f64::total_cmp);
     for (rank, c) in order.into_iter().enumerate() {
@@ -386,9 +427,18 @@ mod tests {
         );
         assert_eq!(m.compute_time(0, 1, 100), SimDuration::from_millis(500));
         // 1000 bytes = 8000 bits at 8 Mbit/s = 1 ms, plus 10 ms latency.
-        assert_eq!(m.transfer_time(0, Link::Down, 1000), SimDuration::from_millis(11));
-        assert_eq!(m.transfer_time(0, Link::Up, 1000), SimDuration::from_millis(18));
-        assert_eq!(m.transfer_time(0, Link::Up, 0), SimDuration::from_millis(10));
+        assert_eq!(
+            m.transfer_time(0, Link::Down, 1000),
+            SimDuration::from_millis(11)
+        );
+        assert_eq!(
+            m.transfer_time(0, Link::Up, 1000),
+            SimDuration::from_millis(18)
+        );
+        assert_eq!(
+            m.transfer_time(0, Link::Up, 0),
+            SimDuration::from_millis(10)
+        );
         let b = model(
             SystemSpec {
                 compute: ComputeSpec {
@@ -419,7 +469,9 @@ mod tests {
         let a = m.compute_time(1, 7, 1000);
         assert_eq!(a, m.compute_time(1, 7, 1000));
         assert_ne!(a, m.compute_time(1, 8, 1000));
-        let drops = (0..1000).filter(|&j| m.dropout_point(0, j).is_some()).count();
+        let drops = (0..1000)
+            .filter(|&j| m.dropout_point(0, j).is_some())
+            .count();
         assert!((400..600).contains(&drops), "{drops}");
     }
 

@@ -45,7 +45,11 @@ impl Csv {
             if cells.len() != header.len() {
                 return Err(content(
                     path,
-                    format!("line {line}: {} cells, the header has {}", cells.len(), header.len()),
+                    format!(
+                        "line {line}: {} cells, the header has {}",
+                        cells.len(),
+                        header.len()
+                    ),
                 ));
             }
             let values = cells
@@ -53,7 +57,10 @@ impl Csv {
                 .zip(&header)
                 .map(|(c, h)| {
                     c.parse::<f64>().map_err(|_| {
-                        content(path, format!("line {line}: column `{h}`: `{c}` is not a number"))
+                        content(
+                            path,
+                            format!("line {line}: column `{h}`: `{c}` is not a number"),
+                        )
                     })
                 })
                 .collect::<Result<Vec<f64>, _>>()?;
@@ -66,13 +73,22 @@ impl Csv {
         self.header.iter().position(|h| h == name).ok_or_else(|| {
             content(
                 path,
-                format!("no column `{name}` (the header has: {})", self.header.join(", ")),
+                format!(
+                    "no column `{name}` (the header has: {})",
+                    self.header.join(", ")
+                ),
             )
         })
     }
 
     /// The client id of a row, checked against the number of clients.
-    fn client(&self, path: &Path, line: usize, v: f64, clients: usize) -> Result<usize, SystemError> {
+    fn client(
+        &self,
+        path: &Path,
+        line: usize,
+        v: f64,
+        clients: usize,
+    ) -> Result<usize, SystemError> {
         if v.fract() != 0.0 || v < 0.0 || v >= clients as f64 {
             return Err(content(
                 path,
@@ -95,7 +111,10 @@ pub fn per_client_column(
     for (line, row) in &csv.rows {
         let c = csv.client(path, *line, row[ci], clients)?;
         if out[c].replace(row[vi]).is_some() {
-            return Err(content(path, format!("line {line}: client {c} appears twice")));
+            return Err(content(
+                path,
+                format!("line {line}: client {c} appears twice"),
+            ));
         }
     }
     out.iter()
@@ -148,16 +167,25 @@ pub struct FedScaleBehavior {
 
 fn read_pickle<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<BTreeMap<i64, T>, SystemError> {
     let file = std::fs::File::open(path).map_err(|e| content(path, e.to_string()))?;
-    serde_pickle::from_reader(std::io::BufReader::new(file), serde_pickle::DeOptions::new())
-        .map_err(|e| content(path, format!("not a FedScale trace pickle: {e}")))
+    serde_pickle::from_reader(
+        std::io::BufReader::new(file),
+        serde_pickle::DeOptions::new(),
+    )
+    .map_err(|e| content(path, format!("not a FedScale trace pickle: {e}")))
 }
 
-fn assign<T: Clone>(path: &Path, map: BTreeMap<i64, T>, clients: usize) -> Result<Vec<T>, SystemError> {
+fn assign<T: Clone>(
+    path: &Path,
+    map: BTreeMap<i64, T>,
+    clients: usize,
+) -> Result<Vec<T>, SystemError> {
     if map.is_empty() {
         return Err(content(path, "the trace has no clients"));
     }
     let entries: Vec<T> = map.into_values().collect();
-    Ok((0..clients).map(|c| entries[c % entries.len()].clone()).collect())
+    Ok((0..clients)
+        .map(|c| entries[c % entries.len()].clone())
+        .collect())
 }
 
 /// FedScale's `client_device_capacity`, one entry per client.
@@ -175,7 +203,10 @@ pub fn fedscale_devices(path: &Path, clients: usize) -> Result<Vec<FedScaleDevic
 }
 
 /// FedScale's `client_behave_trace`, one entry per client.
-pub fn fedscale_behavior(path: &Path, clients: usize) -> Result<Vec<FedScaleBehavior>, SystemError> {
+pub fn fedscale_behavior(
+    path: &Path,
+    clients: usize,
+) -> Result<Vec<FedScaleBehavior>, SystemError> {
     let traces = assign(path, read_pickle::<FedScaleBehavior>(path)?, clients)?;
     for t in &traces {
         if t.active.len() != t.inactive.len() || !(t.finish_time > 0.0) {

@@ -181,31 +181,74 @@ fn unknown_algorithm_lists_every_choice() {
 
 #[test]
 fn system_and_policy_errors_carry_their_path() {
-    let e = error(BASE, &["policy={kind: fedbuff, buffer_size: 2, concurrency: 4}"]);
-    assert!(e.contains("field `sampling`") && e.contains("concurrency"), "{e}");
     let e = error(
         BASE,
-        &["sampling=null", "algorithm={name: pfedme}", "policy={kind: fedbuff, buffer_size: 2, concurrency: 4}"],
+        &["policy={kind: fedbuff, buffer_size: 2, concurrency: 4}"],
     );
-    assert!(e.contains("field `policy`") && e.contains("`pfedme` cannot take") && e.contains("fedem"), "{e}");
+    assert!(
+        e.contains("field `sampling`") && e.contains("concurrency"),
+        "{e}"
+    );
+    let e = error(
+        BASE,
+        &[
+            "sampling=null",
+            "algorithm={name: pfedme}",
+            "policy={kind: fedbuff, buffer_size: 2, concurrency: 4}",
+        ],
+    );
+    assert!(
+        e.contains("field `policy`") && e.contains("`pfedme` cannot take") && e.contains("fedem"),
+        "{e}"
+    );
     let e = error(BASE, &["policy={kind: synchronous, deadline_s: 0}"]);
-    assert!(e.contains("field `policy.deadline_s`: must be a positive number"), "{e}");
+    assert!(
+        e.contains("field `policy.deadline_s`: must be a positive number"),
+        "{e}"
+    );
     let e = error(BASE, &["policy={kind: eventually}"]);
-    assert!(e.contains("field `policy") && e.contains("synchronous") && e.contains("fedbuff"), "{e}");
+    assert!(
+        e.contains("field `policy") && e.contains("synchronous") && e.contains("fedbuff"),
+        "{e}"
+    );
     let e = error(BASE, &["sampling.replacement=true"]);
-    assert!(e.contains("field `sampling.replacement`: applies to `strategy: weighted`"), "{e}");
+    assert!(
+        e.contains("field `sampling.replacement`: applies to `strategy: weighted`"),
+        "{e}"
+    );
     let e = error(BASE, &["sampling.over_selection=-1"]);
     assert!(e.contains("field `sampling.over_selection`"), "{e}");
-    let e = error(BASE, &["system.compute={samples_per_second: 5, seconds_per_batch: 1}"]);
+    let e = error(
+        BASE,
+        &["system.compute={samples_per_second: 5, seconds_per_batch: 1}"],
+    );
     assert!(e.contains("field `system.compute`: give either"), "{e}");
-    let e = error(BASE, &["system.network.uplink_mbps={dist: uniform, low: 3, high: 1}"]);
-    assert!(e.contains("field `system.network.uplink_mbps.high`: must be at least low"), "{e}");
+    let e = error(
+        BASE,
+        &["system.network.uplink_mbps={dist: uniform, low: 3, high: 1}"],
+    );
+    assert!(
+        e.contains("field `system.network.uplink_mbps.high`: must be at least low"),
+        "{e}"
+    );
     let e = error(BASE, &["system.network.latency_ms={dist: gamma}"]);
-    assert!(e.contains("system.network.latency_ms") && e.contains("uniform"), "{e}");
-    let e = error(BASE, &["system.availability={kind: markov, mean_online_s: 0, mean_offline_s: 5}"]);
-    assert!(e.contains("field `system.availability.mean_online_s`"), "{e}");
+    assert!(
+        e.contains("system.network.latency_ms") && e.contains("uniform"),
+        "{e}"
+    );
+    let e = error(
+        BASE,
+        &["system.availability={kind: markov, mean_online_s: 0, mean_offline_s: 5}"],
+    );
+    assert!(
+        e.contains("field `system.availability.mean_online_s`"),
+        "{e}"
+    );
     let e = error(BASE, &["system.dropout=1"]);
-    assert!(e.contains("field `system.dropout`: must be in [0, 1)"), "{e}");
+    assert!(
+        e.contains("field `system.dropout`: must be in [0, 1)"),
+        "{e}"
+    );
     let e = error(BASE, &["target_accuracy=80"]);
     assert!(e.contains("field `target_accuracy`"), "{e}");
 }
@@ -218,6 +261,9 @@ fn a_missing_trace_file_is_named_when_the_run_starts() {
         &["system.availability={kind: csv, path: no/such/trace.csv}".to_string()],
     )
     .unwrap();
-    let e = fedsim::run::simulate_scenario(&s, 1, |_| {}).err().unwrap().to_string();
+    let e = fedsim::run::simulate_scenario(&s, 1, |_| {})
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("no/such/trace.csv"), "{e}");
 }

@@ -39,7 +39,15 @@ fn expansion_covers_grid_zip_and_seeds_with_stable_ids() {
     let s = sweep(tmp.path(), GRID);
     // 2 algorithms × 2 fractions × 2 zip entries × 2 seeds.
     assert_eq!(s.cells.len(), 16);
-    assert_eq!(s.axis_paths, ["algorithm", "sampling.fraction", "training.lr", "training.batch_size"]);
+    assert_eq!(
+        s.axis_paths,
+        [
+            "algorithm",
+            "sampling.fraction",
+            "training.lr",
+            "training.batch_size"
+        ]
+    );
     let first = &s.cells[0];
     assert_eq!(first.label(), "algorithm={name: fedavg}, sampling.fraction=0.25, training.lr=0.1, training.batch_size=16, seed=1");
     assert_eq!(first.scenario.run.rounds, 2);
@@ -48,10 +56,18 @@ fn expansion_covers_grid_zip_and_seeds_with_stable_ids() {
     for c in &s.cells {
         let lr = c.scenario.run.training.lr;
         let batch = c.scenario.run.training.plan.batch_size;
-        assert!((lr, batch) == (0.1, 16) || (lr, batch) == (0.05, 8), "{}", c.label());
+        assert!(
+            (lr, batch) == (0.1, 16) || (lr, batch) == (0.05, 8),
+            "{}",
+            c.label()
+        );
         assert_eq!(c.seed, c.scenario.run.seed);
     }
-    let fedem = s.cells.iter().find(|c| c.label().contains("fedem")).unwrap();
+    let fedem = s
+        .cells
+        .iter()
+        .find(|c| c.label().contains("fedem"))
+        .unwrap();
     assert_eq!(fedem.scenario.run.algorithm.name(), "fedem");
     // Ids are the hash of the resolved scenario: unique, and the same when the axes are
     // written in another order or the sweep has other cells.
@@ -65,7 +81,11 @@ fn expansion_covers_grid_zip_and_seeds_with_stable_ids() {
     );
     assert_eq!(reordered.cells.len(), 2);
     for c in &reordered.cells {
-        let same = s.cells.iter().find(|d| d.id() == c.id()).expect("same cell, same id");
+        let same = s
+            .cells
+            .iter()
+            .find(|d| d.id() == c.id())
+            .expect("same cell, same id");
         assert_eq!(same.scenario.resolved_yaml, c.scenario.resolved_yaml);
     }
 }
@@ -74,18 +94,37 @@ fn expansion_covers_grid_zip_and_seeds_with_stable_ids() {
 fn bad_sweeps_name_the_problem() {
     let tmp = tempfile::tempdir().unwrap();
     let e = sweep_error(tmp.path(), "grid:\n  sampling.fractoin: [0.1]\n");
-    assert!(e.contains("bad_sweep.yaml") && e.contains("sampling.fractoin=0.1") && e.contains("unknown field `fractoin`"), "{e}");
+    assert!(
+        e.contains("bad_sweep.yaml")
+            && e.contains("sampling.fractoin=0.1")
+            && e.contains("unknown field `fractoin`"),
+        "{e}"
+    );
     let e = sweep_error(tmp.path(), "grid:\n  sampling.fraction: [0.1, 7]\n");
-    assert!(e.contains("sampling.fraction=7") && e.contains("must be in (0, 1]"), "{e}");
-    let e = sweep_error(tmp.path(), "zip:\n  training.lr: [0.1, 0.2]\n  training.batch_size: [8]\n");
-    assert!(e.contains("equal lengths") && e.contains("training.batch_size"), "{e}");
+    assert!(
+        e.contains("sampling.fraction=7") && e.contains("must be in (0, 1]"),
+        "{e}"
+    );
+    let e = sweep_error(
+        tmp.path(),
+        "zip:\n  training.lr: [0.1, 0.2]\n  training.batch_size: [8]\n",
+    );
+    assert!(
+        e.contains("equal lengths") && e.contains("training.batch_size"),
+        "{e}"
+    );
     let e = sweep_error(tmp.path(), "grid:\n  rounds: 3\n");
-    assert!(e.contains("grid.rounds") && e.contains("non-empty list"), "{e}");
+    assert!(
+        e.contains("grid.rounds") && e.contains("non-empty list"),
+        "{e}"
+    );
     let e = sweep_error(tmp.path(), "grids: {}\n");
     assert!(e.contains("unknown field `grids`"), "{e}");
     let e = sweep_error(tmp.path(), "grid:\n  seed: [3, 3]\n");
     assert!(e.contains("are the same scenario"), "{e}");
-    let e = Sweep::load(&tmp.path().join("none.yaml")).unwrap_err().to_string();
+    let e = Sweep::load(&tmp.path().join("none.yaml"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("none.yaml"), "{e}");
 }
 
@@ -99,24 +138,54 @@ fn shards_partition_the_sweep_and_read_the_scheduler_index() {
     all.sort();
     assert_eq!(union, all);
     let env = |vars: &'static [(&'static str, &'static str)]| {
-        move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        move |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
     };
     assert_eq!(parse_shard("1/4", env(&[])), Ok((1, 4)));
-    assert_eq!(parse_shard("auto", env(&[("SLURM_ARRAY_TASK_ID", "3"), ("SLURM_ARRAY_TASK_COUNT", "4")])), Ok((3, 4)));
     assert_eq!(
-        parse_shard("auto", env(&[("SLURM_ARRAY_TASK_ID", "5"), ("SLURM_ARRAY_TASK_MIN", "4"), ("SLURM_ARRAY_TASK_COUNT", "2")])),
+        parse_shard(
+            "auto",
+            env(&[
+                ("SLURM_ARRAY_TASK_ID", "3"),
+                ("SLURM_ARRAY_TASK_COUNT", "4")
+            ])
+        ),
+        Ok((3, 4))
+    );
+    assert_eq!(
+        parse_shard(
+            "auto",
+            env(&[
+                ("SLURM_ARRAY_TASK_ID", "5"),
+                ("SLURM_ARRAY_TASK_MIN", "4"),
+                ("SLURM_ARRAY_TASK_COUNT", "2")
+            ])
+        ),
         Ok((1, 2))
     );
-    assert_eq!(parse_shard("auto/8", env(&[("JOB_COMPLETION_INDEX", "7")])), Ok((7, 8)));
-    assert!(parse_shard("auto", env(&[("JOB_COMPLETION_INDEX", "7")])).unwrap_err().contains("auto/N"));
+    assert_eq!(
+        parse_shard("auto/8", env(&[("JOB_COMPLETION_INDEX", "7")])),
+        Ok((7, 8))
+    );
+    assert!(parse_shard("auto", env(&[("JOB_COMPLETION_INDEX", "7")]))
+        .unwrap_err()
+        .contains("auto/N"));
     assert!(parse_shard("4/4", env(&[])).is_err());
-    assert!(parse_shard("auto", env(&[])).unwrap_err().contains("SLURM_ARRAY_TASK_ID"));
+    assert!(parse_shard("auto", env(&[]))
+        .unwrap_err()
+        .contains("SLURM_ARRAY_TASK_ID"));
 }
 
 #[test]
 fn a_killed_sweep_resumes_and_shards_give_the_same_files() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = sweep(tmp.path(), "set: {rounds: 2}\ngrid:\n  algorithm: [{name: fedavg}, {name: local}]\nseeds: [1, 2]\n");
+    let s = sweep(
+        tmp.path(),
+        "set: {rounds: 2}\ngrid:\n  algorithm: [{name: fedavg}, {name: local}]\nseeds: [1, 2]\n",
+    );
     let whole = tmp.path().join("whole");
     let opts = |out: &Path, shard| SweepOptions {
         out: out.to_path_buf(),
@@ -125,7 +194,10 @@ fn a_killed_sweep_resumes_and_shards_give_the_same_files() {
         progress: false,
     };
     let first = run_sweep(&s, &opts(&whole, (0, 1))).unwrap();
-    assert_eq!((first.cells, first.skipped, first.ran, first.failed.len()), (4, 0, 4, 0));
+    assert_eq!(
+        (first.cells, first.skipped, first.ran, first.failed.len()),
+        (4, 0, 4, 0)
+    );
     // Simulate a crash: one cell never finished (no folder), another killed while writing
     // (a partial folder without its summary).
     let (a, b) = (&s.cells[0], &s.cells[1]);
@@ -133,18 +205,26 @@ fn a_killed_sweep_resumes_and_shards_give_the_same_files() {
     let partial = whole.join(format!(".partial-cell={}-99999", b.id()));
     std::fs::rename(cell_dir(&whole, b), &partial).unwrap();
     std::fs::remove_file(partial.join("summary.csv")).unwrap();
-    let untouched = std::fs::metadata(cell_dir(&whole, &s.cells[2]).join("summary.csv")).unwrap().modified().unwrap();
+    let untouched = std::fs::metadata(cell_dir(&whole, &s.cells[2]).join("summary.csv"))
+        .unwrap()
+        .modified()
+        .unwrap();
     let again = run_sweep(&s, &opts(&whole, (0, 1))).unwrap();
     assert_eq!((again.skipped, again.ran), (2, 2));
     assert!(!partial.exists(), "the partial folder is cleaned up");
     for c in &s.cells {
         assert!(is_finished(&cell_dir(&whole, c), c));
     }
-    let later = std::fs::metadata(cell_dir(&whole, &s.cells[2]).join("summary.csv")).unwrap().modified().unwrap();
+    let later = std::fs::metadata(cell_dir(&whole, &s.cells[2]).join("summary.csv"))
+        .unwrap()
+        .modified()
+        .unwrap();
     assert_eq!(untouched, later, "finished cells are not rerun");
     // Two shards into another folder: the same cells, byte for byte.
     let sharded = tmp.path().join("sharded");
-    let n: usize = (0..2).map(|i| run_sweep(&s, &opts(&sharded, (i, 2))).unwrap().ran).sum();
+    let n: usize = (0..2)
+        .map(|i| run_sweep(&s, &opts(&sharded, (i, 2))).unwrap().ran)
+        .sum();
     assert_eq!(n, 4);
     for c in &s.cells {
         for f in fedsim::report::REPRODUCIBLE_FILES {
@@ -168,13 +248,21 @@ fn a_killed_sweep_resumes_and_shards_give_the_same_files() {
 fn report_numbers_on_hand_made_results() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    std::fs::write(dir.join("cells.csv"), "cell,seed,sampling.fraction\naaa,1,0.1\nbbb,2,0.1\nccc,1,0.5\nddd,1,1.0\n").unwrap();
+    std::fs::write(
+        dir.join("cells.csv"),
+        "cell,seed,sampling.fraction\naaa,1,0.1\nbbb,2,0.1\nccc,1,0.5\nddd,1,1.0\n",
+    )
+    .unwrap();
     let summary = |acc: f64, p10: f64| {
         format!("run_id,model,unseen,seed,test_acc_mean,test_acc_p10,test_acc_jain,time_to_target_s\nx,global,false,9,{acc},{p10},0.99,\n")
     };
     for (cell, acc, p10) in [("aaa", 0.6, 0.5), ("bbb", 0.8, 0.7), ("ccc", 0.9, 0.8)] {
         std::fs::create_dir_all(dir.join(format!("cell={cell}"))).unwrap();
-        std::fs::write(dir.join(format!("cell={cell}/summary.csv")), summary(acc, p10)).unwrap();
+        std::fs::write(
+            dir.join(format!("cell={cell}/summary.csv")),
+            summary(acc, p10),
+        )
+        .unwrap();
     }
     // `ddd` has no results yet.
     let (rows, missing) = read_runs(dir).unwrap();
@@ -183,14 +271,32 @@ fn report_numbers_on_hand_made_results() {
     let report = aggregate(&rows);
     assert_eq!(report.len(), 2);
     let (m, s) = report[0].stats["test_acc_mean"];
-    assert!((m - 0.7).abs() < 1e-12 && (s - 0.2f64.hypot(0.0) / 2f64.sqrt()).abs() < 1e-12, "{m} {s}");
+    assert!(
+        (m - 0.7).abs() < 1e-12 && (s - 0.2f64.hypot(0.0) / 2f64.sqrt()).abs() < 1e-12,
+        "{m} {s}"
+    );
     assert!(report[0].stats["time_to_target_s"].0.is_nan());
     // Through the command line: a table, CSV and Markdown files, and plots.
-    let out = bin().args(["report", dir.to_str().unwrap()]).output().unwrap();
+    let out = bin()
+        .args(["report", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("| 0.1 | global | training | 2 | 70.00 ± 14.14 | – | 60.00 ± 14.14 |"), "{stdout}");
-    for f in ["report.csv", "report.md", "accuracy_vs_sampling_fraction.png", "accuracy_vs_sampling_fraction.svg"] {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("| 0.1 | global | training | 2 | 70.00 ± 14.14 | – | 60.00 ± 14.14 |"),
+        "{stdout}"
+    );
+    for f in [
+        "report.csv",
+        "report.md",
+        "accuracy_vs_sampling_fraction.png",
+        "accuracy_vs_sampling_fraction.svg",
+    ] {
         assert!(dir.join("report").join(f).exists(), "{f} missing");
     }
 }
@@ -202,7 +308,15 @@ fn kill_minus_nine_leaves_only_finished_cells_and_a_rerun_completes() {
     let file = tmp.path().join("sweep.yaml");
     let out = tmp.path().join("out");
     let mut child = bin()
-        .args(["sweep", file.to_str().unwrap(), "--quiet", "--jobs", "2", "--out", out.to_str().unwrap()])
+        .args([
+            "sweep",
+            file.to_str().unwrap(),
+            "--quiet",
+            "--jobs",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ])
         .spawn()
         .unwrap();
     // Kill it (SIGKILL) once some cell has finished, or after a while.
@@ -214,18 +328,42 @@ fn kill_minus_nine_leaves_only_finished_cells_and_a_rerun_completes() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let finished = s.cells.iter().filter(|c| cell_dir(&out, c).exists()).count();
+    let finished = s
+        .cells
+        .iter()
+        .filter(|c| cell_dir(&out, c).exists())
+        .count();
     for c in &s.cells {
         let d = cell_dir(&out, c);
-        assert!(!d.exists() || is_finished(&d, c), "half-written {}", d.display());
+        assert!(
+            !d.exists() || is_finished(&d, c),
+            "half-written {}",
+            d.display()
+        );
     }
     let rerun = bin()
-        .args(["sweep", file.to_str().unwrap(), "--quiet", "--out", out.to_str().unwrap()])
+        .args([
+            "sweep",
+            file.to_str().unwrap(),
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&rerun.stdout);
-    assert!(rerun.status.success(), "{}", String::from_utf8_lossy(&rerun.stderr));
-    assert!(stdout.contains(&format!("9 cells, {finished} already finished, {} run, 0 failed", 9 - finished)), "{stdout}");
+    assert!(
+        rerun.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rerun.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "9 cells, {finished} already finished, {} run, 0 failed",
+            9 - finished
+        )),
+        "{stdout}"
+    );
     let leftovers: Vec<_> = std::fs::read_dir(&out)
         .unwrap()
         .flatten()
@@ -239,13 +377,29 @@ fn the_table2_sweep_is_exactly_the_per_method_scenarios() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let s = Sweep::load(&root.join("scenarios/paper/fedem_table2_synthetic.yaml")).unwrap();
     assert_eq!(s.cells.len(), 30);
-    for method in ["local", "fedavg", "fedprox", "fedavg_plus", "clustered", "pfedme", "apfl", "per_fedavg", "ditto", "fedem"] {
+    for method in [
+        "local",
+        "fedavg",
+        "fedprox",
+        "fedavg_plus",
+        "clustered",
+        "pfedme",
+        "apfl",
+        "per_fedavg",
+        "ditto",
+        "fedem",
+    ] {
         for seed in 1..=3 {
             let file = root.join(format!("scenarios/paper/fedem_synthetic_{method}.yaml"));
-            let args = ["name=fedem_table2_synthetic".to_string(), format!("seed={seed}")];
+            let args = [
+                "name=fedem_table2_synthetic".to_string(),
+                format!("seed={seed}"),
+            ];
             let own = fedsim::scenario::Scenario::load(&file, &args).unwrap();
             assert!(
-                s.cells.iter().any(|c| c.id() == own.run_id() && c.scenario.resolved_yaml == own.resolved_yaml),
+                s.cells.iter().any(
+                    |c| c.id() == own.run_id() && c.scenario.resolved_yaml == own.resolved_yaml
+                ),
                 "no cell is {method} seed {seed}"
             );
         }

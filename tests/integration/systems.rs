@@ -2,7 +2,9 @@
 //! staleness, failures and availability, and determinism under every policy.
 
 use crate::common::scenario;
-use fedsim::report::{read_parquet, JobOutcome, JobRecord, Record, RoundRecord, REPRODUCIBLE_FILES};
+use fedsim::report::{
+    read_parquet, JobOutcome, JobRecord, Record, RoundRecord, REPRODUCIBLE_FILES,
+};
 use fedsim::run::{run_scenario, simulate_scenario, RunOptions};
 use fedsim::sim::{SeedTree, SimDuration, SimTime};
 use fedsim::system::SystemModel;
@@ -62,9 +64,12 @@ fn secs(s: u64) -> SimDuration {
 /// Transfer times of the noop model of `timed` (linear, 5 features, 2 classes): latency
 /// 10 ms plus 4 bytes per parameter over 8 (down) or 2 (up) Mbit/s, rounded up to a µs.
 fn transfers() -> (SimDuration, SimDuration) {
-    let params = fedsim::models::Architecture::new(&fedsim::models::ModelSpec::Linear, 5, 2).num_params();
+    let params =
+        fedsim::models::Architecture::new(&fedsim::models::ModelSpec::Linear, 5, 2).num_params();
     let bits = 32.0 * params as f64;
-    let t = |mbps: f64| SimDuration::from_millis(10) + SimDuration::from_secs_f64_ceil(bits / (mbps * 1e6));
+    let t = |mbps: f64| {
+        SimDuration::from_millis(10) + SimDuration::from_secs_f64_ceil(bits / (mbps * 1e6))
+    };
     (t(8.0), t(2.0))
 }
 
@@ -79,7 +84,12 @@ fn synchronous_rounds_take_exactly_the_slowest_selected_job() {
         assert_eq!(j.outcome, JobOutcome::Aggregated);
         assert_eq!(j.download, down);
         assert_eq!(j.compute, secs(1 << j.client));
-        assert_eq!(j.end - j.sent, down + secs(1 << j.client) + up, "client {}", j.client);
+        assert_eq!(
+            j.end - j.sent,
+            down + secs(1 << j.client) + up,
+            "client {}",
+            j.client
+        );
     }
     let rounds = rounds(&r);
     assert_eq!(rounds.len(), 4);
@@ -122,7 +132,10 @@ fn a_deadline_cuts_off_stragglers_and_late_updates_join_the_next_round() {
         let mut busy_until: Vec<SimTime> = vec![SimTime::ZERO; 6];
         for x in rounds(&r) {
             let mine: Vec<_> = jobs.iter().filter(|j| j.round == x.round).collect();
-            let cut = mine.iter().filter(|j| j.outcome != JobOutcome::Aggregated).count() as u32;
+            let cut = mine
+                .iter()
+                .filter(|j| j.outcome != JobOutcome::Aggregated)
+                .count() as u32;
             assert_eq!(x.stragglers, cut, "round {}", x.round);
             assert_eq!(x.completed as usize, mine.len() - cut as usize);
             // A round ends at its deadline when someone is cut off, else with its last job.
@@ -133,14 +146,24 @@ fn a_deadline_cuts_off_stragglers_and_late_updates_join_the_next_round() {
             }
             // A client still busy with an earlier job is not selected.
             for j in &mine {
-                assert!(busy_until[j.client as usize] <= x.start, "client {} reselected while busy", j.client);
+                assert!(
+                    busy_until[j.client as usize] <= x.start,
+                    "client {} reselected while busy",
+                    j.client
+                );
                 busy_until[j.client as usize] = j.end;
             }
-            let late = jobs.iter().filter(|j| j.outcome == JobOutcome::Late && j.round + j.staleness == x.round).count();
+            let late = jobs
+                .iter()
+                .filter(|j| j.outcome == JobOutcome::Late && j.round + j.staleness == x.round)
+                .count();
             assert_eq!(x.late as usize, late, "round {}", x.round);
         }
         if late == "next_round" {
-            assert!(jobs.iter().any(|j| j.outcome == JobOutcome::Late), "no late update was used");
+            assert!(
+                jobs.iter().any(|j| j.outcome == JobOutcome::Late),
+                "no late update was used"
+            );
         } else {
             assert!(jobs.iter().any(|j| j.outcome == JobOutcome::Straggler));
         }
@@ -151,7 +174,15 @@ fn a_deadline_cuts_off_stragglers_and_late_updates_join_the_next_round() {
 fn over_selection_aggregates_the_first_k_arrivals() {
     let tmp = tempfile::tempdir().unwrap();
     let text = timed(tmp.path(), "");
-    let r = records(&text, &["rounds=1", "sampling.count=2", "sampling.over_selection=1.0"], 2);
+    let r = records(
+        &text,
+        &[
+            "rounds=1",
+            "sampling.count=2",
+            "sampling.over_selection=1.0",
+        ],
+        2,
+    );
     let (down, up) = transfers();
     let x = rounds(&r)[0].clone();
     let jobs = jobs(&r);
@@ -161,7 +192,11 @@ fn over_selection_aggregates_the_first_k_arrivals() {
     let second_fastest = chosen[1];
     assert_eq!(x.end, SimTime::ZERO + down + secs(1 << second_fastest) + up);
     for j in jobs {
-        let expected = if j.client <= second_fastest { JobOutcome::Aggregated } else { JobOutcome::Discarded };
+        let expected = if j.client <= second_fastest {
+            JobOutcome::Aggregated
+        } else {
+            JobOutcome::Discarded
+        };
         assert_eq!(j.outcome, expected, "client {}", j.client);
     }
 }
@@ -210,7 +245,11 @@ system:
     assert_eq!(ends, vec![us(2, 2), us(3, 6), us(4, 4)]);
     // With a maximum staleness of 1, the update two aggregations old is dropped.
     let r = records(&text, &["policy.max_staleness=1"], 1);
-    let c2 = jobs(&r).into_iter().find(|j| j.client == 2).unwrap().clone();
+    let c2 = jobs(&r)
+        .into_iter()
+        .find(|j| j.client == 2)
+        .unwrap()
+        .clone();
     assert_eq!((c2.staleness, c2.outcome), (2, Discarded));
 }
 
@@ -231,13 +270,22 @@ fn dropouts_and_availability_lose_jobs_and_selection_sees_only_online_clients() 
     let r = simulate_scenario(&s, 2, |_| {}).unwrap().records;
     let model = SystemModel::build(&s.run.system, &SeedTree::new(s.run.seed), 6, 8, None).unwrap();
     let jobs = jobs(&r);
-    let failed = jobs.iter().filter(|j| j.outcome == JobOutcome::Failed).count();
+    let failed = jobs
+        .iter()
+        .filter(|j| j.outcome == JobOutcome::Failed)
+        .count();
     assert!(failed > 0, "no job failed");
     for j in &jobs {
-        assert!(model.online_until(j.client, j.sent).is_some(), "offline client selected: {j:?}");
+        assert!(
+            model.online_until(j.client, j.sent).is_some(),
+            "offline client selected: {j:?}"
+        );
         if j.outcome != JobOutcome::Failed {
             // A job that arrived ran while its client stayed online.
-            assert!(model.online_until(j.client, j.sent).unwrap() >= j.end, "{j:?}");
+            assert!(
+                model.online_until(j.client, j.sent).unwrap() >= j.end,
+                "{j:?}"
+            );
         }
     }
     let counted: u32 = rounds(&r).iter().map(|x| x.failed).sum();
@@ -253,7 +301,10 @@ fn files(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<Vec<
         progress: false,
     };
     run_scenario(&s, &opts).unwrap();
-    REPRODUCIBLE_FILES.iter().map(|f| std::fs::read(dir.join(f)).unwrap()).collect()
+    REPRODUCIBLE_FILES
+        .iter()
+        .map(|f| std::fs::read(dir.join(f)).unwrap())
+        .collect()
 }
 
 const SYSTEMS: &str = "\
@@ -286,9 +337,21 @@ fn every_policy_is_deterministic_across_threads_and_reruns() {
     for (i, p) in policies.iter().enumerate() {
         let d = |k: &str| tmp.path().join(format!("{i}-{k}"));
         let one = files(SYSTEMS, p, 1, &d("a"));
-        assert_eq!(one, files(SYSTEMS, p, 1, &d("b")), "policy {p:?}: reruns differ");
-        assert_eq!(one, files(SYSTEMS, p, 2, &d("c")), "policy {p:?}: 1 and 2 threads differ");
-        assert_eq!(one, files(SYSTEMS, p, 4, &d("d")), "policy {p:?}: 1 and 4 threads differ");
+        assert_eq!(
+            one,
+            files(SYSTEMS, p, 1, &d("b")),
+            "policy {p:?}: reruns differ"
+        );
+        assert_eq!(
+            one,
+            files(SYSTEMS, p, 2, &d("c")),
+            "policy {p:?}: 1 and 2 threads differ"
+        );
+        assert_eq!(
+            one,
+            files(SYSTEMS, p, 4, &d("d")),
+            "policy {p:?}: 1 and 4 threads differ"
+        );
         let jobs = read_parquet(&d("a").join("jobs.parquet")).unwrap();
         assert!(jobs.height() > 0);
         let clients = read_parquet(&d("a").join("clients.parquet")).unwrap();
@@ -311,7 +374,15 @@ fn fedscale_traces_set_devices_and_availability() {
     // Device ids in ascending order are 3, 7, 12; client c takes position c mod 3. Training
     // costs 3× the inference milliseconds per sample; kbit/s become Mbit/s both ways.
     let speeds: Vec<f64> = (0..4).map(|c| m.samples_per_second(c)).collect();
-    assert_eq!(speeds, vec![1000.0 / 150.0, 1000.0 / 300.0, 1000.0 / 600.0, 1000.0 / 150.0]);
+    assert_eq!(
+        speeds,
+        vec![
+            1000.0 / 150.0,
+            1000.0 / 300.0,
+            1000.0 / 600.0,
+            1000.0 / 150.0
+        ]
+    );
     assert_eq!(m.bandwidth_mbps(0, Link::Up), 8.0);
     assert_eq!(m.bandwidth_mbps(2, Link::Down), 0.5);
     // Behaviour ids 1, 2: client 0 (and 2) online in [0, 100] and [200, 250] every 300 s;
@@ -330,6 +401,12 @@ fn fedscale_traces_set_devices_and_availability() {
         dir.join("make_fixtures.py").display()
     ))
     .unwrap();
-    let e = SystemModel::build(&bad, &SeedTree::new(1), 4, 8, None).err().unwrap().to_string();
-    assert!(e.contains("make_fixtures.py") && e.contains("pickle"), "{e}");
+    let e = SystemModel::build(&bad, &SeedTree::new(1), 4, 8, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("make_fixtures.py") && e.contains("pickle"),
+        "{e}"
+    );
 }
