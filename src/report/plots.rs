@@ -33,6 +33,34 @@ pub struct Chart {
     pub series: Vec<Series>,
 }
 
+/// Matplotlib's tab10 colours.
+const TAB10: [(u8, u8, u8); 10] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+];
+
+/// A tick label with at most 3 significant digits and no trailing zeros.
+fn short(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let digits = (2 - x.abs().log10().floor() as i32).max(0) as usize;
+    let s = format!("{x:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 fn bounds(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
     let (lo, hi) = values
         .filter(|v| v.is_finite())
@@ -48,19 +76,25 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Resu
     let pts = || chart.series.iter().flat_map(|s| s.points.iter());
     let (x0, x1) = bounds(pts().map(|p| p.0)).ok_or("nothing to plot")?;
     let (y0, y1) = bounds(pts().flat_map(|p| [p.1 - p.2, p.1 + p.2])).ok_or("nothing to plot")?;
+    // Headroom at the top for the legend.
     let pad_y = ((y1 - y0) * 0.05).max(1e-3);
-    let (y0, y1) = (y0 - pad_y, y1 + pad_y);
+    let (y0, y1) = (y0 - pad_y, y1 + pad_y + (y1 - y0) * 0.08 * chart.series.len() as f64);
     let mut builder = ChartBuilder::on(&root);
     builder
         .caption(&chart.title, ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(60);
-    let series_style = |i: usize| Palette99::pick(i).to_rgba();
+    let series_style = |i: usize| {
+        let (r, g, b) = TAB10[i % TAB10.len()];
+        RGBColor(r, g, b).to_rgba()
+    };
     macro_rules! body {
         ($ctx:expr) => {{
             let mut ctx = $ctx;
             ctx.configure_mesh()
+                .x_labels(10)
+                .x_label_formatter(&|x| short(*x))
                 .x_desc(chart.x_label.as_str())
                 .y_desc(chart.y_label.as_str())
                 .label_style(("sans-serif", 14))
@@ -94,7 +128,7 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Resu
                 .map_err(e)?;
             }
             ctx.configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
+                .position(SeriesLabelPosition::UpperRight)
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
                 .label_font(("sans-serif", 13))
@@ -153,6 +187,14 @@ pub fn write_chart(stem: &Path, chart: &Chart) -> Result<Vec<PathBuf>, ReportErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_tick_labels() {
+        assert_eq!(short(0.30000000000000004), "0.3");
+        assert_eq!(short(0.05), "0.05");
+        assert_eq!(short(1500.0), "1500");
+        assert_eq!(short(72.25), "72.3");
+    }
 
     #[test]
     fn writes_png_and_svg_with_text() {
