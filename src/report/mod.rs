@@ -20,7 +20,7 @@ pub use records::{
 };
 pub use study::{
     aggregate, markdown, mean_std, read_curve, read_curves, read_runs, report_frame, write_plots,
-    write_report, write_text_table, ReportRow, RunCurve, RunRow, REPORT_METRICS,
+    write_report, write_text_table, CurvePoint, ReportRow, RunCurve, RunRow, REPORT_METRICS,
 };
 pub use summary::{percentile, time_to_accuracy, Fairness, Summary};
 pub use tables::{read_client_table, ClientTable, FeatureColumns, TableColumns, TableError};

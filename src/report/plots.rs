@@ -78,7 +78,10 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Resu
     let (y0, y1) = bounds(pts().flat_map(|p| [p.1 - p.2, p.1 + p.2])).ok_or("nothing to plot")?;
     // Headroom at the top for the legend.
     let pad_y = ((y1 - y0) * 0.05).max(1e-3);
-    let (y0, y1) = (y0 - pad_y, y1 + pad_y + (y1 - y0) * 0.08 * chart.series.len() as f64);
+    let (y0, y1) = (
+        y0 - pad_y,
+        y1 + pad_y + (y1 - y0) * 0.08 * chart.series.len() as f64,
+    );
     let mut builder = ChartBuilder::on(&root);
     builder
         .caption(&chart.title, ("sans-serif", 22))

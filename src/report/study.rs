@@ -337,14 +337,22 @@ pub fn write_text_table(path: &Path, columns: &[(String, Vec<String>)]) -> Resul
     super::write_csv(path, &mut df)
 }
 
+/// One evaluation of a learning curve: test accuracy and loss weighted by test samples.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CurvePoint {
+    pub round: u32,
+    pub sim_seconds: f64,
+    pub accuracy: f64,
+    pub loss: f64,
+}
+
 /// One run's learning curve (weighted mean test accuracy per evaluated round, training
 /// clients, its most client-specific model) and final per-client test accuracies.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunCurve {
     pub config: Vec<(String, String)>,
     pub model: String,
-    /// `(round, simulated seconds, accuracy)`.
-    pub points: Vec<(u32, f64, f64)>,
+    pub points: Vec<CurvePoint>,
     pub client_accuracy: Vec<f64>,
 }
 
@@ -388,7 +396,12 @@ pub fn read_curve(
         .column("accuracy")
         .and_then(|c| c.f64().cloned())
         .map_err(err)?;
-    let mut by_round: BTreeMap<u32, (f64, f64, f64)> = BTreeMap::new();
+    let loss = df
+        .column("loss")
+        .and_then(|c| c.f64().cloned())
+        .map_err(err)?;
+    // round → (Σ accuracy·n, Σ loss·n, Σ n, time)
+    let mut by_round: BTreeMap<u32, (f64, f64, f64, f64)> = BTreeMap::new();
     let mut last: BTreeMap<u32, (u32, f64)> = BTreeMap::new();
     let client = df
         .column("client")
@@ -406,10 +419,11 @@ pub fn read_curve(
             acc.get(i).unwrap_or(f64::NAN),
             n.get(i).unwrap_or(0) as f64,
         );
-        let e = by_round.entry(r).or_insert((0.0, 0.0, 0.0));
+        let e = by_round.entry(r).or_insert((0.0, 0.0, 0.0, 0.0));
         e.0 += a * w;
-        e.1 += w;
-        e.2 = e.2.max(time.get(i).unwrap_or(0.0));
+        e.1 += loss.get(i).unwrap_or(f64::NAN) * w;
+        e.2 += w;
+        e.3 = e.3.max(time.get(i).unwrap_or(0.0));
         let c = client.get(i).unwrap_or(0);
         if last.get(&c).is_none_or(|(lr, _)| r >= *lr) {
             last.insert(c, (r, a));
@@ -420,8 +434,13 @@ pub fn read_curve(
         model: model.to_string(),
         points: by_round
             .into_iter()
-            .filter(|(_, (_, w, _))| *w > 0.0)
-            .map(|(r, (aw, w, t))| (r, t, aw / w))
+            .filter(|(_, e)| e.2 > 0.0)
+            .map(|(round, (aw, lw, w, t))| CurvePoint {
+                round,
+                sim_seconds: t,
+                accuracy: aw / w,
+                loss: lw / w,
+            })
             .collect(),
         client_accuracy: last.into_values().map(|(_, a)| a).collect(),
     })
@@ -465,8 +484,9 @@ fn config_label(config: &[(String, String)], skip: &[String]) -> String {
 
 /// Draws the report's figures into `out`: accuracy against every numeric axis (one line per
 /// value of the other axes, ±std over seeds; FedEM Fig. 1 left for a sampling-rate sweep),
-/// convergence curves against rounds and simulated time, and the distribution (CDF) of
-/// per-client accuracy, per configuration. Returns the files written.
+/// convergence of test accuracy and loss against rounds and simulated time
+/// (`convergence_{accuracy,loss}_{round,time}`), and the distribution (CDF) of per-client
+/// accuracy, per configuration. Returns the files written.
 pub fn write_plots(
     out: &Path,
     rows: &[ReportRow],
@@ -543,46 +563,48 @@ pub fn write_plots(
     if curves.is_empty() {
         return Ok(files);
     }
-    for (x_name, by_time) in [("round", false), ("simulated time (s)", true)] {
-        let series = groups
-            .iter()
-            .map(|(label, runs)| {
-                let mut at: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
-                for run in runs {
-                    for &(r, t, a) in &run.points {
-                        let e = at.entry(r).or_default();
-                        e.0.push(t);
-                        e.1.push(100.0 * a);
+    let charts = [
+        ("accuracy", "weighted mean test accuracy (%)", 100.0),
+        ("loss", "weighted mean test loss", 1.0),
+    ];
+    for (metric, y_label, scale) in charts {
+        for (x_name, by_time) in [("round", false), ("simulated time (s)", true)] {
+            let series = groups
+                .iter()
+                .map(|(label, runs)| {
+                    let mut at: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+                    for run in runs {
+                        for p in &run.points {
+                            let e = at.entry(p.round).or_default();
+                            e.0.push(p.sim_seconds);
+                            e.1.push(scale * if metric == "loss" { p.loss } else { p.accuracy });
+                        }
                     }
-                }
-                let points = at
-                    .into_iter()
-                    .map(|(r, (t, a))| {
-                        let (m, s) = mean_std(&a);
-                        (if by_time { mean_std(&t).0 } else { r as f64 }, m, s)
-                    })
-                    .collect();
-                Series {
-                    label: label.clone(),
-                    points,
-                }
-            })
-            .collect();
-        let stem = out.join(if by_time {
-            "convergence_time"
-        } else {
-            "convergence_round"
-        });
-        files.extend(write_chart(
-            &stem,
-            &Chart {
-                title: format!("test accuracy vs {x_name} (mean ± std over seeds)"),
-                x_label: x_name.into(),
-                y_label: "weighted mean test accuracy (%)".into(),
-                log_x: false,
-                series,
-            },
-        )?);
+                    let points = at
+                        .into_iter()
+                        .map(|(r, (t, v))| {
+                            let (m, s) = mean_std(&v);
+                            (if by_time { mean_std(&t).0 } else { r as f64 }, m, s)
+                        })
+                        .collect();
+                    Series {
+                        label: label.clone(),
+                        points,
+                    }
+                })
+                .collect();
+            let x = if by_time { "time" } else { "round" };
+            files.extend(write_chart(
+                &out.join(format!("convergence_{metric}_{x}")),
+                &Chart {
+                    title: format!("test {metric} vs {x_name} (mean ± std over seeds)"),
+                    x_label: x_name.into(),
+                    y_label: y_label.into(),
+                    log_x: false,
+                    series,
+                },
+            )?);
+        }
     }
     // Per-client accuracy: empirical CDF, seeds pooled.
     let series = groups
