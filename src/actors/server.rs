@@ -217,9 +217,13 @@ impl<A: Algorithm> Server<A> {
         }
         self.open = true;
         self.round_start = now;
+        // Late updates (and their bytes) that arrived while no round was open count here.
+        let gap = std::mem::take(&mut self.counts);
         self.counts = RoundRecord {
             round,
             start: now,
+            late: gap.late,
+            bytes_up: gap.bytes_up,
             ..Default::default()
         };
         self.selected = self.choose(

@@ -259,12 +259,12 @@ fn dropouts_and_availability_lose_jobs_and_selection_sees_only_online_clients() 
     let text = timed(
         tmp.path(),
         "sampling: {count: 3, available_only: true}\n\
-         policy: {kind: synchronous, deadline_s: 40}\n",
+         policy: {kind: synchronous, deadline_s: 6, late_updates: next_round, max_staleness: 3}\n",
     );
     let overrides = [
         "rounds=30",
         "system.dropout=0.2",
-        "system.availability={kind: markov, mean_online_s: 30, mean_offline_s: 30}",
+        "system.availability={kind: markov, mean_online_s: 40, mean_offline_s: 120}",
     ];
     let s = scenario(&text, &overrides);
     let r = simulate_scenario(&s, 2, |_| {}).unwrap().records;
@@ -290,6 +290,11 @@ fn dropouts_and_availability_lose_jobs_and_selection_sees_only_online_clients() 
     }
     let counted: u32 = rounds(&r).iter().map(|x| x.failed).sum();
     assert!(counted as usize <= failed && counted > 0);
+    // Every late update aggregated is counted in the round that took it, also when it arrived
+    // while the server waited for a client to come online.
+    let late = jobs.iter().filter(|j| j.outcome == JobOutcome::Late).count();
+    assert!(late > 0, "no late update");
+    assert_eq!(rounds(&r).iter().map(|x| x.late as usize).sum::<usize>(), late);
 }
 
 /// Every reproducible file, for one run.
