@@ -292,9 +292,15 @@ fn dropouts_and_availability_lose_jobs_and_selection_sees_only_online_clients() 
     assert!(counted as usize <= failed && counted > 0);
     // Every late update aggregated is counted in the round that took it, also when it arrived
     // while the server waited for a client to come online.
-    let late = jobs.iter().filter(|j| j.outcome == JobOutcome::Late).count();
+    let late = jobs
+        .iter()
+        .filter(|j| j.outcome == JobOutcome::Late)
+        .count();
     assert!(late > 0, "no late update");
-    assert_eq!(rounds(&r).iter().map(|x| x.late as usize).sum::<usize>(), late);
+    assert_eq!(
+        rounds(&r).iter().map(|x| x.late as usize).sum::<usize>(),
+        late
+    );
 }
 
 /// Every reproducible file, for one run.
