@@ -19,7 +19,6 @@ use crate::report::{JobOutcome, JobRecord, Record, RoundRecord};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub(super) struct ServerConfig<A: Algorithm> {
@@ -46,6 +45,53 @@ struct InFlight<G> {
     late: Option<JobOutcome>,
 }
 
+/// The jobs in flight, one slot per client (a client runs one job at a time), iterated in
+/// client order.
+struct InFlightJobs<G> {
+    slots: Vec<Option<InFlight<G>>>,
+    running: usize,
+}
+
+impl<G> InFlightJobs<G> {
+    fn new(clients: usize) -> Self {
+        InFlightJobs {
+            slots: (0..clients).map(|_| None).collect(),
+            running: 0,
+        }
+    }
+
+    fn is_busy(&self, client: u32) -> bool {
+        self.slots[client as usize].is_some()
+    }
+
+    fn insert(&mut self, client: u32, job: InFlight<G>) {
+        let previous = self.slots[client as usize].replace(job);
+        debug_assert!(
+            previous.is_none(),
+            "a busy client is never sent a second job"
+        );
+        self.running += 1;
+    }
+
+    fn remove(&mut self, client: u32) -> Option<InFlight<G>> {
+        let job = self.slots.get_mut(client as usize)?.take();
+        self.running -= usize::from(job.is_some());
+        job
+    }
+
+    fn len(&self) -> usize {
+        self.running
+    }
+
+    fn is_empty(&self) -> bool {
+        self.running == 0
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut InFlight<G>> {
+        self.slots.iter_mut().flatten()
+    }
+}
+
 /// An update waiting for an aggregation.
 struct Held<A: Algorithm> {
     client: u32,
@@ -60,9 +106,7 @@ pub(super) struct Server<A: Algorithm> {
     /// The current round (synchronous) or the number of aggregations so far (FedBuff).
     round: u32,
     round_start: SimTime,
-    in_flight: BTreeMap<u32, InFlight<A::Global>>,
-    /// `busy[c]`: client `c` has a job in flight (the keys of `in_flight`, for quick scans).
-    busy: Vec<bool>,
+    in_flight: InFlightJobs<A::Global>,
     /// Synchronous: the round is open (between its start and its aggregation).
     open: bool,
     /// Synchronous: a round waits to start until a client is idle.
@@ -89,8 +133,7 @@ impl<A: Algorithm> Server<A> {
             global: Arc::new(global),
             round: 0,
             round_start: SimTime::ZERO,
-            in_flight: BTreeMap::new(),
-            busy: vec![false; cfg.num_clients as usize],
+            in_flight: InFlightJobs::new(cfg.num_clients as usize),
             open: false,
             start_when_idle: false,
             selected: Vec::new(),
@@ -119,7 +162,7 @@ impl<A: Algorithm> Server<A> {
             .participants
             .iter()
             .copied()
-            .filter(|&c| !self.busy[c as usize])
+            .filter(|&c| !self.in_flight.is_busy(c))
             .filter(|&c| !online_only || self.cfg.system.online_until(c, now).is_some())
             .collect()
     }
@@ -129,7 +172,7 @@ impl<A: Algorithm> Server<A> {
         self.cfg
             .participants
             .iter()
-            .filter(|&&c| !self.busy[c as usize])
+            .filter(|&&c| !self.in_flight.is_busy(c))
             .filter_map(|&c| self.cfg.system.next_online(c, now + SimDuration(1)))
             .min()
     }
@@ -157,7 +200,6 @@ impl<A: Algorithm> Server<A> {
         let download = self.cfg.system.transfer_time(client, Link::Down, bytes);
         self.counts.bytes_down += bytes;
         self.counts.selected += 1;
-        self.busy[client as usize] = true;
         self.in_flight.insert(
             client,
             InFlight {
@@ -281,7 +323,7 @@ impl<A: Algorithm> Server<A> {
         if let Some(outcome) = late_as {
             for job in self
                 .in_flight
-                .values_mut()
+                .iter_mut()
                 .filter(|j| j.round == round && j.late.is_none())
             {
                 job.late = Some(outcome);
@@ -392,8 +434,7 @@ impl<A: Algorithm> Server<A> {
     }
 
     fn take_job(&mut self, client: u32) -> Result<InFlight<A::Global>, SimError> {
-        self.busy[client as usize] = false;
-        self.in_flight.remove(&client).ok_or_else(|| {
+        self.in_flight.remove(client).ok_or_else(|| {
             SimError::Model(format!("client {client} reported a job it was never sent"))
         })
     }
@@ -433,12 +474,23 @@ impl<A: Algorithm> Server<A> {
             (Some(update), false) => self.late_arrival(client, &job, update),
         };
         let staleness = match outcome {
-            JobOutcome::Late => self.late.last().map_or(0, |h| h.staleness),
+            JobOutcome::Late => self.round_joined_late(&job),
             _ => 0,
         };
         eff.record(self.job_record(now, client, &job, outcome, compute, staleness));
         self.maybe_close(now, eff);
         self.start_if_waiting(now, eff)
+    }
+
+    /// The staleness of a late synchronous update arriving now: it would join the next
+    /// aggregation, that of the open round or of the next one.
+    fn round_joined_late(&self, job: &InFlight<A::Global>) -> u32 {
+        let joins = if self.open {
+            self.round
+        } else {
+            self.round + 1
+        };
+        joins - job.round
     }
 
     /// A synchronous update that arrives after its round ended.
@@ -457,17 +509,11 @@ impl<A: Algorithm> Server<A> {
             unreachable!("only synchronous rounds end with jobs out")
         };
         let outcome = job.late.unwrap_or(JobOutcome::Discarded);
-        // It joins the next aggregation: that of the open round, or of the next one.
-        let joins = if self.open {
-            self.round
-        } else {
-            self.round + 1
-        };
-        let staleness = joins - job.round;
+        let staleness = self.round_joined_late(job);
         if outcome == JobOutcome::Straggler
             && late_updates == LateUpdates::NextRound
             && staleness <= max_staleness
-            && joins <= self.cfg.rounds
+            && job.round + staleness <= self.cfg.rounds
         {
             self.counts.late += 1;
             self.late.push(Held {

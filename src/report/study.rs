@@ -368,45 +368,17 @@ pub fn read_curve(
         source,
     };
     let df = super::read_parquet(&path).map_err(err)?;
-    let round = df
-        .column("round")
-        .and_then(|c| c.u32().cloned())
-        .map_err(err)?;
-    let time = df
-        .column("sim_time_s")
-        .and_then(|c| c.f64().cloned())
-        .map_err(err)?;
-    let split = df
-        .column("split")
-        .and_then(|c| c.str().cloned())
-        .map_err(err)?;
-    let kind = df
-        .column("model")
-        .and_then(|c| c.str().cloned())
-        .map_err(err)?;
-    let unseen = df
-        .column("unseen")
-        .and_then(|c| c.bool().cloned())
-        .map_err(err)?;
-    let n = df
-        .column("n_samples")
-        .and_then(|c| c.u32().cloned())
-        .map_err(err)?;
-    let acc = df
-        .column("accuracy")
-        .and_then(|c| c.f64().cloned())
-        .map_err(err)?;
-    let loss = df
-        .column("loss")
-        .and_then(|c| c.f64().cloned())
-        .map_err(err)?;
+    let col = |name: &str| df.column(name).map_err(err);
+    let u32s = |name: &str| col(name)?.u32().cloned().map_err(err);
+    let f64s = |name: &str| col(name)?.f64().cloned().map_err(err);
+    let strs = |name: &str| col(name)?.str().cloned().map_err(err);
+    let (round, client, n) = (u32s("round")?, u32s("client")?, u32s("n_samples")?);
+    let (time, acc, loss) = (f64s("sim_time_s")?, f64s("accuracy")?, f64s("loss")?);
+    let (split, kind) = (strs("split")?, strs("model")?);
+    let unseen = col("unseen")?.bool().cloned().map_err(err)?;
     // round → (Σ accuracy·n, Σ loss·n, Σ n, time)
     let mut by_round: BTreeMap<u32, (f64, f64, f64, f64)> = BTreeMap::new();
     let mut last: BTreeMap<u32, (u32, f64)> = BTreeMap::new();
-    let client = df
-        .column("client")
-        .and_then(|c| c.u32().cloned())
-        .map_err(err)?;
     for i in 0..df.height() {
         if split.get(i) != Some("test")
             || kind.get(i) != Some(model)

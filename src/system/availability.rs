@@ -143,18 +143,24 @@ impl AvailabilityModel {
         }
     }
 
+    /// `client`'s Markov chain, drawn past `t`.
+    fn chain_past(&self, client: u32, t: SimTime) -> std::sync::MutexGuard<'_, Chain> {
+        let AvailabilityModel::Markov { on, off, chains } = self else {
+            unreachable!("only Markov availability has chains")
+        };
+        let mut chain = chains[client as usize]
+            .lock()
+            .expect("no panics while held");
+        chain.extend_past(t, on, off);
+        chain
+    }
+
     /// If `client` is online at `t`: when it goes offline ([`SimTime::MAX`]: never).
     pub fn online_until(&self, client: u32, t: SimTime) -> Option<SimTime> {
         match self {
             AvailabilityModel::Always => Some(SimTime::MAX),
             AvailabilityModel::Traces(ts) => ts[client as usize].online_until(t),
-            AvailabilityModel::Markov { on, off, chains } => {
-                let mut chain = chains[client as usize]
-                    .lock()
-                    .expect("no panics while held");
-                chain.extend_past(t, on, off);
-                span_end(&chain.spans, t)
-            }
+            AvailabilityModel::Markov { .. } => span_end(&self.chain_past(client, t).spans, t),
         }
     }
 
@@ -163,11 +169,8 @@ impl AvailabilityModel {
         match self {
             AvailabilityModel::Always => Some(t),
             AvailabilityModel::Traces(ts) => ts[client as usize].next_online(t),
-            AvailabilityModel::Markov { on, off, chains } => {
-                let mut chain = chains[client as usize]
-                    .lock()
-                    .expect("no panics while held");
-                chain.extend_past(t, on, off);
+            AvailabilityModel::Markov { .. } => {
+                let chain = self.chain_past(client, t);
                 if span_end(&chain.spans, t).is_some() {
                     return Some(t);
                 }
