@@ -5,8 +5,9 @@
 //! - [`data`]: data sets held in contiguous buffers, clients as index ranges.
 //! - [`models`]: tch models, local SGD and evaluation, flat parameters.
 //! - [`system`]: devices, links and availability that turn work into simulated durations.
+//! - [`topology`]: communication graphs and mixing matrices of decentralized runs.
 //! - [`algorithms`]: federated algorithms behind one trait.
-//! - [`actors`]: the server, the clients and the trainer pool as actix actors.
+//! - [`actors`]: the server, the clients, the peers and the trainer pool as actix actors.
 //! - [`scenario`]: YAML scenarios, overrides and validation; sweep files expanded into cells.
 //! - [`report`]: polars frames, Parquet/CSV writers, summaries and reports over many runs.
 //! - [`run`]: one scenario end to end.
@@ -22,3 +23,4 @@ pub mod scenario;
 pub mod sim;
 pub mod sweep;
 pub mod system;
+pub mod topology;

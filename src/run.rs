@@ -118,10 +118,10 @@ pub fn run_scenario_with_bar(
     };
     style_run_bar(&bar, s, &prefix);
     let tick = bar.clone();
-    let output = simulate_scenario(s, opts.threads, move |r| {
-        if let Record::Round(round) = r {
-            tick.set_position(round.round as u64);
-        }
+    let output = simulate_scenario(s, opts.threads, move |r| match r {
+        Record::Round(round) => tick.set_position(round.round as u64),
+        Record::Gossip(round) => tick.set_position(round.round as u64),
+        _ => {}
     })?;
     let (sim_seconds, wall_seconds) = (output.end_time.as_secs_f64(), wall.elapsed().as_secs_f64());
     let summaries = Summary::per_model(

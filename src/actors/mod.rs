@@ -1,4 +1,5 @@
-//! The federated entities as actix actors: the server, the clients and the trainer pool.
+//! The federated entities as actix actors: the server, the clients, the peers of decentralized
+//! runs (with their monitor) and the trainer pool.
 //!
 //! Actors handle one message at a time, delivered by the kernel's scheduler, and return the
 //! effects they want; they never message each other directly. Training and evaluation run on
@@ -6,11 +7,13 @@
 //! This room wires entities to the kernel; it holds no polars code and reads no wall clock.
 
 mod client;
+mod peer;
 mod policy;
 mod sampling;
 mod server;
 mod trainer;
 
+pub use peer::{consensus_distance, PeerMsg};
 pub use policy::{staleness_factor, LateUpdates, PolicySpec};
 pub use sampling::{SampleSize, Sampling, Strategy};
 pub use trainer::TrainerPool;
@@ -26,6 +29,7 @@ use crate::sim::{
     Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime, World,
 };
 use crate::system::{Link, SystemModel, SystemSpec};
+use crate::topology::TopologySpec;
 use actix::prelude::*;
 use client::Client;
 use server::Server;
@@ -47,6 +51,8 @@ pub struct RunSpec {
     /// Fraction of the clients held out of training (chosen from the seed; see
     /// [`unseen_clients`]).
     pub unseen_fraction: f64,
+    /// Peers and their graph, for decentralized algorithms (no server then).
+    pub topology: Option<TopologySpec>,
 }
 
 /// The held-out clients of a run (sorted): `count` of `total`, drawn from the run's seed.
@@ -220,6 +226,24 @@ pub fn simulate(
         .filter(|&c| !held_out(c))
         .map(|c| data.split_len(c, Split::Train))
         .sum();
+    if spec.topology.is_some() {
+        return match &spec.algorithm {
+            AlgorithmSpec::DPsgd(_) => {
+                peer::simulate_peers(FedAvg::plain(), spec, data, threads, on_record)
+            }
+            AlgorithmSpec::DFedem(s) => peer::simulate_peers(
+                FedEm::new(s.clone(), participants_train),
+                spec,
+                data,
+                threads,
+                on_record,
+            ),
+            other => Err(SimError::Model(format!(
+                "`{}` needs a server; a topology takes d_psgd or d_fedem",
+                other.name()
+            ))),
+        };
+    }
     let on_record = (unseen, on_record);
     match &spec.algorithm {
         AlgorithmSpec::Fedavg(_) => simulate_with(FedAvg::plain(), spec, data, threads, on_record),
@@ -252,6 +276,10 @@ pub fn simulate(
             simulate_with(PFedMe { spec: s.clone() }, spec, data, threads, on_record)
         }
         AlgorithmSpec::Noop(_) => simulate_with(Noop, spec, data, threads, on_record),
+        AlgorithmSpec::DPsgd(_) | AlgorithmSpec::DFedem(_) => Err(SimError::Model(format!(
+            "`{}` runs on peers and needs a `topology`",
+            spec.algorithm.name()
+        ))),
         AlgorithmSpec::Fedem(s) => simulate_with(
             FedEm::new(s.clone(), participants_train),
             spec,
@@ -260,6 +288,20 @@ pub fn simulate(
             on_record,
         ),
     }
+}
+
+/// Each client's (or peer's) device and links as the system model drew them.
+fn device_records(system: &SystemModel, clients: u32) -> Vec<Record> {
+    (0..clients)
+        .map(|c| {
+            Record::Device(DeviceRecord {
+                client: c,
+                samples_per_second: system.samples_per_second(c),
+                downlink_mbps: system.bandwidth_mbps(c, Link::Down),
+                uplink_mbps: system.bandwidth_mbps(c, Link::Up),
+            })
+        })
+        .collect()
 }
 
 /// `on_record` is the held-out clients with the record callback.
@@ -296,16 +338,7 @@ fn simulate_with<A: Algorithm>(
         )
         .map_err(|e| SimError::Model(e.to_string()))?;
         let system_model = Arc::new(system_model);
-        let devices: Vec<Record> = (0..num_clients)
-            .map(|c| {
-                Record::Device(DeviceRecord {
-                    client: c,
-                    samples_per_second: system_model.samples_per_second(c),
-                    downlink_mbps: system_model.bandwidth_mbps(c, Link::Down),
-                    uplink_mbps: system_model.bandwidth_mbps(c, Link::Up),
-                })
-            })
-            .collect();
+        let devices = device_records(&system_model, num_clients);
         let clients: Vec<Addr<Client<A>>> = states
             .into_iter()
             .enumerate()

@@ -155,6 +155,17 @@ impl ModelUpdate {
     }
 }
 
+/// D-PSGD (Lian et al. 2017): FedAvg's local work, then a weighted average with neighbours.
+impl super::Gossip for FedAvg {
+    fn local_model(&self, update: ModelUpdate) -> Vec<f32> {
+        update.params
+    }
+
+    fn mix(&self, items: &[(f64, &Vec<f32>)]) -> Vec<f32> {
+        weighted_average(items.iter().map(|(w, x)| (*w, &x[..])))
+    }
+}
+
 impl Algorithm for FedAvg {
     type Global = Vec<f32>;
     /// The momentum buffer (empty unless momentum is kept across rounds).

@@ -171,6 +171,21 @@ pub fn fit_mixture_weights(losses: &[Vec<f32>], max_iterations: u32, tolerance: 
     pi
 }
 
+/// D-FedEM (Marfoq et al. 2021, App. D.2, Alg. 4): FedEM's E-step and local M-step on the
+/// peer's own components, then each component averaged with the neighbours' (Σ_s w_ts θ_{m,s}).
+impl super::Gossip for FedEm {
+    fn local_model(&self, update: FedEmUpdate) -> Vec<Vec<f32>> {
+        update.components
+    }
+
+    fn mix(&self, items: &[(f64, &Vec<Vec<f32>>)]) -> Vec<Vec<f32>> {
+        let m = items.first().map_or(0, |(_, x)| x.len());
+        (0..m)
+            .map(|c| weighted_average(items.iter().map(|(w, x)| (*w, &x[c][..]))))
+            .collect()
+    }
+}
+
 impl Algorithm for FedEm {
     type Global = Vec<Vec<f32>>;
     type ClientState = FedEmClient;

@@ -61,6 +61,12 @@ pub enum AlgorithmSpec {
     Ditto(DittoSpec),
     /// No training: only the system is simulated (round times, participation).
     Noop(NoopSpec),
+    /// D-PSGD (Lian et al. 2017), decentralized FedAvg: peers train locally, then average
+    /// with their neighbours (needs `topology`).
+    DPsgd(FedAvgSpec),
+    /// D-FedEM (Marfoq et al. 2021, Alg. 4): FedEM without a server; each peer keeps its own
+    /// M components and mixes them with its neighbours' (needs `topology`).
+    DFedem(FedEmSpec),
 }
 
 impl AlgorithmSpec {
@@ -77,7 +83,14 @@ impl AlgorithmSpec {
             AlgorithmSpec::PerFedavg(_) => "per_fedavg",
             AlgorithmSpec::Ditto(_) => "ditto",
             AlgorithmSpec::Noop(_) => "noop",
+            AlgorithmSpec::DPsgd(_) => "d_psgd",
+            AlgorithmSpec::DFedem(_) => "d_fedem",
         }
+    }
+
+    /// Whether the algorithm runs on peers over a `topology` instead of with a server.
+    pub fn is_decentralized(&self) -> bool {
+        matches!(self, AlgorithmSpec::DPsgd(_) | AlgorithmSpec::DFedem(_))
     }
 
     /// Whether the algorithm can aggregate stale updates (asynchronous FedBuff rounds, late
@@ -89,7 +102,7 @@ impl AlgorithmSpec {
     /// Checks the algorithm's own settings; errors are `(field path below algorithm, message)`.
     pub fn validate(&self) -> Result<(), (String, String)> {
         match self {
-            AlgorithmSpec::Fedem(s) => s.validate(),
+            AlgorithmSpec::Fedem(s) | AlgorithmSpec::DFedem(s) => s.validate(),
             AlgorithmSpec::Fedprox(s) => s.validate(),
             AlgorithmSpec::FedavgPlus(s) => s.validate(),
             AlgorithmSpec::Pfedme(s) => s.validate(),
@@ -97,7 +110,10 @@ impl AlgorithmSpec {
             AlgorithmSpec::Apfl(s) => s.validate(),
             AlgorithmSpec::PerFedavg(s) => s.validate(),
             AlgorithmSpec::Ditto(s) => s.validate(),
-            AlgorithmSpec::Fedavg(_) | AlgorithmSpec::Local(_) | AlgorithmSpec::Noop(_) => Ok(()),
+            AlgorithmSpec::Fedavg(_)
+            | AlgorithmSpec::Local(_)
+            | AlgorithmSpec::Noop(_)
+            | AlgorithmSpec::DPsgd(_) => Ok(()),
         }
     }
 }
@@ -356,6 +372,17 @@ pub trait Algorithm: Send + Sync + 'static {
         state: &Self::ClientState,
         rng: &mut ChaCha20Rng,
     ) -> Vec<Evaluation>;
+}
+
+/// An algorithm that also runs without a server (D-PSGD from FedAvg, D-FedEM from FedEM):
+/// each peer holds its own copy of what a server would hold, runs the same local work on it,
+/// and averages the result with its neighbours' copies.
+pub trait Gossip: Algorithm {
+    /// The model a peer holds after its local work.
+    fn local_model(&self, update: Self::Update) -> Self::Global;
+
+    /// Σ wᵢ·xᵢ / Σ wᵢ over peers' models in the given order, accumulated in f64.
+    fn mix(&self, items: &[(f64, &Self::Global)]) -> Self::Global;
 }
 
 /// An update with the global model it was computed from and the factor its staleness gives it

@@ -1,6 +1,6 @@
 //! Tidy polars frames of a run's records.
 
-use super::{DeviceRecord, JobOutcome, JobRecord, Record, Summary};
+use super::{DeviceRecord, GossipRecord, JobOutcome, JobRecord, Record, Summary};
 use crate::algorithms::ModelKind;
 use crate::data::Split;
 use polars::prelude::*;
@@ -146,6 +146,56 @@ pub fn rounds_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
         Column::new(
             "bytes_up".into(),
             rounds.iter().map(|r| r.bytes_up).collect::<Vec<_>>(),
+        ),
+    ])
+}
+
+/// One row per round of a decentralized run: when its last peer mixed, the consensus
+/// distance, the mixing matrix's spectral gap, whether the graph was connected, its links and
+/// the bytes sent. Empty for client-server runs.
+pub fn gossip_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
+    let rounds: Vec<&GossipRecord> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Gossip(g) => Some(g),
+            _ => None,
+        })
+        .collect();
+    DataFrame::new_infer_height(vec![
+        Column::new("run_id".into(), vec![meta.run_id.as_str(); rounds.len()]),
+        Column::new(
+            "round".into(),
+            rounds.iter().map(|g| g.round).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "end_s".into(),
+            rounds
+                .iter()
+                .map(|g| g.time.as_secs_f64())
+                .collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "consensus_distance".into(),
+            rounds
+                .iter()
+                .map(|g| g.consensus_distance)
+                .collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "spectral_gap".into(),
+            rounds.iter().map(|g| g.spectral_gap).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "connected".into(),
+            rounds.iter().map(|g| g.connected).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "links".into(),
+            rounds.iter().map(|g| g.links).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "bytes".into(),
+            rounds.iter().map(|g| g.bytes).collect::<Vec<_>>(),
         ),
     ])
 }

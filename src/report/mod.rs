@@ -12,11 +12,13 @@ mod summary;
 mod tables;
 
 pub use frames::{
-    clients_frame, jobs_frame, metrics_frame, read_parquet, rounds_frame, summary_frame, RunMeta,
+    clients_frame, gossip_frame, jobs_frame, metrics_frame, read_parquet, rounds_frame,
+    summary_frame, RunMeta,
 };
 pub use plots::{write_chart, Chart, Series};
 pub use records::{
-    DeviceRecord, EvalRecord, JobOutcome, JobRecord, MixtureRecord, Record, RoundRecord,
+    DeviceRecord, EvalRecord, GossipRecord, JobOutcome, JobRecord, MixtureRecord, Record,
+    RoundRecord,
 };
 pub use study::{
     aggregate, markdown, mean_std, read_curve, read_curves, read_runs, report_frame, write_plots,
@@ -114,10 +116,18 @@ pub const REPRODUCIBLE_FILES: [&str; 7] = [
     "clients.csv",
 ];
 
-/// The reproducible files that differ (or are missing) between two result folders.
+/// Reproducible files that only some runs write (`gossip.parquet`: decentralized runs).
+pub const OPTIONAL_REPRODUCIBLE_FILES: [&str; 1] = ["gossip.parquet"];
+
+/// The reproducible files that differ (or are missing) between two result folders; an optional
+/// file counts when either folder has it.
 pub fn differing_files(a: &Path, b: &Path) -> Vec<String> {
+    let optional = OPTIONAL_REPRODUCIBLE_FILES
+        .iter()
+        .filter(|f| a.join(f).exists() || b.join(f).exists());
     REPRODUCIBLE_FILES
         .iter()
+        .chain(optional)
         .filter(
             |f| match (std::fs::read(a.join(f)), std::fs::read(b.join(f))) {
                 (Ok(x), Ok(y)) => x != y,
@@ -181,6 +191,15 @@ pub fn write_run(
         } else {
             write_parquet(&p, &mut df)?
         }
+        files.push(p);
+    }
+    if records.iter().any(|r| matches!(r, Record::Gossip(_))) {
+        let p = dir.join("gossip.parquet");
+        let mut df = gossip_frame(meta, records).map_err(|source| ReportError::Polars {
+            path: p.clone(),
+            source,
+        })?;
+        write_parquet(&p, &mut df)?;
         files.push(p);
     }
     let mut s = summary_frame(summaries).map_err(|source| ReportError::Polars {

@@ -101,6 +101,23 @@ pub struct DeviceRecord {
     pub uplink_mbps: f64,
 }
 
+/// One round of a decentralized run, once every peer has mixed it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GossipRecord {
+    pub round: u32,
+    /// When the last peer mixed this round.
+    pub time: SimTime,
+    /// (1/n) Σ_p ‖x_p − x̄‖² over the peers' mixed models (all components, flat).
+    pub consensus_distance: f64,
+    /// 1 − |λ₂| of the round's mixing matrix.
+    pub spectral_gap: f64,
+    pub connected: bool,
+    /// Links of the round's graph.
+    pub links: u64,
+    /// Bytes all peers sent in this round.
+    pub bytes: u64,
+}
+
 /// A client's mixture weights at an evaluation (FedEM).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MixtureRecord {
@@ -116,7 +133,9 @@ pub enum Record {
     Mixture(MixtureRecord),
     Job(JobRecord),
     Device(DeviceRecord),
+    Gossip(GossipRecord),
     /// The server's models after the last round (FedAvg: one; FedEM: the M components;
-    /// Clustered FL: one per cluster), flat in parameter order.
+    /// Clustered FL: one per cluster; decentralized runs: the peers' average), flat in
+    /// parameter order.
     FinalModels(Vec<Vec<f32>>),
 }

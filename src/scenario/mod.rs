@@ -264,6 +264,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
             format!("must be in (0, 1), got {unseen_fraction}"),
         );
     }
+    validate_decentralized(&raw)?;
     // With a data set of known size, check the client counts now (else when it is loaded).
     if let Some(clients) = raw.data.num_clients() {
         check_client_counts(clients, unseen_fraction, &sampling)?;
@@ -287,10 +288,68 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
             policy: raw.policy,
             system: raw.system,
             unseen_fraction,
+            topology: raw.topology,
         },
         resolved_yaml,
         content_hash,
     })
+}
+
+/// A run has a `topology` exactly when its algorithm is decentralized, and then none of the
+/// server's settings (who trains, when it aggregates) nor the client-server system features
+/// peers do not model yet (availability, dropouts, unseen clients).
+fn validate_decentralized(raw: &RawScenario) -> Result<(), Invalid> {
+    let bad = |path: &str, message: String| Err((path.to_string(), message));
+    let name = raw.algorithm.name();
+    let Some(topology) = &raw.topology else {
+        if raw.algorithm.is_decentralized() {
+            return bad(
+                "algorithm",
+                format!("`{name}` runs on peers: add a `topology:` section (graph and mixing)"),
+            );
+        }
+        return Ok(());
+    };
+    if !raw.algorithm.is_decentralized() {
+        return bad(
+            "topology",
+            format!(
+                "`{name}` needs a server; decentralized runs take `d_psgd` or `d_fedem` \
+                 (remove `topology` to run `{name}`)"
+            ),
+        );
+    }
+    topology.validate().map_err(|e| nest("topology", e))?;
+    let every_peer = "every peer trains and mixes each round in a decentralized run";
+    if raw.sampling != RawSampling::default() {
+        return bad("sampling", format!("{every_peer}; remove `sampling`"));
+    }
+    if raw.policy != PolicySpec::default() {
+        return bad(
+            "policy",
+            format!("{every_peer}; set `topology.gossip` (synchronous or asynchronous) instead"),
+        );
+    }
+    if raw.unseen.is_some() {
+        return bad(
+            "unseen",
+            "held-out clients are not supported in decentralized runs".into(),
+        );
+    }
+    if raw.system.availability != crate::system::AvailabilitySpec::Always {
+        return bad(
+            "system.availability",
+            "peers are always online (availability is not modelled for decentralized runs yet)"
+                .into(),
+        );
+    }
+    if raw.system.dropout != 0.0 {
+        return bad(
+            "system.dropout",
+            "dropouts are not modelled for decentralized runs yet".into(),
+        );
+    }
+    Ok(())
 }
 
 /// Whether `clients` clients can hold out `⌊unseen_fraction · clients⌋` and still give

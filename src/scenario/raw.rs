@@ -6,6 +6,7 @@ use crate::algorithms::AlgorithmSpec;
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::ModelSpec;
 use crate::system::SystemSpec;
+use crate::topology::TopologySpec;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -51,6 +52,10 @@ pub struct RawScenario {
     /// Table 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unseen: Option<RawUnseen>,
+    /// The peers' communication graph and mixing weights: makes the run decentralized (no
+    /// server; algorithms `d_psgd` and `d_fedem`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologySpec>,
 }
 
 /// Clients held out of training: after each evaluated round they adapt to the trained model

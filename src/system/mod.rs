@@ -340,6 +340,22 @@ impl SystemModel {
             + SimDuration::from_secs_f64_ceil(bits / (self.bandwidth_mbps(client, link) * 1e6))
     }
 
+    /// A direct message of `bytes` from peer `from` to peer `to` (decentralized runs): the
+    /// larger of the two latencies, and the time the bytes take at the slower of `from`'s
+    /// uplink and `to`'s downlink, returned apart so that a sender can queue its messages on
+    /// its uplink.
+    pub fn peer_transfer_time(&self, from: u32, to: u32, bytes: u64) -> (SimDuration, SimDuration) {
+        let latency = self.latency[from as usize].max(self.latency[to as usize]);
+        let mbps = self
+            .bandwidth_mbps(from, Link::Up)
+            .min(self.bandwidth_mbps(to, Link::Down));
+        let bits = bytes as f64 * 8.0;
+        (
+            latency,
+            SimDuration::from_secs_f64_ceil(bits / (mbps * 1e6)),
+        )
+    }
+
     /// If `client` is online at `t`: when it goes offline ([`SimTime::MAX`]: never).
     pub fn online_until(&self, client: u32, t: SimTime) -> Option<SimTime> {
         self.availability.online_until(client, t)

@@ -2,6 +2,7 @@
 
 mod cli;
 mod common;
+mod decentralized;
 mod determinism;
 mod paper;
 mod parquet_data;

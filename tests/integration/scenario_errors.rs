@@ -267,3 +267,103 @@ fn a_missing_trace_file_is_named_when_the_run_starts() {
         .to_string();
     assert!(e.contains("no/such/trace.csv"), "{e}");
 }
+
+/// BASE without sampling, for decentralized runs.
+const PEERS: &str = "\
+rounds: 3
+data:
+  kind: fedem_synthetic
+  clients: 10
+algorithm:
+  name: d_psgd
+topology:
+  graph: {kind: ring}
+";
+
+#[test]
+fn topology_errors_carry_their_path() {
+    let e = error(BASE, &["topology={graph: {kind: ring}}"]);
+    assert!(
+        e.contains("field `topology`") && e.contains("`d_psgd` or `d_fedem`"),
+        "{e}"
+    );
+    let e = error(BASE, &["algorithm={name: d_fedem}", "sampling={}"]);
+    assert!(
+        e.contains("field `algorithm`") && e.contains("topology"),
+        "{e}"
+    );
+    let e = error(PEERS, &["topology.graph={kind: erdos_renyi, p: 0}"]);
+    assert!(
+        e.contains("field `topology.graph.p`: must be in (0, 1]"),
+        "{e}"
+    );
+    let e = error(PEERS, &["topology.graph={kind: hypercube}"]);
+    assert!(
+        e.contains("unknown variant `hypercube`") && e.contains("erdos_renyi"),
+        "{e}"
+    );
+    let e = error(PEERS, &["topology.mixing={rule: fmmc, iterations: 0}"]);
+    assert!(e.contains("field `topology.mixing.iterations`"), "{e}");
+    let e = error(PEERS, &["topology.time_varying={kind: resample, every: 2}"]);
+    assert!(
+        e.contains("field `topology.time_varying`") && e.contains("drop_links"),
+        "{e}"
+    );
+    let e = error(PEERS, &["topology.time_varying={kind: drop_links, p: 1}"]);
+    assert!(
+        e.contains("field `topology.time_varying.p`: must be in [0, 1)"),
+        "{e}"
+    );
+    let e = error(PEERS, &["sampling.fraction=0.5"]);
+    assert!(
+        e.contains("field `sampling`") && e.contains("every peer"),
+        "{e}"
+    );
+    let e = error(
+        PEERS,
+        &["policy={kind: fedbuff, buffer_size: 2, concurrency: 4}"],
+    );
+    assert!(
+        e.contains("field `policy`") && e.contains("topology.gossip"),
+        "{e}"
+    );
+    let e = error(PEERS, &["system.dropout=0.1"]);
+    assert!(e.contains("field `system.dropout`"), "{e}");
+}
+
+#[test]
+fn topology_errors_that_need_the_peers_are_named_when_the_run_starts() {
+    let start = |overrides: &[&str]| {
+        let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        let s = Scenario::from_yaml(PEERS, Path::new("ok.yaml"), &o).unwrap();
+        fedsim::run::simulate_scenario(&s, 1, |_| {})
+            .err()
+            .expect("the run is refused")
+            .to_string()
+    };
+    let e = start(&["topology.graph={kind: torus, rows: 3, cols: 4}"]);
+    assert!(
+        e.contains("topology.graph") && e.contains("rows × cols = 12") && e.contains("(10)"),
+        "{e}"
+    );
+    let e = start(&["topology.graph={kind: star, center: 10}"]);
+    assert!(e.contains("topology.graph.center"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let edges = dir.path().join("links.csv");
+    std::fs::write(&edges, "a,b\n0,1\n1,2\n").unwrap();
+    let set = format!(
+        "topology.graph={{kind: edge_list, path: {}}}",
+        edges.display()
+    );
+    let e = start(&[&set]);
+    assert!(
+        e.contains("disconnected") && e.contains("disconnected: allow"),
+        "{e}"
+    );
+    std::fs::write(&edges, "a,b\n0,1\n1,x\n").unwrap();
+    let e = start(&[&set]);
+    assert!(
+        e.contains("links.csv:3") && e.contains("`x` is not a peer id"),
+        "{e}"
+    );
+}

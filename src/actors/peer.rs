@@ -1,0 +1,624 @@
+//! Decentralized runs: no server. Each peer trains on its own data (the same local work as the
+//! client of the client-server algorithm), sends its model to its neighbours over the system
+//! model's links, and mixes what it receives with its row of the round's mixing matrix.
+//!
+//! - Synchronous gossip: a peer mixes round r once its own model and every neighbour's round-r
+//!   model are in, then starts round r + 1. There is no global barrier: a peer waits only for
+//!   its neighbours.
+//! - Asynchronous gossip: a peer mixes right after its local work, with the newest model of each
+//!   neighbour that arrived since it last mixed; a neighbour it has nothing new from leaves its
+//!   weight on the peer itself.
+//!
+//! A monitor (rank 0) sees each peer's mixed model at no cost in time or bytes (it is the
+//! experimenter, not a participant) and records a round's consensus distance, spectral gap and
+//! bytes once every peer has mixed it. Peer p has rank p + 1 and uses client p's data and random
+//! streams, so a peer trains exactly like client p would.
+
+use super::{device_records, JobContext, TrainerPool};
+use crate::algorithms::{Evaluation, Gossip};
+use crate::data::{FederatedData, Split};
+use crate::report::{EvalRecord, GossipRecord, MixtureRecord, Record};
+use crate::sim::{
+    Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime, World,
+};
+use crate::system::{payload_bytes, SystemModel};
+use crate::topology::{GossipMode, StepWeights, Topology};
+use actix::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{RunSpec, SimOutput};
+
+/// Messages of a decentralized run.
+pub enum PeerMsg<A: Gossip> {
+    /// Peer: start round `round`'s local work.
+    Train { round: u32 },
+    /// Peer (from its own training job): local work done.
+    Trained {
+        round: u32,
+        model: A::Global,
+        state: A::ClientState,
+    },
+    /// Peer: neighbour `from`'s model after its local work of round `round`.
+    Model {
+        round: u32,
+        from: u32,
+        model: Arc<A::Global>,
+    },
+    /// Peer (from its own evaluation job).
+    Evaluated {
+        round: u32,
+        results: Vec<Evaluation>,
+        mixture: Option<Vec<f64>>,
+    },
+    /// Monitor: peer `peer` mixed round `round` into `model`, having sent `bytes` for it.
+    Mixed {
+        round: u32,
+        peer: u32,
+        model: Arc<A::Global>,
+        bytes: u64,
+    },
+}
+
+type PeerEffects<A> = Effects<PeerMsg<A>, Record>;
+
+struct DeliverPeer<A: Gossip> {
+    now: SimTime,
+    msg: PeerMsg<A>,
+}
+
+impl<A: Gossip> Message for DeliverPeer<A> {
+    type Result = Result<PeerEffects<A>, SimError>;
+}
+
+const MONITOR: EntityId = EntityId(0);
+
+fn peer_entity(p: u32) -> EntityId {
+    EntityId(p + 1)
+}
+
+/// What every peer shares.
+struct Shared<A: Gossip> {
+    jobs: Arc<JobContext<A>>,
+    pool: TrainerPool,
+    system: Arc<SystemModel>,
+    topology: Arc<Topology>,
+    seeds: SeedTree,
+    rounds: u32,
+    eval_every: u32,
+    /// ω_t: each peer's factor on the learning rate.
+    step_weights: Vec<f64>,
+}
+
+impl<A: Gossip> Shared<A> {
+    fn round_topology(&self, round: u32) -> Result<Arc<crate::topology::RoundTopology>, SimError> {
+        self.topology
+            .at(round)
+            .map_err(|e| SimError::Model(e.to_string()))
+    }
+}
+
+struct Peer<A: Gossip> {
+    id: u32,
+    model: Arc<A::Global>,
+    state: A::ClientState,
+    shared: Arc<Shared<A>>,
+    /// This round's model after local work, until it is mixed, with the number of neighbours'
+    /// models it waits for (synchronous).
+    half: Option<(u32, Arc<A::Global>, usize)>,
+    /// Synchronous: neighbours' models by (round, neighbour), and how many arrived per round.
+    inbox: BTreeMap<(u32, u32), Arc<A::Global>>,
+    arrived: BTreeMap<u32, usize>,
+    /// Asynchronous: the newest model of each neighbour since the last mix, with its round.
+    fresh: BTreeMap<u32, (u32, Arc<A::Global>)>,
+    /// Bytes sent this round.
+    sent: u64,
+}
+
+impl<A: Gossip> Peer<A> {
+    fn me(&self) -> EntityId {
+        peer_entity(self.id)
+    }
+
+    fn train(&mut self, round: u32, eff: &mut PeerEffects<A>) {
+        let jobs = &self.shared.jobs;
+        let n_train = jobs.data.split_len(self.id as usize, Split::Train);
+        let samples = jobs
+            .algorithm
+            .samples_processed(&jobs.training.plan, n_train);
+        let compute = self
+            .shared
+            .system
+            .compute_time(self.id, round as u64, samples);
+        let (jobs, id, model) = (jobs.clone(), self.id, self.model.clone());
+        let lr = jobs.training.lr_at(round) * self.shared.step_weights[id as usize];
+        let mut state = self.state.clone();
+        let mut rng = self
+            .shared
+            .seeds
+            .rng(Entity::Client(id), "train", round as u64);
+        let pending = self.shared.pool.submit(move || {
+            let ctx = jobs.local(id, round, lr);
+            let update = jobs
+                .algorithm
+                .local_update(&ctx, &model, &mut state, &mut rng);
+            PeerMsg::Trained {
+                round,
+                model: jobs.algorithm.local_model(update),
+                state,
+            }
+        });
+        eff.send_pending(self.me(), compute, pending);
+    }
+
+    /// Sends the trained model to every neighbour that mixes it, one after the other on this
+    /// peer's uplink, then mixes (now, or when the neighbours' models are in).
+    fn trained(
+        &mut self,
+        round: u32,
+        model: A::Global,
+        state: A::ClientState,
+        eff: &mut PeerEffects<A>,
+    ) -> Result<(), SimError> {
+        self.state = state;
+        let model = Arc::new(model);
+        let topology = self.shared.round_topology(round)?;
+        let bytes = payload_bytes(self.shared.jobs.algorithm.broadcast_len(&model));
+        let mut uplink_busy = SimDuration::ZERO;
+        let mut neighbours = 0;
+        // The support of every mixing matrix is symmetric: the peers this one mixes from are
+        // the peers that mix from it.
+        for to in topology.mixing.sources(self.id) {
+            let (latency, transfer) = self.shared.system.peer_transfer_time(self.id, to, bytes);
+            uplink_busy = uplink_busy + transfer;
+            let msg = PeerMsg::Model {
+                round,
+                from: self.id,
+                model: model.clone(),
+            };
+            eff.send(peer_entity(to), latency + uplink_busy, msg);
+            self.sent += bytes;
+            neighbours += 1;
+        }
+        self.half = Some((round, model, neighbours));
+        match self.shared.topology.spec().gossip {
+            GossipMode::Synchronous => self.mix_when_complete(eff),
+            GossipMode::Asynchronous => self.mix_what_arrived(eff),
+        }
+    }
+
+    fn received(
+        &mut self,
+        round: u32,
+        from: u32,
+        model: Arc<A::Global>,
+        eff: &mut PeerEffects<A>,
+    ) -> Result<(), SimError> {
+        match self.shared.topology.spec().gossip {
+            GossipMode::Synchronous => {
+                self.inbox.insert((round, from), model);
+                *self.arrived.entry(round).or_insert(0) += 1;
+                self.mix_when_complete(eff)
+            }
+            GossipMode::Asynchronous => {
+                let newer = self.fresh.get(&from).is_none_or(|(r, _)| *r <= round);
+                if newer {
+                    self.fresh.insert(from, (round, model));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Synchronous: mixes round r once this peer's and all its neighbours' round-r models are in.
+    fn mix_when_complete(&mut self, eff: &mut PeerEffects<A>) -> Result<(), SimError> {
+        let Some((round, _, expected)) = self.half else {
+            return Ok(());
+        };
+        if self.arrived.get(&round).copied().unwrap_or(0) < expected {
+            return Ok(());
+        }
+        self.arrived.remove(&round);
+        let (_, own, _) = self.half.take().expect("checked above");
+        let topology = self.shared.round_topology(round)?;
+        let row = topology.mixing.row(self.id);
+        let models: Vec<(f64, Arc<A::Global>)> = row
+            .iter()
+            .map(|&(j, w)| {
+                let model = if j == self.id {
+                    own.clone()
+                } else {
+                    self.inbox.remove(&(round, j)).expect("checked above")
+                };
+                (w, model)
+            })
+            .collect();
+        self.finish_round(round, &models, eff);
+        Ok(())
+    }
+
+    /// Asynchronous: mixes at once with the neighbours' models that arrived since the last mix.
+    fn mix_what_arrived(&mut self, eff: &mut PeerEffects<A>) -> Result<(), SimError> {
+        let (round, own, _) = self.half.take().expect("called right after local work");
+        let topology = self.shared.round_topology(round)?;
+        let row = topology.mixing.row(self.id);
+        let missing: f64 = row
+            .iter()
+            .filter(|&&(j, _)| j != self.id && !self.fresh.contains_key(&j))
+            .map(|&(_, w)| w)
+            .sum();
+        let mut models: Vec<(f64, Arc<A::Global>)> = Vec::new();
+        for &(j, w) in row {
+            if j == self.id {
+                models.push((w + missing, own.clone()));
+            } else if let Some((_, model)) = self.fresh.remove(&j) {
+                models.push((w, model));
+            }
+        }
+        // Models from peers that are no longer neighbours (time-varying graphs) are dropped.
+        self.fresh.clear();
+        self.finish_round(round, &models, eff);
+        Ok(())
+    }
+
+    fn finish_round(
+        &mut self,
+        round: u32,
+        models: &[(f64, Arc<A::Global>)],
+        eff: &mut PeerEffects<A>,
+    ) {
+        let items: Vec<(f64, &A::Global)> = models.iter().map(|(w, m)| (*w, &**m)).collect();
+        self.model = Arc::new(self.shared.jobs.algorithm.mix(&items));
+        let bytes = std::mem::take(&mut self.sent);
+        let mixed = PeerMsg::Mixed {
+            round,
+            peer: self.id,
+            model: self.model.clone(),
+            bytes,
+        };
+        eff.send(MONITOR, SimDuration::ZERO, mixed);
+        let shared = &self.shared;
+        if round % shared.eval_every == 0 || round == shared.rounds {
+            self.evaluate(round, eff);
+        }
+        if round < shared.rounds {
+            eff.send(
+                self.me(),
+                SimDuration::ZERO,
+                PeerMsg::Train { round: round + 1 },
+            );
+        }
+    }
+
+    fn evaluate(&self, round: u32, eff: &mut PeerEffects<A>) {
+        let (jobs, id) = (self.shared.jobs.clone(), self.id);
+        let (model, state) = (self.model.clone(), self.state.clone());
+        let mixture = jobs.algorithm.mixture_weights(&state);
+        let mut rng = self
+            .shared
+            .seeds
+            .rng(Entity::Client(id), "evaluate", round as u64);
+        let pending = self.shared.pool.submit(move || {
+            let ctx = jobs.local(id, round, jobs.training.lr_at(round));
+            let results = jobs.algorithm.evaluate(&ctx, &model, &state, &mut rng);
+            PeerMsg::Evaluated {
+                round,
+                results,
+                mixture,
+            }
+        });
+        eff.send_pending(self.me(), SimDuration::ZERO, pending);
+    }
+
+    fn evaluated(
+        &self,
+        now: SimTime,
+        round: u32,
+        results: Vec<Evaluation>,
+        mixture: Option<Vec<f64>>,
+        eff: &mut PeerEffects<A>,
+    ) {
+        if let Some(weights) = mixture {
+            eff.record(Record::Mixture(MixtureRecord {
+                round,
+                client: self.id,
+                weights,
+            }));
+        }
+        for e in results {
+            eff.record(Record::Eval(EvalRecord {
+                round,
+                time: now,
+                client: self.id,
+                split: e.split,
+                model: e.model,
+                n_samples: e.stats.n,
+                loss: e.stats.loss,
+                accuracy: e.stats.accuracy,
+                sampled: true,
+                cluster: None,
+                unseen: false,
+            }));
+        }
+    }
+}
+
+impl<A: Gossip> Actor for Peer<A> {
+    type Context = Context<Self>;
+}
+
+impl<A: Gossip> Handler<DeliverPeer<A>> for Peer<A> {
+    type Result = Result<PeerEffects<A>, SimError>;
+
+    fn handle(&mut self, d: DeliverPeer<A>, _: &mut Context<Self>) -> Self::Result {
+        let mut eff = PeerEffects::<A>::new();
+        match d.msg {
+            PeerMsg::Train { round } => self.train(round, &mut eff),
+            PeerMsg::Trained {
+                round,
+                model,
+                state,
+            } => self.trained(round, model, state, &mut eff)?,
+            PeerMsg::Model { round, from, model } => self.received(round, from, model, &mut eff)?,
+            PeerMsg::Evaluated {
+                round,
+                results,
+                mixture,
+            } => self.evaluated(d.now, round, results, mixture, &mut eff),
+            PeerMsg::Mixed { .. } => {
+                return Err(SimError::Model(format!(
+                    "peer {} got a monitor message",
+                    self.id
+                )))
+            }
+        }
+        Ok(eff)
+    }
+}
+
+/// Collects each round's mixed models and measures how far the peers are from consensus.
+struct Monitor<A: Gossip> {
+    shared: Arc<Shared<A>>,
+    peers: usize,
+    /// Mixed models (and bytes sent) of rounds not every peer has finished yet.
+    rounds: BTreeMap<u32, (Vec<Option<Arc<A::Global>>>, u64)>,
+}
+
+impl<A: Gossip> Monitor<A> {
+    fn mixed(
+        &mut self,
+        now: SimTime,
+        (round, peer, model, bytes): (u32, u32, Arc<A::Global>, u64),
+        eff: &mut PeerEffects<A>,
+    ) -> Result<(), SimError> {
+        let peers = self.peers;
+        let entry = self
+            .rounds
+            .entry(round)
+            .or_insert_with(|| (vec![None; peers], 0));
+        entry.0[peer as usize] = Some(model);
+        entry.1 += bytes;
+        if entry.0.iter().any(Option::is_none) {
+            return Ok(());
+        }
+        let (models, bytes) = self.rounds.remove(&round).expect("present");
+        let models: Vec<Arc<A::Global>> = models.into_iter().flatten().collect();
+        let algorithm = &self.shared.jobs.algorithm;
+        let flat: Vec<Vec<f32>> = models
+            .iter()
+            .map(|m| algorithm.models(m).concat())
+            .collect();
+        let topology = self.shared.round_topology(round)?;
+        eff.record(Record::Gossip(GossipRecord {
+            round,
+            time: now,
+            consensus_distance: consensus_distance(&flat),
+            spectral_gap: topology.mixing.spectral_gap(),
+            connected: topology.connected,
+            links: topology.graph.edge_count() as u64,
+            bytes,
+        }));
+        if round == self.shared.rounds {
+            let uniform: Vec<(f64, &A::Global)> = models.iter().map(|m| (1.0, &**m)).collect();
+            eff.record(Record::FinalModels(
+                algorithm.models(&algorithm.mix(&uniform)),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Mean squared distance of the vectors to their average: (1/n) Σ_p ‖x_p − x̄‖².
+pub fn consensus_distance(models: &[Vec<f32>]) -> f64 {
+    let n = models.len();
+    if n == 0 {
+        return 0.0;
+    }
+    let dim = models[0].len();
+    let mut mean = vec![0f64; dim];
+    for m in models {
+        for (a, &x) in mean.iter_mut().zip(m) {
+            *a += x as f64;
+        }
+    }
+    mean.iter_mut().for_each(|a| *a /= n as f64);
+    let total: f64 = models
+        .iter()
+        .map(|m| {
+            m.iter()
+                .zip(&mean)
+                .map(|(&x, a)| (x as f64 - a).powi(2))
+                .sum::<f64>()
+        })
+        .sum();
+    total / n as f64
+}
+
+impl<A: Gossip> Actor for Monitor<A> {
+    type Context = Context<Self>;
+}
+
+impl<A: Gossip> Handler<DeliverPeer<A>> for Monitor<A> {
+    type Result = Result<PeerEffects<A>, SimError>;
+
+    fn handle(&mut self, d: DeliverPeer<A>, _: &mut Context<Self>) -> Self::Result {
+        let mut eff = PeerEffects::<A>::new();
+        match d.msg {
+            PeerMsg::Mixed {
+                round,
+                peer,
+                model,
+                bytes,
+            } => self.mixed(d.now, (round, peer, model, bytes), &mut eff)?,
+            _ => return Err(SimError::Model("the monitor got a peer message".into())),
+        }
+        Ok(eff)
+    }
+}
+
+struct PeerWorld<A: Gossip> {
+    monitor: Addr<Monitor<A>>,
+    peers: Arc<Vec<Addr<Peer<A>>>>,
+}
+
+impl<A: Gossip> Clone for PeerWorld<A> {
+    fn clone(&self) -> Self {
+        PeerWorld {
+            monitor: self.monitor.clone(),
+            peers: self.peers.clone(),
+        }
+    }
+}
+
+impl<A: Gossip> World for PeerWorld<A> {
+    type Msg = PeerMsg<A>;
+    type Record = Record;
+
+    fn deliver(&self, now: SimTime, to: EntityId, msg: PeerMsg<A>) -> Delivery<PeerMsg<A>, Record> {
+        let msg = DeliverPeer { now, msg };
+        let gone = move |e: MailboxError| SimError::ActorGone(format!("entity {}: {e}", to.0));
+        if to == MONITOR {
+            let req = self.monitor.send(msg);
+            Box::pin(async move { req.await.map_err(gone)? })
+        } else {
+            let req = self.peers[(to.0 - 1) as usize].send(msg);
+            Box::pin(async move { req.await.map_err(gone)? })
+        }
+    }
+}
+
+/// Runs one decentralized simulation (`spec.topology` must be set) on `threads` trainer
+/// threads. Every peer starts from the same initial model (the run's `model_init` stream).
+pub(super) fn simulate_peers<A: Gossip>(
+    algorithm: A,
+    spec: &RunSpec,
+    data: Arc<FederatedData>,
+    threads: usize,
+    mut on_record: impl FnMut(&Record) + 'static,
+) -> Result<SimOutput, SimError> {
+    let spec = spec.clone();
+    let topology_spec = spec
+        .topology
+        .clone()
+        .ok_or_else(|| SimError::Model("a decentralized run needs a topology".into()))?;
+    let system = actix::System::new();
+    system.block_on(async move {
+        let seeds = SeedTree::new(spec.seed);
+        let peers = data.num_clients();
+        let topology = Topology::build(&topology_spec, peers, seeds)
+            .map_err(|e| SimError::Model(e.to_string()))?;
+        let arch = crate::models::Architecture::new(&spec.model, data.dim, data.classes);
+        let init =
+            Arc::new(algorithm.init_global(&arch, &mut seeds.rng(Entity::Run, "model_init", 0)));
+        let states: Vec<A::ClientState> = (0..peers as u32)
+            .map(|p| algorithm.init_client(&init, p))
+            .collect();
+        let system_model = SystemModel::build(
+            &spec.system,
+            &seeds,
+            peers,
+            spec.training.plan.batch_size,
+            data.truth.as_ref(),
+        )
+        .map_err(|e| SimError::Model(e.to_string()))?;
+        let devices = device_records(&system_model, peers as u32);
+        let n_train: Vec<f64> = (0..peers)
+            .map(|p| data.split_len(p, Split::Train) as f64)
+            .collect();
+        let total: f64 = n_train.iter().sum();
+        let step_weights = match topology_spec.step_weights {
+            StepWeights::DataSize if total > 0.0 => {
+                n_train.iter().map(|n| peers as f64 * n / total).collect()
+            }
+            _ => vec![1.0; peers],
+        };
+        let shared = Arc::new(Shared {
+            jobs: Arc::new(JobContext {
+                algorithm,
+                arch,
+                training: spec.training.clone(),
+                data,
+            }),
+            pool: TrainerPool::start(threads),
+            system: Arc::new(system_model),
+            topology: Arc::new(topology),
+            seeds,
+            rounds: spec.rounds,
+            eval_every: spec.eval_every,
+            step_weights,
+        });
+        let peer_addrs: Vec<Addr<Peer<A>>> = states
+            .into_iter()
+            .enumerate()
+            .map(|(p, state)| {
+                Peer {
+                    id: p as u32,
+                    model: init.clone(),
+                    state,
+                    shared: shared.clone(),
+                    half: None,
+                    inbox: BTreeMap::new(),
+                    arrived: BTreeMap::new(),
+                    fresh: BTreeMap::new(),
+                    sent: 0,
+                }
+                .start()
+            })
+            .collect();
+        let monitor = Monitor {
+            shared,
+            peers,
+            rounds: BTreeMap::new(),
+        }
+        .start();
+        let world = PeerWorld {
+            monitor,
+            peers: Arc::new(peer_addrs),
+        };
+        let start = (0..peers as u32)
+            .map(|p| (peer_entity(p), peer_entity(p), PeerMsg::Train { round: 1 }))
+            .collect();
+        devices.iter().for_each(&mut on_record);
+        let outcome = Scheduler::run(world, start, on_record).await?;
+        let mut records = devices;
+        records.extend(outcome.records);
+        Ok(SimOutput {
+            records,
+            end_time: outcome.end_time,
+            events: outcome.events,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::consensus_distance;
+
+    #[test]
+    fn consensus_distance_by_hand() {
+        // Mean (1, 1); squared distances 2 and 2: mean 2.
+        let d = consensus_distance(&[vec![0.0, 0.0], vec![2.0, 2.0]]);
+        assert!((d - 2.0).abs() < 1e-12);
+        assert_eq!(consensus_distance(&[vec![1.0, 3.0], vec![1.0, 3.0]]), 0.0);
+    }
+}
