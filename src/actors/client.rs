@@ -5,7 +5,6 @@
 use super::{Deliver, FlEffects, JobContext, Msg, TrainerPool, SERVER};
 use crate::algorithms::{Algorithm, Evaluation};
 use crate::data::Split;
-use crate::report::{EvalRecord, MixtureRecord, Record};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
@@ -180,35 +179,18 @@ impl<A: Algorithm> Client<A> {
         cluster: Option<u32>,
         eff: &mut FlEffects<A>,
     ) {
-        if !self.unseen {
-            if let Some(weights) = self.jobs.algorithm.mixture_weights(&self.state) {
-                eff.record(Record::Mixture(MixtureRecord {
-                    round,
-                    client: self.id,
-                    weights,
-                }));
-            }
-        }
-        for Evaluation {
-            model,
-            split,
-            stats,
-        } in results
-        {
-            eff.record(Record::Eval(EvalRecord {
-                round,
-                time: now,
-                client: self.id,
-                split,
-                model,
-                n_samples: stats.n,
-                loss: stats.loss,
-                accuracy: stats.accuracy,
-                sampled: self.last_trained == Some(round),
-                cluster,
-                unseen: self.unseen,
-            }));
-        }
+        let mixture = match self.unseen {
+            false => self.jobs.algorithm.mixture_weights(&self.state),
+            true => None,
+        };
+        let sampled = self.last_trained == Some(round);
+        let records = super::evaluation_records(
+            (round, now, self.id),
+            results,
+            mixture,
+            (sampled, cluster, self.unseen),
+        );
+        records.into_iter().for_each(|r| eff.record(r));
     }
 }
 
@@ -216,10 +198,10 @@ impl<A: Algorithm> Actor for Client<A> {
     type Context = Context<Self>;
 }
 
-impl<A: Algorithm> Handler<Deliver<A>> for Client<A> {
+impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Client<A> {
     type Result = Result<FlEffects<A>, SimError>;
 
-    fn handle(&mut self, d: Deliver<A>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, d: Deliver<Msg<A>>, _: &mut Context<Self>) -> Self::Result {
         let mut eff = FlEffects::<A>::new();
         match d.msg {
             Msg::Train {

@@ -24,15 +24,17 @@ use crate::algorithms::{
 };
 use crate::data::{FederatedData, Split};
 use crate::models::{Architecture, ModelSpec};
-use crate::report::{DeviceRecord, Record};
+use crate::report::{DeviceRecord, EvalRecord, MixtureRecord, Record};
 use crate::sim::{
     Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime, World,
 };
 use crate::system::{Link, SystemModel, SystemSpec};
 use crate::topology::TopologySpec;
+use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use client::Client;
 use server::Server;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// What a client-server run needs besides its data.
@@ -136,13 +138,98 @@ pub enum Msg<A: Algorithm> {
 type FlEffects<A> = Effects<Msg<A>, Record>;
 
 /// A message handed to an actor by the scheduler.
-struct Deliver<A: Algorithm> {
+struct Deliver<M> {
     now: SimTime,
-    msg: Msg<A>,
+    msg: M,
 }
 
-impl<A: Algorithm> Message for Deliver<A> {
-    type Result = Result<FlEffects<A>, SimError>;
+impl<M: 'static> Message for Deliver<M> {
+    type Result = Result<Effects<M, Record>, SimError>;
+}
+
+/// The entities of a run as the scheduler sees them: a hub with rank 0 (the server, or the
+/// monitor of a decentralized run) and members with rank `c + 1` (clients, or peers).
+struct HubWorld<H: Actor, C: Actor, M> {
+    hub: Addr<H>,
+    members: Arc<Vec<Addr<C>>>,
+    _msg: PhantomData<fn() -> M>,
+}
+
+impl<H: Actor, C: Actor, M> HubWorld<H, C, M> {
+    fn new(hub: Addr<H>, members: Vec<Addr<C>>) -> Self {
+        HubWorld {
+            hub,
+            members: Arc::new(members),
+            _msg: PhantomData,
+        }
+    }
+}
+
+impl<H: Actor, C: Actor, M> Clone for HubWorld<H, C, M> {
+    fn clone(&self) -> Self {
+        HubWorld {
+            hub: self.hub.clone(),
+            members: self.members.clone(),
+            _msg: PhantomData,
+        }
+    }
+}
+
+impl<H, C, M> World for HubWorld<H, C, M>
+where
+    M: Send + Unpin + 'static,
+    H: Actor + Handler<Deliver<M>>,
+    H::Context: ToEnvelope<H, Deliver<M>>,
+    C: Actor + Handler<Deliver<M>>,
+    C::Context: ToEnvelope<C, Deliver<M>>,
+{
+    type Msg = M;
+    type Record = Record;
+
+    fn deliver(&self, now: SimTime, to: EntityId, msg: M) -> Delivery<M, Record> {
+        let msg = Deliver { now, msg };
+        let gone = move |e: MailboxError| SimError::ActorGone(format!("entity {}: {e}", to.0));
+        if to.0 == 0 {
+            let req = self.hub.send(msg);
+            Box::pin(async move { req.await.map_err(gone)? })
+        } else {
+            let req = self.members[(to.0 - 1) as usize].send(msg);
+            Box::pin(async move { req.await.map_err(gone)? })
+        }
+    }
+}
+
+/// The records of one client's evaluation after `round`: its mixture weights (if any), then one
+/// row per (model, split).
+fn evaluation_records(
+    (round, now, client): (u32, SimTime, u32),
+    results: Vec<Evaluation>,
+    mixture: Option<Vec<f64>>,
+    (sampled, cluster, unseen): (bool, Option<u32>, bool),
+) -> Vec<Record> {
+    let weights = mixture.map(|weights| {
+        Record::Mixture(MixtureRecord {
+            round,
+            client,
+            weights,
+        })
+    });
+    let rows = results.into_iter().map(|e| {
+        Record::Eval(EvalRecord {
+            round,
+            time: now,
+            client,
+            split: e.split,
+            model: e.model,
+            n_samples: e.stats.n,
+            loss: e.stats.loss,
+            accuracy: e.stats.accuracy,
+            sampled,
+            cluster,
+            unseen,
+        })
+    });
+    weights.into_iter().chain(rows).collect()
 }
 
 /// Rank 0 is the server; client `c` has rank `c + 1`.
@@ -170,37 +257,6 @@ impl<A: Algorithm> JobContext<A> {
             client,
             round,
             lr,
-        }
-    }
-}
-
-struct FlWorld<A: Algorithm> {
-    server: Addr<Server<A>>,
-    clients: Arc<Vec<Addr<Client<A>>>>,
-}
-
-impl<A: Algorithm> Clone for FlWorld<A> {
-    fn clone(&self) -> Self {
-        FlWorld {
-            server: self.server.clone(),
-            clients: self.clients.clone(),
-        }
-    }
-}
-
-impl<A: Algorithm> World for FlWorld<A> {
-    type Msg = Msg<A>;
-    type Record = Record;
-
-    fn deliver(&self, now: SimTime, to: EntityId, msg: Msg<A>) -> Delivery<Msg<A>, Record> {
-        let msg = Deliver { now, msg };
-        let gone = move |e: MailboxError| SimError::ActorGone(format!("entity {}: {e}", to.0));
-        if to == SERVER {
-            let req = self.server.send(msg);
-            Box::pin(async move { req.await.map_err(gone)? })
-        } else {
-            let req = self.clients[(to.0 - 1) as usize].send(msg);
-            Box::pin(async move { req.await.map_err(gone)? })
         }
     }
 }
@@ -372,10 +428,7 @@ fn simulate_with<A: Algorithm>(
             global,
         )
         .start();
-        let world = FlWorld {
-            server,
-            clients: Arc::new(clients),
-        };
+        let world: HubWorld<_, _, Msg<A>> = HubWorld::new(server, clients);
         let start = vec![(SERVER, SERVER, Msg::StartRound { round: 1 })];
         let mut on_record = on_record;
         devices.iter().for_each(&mut on_record);

@@ -14,13 +14,11 @@
 //! bytes once every peer has mixed it. Peer p has rank p + 1 and uses client p's data and random
 //! streams, so a peer trains exactly like client p would.
 
-use super::{device_records, JobContext, TrainerPool};
+use super::{device_records, evaluation_records, Deliver, HubWorld, JobContext, TrainerPool};
 use crate::algorithms::{Evaluation, Gossip};
 use crate::data::{FederatedData, Split};
-use crate::report::{EvalRecord, GossipRecord, MixtureRecord, Record};
-use crate::sim::{
-    Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime, World,
-};
+use crate::report::{GossipRecord, Record};
+use crate::sim::{Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, SystemModel};
 use crate::topology::{GossipMode, StepWeights, Topology};
 use actix::prelude::*;
@@ -61,15 +59,6 @@ pub enum PeerMsg<A: Gossip> {
 }
 
 type PeerEffects<A> = Effects<PeerMsg<A>, Record>;
-
-struct DeliverPeer<A: Gossip> {
-    now: SimTime,
-    msg: PeerMsg<A>,
-}
-
-impl<A: Gossip> Message for DeliverPeer<A> {
-    type Result = Result<PeerEffects<A>, SimError>;
-}
 
 const MONITOR: EntityId = EntityId(0);
 
@@ -318,28 +307,9 @@ impl<A: Gossip> Peer<A> {
         mixture: Option<Vec<f64>>,
         eff: &mut PeerEffects<A>,
     ) {
-        if let Some(weights) = mixture {
-            eff.record(Record::Mixture(MixtureRecord {
-                round,
-                client: self.id,
-                weights,
-            }));
-        }
-        for e in results {
-            eff.record(Record::Eval(EvalRecord {
-                round,
-                time: now,
-                client: self.id,
-                split: e.split,
-                model: e.model,
-                n_samples: e.stats.n,
-                loss: e.stats.loss,
-                accuracy: e.stats.accuracy,
-                sampled: true,
-                cluster: None,
-                unseen: false,
-            }));
-        }
+        let records =
+            evaluation_records((round, now, self.id), results, mixture, (true, None, false));
+        records.into_iter().for_each(|r| eff.record(r));
     }
 }
 
@@ -347,10 +317,10 @@ impl<A: Gossip> Actor for Peer<A> {
     type Context = Context<Self>;
 }
 
-impl<A: Gossip> Handler<DeliverPeer<A>> for Peer<A> {
+impl<A: Gossip> Handler<Deliver<PeerMsg<A>>> for Peer<A> {
     type Result = Result<PeerEffects<A>, SimError>;
 
-    fn handle(&mut self, d: DeliverPeer<A>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, d: Deliver<PeerMsg<A>>, _: &mut Context<Self>) -> Self::Result {
         let mut eff = PeerEffects::<A>::new();
         match d.msg {
             PeerMsg::Train { round } => self.train(round, &mut eff),
@@ -458,10 +428,10 @@ impl<A: Gossip> Actor for Monitor<A> {
     type Context = Context<Self>;
 }
 
-impl<A: Gossip> Handler<DeliverPeer<A>> for Monitor<A> {
+impl<A: Gossip> Handler<Deliver<PeerMsg<A>>> for Monitor<A> {
     type Result = Result<PeerEffects<A>, SimError>;
 
-    fn handle(&mut self, d: DeliverPeer<A>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, d: Deliver<PeerMsg<A>>, _: &mut Context<Self>) -> Self::Result {
         let mut eff = PeerEffects::<A>::new();
         match d.msg {
             PeerMsg::Mixed {
@@ -473,37 +443,6 @@ impl<A: Gossip> Handler<DeliverPeer<A>> for Monitor<A> {
             _ => return Err(SimError::Model("the monitor got a peer message".into())),
         }
         Ok(eff)
-    }
-}
-
-struct PeerWorld<A: Gossip> {
-    monitor: Addr<Monitor<A>>,
-    peers: Arc<Vec<Addr<Peer<A>>>>,
-}
-
-impl<A: Gossip> Clone for PeerWorld<A> {
-    fn clone(&self) -> Self {
-        PeerWorld {
-            monitor: self.monitor.clone(),
-            peers: self.peers.clone(),
-        }
-    }
-}
-
-impl<A: Gossip> World for PeerWorld<A> {
-    type Msg = PeerMsg<A>;
-    type Record = Record;
-
-    fn deliver(&self, now: SimTime, to: EntityId, msg: PeerMsg<A>) -> Delivery<PeerMsg<A>, Record> {
-        let msg = DeliverPeer { now, msg };
-        let gone = move |e: MailboxError| SimError::ActorGone(format!("entity {}: {e}", to.0));
-        if to == MONITOR {
-            let req = self.monitor.send(msg);
-            Box::pin(async move { req.await.map_err(gone)? })
-        } else {
-            let req = self.peers[(to.0 - 1) as usize].send(msg);
-            Box::pin(async move { req.await.map_err(gone)? })
-        }
     }
 }
 
@@ -591,10 +530,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             rounds: BTreeMap::new(),
         }
         .start();
-        let world = PeerWorld {
-            monitor,
-            peers: Arc::new(peer_addrs),
-        };
+        let world: HubWorld<_, _, PeerMsg<A>> = HubWorld::new(monitor, peer_addrs);
         let start = (0..peers as u32)
             .map(|p| (peer_entity(p), peer_entity(p), PeerMsg::Train { round: 1 }))
             .collect();

@@ -668,10 +668,10 @@ impl<A: Algorithm> Actor for Server<A> {
     type Context = Context<Self>;
 }
 
-impl<A: Algorithm> Handler<Deliver<A>> for Server<A> {
+impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Server<A> {
     type Result = Result<FlEffects<A>, SimError>;
 
-    fn handle(&mut self, d: Deliver<A>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, d: Deliver<Msg<A>>, _: &mut Context<Self>) -> Self::Result {
         let mut eff = FlEffects::<A>::new();
         let now = d.now;
         match d.msg {
