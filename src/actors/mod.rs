@@ -430,15 +430,25 @@ fn simulate_with<A: Algorithm>(
         .start();
         let world: HubWorld<_, _, Msg<A>> = HubWorld::new(server, clients);
         let start = vec![(SERVER, SERVER, Msg::StartRound { round: 1 })];
-        let mut on_record = on_record;
-        devices.iter().for_each(&mut on_record);
-        let outcome = Scheduler::run(world, start, on_record).await?;
-        let mut records = devices;
-        records.extend(outcome.records);
-        Ok(SimOutput {
-            records,
-            end_time: outcome.end_time,
-            events: outcome.events,
-        })
+        run_world(world, start, devices, on_record).await
+    })
+}
+
+/// Runs `world` from the `start` events; the device records come first in the output (and are
+/// shown to `on_record` first).
+async fn run_world<W: World<Record = Record>>(
+    world: W,
+    start: Vec<(EntityId, EntityId, W::Msg)>,
+    devices: Vec<Record>,
+    mut on_record: impl FnMut(&Record) + 'static,
+) -> Result<SimOutput, SimError> {
+    devices.iter().for_each(&mut on_record);
+    let outcome = Scheduler::run(world, start, on_record).await?;
+    let mut records = devices;
+    records.extend(outcome.records);
+    Ok(SimOutput {
+        records,
+        end_time: outcome.end_time,
+        events: outcome.events,
     })
 }

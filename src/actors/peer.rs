@@ -14,11 +14,13 @@
 //! bytes once every peer has mixed it. Peer p has rank p + 1 and uses client p's data and random
 //! streams, so a peer trains exactly like client p would.
 
-use super::{device_records, evaluation_records, Deliver, HubWorld, JobContext, TrainerPool};
+use super::{
+    device_records, evaluation_records, run_world, Deliver, HubWorld, JobContext, TrainerPool,
+};
 use crate::algorithms::{Evaluation, Gossip};
 use crate::data::{FederatedData, Split};
 use crate::report::{GossipRecord, Record};
-use crate::sim::{Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime};
+use crate::sim::{Effects, Entity, EntityId, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, SystemModel};
 use crate::topology::{GossipMode, StepWeights, Topology};
 use actix::prelude::*;
@@ -453,7 +455,7 @@ pub(super) fn simulate_peers<A: Gossip>(
     spec: &RunSpec,
     data: Arc<FederatedData>,
     threads: usize,
-    mut on_record: impl FnMut(&Record) + 'static,
+    on_record: impl FnMut(&Record) + 'static,
 ) -> Result<SimOutput, SimError> {
     let spec = spec.clone();
     let topology_spec = spec
@@ -534,15 +536,7 @@ pub(super) fn simulate_peers<A: Gossip>(
         let start = (0..peers as u32)
             .map(|p| (peer_entity(p), peer_entity(p), PeerMsg::Train { round: 1 }))
             .collect();
-        devices.iter().for_each(&mut on_record);
-        let outcome = Scheduler::run(world, start, on_record).await?;
-        let mut records = devices;
-        records.extend(outcome.records);
-        Ok(SimOutput {
-            records,
-            end_time: outcome.end_time,
-            events: outcome.events,
-        })
+        run_world(world, start, devices, on_record).await
     })
 }
 
