@@ -111,6 +111,13 @@ impl Overrides {
 }
 
 fn main() {
+    // Like other command-line tools, stop quietly when the reader of our output goes away
+    // (`fedsim report … | head`): Rust ignores SIGPIPE, which makes `println!` panic instead.
+    #[cfg(unix)]
+    // SAFETY: called before any other thread exists; SIG_DFL is a valid action for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     if let Err(e) = real_main() {
         eprintln!("error: {e:#}");
         std::process::exit(2);

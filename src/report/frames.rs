@@ -392,6 +392,16 @@ pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
             "time_to_target_s".into(),
             rows.iter().map(|s| s.time_to_target_s).collect::<Vec<_>>(),
         ),
+        Column::new(
+            "spectral_gap_mean".into(),
+            rows.iter().map(|s| s.spectral_gap_mean).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "consensus_distance_final".into(),
+            rows.iter()
+                .map(|s| s.consensus_distance_final)
+                .collect::<Vec<_>>(),
+        ),
         col("sim_seconds", &|s| s.sim_seconds),
         col("wall_seconds", &|s| s.wall_seconds),
     ])

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The summary columns a report aggregates, with their display names.
-pub const REPORT_METRICS: [(&str, &str); 9] = [
+pub const REPORT_METRICS: [(&str, &str); 11] = [
     ("test_acc_mean", "accuracy"),
     ("test_acc_bottom_decile", "bottom decile"),
     ("test_acc_p10", "p10"),
@@ -19,6 +19,8 @@ pub const REPORT_METRICS: [(&str, &str); 9] = [
     ("test_acc_jain", "Jain"),
     ("test_loss_mean", "loss"),
     ("time_to_target_s", "time to target (s)"),
+    ("spectral_gap_mean", "spectral gap"),
+    ("consensus_distance_final", "consensus distance"),
     ("sim_seconds", "simulated s"),
 ];
 
@@ -233,25 +235,36 @@ fn config_value(r: &ReportRow, axis: &str) -> String {
 }
 
 /// The report as a Markdown table (accuracies in %, mean ± std over seeds).
+/// Metrics with no value in any row (time to target without a target, gossip figures of
+/// client-server runs) are left out.
 pub fn markdown(rows: &[ReportRow]) -> String {
     let axes = axis_names(rows);
     let mut head: Vec<String> = axes.clone();
     head.extend(["model".into(), "clients".into(), "seeds".into()]);
-    head.extend(REPORT_METRICS.iter().map(|(_, d)| d.to_string()));
+    let metrics: Vec<(&str, &str)> = REPORT_METRICS
+        .into_iter()
+        .filter(|(m, _)| {
+            rows.iter()
+                .any(|r| r.stats.get(*m).is_some_and(|v| !v.0.is_nan()))
+        })
+        .collect();
+    head.extend(metrics.iter().map(|(_, d)| d.to_string()));
     let mut s = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
     for r in rows {
         let mut cells: Vec<String> = axes.iter().map(|a| config_value(r, a)).collect();
         cells.push(r.model.clone());
         cells.push(if r.unseen { "unseen" } else { "training" }.into());
         cells.push(r.seeds.to_string());
-        for (m, _) in REPORT_METRICS {
+        for &(m, _) in &metrics {
             let (mean, std) = r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
             let percent = m.starts_with("test_acc") && m != "test_acc_jain";
             let k = if percent { 100.0 } else { 1.0 };
             cells.push(if mean.is_nan() {
                 "–".into()
-            } else if m == "test_acc_jain" {
+            } else if m == "test_acc_jain" || m == "spectral_gap_mean" {
                 format!("{mean:.4} ± {std:.4}")
+            } else if m == "consensus_distance_final" {
+                format!("{mean:.3e} ± {std:.1e}")
             } else {
                 format!("{:.2} ± {:.2}", k * mean, k * std)
             });

@@ -1,6 +1,6 @@
 //! One row per run: accuracy and fairness of the final evaluation on the clients' test data.
 
-use super::{EvalRecord, Record};
+use super::{EvalRecord, GossipRecord, Record};
 use crate::algorithms::ModelKind;
 use crate::data::Split;
 
@@ -87,6 +87,10 @@ pub struct Summary {
     /// Simulated seconds until the weighted mean test accuracy first reached the scenario's
     /// `target_accuracy` (`None`: no target, or never reached).
     pub time_to_target_s: Option<f64>,
+    /// Decentralized runs: the mean over rounds of the mixing matrix's spectral gap.
+    pub spectral_gap_mean: Option<f64>,
+    /// Decentralized runs: the consensus distance after the last round.
+    pub consensus_distance_final: Option<f64>,
     pub sim_seconds: f64,
     /// Wall-clock seconds of the run: the only figure in the results that is not reproducible.
     pub wall_seconds: f64,
@@ -135,6 +139,7 @@ impl Summary {
                 s.model = model.as_str().into();
                 s.unseen = unseen;
                 s.time_to_target_s = target_accuracy.and_then(|t| time_to_accuracy(&mine, t));
+                (s.spectral_gap_mean, s.consensus_distance_final) = gossip_figures(records);
                 s
             })
             .collect()
@@ -181,10 +186,28 @@ impl Summary {
                 .sum::<f64>()
                 / n,
             time_to_target_s: None,
+            spectral_gap_mean: None,
+            consensus_distance_final: None,
             sim_seconds,
             wall_seconds,
         }
     }
+}
+
+/// A decentralized run's mean spectral gap over rounds and its last round's consensus distance
+/// (`None` without gossip records).
+fn gossip_figures(records: &[Record]) -> (Option<f64>, Option<f64>) {
+    let rounds: Vec<&GossipRecord> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Gossip(g) => Some(g),
+            _ => None,
+        })
+        .collect();
+    let last = rounds.iter().max_by_key(|g| g.round);
+    let gap = (!rounds.is_empty())
+        .then(|| rounds.iter().map(|g| g.spectral_gap).sum::<f64>() / rounds.len() as f64);
+    (gap, last.map(|g| g.consensus_distance))
 }
 
 /// The simulated time of the first evaluation whose weighted mean test accuracy is at least

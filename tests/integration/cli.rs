@@ -109,6 +109,24 @@ fn help_explains_the_commands() {
 }
 
 #[test]
+fn a_reader_that_goes_away_ends_the_output_quietly() {
+    // `fedsim check … | head -0`: the pipe's reading end is closed before fedsim writes.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut child = bin()
+        .args(["check"])
+        .arg(root.join("scenarios/quickstart.yaml"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "a panic's exit code");
+}
+
+#[test]
 fn check_determinism_reruns_and_compares() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("s.yaml");
