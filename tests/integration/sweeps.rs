@@ -410,3 +410,28 @@ fn the_table2_sweep_is_exactly_the_per_method_scenarios() {
         }
     }
 }
+
+#[test]
+fn every_shipped_scenario_and_sweep_is_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut checked = 0;
+    for dir in [root.clone(), root.join("paper"), root.join("studies")] {
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        files.sort();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            if text.lines().any(|l| l.starts_with("base:")) {
+                let s = Sweep::load(&file).unwrap_or_else(|e| panic!("{e}"));
+                assert!(!s.cells.is_empty(), "{}", file.display());
+            } else {
+                fedsim::scenario::Scenario::load(&file, &[]).unwrap_or_else(|e| panic!("{e}"));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 19, "only {checked} files");
+}
