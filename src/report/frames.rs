@@ -154,13 +154,7 @@ pub fn rounds_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
 /// distance, the mixing matrix's spectral gap, whether the graph was connected, its links and
 /// the bytes sent. Empty for client-server runs.
 pub fn gossip_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
-    let rounds: Vec<&GossipRecord> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Gossip(g) => Some(g),
-            _ => None,
-        })
-        .collect();
+    let rounds = GossipRecord::all(records);
     DataFrame::new_infer_height(vec![
         Column::new("run_id".into(), vec![meta.run_id.as_str(); rounds.len()]),
         Column::new(

@@ -118,6 +118,19 @@ pub struct GossipRecord {
     pub bytes: u64,
 }
 
+impl GossipRecord {
+    /// The gossip records among `records`, in order.
+    pub fn all(records: &[Record]) -> Vec<&GossipRecord> {
+        records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Gossip(g) => Some(g),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 /// A client's mixture weights at an evaluation (FedEM).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MixtureRecord {

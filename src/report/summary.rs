@@ -197,13 +197,7 @@ impl Summary {
 /// A decentralized run's mean spectral gap over rounds and its last round's consensus distance
 /// (`None` without gossip records).
 fn gossip_figures(records: &[Record]) -> (Option<f64>, Option<f64>) {
-    let rounds: Vec<&GossipRecord> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Gossip(g) => Some(g),
-            _ => None,
-        })
-        .collect();
+    let rounds = GossipRecord::all(records);
     let last = rounds.iter().max_by_key(|g| g.round);
     let gap = (!rounds.is_empty())
         .then(|| rounds.iter().map(|g| g.spectral_gap).sum::<f64>() / rounds.len() as f64);

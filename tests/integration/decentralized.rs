@@ -46,12 +46,9 @@ fn test_rows(records: &[Record]) -> Vec<(u32, u32, String, usize, f64, f64)> {
 }
 
 fn gossip(records: &[Record]) -> Vec<fedsim::report::GossipRecord> {
-    records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Gossip(g) => Some(g.clone()),
-            _ => None,
-        })
+    fedsim::report::GossipRecord::all(records)
+        .into_iter()
+        .cloned()
         .collect()
 }
 
