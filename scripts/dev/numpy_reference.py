@@ -53,3 +53,28 @@ print(f"pub const NP_AUTHORS_FIRST_X: [f32; 3] = [{', '.join(repr(float(v)) for 
 print(f"pub const NP_AUTHORS_FIRST_POSITIVES: (i64, i64) = ({first[0][1].sum()}, {first[1][1].sum()});")
 print(f"pub const NP_AUTHORS_LAST_X: [f32; 3] = [{', '.join(repr(float(v)) for v in last[1][0][-1, -3:])}];")
 print(f"pub const NP_AUTHORS_LAST_POSITIVES: (i64, i64) = ({last[0][1].sum()}, {last[1][1].sum()});")
+
+# The pFedMe authors' Synthetic(0.5, 0.5) generator (data/Logistic_Synthetic/
+# generate_synthetic_05_05.py), call for call, with their seed 0: N = 100, d = 60, 10 classes.
+np.random.seed(0)
+spu = (np.random.lognormal(4, 2, 100).astype(int) + 50) * 5
+mean_W = np.random.normal(0, 0.5, 100)
+B = np.random.normal(0, 0.5, 100)
+cov_x = np.diag([np.power(j + 1, -1.2) for j in range(60)])
+mean_x = np.array([np.random.normal(B[i], 1, 60) for i in range(100)])
+hist = []
+for i in range(100):
+    W = np.random.normal(mean_W[i], 1, (60, 10))
+    b = np.random.normal(mean_W[i], 1, 10)
+    xx = np.random.multivariate_normal(mean_x[i], cov_x, spu[i])
+    yy = np.array([np.argmax(np.exp(np.dot(x, W) + b) / np.sum(np.exp(np.dot(x, W) + b))) for x in xx])
+    if i == 0:
+        first_x = xx[0, :3].astype(np.float32)
+    hist.append(np.bincount(yy, minlength=10))
+print(f"pub const NP_PFEDME_SIZES: [usize; 5] = [{', '.join(str(s) for s in spu[:5])}];")
+print(f"pub const NP_PFEDME_TOTAL: usize = {spu.sum()};")
+print(f"pub const NP_PFEDME_FIRST_X: [f32; 3] = [{', '.join(repr(float(v)) for v in first_x)}];")
+print(f"pub const NP_PFEDME_LAST_X: [f32; 3] = [{', '.join(repr(float(v)) for v in xx[-1, -3:].astype(np.float32))}];")
+print(f"pub const NP_PFEDME_FIRST_LABELS: [usize; 10] = [{', '.join(str(v) for v in hist[0])}];")
+print(f"pub const NP_PFEDME_LAST_LABELS: [usize; 10] = [{', '.join(str(v) for v in hist[-1])}];")
+print(f"pub const NP_PFEDME_LABELS: [usize; 10] = [{', '.join(str(v) for v in np.sum(hist, axis=0))}];")

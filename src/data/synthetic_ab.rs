@@ -6,8 +6,12 @@
 //! Σ = diag(j^{−1.2}), and y = argmax(x·W_k + b_k). α and β are standard deviations, as in
 //! the authors' generator (`np.random.normal(0, alpha)`). Sizes follow pFedMe's generator:
 //! n_k = (⌊LogNormal(4, 2)⌋ + 50) · 5, so 250 and up.
+//!
+//! Draws come from the seed tree, unless `numpy_seed` is set: then they come from numpy's legacy
+//! `RandomState(numpy_seed)` in the order of pFedMe's `generate_synthetic_05_05.py`. Its seed 0
+//! is the paper's data set (client sizes 250 to 25 810, as the paper states).
 
-use super::{FederatedData, SplitSpec};
+use super::{FederatedData, NumpyRandomState, SplitSpec};
 use crate::sim::{Entity, SeedTree};
 use rand::Rng;
 use rand_distr::{Distribution, LogNormal, Normal, StandardNormal};
@@ -40,6 +44,10 @@ pub struct SyntheticAbSpec {
     /// Cap on n_k [default: none].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_samples: Option<usize>,
+    /// Draw everything from numpy's legacy `RandomState(numpy_seed)` in the order of the pFedMe
+    /// authors' generator (0 = the paper's data) instead of the seed tree [default: none].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numpy_seed: Option<u32>,
 }
 
 fn d_clients() -> usize {
@@ -111,6 +119,12 @@ impl SyntheticAbSpec {
         if self.min_samples == 0 {
             return err("min_samples", "must be at least 1".into());
         }
+        if self.numpy_seed.is_some() && self.max_samples.is_some() {
+            return err(
+                "max_samples",
+                "cannot be combined with numpy_seed (the authors' generator has no cap)".into(),
+            );
+        }
         if let Some(m) = self.max_samples {
             if m < self.min_samples * self.size_factor {
                 return err(
@@ -127,6 +141,9 @@ impl SyntheticAbSpec {
 
     /// n_k for every client.
     pub fn sample_sizes(&self, seeds: &SeedTree) -> Vec<usize> {
+        if let Some(seed) = self.numpy_seed {
+            return self.numpy_sizes(&mut NumpyRandomState::new(seed));
+        }
         let mut rng = seeds.rng(Entity::Data, "synthetic_ab/sizes", 0);
         let law = LogNormal::new(self.lognormal_mean, self.lognormal_sigma).expect("validated");
         (0..self.clients)
@@ -139,6 +156,9 @@ impl SyntheticAbSpec {
     }
 
     pub fn generate(&self, split: &SplitSpec, seeds: &SeedTree) -> FederatedData {
+        if let Some(seed) = self.numpy_seed {
+            return self.generate_numpy(split, seed);
+        }
         let (d, c) = (self.dim, self.classes);
         let sizes = self.sample_sizes(seeds);
         let sd: Vec<f32> = (1..=d)
@@ -197,6 +217,89 @@ impl SyntheticAbSpec {
             truth: None,
         }
     }
+}
+
+impl SyntheticAbSpec {
+    /// `(np.random.lognormal(mean, sigma, clients).astype(int) + min_samples) * size_factor`.
+    fn numpy_sizes(&self, np: &mut NumpyRandomState) -> Vec<usize> {
+        (0..self.clients)
+            .map(|_| {
+                let extra = np
+                    .lognormal(self.lognormal_mean, self.lognormal_sigma)
+                    .min(1e9) as usize;
+                (extra + self.min_samples) * self.size_factor
+            })
+            .collect()
+    }
+
+    /// pFedMe's `generate_synthetic(alpha, beta, iid=0)`, draw for draw: sizes, the clients'
+    /// u_k (`mean_W`) and B_k, every client's feature mean, then per client W, b and its rows
+    /// (`multivariate_normal` with a diagonal covariance: standard normals, row-major, times
+    /// √Σ_jj, plus the mean). Labels are the argmax of x·W + b in float64, before the features
+    /// are stored as float32 (as the authors' JSON files then are).
+    fn generate_numpy(&self, split: &SplitSpec, seed: u32) -> FederatedData {
+        let (d, c) = (self.dim, self.classes);
+        let mut np = NumpyRandomState::new(seed);
+        let sizes = self.numpy_sizes(&mut np);
+        let mean_w: Vec<f64> = (0..self.clients)
+            .map(|_| np.normal(0.0, self.alpha))
+            .collect();
+        let big_b: Vec<f64> = (0..self.clients)
+            .map(|_| np.normal(0.0, self.beta))
+            .collect();
+        let mean_x: Vec<Vec<f64>> = big_b
+            .iter()
+            .map(|&b| (0..d).map(|_| np.normal(b, 1.0)).collect())
+            .collect();
+        let sd: Vec<f64> = (1..=d).map(|j| (j as f64).powf(-1.2).sqrt()).collect();
+        let total: usize = sizes.iter().map(|&n| n + split.extra_samples()).sum();
+        let mut features = Vec::with_capacity(total * d);
+        let mut labels = Vec::with_capacity(total);
+        let mut clients = Vec::with_capacity(self.clients);
+        let mut x = vec![0.0f64; d];
+        for (k, &n) in sizes.iter().enumerate() {
+            let w: Vec<f64> = (0..d * c).map(|_| np.normal(mean_w[k], 1.0)).collect();
+            let b: Vec<f64> = (0..c).map(|_| np.normal(mean_w[k], 1.0)).collect();
+            let start = labels.len();
+            for _ in 0..n + split.extra_samples() {
+                for j in 0..d {
+                    x[j] = np.normal(0.0, 1.0) * sd[j] + mean_x[k][j];
+                }
+                features.extend(x.iter().map(|&v| v as f32));
+                labels.push(argmax_affine(&x, &w, &b, c) as i64);
+            }
+            clients.push(split.shard(start, n));
+        }
+        FederatedData {
+            dim: d,
+            classes: c,
+            features,
+            labels,
+            clients,
+            truth: None,
+        }
+    }
+}
+
+/// argmax over classes of b_c + Σ_j x_j W_jc (W row-major d × C; first maximum wins, as numpy's).
+fn argmax_affine(x: &[f64], w: &[f64], b: &[f64], c: usize) -> usize {
+    (0..c)
+        .map(|class| {
+            b[class]
+                + x.iter()
+                    .enumerate()
+                    .map(|(j, &xj)| xj * w[j * c + class])
+                    .sum::<f64>()
+        })
+        .enumerate()
+        .fold((0, f64::NEG_INFINITY), |best, (class, s)| {
+            if s > best.1 {
+                (class, s)
+            } else {
+                best
+            }
+        })
+        .0
 }
 
 #[cfg(test)]
@@ -258,5 +361,40 @@ mod tests {
                 "feature {j}: {var} vs {want}"
             );
         }
+    }
+
+    #[test]
+    fn numpy_seed_rebuilds_the_pfedme_authors_data() {
+        // Checkpoints printed by numpy running the authors' generator with their seed 0
+        // (scripts/dev/numpy_reference.py).
+        use super::super::numpy_rng::reference::*;
+        let spec = SyntheticAbSpec {
+            numpy_seed: Some(0),
+            ..Default::default()
+        };
+        let split = SplitSpec::Fractions {
+            train: 1.0,
+            val: 0.0,
+            test: 0.0,
+        };
+        let data = spec.generate(&split, &SeedTree::new(7));
+        let sizes: Vec<usize> = data.clients.iter().map(|c| c.train.len()).collect();
+        assert_eq!(sizes, spec.sample_sizes(&SeedTree::new(8)));
+        assert_eq!(sizes[..5], NP_PFEDME_SIZES);
+        assert_eq!(sizes.iter().sum::<usize>(), NP_PFEDME_TOTAL);
+        assert_eq!(data.features[..3], NP_PFEDME_FIRST_X);
+        let end = data.features.len();
+        assert_eq!(data.features[end - 3..], NP_PFEDME_LAST_X);
+        let histogram = |rows: &[i64]| {
+            let mut h = [0usize; 10];
+            rows.iter().for_each(|&y| h[y as usize] += 1);
+            h
+        };
+        assert_eq!(histogram(&data.labels[..sizes[0]]), NP_PFEDME_FIRST_LABELS);
+        assert_eq!(
+            histogram(&data.labels[data.labels.len() - sizes[99]..]),
+            NP_PFEDME_LAST_LABELS
+        );
+        assert_eq!(histogram(&data.labels), NP_PFEDME_LABELS);
     }
 }

@@ -1,6 +1,6 @@
 //! Tidy polars frames of a run's records.
 
-use super::{DeviceRecord, GossipRecord, JobOutcome, JobRecord, Record, Summary};
+use super::{DeviceRecord, GossipRecord, JobOutcome, JobRecord, MixtureRecord, Record, Summary};
 use crate::algorithms::ModelKind;
 use crate::data::Split;
 use polars::prelude::*;
@@ -190,6 +190,38 @@ pub fn gossip_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
         Column::new(
             "bytes".into(),
             rounds.iter().map(|g| g.bytes).collect::<Vec<_>>(),
+        ),
+    ])
+}
+
+/// One row per (evaluated round, client, component) of a mixture model (FedEM, D-FedEM): the
+/// client's mixture weight π_t,m. Empty for other algorithms.
+pub fn mixtures_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
+    let rows: Vec<(&MixtureRecord, usize, f64)> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Mixture(m) => Some(m),
+            _ => None,
+        })
+        .flat_map(|m| m.weights.iter().enumerate().map(move |(c, &w)| (m, c, w)))
+        .collect();
+    DataFrame::new_infer_height(vec![
+        Column::new("run_id".into(), vec![meta.run_id.as_str(); rows.len()]),
+        Column::new(
+            "round".into(),
+            rows.iter().map(|r| r.0.round).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "client".into(),
+            rows.iter().map(|r| r.0.client).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "component".into(),
+            rows.iter().map(|r| r.1 as u32).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "weight".into(),
+            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
         ),
     ])
 }

@@ -12,8 +12,8 @@ mod summary;
 mod tables;
 
 pub use frames::{
-    clients_frame, gossip_frame, jobs_frame, metrics_frame, read_parquet, rounds_frame,
-    summary_frame, RunMeta,
+    clients_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame, read_parquet,
+    rounds_frame, summary_frame, RunMeta,
 };
 pub use plots::{write_chart, Chart, Series};
 pub use records::{
@@ -116,8 +116,9 @@ pub const REPRODUCIBLE_FILES: [&str; 7] = [
     "clients.csv",
 ];
 
-/// Reproducible files that only some runs write (`gossip.parquet`: decentralized runs).
-pub const OPTIONAL_REPRODUCIBLE_FILES: [&str; 1] = ["gossip.parquet"];
+/// Reproducible files that only some runs write (`gossip.parquet`: decentralized runs;
+/// `mixtures.parquet`: mixture models).
+pub const OPTIONAL_REPRODUCIBLE_FILES: [&str; 2] = ["gossip.parquet", "mixtures.parquet"];
 
 /// The reproducible files that differ (or are missing) between two result folders; an optional
 /// file counts when either folder has it.
@@ -193,9 +194,20 @@ pub fn write_run(
         }
         files.push(p);
     }
-    if records.iter().any(|r| matches!(r, Record::Gossip(_))) {
-        let p = dir.join("gossip.parquet");
-        let mut df = gossip_frame(meta, records).map_err(|source| ReportError::Polars {
+    let optional: [(&str, Frame, fn(&Record) -> bool); 2] = [
+        ("gossip.parquet", gossip_frame, |r| {
+            matches!(r, Record::Gossip(_))
+        }),
+        ("mixtures.parquet", mixtures_frame, |r| {
+            matches!(r, Record::Mixture(_))
+        }),
+    ];
+    for (name, frame, present) in optional {
+        if !records.iter().any(present) {
+            continue;
+        }
+        let p = dir.join(name);
+        let mut df = frame(meta, records).map_err(|source| ReportError::Polars {
             path: p.clone(),
             source,
         })?;

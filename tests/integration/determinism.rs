@@ -36,11 +36,12 @@ fn check_algorithm_with(name: &str, settings: &[&str]) {
     assert_eq!(one, again, "{name}: two runs with the same seed differ");
     assert_eq!(one, two, "{name}: 1 and 2 threads differ");
     assert_eq!(one, four, "{name}: 1 and 4 threads differ");
-    for f in ["metrics.csv", "rounds.parquet", "scenario.yaml"] {
-        assert_eq!(
-            std::fs::read(tmp.path().join("a").join(f)).unwrap(),
-            std::fs::read(tmp.path().join("c").join(f)).unwrap(),
-            "{name}: {f} differs between 1 and 2 threads"
+    for other in ["b", "c", "d"] {
+        let differ =
+            fedsim::report::differing_files(&tmp.path().join("a"), &tmp.path().join(other));
+        assert!(
+            differ.is_empty(),
+            "{name}: {differ:?} differ (a vs {other})"
         );
     }
     let reseeded = with(&["seed=8"]);
@@ -65,6 +66,54 @@ fn local_is_deterministic_across_threads_and_reruns() {
 #[test]
 fn fedem_is_deterministic_across_threads_and_reruns() {
     check_algorithm("fedem");
+}
+
+#[test]
+fn fedem_writes_every_clients_mixture_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    run(
+        SMALL,
+        &["algorithm.name=fedem", "algorithm.components=3"],
+        2,
+        tmp.path(),
+    );
+    let df = fedsim::report::read_parquet(&tmp.path().join("mixtures.parquet")).unwrap();
+    let names: Vec<String> = df
+        .get_column_names()
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+    assert_eq!(names, ["run_id", "round", "client", "component", "weight"]);
+    // Rounds 2 and 4 evaluated, 24 clients, 3 components; each client's weights sum to 1.
+    assert_eq!(df.height(), 2 * 24 * 3);
+    let column = |c: &str| -> Vec<u32> {
+        df.column(c)
+            .unwrap()
+            .u32()
+            .unwrap()
+            .into_no_null_iter()
+            .collect()
+    };
+    let (rounds, clients) = (column("round"), column("client"));
+    let weights: Vec<f64> = df
+        .column("weight")
+        .unwrap()
+        .f64()
+        .unwrap()
+        .into_no_null_iter()
+        .collect();
+    let mut sums = std::collections::BTreeMap::new();
+    for i in 0..df.height() {
+        *sums.entry((rounds[i], clients[i])).or_insert(0.0) += weights[i];
+    }
+    assert_eq!(sums.len(), 2 * 24);
+    for w in sums.values() {
+        assert!((w - 1.0).abs() < 1e-9, "weights sum to {w}");
+    }
+    // Algorithms without mixtures write no such file.
+    let plain = tempfile::tempdir().unwrap();
+    run(SMALL, &[], 2, plain.path());
+    assert!(!plain.path().join("mixtures.parquet").exists());
 }
 
 #[test]

@@ -1,6 +1,7 @@
-//! Acceptance against the FedEM authors' own code on the FedEM synthetic benchmark
-//! (`scenarios/paper/`): full size, 100 rounds, on the authors' exact data set (numpy seed 12345,
-//! labels corrected).
+//! Acceptance against the papers (`scenarios/paper/`): the FedEM authors' own code on the FedEM
+//! synthetic benchmark (full size, 100 rounds, their exact data set: numpy seed 12345, labels
+//! corrected), FedEM App. J.4 (one-hot mixtures), D-FedEM (Table 6) and pFedMe's Table 1 on the
+//! pFedMe paper's own Synthetic(0.5, 0.5) data (numpy seed 0).
 
 use fedsim::report::Summary;
 use fedsim::run::{run_scenario, RunOptions};
@@ -147,6 +148,37 @@ fn fedem_with_20_percent_sampling_stays_4_points_above_fedavg() {
     assert!(gap >= 4.0, "FedEM {fedem:?}\nFedAvg {fedavg:?}");
 }
 
+/// pFedMe paper Table 1 (Synthetic(0.5, 0.5), MLR) on the paper's own data (numpy seed 0 in
+/// the authors' generator): FedAvg after its 600 rounds is within 1.5 points of the paper's
+/// 77.62, and pFedMe's personalized model beats it by at least 3 points (paper: 83.20 vs 77.62).
+/// pFedMe's 600 rounds take 8.5 minutes on 2 cores; its personalized model is at its level long
+/// before (82.46 after 50 rounds, 82.81 after 600), so the test runs 50 of them: a harder test
+/// of the same claim. The full run is in the README.
+#[test]
+fn pfedme_personalized_model_beats_fedavg_by_three_points() {
+    let fedavg = run_paper("scenarios/paper/pfedme_synthetic_fedavg.yaml");
+    assert_eq!(fedavg.final_round, 600);
+    let fedavg = 100.0 * fedavg.test.weighted_mean;
+    assert!(
+        (fedavg - 77.62).abs() <= 1.5,
+        "FedAvg {fedavg:.2}, paper 77.62"
+    );
+    let pfedme = run_paper_all(
+        "scenarios/paper/pfedme_synthetic_pfedme.yaml",
+        &["rounds=50".into()],
+    );
+    let personalized = pfedme
+        .iter()
+        .find(|s| s.model == "personalized")
+        .expect("pFedMe reports its personalized model");
+    assert_eq!(personalized.final_round, 50);
+    let personalized = 100.0 * personalized.test.weighted_mean;
+    assert!(
+        personalized - fedavg >= 3.0,
+        "pFedMe personalized {personalized:.2} vs FedAvg {fedavg:.2}"
+    );
+}
+
 /// Cosine similarity of two vectors.
 fn cosine(a: &[f64], b: &[f64]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
@@ -170,95 +202,135 @@ fn permutations(m: usize) -> Vec<Vec<usize>> {
     out
 }
 
-/// One FedEM run on the one-hot data of App. J.4: (final total training loss, learned
-/// components, final mixture records).
-fn one_hot_run(m: usize, seed: u64) -> (f64, Vec<Vec<f32>>, Vec<fedsim::report::MixtureRecord>) {
+/// How well one FedEM run on the one-hot data of App. J.4 recovered the truth, up to the
+/// relabelling of components that matches best.
+#[derive(Debug)]
+struct Recovery {
+    /// Cosine distance between each true component θ_m and the learned one, worst and mean
+    /// over components. Per component, because a logistic model's weight vector is recovered
+    /// only up to scale: on the stacked Θ matrices, learned norms that differ between
+    /// components would count as distance.
+    worst_component: f64,
+    mean_component: f64,
+    /// Cosine distance between the true and learned mixture matrices Π (T × M).
+    pi: f64,
+    /// Share of clients whose largest mixture weight names their true component.
+    cluster_accuracy: f64,
+}
+
+/// Runs `scenarios/paper/fedem_one_hot.yaml` (200 rounds, the paper's synthetic protocol) with
+/// M components and `seed` (which also draws the data), and scores the recovery.
+fn one_hot_recovery(m: usize, seed: u64) -> Recovery {
     use fedsim::report::Record;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let overrides: Vec<String> = vec![
+    let overrides = [
         format!("seed={seed}"),
-        "data.numpy_seed=null".into(),
-        "data.one_hot=true".into(),
         format!("data.components={m}"),
         format!("algorithm.components={m}"),
     ];
-    let s = Scenario::load(
-        &root.join("scenarios/paper/fedem_synthetic_fedem.yaml"),
-        &overrides,
-    )
-    .unwrap();
+    let s = Scenario::load(&root.join("scenarios/paper/fedem_one_hot.yaml"), &overrides).unwrap();
+    let truth = s
+        .data
+        .build(&s.split, &fedsim::sim::SeedTree::new(s.data_seed))
+        .unwrap()
+        .truth
+        .unwrap();
     let out = fedsim::run::simulate_scenario(&s, 2, |_| {}).unwrap();
-    let (mut loss, mut models, mut mixtures) = (0.0, Vec::new(), Vec::new());
+    let (mut learned, mut mixtures) = (Vec::new(), vec![Vec::new(); truth.weights.len()]);
     for r in out.records {
         match r {
-            Record::Eval(e) if e.round == s.run.rounds && e.split == fedsim::data::Split::Train => {
-                loss += e.loss * e.n_samples as f64
+            Record::FinalModels(ms) => learned = ms,
+            Record::Mixture(w) if w.round == s.run.rounds => {
+                mixtures[w.client as usize] = w.weights
             }
-            Record::FinalModels(ms) => models = ms,
-            Record::Mixture(w) if w.round == s.run.rounds => mixtures.push(w),
             _ => {}
         }
     }
-    (loss, models, mixtures)
+    assert_eq!(learned.len(), m);
+    assert!(mixtures.iter().all(|w| w.len() == m), "every client's π");
+    // Each component's weight vector (the bias, last, is not part of θ_m).
+    let dim = truth.components[0].len();
+    let learned: Vec<Vec<f64>> = learned
+        .iter()
+        .map(|p| p[..dim].iter().map(|&v| v as f64).collect())
+        .collect();
+    let true_pi: Vec<f64> = truth.weights.iter().flatten().copied().collect();
+    // perm[k]: the learned component that plays true component k.
+    let distances = |perm: &[usize]| -> Vec<f64> {
+        (0..m)
+            .map(|k| 1.0 - cosine(&learned[perm[k]], &truth.components[k]))
+            .collect()
+    };
+    let perm = permutations(m)
+        .into_iter()
+        .min_by(|a, b| {
+            let worst = |p: &[usize]| distances(p).into_iter().fold(0.0, f64::max);
+            worst(a).total_cmp(&worst(b))
+        })
+        .unwrap();
+    let distances = distances(&perm);
+    let learned_pi: Vec<f64> = mixtures
+        .iter()
+        .flat_map(|w| perm.iter().map(move |&j| w[j]))
+        .collect();
+    let right = mixtures
+        .iter()
+        .zip(&truth.weights)
+        .filter(|(w, t)| {
+            let top = (0..m).max_by(|&a, &b| w[a].total_cmp(&w[b])).unwrap();
+            let true_component = t.iter().position(|&p| p == 1.0).expect("one-hot");
+            top == perm[true_component]
+        })
+        .count();
+    let r = Recovery {
+        worst_component: distances.iter().copied().fold(0.0, f64::max),
+        mean_component: distances.iter().sum::<f64>() / m as f64,
+        pi: 1.0 - cosine(&true_pi, &learned_pi),
+        cluster_accuracy: right as f64 / mixtures.len() as f64,
+    };
+    eprintln!("one-hot M = {m}, seed {seed}: {r:?}");
+    r
 }
 
 /// FedEM App. J.4: when every client draws from a single component, FedEM recovers the true
-/// components (cosine distance ≤ 1e-2 between the learned weight vectors and the true θ_m, up to
-/// a relabelling) and each client's largest mixture weight names its component.
-///
-/// EM can stop in a local optimum (one component shared by two clusters). With the seed also
-/// drawing the data, M = 2 recovers with seed 1; M = 3 with seed 1 ends 0.12 away (seed 2: 0.005,
-/// seed 3: 0.017, seed 4: 0.44; data seed 1 with training seed 2: 0.26), and the final training
-/// loss does not single out the good starts. So this test pins M = 3 to seed 2 and guards
-/// against regressions; recovering from every start is open.
+/// components and mixture weights (cosine distance ≤ 1e-2 between Θ* and Θ̌, here for every
+/// component, and ≤ 1e-8 between Π* and Π̌, up to a relabelling), and assigning each client to
+/// its largest mixture weight recovers the clusters exactly. The paper's synthetic protocol (200 rounds): after only 100,
+/// some starts have not yet separated their components. Seed 1 for both M; the README reports
+/// seeds 1 to 8 (`one_hot_recovery_across_seeds`).
 #[test]
 fn fedem_recovers_one_hot_components() {
-    for (m, seed) in [(2usize, 1u64), (3, 2)] {
-        let (_, learned, mixtures) = one_hot_run(m, seed);
-        let spec: fedsim::data::DatasetSpec = serde_yaml::from_str(&format!(
-            "{{kind: fedem_synthetic, clients: 300, components: {m}, dim: 150, alpha: 0.4, \
-             noise: 0.1, one_hot: true}}"
-        ))
-        .unwrap();
-        let split: fedsim::data::SplitSpec =
-            serde_yaml::from_str("{kind: extra_test, test_samples: 1000}").unwrap();
-        let truth = spec
-            .build(&split, &fedsim::sim::SeedTree::new(seed))
-            .unwrap()
-            .truth
-            .unwrap();
-        let weights: Vec<Vec<f64>> = learned
-            .iter()
-            .map(|p| p[..150].iter().map(|&v| v as f64).collect())
-            .collect();
-        // The relabelling that matches learned to true components best.
-        let (best, perm) = permutations(m)
-            .into_iter()
-            .map(|perm| {
-                let worst = (0..m)
-                    .map(|k| cosine(&weights[perm[k]], &truth.components[k]))
-                    .fold(f64::INFINITY, f64::min);
-                (worst, perm)
-            })
-            .max_by(|a, b| a.0.total_cmp(&b.0))
-            .unwrap();
-        assert!(
-            1.0 - best <= 1e-2,
-            "M = {m}: worst cosine distance {}",
-            1.0 - best
-        );
-        assert_eq!(mixtures.len(), 300);
-        for w in &mixtures {
-            let top = (0..m)
-                .max_by(|&a, &b| w.weights[a].total_cmp(&w.weights[b]))
-                .unwrap();
-            let true_component = truth.weights[w.client as usize]
-                .iter()
-                .position(|&p| p == 1.0)
-                .unwrap();
-            assert_eq!(top, perm[true_component], "M = {m}, client {}", w.client);
+    for m in [2, 3] {
+        let r = one_hot_recovery(m, 1);
+        assert!(r.worst_component <= 1e-2, "M = {m}: {r:?}");
+        assert!(r.pi <= 1e-8, "M = {m}: {r:?}");
+        assert_eq!(r.cluster_accuracy, 1.0, "M = {m}: {r:?}");
+    }
+}
+
+/// App. J.4 on seeds 1 to 8 for M = 2 and 3 (about 13 minutes on 2 cores), one markdown row
+/// per run; holds the mean component distance to 1e-2 (the worst one is printed): `cargo test --release --test integration -- --ignored one_hot_recovery_across_seeds
+/// --nocapture`.
+#[test]
+#[ignore = "13 minutes; the README's J.4 table"]
+fn one_hot_recovery_across_seeds() {
+    let mut failures = Vec::new();
+    for m in [2, 3] {
+        for seed in 1..=8 {
+            let r = one_hot_recovery(m, seed);
+            println!(
+                "| {m} | {seed} | {:.4} | {:.4} | {:.1e} | {:.1} |",
+                r.mean_component,
+                r.worst_component,
+                r.pi,
+                100.0 * r.cluster_accuracy
+            );
+            if r.mean_component > 1e-2 || r.pi > 1e-8 || r.cluster_accuracy < 1.0 {
+                failures.push((m, seed, r));
+            }
         }
     }
+    assert!(failures.is_empty(), "{failures:?}");
 }
 
 /// FedEM Table 6 (synthetic): D-FedEM on G(300, 0.5) with FMMC weights ends within 2 points of

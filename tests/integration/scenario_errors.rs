@@ -97,6 +97,15 @@ fn semantic_errors_carry_their_path() {
         e.contains("field `data.alpha`: must be a positive number"),
         "{e}"
     );
+    let synthetic_ab = BASE.replace("kind: fedem_synthetic\n  clients: 10", "kind: synthetic_ab");
+    let e = error(
+        &synthetic_ab,
+        &["data.numpy_seed=0", "data.max_samples=1000"],
+    );
+    assert!(
+        e.contains("field `data.max_samples`: cannot be combined with numpy_seed"),
+        "{e}"
+    );
 }
 
 #[test]
