@@ -186,25 +186,8 @@ impl SyntheticAbSpec {
                         (v[j] + sd[j] as f64 * rng.sample::<f64, _>(StandardNormal)) as f32
                     }),
                 );
-                let x = &features[row..row + d];
-                let label = (0..c)
-                    .map(|class| {
-                        b[class]
-                            + x.iter()
-                                .enumerate()
-                                .map(|(j, &xj)| xj as f64 * w[j * c + class])
-                                .sum::<f64>()
-                    })
-                    .enumerate()
-                    .fold((0, f64::NEG_INFINITY), |best, (class, s)| {
-                        if s > best.1 {
-                            (class, s)
-                        } else {
-                            best
-                        }
-                    })
-                    .0;
-                labels.push(label as i64);
+                let x: Vec<f64> = features[row..].iter().map(|&v| v as f64).collect();
+                labels.push(argmax_affine(&x, &w, &b, c) as i64);
             }
             clients.push(split.shard(start, n));
         }
