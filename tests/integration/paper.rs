@@ -295,9 +295,9 @@ fn one_hot_recovery(m: usize, seed: u64) -> Recovery {
 /// FedEM App. J.4: when every client draws from a single component, FedEM recovers the true
 /// components and mixture weights (cosine distance ≤ 1e-2 between Θ* and Θ̌, here for every
 /// component, and ≤ 1e-8 between Π* and Π̌, up to a relabelling), and assigning each client to
-/// its largest mixture weight recovers the clusters exactly. The paper's synthetic protocol (200 rounds): after only 100,
-/// some starts have not yet separated their components. Seed 1 for both M; the README reports
-/// seeds 1 to 8 (`one_hot_recovery_across_seeds`).
+/// its largest mixture weight recovers the clusters exactly. The paper's synthetic protocol
+/// (200 rounds): after only 100, some starts have not yet separated their components. Seed 1
+/// for both M; the README reports seeds 1 to 8 (`one_hot_recovery_across_seeds`).
 #[test]
 fn fedem_recovers_one_hot_components() {
     for m in [2, 3] {
@@ -308,11 +308,11 @@ fn fedem_recovers_one_hot_components() {
     }
 }
 
-/// App. J.4 on seeds 1 to 8 for M = 2 and 3 (about 13 minutes on 2 cores), one markdown row
-/// per run; holds the mean component distance to 1e-2 (the worst one is printed): `cargo test --release --test integration -- --ignored one_hot_recovery_across_seeds
-/// --nocapture`.
+/// App. J.4 on seeds 1 to 8 for M = 2 and 3 (16 minutes on 2 cores), one markdown row per run;
+/// holds the mean component distance to 1e-2 (the worst one is printed):
+/// `cargo test --release --test integration -- --ignored one_hot_recovery_across_seeds --nocapture`.
 #[test]
-#[ignore = "13 minutes; the README's J.4 table"]
+#[ignore = "16 minutes; the README's J.4 table"]
 fn one_hot_recovery_across_seeds() {
     let mut failures = Vec::new();
     for m in [2, 3] {
