@@ -164,11 +164,7 @@ impl SyntheticAbSpec {
         let sd: Vec<f32> = (1..=d)
             .map(|j| (j as f64).powf(-1.2).sqrt() as f32)
             .collect();
-        let total: usize = sizes.iter().map(|&n| n + split.extra_samples()).sum();
-        let mut features = Vec::with_capacity(total * d);
-        let mut labels = Vec::with_capacity(total);
-        let mut clients = Vec::with_capacity(self.clients);
-        for (k, &n) in sizes.iter().enumerate() {
+        self.assemble(&sizes, split, |k, rows, features, labels| {
             let mut rng = seeds.rng(Entity::Data, "synthetic_ab/client", k as u64);
             let u = self.alpha * rng.sample::<f64, _>(StandardNormal);
             let big_b = self.beta * rng.sample::<f64, _>(StandardNormal);
@@ -178,8 +174,7 @@ impl SyntheticAbSpec {
             let v: Vec<f64> = (0..d)
                 .map(|_| big_b + rng.sample::<f64, _>(StandardNormal))
                 .collect();
-            let start = labels.len();
-            for _ in 0..n + split.extra_samples() {
+            for _ in 0..rows {
                 let row = features.len();
                 features.extend(
                     (0..d).map(|j| {
@@ -189,11 +184,29 @@ impl SyntheticAbSpec {
                 let x: Vec<f64> = features[row..].iter().map(|&v| v as f64).collect();
                 labels.push(argmax_affine(&x, &w, &b, c) as i64);
             }
+        })
+    }
+
+    /// Every client's rows, in client order: `draw(k, rows, features, labels)` appends client
+    /// k's own samples and its extra test samples; the split then cuts its own samples.
+    fn assemble(
+        &self,
+        sizes: &[usize],
+        split: &SplitSpec,
+        mut draw: impl FnMut(usize, usize, &mut Vec<f32>, &mut Vec<i64>),
+    ) -> FederatedData {
+        let total: usize = sizes.iter().map(|&n| n + split.extra_samples()).sum();
+        let mut features = Vec::with_capacity(total * self.dim);
+        let mut labels = Vec::with_capacity(total);
+        let mut clients = Vec::with_capacity(self.clients);
+        for (k, &n) in sizes.iter().enumerate() {
+            let start = labels.len();
+            draw(k, n + split.extra_samples(), &mut features, &mut labels);
             clients.push(split.shard(start, n));
         }
         FederatedData {
-            dim: d,
-            classes: c,
+            dim: self.dim,
+            classes: self.classes,
             features,
             labels,
             clients,
@@ -235,32 +248,18 @@ impl SyntheticAbSpec {
             .map(|&b| (0..d).map(|_| np.normal(b, 1.0)).collect())
             .collect();
         let sd: Vec<f64> = (1..=d).map(|j| (j as f64).powf(-1.2).sqrt()).collect();
-        let total: usize = sizes.iter().map(|&n| n + split.extra_samples()).sum();
-        let mut features = Vec::with_capacity(total * d);
-        let mut labels = Vec::with_capacity(total);
-        let mut clients = Vec::with_capacity(self.clients);
         let mut x = vec![0.0f64; d];
-        for (k, &n) in sizes.iter().enumerate() {
+        self.assemble(&sizes, split, |k, rows, features, labels| {
             let w: Vec<f64> = (0..d * c).map(|_| np.normal(mean_w[k], 1.0)).collect();
             let b: Vec<f64> = (0..c).map(|_| np.normal(mean_w[k], 1.0)).collect();
-            let start = labels.len();
-            for _ in 0..n + split.extra_samples() {
+            for _ in 0..rows {
                 for j in 0..d {
                     x[j] = np.normal(0.0, 1.0) * sd[j] + mean_x[k][j];
                 }
                 features.extend(x.iter().map(|&v| v as f32));
                 labels.push(argmax_affine(&x, &w, &b, c) as i64);
             }
-            clients.push(split.shard(start, n));
-        }
-        FederatedData {
-            dim: d,
-            classes: c,
-            features,
-            labels,
-            clients,
-            truth: None,
-        }
+        })
     }
 }
 
