@@ -46,6 +46,8 @@ pub struct SyntheticAbSpec {
     pub max_samples: Option<usize>,
     /// Draw everything from numpy's legacy `RandomState(numpy_seed)` in the order of the pFedMe
     /// authors' generator (0 = the paper's data) instead of the seed tree [default: none].
+    /// With a `fractions` split the rows are exactly theirs; an `extra_test` split draws its
+    /// extra rows right after each client's own, which their generator never does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numpy_seed: Option<u32>,
 }
