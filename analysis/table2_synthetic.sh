@@ -20,3 +20,6 @@ for method in local fedavg fedprox fedavg_plus clustered pfedme apfl per_fedavg 
   done
 done
 python3 analysis/summary_table.py "$out" | tee "$out/table.md"
+# The ceiling: the Bayes-optimal classifier on the same data (true components and mixture weights).
+target/release/fedsim describe scenarios/paper/fedem_synthetic_fedem.yaml \
+  | grep Bayes-optimal | tee -a "$out/table.md"

@@ -4,10 +4,11 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use fedsim::report::{
     aggregate, differing_files, markdown, read_curves, read_runs, write_plots, write_report,
-    REPRODUCIBLE_FILES,
+    DataDescription, REPRODUCIBLE_FILES,
 };
 use fedsim::run::{default_out_dir, default_threads, run_scenario, RunOptions};
 use fedsim::scenario::{parse_shard, Scenario, Sweep};
+use fedsim::sim::SeedTree;
 use fedsim::sweep::{cell_dir, is_finished, run_sweep, SweepOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -79,6 +80,15 @@ enum Command {
         /// Where to write report.csv and report.md [default: <first folder>/report].
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// Build a scenario's data set and describe it: rows and per-client sizes of each split,
+    /// label shares and, for synthetic data whose truth is known, the Bayes-optimal test
+    /// accuracy (the ceiling of any method on it); trains nothing.
+    Describe {
+        /// The scenario file (YAML).
+        scenario: PathBuf,
+        #[command(flatten)]
+        overrides: Overrides,
     },
     /// Check a scenario and print it with every default filled in; runs nothing.
     Check {
@@ -203,6 +213,17 @@ fn real_main() -> Result<()> {
             for f in files {
                 println!("wrote {}", f.display());
             }
+        }
+        Command::Describe {
+            scenario,
+            overrides,
+        } => {
+            let s = overrides.load(&scenario)?;
+            let data = s
+                .data
+                .build(&s.split, &SeedTree::new(s.data_seed))
+                .with_context(|| format!("building the data of {}", scenario.display()))?;
+            print!("{}: {}", s.name, DataDescription::of(&data));
         }
         Command::Check {
             scenario,

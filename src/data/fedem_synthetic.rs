@@ -247,7 +247,7 @@ impl FedemSyntheticSpec {
             }
             clients.push(split.shard(start, n));
         }
-        binary_mixture(d, features, labels, clients, components, weights)
+        self.binary_mixture(features, labels, clients, components, weights)
     }
 
     fn label(&self, logit: f64, rng: &mut ChaCha20Rng) -> i64 {
@@ -368,29 +368,75 @@ impl FedemSyntheticSpec {
             }
             clients.push(split.shard(start, n));
         }
-        binary_mixture(d, features, labels, clients, components, weights)
+        self.binary_mixture(features, labels, clients, components, weights)
     }
 }
 
-fn binary_mixture(
-    dim: usize,
-    features: Vec<f32>,
-    labels: Vec<i64>,
-    clients: Vec<super::ClientShard>,
-    components: Vec<Vec<f64>>,
-    weights: Vec<Vec<f64>>,
-) -> FederatedData {
-    let truth = Some(MixtureTruth {
-        components,
-        weights,
-    });
-    FederatedData {
-        dim,
-        classes: 2,
-        features,
-        labels,
-        clients,
-        truth,
+impl FedemSyntheticSpec {
+    /// How labels follow from ⟨x, θ_z⟩; `None` with `authors_label_bug`, whose labels do not
+    /// follow the model.
+    fn label_law(&self) -> Option<LabelLaw> {
+        (!self.authors_label_bug).then_some(LabelLaw {
+            rule: self.labels,
+            noise: self.noise,
+        })
+    }
+
+    fn binary_mixture(
+        &self,
+        features: Vec<f32>,
+        labels: Vec<i64>,
+        clients: Vec<super::ClientShard>,
+        components: Vec<Vec<f64>>,
+        weights: Vec<Vec<f64>>,
+    ) -> FederatedData {
+        FederatedData {
+            dim: self.dim,
+            classes: 2,
+            features,
+            labels,
+            clients,
+            truth: Some(MixtureTruth {
+                components,
+                weights,
+                labels: self.label_law(),
+            }),
+        }
+    }
+}
+
+/// The label law of the FedEM synthetic data: y from the logit ⟨x, θ_z⟩ + ε, ε ~ N(0, noise²).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LabelLaw {
+    pub rule: LabelRule,
+    pub noise: f64,
+}
+
+impl LabelLaw {
+    /// P(y = 1 | ⟨x, θ_z⟩ = `mean_logit`), the noise integrated out.
+    pub fn positive_probability(&self, mean_logit: f64) -> f64 {
+        let sigma = self.noise;
+        match self.rule {
+            // P(mean + ε > 0) = Φ(mean / σ).
+            LabelRule::RoundedSigmoid if sigma == 0.0 => (mean_logit > 0.0) as u8 as f64,
+            LabelRule::RoundedSigmoid => {
+                0.5 * libm::erfc(-mean_logit / (sigma * std::f64::consts::SQRT_2))
+            }
+            // E[sigmoid(mean + σu)], u ~ N(0, 1): composite Simpson over u ∈ [−8, 8].
+            LabelRule::Bernoulli if sigma == 0.0 => sigmoid(mean_logit),
+            LabelRule::Bernoulli => {
+                const STEPS: usize = 128;
+                let h = 16.0 / STEPS as f64;
+                let f = |u: f64| {
+                    (-0.5 * u * u).exp() / (2.0 * std::f64::consts::PI).sqrt()
+                        * sigmoid(mean_logit + sigma * u)
+                };
+                let inner: f64 = (1..STEPS)
+                    .map(|k| (if k % 2 == 1 { 4.0 } else { 2.0 }) * f(-8.0 + k as f64 * h))
+                    .sum();
+                h / 3.0 * (f(-8.0) + inner + f(8.0))
+            }
+        }
     }
 }
 

@@ -10,7 +10,7 @@ mod parquet;
 mod split;
 mod synthetic_ab;
 
-pub use fedem_synthetic::{FedemSyntheticSpec, LabelRule};
+pub use fedem_synthetic::{FedemSyntheticSpec, LabelLaw, LabelRule};
 pub use numpy_rng::NumpyRandomState;
 pub use parquet::{DataError, ParquetSpec};
 pub use split::SplitSpec;
@@ -59,13 +59,50 @@ impl ClientShard {
     }
 }
 
-/// The true generative parameters of a synthetic data set, kept for recovery checks.
+/// The true generative parameters of a synthetic data set, kept for recovery checks and for
+/// the Bayes-optimal accuracy.
 #[derive(Clone, Debug, Default)]
 pub struct MixtureTruth {
     /// `components[m]` is θ_m.
     pub components: Vec<Vec<f64>>,
     /// `weights[t]` is π_t.
     pub weights: Vec<Vec<f64>>,
+    /// How a label follows from ⟨x, θ_z⟩; `None` when the labels do not follow the model.
+    pub labels: Option<LabelLaw>,
+}
+
+impl MixtureTruth {
+    /// P(y = 1 | x) for client `client` under the true model, Σ_m π_m · P(y = 1 | ⟨x, θ_m⟩);
+    /// `None` when the labels do not follow the model.
+    pub fn positive_probability(&self, client: usize, x: &[f32]) -> Option<f64> {
+        let law = self.labels?;
+        Some(
+            self.components
+                .iter()
+                .zip(&self.weights[client])
+                .map(|(theta, &pi)| {
+                    let logit: f64 = x.iter().zip(theta).map(|(&a, &b)| a as f64 * b).sum();
+                    pi * law.positive_probability(logit)
+                })
+                .sum(),
+        )
+    }
+
+    /// Accuracy on `view` (client `client`'s rows) of the Bayes-optimal classifier, which
+    /// knows the true components and mixture weights and predicts 1 when P(y = 1 | x) > 1/2:
+    /// the ceiling of any method on these rows, up to sampling noise. `None` when the labels
+    /// do not follow the model; NaN on an empty view.
+    pub fn bayes_accuracy(&self, client: usize, view: SplitView<'_>) -> Option<f64> {
+        self.labels?;
+        let correct = (0..view.len())
+            .map(|i| {
+                let x = &view.features[i * view.dim..(i + 1) * view.dim];
+                let p = self.positive_probability(client, x)?;
+                Some(((p > 0.5) as i64 == view.labels[i]) as usize)
+            })
+            .sum::<Option<usize>>()?;
+        Some(correct as f64 / view.len() as f64)
+    }
 }
 
 /// All clients' data, row-major features (`rows × dim`) and integer labels.

@@ -4,6 +4,7 @@
 //! This is the only room that uses polars. It does not simulate and does not decide what is
 //! measured, only how it is tabulated and stored.
 
+mod describe;
 mod frames;
 mod plots;
 mod records;
@@ -11,6 +12,7 @@ mod study;
 mod summary;
 mod tables;
 
+pub use describe::{DataDescription, SplitSizes};
 pub use frames::{
     clients_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame, read_parquet,
     rounds_frame, summary_frame, RunMeta,

@@ -109,6 +109,40 @@ fn help_explains_the_commands() {
 }
 
 #[test]
+fn describe_shows_the_data_and_its_bayes_ceiling() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = bin()
+        .arg("describe")
+        .arg(root.join("scenarios/paper/fedem_synthetic_fedem.yaml"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The authors' data set: 300 clients, 67 758 training rows, 1000 extra test rows each.
+    for needle in [
+        "300 clients, 150 features, 2 classes",
+        "train   67758",
+        "test    300000     1000 / 1000 / 1000",
+        "Bayes-optimal test accuracy",
+    ] {
+        assert!(text.contains(needle), "describe lacks {needle:?}:\n{text}");
+    }
+    // The authors' label bug breaks the link between labels and the true model: no ceiling.
+    let out = bin()
+        .arg("describe")
+        .arg(root.join("scenarios/paper/fedem_synthetic_fedem.yaml"))
+        .args(["--set", "data.authors_label_bug=true"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && !text.contains("Bayes"), "{text}");
+}
+
+#[test]
 fn a_reader_that_goes_away_ends_the_output_quietly() {
     // `fedsim check … | head -0`: the pipe's reading end is closed before fedsim writes.
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
