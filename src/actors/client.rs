@@ -157,15 +157,15 @@ impl<A: Algorithm> Client<A> {
         let pending = self.pool.submit(move || {
             let ctx = jobs.local(id, round, jobs.training.lr_at(round));
             let alg = &jobs.algorithm;
-            let results = if unseen {
-                alg.evaluate_unseen(&ctx, &global, &mut rng)
-            } else {
-                alg.evaluate(&ctx, &global, &state, &mut rng)
+            let state = match unseen {
+                true => alg.adapt_unseen(&ctx, &global, &mut rng),
+                false => state,
             };
             Msg::Evaluated {
                 round,
-                results,
+                results: alg.evaluate(&ctx, &global, &state, &mut rng),
                 cluster,
+                mixture: alg.mixture_weights(&state),
             }
         });
         eff.send_pending(self.me(), SimDuration::ZERO, pending);
@@ -176,13 +176,9 @@ impl<A: Algorithm> Client<A> {
         now: SimTime,
         round: u32,
         results: Vec<Evaluation>,
-        cluster: Option<u32>,
+        (cluster, mixture): (Option<u32>, Option<Vec<f64>>),
         eff: &mut FlEffects<A>,
     ) {
-        let mixture = match self.unseen {
-            false => self.jobs.algorithm.mixture_weights(&self.state),
-            true => None,
-        };
         let sampled = self.last_trained == Some(round);
         let records = super::evaluation_records(
             (round, now, self.id),
@@ -223,7 +219,8 @@ impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Client<A> {
                 round,
                 results,
                 cluster,
-            } => self.evaluated(d.now, round, results, cluster, &mut eff),
+                mixture,
+            } => self.evaluated(d.now, round, results, (cluster, mixture), &mut eff),
             _ => {
                 return Err(SimError::Model(format!(
                     "client {} got a server message",

@@ -127,11 +127,13 @@ pub enum Msg<A: Algorithm> {
     },
     /// Client: evaluate your model after `round`.
     Evaluate { round: u32, global: Arc<A::Global> },
-    /// Client (from its own evaluation job): results per model and split.
+    /// Client (from its own evaluation job): results per model and split, and the mixture
+    /// weights it was evaluated with (mixture algorithms).
     Evaluated {
         round: u32,
         results: Vec<Evaluation>,
         cluster: Option<u32>,
+        mixture: Option<Vec<f64>>,
     },
 }
 
@@ -211,6 +213,7 @@ fn evaluation_records(
         Record::Mixture(MixtureRecord {
             round,
             client,
+            unseen,
             weights,
         })
     });

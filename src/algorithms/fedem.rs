@@ -306,12 +306,12 @@ impl Algorithm for FedEm {
     }
 
     /// FedEM Table 3: the components stay fixed; π is fitted by EM on the client's training data.
-    fn evaluate_unseen(
+    fn adapt_unseen(
         &self,
         ctx: &LocalContext<'_>,
         global: &Vec<Vec<f32>>,
-        rng: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
+        _: &mut ChaCha20Rng,
+    ) -> FedEmClient {
         let losses: Vec<Vec<f32>> = global
             .iter()
             .map(|theta| sample_losses(ctx.arch, theta, ctx.train_view()))
@@ -321,11 +321,10 @@ impl Algorithm for FedEm {
             self.spec.unseen_em_iterations,
             self.spec.unseen_em_tolerance,
         );
-        let state = FedEmClient {
+        FedEmClient {
             pi,
             momentum: Vec::new(),
-        };
-        self.evaluate(ctx, global, &state, rng)
+        }
     }
 
     fn evaluate(

@@ -331,17 +331,16 @@ pub trait Algorithm: Send + Sync + 'static {
         None
     }
 
-    /// Evaluates a client held out of training: it adapts to `global` with its own training
-    /// data as the algorithm does for a newcomer, and is tested; nothing is kept. By default it
-    /// starts from a fresh client state and is evaluated as a training client would be.
-    fn evaluate_unseen(
+    /// The state of a client held out of training once it has adapted to `global` with its own
+    /// training data, as the algorithm does for a newcomer; it is then evaluated like a training
+    /// client, and nothing is kept. By default a fresh client state.
+    fn adapt_unseen(
         &self,
         ctx: &LocalContext<'_>,
         global: &Self::Global,
-        rng: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
-        let state = self.init_client(global, ctx.client);
-        self.evaluate(ctx, global, &state, rng)
+        _rng: &mut ChaCha20Rng,
+    ) -> Self::ClientState {
+        self.init_client(global, ctx.client)
     }
 
     /// Combines one round's updates, given in increasing client order.

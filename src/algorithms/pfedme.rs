@@ -153,15 +153,15 @@ impl Algorithm for PFedMe {
 
     /// A newcomer runs one round of local personalization (R local rounds from w) and is tested
     /// with the θ it reaches (and with w).
-    fn evaluate_unseen(
+    fn adapt_unseen(
         &self,
         ctx: &LocalContext<'_>,
         global: &Vec<f32>,
         rng: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
+    ) -> Vec<f32> {
         let mut theta = Vec::new();
         self.local_update(ctx, global, &mut theta, rng);
-        self.evaluate(ctx, global, &theta, rng)
+        theta
     }
 
     fn evaluate(

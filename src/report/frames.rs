@@ -216,6 +216,10 @@ pub fn mixtures_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFr
             rows.iter().map(|r| r.0.client).collect::<Vec<_>>(),
         ),
         Column::new(
+            "unseen".into(),
+            rows.iter().map(|r| r.0.unseen).collect::<Vec<_>>(),
+        ),
+        Column::new(
             "component".into(),
             rows.iter().map(|r| r.1 as u32).collect::<Vec<_>>(),
         ),

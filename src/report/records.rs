@@ -136,6 +136,8 @@ impl GossipRecord {
 pub struct MixtureRecord {
     pub round: u32,
     pub client: u32,
+    /// A client held out of training: its weights were fitted with the components frozen.
+    pub unseen: bool,
     pub weights: Vec<f64>,
 }
 

@@ -73,7 +73,11 @@ fn fedem_writes_every_clients_mixture_weights() {
     let tmp = tempfile::tempdir().unwrap();
     run(
         SMALL,
-        &["algorithm.name=fedem", "algorithm.components=3"],
+        &[
+            "algorithm.name=fedem",
+            "algorithm.components=3",
+            "unseen={fraction: 0.25}",
+        ],
         2,
         tmp.path(),
     );
@@ -83,8 +87,12 @@ fn fedem_writes_every_clients_mixture_weights() {
         .iter()
         .map(|c| c.to_string())
         .collect();
-    assert_eq!(names, ["run_id", "round", "client", "component", "weight"]);
-    // Rounds 2 and 4 evaluated, 24 clients, 3 components; each client's weights sum to 1.
+    assert_eq!(
+        names,
+        ["run_id", "round", "client", "unseen", "component", "weight"]
+    );
+    // Rounds 2 and 4 evaluated, 24 clients (6 held out, with the π they fitted), 3 components;
+    // each client's weights sum to 1.
     assert_eq!(df.height(), 2 * 24 * 3);
     let column = |c: &str| -> Vec<u32> {
         df.column(c)
@@ -95,6 +103,8 @@ fn fedem_writes_every_clients_mixture_weights() {
             .collect()
     };
     let (rounds, clients) = (column("round"), column("client"));
+    let unseen = df.column("unseen").unwrap().bool().unwrap().sum().unwrap();
+    assert_eq!(unseen, 2 * 6 * 3);
     let weights: Vec<f64> = df
         .column("weight")
         .unwrap()
