@@ -353,8 +353,14 @@ struct Monitor<A: Gossip> {
     shared: Arc<Shared<A>>,
     peers: usize,
     /// Mixed models (and bytes sent) of rounds not every peer has finished yet.
-    rounds: BTreeMap<u32, (Vec<Option<Arc<A::Global>>>, u64)>,
+    rounds: BTreeMap<u32, RoundMixes<A>>,
 }
+
+/// One round's mixed model per peer (`None` until that peer has mixed) and the bytes sent.
+type RoundMixes<A> = (
+    Vec<Option<Arc<<A as crate::algorithms::Algorithm>::Global>>>,
+    u64,
+);
 
 impl<A: Gossip> Monitor<A> {
     fn mixed(

@@ -584,7 +584,7 @@ impl<A: Algorithm> Server<A> {
         }
         if self.in_flight.len() < concurrency {
             match self.next_online(now) {
-                Some(at) if self.wake_at.map_or(true, |w| at < w) => {
+                Some(at) if self.wake_at.is_none_or(|w| at < w) => {
                     self.wake_at = Some(at);
                     eff.send(SERVER, at - now, Msg::Wake);
                 }

@@ -97,10 +97,14 @@ pub fn complete_linkage_bipartition(similarity: &[Vec<f64>]) -> (Vec<usize>, Vec
         let (_, i, j) = best.expect("more than two groups left");
         let moved = groups[j].take().expect("live group");
         groups[i].as_mut().expect("live group").extend(moved);
-        for k in 0..n {
-            let d = dist[i][k].max(dist[j][k]);
-            dist[i][k] = d;
-            dist[k][i] = d;
+        // Complete linkage: the merged group's distance is the larger of the two.
+        let merged: Vec<f64> = dist[i]
+            .iter()
+            .zip(&dist[j])
+            .map(|(a, b)| a.max(*b))
+            .collect();
+        for (k, d) in merged.into_iter().enumerate() {
+            (dist[i][k], dist[k][i]) = (d, d);
         }
     }
     let mut parts: Vec<Vec<usize>> = groups.into_iter().flatten().collect();

@@ -314,7 +314,7 @@ pub fn clients_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
             Record::Eval(e) if e.split == Split::Test => {
                 let row = rows.entry(e.client).or_default();
                 let key = (e.round, e.model);
-                if row.last_eval.map_or(true, |(r, m, _, _)| key >= (r, m)) {
+                if row.last_eval.is_none_or(|(r, m, _, _)| key >= (r, m)) {
                     row.last_eval = Some((e.round, e.model, e.accuracy, e.unseen));
                 }
             }

@@ -196,7 +196,8 @@ pub fn write_run(
         }
         files.push(p);
     }
-    let optional: [(&str, Frame, fn(&Record) -> bool); 2] = [
+    type Optional<'a> = (&'a str, Frame, fn(&Record) -> bool);
+    let optional: [Optional; 2] = [
         ("gossip.parquet", gossip_frame, |r| {
             matches!(r, Record::Gossip(_))
         }),

@@ -47,8 +47,11 @@ pub struct ReportRow {
     pub stats: BTreeMap<String, (f64, f64)>,
 }
 
+/// A column's name and its values as text.
+type TextColumn = (String, Vec<Option<String>>);
+
 /// Every column of a CSV file as text.
-fn read_csv_text(path: &Path) -> Result<Vec<(String, Vec<Option<String>>)>, ReportError> {
+fn read_csv_text(path: &Path) -> Result<Vec<TextColumn>, ReportError> {
     let err = |source| ReportError::Polars {
         path: path.to_path_buf(),
         source,

@@ -33,7 +33,7 @@ impl Intervals {
         }
         Intervals {
             spans,
-            period: period_s.map(|p| SimDuration::from_secs_f64_ceil(p)),
+            period: period_s.map(SimDuration::from_secs_f64_ceil),
         }
     }
 

@@ -209,7 +209,7 @@ pub fn fedscale_behavior(
 ) -> Result<Vec<FedScaleBehavior>, SystemError> {
     let traces = assign(path, read_pickle::<FedScaleBehavior>(path)?, clients)?;
     for t in &traces {
-        if t.active.len() != t.inactive.len() || !(t.finish_time > 0.0) {
+        if t.active.len() != t.inactive.len() || t.finish_time.is_nan() || t.finish_time <= 0.0 {
             return Err(content(
                 path,
                 "each trace needs as many `active` as `inactive` times and a positive finish_time",

@@ -8,10 +8,11 @@ use nalgebra::{DMatrix, SymmetricEigen};
 use serde::{Deserialize, Serialize};
 
 /// How a round's mixing weights are set.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "rule", rename_all = "snake_case", deny_unknown_fields)]
 pub enum MixingRule {
     /// W_ij = 1 / (1 + max(d_i, d_j)) on each link; the rest on the diagonal. Symmetric.
+    #[default]
     MetropolisHastings,
     /// W_ij = 1 / (1 + d_max) on each link; the rest on the diagonal. Symmetric.
     MaxDegree,
@@ -36,12 +37,6 @@ fn default_fmmc_iterations() -> u32 {
 }
 fn default_fmmc_step() -> f64 {
     0.05
-}
-
-impl Default for MixingRule {
-    fn default() -> Self {
-        MixingRule::MetropolisHastings
-    }
 }
 
 impl MixingRule {
