@@ -9,6 +9,12 @@
 //!   neighbour that arrived since it last mixed; a neighbour it has nothing new from leaves its
 //!   weight on the peer itself.
 //!
+//! - Dropouts (`system.dropout`): a peer that drops out of round r's local work (after the
+//!   fraction of its compute the system model draws) sits the round out: it sends nothing,
+//!   keeps its model and starts round r + 1 at once. In synchronous gossip it tells its
+//!   neighbours (a notice of no bytes, at link latency), and each puts the absent peer's mixing
+//!   weight on itself; models that reach the absent peer for that round are dropped.
+//!
 //! A monitor (rank 0) sees each peer's mixed model at no cost in time or bytes (it is the
 //! experimenter, not a participant) and records a round's consensus distance, spectral gap and
 //! bytes once every peer has mixed it. Peer p has rank p + 1 and uses client p's data and random
@@ -24,7 +30,7 @@ use crate::sim::{Effects, Entity, EntityId, SeedTree, SimDuration, SimError, Sim
 use crate::system::{payload_bytes, SystemModel};
 use crate::topology::{GossipMode, StepWeights, Topology};
 use actix::prelude::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::{RunSpec, SimOutput};
@@ -45,18 +51,24 @@ pub enum PeerMsg<A: Gossip> {
         from: u32,
         model: Arc<A::Global>,
     },
+    /// Peer: neighbour `from` dropped out of round `round` (synchronous gossip).
+    Absent { round: u32, from: u32 },
+    /// Peer (to itself): it dropped out of round `round`'s local work, now.
+    SatOut { round: u32 },
     /// Peer (from its own evaluation job).
     Evaluated {
         round: u32,
         results: Vec<Evaluation>,
         mixture: Option<Vec<f64>>,
     },
-    /// Monitor: peer `peer` mixed round `round` into `model`, having sent `bytes` for it.
+    /// Monitor: peer `peer` mixed round `round` into `model`, having sent `bytes` for it (or,
+    /// `dropped`, sat the round out with `model` unchanged).
     Mixed {
         round: u32,
         peer: u32,
         model: Arc<A::Global>,
         bytes: u64,
+        dropped: bool,
     },
 }
 
@@ -97,9 +109,13 @@ struct Peer<A: Gossip> {
     /// This round's model after local work, until it is mixed, with the number of neighbours'
     /// models it waits for (synchronous).
     half: Option<(u32, Arc<A::Global>, usize)>,
-    /// Synchronous: neighbours' models by (round, neighbour), and how many arrived per round.
+    /// Synchronous: neighbours' models by (round, neighbour), the neighbours that dropped out
+    /// of a round, and how many of both arrived per round.
     inbox: BTreeMap<(u32, u32), Arc<A::Global>>,
+    absent: BTreeSet<(u32, u32)>,
     arrived: BTreeMap<u32, usize>,
+    /// Synchronous: rounds this peer sat out (what arrives for them is dropped).
+    sat_out: BTreeSet<u32>,
     /// Asynchronous: the newest model of each neighbour since the last mix, with its round.
     fresh: BTreeMap<u32, (u32, Arc<A::Global>)>,
     /// Bytes sent this round.
@@ -111,7 +127,7 @@ impl<A: Gossip> Peer<A> {
         peer_entity(self.id)
     }
 
-    fn train(&mut self, round: u32, eff: &mut PeerEffects<A>) {
+    fn train(&mut self, round: u32, eff: &mut PeerEffects<A>) -> Result<(), SimError> {
         let jobs = &self.shared.jobs;
         let n_train = jobs.data.split_len(self.id as usize, Split::Train);
         let samples = jobs
@@ -121,6 +137,11 @@ impl<A: Gossip> Peer<A> {
             .shared
             .system
             .compute_time(self.id, round as u64, samples);
+        if let Some(fraction) = self.shared.system.dropout_point(self.id, round as u64) {
+            let after = SimDuration::from_secs_f64_ceil(compute.as_secs_f64() * fraction);
+            self.drop_out(round, after, eff)?;
+            return Ok(());
+        }
         let (jobs, id, model) = (jobs.clone(), self.id, self.model.clone());
         let lr = jobs.training.lr_at(round) * self.shared.step_weights[id as usize];
         let mut state = self.state.clone();
@@ -140,6 +161,34 @@ impl<A: Gossip> Peer<A> {
             }
         });
         eff.send_pending(self.me(), compute, pending);
+        Ok(())
+    }
+
+    /// Drops out of round `round`, `after` from now; in synchronous gossip the neighbours hear
+    /// of it then, one link latency later.
+    fn drop_out(
+        &mut self,
+        round: u32,
+        after: SimDuration,
+        eff: &mut PeerEffects<A>,
+    ) -> Result<(), SimError> {
+        if self.shared.topology.spec().gossip == GossipMode::Synchronous {
+            self.sat_out.insert(round);
+            self.inbox.retain(|&(r, _), _| r != round);
+            self.absent.retain(|&(r, _)| r != round);
+            self.arrived.remove(&round);
+            let topology = self.shared.round_topology(round)?;
+            for to in topology.mixing.sources(self.id) {
+                let (latency, _) = self.shared.system.peer_transfer_time(self.id, to, 0);
+                let msg = PeerMsg::Absent {
+                    round,
+                    from: self.id,
+                };
+                eff.send(peer_entity(to), after + latency, msg);
+            }
+        }
+        eff.send(self.me(), after, PeerMsg::SatOut { round });
+        Ok(())
     }
 
     /// Sends the trained model to every neighbour that mixes it, one after the other on this
@@ -187,6 +236,9 @@ impl<A: Gossip> Peer<A> {
     ) -> Result<(), SimError> {
         match self.shared.topology.spec().gossip {
             GossipMode::Synchronous => {
+                if self.sat_out.contains(&round) {
+                    return Ok(());
+                }
                 self.inbox.insert((round, from), model);
                 *self.arrived.entry(round).or_insert(0) += 1;
                 self.mix_when_complete(eff)
@@ -201,7 +253,23 @@ impl<A: Gossip> Peer<A> {
         }
     }
 
-    /// Synchronous: mixes round r once this peer's and all its neighbours' round-r models are in.
+    /// Synchronous: neighbour `from` will send nothing for `round`.
+    fn neighbour_absent(
+        &mut self,
+        round: u32,
+        from: u32,
+        eff: &mut PeerEffects<A>,
+    ) -> Result<(), SimError> {
+        if self.sat_out.contains(&round) {
+            return Ok(());
+        }
+        self.absent.insert((round, from));
+        *self.arrived.entry(round).or_insert(0) += 1;
+        self.mix_when_complete(eff)
+    }
+
+    /// Synchronous: mixes round r once this peer's model and every neighbour's round-r model
+    /// (or notice of absence) are in; an absent neighbour's weight stays on this peer.
     fn mix_when_complete(&mut self, eff: &mut PeerEffects<A>) -> Result<(), SimError> {
         let Some((round, _, expected)) = self.half else {
             return Ok(());
@@ -213,18 +281,21 @@ impl<A: Gossip> Peer<A> {
         let (_, own, _) = self.half.take().expect("checked above");
         let topology = self.shared.round_topology(round)?;
         let row = topology.mixing.row(self.id);
-        let models: Vec<(f64, Arc<A::Global>)> = row
+        let missing: f64 = row
             .iter()
-            .map(|&(j, w)| {
-                let model = if j == self.id {
-                    own.clone()
-                } else {
-                    self.inbox.remove(&(round, j)).expect("checked above")
-                };
-                (w, model)
-            })
-            .collect();
-        self.finish_round(round, &models, eff);
+            .filter(|&&(j, _)| self.absent.contains(&(round, j)))
+            .map(|&(_, w)| w)
+            .sum();
+        let mut models: Vec<(f64, Arc<A::Global>)> = Vec::with_capacity(row.len());
+        for &(j, w) in row {
+            if j == self.id {
+                models.push((w + missing, own.clone()));
+            } else if !self.absent.remove(&(round, j)) {
+                let model = self.inbox.remove(&(round, j)).expect("checked above");
+                models.push((w, model));
+            }
+        }
+        self.finish_round(round, Some(&models), eff);
         Ok(())
     }
 
@@ -248,24 +319,29 @@ impl<A: Gossip> Peer<A> {
         }
         // Models from peers that are no longer neighbours (time-varying graphs) are dropped.
         self.fresh.clear();
-        self.finish_round(round, &models, eff);
+        self.finish_round(round, Some(&models), eff);
         Ok(())
     }
 
+    /// Ends `round`: mixes `models` into this peer's model (`None`: it sat the round out and
+    /// keeps its model), reports to the monitor, evaluates if due and starts the next round.
     fn finish_round(
         &mut self,
         round: u32,
-        models: &[(f64, Arc<A::Global>)],
+        models: Option<&[(f64, Arc<A::Global>)]>,
         eff: &mut PeerEffects<A>,
     ) {
-        let items: Vec<(f64, &A::Global)> = models.iter().map(|(w, m)| (*w, &**m)).collect();
-        self.model = Arc::new(self.shared.jobs.algorithm.mix(&items));
+        if let Some(models) = models {
+            let items: Vec<(f64, &A::Global)> = models.iter().map(|(w, m)| (*w, &**m)).collect();
+            self.model = Arc::new(self.shared.jobs.algorithm.mix(&items));
+        }
         let bytes = std::mem::take(&mut self.sent);
         let mixed = PeerMsg::Mixed {
             round,
             peer: self.id,
             model: self.model.clone(),
             bytes,
+            dropped: models.is_none(),
         };
         eff.send(MONITOR, SimDuration::ZERO, mixed);
         let shared = &self.shared;
@@ -325,7 +401,9 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>>> for Peer<A> {
     fn handle(&mut self, d: Deliver<PeerMsg<A>>, _: &mut Context<Self>) -> Self::Result {
         let mut eff = PeerEffects::<A>::new();
         match d.msg {
-            PeerMsg::Train { round } => self.train(round, &mut eff),
+            PeerMsg::Train { round } => self.train(round, &mut eff)?,
+            PeerMsg::Absent { round, from } => self.neighbour_absent(round, from, &mut eff)?,
+            PeerMsg::SatOut { round } => self.finish_round(round, None, &mut eff),
             PeerMsg::Trained {
                 round,
                 model,
@@ -356,9 +434,11 @@ struct Monitor<A: Gossip> {
     rounds: BTreeMap<u32, RoundMixes<A>>,
 }
 
-/// One round's mixed model per peer (`None` until that peer has mixed) and the bytes sent.
+/// One round's mixed model per peer (`None` until that peer has mixed), the bytes sent and
+/// the peers that sat the round out.
 type RoundMixes<A> = (
     Vec<Option<Arc<<A as crate::algorithms::Algorithm>::Global>>>,
+    u64,
     u64,
 );
 
@@ -366,20 +446,21 @@ impl<A: Gossip> Monitor<A> {
     fn mixed(
         &mut self,
         now: SimTime,
-        (round, peer, model, bytes): (u32, u32, Arc<A::Global>, u64),
+        (round, peer, model, bytes, dropped): (u32, u32, Arc<A::Global>, u64, bool),
         eff: &mut PeerEffects<A>,
     ) -> Result<(), SimError> {
         let peers = self.peers;
         let entry = self
             .rounds
             .entry(round)
-            .or_insert_with(|| (vec![None; peers], 0));
+            .or_insert_with(|| (vec![None; peers], 0, 0));
         entry.0[peer as usize] = Some(model);
         entry.1 += bytes;
+        entry.2 += dropped as u64;
         if entry.0.iter().any(Option::is_none) {
             return Ok(());
         }
-        let (models, bytes) = self.rounds.remove(&round).expect("present");
+        let (models, bytes, dropped) = self.rounds.remove(&round).expect("present");
         let models: Vec<Arc<A::Global>> = models.into_iter().flatten().collect();
         let algorithm = &self.shared.jobs.algorithm;
         let flat: Vec<Vec<f32>> = models
@@ -395,6 +476,7 @@ impl<A: Gossip> Monitor<A> {
             connected: topology.connected,
             links: topology.graph.edge_count() as u64,
             bytes,
+            dropped,
         }));
         if round == self.shared.rounds {
             let uniform: Vec<(f64, &A::Global)> = models.iter().map(|m| (1.0, &**m)).collect();
@@ -447,7 +529,8 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>>> for Monitor<A> {
                 peer,
                 model,
                 bytes,
-            } => self.mixed(d.now, (round, peer, model, bytes), &mut eff)?,
+                dropped,
+            } => self.mixed(d.now, (round, peer, model, bytes, dropped), &mut eff)?,
             _ => return Err(SimError::Model("the monitor got a peer message".into())),
         }
         Ok(eff)
@@ -525,7 +608,9 @@ pub(super) fn simulate_peers<A: Gossip>(
                     shared: shared.clone(),
                     half: None,
                     inbox: BTreeMap::new(),
+                    absent: BTreeSet::new(),
                     arrived: BTreeMap::new(),
+                    sat_out: BTreeSet::new(),
                     fresh: BTreeMap::new(),
                     sent: 0,
                 }

@@ -151,8 +151,8 @@ pub fn rounds_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
 }
 
 /// One row per round of a decentralized run: when its last peer mixed, the consensus
-/// distance, the mixing matrix's spectral gap, whether the graph was connected, its links and
-/// the bytes sent. Empty for client-server runs.
+/// distance, the mixing matrix's spectral gap, whether the graph was connected, its links, the
+/// bytes sent and the peers that dropped out. Empty for client-server runs.
 pub fn gossip_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
     let rounds = GossipRecord::all(records);
     DataFrame::new_infer_height(vec![
@@ -190,6 +190,10 @@ pub fn gossip_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
         Column::new(
             "bytes".into(),
             rounds.iter().map(|g| g.bytes).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "dropped".into(),
+            rounds.iter().map(|g| g.dropped).collect::<Vec<_>>(),
         ),
     ])
 }

@@ -116,6 +116,8 @@ pub struct GossipRecord {
     pub links: u64,
     /// Bytes all peers sent in this round.
     pub bytes: u64,
+    /// Peers that dropped out of this round (`system.dropout`).
+    pub dropped: u64,
 }
 
 impl GossipRecord {

@@ -297,7 +297,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
 
 /// A run has a `topology` exactly when its algorithm is decentralized, and then none of the
 /// server's settings (who trains, when it aggregates) nor the client-server system features
-/// peers do not model yet (availability, dropouts, unseen clients).
+/// peers do not model yet (availability, unseen clients).
 fn validate_decentralized(raw: &RawScenario) -> Result<(), Invalid> {
     let bad = |path: &str, message: String| Err((path.to_string(), message));
     let name = raw.algorithm.name();
@@ -341,12 +341,6 @@ fn validate_decentralized(raw: &RawScenario) -> Result<(), Invalid> {
             "system.availability",
             "peers are always online (availability is not modelled for decentralized runs yet)"
                 .into(),
-        );
-    }
-    if raw.system.dropout != 0.0 {
-        return bad(
-            "system.dropout",
-            "dropouts are not modelled for decentralized runs yet".into(),
         );
     }
     Ok(())

@@ -178,6 +178,49 @@ fn asynchronous_gossip_does_not_wait_for_slow_neighbours() {
     assert_eq!(test_rows(&asynchronous.records).len(), 6 * 8 * 2);
 }
 
+/// A peer that drops out sits the round out: it sends nothing, and in synchronous gossip its
+/// neighbours put its weight on themselves. On a complete graph with uniform weights every
+/// peer mixes the exact average when nobody drops out, and the mixed models differ when
+/// somebody does.
+#[test]
+fn dropped_peers_sit_the_round_out() {
+    let overrides = [PEERS[0], PEERS[1], "system.dropout=0.3", "rounds=6"];
+    let s = scenario(EQUAL, &overrides);
+    let out = simulate_scenario(&s, 2, |_| {}).unwrap();
+    let rounds = gossip(&out.records);
+    assert_eq!(rounds.len(), 6);
+    // Who drops out is the system model's draw for (peer, round), whatever the gossip does.
+    let system = fedsim::system::SystemModel::build(
+        &s.run.system,
+        &fedsim::sim::SeedTree::new(s.run.seed),
+        8,
+        s.run.training.plan.batch_size,
+        None,
+    )
+    .unwrap();
+    let mut some_dropped = false;
+    for g in &rounds {
+        let expected = (0..8)
+            .filter(|&p| system.dropout_point(p, g.round as u64).is_some())
+            .count() as u64;
+        assert_eq!(g.dropped, expected, "round {}", g.round);
+        // Each peer that stayed sends its model to its 7 neighbours (84 bytes each).
+        assert_eq!(g.bytes, (8 - g.dropped) * 7 * 84, "round {}", g.round);
+        if g.dropped == 0 {
+            assert!(g.consensus_distance < 1e-12, "{g:?}");
+        } else {
+            some_dropped = true;
+            assert!(g.consensus_distance > 1e-9, "{g:?}");
+        }
+    }
+    assert!(
+        some_dropped && rounds.iter().any(|g| g.dropped == 0),
+        "{rounds:?}"
+    );
+    // Every peer is still evaluated every round.
+    assert_eq!(test_rows(&out.records).len(), 6 * 8 * 2);
+}
+
 fn run_to(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
     let opts = RunOptions {
         out_dir: dir.to_path_buf(),
@@ -195,12 +238,14 @@ fn decentralized_runs_are_deterministic_across_threads_and_reruns() {
             "topology={graph: {kind: erdos_renyi, p: 0.4}, mixing: {rule: fmmc, iterations: 30}, \
              time_varying: {kind: resample, every: 2}}",
             "system.compute.samples_per_second={dist: lognormal, median: 100, sigma: 0.5}",
+            "system.dropout=0.25",
         ],
         &[
             "algorithm={name: d_psgd}",
             "topology={graph: {kind: exponential}, time_varying: {kind: drop_links, p: 0.3}, \
              disconnected: allow, gossip: asynchronous, mixing: {rule: max_degree}}",
             "system.network.uplink_mbps={dist: uniform, low: 0.01, high: 1}",
+            "system.dropout=0.25",
         ],
     ];
     for overrides in variants {
@@ -235,6 +280,7 @@ fn decentralized_runs_are_deterministic_across_threads_and_reruns() {
             "connected",
             "links",
             "bytes",
+            "dropped",
         ] {
             assert!(
                 names.iter().any(|n| n == col),

@@ -336,8 +336,11 @@ fn topology_errors_carry_their_path() {
         e.contains("field `policy`") && e.contains("topology.gossip"),
         "{e}"
     );
-    let e = error(PEERS, &["system.dropout=0.1"]);
-    assert!(e.contains("field `system.dropout`"), "{e}");
+    let e = error(
+        PEERS,
+        &["system.availability={kind: markov, mean_online_s: 60, mean_offline_s: 60}"],
+    );
+    assert!(e.contains("field `system.availability`"), "{e}");
 }
 
 #[test]
