@@ -74,6 +74,9 @@ pub enum PeerMsg<A: Gossip> {
 
 type PeerEffects<A> = Effects<PeerMsg<A>, Record>;
 
+/// A model with its mixing weight.
+type Weighted<A> = (f64, Arc<<A as crate::algorithms::Algorithm>::Global>);
+
 const MONITOR: EntityId = EntityId(0);
 
 fn peer_entity(p: u32) -> EntityId {
@@ -286,7 +289,7 @@ impl<A: Gossip> Peer<A> {
             .filter(|&&(j, _)| self.absent.contains(&(round, j)))
             .map(|&(_, w)| w)
             .sum();
-        let mut models: Vec<(f64, Arc<A::Global>)> = Vec::with_capacity(row.len());
+        let mut models: Vec<Weighted<A>> = Vec::with_capacity(row.len());
         for &(j, w) in row {
             if j == self.id {
                 models.push((w + missing, own.clone()));
@@ -309,7 +312,7 @@ impl<A: Gossip> Peer<A> {
             .filter(|&&(j, _)| j != self.id && !self.fresh.contains_key(&j))
             .map(|&(_, w)| w)
             .sum();
-        let mut models: Vec<(f64, Arc<A::Global>)> = Vec::new();
+        let mut models: Vec<Weighted<A>> = Vec::new();
         for &(j, w) in row {
             if j == self.id {
                 models.push((w + missing, own.clone()));
@@ -328,7 +331,7 @@ impl<A: Gossip> Peer<A> {
     fn finish_round(
         &mut self,
         round: u32,
-        models: Option<&[(f64, Arc<A::Global>)]>,
+        models: Option<&[Weighted<A>]>,
         eff: &mut PeerEffects<A>,
     ) {
         if let Some(models) = models {
