@@ -238,14 +238,7 @@ impl<A: Gossip> Peer<A> {
         eff: &mut PeerEffects<A>,
     ) -> Result<(), SimError> {
         match self.shared.topology.spec().gossip {
-            GossipMode::Synchronous => {
-                if self.sat_out.contains(&round) {
-                    return Ok(());
-                }
-                self.inbox.insert((round, from), model);
-                *self.arrived.entry(round).or_insert(0) += 1;
-                self.mix_when_complete(eff)
-            }
+            GossipMode::Synchronous => self.outcome_arrived(round, from, Some(model), eff),
             GossipMode::Asynchronous => {
                 let newer = self.fresh.get(&from).is_none_or(|(r, _)| *r <= round);
                 if newer {
@@ -256,17 +249,27 @@ impl<A: Gossip> Peer<A> {
         }
     }
 
-    /// Synchronous: neighbour `from` will send nothing for `round`.
-    fn neighbour_absent(
+    /// Synchronous: neighbour `from`'s outcome of `round`, its model or (`None`) its notice of
+    /// absence. Dropped if this peer sat that round out; otherwise counted, and the round is
+    /// mixed once every neighbour's outcome is in.
+    fn outcome_arrived(
         &mut self,
         round: u32,
         from: u32,
+        model: Option<Arc<A::Global>>,
         eff: &mut PeerEffects<A>,
     ) -> Result<(), SimError> {
         if self.sat_out.contains(&round) {
             return Ok(());
         }
-        self.absent.insert((round, from));
+        match model {
+            Some(model) => {
+                self.inbox.insert((round, from), model);
+            }
+            None => {
+                self.absent.insert((round, from));
+            }
+        }
         *self.arrived.entry(round).or_insert(0) += 1;
         self.mix_when_complete(eff)
     }
@@ -405,7 +408,7 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>>> for Peer<A> {
         let mut eff = PeerEffects::<A>::new();
         match d.msg {
             PeerMsg::Train { round } => self.train(round, &mut eff)?,
-            PeerMsg::Absent { round, from } => self.neighbour_absent(round, from, &mut eff)?,
+            PeerMsg::Absent { round, from } => self.outcome_arrived(round, from, None, &mut eff)?,
             PeerMsg::SatOut { round } => self.finish_round(round, None, &mut eff),
             PeerMsg::Trained {
                 round,

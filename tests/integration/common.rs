@@ -24,3 +24,11 @@ pub fn scenario(text: &str, overrides: &[&str]) -> Scenario {
 pub fn bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_fedsim"))
 }
+
+/// A frame's column names, in order.
+pub fn column_names(df: &polars::prelude::DataFrame) -> Vec<String> {
+    df.get_column_names()
+        .iter()
+        .map(|c| c.to_string())
+        .collect()
+}

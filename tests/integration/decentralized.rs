@@ -1,7 +1,7 @@
 //! Decentralized runs: peers over a topology (D-PSGD, D-FedEM), checked against FedAvg, by
 //! hand-computed times, and for determinism.
 
-use crate::common::scenario;
+use crate::common::{column_names, scenario};
 use fedsim::report::{differing_files, read_parquet, Record};
 use fedsim::run::{run_scenario, simulate_scenario, RunOptions};
 use std::path::Path;
@@ -271,7 +271,7 @@ fn decentralized_runs_are_deterministic_across_threads_and_reruns() {
         );
         let g = read_parquet(&a.join("gossip.parquet")).unwrap();
         assert_eq!(g.height(), 4);
-        let names: Vec<String> = g.get_column_names().iter().map(|s| s.to_string()).collect();
+        let names = column_names(&g);
         for col in [
             "round",
             "end_s",

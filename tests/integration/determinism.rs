@@ -1,6 +1,6 @@
 //! Same scenario and seed ⇒ identical result files, whatever the number of trainer threads.
 
-use crate::common::{scenario, SMALL};
+use crate::common::{column_names, scenario, SMALL};
 use fedsim::run::{run_scenario, RunOptions};
 use std::path::Path;
 
@@ -82,13 +82,8 @@ fn fedem_writes_every_clients_mixture_weights() {
         tmp.path(),
     );
     let df = fedsim::report::read_parquet(&tmp.path().join("mixtures.parquet")).unwrap();
-    let names: Vec<String> = df
-        .get_column_names()
-        .iter()
-        .map(|c| c.to_string())
-        .collect();
     assert_eq!(
-        names,
+        column_names(&df),
         ["run_id", "round", "client", "unseen", "component", "weight"]
     );
     // Rounds 2 and 4 evaluated, 24 clients (6 held out, with the π they fitted), 3 components;
@@ -218,13 +213,8 @@ fn results_have_the_documented_shape() {
     let tmp = tempfile::tempdir().unwrap();
     run(SMALL, &[], 2, tmp.path());
     let df = fedsim::report::read_parquet(&tmp.path().join("metrics.parquet")).unwrap();
-    let names: Vec<String> = df
-        .get_column_names()
-        .iter()
-        .map(|c| c.to_string())
-        .collect();
     assert_eq!(
-        names,
+        column_names(&df),
         [
             "run_id",
             "algorithm",
