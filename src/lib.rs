@@ -24,3 +24,16 @@ pub mod sim;
 pub mod sweep;
 pub mod system;
 pub mod topology;
+
+/// The message of `e` and of each of its sources, joined by ": " (what anyhow's `{:#}` prints).
+/// fedsim's errors never repeat their source in their own message, so each part appears once.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

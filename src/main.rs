@@ -13,9 +13,19 @@ use fedsim::sweep::{cell_dir, is_finished, run_sweep, SweepOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
+/// Exit codes (also in the README): 0 done; 1 a sweep had failed cells; 2 an error (bad
+/// input, unreadable data, a failed write); 3 `--check-determinism` found differing files;
+/// 4 the run diverged (NaN or infinite numbers; its results so far are written).
+const EXIT_SWEEP_FAILED: i32 = 1;
+const EXIT_ERROR: i32 = 2;
+const EXIT_NOT_DETERMINISTIC: i32 = 3;
+const EXIT_DIVERGED: i32 = 4;
+
 /// Deterministic discrete-event simulator for federated learning.
 ///
 /// The same scenario and seed give bit-identical result files, whatever the thread count.
+/// Exit codes: 0 done, 1 a sweep had failed cells, 2 error, 3 determinism check failed,
+/// 4 the run diverged (its results so far are written).
 #[derive(Parser)]
 #[command(name = "fedsim", version, about, long_about)]
 struct Cli {
@@ -130,7 +140,7 @@ fn main() {
     }
     if let Err(e) = real_main() {
         eprintln!("error: {e:#}");
-        std::process::exit(2);
+        std::process::exit(EXIT_ERROR);
     }
 }
 
@@ -173,21 +183,26 @@ fn real_main() -> Result<()> {
             let outcome =
                 run_sweep(&plan, &opts).with_context(|| format!("sweep {}", sweep.display()))?;
             println!(
-                "{}: shard {}/{}: {} cells, {} already finished, {} run, {} failed; results in {}/",
+                "{}: shard {}/{}: {} cells, {} already finished, {} run ({} diverged), {} failed; \
+                 results in {}/",
                 plan.name,
                 shard.0,
                 shard.1,
                 outcome.cells,
                 outcome.skipped,
                 outcome.ran,
+                outcome.diverged.len(),
                 outcome.failed.len(),
                 out.display()
             );
+            for (cell, what) in &outcome.diverged {
+                eprintln!("warning: cell {cell} diverged: {what}");
+            }
             if !outcome.failed.is_empty() {
                 for (cell, e) in &outcome.failed {
                     eprintln!("error: cell {cell}: {e}");
                 }
-                std::process::exit(1);
+                std::process::exit(EXIT_SWEEP_FAILED);
             }
         }
         Command::Report { dirs, out } => {
@@ -282,6 +297,16 @@ fn real_main() -> Result<()> {
             for f in &report.files {
                 println!("  {}", f.file_name().unwrap_or_default().to_string_lossy());
             }
+            if let Some(d) = &report.divergence {
+                let then = match s.run.on_divergence.is_stop() {
+                    true => "stopped there (on_divergence: stop)",
+                    false => "ran on (on_divergence: continue)",
+                };
+                eprintln!(
+                    "warning: the run diverged at {}; it {then}; summary.csv says diverged = true",
+                    d.describe()
+                );
+            }
             if check_determinism {
                 let rerun_dir = opts.out_dir.join(".determinism-check");
                 let rerun = RunOptions {
@@ -305,8 +330,11 @@ fn real_main() -> Result<()> {
                         opts.out_dir.display(),
                         rerun_dir.display()
                     );
-                    std::process::exit(3);
+                    std::process::exit(EXIT_NOT_DETERMINISTIC);
                 }
+            }
+            if report.divergence.is_some() {
+                std::process::exit(EXIT_DIVERGED);
             }
         }
     }

@@ -2,7 +2,7 @@
 
 use crate::actors::{simulate, SimOutput};
 use crate::data::DataError;
-use crate::report::{write_run, Record, ReportError, RunMeta, Summary};
+use crate::report::{write_run, DivergenceRecord, Record, ReportError, RunMeta, Summary};
 use crate::scenario::Scenario;
 use crate::sim::{SeedTree, SimError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -30,17 +30,19 @@ pub struct RunReport {
     /// Simulated seconds at the end of the run, and the wall-clock seconds it took.
     pub sim_seconds: f64,
     pub wall_seconds: f64,
+    /// Where the run's numbers first stopped being finite (`None`: they never did).
+    pub divergence: Option<DivergenceRecord>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("simulation failed: {0}")]
+    #[error("simulation failed")]
     Sim(#[from] SimError),
     #[error(transparent)]
     Report(#[from] ReportError),
-    #[error("data: {0}")]
+    #[error("data")]
     Data(#[from] DataError),
-    #[error("cannot create the output folder {}: {source}", path.display())]
+    #[error("cannot create the output folder {}", path.display())]
     OutDir {
         path: PathBuf,
         source: std::io::Error,
@@ -157,5 +159,6 @@ pub fn run_scenario_with_bar(
         events: output.events,
         sim_seconds,
         wall_seconds,
+        divergence: DivergenceRecord::first(&output.records).cloned(),
     })
 }

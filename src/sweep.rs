@@ -36,6 +36,9 @@ pub struct SweepOutcome {
     pub ran: usize,
     /// `(cell label, error)` of the cells that failed.
     pub failed: Vec<(String, String)>,
+    /// `(cell label, what diverged)` of the cells run now whose numbers stopped being finite
+    /// (they are finished: their results say so).
+    pub diverged: Vec<(String, String)>,
 }
 
 /// Where a cell's results live.
@@ -93,7 +96,13 @@ fn clear_partials(out: &Path, cell: &Cell) -> Result<(), RunError> {
     Ok(())
 }
 
-fn run_cell(out: &Path, cell: &Cell, threads: usize, bar: ProgressBar) -> Result<(), RunError> {
+/// Runs one cell; `Ok(Some(..))` describes where it diverged.
+fn run_cell(
+    out: &Path,
+    cell: &Cell,
+    threads: usize,
+    bar: ProgressBar,
+) -> Result<Option<String>, RunError> {
     clear_partials(out, cell)?;
     let partial = out.join(format!(
         ".partial-cell={}-{}",
@@ -105,12 +114,13 @@ fn run_cell(out: &Path, cell: &Cell, threads: usize, bar: ProgressBar) -> Result
         threads,
         progress: false,
     };
-    run_scenario_with_bar(&cell.scenario, &opts, bar)?;
+    let report = run_scenario_with_bar(&cell.scenario, &opts, bar)?;
     let done = cell_dir(out, cell);
     if done.exists() {
         std::fs::remove_dir_all(&done).map_err(io_error(&done))?;
     }
-    std::fs::rename(&partial, &done).map_err(io_error(&done))
+    std::fs::rename(&partial, &done).map_err(io_error(&done))?;
+    Ok(report.divergence.map(|d| d.describe()))
 }
 
 /// Runs this shard's unfinished cells of `sweep`.
@@ -146,7 +156,7 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
     let jobs = opts.jobs.max(1);
     let threads = (default_threads() / jobs).max(1);
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, Result<(), String>)>> = Mutex::new(Vec::new());
+    let results: Mutex<Vec<(usize, Result<Option<String>, String>)>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(todo.len()) {
             scope.spawn(|| loop {
@@ -154,8 +164,8 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
                 let Some(cell) = todo.get(i) else { break };
                 let bar = multi.add(ProgressBar::new(0));
                 bar.set_prefix(cell.label());
-                let result =
-                    run_cell(&opts.out, cell, threads, bar.clone()).map_err(|e| e.to_string());
+                let result = run_cell(&opts.out, cell, threads, bar.clone())
+                    .map_err(|e| crate::error_chain(&e));
                 bar.finish_and_clear();
                 multi.remove(&bar);
                 overall.inc(1);
@@ -171,7 +181,12 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
     results.sort_by_key(|(i, _)| *i);
     for (i, r) in results {
         match r {
-            Ok(()) => outcome.ran += 1,
+            Ok(diverged) => {
+                outcome.ran += 1;
+                if let Some(what) = diverged {
+                    outcome.diverged.push((todo[i].label(), what));
+                }
+            }
             Err(e) => outcome.failed.push((todo[i].label(), e)),
         }
     }

@@ -2,9 +2,10 @@
 //! between rounds. Its jobs run on the trainer pool; their results come back to it as
 //! pending messages at the time the system model says they finish.
 
-use super::{Deliver, FlEffects, JobContext, Msg, TrainerPool, SERVER};
-use crate::algorithms::{Algorithm, Evaluation};
+use super::{Deliver, DivergenceWatch, FlEffects, JobContext, Msg, TrainerPool, SERVER};
+use crate::algorithms::{Algorithm, Evaluation, Finite};
 use crate::data::Split;
+use crate::report::DivergenceStage;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
@@ -20,6 +21,7 @@ pub(super) struct Client<A: Algorithm> {
     system: Arc<SystemModel>,
     seeds: SeedTree,
     last_trained: Option<u32>,
+    watch: DivergenceWatch,
 }
 
 impl<A: Algorithm> Client<A> {
@@ -33,14 +35,15 @@ impl<A: Algorithm> Client<A> {
         seeds: SeedTree,
     ) -> Self {
         Client {
+            watch: DivergenceWatch::new(jobs.on_divergence),
             id,
             unseen,
             state,
             jobs,
             pool,
             system,
-            seeds,
             last_trained: None,
+            seeds,
         }
     }
 
@@ -85,6 +88,7 @@ impl<A: Algorithm> Client<A> {
                 .local_update(&ctx, &global, &mut state, &mut rng);
             Msg::Trained {
                 round,
+                finite: update.is_finite() && state.is_finite(),
                 update,
                 state,
                 upload,
@@ -213,14 +217,24 @@ impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Client<A> {
                 state,
                 upload,
                 compute,
-            } => self.trained(d.now, round, update, state, (upload, compute), &mut eff),
+                finite,
+            } => {
+                let at = (round, d.now, Some(self.id));
+                self.watch
+                    .check(finite, at, DivergenceStage::Training, &mut eff);
+                self.trained(d.now, round, update, state, (upload, compute), &mut eff)
+            }
             Msg::Evaluate { round, global } => self.evaluate(round, global, &mut eff),
             Msg::Evaluated {
                 round,
                 results,
                 cluster,
                 mixture,
-            } => self.evaluated(d.now, round, results, (cluster, mixture), &mut eff),
+            } => {
+                let at = (round, d.now, Some(self.id));
+                self.watch.check_evaluation(&results, at, &mut eff);
+                self.evaluated(d.now, round, results, (cluster, mixture), &mut eff)
+            }
             _ => {
                 return Err(SimError::Model(format!(
                     "client {} got a server message",

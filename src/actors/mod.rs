@@ -24,7 +24,9 @@ use crate::algorithms::{
 };
 use crate::data::{FederatedData, Split};
 use crate::models::{Architecture, ModelSpec};
-use crate::report::{DeviceRecord, EvalRecord, MixtureRecord, Record};
+use crate::report::{
+    DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, MixtureRecord, Record,
+};
 use crate::sim::{
     Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime, World,
 };
@@ -55,6 +57,81 @@ pub struct RunSpec {
     pub unseen_fraction: f64,
     /// Peers and their graph, for decentralized algorithms (no server then).
     pub topology: Option<TopologySpec>,
+    /// What a run does when its numbers stop being finite.
+    pub on_divergence: OnDivergence,
+}
+
+/// What a run does when a client, a peer or the server first sees NaN or infinite numbers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDivergence {
+    /// End the run there; the results so far are written, marked as diverged.
+    #[default]
+    Stop,
+    /// Record it and run on (every later figure may be NaN).
+    Continue,
+}
+
+impl OnDivergence {
+    /// The default, left out of the resolved scenario so that run ids stay as they were.
+    pub fn is_stop(&self) -> bool {
+        *self == OnDivergence::Stop
+    }
+}
+
+/// One entity's watch for non-finite numbers: the first time it sees some, it records a
+/// [`DivergenceRecord`] (later ones are not recorded again) and, under
+/// `on_divergence: stop`, ends the run after the current event.
+#[derive(Clone, Copy, Debug)]
+struct DivergenceWatch {
+    policy: OnDivergence,
+    seen: bool,
+}
+
+impl DivergenceWatch {
+    fn new(policy: OnDivergence) -> Self {
+        DivergenceWatch {
+            policy,
+            seen: false,
+        }
+    }
+
+    /// Whether `finite` holds; if not, records `(round, now, client)` at `stage` once.
+    fn check<M>(
+        &mut self,
+        finite: bool,
+        (round, time, client): (u32, SimTime, Option<u32>),
+        stage: DivergenceStage,
+        eff: &mut Effects<M, Record>,
+    ) -> bool {
+        if finite {
+            return true;
+        }
+        if !self.seen {
+            self.seen = true;
+            eff.record(Record::Diverged(DivergenceRecord {
+                round,
+                time,
+                client,
+                stage,
+            }));
+        }
+        if self.policy.is_stop() {
+            eff.stop();
+        }
+        false
+    }
+
+    /// Checks the losses of an evaluation.
+    fn check_evaluation<M>(
+        &mut self,
+        results: &[Evaluation],
+        at: (u32, SimTime, Option<u32>),
+        eff: &mut Effects<M, Record>,
+    ) {
+        let finite = results.iter().all(|e| e.stats.loss.is_finite());
+        self.check(finite, at, DivergenceStage::Evaluation, eff);
+    }
 }
 
 /// The held-out clients of a run (sorted): `count` of `total`, drawn from the run's seed.
@@ -104,6 +181,8 @@ pub enum Msg<A: Algorithm> {
         state: A::ClientState,
         upload: bool,
         compute: SimDuration,
+        /// Whether the update and the state hold only finite numbers (checked on the pool).
+        finite: bool,
     },
     /// Server: a client's update has arrived.
     Update {
@@ -248,6 +327,7 @@ struct JobContext<A: Algorithm> {
     arch: Architecture,
     training: Training,
     data: Arc<FederatedData>,
+    on_divergence: OnDivergence,
 }
 
 impl<A: Algorithm> JobContext<A> {
@@ -386,6 +466,7 @@ fn simulate_with<A: Algorithm>(
             arch,
             training: spec.training.clone(),
             data,
+            on_divergence: spec.on_divergence,
         });
         let pool = TrainerPool::start(threads);
         let system_model = SystemModel::build(

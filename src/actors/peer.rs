@@ -21,11 +21,12 @@
 //! streams, so a peer trains exactly like client p would.
 
 use super::{
-    device_records, evaluation_records, run_world, Deliver, HubWorld, JobContext, TrainerPool,
+    device_records, evaluation_records, run_world, Deliver, DivergenceWatch, HubWorld, JobContext,
+    TrainerPool,
 };
-use crate::algorithms::{Evaluation, Gossip};
+use crate::algorithms::{Evaluation, Finite, Gossip};
 use crate::data::{FederatedData, Split};
-use crate::report::{GossipRecord, Record};
+use crate::report::{DivergenceStage, GossipRecord, Record};
 use crate::sim::{Effects, Entity, EntityId, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, SystemModel};
 use crate::topology::{GossipMode, StepWeights, Topology};
@@ -123,6 +124,7 @@ struct Peer<A: Gossip> {
     fresh: BTreeMap<u32, (u32, Arc<A::Global>)>,
     /// Bytes sent this round.
     sent: u64,
+    watch: DivergenceWatch,
 }
 
 impl<A: Gossip> Peer<A> {
@@ -414,13 +416,23 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>>> for Peer<A> {
                 round,
                 model,
                 state,
-            } => self.trained(round, model, state, &mut eff)?,
+            } => {
+                let finite = model.is_finite() && state.is_finite();
+                let at = (round, d.now, Some(self.id));
+                self.watch
+                    .check(finite, at, DivergenceStage::Training, &mut eff);
+                self.trained(round, model, state, &mut eff)?
+            }
             PeerMsg::Model { round, from, model } => self.received(round, from, model, &mut eff)?,
             PeerMsg::Evaluated {
                 round,
                 results,
                 mixture,
-            } => self.evaluated(d.now, round, results, mixture, &mut eff),
+            } => {
+                let at = (round, d.now, Some(self.id));
+                self.watch.check_evaluation(&results, at, &mut eff);
+                self.evaluated(d.now, round, results, mixture, &mut eff)
+            }
             PeerMsg::Mixed { .. } => {
                 return Err(SimError::Model(format!(
                     "peer {} got a monitor message",
@@ -438,6 +450,7 @@ struct Monitor<A: Gossip> {
     peers: usize,
     /// Mixed models (and bytes sent) of rounds not every peer has finished yet.
     rounds: BTreeMap<u32, RoundMixes<A>>,
+    watch: DivergenceWatch,
 }
 
 /// One round's mixed model per peer (`None` until that peer has mixed), the bytes sent and
@@ -536,7 +549,13 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>>> for Monitor<A> {
                 model,
                 bytes,
                 dropped,
-            } => self.mixed(d.now, (round, peer, model, bytes, dropped), &mut eff)?,
+            } => {
+                let at = (round, d.now, Some(peer));
+                let finite = model.is_finite();
+                self.watch
+                    .check(finite, at, DivergenceStage::Mixing, &mut eff);
+                self.mixed(d.now, (round, peer, model, bytes, dropped), &mut eff)?
+            }
             _ => return Err(SimError::Model("the monitor got a peer message".into())),
         }
         Ok(eff)
@@ -594,6 +613,7 @@ pub(super) fn simulate_peers<A: Gossip>(
                 arch,
                 training: spec.training.clone(),
                 data,
+                on_divergence: spec.on_divergence,
             }),
             pool: TrainerPool::start(threads),
             system: Arc::new(system_model),
@@ -608,6 +628,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             .enumerate()
             .map(|(p, state)| {
                 Peer {
+                    watch: DivergenceWatch::new(spec.on_divergence),
                     id: p as u32,
                     model: init.clone(),
                     state,
@@ -624,6 +645,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             })
             .collect();
         let monitor = Monitor {
+            watch: DivergenceWatch::new(spec.on_divergence),
             shared,
             peers,
             rounds: BTreeMap::new(),

@@ -13,9 +13,11 @@
 //! model only to ask who is online; all durations are the clients' and the links'.
 
 use super::policy::{staleness_factor, LateUpdates, PolicySpec};
-use super::{client_entity, Deliver, FlEffects, JobContext, Msg, Sampling, SERVER};
-use crate::algorithms::{Algorithm, StaleUpdate};
-use crate::report::{JobOutcome, JobRecord, Record, RoundRecord};
+use super::{
+    client_entity, Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Sampling, SERVER,
+};
+use crate::algorithms::{Algorithm, Finite, StaleUpdate};
+use crate::report::{DivergenceStage, JobOutcome, JobRecord, Record, RoundRecord};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
@@ -125,6 +127,7 @@ pub(super) struct Server<A: Algorithm> {
     wake_at: Option<SimTime>,
     /// The last round has been aggregated: start no more jobs.
     finished: bool,
+    watch: DivergenceWatch,
 }
 
 impl<A: Algorithm> Server<A> {
@@ -144,6 +147,7 @@ impl<A: Algorithm> Server<A> {
             jobs_started: 0,
             wake_at: None,
             finished: false,
+            watch: DivergenceWatch::new(cfg.algorithm.on_divergence),
             cfg,
         }
     }
@@ -340,7 +344,7 @@ impl<A: Algorithm> Server<A> {
         self.aggregate(held, 1.0, exponent);
         self.counts.end = now;
         eff.record(Record::Round(std::mem::take(&mut self.counts)));
-        self.after_aggregation(eff);
+        self.after_aggregation(now, eff);
         if round < self.cfg.rounds {
             eff.send(
                 SERVER,
@@ -389,9 +393,17 @@ impl<A: Algorithm> Server<A> {
         self.global = Arc::new(next);
     }
 
-    /// Evaluations and the final models after an aggregation that completed `self.round`.
-    fn after_aggregation(&mut self, eff: &mut FlEffects<A>) {
+    /// The divergence check, evaluations and the final models after an aggregation that
+    /// completed `self.round`.
+    fn after_aggregation(&mut self, now: SimTime, eff: &mut FlEffects<A>) {
         let round = self.round;
+        let finite = self.global.is_finite();
+        self.watch.check(
+            finite,
+            (round, now, None),
+            DivergenceStage::Aggregation,
+            eff,
+        );
         if round % self.cfg.eval_every == 0 || round == self.cfg.rounds {
             for c in 0..self.cfg.num_clients {
                 eff.send(
@@ -658,7 +670,7 @@ impl<A: Algorithm> Server<A> {
             self.counts.end = now;
             self.round_start = now;
             eff.record(Record::Round(std::mem::take(&mut self.counts)));
-            self.after_aggregation(eff);
+            self.after_aggregation(now, eff);
         }
         self.fill(now, eff)
     }

@@ -61,6 +61,12 @@ pub struct ApflClient {
     pub alpha: f64,
 }
 
+impl super::Finite for ApflClient {
+    fn is_finite(&self) -> bool {
+        self.local.is_finite() && self.alpha.is_finite()
+    }
+}
+
 /// α·v + (1 − α)·w.
 fn mix(alpha: f64, v: &[f32], w: &[f32]) -> Vec<f32> {
     let a = alpha as f32;

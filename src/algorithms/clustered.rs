@@ -61,10 +61,22 @@ pub struct Clusters {
     pub of_client: Vec<u32>,
 }
 
+impl super::Finite for Clusters {
+    fn is_finite(&self) -> bool {
+        self.models.is_finite()
+    }
+}
+
 /// A client's change to its cluster's model, with its weight n_t.
 pub struct ClusterUpdate {
     pub delta: Vec<f32>,
     pub weight: f64,
+}
+
+impl super::Finite for ClusterUpdate {
+    fn is_finite(&self) -> bool {
+        self.delta.is_finite() && self.weight.is_finite()
+    }
 }
 
 fn norm(v: &[f32]) -> f64 {

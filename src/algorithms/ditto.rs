@@ -55,6 +55,12 @@ pub struct DittoClient {
     pub momentum: Vec<f32>,
 }
 
+impl super::Finite for DittoClient {
+    fn is_finite(&self) -> bool {
+        self.personal.is_finite() && self.momentum.is_finite()
+    }
+}
+
 impl Algorithm for Ditto {
     type Global = Vec<f32>;
     type ClientState = DittoClient;

@@ -126,6 +126,12 @@ pub struct ModelUpdate {
     pub weight: f64,
 }
 
+impl super::Finite for ModelUpdate {
+    fn is_finite(&self) -> bool {
+        self.params.is_finite() && self.weight.is_finite()
+    }
+}
+
 impl ModelUpdate {
     /// The model a local run produced on `ctx`'s client, weighted by its training-set size.
     pub fn of(ctx: &LocalContext<'_>, params: Vec<f32>) -> Self {

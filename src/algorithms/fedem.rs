@@ -112,10 +112,22 @@ pub struct FedEmClient {
     pub momentum: Vec<Vec<f32>>,
 }
 
+impl super::Finite for FedEmClient {
+    fn is_finite(&self) -> bool {
+        self.pi.is_finite() && self.momentum.is_finite()
+    }
+}
+
 /// The client's M components after its local M-step, with its weight n_t.
 pub struct FedEmUpdate {
     pub components: Vec<Vec<f32>>,
     pub weight: f64,
+}
+
+impl super::Finite for FedEmUpdate {
+    fn is_finite(&self) -> bool {
+        self.components.is_finite() && self.weight.is_finite()
+    }
 }
 
 /// The E-step: responsibilities q(i, m) = softmax_m(log π_m − ℓ_m(i)) for `losses[m][i]`, and

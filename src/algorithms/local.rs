@@ -19,6 +19,12 @@ pub struct LocalModel {
     pub momentum: Vec<f32>,
 }
 
+impl super::Finite for LocalModel {
+    fn is_finite(&self) -> bool {
+        self.params.is_finite() && self.momentum.is_finite()
+    }
+}
+
 impl Algorithm for Local {
     /// The common initial model.
     type Global = Vec<f32>;

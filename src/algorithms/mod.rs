@@ -276,15 +276,52 @@ impl LocalContext<'_> {
     }
 }
 
+/// Whether every number in a model, an update or a client's state is finite: what the actors
+/// check to notice a diverged run when it happens.
+pub trait Finite {
+    fn is_finite(&self) -> bool;
+}
+
+impl Finite for f32 {
+    fn is_finite(&self) -> bool {
+        f32::is_finite(*self)
+    }
+}
+
+impl Finite for f64 {
+    fn is_finite(&self) -> bool {
+        f64::is_finite(*self)
+    }
+}
+
+/// Sizes and other counts: always finite.
+impl Finite for usize {
+    fn is_finite(&self) -> bool {
+        true
+    }
+}
+
+impl Finite for () {
+    fn is_finite(&self) -> bool {
+        true
+    }
+}
+
+impl<T: Finite> Finite for Vec<T> {
+    fn is_finite(&self) -> bool {
+        self.iter().all(Finite::is_finite)
+    }
+}
+
 /// A federated algorithm. Implementations are immutable configuration; all state lives in
 /// the `Global` and `ClientState` values the actors hold.
 pub trait Algorithm: Send + Sync + 'static {
     /// What the server holds and broadcasts.
-    type Global: Send + Sync + Unpin + 'static;
+    type Global: Finite + Send + Sync + Unpin + 'static;
     /// What a client keeps between rounds.
-    type ClientState: Clone + Send + Unpin + 'static;
+    type ClientState: Finite + Clone + Send + Unpin + 'static;
     /// What a client sends back.
-    type Update: Send + Unpin + 'static;
+    type Update: Finite + Send + Unpin + 'static;
 
     fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Self::Global;
 

@@ -12,7 +12,7 @@ mod synthetic_ab;
 
 pub use fedem_synthetic::{FedemSyntheticSpec, LabelLaw, LabelRule};
 pub use numpy_rng::NumpyRandomState;
-pub use parquet::{DataError, ParquetSpec};
+pub use parquet::{DataError, NonFinite, ParquetSpec};
 pub use split::SplitSpec;
 pub use synthetic_ab::SyntheticAbSpec;
 

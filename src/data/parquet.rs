@@ -1,7 +1,9 @@
 //! Bring your own federated data: one Parquet file with a client id column, an optional split
 //! column (`train` / `val` / `test`; without it the scenario's `split` fractions cut each
 //! client's rows in file order), a label column (integer class ids) and the features, as
-//! numeric columns or one list column. Clients are numbered in the order of their ids
+//! numeric columns or one list or fixed-size list column (any float or integer type). Features
+//! must be finite: NaN or infinite values are refused with the first bad row, or their rows
+//! left out with `non_finite: drop`. Clients are numbered in the order of their ids
 //! (numerically for integer ids). The file is read by `report::read_client_table` (all polars
 //! code lives there).
 
@@ -31,6 +33,25 @@ pub struct ParquetSpec {
     /// Number of classes [default: largest label + 1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<usize>,
+    /// Rows whose features hold NaN or an infinity: `reject` the file (default) or `drop` the
+    /// rows (their number is printed).
+    #[serde(default, skip_serializing_if = "NonFinite::is_reject")]
+    pub non_finite: NonFinite,
+}
+
+/// What to do with rows whose features are NaN or infinite.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NonFinite {
+    #[default]
+    Reject,
+    Drop,
+}
+
+impl NonFinite {
+    fn is_reject(&self) -> bool {
+        *self == NonFinite::Reject
+    }
 }
 
 fn d_client() -> String {
@@ -85,7 +106,7 @@ impl ParquetSpec {
             (None, Some(col)) => FeatureColumns::List(col),
             (None, None) => unreachable!("validated"),
         };
-        let table = read_client_table(
+        let mut table = read_client_table(
             &self.path,
             TableColumns {
                 client: &self.client_column,
@@ -94,6 +115,34 @@ impl ParquetSpec {
                 features,
             },
         )?;
+        let bad = table.non_finite_rows();
+        if let Some(&first) = bad.first() {
+            match self.non_finite {
+                NonFinite::Reject => {
+                    let feature = table.row(first).iter().position(|x| !x.is_finite());
+                    let column = match features {
+                        FeatureColumns::Columns(cols) => &cols[feature.unwrap_or(0)],
+                        FeatureColumns::List(col) => col,
+                    };
+                    return Err(content(format!(
+                        "{} rows have NaN or infinite features; the first is row {first} \
+                         (client `{}`, column `{column}`); fix the data or set \
+                         `data.non_finite: drop` to leave such rows out",
+                        bad.len(),
+                        table.client_names[table.client[first] as usize]
+                    )));
+                }
+                NonFinite::Drop => {
+                    eprintln!(
+                        "note: {}: left out {} rows with NaN or infinite features \
+                         (data.non_finite: drop)",
+                        self.path.display(),
+                        bad.len()
+                    );
+                    table.drop_rows(&bad);
+                }
+            }
+        }
         if let Some(bad) = table.labels.iter().find(|&&y| y < 0) {
             return Err(content(format!(
                 "labels must be class ids ≥ 0, found {bad}"

@@ -438,6 +438,30 @@ pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
         ),
         col("sim_seconds", &|s| s.sim_seconds),
         col("wall_seconds", &|s| s.wall_seconds),
+        Column::new(
+            "diverged".into(),
+            rows.iter()
+                .map(|s| s.divergence.is_some())
+                .collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "diverged_round".into(),
+            rows.iter()
+                .map(|s| s.divergence.as_ref().map(|d| d.round))
+                .collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "diverged_stage".into(),
+            rows.iter()
+                .map(|s| s.divergence.as_ref().map(|d| d.stage.as_str()))
+                .collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "diverged_client".into(),
+            rows.iter()
+                .map(|s| s.divergence.as_ref().and_then(|d| d.client))
+                .collect::<Vec<_>>(),
+        ),
     ])
 }
 

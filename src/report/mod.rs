@@ -19,8 +19,8 @@ pub use frames::{
 };
 pub use plots::{write_chart, Chart, Series};
 pub use records::{
-    DeviceRecord, EvalRecord, GossipRecord, JobOutcome, JobRecord, MixtureRecord, Record,
-    RoundRecord,
+    DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, GossipRecord, JobOutcome,
+    JobRecord, MixtureRecord, Record, RoundRecord,
 };
 pub use study::{
     aggregate, markdown, mean_std, read_curve, read_curves, read_runs, report_frame, write_plots,
@@ -57,12 +57,12 @@ mod tests {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("writing {}: {source}", path.display())]
+    #[error("writing {}", path.display())]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("writing {}: {source}", path.display())]
+    #[error("writing {}", path.display())]
     Polars { path: PathBuf, source: PolarsError },
     #[error("drawing {}: {message}", path.display())]
     Plot { path: PathBuf, message: String },

@@ -143,6 +143,65 @@ pub struct MixtureRecord {
     pub weights: Vec<f64>,
 }
 
+/// Where a run's numbers first stopped being finite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DivergenceStage {
+    /// A client's (or peer's) local training produced a non-finite update or state.
+    Training,
+    /// The server's aggregated model holds a non-finite number.
+    Aggregation,
+    /// A peer's mixed model holds a non-finite number.
+    Mixing,
+    /// An evaluation gave a non-finite loss (a personal model, say, that is never aggregated).
+    Evaluation,
+}
+
+impl DivergenceStage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DivergenceStage::Training => "training",
+            DivergenceStage::Aggregation => "aggregation",
+            DivergenceStage::Mixing => "mixing",
+            DivergenceStage::Evaluation => "evaluation",
+        }
+    }
+}
+
+/// The first non-finite number one entity (a client, a peer or the server) saw.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DivergenceRecord {
+    pub round: u32,
+    pub time: SimTime,
+    /// The client or peer (`None`: the server).
+    pub client: Option<u32>,
+    pub stage: DivergenceStage,
+}
+
+impl DivergenceRecord {
+    /// The first divergence among `records` (they are in event order).
+    pub fn first(records: &[Record]) -> Option<&DivergenceRecord> {
+        records.iter().find_map(|r| match r {
+            Record::Diverged(d) => Some(d),
+            _ => None,
+        })
+    }
+
+    /// One line for people: what diverged, where and when.
+    pub fn describe(&self) -> String {
+        let who = match self.client {
+            Some(c) => format!("client {c}"),
+            None => "the server".to_string(),
+        };
+        let what = match self.stage {
+            DivergenceStage::Training => "local training produced NaN or infinite parameters",
+            DivergenceStage::Aggregation => "the aggregated model holds NaN or infinite parameters",
+            DivergenceStage::Mixing => "the mixed model holds NaN or infinite parameters",
+            DivergenceStage::Evaluation => "evaluation gave a NaN or infinite loss",
+        };
+        format!("round {}, {who}: {what}", self.round)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Record {
     Eval(EvalRecord),
@@ -155,4 +214,6 @@ pub enum Record {
     /// Clustered FL: one per cluster; decentralized runs: the peers' average), flat in
     /// parameter order.
     FinalModels(Vec<Vec<f32>>),
+    /// An entity saw non-finite numbers for the first time.
+    Diverged(DivergenceRecord),
 }

@@ -32,6 +32,8 @@ pub struct RunRow {
     pub seed: String,
     pub model: String,
     pub unseen: bool,
+    /// The run's numbers stopped being finite (`diverged` in its summary).
+    pub diverged: bool,
     /// Metric values by [`REPORT_METRICS`] name (NaN when missing).
     pub metrics: BTreeMap<String, f64>,
 }
@@ -43,7 +45,10 @@ pub struct ReportRow {
     pub model: String,
     pub unseen: bool,
     pub seeds: usize,
-    /// `(mean, sample std)` per metric, NaN values left out (std 0 with one value).
+    /// How many of the seeds diverged; their figures are left out of `stats`.
+    pub diverged: usize,
+    /// `(mean, sample std)` per metric over the seeds that did not diverge, NaN values left
+    /// out (std 0 with one value).
     pub stats: BTreeMap<String, (f64, f64)>,
 }
 
@@ -102,6 +107,7 @@ fn read_summary(
             seed: seed.map_or_else(|| text("seed", i), str::to_string),
             model: text("model", i),
             unseen: text("unseen", i) == "true",
+            diverged: text("diverged", i) == "true",
             metrics: REPORT_METRICS
                 .iter()
                 .map(|(m, _)| (m.to_string(), text(m, i).parse().unwrap_or(f64::NAN)))
@@ -181,6 +187,7 @@ pub fn aggregate(rows: &[RunRow]) -> Vec<ReportRow> {
                     model: r.model.clone(),
                     unseen: r.unseen,
                     seeds: 0,
+                    diverged: 0,
                     stats: BTreeMap::new(),
                 });
                 values.push(BTreeMap::new());
@@ -188,6 +195,10 @@ pub fn aggregate(rows: &[RunRow]) -> Vec<ReportRow> {
             }
         };
         out[i].seeds += 1;
+        if r.diverged {
+            out[i].diverged += 1;
+            continue;
+        }
         for (m, v) in &r.metrics {
             values[i]
                 .entry(m.clone())
@@ -244,6 +255,10 @@ pub fn markdown(rows: &[ReportRow]) -> String {
     let axes = axis_names(rows);
     let mut head: Vec<String> = axes.clone();
     head.extend(["model".into(), "clients".into(), "seeds".into()]);
+    let any_diverged = rows.iter().any(|r| r.diverged > 0);
+    if any_diverged {
+        head.push("diverged".into());
+    }
     let metrics: Vec<(&str, &str)> = REPORT_METRICS
         .into_iter()
         .filter(|(m, _)| {
@@ -258,7 +273,14 @@ pub fn markdown(rows: &[ReportRow]) -> String {
         cells.push(r.model.clone());
         cells.push(if r.unseen { "unseen" } else { "training" }.into());
         cells.push(r.seeds.to_string());
+        if any_diverged {
+            cells.push(r.diverged.to_string());
+        }
         for &(m, _) in &metrics {
+            if r.diverged == r.seeds {
+                cells.push("diverged".into());
+                continue;
+            }
             let (mean, std) = r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
             let percent = m.starts_with("test_acc") && m != "test_acc_jain";
             let k = if percent { 100.0 } else { 1.0 };
@@ -301,6 +323,10 @@ pub fn report_frame(rows: &[ReportRow]) -> PolarsResult<DataFrame> {
     columns.push(Column::new(
         "seeds".into(),
         rows.iter().map(|r| r.seeds as u32).collect::<Vec<_>>(),
+    ));
+    columns.push(Column::new(
+        "diverged".into(),
+        rows.iter().map(|r| r.diverged as u32).collect::<Vec<_>>(),
     ));
     for (m, _) in REPORT_METRICS {
         let get = |r: &ReportRow| r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
@@ -637,6 +663,7 @@ mod tests {
             seed: seed.into(),
             model: "global".into(),
             unseen: false,
+            diverged: false,
             metrics: [
                 ("test_acc_mean".to_string(), acc),
                 ("test_acc_p10".to_string(), p10),
@@ -669,6 +696,35 @@ mod tests {
         let md = markdown(&report);
         assert!(
             md.contains("| 0.1 | global | training | 3 | 72.00 ± 2.00 |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn diverged_runs_are_counted_not_averaged() {
+        let diverged = |config: &str, seed: &str| RunRow {
+            diverged: true,
+            ..row(config, seed, f64::NAN, 0.5)
+        };
+        let rows = [
+            row("0.1", "1", 0.70, 0.5),
+            diverged("0.1", "2"),
+            diverged("1e9", "1"),
+            diverged("1e9", "2"),
+        ];
+        let report = aggregate(&rows);
+        assert_eq!((report[0].seeds, report[0].diverged), (2, 1));
+        // The diverged seed's p10 (a number) is left out too.
+        assert_eq!(report[0].stats["test_acc_p10"], (0.5, 0.0));
+        assert_eq!((report[1].seeds, report[1].diverged), (2, 2));
+        let md = markdown(&report);
+        assert!(md.contains("| seeds | diverged |"), "{md}");
+        assert!(
+            md.contains("| 0.1 | global | training | 2 | 1 | 70.00 ± 0.00 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 1e9 | global | training | 2 | 2 | diverged |"),
             "{md}"
         );
     }

@@ -1,6 +1,6 @@
 //! One row per run: accuracy and fairness of the final evaluation on the clients' test data.
 
-use super::{EvalRecord, GossipRecord, Record};
+use super::{DivergenceRecord, EvalRecord, GossipRecord, Record};
 use crate::algorithms::ModelKind;
 use crate::data::Split;
 
@@ -94,6 +94,8 @@ pub struct Summary {
     pub sim_seconds: f64,
     /// Wall-clock seconds of the run: the only figure in the results that is not reproducible.
     pub wall_seconds: f64,
+    /// Where the run's numbers first stopped being finite (`None`: they never did).
+    pub divergence: Option<DivergenceRecord>,
 }
 
 impl Summary {
@@ -117,6 +119,21 @@ impl Summary {
                 _ => None,
             })
             .collect();
+        let divergence = DivergenceRecord::first(records).cloned();
+        if groups.is_empty() && divergence.is_some() {
+            // Stopped before its first evaluation: one row that says so.
+            let mut s = Summary::from_records(
+                run_id,
+                name,
+                algorithm,
+                seed,
+                &[],
+                sim_seconds,
+                wall_seconds,
+            );
+            s.divergence = divergence;
+            return vec![s];
+        }
         groups
             .into_iter()
             .map(|(unseen, model)| {
@@ -138,6 +155,7 @@ impl Summary {
                 );
                 s.model = model.as_str().into();
                 s.unseen = unseen;
+                s.divergence = divergence.clone();
                 s.time_to_target_s = target_accuracy.and_then(|t| time_to_accuracy(&mine, t));
                 (s.spectral_gap_mean, s.consensus_distance_final) = gossip_figures(records);
                 s
@@ -190,6 +208,7 @@ impl Summary {
             consensus_distance_final: None,
             sim_seconds,
             wall_seconds,
+            divergence: None,
         }
     }
 }

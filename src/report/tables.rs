@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 pub enum FeatureColumns<'a> {
     /// One numeric column per feature.
     Columns(&'a [String]),
-    /// One list column holding every row's features (all rows the same length).
+    /// One column holding every row's features: a list or a fixed-size list (arrow's
+    /// `fixed_size_list`, what pyarrow writes for a 2-D numpy array) of any float or integer
+    /// type; all rows the same length.
     List(&'a str),
 }
 
@@ -37,6 +39,32 @@ pub struct ClientTable {
     /// Row-major, `dim` per row.
     pub features: Vec<f32>,
     pub dim: usize,
+}
+
+impl ClientTable {
+    /// The rows whose features include NaN or an infinity, in file order.
+    pub fn non_finite_rows(&self) -> Vec<usize> {
+        (0..self.labels.len())
+            .filter(|&r| !self.row(r).iter().all(|x| x.is_finite()))
+            .collect()
+    }
+
+    /// Row `r`'s features.
+    pub fn row(&self, r: usize) -> &[f32] {
+        &self.features[r * self.dim..(r + 1) * self.dim]
+    }
+
+    /// Leaves out the rows in `drop` (sorted), keeping the others in file order.
+    pub fn drop_rows(&mut self, drop: &[usize]) {
+        let keep = |r: &usize| drop.binary_search(r).is_err();
+        let rows: Vec<usize> = (0..self.labels.len()).filter(keep).collect();
+        self.features = rows.iter().flat_map(|&r| self.row(r).to_vec()).collect();
+        self.labels = rows.iter().map(|&r| self.labels[r]).collect();
+        self.client = rows.iter().map(|&r| self.client[r]).collect();
+        if let Some(split) = &self.split {
+            self.split = Some(rows.iter().map(|&r| split[r].clone()).collect());
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -161,30 +189,32 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
         FeatureColumns::List(name) => {
             let c = column(name, "features")?;
             no_nulls(name, c)?;
-            let c = c
-                .cast(&DataType::List(Box::new(DataType::Float32)))
-                .map_err(|e| polars_err(name, e))?;
-            let lists = c.list().map_err(|e| polars_err(name, e))?;
-            let mut features = Vec::new();
-            let mut dim = None;
-            for r in 0..lists.len() {
-                let row = lists
-                    .get_as_series(r)
-                    .ok_or_else(|| fail(format!("column `{name}`: row {r} is empty")))?;
-                let values = row.f32().map_err(|e| polars_err(name, e))?;
-                if values.null_count() > 0 {
-                    return Err(fail(format!("column `{name}`: row {r} has missing values")));
+            match c.dtype().clone() {
+                DataType::Array(inner, width) if inner.is_primitive_numeric() => {
+                    let c = c
+                        .cast(&DataType::Array(Box::new(DataType::Float32), width))
+                        .map_err(|e| polars_err(name, e))?
+                        .rechunk();
+                    let values = c.array().map_err(|e| polars_err(name, e))?.get_inner();
+                    if let Some(i) = first_null(&values) {
+                        return Err(fail(format!(
+                            "column `{name}`: row {} has missing values",
+                            i / width.max(1)
+                        )));
+                    }
+                    let values = values.f32().map_err(|e| polars_err(name, e))?;
+                    (values.into_no_null_iter().collect(), width)
                 }
-                let n = values.len();
-                if *dim.get_or_insert(n) != n {
+                DataType::List(inner) if inner.is_primitive_numeric() => {
+                    list_features(&c, name).map_err(fail)?
+                }
+                other => {
                     return Err(fail(format!(
-                        "column `{name}`: row {r} has {n} features, earlier rows {}",
-                        dim.unwrap_or(0)
-                    )));
+                        "features column `{name}` must hold lists or fixed-size lists of numbers \
+                         (any float or integer type), it holds {other}"
+                    )))
                 }
-                features.extend(values.into_no_null_iter());
             }
-            (features, dim.unwrap_or(0))
         }
     };
     Ok(ClientTable {
@@ -195,6 +225,43 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
         features,
         dim,
     })
+}
+
+/// The features of a list column whose rows must all have the same length: row-major values
+/// and that length. Errors are messages about `name`.
+fn list_features(c: &Column, name: &str) -> Result<(Vec<f32>, usize), String> {
+    let c = c
+        .cast(&DataType::List(Box::new(DataType::Float32)))
+        .map_err(|e| format!("column `{name}`: {e}"))?;
+    let lists = c.list().map_err(|e| format!("column `{name}`: {e}"))?;
+    let mut features = Vec::new();
+    let mut dim = None;
+    for r in 0..lists.len() {
+        let row = lists
+            .get_as_series(r)
+            .ok_or_else(|| format!("column `{name}`: row {r} is empty"))?;
+        let values = row.f32().map_err(|e| format!("column `{name}`: {e}"))?;
+        if values.null_count() > 0 {
+            return Err(format!("column `{name}`: row {r} has missing values"));
+        }
+        let n = values.len();
+        if *dim.get_or_insert(n) != n {
+            return Err(format!(
+                "column `{name}`: row {r} has {n} features, earlier rows {}",
+                dim.unwrap_or(0)
+            ));
+        }
+        features.extend(values.into_no_null_iter());
+    }
+    Ok((features, dim.unwrap_or(0)))
+}
+
+/// The position of the first missing value of `s`, if any.
+fn first_null(s: &Series) -> Option<usize> {
+    if s.null_count() == 0 {
+        return None;
+    }
+    s.is_null().iter().position(|v| v == Some(true))
 }
 
 /// Sorted distinct ids, and each row's index among them.

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 /// A problem with a scenario, located as precisely as possible.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
-    #[error("cannot read scenario file {}: {source}", file.display())]
+    #[error("cannot read scenario file {}", file.display())]
     Read {
         file: PathBuf,
         source: std::io::Error,
@@ -289,6 +289,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
             system: raw.system,
             unseen_fraction,
             topology: raw.topology,
+            on_divergence: raw.on_divergence,
         },
         resolved_yaml,
         content_hash,

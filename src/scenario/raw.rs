@@ -1,7 +1,7 @@
 //! The scenario file as written: serde structs that reject unknown fields. Defaults are filled
 //! here so that the resolved scenario written next to the results states every setting.
 
-use crate::actors::{PolicySpec, Strategy};
+use crate::actors::{OnDivergence, PolicySpec, Strategy};
 use crate::algorithms::AlgorithmSpec;
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::ModelSpec;
@@ -56,6 +56,10 @@ pub struct RawScenario {
     /// server; algorithms `d_psgd` and `d_fedem`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<TopologySpec>,
+    /// When a client, a peer or the server first sees NaN or infinite numbers: `stop` the run
+    /// there (default) or `continue`. Either way `summary.csv` says the run diverged, and when.
+    #[serde(default, skip_serializing_if = "OnDivergence::is_stop")]
+    pub on_divergence: OnDivergence,
 }
 
 /// Clients held out of training: after each evaluated round they adapt to the trained model

@@ -24,14 +24,14 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
-    #[error("cannot read sweep file {}: {source}", file.display())]
+    #[error("cannot read sweep file {}", file.display())]
     Read {
         file: PathBuf,
         source: std::io::Error,
     },
     #[error("{}: {message}", file.display())]
     Invalid { file: PathBuf, message: String },
-    #[error("{}: cell {cell}: {source}", file.display())]
+    #[error("{}: cell {cell}", file.display())]
     Cell {
         file: PathBuf,
         cell: String,

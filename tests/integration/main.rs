@@ -4,6 +4,7 @@ mod cli;
 mod common;
 mod decentralized;
 mod determinism;
+mod divergence;
 mod paper;
 mod parquet_data;
 mod scenario_errors;

@@ -150,8 +150,8 @@ fn a_missing_column_is_named_with_the_file_and_the_columns_it_has() {
         |_| {},
     )
     .err()
-    .unwrap()
-    .to_string();
+    .unwrap();
+    let err = fedsim::error_chain(&err);
     assert!(err.contains("data.parquet"), "{err}");
     assert!(err.contains("no feature column `f2`"), "{err}");
     assert!(err.contains("cid, y, part, f0, f1"), "{err}");
@@ -164,7 +164,123 @@ fn a_missing_column_is_named_with_the_file_and_the_columns_it_has() {
         |_| {},
     )
     .err()
-    .unwrap()
-    .to_string();
+    .unwrap();
+    let err = fedsim::error_chain(&err);
     assert!(err.contains("allowed: train, val, test"), "{err}");
+}
+
+/// The fixture written by pyarrow (`scripts/dev/make_parquet_fixtures.py`): the same three
+/// features in seven layouts.
+const FEATURE_TYPES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/parquet/feature_types.parquet"
+);
+
+fn feature_types_scenario(column: &str) -> fedsim::scenario::Scenario {
+    scenario(
+        &format!(
+            "\
+rounds: 2
+data: {{kind: parquet, path: '{FEATURE_TYPES}', features_column: {column}}}
+split: {{kind: fractions, train: 0.5, val: 0.25, test: 0.25}}
+algorithm: {{name: fedavg}}
+training: {{local_epochs: 1, batch_size: 4, lr: 0.1}}
+"
+        ),
+        &[],
+    )
+}
+
+#[test]
+fn every_list_layout_pyarrow_writes_reads_as_the_same_features() {
+    let mut first: Option<(Vec<f32>, Vec<fedsim::report::Record>)> = None;
+    for column in [
+        "fsl_f32",
+        "fsl_f64",
+        "fsl_u8",
+        "fsl_i64",
+        "list_f64",
+        "list_i32",
+        "large_f32",
+    ] {
+        let s = feature_types_scenario(column);
+        let data = s
+            .data
+            .build(&s.split, &fedsim::sim::SeedTree::new(1))
+            .unwrap_or_else(|e| panic!("{column}: {}", fedsim::error_chain(&e)));
+        assert_eq!((data.dim, data.num_clients()), (3, 3), "{column}");
+        // Client 0 is id 1; its first row is [(0·3 + 1) % 11, (0 + 2) % 7, 0 % 5].
+        assert_eq!(&data.features[..3], &[1.0, 2.0, 0.0], "{column}");
+        let records = simulate_scenario(&s, 1, |_| {}).unwrap().records;
+        match &first {
+            None => first = Some((data.features, records)),
+            Some((features, recs)) => {
+                assert_eq!(&data.features, features, "{column}");
+                assert_eq!(&records, recs, "{column}");
+            }
+        }
+    }
+}
+
+/// `write_table`'s layout with NaN in feature `f1` of rows 5 and 20 and +inf in row 30.
+fn write_table_with_bad_numbers(path: &Path) {
+    write_table(path, false, false);
+    let mut df = read_parquet(path).unwrap();
+    let f1: Vec<f32> = df
+        .column("f1")
+        .unwrap()
+        .f32()
+        .unwrap()
+        .into_no_null_iter()
+        .enumerate()
+        .map(|(r, v)| match r {
+            5 | 20 => f32::NAN,
+            30 => f32::INFINITY,
+            _ => v,
+        })
+        .collect();
+    df.replace("f1", Column::new("f1".into(), f1)).unwrap();
+    write_parquet(path, &mut df).unwrap();
+}
+
+#[test]
+fn nan_and_infinite_features_are_refused_or_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("bad.parquet");
+    write_table_with_bad_numbers(&file);
+    let s = scenario(&yaml(&file, "feature_columns: [f0, f1]"), &[]);
+    let err = fedsim::error_chain(&simulate_scenario(&s, 1, |_| {}).err().unwrap());
+    assert!(
+        err.ends_with(&format!(
+            "{}: 3 rows have NaN or infinite features; the first is row 5 (client `10`, column \
+             `f1`); fix the data or set `data.non_finite: drop` to leave such rows out",
+            file.display()
+        )),
+        "{err}"
+    );
+    // Dropped: the three rows are gone. File rows 0-11 are client 10's, 12-20 client 2's and
+    // 21-35 client 7's, so each client loses one.
+    let s = scenario(
+        &yaml(&file, "feature_columns: [f0, f1], non_finite: drop"),
+        &[],
+    );
+    let data = s
+        .data
+        .build(&s.split, &fedsim::sim::SeedTree::new(1))
+        .unwrap();
+    assert_eq!(data.labels.len(), 36 - 3);
+    assert!(data.features.iter().all(|x| x.is_finite()));
+    let rows = |c: usize| {
+        [
+            fedsim::data::Split::Train,
+            fedsim::data::Split::Val,
+            fedsim::data::Split::Test,
+        ]
+        .into_iter()
+        .map(|sp| data.split_len(c, sp))
+        .sum::<usize>()
+    };
+    // Clients in id order: 2, 7, 10.
+    assert_eq!((rows(0), rows(1), rows(2)), (8, 14, 11));
+    simulate_scenario(&s, 1, |_| {}).unwrap();
 }

@@ -270,10 +270,8 @@ fn a_missing_trace_file_is_named_when_the_run_starts() {
         &["system.availability={kind: csv, path: no/such/trace.csv}".to_string()],
     )
     .unwrap();
-    let e = fedsim::run::simulate_scenario(&s, 1, |_| {})
-        .err()
-        .unwrap()
-        .to_string();
+    let e = fedsim::run::simulate_scenario(&s, 1, |_| {}).err().unwrap();
+    let e = fedsim::error_chain(&e);
     assert!(e.contains("no/such/trace.csv"), "{e}");
 }
 
@@ -348,10 +346,11 @@ fn topology_errors_that_need_the_peers_are_named_when_the_run_starts() {
     let start = |overrides: &[&str]| {
         let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
         let s = Scenario::from_yaml(PEERS, Path::new("ok.yaml"), &o).unwrap();
-        fedsim::run::simulate_scenario(&s, 1, |_| {})
-            .err()
-            .expect("the run is refused")
-            .to_string()
+        fedsim::error_chain(
+            &fedsim::run::simulate_scenario(&s, 1, |_| {})
+                .err()
+                .expect("the run is refused"),
+        )
     };
     let e = start(&["topology.graph={kind: torus, rows: 3, cols: 4}"]);
     assert!(

@@ -19,7 +19,7 @@ fn sweep_error(dir: &Path, body: &str) -> String {
     std::fs::write(dir.join("small.yaml"), SMALL).unwrap();
     let file = dir.join("bad_sweep.yaml");
     std::fs::write(&file, format!("base: small.yaml\n{body}")).unwrap();
-    Sweep::load(&file).unwrap_err().to_string()
+    fedsim::error_chain(&Sweep::load(&file).unwrap_err())
 }
 
 const GRID: &str = "\
@@ -364,7 +364,7 @@ fn kill_minus_nine_leaves_only_finished_cells_and_a_rerun_completes() {
     );
     assert!(
         stdout.contains(&format!(
-            "9 cells, {finished} already finished, {} run, 0 failed",
+            "9 cells, {finished} already finished, {} run (0 diverged), 0 failed",
             9 - finished
         )),
         "{stdout}"
