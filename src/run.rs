@@ -2,7 +2,9 @@
 
 use crate::actors::{simulate, SimOutput};
 use crate::data::DataError;
-use crate::report::{write_run, DivergenceRecord, Record, ReportError, RunMeta, Summary};
+use crate::report::{
+    write_run_atomically, DivergenceRecord, Record, ReportError, RunMeta, Summary,
+};
 use crate::scenario::Scenario;
 use crate::sim::{SeedTree, SimError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -145,7 +147,7 @@ pub fn run_scenario_with_bar(
         algorithm: s.run.algorithm.name().to_string(),
         seed: s.run.seed,
     };
-    let files = write_run(
+    let files = write_run_atomically(
         &opts.out_dir,
         &meta,
         &output.records,

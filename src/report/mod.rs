@@ -141,9 +141,70 @@ pub fn differing_files(a: &Path, b: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Writes a run's result files into `out` (which must exist) as one unit and returns their
+/// final paths. They are first written into the staging folder `out/.partial-<pid>/`, then the
+/// old `summary.csv` and the other result files of an earlier run are removed, and the new
+/// files are moved in with `summary.csv` last. So whenever `out` has a `summary.csv`, its result
+/// files are one run's complete set; a failed write (a full or read-only disk) removes the
+/// staging folder and leaves no `summary.csv`, and a killed run leaves either the old complete
+/// set or no `summary.csv`. Staging folders of earlier killed runs are removed first.
+pub fn write_run_atomically(
+    out: &Path,
+    meta: &RunMeta,
+    records: &[Record],
+    summaries: &[Summary],
+    resolved_yaml: &str,
+) -> Result<Vec<PathBuf>, ReportError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ReportError::Io { path, source }
+    };
+    let staging = out.join(format!("{STAGING_PREFIX}{}", std::process::id()));
+    for entry in std::fs::read_dir(out).map_err(io(out))?.flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(STAGING_PREFIX)
+        {
+            std::fs::remove_dir_all(entry.path()).map_err(io(&entry.path()))?;
+        }
+    }
+    std::fs::create_dir(&staging).map_err(io(&staging))?;
+    let written = write_run(&staging, meta, records, summaries, resolved_yaml);
+    let publish = |staged: Vec<PathBuf>| -> Result<Vec<PathBuf>, ReportError> {
+        let summary = out.join("summary.csv");
+        if summary.exists() {
+            std::fs::remove_file(&summary).map_err(io(&summary))?;
+        }
+        for name in REPRODUCIBLE_FILES
+            .iter()
+            .chain(&OPTIONAL_REPRODUCIBLE_FILES)
+        {
+            let old = out.join(name);
+            if old.exists() {
+                std::fs::remove_file(&old).map_err(io(&old))?;
+            }
+        }
+        // `write_run` returns summary.csv last.
+        let mut published = Vec::with_capacity(staged.len());
+        for file in staged {
+            let to = out.join(file.file_name().expect("a result file"));
+            std::fs::rename(&file, &to).map_err(io(&to))?;
+            published.push(to);
+        }
+        Ok(published)
+    };
+    let result = written.and_then(publish);
+    let _ = std::fs::remove_dir_all(&staging);
+    result
+}
+
+/// The name of a staging folder inside a run's output folder, before the process id.
+const STAGING_PREFIX: &str = ".partial-";
+
 /// Writes a run's result files into `dir` (which must exist) and returns their paths.
 /// `summary.csv` is written last: its presence marks a complete run.
-pub fn write_run(
+fn write_run(
     dir: &Path,
     meta: &RunMeta,
     records: &[Record],

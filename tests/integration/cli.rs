@@ -191,3 +191,69 @@ fn check_determinism_reruns_and_compares() {
         "the rerun folder is removed when identical"
     );
 }
+
+#[test]
+fn errors_are_printed_once_with_their_causes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |name: &str| tmp.path().join(name).display().to_string();
+    std::fs::write(
+        p("parquet.yaml"),
+        "rounds: 3\ndata: {kind: parquet, path: no/such.parquet, features_column: x}\n\
+         algorithm: {name: fedavg}\n",
+    )
+    .unwrap();
+    std::fs::write(p("sweep.yaml"), "base: nothere.yaml\n").unwrap();
+    let no_such = "No such file or directory (os error 2)";
+    let cases: [(Vec<String>, String); 5] = [
+        (
+            vec!["run".into(), p("parquet.yaml"), "--out".into(), p("out")],
+            format!(
+                "error: running {}: data: no/such.parquet: cannot open: {no_such}",
+                p("parquet.yaml")
+            ),
+        ),
+        (
+            vec!["run".into(), p("missing.yaml")],
+            format!(
+                "error: cannot read scenario file {}: {no_such}",
+                p("missing.yaml")
+            ),
+        ),
+        (
+            vec![
+                "check".into(),
+                p("parquet.yaml"),
+                "--set".into(),
+                "rounds=-1".into(),
+            ],
+            format!(
+                "error: {}:1: field `rounds`: invalid value: integer `-1`, expected u32",
+                p("parquet.yaml")
+            ),
+        ),
+        (
+            vec!["sweep".into(), p("nosweep.yaml")],
+            format!(
+                "error: cannot read sweep file {}: {no_such}",
+                p("nosweep.yaml")
+            ),
+        ),
+        (
+            vec!["sweep".into(), p("sweep.yaml")],
+            format!(
+                "error: {}: field `base`: cannot read {}: {no_such}",
+                p("sweep.yaml"),
+                p("nothere.yaml")
+            ),
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = bin().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            expected + "\n",
+            "{args:?}"
+        );
+    }
+}

@@ -10,3 +10,4 @@ mod parquet_data;
 mod scenario_errors;
 mod sweeps;
 mod systems;
+mod writes;
