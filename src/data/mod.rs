@@ -175,6 +175,21 @@ impl DatasetSpec {
         }
     }
 
+    /// A lower bound on the rows this spec generates (every client at its minimum size), with
+    /// the number of features per row; `None` for a file (its size is what it is).
+    pub fn least_rows(&self) -> Option<(f64, usize)> {
+        match self {
+            DatasetSpec::FedemSynthetic(s) => {
+                Some((s.clients as f64 * s.min_samples as f64, s.dim))
+            }
+            DatasetSpec::SyntheticAb(s) => Some((
+                s.clients as f64 * s.min_samples as f64 * s.size_factor as f64,
+                s.dim,
+            )),
+            DatasetSpec::Parquet(_) => None,
+        }
+    }
+
     /// Checks the parameters; errors are `(field path below data, message)`.
     pub fn validate(&self) -> Result<(), (String, String)> {
         match self {

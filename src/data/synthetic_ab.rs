@@ -128,12 +128,12 @@ impl SyntheticAbSpec {
             );
         }
         if let Some(m) = self.max_samples {
-            if m < self.min_samples * self.size_factor {
+            if m < self.min_samples.saturating_mul(self.size_factor) {
                 return err(
                     "max_samples",
                     format!(
                         "must be at least min_samples · size_factor = {}, got {m}",
-                        self.min_samples * self.size_factor
+                        self.min_samples.saturating_mul(self.size_factor)
                     ),
                 );
             }

@@ -6,9 +6,11 @@
 
 mod locate;
 mod raw;
+mod resources;
 mod sweep;
 
 pub use raw::{RawLrSchedule, RawSampling, RawScenario, RawTraining};
+pub use resources::{least_bytes, machine_memory};
 pub use sweep::{compact, parse_shard, Cell, Sweep, SweepError};
 
 use crate::actors::{PolicySpec, RunSpec, SampleSize, Sampling, Strategy};
@@ -269,6 +271,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
     if let Some(clients) = raw.data.num_clients() {
         check_client_counts(clients, unseen_fraction, &sampling)?;
     }
+    resources::check_fits(&raw.data, resources::machine_memory())?;
     let resolved_yaml = serde_yaml::to_string(&raw).expect("a scenario always serialises");
     let content_hash = format!("{:x}", Sha256::digest(resolved_yaml.as_bytes()));
     Ok(Scenario {

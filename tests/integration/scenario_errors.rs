@@ -378,3 +378,21 @@ fn topology_errors_that_need_the_peers_are_named_when_the_run_starts() {
         "{e}"
     );
 }
+
+#[test]
+fn sizes_that_cannot_fit_in_memory_are_refused_with_the_estimate() {
+    let e = error(BASE, &["data.clients=100000000000"]);
+    assert!(
+        e.starts_with(
+            "bad.yaml:4: field `data.clients`: 100000000000 clients need at least 2.8 PiB of \
+             memory (2.7 PiB of data, every client at its minimum size, and 93.1 TiB of \
+             per-client state), more than this machine's "
+        ),
+        "{e}"
+    );
+    let e = error(
+        &BASE.replace("kind: fedem_synthetic\n  clients: 10", "kind: synthetic_ab"),
+        &["data.clients=1000000000000", "sampling.fraction=0.0001"],
+    );
+    assert!(e.contains("field `data.clients`: 1000000000000 clients need at least"), "{e}");
+}
