@@ -80,8 +80,8 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
         message,
     };
     let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
-    let df = ParquetReader::new(file)
-        .finish()
+    let df = without_panics(|| ParquetReader::new(file).finish())
+        .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
         .map_err(|e| fail(format!("not a readable Parquet file: {e}")))?;
     let names: Vec<String> = df
         .get_column_names()
@@ -217,6 +217,21 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
             }
         }
     };
+    if dim == 0 && rows > 0 {
+        return Err(fail("the features are empty (0 per row)".into()));
+    }
+    let lengths = [
+        client.len(),
+        labels.len(),
+        features.len() / dim.max(1),
+        split.as_ref().map_or(rows, Vec::len),
+    ];
+    if lengths.iter().any(|&n| n != rows) || features.len() != rows * dim {
+        return Err(fail(format!(
+            "not a readable Parquet file (it is corrupt: its columns have different lengths, \
+             {rows} rows but {lengths:?})"
+        )));
+    }
     Ok(ClientTable {
         client_names,
         client,
@@ -224,6 +239,49 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
         labels,
         features,
         dim,
+    })
+}
+
+thread_local! {
+    /// Set while [`without_panics`] runs on this thread: its panics are expected and reported
+    /// as errors, so the panic hook keeps quiet about them.
+    static EXPECTING_PANIC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// How many threads are inside [`without_panics`]: while any is, panics on polars' own worker
+/// threads (which decode pages and hand their panics back to the caller) are expected too.
+static READING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Runs `f` and turns a panic inside it into an error message. The Parquet reader panics on
+/// some corrupt files (a malformed footer or page, say) instead of returning an error; a
+/// user's broken file must give a clear error, not a crash.
+fn without_panics<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    use std::sync::atomic::Ordering;
+    static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
+    QUIET_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let polars_worker = std::thread::current()
+                .name()
+                .is_some_and(|n| n.starts_with("polars"));
+            let expected = EXPECTING_PANIC.with(|e| e.get())
+                || (polars_worker && READING.load(Ordering::SeqCst) > 0);
+            if !expected {
+                previous(info)
+            }
+        }));
+    });
+    EXPECTING_PANIC.with(|e| e.set(true));
+    READING.fetch_add(1, Ordering::SeqCst);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    READING.fetch_sub(1, Ordering::SeqCst);
+    EXPECTING_PANIC.with(|e| e.set(false));
+    result.map_err(|panic| {
+        panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "the reader failed".into())
     })
 }
 

@@ -119,6 +119,25 @@ impl Scenario {
             line: e.location().map(|l| l.line()),
             message: format!("not valid YAML: {e}"),
         })?;
+        if !tree.is_mapping() {
+            let found = match &tree {
+                Value::Null => "nothing (the file is empty)".to_string(),
+                Value::Bool(_) => "a boolean".to_string(),
+                Value::Number(_) => "a number".to_string(),
+                Value::String(_) => "a string".to_string(),
+                Value::Sequence(_) => "a list".to_string(),
+                _ => "a tagged value".to_string(),
+            };
+            return Err(ScenarioError::Invalid {
+                file: file.to_path_buf(),
+                path: String::new(),
+                line: Some(1),
+                message: format!(
+                    "a scenario is a mapping of fields (rounds, data, algorithm, ...); this \
+                     file holds {found}"
+                ),
+            });
+        }
         for arg in overrides {
             apply_override(&mut tree, arg)?;
         }

@@ -77,8 +77,10 @@ mod tests {
     use super::*;
 
     fn fedem(clients: usize) -> DatasetSpec {
-        serde_yaml::from_str(&format!("{{kind: fedem_synthetic, clients: {clients}, dim: 10}}"))
-            .unwrap()
+        serde_yaml::from_str(&format!(
+            "{{kind: fedem_synthetic, clients: {clients}, dim: 10}}"
+        ))
+        .unwrap()
     }
 
     #[test]
@@ -91,16 +93,22 @@ mod tests {
 
     #[test]
     fn refuses_what_cannot_fit_and_says_how_much() {
-        let (path, message) = check_fits(&fedem(100_000_000_000), Some(24.0 * 1024f64.powi(3)))
-            .unwrap_err();
+        let (path, message) =
+            check_fits(&fedem(100_000_000_000), Some(24.0 * 1024f64.powi(3))).unwrap_err();
         assert_eq!(path, "data.clients");
         assert!(
             message.starts_with("100000000000 clients need at least 311.4 TiB of memory"),
             "{message}"
         );
-        assert!(message.contains("more than this machine's 24.0 GiB"), "{message}");
+        assert!(
+            message.contains("more than this machine's 24.0 GiB"),
+            "{message}"
+        );
         assert!(check_fits(&fedem(1000), Some(1e9)).is_ok());
-        assert!(check_fits(&fedem(100_000_000_000), None).is_ok(), "unknown: not refused");
+        assert!(
+            check_fits(&fedem(100_000_000_000), None).is_ok(),
+            "unknown: not refused"
+        );
     }
 
     #[test]

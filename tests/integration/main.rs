@@ -5,6 +5,7 @@ mod common;
 mod decentralized;
 mod determinism;
 mod divergence;
+mod fuzz;
 mod paper;
 mod parquet_data;
 mod scenario_errors;

@@ -394,5 +394,8 @@ fn sizes_that_cannot_fit_in_memory_are_refused_with_the_estimate() {
         &BASE.replace("kind: fedem_synthetic\n  clients: 10", "kind: synthetic_ab"),
         &["data.clients=1000000000000", "sampling.fraction=0.0001"],
     );
-    assert!(e.contains("field `data.clients`: 1000000000000 clients need at least"), "{e}");
+    assert!(
+        e.contains("field `data.clients`: 1000000000000 clients need at least"),
+        "{e}"
+    );
 }

@@ -1,0 +1,407 @@
+//! The parsers never panic: scenario text, `--set` overrides, sweep files and Parquet data
+//! files, fed arbitrary and mutated input, give `Ok` or a clean error that says where.
+//!
+//! Cases are drawn from a seeded ChaCha stream; `FEDSIM_FUZZ_CASES` (default 5000 per target)
+//! and `FEDSIM_FUZZ_SEED` (default 1) change how many and which. A longer search:
+//!   FEDSIM_FUZZ_CASES=200000 cargo test --release --test integration fuzz -- --nocapture
+
+use fedsim::data::SplitSpec;
+use fedsim::scenario::{Scenario, ScenarioError, Sweep};
+use fedsim::sim::SeedTree;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_yaml::Value;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+fn cases() -> usize {
+    std::env::var("FEDSIM_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5000)
+}
+
+fn rng(target: u64) -> ChaCha8Rng {
+    let seed: u64 = std::env::var("FEDSIM_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    ChaCha8Rng::seed_from_u64(seed.wrapping_mul(1000) + target)
+}
+
+/// Runs `f`, turning a panic into a test failure that shows the input.
+fn no_panic<T>(what: &str, input: &dyn std::fmt::Debug, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(e) => {
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            panic!("{what} panicked ({msg}) on input {input:?}")
+        }
+    }
+}
+
+/// The shipped scenarios' texts (every algorithm, data set, policy and system setting they use).
+fn scenario_texts() -> Vec<(PathBuf, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut files = vec![root.join("quickstart.yaml")];
+    for dir in ["paper", "studies"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            files.push(e.path());
+        }
+    }
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|f| {
+            let text = std::fs::read_to_string(&f).unwrap();
+            // Sweep files have a `base`; keep the scenarios.
+            (!text.lines().any(|l| l.starts_with("base:"))).then_some((f, text))
+        })
+        .collect()
+}
+
+/// Every dotted field path of a YAML tree (maps only; list items by index).
+fn field_paths(v: &Value, prefix: &str, out: &mut Vec<String>) {
+    match v {
+        Value::Mapping(m) => {
+            for (k, child) in m {
+                let Some(k) = k.as_str() else { continue };
+                let p = if prefix.is_empty() {
+                    k.to_string()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                out.push(p.clone());
+                field_paths(child, &p, out);
+            }
+        }
+        Value::Sequence(s) => {
+            for (i, child) in s.iter().enumerate().take(2) {
+                let p = format!("{prefix}.{i}");
+                out.push(p.clone());
+                field_paths(child, &p, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every field path of the shipped scenarios, with defaults filled in.
+fn known_paths() -> Vec<String> {
+    let mut paths = Vec::new();
+    for (file, text) in scenario_texts() {
+        let s = Scenario::from_yaml(&text, &file, &[]).expect("shipped scenarios are valid");
+        let tree: Value = serde_yaml::from_str(&s.resolved_yaml).unwrap();
+        field_paths(&tree, "", &mut paths);
+    }
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// Values that break naive code: edges of every type, as YAML text.
+const EDGE_VALUES: &[&str] = &[
+    "null",
+    "true",
+    "false",
+    "0",
+    "-1",
+    "1",
+    "2",
+    "3",
+    "0.5",
+    "-0.5",
+    "1.0e-300",
+    "1.0e308",
+    "-1.0e308",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "4294967295",
+    "4294967296",
+    "18446744073709551615",
+    "18446744073709551616",
+    "-9223372036854775808",
+    "''",
+    "x",
+    "fedavg",
+    "[]",
+    "[1, 2]",
+    "[0]",
+    "[-1, 5]",
+    "[.nan]",
+    "{}",
+    "{kind: x}",
+    "{name: fedem}",
+    "{kind: fractions}",
+    "[[]]",
+    "{a: {b: {c: 1}}}",
+    "1000000000000",
+    "0.0",
+    "-0.0",
+    "'0'",
+    "~",
+];
+
+/// A random YAML value (nested up to `depth`).
+fn random_value(rng: &mut ChaCha8Rng, depth: u32) -> String {
+    match rng.gen_range(0..if depth == 0 { 4 } else { 6 }) {
+        0 => EDGE_VALUES[rng.gen_range(0..EDGE_VALUES.len())].to_string(),
+        1 => format!("{}", rng.gen::<i64>() >> rng.gen_range(0..63)),
+        2 => format!(
+            "{:e}",
+            rng.gen::<f64>() * 10f64.powi(rng.gen_range(-10..12))
+        ),
+        3 => format!("'{}'", random_text(rng, 8).replace('\'', "''")),
+        4 => {
+            let n = rng.gen_range(0..4);
+            let items: Vec<String> = (0..n).map(|_| random_value(rng, depth - 1)).collect();
+            format!("[{}]", items.join(", "))
+        }
+        _ => {
+            let n = rng.gen_range(0..3);
+            let items: Vec<String> = (0..n)
+                .map(|_| {
+                    let key = ["kind", "name", "x", "rule", "dist", "path"][rng.gen_range(0..6)];
+                    format!("{key}: {}", random_value(rng, depth - 1))
+                })
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+    }
+}
+
+/// Random characters, weighted towards YAML's and `--set`'s syntax.
+fn random_text(rng: &mut ChaCha8Rng, max: usize) -> String {
+    const SYNTAX: &[char] = &[
+        '=', '.', ':', ' ', '{', '}', '[', ']', ',', '-', '#', '\'', '"', '\n', '\t', '&', '*',
+        '!', '|', '>', '%', '@', '0', '1', '9', 'a', 'z', 'é', '∞', '\u{0}',
+    ];
+    let n = rng.gen_range(0..=max);
+    (0..n)
+        .map(|_| match rng.gen_range(0..3) {
+            0 => SYNTAX[rng.gen_range(0..SYNTAX.len())],
+            1 => rng.gen_range(b'a'..=b'z') as char,
+            _ => char::from_u32(rng.gen_range(0..0x3000)).unwrap_or('?'),
+        })
+        .collect()
+}
+
+/// `text` with a few random byte-level edits: flips, insertions, deletions, a truncation.
+fn mutate(rng: &mut ChaCha8Rng, text: &[u8]) -> Vec<u8> {
+    let mut b = text.to_vec();
+    for _ in 0..rng.gen_range(1..6) {
+        if b.is_empty() {
+            break;
+        }
+        let i = rng.gen_range(0..b.len());
+        match rng.gen_range(0..4) {
+            0 => b[i] ^= 1 << rng.gen_range(0..8),
+            1 => {
+                const SYNTAX: &[u8] = b"{}[]:,-#'\"\n 0.9";
+                b.insert(i, SYNTAX[rng.gen_range(0..SYNTAX.len())])
+            }
+            2 => {
+                b.remove(i);
+            }
+            _ => b.truncate(i),
+        }
+    }
+    b
+}
+
+/// A scenario error must say where: a field path, or for text that is not YAML the line.
+fn assert_located(e: &ScenarioError, input: &dyn std::fmt::Debug) {
+    match e {
+        ScenarioError::Invalid {
+            path,
+            line,
+            message,
+            ..
+        } => assert!(
+            !path.is_empty()
+                || line.is_some()
+                || message.contains("field `")
+                || message.starts_with("not valid YAML"),
+            "unlocated error `{e}` on {input:?}"
+        ),
+        ScenarioError::Override { .. } | ScenarioError::Read { .. } => {}
+    }
+}
+
+#[test]
+fn scenario_text_never_panics() {
+    let texts = scenario_texts();
+    let mut rng = rng(1);
+    for _ in 0..cases() {
+        let bytes = match rng.gen_range(0..3) {
+            0 => (0..rng.gen_range(0..200))
+                .map(|_| rng.gen::<u8>())
+                .collect(),
+            1 => random_text(&mut rng, 200).into_bytes(),
+            _ => {
+                let pick = rng.gen_range(0..texts.len());
+                mutate(&mut rng, texts[pick].1.as_bytes())
+            }
+        };
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let result = no_panic("Scenario::from_yaml", &text, || {
+            Scenario::from_yaml(&text, Path::new("fuzz.yaml"), &[])
+        });
+        if let Err(e) = result {
+            assert_located(&e, &text);
+        }
+    }
+}
+
+#[test]
+fn any_value_at_any_known_field_gives_ok_or_an_error_with_its_path() {
+    let texts = scenario_texts();
+    let paths = known_paths();
+    assert!(paths.len() > 60, "{} paths", paths.len());
+    let mut rng = rng(2);
+    let (mut ok, mut refused) = (0, 0);
+    for _ in 0..cases() {
+        let (file, text) = &texts[rng.gen_range(0..texts.len())];
+        let overrides: Vec<String> = (0..rng.gen_range(1..3))
+            .map(|_| {
+                let path = &paths[rng.gen_range(0..paths.len())];
+                format!("{path}={}", random_value(&mut rng, 2))
+            })
+            .collect();
+        let input = (file, &overrides);
+        match no_panic("Scenario::from_yaml", &input, || {
+            Scenario::from_yaml(text, file, &overrides)
+        }) {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                refused += 1;
+                if let ScenarioError::Invalid { path, message, .. } = &e {
+                    assert!(
+                        !path.is_empty() || message.contains("field"),
+                        "no field path in `{e}` for {input:?}"
+                    );
+                }
+                assert_located(&e, &input);
+            }
+        }
+    }
+    eprintln!(
+        "known fields: {} paths, {ok} accepted, {refused} refused",
+        paths.len()
+    );
+}
+
+#[test]
+fn random_set_strings_never_panic() {
+    let (file, text) = &scenario_texts()[0];
+    let paths = known_paths();
+    let mut rng = rng(3);
+    for _ in 0..cases() {
+        let arg = match rng.gen_range(0..3) {
+            0 => random_text(&mut rng, 40),
+            1 => format!(
+                "{}{}",
+                paths[rng.gen_range(0..paths.len())],
+                random_text(&mut rng, 12)
+            ),
+            _ => format!(
+                "{}={}",
+                random_text(&mut rng, 12),
+                random_text(&mut rng, 12)
+            ),
+        };
+        let input = [arg];
+        if let Err(e) = no_panic("--set", &input, || Scenario::from_yaml(text, file, &input)) {
+            assert_located(&e, &input);
+        }
+    }
+}
+
+#[test]
+fn sweep_files_never_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("small.yaml"), crate::common::SMALL).unwrap();
+    let file = tmp.path().join("sweep.yaml");
+    let paths = known_paths();
+    let good = "name: s\nbase: small.yaml\ngrid:\n  sampling.fraction: [0.25, 0.5]\n  \
+                algorithm: [{name: fedavg}, {name: local}]\nzip:\n  training.lr: [0.1, 0.2]\n  \
+                training.batch_size: [8, 16]\nseeds: [1, 2]\n";
+    let mut rng = rng(4);
+    for _ in 0..cases() / 3 {
+        let text = match rng.gen_range(0..3) {
+            0 => String::from_utf8_lossy(&mutate(&mut rng, good.as_bytes())).into_owned(),
+            1 => format!("base: small.yaml\n{}", random_text(&mut rng, 120)),
+            _ => {
+                let axis = |rng: &mut ChaCha8Rng| {
+                    let values: Vec<String> = (0..rng.gen_range(1..3))
+                        .map(|_| random_value(rng, 1))
+                        .collect();
+                    format!(
+                        "  {}: [{}]\n",
+                        paths[rng.gen_range(0..paths.len())],
+                        values.join(", ")
+                    )
+                };
+                let (a, b) = (axis(&mut rng), axis(&mut rng));
+                let seeds = random_value(&mut rng, 1);
+                format!("base: small.yaml\ngrid:\n{a}{b}seeds: {seeds}\n")
+            }
+        };
+        let r = no_panic("Sweep::from_yaml", &text, || Sweep::from_yaml(&text, &file));
+        if let Err(e) = r {
+            let msg = fedsim::error_chain(&e);
+            assert!(msg.starts_with(&file.display().to_string()), "{msg}");
+        }
+    }
+}
+
+#[test]
+fn truncated_and_corrupted_parquet_files_give_errors_not_panics() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/parquet/feature_types.parquet"
+    );
+    let good = std::fs::read(fixture).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("bad.parquet");
+    let mut rng = rng(5);
+    let split = SplitSpec::default();
+    let (mut ok, mut refused) = (0, 0);
+    for i in 0..cases() / 3 {
+        let bytes = match i % 3 {
+            0 => good[..rng.gen_range(0..good.len())].to_vec(),
+            1 => {
+                let mut b = good.clone();
+                for _ in 0..rng.gen_range(1..8) {
+                    let j = rng.gen_range(0..b.len());
+                    b[j] ^= 1 << rng.gen_range(0..8);
+                }
+                b
+            }
+            _ => mutate(&mut rng, &good),
+        };
+        std::fs::write(&path, &bytes).unwrap();
+        let column = ["fsl_f32", "fsl_u8", "list_f64", "large_f32"][rng.gen_range(0..4)];
+        let spec: fedsim::data::DatasetSpec = serde_yaml::from_str(&format!(
+            "{{kind: parquet, path: '{}', features_column: {column}}}",
+            path.display()
+        ))
+        .unwrap();
+        match no_panic("the Parquet loader", &(i, column, bytes.len()), || {
+            spec.build(&split, &SeedTree::new(1))
+        }) {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                refused += 1;
+                let msg = fedsim::error_chain(&e);
+                assert!(msg.starts_with(&path.display().to_string()), "{msg}");
+            }
+        }
+    }
+    eprintln!("corrupted Parquet: {ok} still readable, {refused} refused");
+}
