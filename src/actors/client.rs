@@ -202,15 +202,23 @@ impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Client<A> {
     type Result = Result<FlEffects<A>, SimError>;
 
     fn handle(&mut self, d: Deliver<Msg<A>>, _: &mut Context<Self>) -> Self::Result {
+        self.on_message(d.now, d.msg)
+    }
+}
+
+impl<A: Algorithm> Client<A> {
+    /// The client's whole behaviour: one message in, its effects out (its jobs go to the
+    /// trainer pool and come back as pending messages).
+    fn on_message(&mut self, now: SimTime, msg: Msg<A>) -> Result<FlEffects<A>, SimError> {
         let mut eff = FlEffects::<A>::new();
-        match d.msg {
+        match msg {
             Msg::Train {
                 round,
                 job,
                 global,
                 lr,
                 upload,
-            } => self.train(d.now, (round, job), global, lr, upload, &mut eff),
+            } => self.train(now, (round, job), global, lr, upload, &mut eff),
             Msg::Trained {
                 round,
                 update,
@@ -219,10 +227,10 @@ impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Client<A> {
                 compute,
                 finite,
             } => {
-                let at = (round, d.now, Some(self.id));
+                let at = (round, now, Some(self.id));
                 self.watch
                     .check(finite, at, DivergenceStage::Training, &mut eff);
-                self.trained(d.now, round, update, state, (upload, compute), &mut eff)
+                self.trained(now, round, update, state, (upload, compute), &mut eff)
             }
             Msg::Evaluate { round, global } => self.evaluate(round, global, &mut eff),
             Msg::Evaluated {
@@ -231,9 +239,9 @@ impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Client<A> {
                 cluster,
                 mixture,
             } => {
-                let at = (round, d.now, Some(self.id));
+                let at = (round, now, Some(self.id));
                 self.watch.check_evaluation(&results, at, &mut eff);
-                self.evaluated(d.now, round, results, (cluster, mixture), &mut eff)
+                self.evaluated(now, round, results, (cluster, mixture), &mut eff)
             }
             _ => {
                 return Err(SimError::Model(format!(
@@ -243,5 +251,145 @@ impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Client<A> {
             }
         }
         Ok(eff)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::OnDivergence;
+    use crate::algorithms::{FedAvg, ModelUpdate};
+    use crate::models::Architecture;
+    use crate::report::Record;
+    use crate::scenario::Scenario;
+    use std::path::Path;
+
+    /// Client 0 of a tiny FedAvg run, with `overrides` on the scenario. Needs a running actix
+    /// system (for its trainer pool).
+    fn client(overrides: &[&str]) -> Client<FedAvg> {
+        let text = "rounds: 3\ndata: {kind: fedem_synthetic, clients: 2, dim: 3}\n\
+                    algorithm: {name: fedavg}\n\
+                    system: {compute: {samples_per_second: 100}, network: {latency_ms: 50}}\n";
+        let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        let s = Scenario::from_yaml(text, Path::new("t.yaml"), &overrides).unwrap();
+        let seeds = SeedTree::new(1);
+        let data = Arc::new(s.data.build(&s.split, &seeds).unwrap());
+        let system = SystemModel::build(
+            &s.run.system,
+            &seeds,
+            2,
+            s.run.training.plan.batch_size,
+            None,
+        )
+        .unwrap();
+        let jobs = Arc::new(JobContext {
+            algorithm: FedAvg::plain(),
+            arch: Architecture::new(&s.run.model, data.dim, data.classes),
+            training: s.run.training.clone(),
+            data,
+            on_divergence: s.run.on_divergence,
+        });
+        Client::new(
+            0,
+            false,
+            Vec::new(),
+            jobs,
+            TrainerPool::start(1),
+            Arc::new(system),
+            seeds,
+        )
+    }
+
+    fn trained(finite: bool) -> Msg<FedAvg> {
+        Msg::Trained {
+            round: 1,
+            update: ModelUpdate {
+                params: vec![if finite { 0.5 } else { f32::NAN }; 4],
+                weight: 10.0,
+            },
+            state: Vec::new(),
+            upload: true,
+            compute: SimDuration(7),
+            finite,
+        }
+    }
+
+    fn train(round: u32) -> Msg<FedAvg> {
+        Msg::Train {
+            round,
+            job: round as u64,
+            global: Arc::new(vec![0.0; 4]),
+            lr: 0.1,
+            upload: true,
+        }
+    }
+
+    #[test]
+    fn training_is_a_pending_job_due_when_the_device_finishes() {
+        actix::System::new().block_on(async {
+            let mut c = client(&[]);
+            let eff = c.on_message(SimTime::ZERO, train(1)).unwrap();
+            let sends: Vec<_> = eff.sends().collect();
+            assert_eq!(sends.len(), 1);
+            let (to, delay, msg) = sends[0];
+            assert_eq!(to, c.me());
+            assert!(msg.is_none(), "a pending result");
+            let n = c.jobs.data.split_len(0, Split::Train) as u64;
+            assert_eq!(delay, c.system.compute_time(0, 1, n));
+        });
+    }
+
+    #[test]
+    fn a_client_that_drops_out_reports_the_failure_when_it_happens() {
+        actix::System::new().block_on(async {
+            let mut c = client(&["system.dropout=0.999"]);
+            let eff = c.on_message(SimTime::ZERO, train(1)).unwrap();
+            let sends: Vec<_> = eff.sends().collect();
+            let fraction = c.system.dropout_point(0, 1).expect("drops out");
+            let n = c.jobs.data.split_len(0, Split::Train) as u64;
+            let compute = c.system.compute_time(0, 1, n);
+            let after = SimDuration::from_secs_f64_ceil(compute.as_secs_f64() * fraction);
+            assert!(matches!(
+                sends[..],
+                [(SERVER, d, Some(Msg::Failed { round: 1, client: 0, .. }))] if d == after
+            ));
+        });
+    }
+
+    #[test]
+    fn a_trained_update_goes_to_the_server_after_its_upload() {
+        actix::System::new().block_on(async {
+            let mut c = client(&[]);
+            let eff = c.on_message(SimTime(1000), trained(true)).unwrap();
+            let upload = c.system.transfer_time(0, Link::Up, payload_bytes(4));
+            let sends: Vec<_> = eff.sends().collect();
+            assert!(matches!(
+                sends[..],
+                [(SERVER, d, Some(Msg::Update { round: 1, client: 0, .. }))] if d == upload
+            ));
+            assert!(eff.records().is_empty() && !eff.stops());
+            assert_eq!(c.last_trained, Some(1));
+        });
+    }
+
+    #[test]
+    fn non_finite_training_is_recorded_once_and_stops_or_runs_on() {
+        actix::System::new().block_on(async {
+            let mut stop = client(&[]);
+            let eff = stop.on_message(SimTime(1000), trained(false)).unwrap();
+            assert!(eff.stops());
+            assert!(matches!(eff.records(), [Record::Diverged(d)] if d.client == Some(0)));
+            let mut go_on = client(&["on_divergence=continue"]);
+            assert_eq!(go_on.jobs.on_divergence, OnDivergence::Continue);
+            let first = go_on.on_message(SimTime(1000), trained(false)).unwrap();
+            assert!(!first.stops() && first.records().len() == 1);
+            assert_eq!(
+                first.sends().count(),
+                1,
+                "the update still goes to the server"
+            );
+            let second = go_on.on_message(SimTime(2000), trained(false)).unwrap();
+            assert!(second.records().is_empty(), "recorded once per client");
+        });
     }
 }

@@ -684,9 +684,15 @@ impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Server<A> {
     type Result = Result<FlEffects<A>, SimError>;
 
     fn handle(&mut self, d: Deliver<Msg<A>>, _: &mut Context<Self>) -> Self::Result {
+        self.on_message(d.now, d.msg)
+    }
+}
+
+impl<A: Algorithm> Server<A> {
+    /// The server's whole behaviour: one message in, its effects out.
+    fn on_message(&mut self, now: SimTime, msg: Msg<A>) -> Result<FlEffects<A>, SimError> {
         let mut eff = FlEffects::<A>::new();
-        let now = d.now;
-        match d.msg {
+        match msg {
             Msg::StartRound { round } => self.start(now, round, &mut eff)?,
             Msg::Update {
                 client,
@@ -710,5 +716,172 @@ impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Server<A> {
             _ => return Err(SimError::Model("the server got a client message".into())),
         }
         Ok(eff)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::{FedAvg, ModelUpdate};
+    use crate::models::Architecture;
+    use crate::report::DivergenceStage;
+    use crate::scenario::Scenario;
+    use std::path::Path;
+
+    /// A FedAvg server over two clients of a tiny data set, under `policy`, for 3 rounds.
+    fn server(policy: &str) -> Server<FedAvg> {
+        let text = format!(
+            "rounds: 3\ndata: {{kind: fedem_synthetic, clients: 2, dim: 3}}\n\
+             algorithm: {{name: fedavg}}\npolicy: {policy}\n"
+        );
+        let s = Scenario::from_yaml(&text, Path::new("t.yaml"), &[]).unwrap();
+        let seeds = SeedTree::new(1);
+        let data = Arc::new(s.data.build(&s.split, &seeds).unwrap());
+        let system = SystemModel::build(
+            &s.run.system,
+            &seeds,
+            2,
+            s.run.training.plan.batch_size,
+            None,
+        )
+        .unwrap();
+        let jobs = Arc::new(JobContext {
+            algorithm: FedAvg::plain(),
+            arch: Architecture::new(&s.run.model, data.dim, data.classes),
+            training: s.run.training.clone(),
+            data,
+            on_divergence: s.run.on_divergence,
+        });
+        let global = jobs
+            .algorithm
+            .init_global(&jobs.arch, &mut seeds.rng(Entity::Run, "model_init", 0));
+        let config = ServerConfig {
+            algorithm: jobs,
+            rounds: 3,
+            eval_every: 1,
+            num_clients: 2,
+            participants: vec![0, 1],
+            sampling: s.run.sampling.clone(),
+            policy: s.run.policy.clone(),
+            system: Arc::new(system),
+            seeds,
+        };
+        Server::new(config, global)
+    }
+
+    fn secs(s: u64) -> SimTime {
+        SimTime(s * 1_000_000)
+    }
+
+    /// What a handler asked for, as `(target rank, message)` lines and record kinds.
+    fn effects(eff: &FlEffects<FedAvg>) -> (Vec<String>, Vec<String>) {
+        let sends = eff
+            .sends()
+            .map(|(to, _, msg)| {
+                let what = match msg {
+                    Some(Msg::StartRound { round }) => format!("start {round}"),
+                    Some(Msg::Deadline { round }) => format!("deadline {round}"),
+                    Some(Msg::Train { round, .. }) => format!("train {round}"),
+                    Some(Msg::Evaluate { round, .. }) => format!("evaluate {round}"),
+                    Some(Msg::Wake) => "wake".into(),
+                    Some(_) => "other".into(),
+                    None => "pending".into(),
+                };
+                format!("{} {what}", to.0)
+            })
+            .collect();
+        let records = eff
+            .records()
+            .iter()
+            .map(|r| match r {
+                Record::Round(r) => format!("round {} stragglers {}", r.round, r.stragglers),
+                Record::Job(j) => format!("job {} {}", j.client, j.outcome.as_str()),
+                Record::Diverged(d) => format!("diverged {}", d.stage.as_str()),
+                _ => "other".into(),
+            })
+            .collect();
+        (sends, records)
+    }
+
+    fn update(round: u32, client: u32, value: f32) -> Msg<FedAvg> {
+        Msg::Update {
+            round,
+            client,
+            update: ModelUpdate {
+                params: vec![value; 4],
+                weight: 10.0,
+            },
+            compute: SimDuration(1),
+        }
+    }
+
+    #[test]
+    fn a_round_ends_when_every_trainer_reported_and_its_old_deadline_is_ignored() {
+        let mut s = server("{kind: synchronous, deadline_s: 100}");
+        let eff = s.on_message(secs(0), Msg::StartRound { round: 1 }).unwrap();
+        assert_eq!(effects(&eff).0, ["1 train 1", "2 train 1", "0 deadline 1"]);
+        assert!(effects(&s.on_message(secs(1), update(1, 0, 0.5)).unwrap())
+            .0
+            .is_empty());
+        let eff = s.on_message(secs(2), update(1, 1, 0.5)).unwrap();
+        let (sends, records) = effects(&eff);
+        assert_eq!(sends, ["1 evaluate 1", "2 evaluate 1", "0 start 2"]);
+        assert_eq!(records, ["job 1 aggregated", "round 1 stragglers 0"]);
+        // The next round starts; round 1's deadline, when it comes, changes nothing.
+        s.on_message(secs(2), Msg::StartRound { round: 2 }).unwrap();
+        let eff = s.on_message(secs(100), Msg::Deadline { round: 1 }).unwrap();
+        assert_eq!(effects(&eff), (vec![], vec![]));
+        assert!(!eff.stops());
+    }
+
+    #[test]
+    fn a_deadline_closes_the_round_and_the_late_update_is_a_straggler() {
+        let mut s = server("{kind: synchronous, deadline_s: 100}");
+        s.on_message(secs(0), Msg::StartRound { round: 1 }).unwrap();
+        s.on_message(secs(1), update(1, 0, 0.5)).unwrap();
+        let eff = s.on_message(secs(100), Msg::Deadline { round: 1 }).unwrap();
+        let (sends, records) = effects(&eff);
+        assert_eq!(records, ["round 1 stragglers 1"]);
+        assert_eq!(sends, ["1 evaluate 1", "2 evaluate 1", "0 start 2"]);
+        let eff = s.on_message(secs(120), update(1, 1, 0.5)).unwrap();
+        assert_eq!(effects(&eff).1, ["job 1 straggler"]);
+    }
+
+    #[test]
+    fn a_report_of_a_job_never_sent_is_an_error() {
+        let mut s = server("{kind: synchronous}");
+        let e = s.on_message(secs(1), update(1, 1, 0.5)).err().unwrap();
+        assert_eq!(e.to_string(), "client 1 reported a job it was never sent");
+    }
+
+    #[test]
+    fn a_wake_with_every_slot_busy_starts_nothing() {
+        let mut s = server("{kind: fedbuff, buffer_size: 2, concurrency: 2}");
+        let eff = s.on_message(secs(0), Msg::StartRound { round: 1 }).unwrap();
+        assert_eq!(effects(&eff).0, ["1 train 1", "2 train 1"]);
+        let eff = s.on_message(secs(5), Msg::Wake).unwrap();
+        assert_eq!(effects(&eff), (vec![], vec![]));
+    }
+
+    #[test]
+    fn a_non_finite_aggregate_is_recorded_once_and_stops_the_run() {
+        let mut s = server("{kind: synchronous}");
+        s.on_message(secs(0), Msg::StartRound { round: 1 }).unwrap();
+        s.on_message(secs(1), update(1, 0, f32::NAN)).unwrap();
+        let eff = s.on_message(secs(2), update(1, 1, 0.5)).unwrap();
+        assert!(eff.stops());
+        assert_eq!(
+            effects(&eff).1,
+            [
+                "job 1 aggregated",
+                "round 1 stragglers 0",
+                "diverged aggregation"
+            ]
+        );
+        assert!(matches!(
+            eff.records().last(),
+            Some(Record::Diverged(d)) if d.stage == DivergenceStage::Aggregation
+                && d.client.is_none() && d.round == 1
+        ));
     }
 }

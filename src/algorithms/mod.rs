@@ -19,7 +19,7 @@ mod pfedme;
 pub use apfl::{Apfl, ApflSpec};
 pub use clustered::{complete_linkage_bipartition, Clustered, ClusteredSpec, Clusters};
 pub use ditto::{Ditto, DittoSpec};
-pub use fedavg::{FedAvg, FedAvgPlusSpec, FedAvgSpec, FedProxSpec};
+pub use fedavg::{FedAvg, FedAvgPlusSpec, FedAvgSpec, FedProxSpec, ModelUpdate};
 pub use fedem::{e_step, fit_mixture_weights, FedEm, FedEmSpec, Unsampled, MIN_MIXTURE_WEIGHT};
 pub use local::{Local, LocalSpec};
 pub use noop::{Noop, NoopSpec};

@@ -79,6 +79,28 @@ impl<M, R> Effects<M, R> {
     pub fn stop(&mut self) {
         self.stop = true;
     }
+
+    /// The messages asked for, in order: target, delay, and the message (`None`: a pending
+    /// job's result).
+    pub fn sends(&self) -> impl Iterator<Item = (EntityId, SimDuration, Option<&M>)> {
+        self.sends.iter().map(|(to, delay, p)| {
+            let msg = match p {
+                Payload::Ready(m) => Some(m),
+                Payload::Pending(_) => None,
+            };
+            (*to, *delay, msg)
+        })
+    }
+
+    /// The records, in order.
+    pub fn records(&self) -> &[R] {
+        &self.records
+    }
+
+    /// Whether the simulation ends after this event.
+    pub fn stops(&self) -> bool {
+        self.stop
+    }
 }
 
 /// What delivering a message yields: the receiving entity's effects, once it has handled it.
@@ -228,5 +250,178 @@ impl<W: World> Handler<Step> for Scheduler<W> {
                 Err(e) => act.finish(Err(e), ctx),
             },
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    type Log = Rc<RefCell<Vec<(u64, u32, &'static str)>>>;
+    type Script = dyn Fn(EntityId, &'static str) -> Result<Effects<&'static str, String>, SimError>;
+
+    /// A world whose entities log every delivery (time, entity, message) and answer by a script.
+    #[derive(Clone)]
+    struct Toy {
+        log: Log,
+        script: Rc<Script>,
+    }
+
+    impl World for Toy {
+        type Msg = &'static str;
+        type Record = String;
+
+        fn deliver(
+            &self,
+            now: SimTime,
+            to: EntityId,
+            msg: &'static str,
+        ) -> Delivery<&'static str, String> {
+            self.log.borrow_mut().push((now.0, to.0, msg));
+            let effects = (self.script)(to, msg);
+            Box::pin(async move { effects })
+        }
+    }
+
+    type Initial = Vec<(EntityId, EntityId, &'static str)>;
+
+    fn run(
+        initial: Initial,
+        script: impl Fn(EntityId, &'static str) -> Result<Effects<&'static str, String>, SimError>
+            + 'static,
+    ) -> (
+        Result<Outcome<String>, SimError>,
+        Vec<(u64, u32, &'static str)>,
+    ) {
+        let log = Log::default();
+        let world = Toy {
+            log: log.clone(),
+            script: Rc::new(script),
+        };
+        let out = actix::System::new().block_on(Scheduler::run(world, initial, |_| {}));
+        let log = log.take();
+        (out, log)
+    }
+
+    const fn e(n: u32) -> EntityId {
+        EntityId(n)
+    }
+
+    fn after(us: u64) -> SimDuration {
+        SimDuration(us)
+    }
+
+    #[test]
+    fn equal_times_go_by_origin_rank_then_fifo() {
+        let initial = vec![(e(2), e(5), "a"), (e(1), e(6), "b"), (e(1), e(7), "c")];
+        let (out, log) = run(initial, |_, _| Ok(Effects::new()));
+        assert_eq!(log, [(0, 6, "b"), (0, 7, "c"), (0, 5, "a")]);
+        assert_eq!(out.unwrap().events, 3);
+    }
+
+    #[test]
+    fn messages_scheduled_for_the_same_time_keep_the_order_of_their_senders_ranks() {
+        // Entity 1 (rank 1) handles its start before entity 3, although entity 3's start was
+        // queued first; at t = 10, entity 1's "z" comes before entity 3's "x" and "y", which
+        // keep the order entity 3 sent them in.
+        let initial = vec![(e(3), e(3), "go"), (e(1), e(1), "go")];
+        let (_, log) = run(initial, |to, msg| {
+            let mut eff = Effects::new();
+            match (to.0, msg) {
+                (3, "go") => {
+                    eff.send(e(10), after(10), "x");
+                    eff.send(e(11), after(10), "y");
+                }
+                (1, "go") => eff.send(e(12), after(10), "z"),
+                _ => {}
+            }
+            Ok(eff)
+        });
+        assert_eq!(
+            log,
+            [
+                (0, 1, "go"),
+                (0, 3, "go"),
+                (10, 12, "z"),
+                (10, 10, "x"),
+                (10, 11, "y")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pending_result_enters_at_its_due_time_not_when_its_job_finishes() {
+        // "slow" is due first but its job finishes last (after 100 ms of wall time); "fast"
+        // is finished at once but due last. Events stay in simulated-time order.
+        let (out, log) = run(vec![(e(1), e(1), "go")], |to, msg| {
+            let mut eff = Effects::new();
+            if (to.0, msg) == (1, "go") {
+                let (slow_tx, slow) = oneshot::channel();
+                std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    let _ = slow_tx.send(Ok("slow"));
+                });
+                let (fast_tx, fast) = oneshot::channel();
+                let _ = fast_tx.send(Ok("fast"));
+                eff.send_pending(e(2), after(5), slow);
+                eff.send(e(3), after(10), "ready");
+                eff.send_pending(e(4), after(20), fast);
+            }
+            Ok(eff)
+        });
+        assert_eq!(
+            log,
+            [
+                (0, 1, "go"),
+                (5, 2, "slow"),
+                (10, 3, "ready"),
+                (20, 4, "fast")
+            ]
+        );
+        assert_eq!(out.unwrap().end_time, SimTime(20));
+    }
+
+    #[test]
+    fn stop_drops_what_is_still_queued_and_keeps_the_records() {
+        let (out, log) = run(vec![(e(1), e(1), "go")], |to, msg| {
+            let mut eff = Effects::new();
+            match (to.0, msg) {
+                (1, "go") => eff.send(e(2), after(10), "tick"),
+                (2, "tick") => {
+                    eff.send(e(3), after(1), "never");
+                    eff.record("stopped here".to_string());
+                    eff.stop();
+                }
+                _ => {}
+            }
+            Ok(eff)
+        });
+        assert_eq!(log, [(0, 1, "go"), (10, 2, "tick")]);
+        let out = out.unwrap();
+        assert_eq!(
+            (out.end_time, out.records),
+            (SimTime(10), vec!["stopped here".into()])
+        );
+    }
+
+    #[test]
+    fn a_failed_job_or_entity_ends_the_run_with_its_error() {
+        let (out, _) = run(vec![(e(1), e(1), "go")], |_, msg| {
+            let mut eff = Effects::new();
+            if msg == "go" {
+                let (tx, rx) = oneshot::channel();
+                let _ = tx.send(Err("boom".into()));
+                eff.send_pending(e(2), after(1), rx);
+            }
+            Ok(eff)
+        });
+        assert!(matches!(out, Err(SimError::JobFailed(m)) if m == "boom"));
+        let (out, log) = run(vec![(e(1), e(1), "go"), (e(1), e(2), "later")], |_, _| {
+            Err(SimError::Model("refused".into()))
+        });
+        assert!(matches!(out, Err(SimError::Model(m)) if m == "refused"));
+        assert_eq!(log.len(), 1, "nothing is delivered after an error");
     }
 }
