@@ -156,7 +156,9 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
     let jobs = opts.jobs.max(1);
     let threads = (default_threads() / jobs).max(1);
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, Result<Option<String>, String>)>> = Mutex::new(Vec::new());
+    // Per cell run: its index in `todo`, and what `run_cell` said (the error as text).
+    type CellResult = (usize, Result<Option<String>, String>);
+    let results: Mutex<Vec<CellResult>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(todo.len()) {
             scope.spawn(|| loop {

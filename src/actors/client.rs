@@ -259,43 +259,21 @@ mod tests {
     use super::*;
     use crate::actors::OnDivergence;
     use crate::algorithms::{FedAvg, ModelUpdate};
-    use crate::models::Architecture;
     use crate::report::Record;
-    use crate::scenario::Scenario;
-    use std::path::Path;
 
     /// Client 0 of a tiny FedAvg run, with `overrides` on the scenario. Needs a running actix
     /// system (for its trainer pool).
     fn client(overrides: &[&str]) -> Client<FedAvg> {
-        let text = "rounds: 3\ndata: {kind: fedem_synthetic, clients: 2, dim: 3}\n\
-                    algorithm: {name: fedavg}\n\
-                    system: {compute: {samples_per_second: 100}, network: {latency_ms: 50}}\n";
-        let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
-        let s = Scenario::from_yaml(text, Path::new("t.yaml"), &overrides).unwrap();
+        let system = "system: {compute: {samples_per_second: 100}, network: {latency_ms: 50}}\n";
+        let (_, jobs, system) = crate::actors::testkit::fedavg_run(system, overrides);
         let seeds = SeedTree::new(1);
-        let data = Arc::new(s.data.build(&s.split, &seeds).unwrap());
-        let system = SystemModel::build(
-            &s.run.system,
-            &seeds,
-            2,
-            s.run.training.plan.batch_size,
-            None,
-        )
-        .unwrap();
-        let jobs = Arc::new(JobContext {
-            algorithm: FedAvg::plain(),
-            arch: Architecture::new(&s.run.model, data.dim, data.classes),
-            training: s.run.training.clone(),
-            data,
-            on_divergence: s.run.on_divergence,
-        });
         Client::new(
             0,
             false,
             Vec::new(),
             jobs,
             TrainerPool::start(1),
-            Arc::new(system),
+            system,
             seeds,
         )
     }

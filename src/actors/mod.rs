@@ -536,3 +536,42 @@ async fn run_world<W: World<Record = Record>>(
         events: outcome.events,
     })
 }
+
+/// A tiny FedAvg run for the actors' unit tests: two clients of three features, 3 rounds.
+#[cfg(test)]
+pub(crate) mod testkit {
+    use super::JobContext;
+    use crate::algorithms::FedAvg;
+    use crate::models::Architecture;
+    use crate::scenario::Scenario;
+    use crate::sim::SeedTree;
+    use crate::system::SystemModel;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    /// The scenario `rounds: 3` on that data with `fedavg` and the extra YAML lines `extra`,
+    /// then `overrides`; its job context and system model, all from seed 1.
+    pub fn fedavg_run(
+        extra: &str,
+        overrides: &[&str],
+    ) -> (Scenario, Arc<JobContext<FedAvg>>, Arc<SystemModel>) {
+        let text = format!(
+            "rounds: 3\ndata: {{kind: fedem_synthetic, clients: 2, dim: 3}}\n\
+             algorithm: {{name: fedavg}}\n{extra}"
+        );
+        let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        let s = Scenario::from_yaml(&text, Path::new("t.yaml"), &overrides).unwrap();
+        let seeds = SeedTree::new(1);
+        let data = Arc::new(s.data.build(&s.split, &seeds).unwrap());
+        let batch = s.run.training.plan.batch_size;
+        let system = SystemModel::build(&s.run.system, &seeds, 2, batch, None).unwrap();
+        let jobs = Arc::new(JobContext {
+            algorithm: FedAvg::plain(),
+            arch: Architecture::new(&s.run.model, data.dim, data.classes),
+            training: s.run.training.clone(),
+            data,
+            on_divergence: s.run.on_divergence,
+        });
+        (s, jobs, Arc::new(system))
+    }
+}

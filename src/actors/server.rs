@@ -723,35 +723,13 @@ impl<A: Algorithm> Server<A> {
 mod tests {
     use super::*;
     use crate::algorithms::{FedAvg, ModelUpdate};
-    use crate::models::Architecture;
     use crate::report::DivergenceStage;
-    use crate::scenario::Scenario;
-    use std::path::Path;
 
     /// A FedAvg server over two clients of a tiny data set, under `policy`, for 3 rounds.
     fn server(policy: &str) -> Server<FedAvg> {
-        let text = format!(
-            "rounds: 3\ndata: {{kind: fedem_synthetic, clients: 2, dim: 3}}\n\
-             algorithm: {{name: fedavg}}\npolicy: {policy}\n"
-        );
-        let s = Scenario::from_yaml(&text, Path::new("t.yaml"), &[]).unwrap();
+        let (s, jobs, system) =
+            crate::actors::testkit::fedavg_run(&format!("policy: {policy}\n"), &[]);
         let seeds = SeedTree::new(1);
-        let data = Arc::new(s.data.build(&s.split, &seeds).unwrap());
-        let system = SystemModel::build(
-            &s.run.system,
-            &seeds,
-            2,
-            s.run.training.plan.batch_size,
-            None,
-        )
-        .unwrap();
-        let jobs = Arc::new(JobContext {
-            algorithm: FedAvg::plain(),
-            arch: Architecture::new(&s.run.model, data.dim, data.classes),
-            training: s.run.training.clone(),
-            data,
-            on_divergence: s.run.on_divergence,
-        });
         let global = jobs
             .algorithm
             .init_global(&jobs.arch, &mut seeds.rng(Entity::Run, "model_init", 0));
@@ -763,7 +741,7 @@ mod tests {
             participants: vec![0, 1],
             sampling: s.run.sampling.clone(),
             policy: s.run.policy.clone(),
-            system: Arc::new(system),
+            system,
             seeds,
         };
         Server::new(config, global)

@@ -206,7 +206,7 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
                     (values.into_no_null_iter().collect(), width)
                 }
                 DataType::List(inner) if inner.is_primitive_numeric() => {
-                    list_features(&c, name).map_err(fail)?
+                    list_features(c, name).map_err(fail)?
                 }
                 other => {
                     return Err(fail(format!(

@@ -287,14 +287,17 @@ mod tests {
 
     type Initial = Vec<(EntityId, EntityId, &'static str)>;
 
+    /// A run's outcome and its delivery log.
+    type Ran = (
+        Result<Outcome<String>, SimError>,
+        Vec<(u64, u32, &'static str)>,
+    );
+
     fn run(
         initial: Initial,
         script: impl Fn(EntityId, &'static str) -> Result<Effects<&'static str, String>, SimError>
             + 'static,
-    ) -> (
-        Result<Outcome<String>, SimError>,
-        Vec<(u64, u32, &'static str)>,
-    ) {
+    ) -> Ran {
         let log = Log::default();
         let world = Toy {
             log: log.clone(),
