@@ -399,3 +399,23 @@ fn sizes_that_cannot_fit_in_memory_are_refused_with_the_estimate() {
         "{e}"
     );
 }
+
+#[test]
+fn new_hardening_fields_name_what_is_allowed() {
+    let e = error(BASE, &["on_divergence=ignore"]);
+    assert!(
+        e.contains(
+            "field `on_divergence`: unknown variant `ignore`, expected `stop` or `continue`"
+        ),
+        "{e}"
+    );
+    let parquet = "rounds: 3\ndata: {kind: parquet, path: x.parquet, features_column: x}\n\
+                   algorithm: {name: fedavg}\n";
+    // Inside the internally tagged `data` enum serde reports the section, not the sub-field
+    // (as for every data setting); the message still names the value and what is allowed.
+    let e = error(parquet, &["data.non_finite=keep"]);
+    assert!(
+        e.contains("field `data`: unknown variant `keep`, expected `reject` or `drop`"),
+        "{e}"
+    );
+}
