@@ -37,3 +37,25 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     }
     text
 }
+
+/// A problem with one field of a scenario section: the dotted path below the section that
+/// holds it, and what is wrong and what is allowed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("field `{path}`: {message}")]
+pub struct FieldError {
+    pub path: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(path: String, message: String) -> Self {
+        FieldError { path, message }
+    }
+}
+
+/// The `(path, message)` pairs the scenario's older validators return.
+impl From<FieldError> for (String, String) {
+    fn from(e: FieldError) -> Self {
+        (e.path, e.message)
+    }
+}

@@ -3,7 +3,7 @@
 //! pending messages at the time the system model says they finish.
 
 use super::{Deliver, DivergenceWatch, FlEffects, JobContext, Msg, TrainerPool, SERVER};
-use crate::algorithms::{Algorithm, Evaluation, Finite};
+use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite, NoveltyScores};
 use crate::data::Split;
 use crate::report::DivergenceStage;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
@@ -156,7 +156,6 @@ impl<A: Algorithm> Client<A> {
     fn evaluate(&mut self, round: u32, global: Arc<A::Global>, eff: &mut FlEffects<A>) {
         let (jobs, id) = (self.jobs.clone(), self.id);
         let (state, unseen) = (self.state.clone(), self.unseen);
-        let cluster = self.jobs.algorithm.cluster(&global, id);
         let mut rng = self.seeds.rng(Entity::Client(id), "evaluate", round as u64);
         let pending = self.pool.submit(move || {
             let ctx = jobs.local(id, round, jobs.training.lr_at(round));
@@ -165,11 +164,20 @@ impl<A: Algorithm> Client<A> {
                 true => alg.adapt_unseen(&ctx, &global, &mut rng),
                 false => state,
             };
+            let results = alg.evaluate(&ctx, &global, &state, &mut rng);
+            let mut report = alg.report(&global, &state, id);
+            if !jobs.data.novel.is_empty() {
+                let test = jobs.data.view(id as usize, Split::Test);
+                let novel = jobs.data.novel_view(id as usize);
+                let typical = alg.typicality(&ctx, &global, &state, test);
+                report.novelty = typical
+                    .zip(alg.typicality(&ctx, &global, &state, novel))
+                    .map(|(typical, novel)| NoveltyScores { typical, novel });
+            }
             Msg::Evaluated {
                 round,
-                results: alg.evaluate(&ctx, &global, &state, &mut rng),
-                cluster,
-                mixture: alg.mixture_weights(&state),
+                results,
+                report,
             }
         });
         eff.send_pending(self.me(), SimDuration::ZERO, pending);
@@ -180,15 +188,15 @@ impl<A: Algorithm> Client<A> {
         now: SimTime,
         round: u32,
         results: Vec<Evaluation>,
-        (cluster, mixture): (Option<u32>, Option<Vec<f64>>),
+        report: ClientReport,
         eff: &mut FlEffects<A>,
     ) {
         let sampled = self.last_trained == Some(round);
         let records = super::evaluation_records(
             (round, now, self.id),
             results,
-            mixture,
-            (sampled, cluster, self.unseen),
+            report,
+            (sampled, self.unseen),
         );
         records.into_iter().for_each(|r| eff.record(r));
     }
@@ -236,12 +244,11 @@ impl<A: Algorithm> Client<A> {
             Msg::Evaluated {
                 round,
                 results,
-                cluster,
-                mixture,
+                report,
             } => {
                 let at = (round, now, Some(self.id));
                 self.watch.check_evaluation(&results, at, &mut eff);
-                self.evaluated(now, round, results, (cluster, mixture), &mut eff)
+                self.evaluated(now, round, results, report, &mut eff)
             }
             _ => {
                 return Err(SimError::Model(format!(

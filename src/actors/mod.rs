@@ -19,13 +19,13 @@ pub use sampling::{SampleSize, Sampling, Strategy};
 pub use trainer::TrainerPool;
 
 use crate::algorithms::{
-    Algorithm, AlgorithmSpec, Apfl, Clustered, Ditto, Evaluation, FedAvg, FedEm, Local, Noop,
-    PFedMe, PerFedAvg, Training,
+    Algorithm, AlgorithmSpec, ClientReport, Evaluation, Gossip, Population, Registration, Training,
 };
 use crate::data::{FederatedData, Split};
 use crate::models::{Architecture, ModelSpec};
 use crate::report::{
-    DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, MixtureRecord, Record,
+    DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, MixtureRecord,
+    NoveltyRecord, Record,
 };
 use crate::sim::{
     Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime, World,
@@ -206,13 +206,12 @@ pub enum Msg<A: Algorithm> {
     },
     /// Client: evaluate your model after `round`.
     Evaluate { round: u32, global: Arc<A::Global> },
-    /// Client (from its own evaluation job): results per model and split, and the mixture
-    /// weights it was evaluated with (mixture algorithms).
+    /// Client (from its own evaluation job): results per model and split, and what the
+    /// algorithm reports about the state it was evaluated with.
     Evaluated {
         round: u32,
         results: Vec<Evaluation>,
-        cluster: Option<u32>,
-        mixture: Option<Vec<f64>>,
+        report: ClientReport,
     },
 }
 
@@ -280,20 +279,43 @@ where
     }
 }
 
-/// The records of one client's evaluation after `round`: its mixture weights (if any), then one
-/// row per (model, split).
+/// The records of one client's evaluation after `round`: what the algorithm reports (mixture
+/// weights, extras), then one row per (model, split).
 fn evaluation_records(
     (round, now, client): (u32, SimTime, u32),
     results: Vec<Evaluation>,
-    mixture: Option<Vec<f64>>,
-    (sampled, cluster, unseen): (bool, Option<u32>, bool),
+    report: ClientReport,
+    (sampled, unseen): (bool, bool),
 ) -> Vec<Record> {
+    let ClientReport {
+        mixture,
+        cluster,
+        extras,
+        novelty,
+    } = report;
+    let novelty = novelty.map(|scores| {
+        Record::Novelty(NoveltyRecord {
+            round,
+            client,
+            unseen,
+            scores,
+        })
+    });
     let weights = mixture.map(|weights| {
         Record::Mixture(MixtureRecord {
             round,
             client,
             unseen,
             weights,
+        })
+    });
+    let extras = extras.into_iter().map(|(name, values)| {
+        Record::Extra(ExtraRecord {
+            round,
+            client,
+            unseen,
+            name,
+            values,
         })
     });
     let rows = results.into_iter().map(|e| {
@@ -311,7 +333,12 @@ fn evaluation_records(
             unseen,
         })
     });
-    weights.into_iter().chain(rows).collect()
+    weights
+        .into_iter()
+        .chain(extras)
+        .chain(novelty)
+        .chain(rows)
+        .collect()
 }
 
 /// Rank 0 is the server; client `c` has rank `c + 1`.
@@ -344,8 +371,8 @@ impl<A: Algorithm> JobContext<A> {
     }
 }
 
-/// Runs one client-server simulation on `threads` trainer threads. `on_record` sees every
-/// record as it is made.
+/// Runs one simulation on `threads` trainer threads: the scenario's algorithm, with a server or
+/// on peers as it is registered. `on_record` sees every record as it is made.
 pub fn simulate(
     spec: &RunSpec,
     data: Arc<FederatedData>,
@@ -360,72 +387,66 @@ pub fn simulate(
         data.num_clients(),
         held_out_count,
     );
-    let held_out = |c: usize| unseen.binary_search(&(c as u32)).is_ok();
-    let participants_train: usize = (0..data.num_clients())
-        .filter(|&c| !held_out(c))
-        .map(|c| data.split_len(c, Split::Train))
-        .sum();
-    if spec.topology.is_some() {
-        return match &spec.algorithm {
-            AlgorithmSpec::DPsgd(_) => {
-                peer::simulate_peers(FedAvg::plain(), spec, data, threads, on_record)
-            }
-            AlgorithmSpec::DFedem(s) => peer::simulate_peers(
-                FedEm::new(s.clone(), participants_train),
-                spec,
-                data,
-                threads,
-                on_record,
-            ),
-            other => Err(SimError::Model(format!(
-                "`{}` needs a server; a topology takes d_psgd or d_fedem",
-                other.name()
-            ))),
-        };
+    spec.algorithm.launch(Launch {
+        spec,
+        data,
+        threads,
+        unseen,
+        on_record: Box::new(on_record),
+    })
+}
+
+/// Everything a run needs but its algorithm: what the registry hands the algorithm it builds.
+pub struct Launch<'a> {
+    spec: &'a RunSpec,
+    data: Arc<FederatedData>,
+    threads: usize,
+    /// The held-out clients (sorted).
+    unseen: Vec<u32>,
+    on_record: Box<dyn FnMut(&Record)>,
+}
+
+impl Launch<'_> {
+    /// The clients as the algorithm sees them when it is built.
+    pub fn population(&self) -> Population {
+        let participants_train = (0..self.data.num_clients())
+            .filter(|&c| self.unseen.binary_search(&(c as u32)).is_err())
+            .map(|c| self.data.split_len(c, Split::Train))
+            .sum();
+        Population {
+            clients: self.data.num_clients(),
+            participants_train,
+        }
     }
-    let on_record = (unseen, on_record);
-    match &spec.algorithm {
-        AlgorithmSpec::Fedavg(_) => simulate_with(FedAvg::plain(), spec, data, threads, on_record),
-        AlgorithmSpec::Fedprox(s) => simulate_with(FedAvg::prox(s), spec, data, threads, on_record),
-        AlgorithmSpec::FedavgPlus(s) => {
-            simulate_with(FedAvg::plus(s), spec, data, threads, on_record)
+
+    /// Runs `algorithm` with a server and clients.
+    pub fn with_server<A: Algorithm>(self, algorithm: A) -> Result<SimOutput, SimError> {
+        if self.spec.topology.is_some() {
+            return Err(SimError::Model(format!(
+                "`{}` needs a server; a topology takes {}",
+                self.spec.algorithm.name(),
+                Registration::names_where(|c| c.decentralized)
+            )));
         }
-        AlgorithmSpec::Local(_) => simulate_with(Local, spec, data, threads, on_record),
-        AlgorithmSpec::Clustered(s) => {
-            let alg = Clustered {
-                spec: s.clone(),
-                num_clients: data.num_clients() as u32,
-            };
-            simulate_with(alg, spec, data, threads, on_record)
+        let unseen = (self.unseen, self.on_record);
+        simulate_with(algorithm, self.spec, self.data, self.threads, unseen)
+    }
+
+    /// Runs `algorithm` on peers over the scenario's topology.
+    pub fn with_peers<A: Gossip>(self, algorithm: A) -> Result<SimOutput, SimError> {
+        if self.spec.topology.is_none() {
+            return Err(SimError::Model(format!(
+                "`{}` runs on peers and needs a `topology`",
+                self.spec.algorithm.name()
+            )));
         }
-        AlgorithmSpec::Apfl(s) => {
-            simulate_with(Apfl { spec: s.clone() }, spec, data, threads, on_record)
-        }
-        AlgorithmSpec::PerFedavg(s) => simulate_with(
-            PerFedAvg { spec: s.clone() },
-            spec,
-            data,
-            threads,
-            on_record,
-        ),
-        AlgorithmSpec::Ditto(s) => {
-            simulate_with(Ditto { spec: s.clone() }, spec, data, threads, on_record)
-        }
-        AlgorithmSpec::Pfedme(s) => {
-            simulate_with(PFedMe { spec: s.clone() }, spec, data, threads, on_record)
-        }
-        AlgorithmSpec::Noop(_) => simulate_with(Noop, spec, data, threads, on_record),
-        AlgorithmSpec::DPsgd(_) | AlgorithmSpec::DFedem(_) => Err(SimError::Model(format!(
-            "`{}` runs on peers and needs a `topology`",
-            spec.algorithm.name()
-        ))),
-        AlgorithmSpec::Fedem(s) => simulate_with(
-            FedEm::new(s.clone(), participants_train),
-            spec,
-            data,
-            threads,
-            on_record,
-        ),
+        peer::simulate_peers(
+            algorithm,
+            self.spec,
+            self.data,
+            self.threads,
+            self.on_record,
+        )
     }
 }
 

@@ -24,7 +24,7 @@ use super::{
     device_records, evaluation_records, run_world, Deliver, DivergenceWatch, HubWorld, JobContext,
     TrainerPool,
 };
-use crate::algorithms::{Evaluation, Finite, Gossip};
+use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip};
 use crate::data::{FederatedData, Split};
 use crate::report::{DivergenceStage, GossipRecord, Record};
 use crate::sim::{Effects, Entity, EntityId, SeedTree, SimDuration, SimError, SimTime};
@@ -60,7 +60,7 @@ pub enum PeerMsg<A: Gossip> {
     Evaluated {
         round: u32,
         results: Vec<Evaluation>,
-        mixture: Option<Vec<f64>>,
+        report: ClientReport,
     },
     /// Monitor: peer `peer` mixed round `round` into `model`, having sent `bytes` for it (or,
     /// `dropped`, sat the round out with `model` unchanged).
@@ -368,7 +368,6 @@ impl<A: Gossip> Peer<A> {
     fn evaluate(&self, round: u32, eff: &mut PeerEffects<A>) {
         let (jobs, id) = (self.shared.jobs.clone(), self.id);
         let (model, state) = (self.model.clone(), self.state.clone());
-        let mixture = jobs.algorithm.mixture_weights(&state);
         let mut rng = self
             .shared
             .seeds
@@ -379,7 +378,7 @@ impl<A: Gossip> Peer<A> {
             PeerMsg::Evaluated {
                 round,
                 results,
-                mixture,
+                report: jobs.algorithm.report(&model, &state, id),
             }
         });
         eff.send_pending(self.me(), SimDuration::ZERO, pending);
@@ -390,11 +389,10 @@ impl<A: Gossip> Peer<A> {
         now: SimTime,
         round: u32,
         results: Vec<Evaluation>,
-        mixture: Option<Vec<f64>>,
+        report: ClientReport,
         eff: &mut PeerEffects<A>,
     ) {
-        let records =
-            evaluation_records((round, now, self.id), results, mixture, (true, None, false));
+        let records = evaluation_records((round, now, self.id), results, report, (true, false));
         records.into_iter().for_each(|r| eff.record(r));
     }
 }
@@ -427,11 +425,11 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>>> for Peer<A> {
             PeerMsg::Evaluated {
                 round,
                 results,
-                mixture,
+                report,
             } => {
                 let at = (round, d.now, Some(self.id));
                 self.watch.check_evaluation(&results, at, &mut eff);
-                self.evaluated(d.now, round, results, mixture, &mut eff)
+                self.evaluated(d.now, round, results, report, &mut eff)
             }
             PeerMsg::Mixed { .. } => {
                 return Err(SimError::Model(format!(

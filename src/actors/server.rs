@@ -308,7 +308,7 @@ impl<A: Algorithm> Server<A> {
             .then(|| self.cfg.sampling.per_round(self.cfg.participants.len()))
     }
 
-    fn maybe_close(&mut self, now: SimTime, eff: &mut FlEffects<A>) {
+    fn maybe_close(&mut self, now: SimTime, eff: &mut FlEffects<A>) -> Result<(), SimError> {
         let quota_met = self.quota().is_some_and(|k| self.fresh.len() >= k);
         if self.open && (self.outstanding == 0 || quota_met) {
             let reason = if self.outstanding == 0 {
@@ -316,12 +316,18 @@ impl<A: Algorithm> Server<A> {
             } else {
                 Some(JobOutcome::Discarded)
             };
-            self.close(now, reason, eff);
+            self.close(now, reason, eff)?;
         }
+        Ok(())
     }
 
     /// Ends the synchronous round: jobs still out become `late_as`, then aggregate.
-    fn close(&mut self, now: SimTime, late_as: Option<JobOutcome>, eff: &mut FlEffects<A>) {
+    fn close(
+        &mut self,
+        now: SimTime,
+        late_as: Option<JobOutcome>,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
         self.open = false;
         let round = self.round;
         if let Some(outcome) = late_as {
@@ -341,7 +347,7 @@ impl<A: Algorithm> Server<A> {
         self.counts.completed = self.fresh.len() as u32;
         let mut held: Vec<Held<A>> = std::mem::take(&mut self.fresh);
         held.append(&mut self.late);
-        self.aggregate(held, 1.0, exponent);
+        self.aggregate(held, 1.0, exponent)?;
         self.counts.end = now;
         eff.record(Record::Round(std::mem::take(&mut self.counts)));
         self.after_aggregation(now, eff);
@@ -352,6 +358,7 @@ impl<A: Algorithm> Server<A> {
                 Msg::StartRound { round: round + 1 },
             );
         }
+        Ok(())
     }
 
     fn staleness_exponent(&self) -> f64 {
@@ -367,9 +374,14 @@ impl<A: Algorithm> Server<A> {
 
     /// Aggregates `held` into the global model: the algorithm's own rule when every update is
     /// fresh and the server's step is 1, its stale-aware rule otherwise.
-    fn aggregate(&mut self, mut held: Vec<Held<A>>, server_lr: f64, exponent: f64) {
+    fn aggregate(
+        &mut self,
+        mut held: Vec<Held<A>>,
+        server_lr: f64,
+        exponent: f64,
+    ) -> Result<(), SimError> {
         if held.is_empty() {
-            return;
+            return Ok(());
         }
         held.sort_by_key(|h| h.client);
         let next = if held.iter().all(|h| h.staleness == 0) && server_lr == 1.0 {
@@ -386,11 +398,17 @@ impl<A: Algorithm> Server<A> {
                     factor: staleness_factor(h.staleness, exponent),
                 })
                 .collect();
-            self.alg()
-                .aggregate_stale(&self.global, &stale, server_lr)
-                .expect("the scenario checks that the algorithm takes stale updates")
+            let Some(aggregate_stale) = A::STALE_UPDATES else {
+                return Err(SimError::Model(
+                    "this algorithm cannot take stale updates; use a synchronous policy without \
+                     late updates"
+                        .into(),
+                ));
+            };
+            aggregate_stale(self.alg(), &self.global, &stale, server_lr)
         };
         self.global = Arc::new(next);
+        Ok(())
     }
 
     /// The divergence check, evaluations and the final models after an aggregation that
@@ -490,7 +508,7 @@ impl<A: Algorithm> Server<A> {
             _ => 0,
         };
         eff.record(self.job_record(now, client, &job, outcome, compute, staleness));
-        self.maybe_close(now, eff);
+        self.maybe_close(now, eff)?;
         self.start_if_waiting(now, eff)
     }
 
@@ -555,15 +573,21 @@ impl<A: Algorithm> Server<A> {
         if self.open && job.round == self.round && job.late.is_none() {
             self.counts.failed += 1;
             self.outstanding -= 1;
-            self.maybe_close(now, eff);
+            self.maybe_close(now, eff)?;
         }
         self.start_if_waiting(now, eff)
     }
 
-    fn deadline(&mut self, now: SimTime, round: u32, eff: &mut FlEffects<A>) {
+    fn deadline(
+        &mut self,
+        now: SimTime,
+        round: u32,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
         if self.open && round == self.round {
-            self.close(now, Some(JobOutcome::Straggler), eff);
+            self.close(now, Some(JobOutcome::Straggler), eff)?;
         }
+        Ok(())
     }
 
     fn start_if_waiting(&mut self, now: SimTime, eff: &mut FlEffects<A>) -> Result<(), SimError> {
@@ -663,7 +687,7 @@ impl<A: Algorithm> Server<A> {
             let held = std::mem::take(&mut self.fresh);
             self.counts.completed = held.iter().filter(|h| h.staleness == 0).count() as u32;
             self.counts.late = held.len() as u32 - self.counts.completed;
-            self.aggregate(held, server_lr, staleness_exponent);
+            self.aggregate(held, server_lr, staleness_exponent)?;
             self.round += 1;
             self.counts.round = self.round;
             self.counts.start = self.round_start;
@@ -706,7 +730,7 @@ impl<A: Algorithm> Server<A> {
             Msg::Failed {
                 client, compute, ..
             } => self.failed(now, client, compute, &mut eff)?,
-            Msg::Deadline { round } => self.deadline(now, round, &mut eff),
+            Msg::Deadline { round } => self.deadline(now, round, &mut eff)?,
             Msg::Wake => {
                 if self.wake_at == Some(now) {
                     self.wake_at = None;

@@ -29,17 +29,23 @@ fn d_alpha() -> f64 {
     0.5
 }
 
-impl ApflSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+impl super::AlgorithmSettings for ApflSpec {
+    type Algorithm = Apfl;
+
+    fn build(&self, _: &super::Population) -> Apfl {
+        Apfl { spec: self.clone() }
+    }
+
+    fn validate(&self) -> Result<(), crate::FieldError> {
         if !(0.0..=1.0).contains(&self.alpha) {
-            return Err((
+            return Err(crate::FieldError::new(
                 "alpha".into(),
                 format!("must be in [0, 1], got {}", self.alpha),
             ));
         }
         if let Some(lr) = self.alpha_lr {
             if !(lr > 0.0 && lr.is_finite()) {
-                return Err((
+                return Err(crate::FieldError::new(
                     "alpha_lr".into(),
                     format!("must be a positive number, got {lr}"),
                 ));

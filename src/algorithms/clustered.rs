@@ -36,11 +36,23 @@ fn d_tol2() -> f64 {
     1.6
 }
 
-impl ClusteredSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+impl super::AlgorithmSettings for ClusteredSpec {
+    type Algorithm = Clustered;
+
+    fn build(&self, population: &super::Population) -> Clustered {
+        Clustered {
+            spec: self.clone(),
+            num_clients: population.clients as u32,
+        }
+    }
+
+    fn validate(&self) -> Result<(), crate::FieldError> {
         for (f, v) in [("tol1", self.tol1), ("tol2", self.tol2)] {
             if !(v >= 0.0 && v.is_finite()) {
-                return Err((f.into(), format!("must be a non-negative number, got {v}")));
+                return Err(crate::FieldError::new(
+                    f.into(),
+                    format!("must be a non-negative number, got {v}"),
+                ));
             }
         }
         Ok(())
@@ -188,8 +200,11 @@ impl Algorithm for Clustered {
         update.delta.len()
     }
 
-    fn cluster(&self, global: &Clusters, client: u32) -> Option<u32> {
-        Some(global.of_client[client as usize])
+    fn report(&self, global: &Clusters, _: &Vec<f32>, client: u32) -> super::ClientReport {
+        super::ClientReport {
+            cluster: Some(global.of_client[client as usize]),
+            ..Default::default()
+        }
     }
 
     fn local_update(

@@ -22,17 +22,23 @@ pub struct DittoSpec {
     pub personal_lr: Option<f64>,
 }
 
-impl DittoSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+impl super::AlgorithmSettings for DittoSpec {
+    type Algorithm = Ditto;
+
+    fn build(&self, _: &super::Population) -> Ditto {
+        Ditto { spec: self.clone() }
+    }
+
+    fn validate(&self) -> Result<(), crate::FieldError> {
         if !(self.lambda >= 0.0 && self.lambda.is_finite()) {
-            return Err((
+            return Err(crate::FieldError::new(
                 "lambda".into(),
                 format!("must be a non-negative number, got {}", self.lambda),
             ));
         }
         if let Some(lr) = self.personal_lr {
             if !(lr > 0.0 && lr.is_finite()) {
-                return Err((
+                return Err(crate::FieldError::new(
                     "personal_lr".into(),
                     format!("must be a positive number, got {lr}"),
                 ));

@@ -17,6 +17,27 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct FedAvgSpec {}
 
+impl super::AlgorithmSettings for FedAvgSpec {
+    type Algorithm = FedAvg;
+
+    fn build(&self, _: &super::Population) -> FedAvg {
+        FedAvg::plain()
+    }
+}
+
+/// D-PSGD (Lian et al. 2017) has FedAvg's settings: none.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DPsgdSpec {}
+
+impl super::AlgorithmSettings for DPsgdSpec {
+    type Algorithm = FedAvg;
+
+    fn build(&self, _: &super::Population) -> FedAvg {
+        FedAvg::plain()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FedProxSpec {
@@ -24,10 +45,16 @@ pub struct FedProxSpec {
     pub mu: f64,
 }
 
-impl FedProxSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+impl super::AlgorithmSettings for FedProxSpec {
+    type Algorithm = FedAvg;
+
+    fn build(&self, _: &super::Population) -> FedAvg {
+        FedAvg::prox(self)
+    }
+
+    fn validate(&self) -> Result<(), crate::FieldError> {
         if !(self.mu >= 0.0 && self.mu.is_finite()) {
-            return Err((
+            return Err(crate::FieldError::new(
                 "mu".into(),
                 format!("must be a non-negative number, got {}", self.mu),
             ));
@@ -52,14 +79,23 @@ fn default_finetune_epochs() -> u32 {
     1
 }
 
-impl FedAvgPlusSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+impl super::AlgorithmSettings for FedAvgPlusSpec {
+    type Algorithm = FedAvg;
+
+    fn build(&self, _: &super::Population) -> FedAvg {
+        FedAvg::plus(self)
+    }
+
+    fn validate(&self) -> Result<(), crate::FieldError> {
         if self.finetune_epochs == 0 {
-            return Err(("finetune_epochs".into(), "must be at least 1".into()));
+            return Err(crate::FieldError::new(
+                "finetune_epochs".into(),
+                "must be at least 1".into(),
+            ));
         }
         if let Some(lr) = self.finetune_lr {
             if !(lr > 0.0 && lr.is_finite()) {
-                return Err((
+                return Err(crate::FieldError::new(
                     "finetune_lr".into(),
                     format!("must be a positive number, got {lr}"),
                 ));
@@ -100,7 +136,7 @@ impl FedAvg {
     }
 }
 
-/// `aggregate` (FedAvg's weighted average) and `aggregate_stale` (FedBuff's) for an
+/// `aggregate` (FedAvg's weighted average) and `STALE_UPDATES` (FedBuff's) for an
 /// [`Algorithm`] whose server holds one flat model and whose clients send [`ModelUpdate`]s.
 macro_rules! model_update_aggregation {
     () => {
@@ -108,14 +144,10 @@ macro_rules! model_update_aggregation {
             ModelUpdate::average(updates)
         }
 
-        fn aggregate_stale(
-            &self,
-            global: &Vec<f32>,
-            updates: &[$crate::algorithms::StaleUpdate<'_, Vec<f32>, ModelUpdate>],
-            server_lr: f64,
-        ) -> Option<Vec<f32>> {
-            Some(ModelUpdate::stale_average(global, updates, server_lr))
-        }
+        const STALE_UPDATES: Option<$crate::algorithms::AggregateStale<Self>> =
+            Some(|_, global, updates, server_lr| {
+                ModelUpdate::stale_average(global, updates, server_lr)
+            });
     };
 }
 pub(crate) use model_update_aggregation;
@@ -215,6 +247,22 @@ impl Algorithm for FedAvg {
     }
 
     model_update_aggregation!();
+
+    /// The global model's confidence maxᵧ p(y | x) (FedAvg+ too: before fine-tuning).
+    fn typicality(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &Vec<f32>,
+        _: &Vec<f32>,
+        view: crate::data::SplitView<'_>,
+    ) -> Option<Vec<f64>> {
+        Some(super::fedgmm::max_probability(
+            ctx.arch,
+            &[global],
+            &[1.0],
+            view,
+        ))
+    }
 
     fn evaluate(
         &self,

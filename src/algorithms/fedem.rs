@@ -6,8 +6,8 @@
 //! Σ_m π_m · p(y | x; θ_m).
 
 use super::{
-    stale_delta_average, weighted_average, Algorithm, Evaluation, LocalContext, ModelKind,
-    StaleUpdate,
+    stale_delta_average, weighted_average, AggregateStale, Algorithm, ClientReport, Evaluation,
+    LocalContext, ModelKind, StaleUpdate,
 };
 use crate::models::{evaluate_mixture, sample_losses, Architecture, LocalPlan, Objective};
 use rand_chacha::ChaCha20Rng;
@@ -64,16 +64,28 @@ impl Default for FedEmSpec {
     }
 }
 
-impl FedEmSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+impl super::AlgorithmSettings for FedEmSpec {
+    type Algorithm = FedEm;
+
+    fn build(&self, population: &super::Population) -> FedEm {
+        FedEm::new(self.clone(), population.participants_train)
+    }
+
+    fn validate(&self) -> Result<(), crate::FieldError> {
         if self.components == 0 {
-            return Err(("components".into(), "must be at least 1".into()));
+            return Err(crate::FieldError::new(
+                "components".into(),
+                "must be at least 1".into(),
+            ));
         }
         if self.unseen_em_iterations == 0 {
-            return Err(("unseen_em_iterations".into(), "must be at least 1".into()));
+            return Err(crate::FieldError::new(
+                "unseen_em_iterations".into(),
+                "must be at least 1".into(),
+            ));
         }
         if !(self.unseen_em_tolerance >= 0.0 && self.unseen_em_tolerance.is_finite()) {
-            return Err((
+            return Err(crate::FieldError::new(
                 "unseen_em_tolerance".into(),
                 format!(
                     "must be a non-negative number, got {}",
@@ -82,6 +94,23 @@ impl FedEmSpec {
             ));
         }
         Ok(())
+    }
+}
+
+/// D-FedEM (Marfoq et al. 2021, Alg. 4) has FedEM's settings.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DFedEmSpec(pub FedEmSpec);
+
+impl super::AlgorithmSettings for DFedEmSpec {
+    type Algorithm = FedEm;
+
+    fn build(&self, population: &super::Population) -> FedEm {
+        self.0.build(population)
+    }
+
+    fn validate(&self) -> Result<(), crate::FieldError> {
+        self.0.validate()
     }
 }
 
@@ -102,6 +131,30 @@ impl FedEm {
             spec,
             total_train: total_train as f64,
         }
+    }
+
+    /// Each component moves by the p_t-weighted (and staleness-weighted) average change, with
+    /// p_t = n_t / n as in [`FedEm::aggregate`] (over the arrived clients with `renormalize`).
+    fn aggregate_stale(
+        &self,
+        global: &Vec<Vec<f32>>,
+        updates: &[StaleUpdate<'_, Vec<Vec<f32>>, FedEmUpdate>],
+        server_lr: f64,
+    ) -> Vec<Vec<f32>> {
+        let arrived: f64 = updates.iter().map(|u| u.update.weight).sum();
+        let total = match self.spec.unsampled {
+            Unsampled::KeepGlobal => self.total_train.max(arrived),
+            Unsampled::Renormalize => arrived,
+        };
+        (0..global.len())
+            .map(|m| {
+                let items = updates.iter().map(|u| {
+                    let (x, b) = (&u.update.components[m][..], &u.base[m][..]);
+                    (u.update.weight, u.factor, x, b)
+                });
+                stale_delta_average(&global[m], items, total, server_lr)
+            })
+            .collect()
     }
 }
 
@@ -219,8 +272,11 @@ impl Algorithm for FedEm {
         global.clone()
     }
 
-    fn mixture_weights(&self, state: &FedEmClient) -> Option<Vec<f64>> {
-        Some(state.pi.clone())
+    fn report(&self, _: &Vec<Vec<f32>>, state: &FedEmClient, _: u32) -> ClientReport {
+        ClientReport {
+            mixture: Some(state.pi.clone()),
+            ..Default::default()
+        }
     }
 
     fn broadcast_len(&self, global: &Vec<Vec<f32>>) -> usize {
@@ -274,6 +330,8 @@ impl Algorithm for FedEm {
         }
     }
 
+    const STALE_UPDATES: Option<AggregateStale<Self>> = Some(FedEm::aggregate_stale);
+
     fn aggregate(&self, global: &Vec<Vec<f32>>, updates: &[(u32, FedEmUpdate)]) -> Vec<Vec<f32>> {
         let sampled: f64 = updates.iter().map(|(_, u)| u.weight).sum();
         let rest = match self.spec.unsampled {
@@ -289,32 +347,6 @@ impl Algorithm for FedEm {
                 weighted_average(sampled.chain(kept))
             })
             .collect()
-    }
-
-    /// Each component moves by the p_t-weighted (and staleness-weighted) average change, with
-    /// p_t = n_t / n as in [`FedEm::aggregate`] (over the arrived clients with `renormalize`).
-    fn aggregate_stale(
-        &self,
-        global: &Vec<Vec<f32>>,
-        updates: &[StaleUpdate<'_, Vec<Vec<f32>>, FedEmUpdate>],
-        server_lr: f64,
-    ) -> Option<Vec<Vec<f32>>> {
-        let arrived: f64 = updates.iter().map(|u| u.update.weight).sum();
-        let total = match self.spec.unsampled {
-            Unsampled::KeepGlobal => self.total_train.max(arrived),
-            Unsampled::Renormalize => arrived,
-        };
-        Some(
-            (0..global.len())
-                .map(|m| {
-                    let items = updates.iter().map(|u| {
-                        let (x, b) = (&u.update.components[m][..], &u.base[m][..]);
-                        (u.update.weight, u.factor, x, b)
-                    });
-                    stale_delta_average(&global[m], items, total, server_lr)
-                })
-                .collect(),
-        )
     }
 
     /// FedEM Table 3: the components stay fixed; π is fitted by EM on the client's training data.
@@ -337,6 +369,23 @@ impl Algorithm for FedEm {
             pi,
             momentum: Vec::new(),
         }
+    }
+
+    /// The confidence maxᵧ p(y | x) of the client's mixture Σ_m π_m p(y | x; θ_m).
+    fn typicality(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &Vec<Vec<f32>>,
+        state: &FedEmClient,
+        view: crate::data::SplitView<'_>,
+    ) -> Option<Vec<f64>> {
+        let components: Vec<&[f32]> = global.iter().map(Vec::as_slice).collect();
+        Some(super::fedgmm::max_probability(
+            ctx.arch,
+            &components,
+            &state.pi,
+            view,
+        ))
     }
 
     fn evaluate(

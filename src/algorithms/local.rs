@@ -1,7 +1,7 @@
 //! Local training: every client trains its own model on its own data and nothing is
 //! communicated. All clients start from the same initial model.
 
-use super::{Algorithm, Evaluation, LocalContext, ModelKind, StaleUpdate};
+use super::{AggregateStale, Algorithm, Evaluation, LocalContext, ModelKind};
 use crate::models::{evaluate, Architecture, Objective};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -9,6 +9,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LocalSpec {}
+
+impl super::AlgorithmSettings for LocalSpec {
+    type Algorithm = Local;
+
+    fn build(&self, _: &super::Population) -> Local {
+        Local
+    }
+}
 
 #[derive(Clone, Debug, Default)]
 pub struct Local;
@@ -69,17 +77,11 @@ impl Algorithm for Local {
         );
     }
 
+    /// Nothing is communicated, fresh or stale.
+    const STALE_UPDATES: Option<AggregateStale<Self>> = Some(|_, global, _, _| global.clone());
+
     fn aggregate(&self, global: &Vec<f32>, _: &[(u32, ())]) -> Vec<f32> {
         global.clone()
-    }
-
-    fn aggregate_stale(
-        &self,
-        global: &Vec<f32>,
-        _: &[StaleUpdate<'_, Vec<f32>, ()>],
-        _: f64,
-    ) -> Option<Vec<f32>> {
-        Some(global.clone())
     }
 
     fn evaluate(

@@ -1,5 +1,7 @@
 //! Federated algorithms, one file each, behind the [`Algorithm`] trait, chosen in a scenario by
-//! the tagged enum [`AlgorithmSpec`] (`algorithm: {name: fedavg, ...}`).
+//! name from the [`registry`] (`algorithm: {name: fedavg, ...}`). Adding one: write its file
+//! (settings implementing [`AlgorithmSettings`], the algorithm implementing [`Algorithm`]) and
+//! add one line to [`registry::REGISTRY`].
 //!
 //! An algorithm says what the server holds, what each client keeps between rounds, what a
 //! client computes locally (a pure function of its inputs and random stream, run on the trainer
@@ -11,20 +13,26 @@ mod clustered;
 mod ditto;
 mod fedavg;
 mod fedem;
+mod fedgmm;
 mod local;
 mod noop;
 mod per_fedavg;
 mod pfedme;
+pub mod registry;
 
 pub use apfl::{Apfl, ApflSpec};
 pub use clustered::{complete_linkage_bipartition, Clustered, ClusteredSpec, Clusters};
 pub use ditto::{Ditto, DittoSpec};
-pub use fedavg::{FedAvg, FedAvgPlusSpec, FedAvgSpec, FedProxSpec, ModelUpdate};
-pub use fedem::{e_step, fit_mixture_weights, FedEm, FedEmSpec, Unsampled, MIN_MIXTURE_WEIGHT};
+pub use fedavg::{DPsgdSpec, FedAvg, FedAvgPlusSpec, FedAvgSpec, FedProxSpec, ModelUpdate};
+pub use fedem::{
+    e_step, fit_mixture_weights, DFedEmSpec, FedEm, FedEmSpec, Unsampled, MIN_MIXTURE_WEIGHT,
+};
+pub use fedgmm::{Covariance, FedGmm, FedGmmSpec, Gaussian, GmmGlobal};
 pub use local::{Local, LocalSpec};
 pub use noop::{Noop, NoopSpec};
 pub use per_fedavg::{PerFedAvg, PerFedAvgSpec};
 pub use pfedme::{PFedMe, PFedMeSpec};
+pub use registry::{AlgorithmSettings, AlgorithmSpec, Capabilities, Population, Registration};
 
 use crate::data::Split;
 use crate::data::{FederatedData, SplitView};
@@ -32,91 +40,6 @@ use crate::models::{
     for_each_batch, train_sgd, Architecture, Batch, EvalStats, LocalPlan, LocalWork, Objective,
 };
 use rand_chacha::ChaCha20Rng;
-use serde::{Deserialize, Serialize};
-
-/// Which algorithm a scenario runs.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "name", rename_all = "snake_case", deny_unknown_fields)]
-pub enum AlgorithmSpec {
-    /// FedAvg (McMahan et al. 2017): local SGD, weighted average of the models.
-    Fedavg(FedAvgSpec),
-    /// FedProx (Li et al. 2020): FedAvg with a proximal term (μ/2)‖θ − θ_global‖² in the local loss.
-    Fedprox(FedProxSpec),
-    /// FedAvg+ (Jiang et al. 2019): FedAvg, then each client fine-tunes a copy of the global
-    /// model on its own training data before it is tested.
-    FedavgPlus(FedAvgPlusSpec),
-    /// Every client trains alone on its own data; nothing is communicated.
-    Local(LocalSpec),
-    /// FedEM (Marfoq et al. 2021): a mixture of M shared components, learned by federated EM.
-    Fedem(FedEmSpec),
-    /// pFedMe (Dinh et al. 2020): personalized models through Moreau envelopes.
-    Pfedme(PFedMeSpec),
-    /// Clustered FL (Sattler et al. 2020): clusters split by the cosine similarity of updates.
-    Clustered(ClusteredSpec),
-    /// APFL (Deng et al. 2020): a local model mixed with the global one.
-    Apfl(ApflSpec),
-    /// Per-FedAvg (Fallah et al. 2020), first-order MAML: adapt with one step before testing.
-    PerFedavg(PerFedAvgSpec),
-    /// Ditto (Li et al. 2021): personal models pulled towards the global one.
-    Ditto(DittoSpec),
-    /// No training: only the system is simulated (round times, participation).
-    Noop(NoopSpec),
-    /// D-PSGD (Lian et al. 2017), decentralized FedAvg: peers train locally, then average
-    /// with their neighbours (needs `topology`).
-    DPsgd(FedAvgSpec),
-    /// D-FedEM (Marfoq et al. 2021, Alg. 4): FedEM without a server; each peer keeps its own
-    /// M components and mixes them with its neighbours' (needs `topology`).
-    DFedem(FedEmSpec),
-}
-
-impl AlgorithmSpec {
-    pub fn name(&self) -> &'static str {
-        match self {
-            AlgorithmSpec::Fedavg(_) => "fedavg",
-            AlgorithmSpec::Fedprox(_) => "fedprox",
-            AlgorithmSpec::FedavgPlus(_) => "fedavg_plus",
-            AlgorithmSpec::Local(_) => "local",
-            AlgorithmSpec::Fedem(_) => "fedem",
-            AlgorithmSpec::Pfedme(_) => "pfedme",
-            AlgorithmSpec::Clustered(_) => "clustered",
-            AlgorithmSpec::Apfl(_) => "apfl",
-            AlgorithmSpec::PerFedavg(_) => "per_fedavg",
-            AlgorithmSpec::Ditto(_) => "ditto",
-            AlgorithmSpec::Noop(_) => "noop",
-            AlgorithmSpec::DPsgd(_) => "d_psgd",
-            AlgorithmSpec::DFedem(_) => "d_fedem",
-        }
-    }
-
-    /// Whether the algorithm runs on peers over a `topology` instead of with a server.
-    pub fn is_decentralized(&self) -> bool {
-        matches!(self, AlgorithmSpec::DPsgd(_) | AlgorithmSpec::DFedem(_))
-    }
-
-    /// Whether the algorithm can aggregate stale updates (asynchronous FedBuff rounds, late
-    /// updates accepted into the next round).
-    pub fn takes_stale_updates(&self) -> bool {
-        !matches!(self, AlgorithmSpec::Pfedme(_) | AlgorithmSpec::Clustered(_))
-    }
-
-    /// Checks the algorithm's own settings; errors are `(field path below algorithm, message)`.
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        match self {
-            AlgorithmSpec::Fedem(s) | AlgorithmSpec::DFedem(s) => s.validate(),
-            AlgorithmSpec::Fedprox(s) => s.validate(),
-            AlgorithmSpec::FedavgPlus(s) => s.validate(),
-            AlgorithmSpec::Pfedme(s) => s.validate(),
-            AlgorithmSpec::Clustered(s) => s.validate(),
-            AlgorithmSpec::Apfl(s) => s.validate(),
-            AlgorithmSpec::PerFedavg(s) => s.validate(),
-            AlgorithmSpec::Ditto(s) => s.validate(),
-            AlgorithmSpec::Fedavg(_)
-            | AlgorithmSpec::Local(_)
-            | AlgorithmSpec::Noop(_)
-            | AlgorithmSpec::DPsgd(_) => Ok(()),
-        }
-    }
-}
 
 /// Which model an evaluation row measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -358,14 +281,15 @@ pub trait Algorithm: Send + Sync + 'static {
     /// The server's models as flat parameter vectors (recorded after the last round).
     fn models(&self, global: &Self::Global) -> Vec<Vec<f32>>;
 
-    /// A client's mixture weights, for mixture algorithms (recorded at evaluations).
-    fn mixture_weights(&self, _state: &Self::ClientState) -> Option<Vec<f64>> {
-        None
-    }
-
-    /// The cluster a client belongs to, for algorithms that cluster clients.
-    fn cluster(&self, _global: &Self::Global, _client: u32) -> Option<u32> {
-        None
+    /// What to record about a client at an evaluation besides its accuracy (mixture weights,
+    /// cluster, anything else by name), from the state it was evaluated with.
+    fn report(
+        &self,
+        _global: &Self::Global,
+        _state: &Self::ClientState,
+        _client: u32,
+    ) -> ClientReport {
+        ClientReport::default()
     }
 
     /// The state of a client held out of training once it has adapted to `global` with its own
@@ -380,19 +304,24 @@ pub trait Algorithm: Send + Sync + 'static {
         self.init_client(global, ctx.client)
     }
 
+    /// How the algorithm combines updates computed from older models (asynchronous FedBuff
+    /// rounds, late updates accepted into the next round), if it can: `None` declares that it
+    /// cannot, and validation refuses such policies for it (see [`Capabilities`]).
+    const STALE_UPDATES: Option<AggregateStale<Self>> = None;
+
     /// Combines one round's updates, given in increasing client order.
     fn aggregate(&self, global: &Self::Global, updates: &[(u32, Self::Update)]) -> Self::Global;
 
-    /// Combines updates computed from older models (asynchronous or late rounds): each comes
-    /// with the model it started from and a staleness factor, in increasing client order. The
-    /// server moves by `server_lr` times the factor-weighted average change. `None`: this
-    /// algorithm cannot take stale updates (see [`AlgorithmSpec::takes_stale_updates`]).
-    fn aggregate_stale(
+    /// How typical each row of `view` is for this client's model, for novelty detection
+    /// (higher: more like its training data): FedGMM's log p(x), a classifier's confidence
+    /// maxᵧ p(y | x). `None`: the algorithm does not score novelty. Runs on the trainer pool.
+    fn typicality(
         &self,
+        _ctx: &LocalContext<'_>,
         _global: &Self::Global,
-        _updates: &[StaleUpdate<'_, Self::Global, Self::Update>],
-        _server_lr: f64,
-    ) -> Option<Self::Global> {
+        _state: &Self::ClientState,
+        _view: SplitView<'_>,
+    ) -> Option<Vec<f64>> {
         None
     }
 
@@ -408,6 +337,40 @@ pub trait Algorithm: Send + Sync + 'static {
         state: &Self::ClientState,
         rng: &mut ChaCha20Rng,
     ) -> Vec<Evaluation>;
+}
+
+/// Combines stale updates, each with the model it started from and a staleness factor, in
+/// increasing client order: the server moves by `server_lr` times the factor-weighted average
+/// change.
+pub type AggregateStale<A> = fn(
+    &A,
+    &<A as Algorithm>::Global,
+    &[StaleUpdate<'_, <A as Algorithm>::Global, <A as Algorithm>::Update>],
+    f64,
+) -> <A as Algorithm>::Global;
+
+/// What an algorithm reports about a client at an evaluation besides its accuracy.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClientReport {
+    /// Mixture weights (FedEM's π, FedGMM's joint π): `mixtures.parquet`.
+    pub mixture: Option<Vec<f64>>,
+    /// The client's cluster (Clustered FL): the `cluster` column of the metrics.
+    pub cluster: Option<u32>,
+    /// Anything else, by name, as numbers: `extras.parquet` (one row per value).
+    pub extras: Vec<(String, Vec<f64>)>,
+    /// Typicality scores of the client's test rows and of its novel rows, where the data set
+    /// has novel rows and the algorithm scores them (filled in by the client from
+    /// [`Algorithm::typicality`]): `novelty.parquet` and the summary's novelty figures.
+    pub novelty: Option<NoveltyScores>,
+}
+
+/// Typicality scores (higher: more like the training data) of a client's rows.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NoveltyScores {
+    /// The test split's rows (in distribution).
+    pub typical: Vec<f64>,
+    /// The novel rows.
+    pub novel: Vec<f64>,
 }
 
 /// An algorithm that also runs without a server (D-PSGD from FedAvg, D-FedEM from FedEM):
@@ -522,6 +485,7 @@ pub(crate) mod testkit {
                     test: rows.len()..rows.len(),
                 }],
                 truth: None,
+                novel: Vec::new(),
             };
             Kit {
                 arch: Architecture::new(&ModelSpec::Linear, dim, 2),

@@ -3,7 +3,7 @@
 //! times, participation, stragglers) at scales where training would dominate, and for
 //! measuring the simulator's own overhead.
 
-use super::{Algorithm, Evaluation, LocalContext, StaleUpdate};
+use super::{AggregateStale, Algorithm, Evaluation, LocalContext};
 use crate::models::Architecture;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -11,6 +11,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NoopSpec {}
+
+impl super::AlgorithmSettings for NoopSpec {
+    type Algorithm = Noop;
+
+    fn build(&self, _: &super::Population) -> Noop {
+        Noop
+    }
+}
 
 #[derive(Clone, Debug, Default)]
 pub struct Noop;
@@ -49,17 +57,11 @@ impl Algorithm for Noop {
         Vec::new()
     }
 
+    /// Nothing to combine, fresh or stale.
+    const STALE_UPDATES: Option<AggregateStale<Self>> = Some(|_, global, _, _| *global);
+
     fn aggregate(&self, global: &usize, _: &[(u32, usize)]) -> usize {
         *global
-    }
-
-    fn aggregate_stale(
-        &self,
-        global: &usize,
-        _: &[StaleUpdate<'_, usize, usize>],
-        _: f64,
-    ) -> Option<usize> {
-        Some(*global)
     }
 
     fn evaluate(

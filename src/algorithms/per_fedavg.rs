@@ -22,10 +22,16 @@ pub struct PerFedAvgSpec {
     pub inner_lr: f64,
 }
 
-impl PerFedAvgSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+impl super::AlgorithmSettings for PerFedAvgSpec {
+    type Algorithm = PerFedAvg;
+
+    fn build(&self, _: &super::Population) -> PerFedAvg {
+        PerFedAvg { spec: self.clone() }
+    }
+
+    fn validate(&self) -> Result<(), crate::FieldError> {
         if !(self.inner_lr > 0.0 && self.inner_lr.is_finite()) {
-            return Err((
+            return Err(crate::FieldError::new(
                 "inner_lr".into(),
                 format!("must be a positive number, got {}", self.inner_lr),
             ));

@@ -53,20 +53,32 @@ fn d_true() -> bool {
     true
 }
 
-impl PFedMeSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+impl super::AlgorithmSettings for PFedMeSpec {
+    type Algorithm = PFedMe;
+
+    fn build(&self, _: &super::Population) -> PFedMe {
+        PFedMe { spec: self.clone() }
+    }
+
+    fn validate(&self) -> Result<(), crate::FieldError> {
         let positive = |f: &str, v: f64| {
             if v > 0.0 && v.is_finite() {
                 Ok(())
             } else {
-                Err((f.to_string(), format!("must be a positive number, got {v}")))
+                Err(crate::FieldError::new(
+                    f.to_string(),
+                    format!("must be a positive number, got {v}"),
+                ))
             }
         };
         positive("lambda", self.lambda)?;
         positive("personal_lr", self.personal_lr)?;
         positive("beta", self.beta)?;
         if self.inner_steps == 0 {
-            return Err(("inner_steps".into(), "must be at least 1".into()));
+            return Err(crate::FieldError::new(
+                "inner_steps".into(),
+                "must be at least 1".into(),
+            ));
         }
         Ok(())
     }

@@ -400,7 +400,9 @@ impl FedemSyntheticSpec {
                 components,
                 weights,
                 labels: self.label_law(),
+                inputs: None,
             }),
+            novel: Vec::new(),
         }
     }
 }

@@ -5,12 +5,14 @@
 //! (tensors are not `Sync`; the trainer makes zero-copy views of these buffers instead).
 
 mod fedem_synthetic;
+mod fedgmm_synthetic;
 mod numpy_rng;
 mod parquet;
 mod split;
 mod synthetic_ab;
 
 pub use fedem_synthetic::{FedemSyntheticSpec, LabelLaw, LabelRule};
+pub use fedgmm_synthetic::{ComponentLaw, FedgmmSyntheticSpec, InputLaw, Marginal};
 pub use numpy_rng::NumpyRandomState;
 pub use parquet::{DataError, NonFinite, ParquetSpec};
 pub use split::SplitSpec;
@@ -69,12 +71,22 @@ pub struct MixtureTruth {
     pub weights: Vec<Vec<f64>>,
     /// How a label follows from ⟨x, θ_z⟩; `None` when the labels do not follow the model.
     pub labels: Option<LabelLaw>,
+    /// Components with input laws of their own (FedGMM's data): each labels its own inputs,
+    /// so P(y | x) follows from the posterior over components given x.
+    pub inputs: Option<Vec<ComponentLaw>>,
 }
 
 impl MixtureTruth {
     /// P(y = 1 | x) for client `client` under the true model, Σ_m π_m · P(y = 1 | ⟨x, θ_m⟩);
     /// `None` when the labels do not follow the model.
     pub fn positive_probability(&self, client: usize, x: &[f32]) -> Option<f64> {
+        if let Some(laws) = &self.inputs {
+            return Some(fedgmm_synthetic::positive_probability(
+                laws,
+                &self.weights[client],
+                x,
+            ));
+        }
         let law = self.labels?;
         Some(
             self.components
@@ -93,7 +105,9 @@ impl MixtureTruth {
     /// the ceiling of any method on these rows, up to sampling noise. `None` when the labels
     /// do not follow the model; NaN on an empty view.
     pub fn bayes_accuracy(&self, client: usize, view: SplitView<'_>) -> Option<f64> {
-        self.labels?;
+        if self.inputs.is_none() {
+            self.labels?;
+        }
         let correct = (0..view.len())
             .map(|i| {
                 let x = &view.features[i * view.dim..(i + 1) * view.dim];
@@ -114,6 +128,9 @@ pub struct FederatedData {
     pub labels: Vec<i64>,
     pub clients: Vec<ClientShard>,
     pub truth: Option<MixtureTruth>,
+    /// Per client, rows from a distribution no client trains on (novelty detection); empty
+    /// for most data sets. They belong to no split.
+    pub novel: Vec<Range<usize>>,
 }
 
 /// A read-only view of one client's split.
@@ -151,6 +168,16 @@ impl FederatedData {
     pub fn split_len(&self, client: usize, split: Split) -> usize {
         self.clients[client].range(split).len()
     }
+
+    /// Client `client`'s novel rows (empty when the data set has none).
+    pub fn novel_view(&self, client: usize) -> SplitView<'_> {
+        let r = self.novel.get(client).cloned().unwrap_or(0..0);
+        SplitView {
+            features: &self.features[r.start * self.dim..r.end * self.dim],
+            labels: &self.labels[r.clone()],
+            dim: self.dim,
+        }
+    }
 }
 
 /// Which data set to build, as the scenario names it.
@@ -161,6 +188,9 @@ pub enum DatasetSpec {
     FedemSynthetic(FedemSyntheticSpec),
     /// Synthetic(α, β) of FedProx and pFedMe: per-client multinomial regression models.
     SyntheticAb(SyntheticAbSpec),
+    /// FedGMM's benchmark (Wu et al. 2023, Sec. 4.1): Gaussian (or Laplace, Beta) input
+    /// components, each with its own labelling function.
+    FedgmmSynthetic(FedgmmSyntheticSpec),
     /// Your own data from a Parquet file.
     Parquet(ParquetSpec),
 }
@@ -171,6 +201,7 @@ impl DatasetSpec {
         match self {
             DatasetSpec::FedemSynthetic(s) => Some(s.clients),
             DatasetSpec::SyntheticAb(s) => Some(s.clients),
+            DatasetSpec::FedgmmSynthetic(s) => Some(s.clients),
             DatasetSpec::Parquet(_) => None,
         }
     }
@@ -186,6 +217,10 @@ impl DatasetSpec {
                 s.clients as f64 * s.min_samples as f64 * s.size_factor as f64,
                 s.dim,
             )),
+            DatasetSpec::FedgmmSynthetic(s) => Some((
+                s.clients as f64 * (s.samples + s.novel_samples) as f64,
+                s.dim,
+            )),
             DatasetSpec::Parquet(_) => None,
         }
     }
@@ -195,6 +230,7 @@ impl DatasetSpec {
         match self {
             DatasetSpec::FedemSynthetic(s) => s.validate(),
             DatasetSpec::SyntheticAb(s) => s.validate(),
+            DatasetSpec::FedgmmSynthetic(s) => s.validate(),
             DatasetSpec::Parquet(s) => s.validate(),
         }
     }
@@ -204,6 +240,7 @@ impl DatasetSpec {
         Ok(match self {
             DatasetSpec::FedemSynthetic(s) => s.generate(split, seeds),
             DatasetSpec::SyntheticAb(s) => s.generate(split, seeds),
+            DatasetSpec::FedgmmSynthetic(s) => s.generate(split, seeds),
             DatasetSpec::Parquet(s) => s.load(split)?,
         })
     }

@@ -183,6 +183,7 @@ impl ParquetSpec {
             labels: Vec::with_capacity(table.labels.len()),
             clients: Vec::with_capacity(clients),
             truth: None,
+            novel: Vec::new(),
         };
         for (c, [train, val, test]) in rows.into_iter().enumerate() {
             let start = data.labels.len();

@@ -213,6 +213,7 @@ impl SyntheticAbSpec {
             labels,
             clients,
             truth: None,
+            novel: Vec::new(),
         }
     }
 }

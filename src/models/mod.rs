@@ -5,11 +5,13 @@
 //! fixed order. Initialisation draws from the ChaCha stream it is given, never from libtorch's
 //! global RNG. This module (and the trainer pool that calls it) is the only place that uses tch.
 
+mod gaussian;
 mod sgd;
 
+pub use gaussian::{gaussian_log_densities, weighted_moments};
 pub use sgd::{
-    evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch, EvalStats,
-    LocalPlan, LocalWork, Objective, TrainStats,
+    confidence, evaluate, evaluate_gated, evaluate_mixture, for_each_batch, sample_losses,
+    train_sgd, Batch, EvalStats, LocalPlan, LocalWork, Objective, TrainStats,
 };
 
 use rand::Rng;

@@ -95,7 +95,7 @@ pub struct EvalStats {
 }
 
 /// Zero-copy tensor views of a split. The views must not outlive `view`.
-fn data_tensors(view: &SplitView<'_>) -> (Tensor, Tensor) {
+pub(super) fn data_tensors(view: &SplitView<'_>) -> (Tensor, Tensor) {
     let (n, d) = (view.len() as i64, view.dim as i64);
     // SAFETY: the slices are valid for n·d f32 and n i64, outlive the returned tensors inside
     // this module's functions, and are only read.
@@ -355,9 +355,14 @@ pub fn evaluate_mixture(
                 Some(acc) => acc + p,
             });
         }
-        let prob = prob
-            .expect("at least one component")
-            .clamp(1e-12, 1.0 - 1e-12);
+        mixture_stats(arch, prob.expect("at least one component"), &y, n)
+    })
+}
+
+/// Loss and accuracy of class probabilities `prob` (`[n, 1]` for two classes: P(y = 1)).
+fn mixture_stats(arch: &Architecture, prob: Tensor, y: &Tensor, n: usize) -> EvalStats {
+    {
+        let prob = prob.clamp(1e-12, 1.0 - 1e-12);
         let (loss_sum, hits) = if arch.is_binary() {
             let p1 = prob.squeeze_dim(1);
             let nll =
@@ -365,7 +370,7 @@ pub fn evaluate_mixture(
             let hits = p1
                 .gt(0.5)
                 .to_kind(Kind::Int64)
-                .eq_tensor(&y)
+                .eq_tensor(y)
                 .sum(Kind::Int64);
             (nll.double_value(&[]), hits.int64_value(&[]))
         } else {
@@ -373,7 +378,7 @@ pub fn evaluate_mixture(
                 .log()
                 .gather(1, &y.unsqueeze(1), false)
                 .sum(Kind::Double);
-            let hits = prob.argmax(1, false).eq_tensor(&y).sum(Kind::Int64);
+            let hits = prob.argmax(1, false).eq_tensor(y).sum(Kind::Int64);
             (nll.double_value(&[]), hits.int64_value(&[]))
         };
         EvalStats {
@@ -381,6 +386,80 @@ pub fn evaluate_mixture(
             loss: loss_sum / n as f64,
             accuracy: hits as f64 / n as f64,
         }
+    }
+}
+
+/// Σₘ gₘ(x)·p(y | x; θₘ) for gates `gates[m][i]` that may vary by row (FedGMM's
+/// p(k, m | x) summed over k): class probabilities, `[n, 1]` (P(y = 1)) for two classes.
+fn gated_probabilities(
+    arch: &Architecture,
+    components: &[&[f32]],
+    gates: &[Vec<f64>],
+    x: &Tensor,
+) -> Tensor {
+    let n = x.size()[0];
+    let mut prob: Option<Tensor> = None;
+    for (theta, gate) in components.iter().zip(gates) {
+        let ps: Vec<Tensor> = arch.params(theta).iter().map(Tensor::detach).collect();
+        let logits = arch.forward(&arch.layers(&ps), x);
+        let p = if arch.is_binary() {
+            logits.sigmoid()
+        } else {
+            logits.softmax(1, Kind::Float)
+        };
+        let g = Tensor::from_slice(&gate.iter().map(|&v| v as f32).collect::<Vec<f32>>())
+            .reshape([n, 1]);
+        let p = p * g;
+        prob = Some(match prob {
+            None => p,
+            Some(acc) => acc + p,
+        });
+    }
+    prob.expect("at least one component")
+}
+
+/// Loss and accuracy of the gated mixture Σₘ gₘ(x)·p(y | x; θₘ), `gates[m][i]` per row.
+pub fn evaluate_gated(
+    arch: &Architecture,
+    components: &[&[f32]],
+    gates: &[Vec<f64>],
+    data: SplitView<'_>,
+) -> EvalStats {
+    let n = data.len();
+    if n == 0 {
+        return EvalStats::default();
+    }
+    let (x, y) = data_tensors(&data);
+    tch::no_grad(|| {
+        let prob = gated_probabilities(arch, components, gates, &x);
+        mixture_stats(arch, prob, &y, n)
+    })
+}
+
+/// The confidence maxᵧ p(y | x) of the gated mixture on each row (the baselines' novelty
+/// score): one component with gate 1 is a plain model.
+pub fn confidence(
+    arch: &Architecture,
+    components: &[&[f32]],
+    gates: &[Vec<f64>],
+    data: SplitView<'_>,
+) -> Vec<f64> {
+    let n = data.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let (x, _) = data_tensors(&data);
+    tch::no_grad(|| {
+        let prob = gated_probabilities(arch, components, gates, &x);
+        let top = if arch.is_binary() {
+            let p1 = prob.squeeze_dim(1);
+            p1.maximum(&(p1.ones_like() - &p1))
+        } else {
+            prob.max_dim(1, false).0
+        };
+        let mut out = vec![0f32; n];
+        top.to_kind(Kind::Float).copy_data(&mut out, n);
+        out.into_iter().map(f64::from).collect()
     })
 }
 

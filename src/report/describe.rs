@@ -153,7 +153,9 @@ mod tests {
                     rule: LabelRule::RoundedSigmoid,
                     noise,
                 }),
+                inputs: None,
             }),
+            novel: Vec::new(),
         }
     }
 

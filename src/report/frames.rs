@@ -1,6 +1,8 @@
 //! Tidy polars frames of a run's records.
 
-use super::{DeviceRecord, GossipRecord, JobOutcome, JobRecord, MixtureRecord, Record, Summary};
+use super::{
+    DeviceRecord, ExtraRecord, GossipRecord, JobOutcome, JobRecord, MixtureRecord, Record, Summary,
+};
 use crate::algorithms::ModelKind;
 use crate::data::Split;
 use polars::prelude::*;
@@ -234,6 +236,43 @@ pub fn mixtures_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFr
     ])
 }
 
+/// One row per value an algorithm reported about a client by name (round, client, name,
+/// index, value). Empty for algorithms that report nothing extra.
+pub fn extras_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
+    let rows: Vec<(&ExtraRecord, usize, f64)> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Extra(x) => Some(x),
+            _ => None,
+        })
+        .flat_map(|x| x.values.iter().enumerate().map(move |(i, &v)| (x, i, v)))
+        .collect();
+    DataFrame::new_infer_height(vec![
+        Column::new("run_id".into(), vec![meta.run_id.as_str(); rows.len()]),
+        Column::new(
+            "round".into(),
+            rows.iter().map(|r| r.0.round).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "client".into(),
+            rows.iter().map(|r| r.0.client).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "unseen".into(),
+            rows.iter().map(|r| r.0.unseen).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "name".into(),
+            rows.iter().map(|r| r.0.name.as_str()).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "index".into(),
+            rows.iter().map(|r| r.1 as u32).collect::<Vec<_>>(),
+        ),
+        Column::new("value".into(), rows.iter().map(|r| r.2).collect::<Vec<_>>()),
+    ])
+}
+
 /// One row per training job whose fate is known: when it was sent and arrived, how long it
 /// spent downloading, computing and uploading, and what became of it.
 pub fn jobs_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
@@ -460,6 +499,24 @@ pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
             "diverged_client".into(),
             rows.iter()
                 .map(|s| s.divergence.as_ref().and_then(|d| d.client))
+                .collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "novelty_auroc".into(),
+            rows.iter()
+                .map(|s| s.novelty.map(|n| n.auroc))
+                .collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "novelty_ap".into(),
+            rows.iter()
+                .map(|s| s.novelty.map(|n| n.average_precision))
+                .collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "novelty_max_f1".into(),
+            rows.iter()
+                .map(|s| s.novelty.map(|n| n.max_f1))
                 .collect::<Vec<_>>(),
         ),
     ])

@@ -6,6 +6,7 @@
 
 mod describe;
 mod frames;
+mod novelty;
 mod plots;
 mod records;
 mod study;
@@ -14,13 +15,14 @@ mod tables;
 
 pub use describe::{DataDescription, SplitSizes};
 pub use frames::{
-    clients_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame, read_parquet,
-    rounds_frame, summary_frame, RunMeta,
+    clients_frame, extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame,
+    read_parquet, rounds_frame, summary_frame, RunMeta,
 };
+pub use novelty::{novelty_frame, NoveltyFigures};
 pub use plots::{write_chart, Chart, Series};
 pub use records::{
-    DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, GossipRecord, JobOutcome,
-    JobRecord, MixtureRecord, Record, RoundRecord,
+    DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, GossipRecord,
+    JobOutcome, JobRecord, MixtureRecord, NoveltyRecord, Record, RoundRecord,
 };
 pub use study::{
     aggregate, markdown, mean_std, read_curve, read_curves, read_runs, report_frame, write_plots,
@@ -119,8 +121,14 @@ pub const REPRODUCIBLE_FILES: [&str; 7] = [
 ];
 
 /// Reproducible files that only some runs write (`gossip.parquet`: decentralized runs;
-/// `mixtures.parquet`: mixture models).
-pub const OPTIONAL_REPRODUCIBLE_FILES: [&str; 2] = ["gossip.parquet", "mixtures.parquet"];
+/// `mixtures.parquet`: mixture models; `extras.parquet`: what an algorithm reports by name;
+/// `novelty.parquet`: data sets with novel rows).
+pub const OPTIONAL_REPRODUCIBLE_FILES: [&str; 4] = [
+    "gossip.parquet",
+    "mixtures.parquet",
+    "extras.parquet",
+    "novelty.parquet",
+];
 
 /// The reproducible files that differ (or are missing) between two result folders; an optional
 /// file counts when either folder has it.
@@ -258,12 +266,18 @@ fn write_run(
         files.push(p);
     }
     type Optional<'a> = (&'a str, Frame, fn(&Record) -> bool);
-    let optional: [Optional; 2] = [
+    let optional: [Optional; 4] = [
         ("gossip.parquet", gossip_frame, |r| {
             matches!(r, Record::Gossip(_))
         }),
         ("mixtures.parquet", mixtures_frame, |r| {
             matches!(r, Record::Mixture(_))
+        }),
+        ("extras.parquet", extras_frame, |r| {
+            matches!(r, Record::Extra(_))
+        }),
+        ("novelty.parquet", novelty_frame, |r| {
+            matches!(r, Record::Novelty(_))
         }),
     ];
     for (name, frame, present) in optional {

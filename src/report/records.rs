@@ -143,6 +143,26 @@ pub struct MixtureRecord {
     pub weights: Vec<f64>,
 }
 
+/// Numbers an algorithm reports about a client at an evaluation under a name of its own
+/// (FedGMM's Gaussians, say): one open record instead of a column per algorithm.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExtraRecord {
+    pub round: u32,
+    pub client: u32,
+    pub unseen: bool,
+    pub name: String,
+    pub values: Vec<f64>,
+}
+
+/// A client's typicality scores of its test rows and its novel rows at an evaluation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NoveltyRecord {
+    pub round: u32,
+    pub client: u32,
+    pub unseen: bool,
+    pub scores: crate::algorithms::NoveltyScores,
+}
+
 /// Where a run's numbers first stopped being finite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DivergenceStage {
@@ -207,6 +227,10 @@ pub enum Record {
     Eval(EvalRecord),
     Round(RoundRecord),
     Mixture(MixtureRecord),
+    /// What an algorithm reports about a client by name.
+    Extra(ExtraRecord),
+    /// Novelty scores of a client's rows.
+    Novelty(NoveltyRecord),
     Job(JobRecord),
     Device(DeviceRecord),
     Gossip(GossipRecord),

@@ -96,6 +96,9 @@ pub struct Summary {
     pub wall_seconds: f64,
     /// Where the run's numbers first stopped being finite (`None`: they never did).
     pub divergence: Option<DivergenceRecord>,
+    /// Novel-sample detection at the last evaluation (data sets with novel rows, algorithms
+    /// that score them).
+    pub novelty: Option<super::NoveltyFigures>,
 }
 
 impl Summary {
@@ -156,6 +159,7 @@ impl Summary {
                 s.model = model.as_str().into();
                 s.unseen = unseen;
                 s.divergence = divergence.clone();
+                s.novelty = super::NoveltyFigures::of_records(records, unseen);
                 s.time_to_target_s = target_accuracy.and_then(|t| time_to_accuracy(&mine, t));
                 (s.spectral_gap_mean, s.consensus_distance_final) = gossip_figures(records);
                 s
@@ -209,6 +213,7 @@ impl Summary {
             sim_seconds,
             wall_seconds,
             divergence: None,
+            novelty: None,
         }
     }
 }

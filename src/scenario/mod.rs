@@ -14,7 +14,7 @@ pub use resources::{least_bytes, machine_memory};
 pub use sweep::{compact, parse_shard, Cell, Sweep, SweepError};
 
 use crate::actors::{PolicySpec, RunSpec, SampleSize, Sampling, Strategy};
-use crate::algorithms::{LrSchedule, Training};
+use crate::algorithms::{LrSchedule, Registration, Training};
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::{LocalPlan, LocalWork};
 use serde_yaml::Value;
@@ -248,7 +248,9 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
     raw.split.validate().map_err(|e| nest("split", e))?;
     raw.model.validate().map_err(|e| nest("model", e))?;
     raw.system.validate().map_err(|e| nest("system", e))?;
-    raw.algorithm.validate().map_err(|e| nest("algorithm", e))?;
+    raw.algorithm
+        .validate()
+        .map_err(|e| nest("algorithm", e.into()))?;
     let training = validate_training(&raw.training).map_err(|e| nest("training", e))?;
     let sampling = validate_sampling(&raw.sampling).map_err(|e| nest("sampling", e))?;
     raw.policy.validate().map_err(|e| nest("policy", e))?;
@@ -256,9 +258,9 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
         return bad(
             "policy",
             format!(
-                "this policy aggregates stale updates, which `{}` cannot take; use it with \
-                 fedavg, fedprox, fedavg_plus, fedem, apfl, per_fedavg, ditto, local or noop",
-                raw.algorithm.name()
+                "this policy aggregates stale updates, which `{}` cannot take; use it with {}",
+                raw.algorithm.name(),
+                Registration::names_where(|c| c.stale_updates && !c.decentralized)
             ),
         );
     }
@@ -337,8 +339,9 @@ fn validate_decentralized(raw: &RawScenario) -> Result<(), Invalid> {
         return bad(
             "topology",
             format!(
-                "`{name}` needs a server; decentralized runs take `d_psgd` or `d_fedem` \
-                 (remove `topology` to run `{name}`)"
+                "`{name}` needs a server; decentralized runs take {} (remove `topology` to run \
+                 `{name}`)",
+                Registration::names_where(|c| c.decentralized)
             ),
         );
     }

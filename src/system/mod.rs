@@ -497,6 +497,7 @@ mod tests {
             components: vec![vec![0.0]; 2],
             weights: vec![vec![0.9, 0.1], vec![0.2, 0.8], vec![0.5, 0.5]],
             labels: None,
+            inputs: None,
         };
         let speed = slowest_to_component(vec![3.0, 1.0, 2.0], Some(&truth), 1).unwrap();
         assert_eq!(speed, vec![3.0, 1.0, 2.0]);

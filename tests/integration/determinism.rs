@@ -54,6 +54,16 @@ fn check_algorithm_with(name: &str, settings: &[&str]) {
 }
 
 #[test]
+fn fedgmm_is_deterministic_across_threads_and_reruns() {
+    // On its own data (with novel rows, so novelty.parquet is compared too), and on FedEM's.
+    check_algorithm_with(
+        "fedgmm",
+        &["data={kind: fedgmm_synthetic, clients: 12, dim: 4, samples: 80, novel_samples: 10}"],
+    );
+    check_algorithm_with("fedgmm", &["algorithm.covariance=diagonal"]);
+}
+
+#[test]
 fn fedavg_is_deterministic_across_threads_and_reruns() {
     check_algorithm("fedavg");
 }

@@ -96,6 +96,7 @@ fn every_algorithm_notices_divergence_in_the_first_round() {
         "{name: apfl, alpha: 0.5}",
         "{name: per_fedavg, inner_lr: 0.1}",
         "{name: ditto, lambda: 1.0}",
+        "{name: fedgmm, gaussians: 2, classifiers: 2}",
     ];
     for alg in algorithms {
         let s = scenario(SMALL, &["training.lr=1e9", &format!("algorithm={alg}")]);

@@ -5,6 +5,7 @@ mod common;
 mod decentralized;
 mod determinism;
 mod divergence;
+mod fedgmm;
 mod fuzz;
 mod paper;
 mod parquet_data;

@@ -183,6 +183,7 @@ fn unknown_algorithm_lists_every_choice() {
         "per_fedavg",
         "ditto",
         "fedem",
+        "fedgmm",
     ] {
         assert!(e.contains(name), "{name} missing from: {e}");
     }

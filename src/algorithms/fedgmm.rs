@@ -1,0 +1,745 @@
+//! FedGMM (Wu et al. 2023, Alg. 1): each client's joint distribution is a mixture over pairs
+//! (k, m) of K Gaussian components over the inputs and M shared classifiers,
+//! p_t(x, y) = Σ_{k,m} π_t(k, m) N(x; μ_k, Σ_k) p(y | x; θ_m).
+//!
+//! Each round a client runs an E-step on its training data over all K·M pairs, in log space:
+//! r(i, k, m) ∝ π(k, m) N(x_i; μ_k, Σ_k) exp(−ℓ_m(i)); sets π to the mean of r; then its local
+//! M-step: μ_k and Σ_k in closed form from the weights Σ_m r (with ε·I added to Σ_k), and each
+//! classifier one pass of local SGD with per-sample weights Σ_k r. The server pools the
+//! Gaussians exactly (the between-client spread of the means included, which the authors' code
+//! leaves out) with weights γ_tk = Σ_i Σ_m r, and averages classifier m with weights
+//! Σ_i Σ_k r. A client predicts p(y | x) = Σ_{k,m} p(k, m | x) p(y | x; θ_m) with
+//! p(k, m | x) ∝ π(k, m) N(x; μ_k, Σ_k) (the authors' code adds π instead of log π: a bug we do
+//! not copy), and scores novelty by log p(x) = log Σ_{k,m} π(k, m) N(x; μ_k, Σ_k).
+//!
+//! The Gaussians model the raw features. It cannot take stale updates (FedBuff, late updates):
+//! closed-form statistics of older models do not combine by deltas.
+
+use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, Evaluation, LocalContext};
+use super::{ModelKind, MIN_MIXTURE_WEIGHT};
+use crate::data::SplitView;
+use crate::models::{
+    confidence, evaluate_gated, gaussian_log_densities, sample_losses, weighted_moments,
+    Architecture, LocalPlan, Objective,
+};
+use rand_chacha::ChaCha20Rng;
+use rand_distr::{Distribution, StandardNormal};
+use serde::{Deserialize, Serialize};
+
+/// The shape of each Gaussian's covariance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Covariance {
+    /// A full d × d matrix (the authors' default).
+    #[default]
+    Full,
+    /// Only the variances.
+    Diagonal,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FedGmmSpec {
+    /// K (the paper's M1), the Gaussian components over the inputs.
+    #[serde(default = "d_three")]
+    pub gaussians: usize,
+    /// M (the paper's M2), the shared classifiers.
+    #[serde(default = "d_three")]
+    pub classifiers: usize,
+    #[serde(default)]
+    pub covariance: Covariance,
+    /// ε, added to each covariance's diagonal after the local M-step (the authors: 0.1).
+    #[serde(default = "d_epsilon")]
+    pub epsilon: f64,
+    /// The Gaussians start at μ_k ~ N(0, I) and Σ_k = this · I (the authors used 100).
+    #[serde(default = "d_init_variance")]
+    pub init_variance: f64,
+    /// Unseen clients fit π by EM with everything else frozen, for at most this many
+    /// iterations ...
+    #[serde(default = "d_unseen_iterations")]
+    pub unseen_em_iterations: u32,
+    /// ... or until no weight moves by more than this.
+    #[serde(default = "d_unseen_tolerance")]
+    pub unseen_em_tolerance: f64,
+}
+
+fn d_three() -> usize {
+    3
+}
+fn d_epsilon() -> f64 {
+    0.1
+}
+fn d_init_variance() -> f64 {
+    1.0
+}
+fn d_unseen_iterations() -> u32 {
+    100
+}
+fn d_unseen_tolerance() -> f64 {
+    1e-6
+}
+
+impl super::AlgorithmSettings for FedGmmSpec {
+    type Algorithm = FedGmm;
+
+    fn build(&self, _: &super::Population) -> FedGmm {
+        FedGmm { spec: self.clone() }
+    }
+
+    fn validate(&self) -> Result<(), crate::FieldError> {
+        let err = |f: &str, m: String| Err(crate::FieldError::new(f.into(), m));
+        if self.gaussians == 0 {
+            return err("gaussians", "must be at least 1".into());
+        }
+        if self.classifiers == 0 {
+            return err("classifiers", "must be at least 1".into());
+        }
+        if !(self.epsilon > 0.0 && self.epsilon.is_finite()) {
+            return err(
+                "epsilon",
+                format!(
+                    "must be a positive number (it keeps the covariances invertible), got {}",
+                    self.epsilon
+                ),
+            );
+        }
+        if !(self.init_variance > 0.0 && self.init_variance.is_finite()) {
+            return err(
+                "init_variance",
+                format!("must be a positive number, got {}", self.init_variance),
+            );
+        }
+        if self.unseen_em_iterations == 0 {
+            return err("unseen_em_iterations", "must be at least 1".into());
+        }
+        if !(self.unseen_em_tolerance >= 0.0 && self.unseen_em_tolerance.is_finite()) {
+            return err(
+                "unseen_em_tolerance",
+                format!(
+                    "must be a non-negative number, got {}",
+                    self.unseen_em_tolerance
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct FedGmm {
+    spec: FedGmmSpec,
+}
+
+/// One Gaussian: its mean and covariance (d × d row-major, or the d variances).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gaussian {
+    pub mean: Vec<f64>,
+    pub cov: Vec<f64>,
+}
+
+impl Gaussian {
+    /// log N(x; μ, Σ) of every row of `view`; NaN everywhere if Σ is not positive definite.
+    pub fn log_densities(&self, view: SplitView<'_>) -> Vec<f64> {
+        gaussian_log_densities(&self.mean, &self.cov, view)
+    }
+}
+
+/// What the server holds: K Gaussians and M classifiers.
+#[derive(Clone, Debug)]
+pub struct GmmGlobal {
+    pub gaussians: Vec<Gaussian>,
+    pub classifiers: Vec<Vec<f32>>,
+}
+
+impl super::Finite for GmmGlobal {
+    fn is_finite(&self) -> bool {
+        self.classifiers.is_finite()
+            && self
+                .gaussians
+                .iter()
+                .all(|g| g.mean.is_finite() && g.cov.is_finite())
+    }
+}
+
+/// A client's joint weights π(k, m) (index k·M + m) and one momentum buffer per classifier.
+#[derive(Clone, Debug)]
+pub struct GmmClient {
+    pub pi: Vec<f64>,
+    pub momentum: Vec<Vec<f32>>,
+}
+
+impl super::Finite for GmmClient {
+    fn is_finite(&self) -> bool {
+        self.pi.is_finite() && self.momentum.is_finite()
+    }
+}
+
+/// A client's local estimates with their weights: γ_k = Σ_i Σ_m r for the Gaussians and
+/// Σ_i Σ_k r for the classifiers.
+pub struct GmmUpdate {
+    pub gaussians: Vec<Gaussian>,
+    pub gaussian_weights: Vec<f64>,
+    pub classifiers: Vec<Vec<f32>>,
+    pub classifier_weights: Vec<f64>,
+}
+
+impl super::Finite for GmmUpdate {
+    fn is_finite(&self) -> bool {
+        self.classifiers.is_finite()
+            && self.gaussian_weights.is_finite()
+            && self.classifier_weights.is_finite()
+            && self
+                .gaussians
+                .iter()
+                .all(|g| g.mean.is_finite() && g.cov.is_finite())
+    }
+}
+
+impl FedGmm {
+    fn pairs(&self) -> usize {
+        self.spec.gaussians * self.spec.classifiers
+    }
+
+    /// −log N(x_i; μ_k, Σ_k) + ℓ_m(i) for every pair (k, m) (index k·M + m) and row i: the
+    /// "loss" of each pair, so that FedEM's E-step over pairs is FedGMM's.
+    fn pair_losses(
+        &self,
+        arch: &Architecture,
+        global: &GmmGlobal,
+        view: SplitView<'_>,
+    ) -> Vec<Vec<f32>> {
+        let log_n: Vec<Vec<f64>> = global
+            .gaussians
+            .iter()
+            .map(|g| g.log_densities(view))
+            .collect();
+        let losses: Vec<Vec<f32>> = global
+            .classifiers
+            .iter()
+            .map(|theta| sample_losses(arch, theta, view))
+            .collect();
+        let mut out = Vec::with_capacity(self.pairs());
+        for ln in &log_n {
+            for l in &losses {
+                out.push(
+                    ln.iter()
+                        .zip(l)
+                        .map(|(&a, &b)| (b as f64 - a) as f32)
+                        .collect(),
+                );
+            }
+        }
+        out
+    }
+
+    /// log π(k, m) + log N(x_i; μ_k, Σ_k) for every pair and row (index [k·M + m][i]).
+    fn log_joint_inputs(
+        &self,
+        global: &GmmGlobal,
+        pi: &[f64],
+        view: SplitView<'_>,
+    ) -> Vec<Vec<f64>> {
+        let m = self.spec.classifiers;
+        let mut out = Vec::with_capacity(self.pairs());
+        for (k, g) in global.gaussians.iter().enumerate() {
+            let ln = g.log_densities(view);
+            for c in 0..m {
+                let lp = pi[k * m + c].ln();
+                out.push(ln.iter().map(|v| v + lp).collect());
+            }
+        }
+        out
+    }
+
+    /// The local M-step of the Gaussians from row weights `w[k][i]` (ε added to each
+    /// variance); a component with no weight here keeps the global estimate (its weight γ is
+    /// 0 anyway).
+    fn fit_gaussians(
+        &self,
+        global: &GmmGlobal,
+        w: &[Vec<f64>],
+        view: SplitView<'_>,
+    ) -> Vec<Gaussian> {
+        let d = view.dim;
+        let diagonal = self.spec.covariance == Covariance::Diagonal;
+        global
+            .gaussians
+            .iter()
+            .zip(w)
+            .map(|(g, wk)| match weighted_moments(wk, view, diagonal) {
+                None => g.clone(),
+                Some((mean, mut cov)) => {
+                    add_to_diagonal(&mut cov, d, self.spec.epsilon, diagonal);
+                    Gaussian { mean, cov }
+                }
+            })
+            .collect()
+    }
+}
+
+/// cov += w · c cᵀ (only the diagonal when `diagonal`).
+fn add_outer(cov: &mut [f64], c: &[f64], w: f64, diagonal: bool) {
+    let d = c.len();
+    if diagonal {
+        cov.iter_mut().zip(c).for_each(|(v, ci)| *v += w * ci * ci);
+        return;
+    }
+    for r in 0..d {
+        let wr = w * c[r];
+        for (v, cc) in cov[r * d..(r + 1) * d].iter_mut().zip(c) {
+            *v += wr * cc;
+        }
+    }
+}
+
+fn add_to_diagonal(cov: &mut [f64], d: usize, eps: f64, diagonal: bool) {
+    for j in 0..d {
+        cov[if diagonal { j } else { j * d + j }] += eps;
+    }
+}
+
+/// log Σ exp over the first index, for each row: `log_terms[j][i]` → one value per row i.
+fn log_sum_exp(log_terms: &[Vec<f64>]) -> Vec<f64> {
+    let n = log_terms.first().map_or(0, Vec::len);
+    (0..n)
+        .map(|i| {
+            let top = log_terms
+                .iter()
+                .map(|t| t[i])
+                .fold(f64::NEG_INFINITY, f64::max);
+            if !top.is_finite() {
+                return top;
+            }
+            top + log_terms
+                .iter()
+                .map(|t| (t[i] - top).exp())
+                .sum::<f64>()
+                .ln()
+        })
+        .collect()
+}
+
+impl Algorithm for FedGmm {
+    type Global = GmmGlobal;
+    type ClientState = GmmClient;
+    type Update = GmmUpdate;
+
+    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> GmmGlobal {
+        let d = arch.input_dim;
+        let diagonal = self.spec.covariance == Covariance::Diagonal;
+        let gaussians = (0..self.spec.gaussians)
+            .map(|_| {
+                let mean = (0..d).map(|_| StandardNormal.sample(rng)).collect();
+                let mut cov = vec![0.0; if diagonal { d } else { d * d }];
+                add_to_diagonal(&mut cov, d, self.spec.init_variance, diagonal);
+                Gaussian { mean, cov }
+            })
+            .collect();
+        let classifiers = (0..self.spec.classifiers).map(|_| arch.init(rng)).collect();
+        GmmGlobal {
+            gaussians,
+            classifiers,
+        }
+    }
+
+    fn init_client(&self, _: &GmmGlobal, _: u32) -> GmmClient {
+        GmmClient {
+            pi: vec![1.0 / self.pairs() as f64; self.pairs()],
+            momentum: vec![Vec::new(); self.spec.classifiers],
+        }
+    }
+
+    /// The classifiers, then each Gaussian as its mean followed by its covariance.
+    fn models(&self, global: &GmmGlobal) -> Vec<Vec<f32>> {
+        let gaussians = global.gaussians.iter().map(|g| {
+            g.mean
+                .iter()
+                .chain(&g.cov)
+                .map(|&v| v as f32)
+                .collect::<Vec<f32>>()
+        });
+        global
+            .classifiers
+            .iter()
+            .cloned()
+            .chain(gaussians)
+            .collect()
+    }
+
+    /// π(k, m) as the mixture weights, and its two marginals as extras: `gaussian_share`
+    /// (Σ_m π(k, m), the client's weight on each Gaussian) and `classifier_share` (Σ_k π(k, m)).
+    fn report(&self, _: &GmmGlobal, state: &GmmClient, _: u32) -> ClientReport {
+        let m = self.spec.classifiers;
+        let gaussian_share = state.pi.chunks(m).map(|row| row.iter().sum()).collect();
+        let classifier_share = (0..m)
+            .map(|c| state.pi.iter().skip(c).step_by(m).sum())
+            .collect();
+        ClientReport {
+            mixture: Some(state.pi.clone()),
+            extras: vec![
+                ("gaussian_share".into(), gaussian_share),
+                ("classifier_share".into(), classifier_share),
+            ],
+            ..Default::default()
+        }
+    }
+
+    fn broadcast_len(&self, global: &GmmGlobal) -> usize {
+        let gaussians: usize = global
+            .gaussians
+            .iter()
+            .map(|g| g.mean.len() + g.cov.len())
+            .sum();
+        gaussians + global.classifiers.iter().map(Vec::len).sum::<usize>()
+    }
+
+    fn update_len(&self, update: &GmmUpdate) -> usize {
+        let gaussians: usize = update
+            .gaussians
+            .iter()
+            .map(|g| g.mean.len() + g.cov.len())
+            .sum();
+        gaussians
+            + update.classifiers.iter().map(Vec::len).sum::<usize>()
+            + update.gaussian_weights.len()
+            + update.classifier_weights.len()
+    }
+
+    /// One pass of the plan per classifier (the E-step and the Gaussians' closed form are
+    /// not charged).
+    fn samples_processed(&self, plan: &LocalPlan, n_train: usize) -> u64 {
+        self.spec.classifiers as u64 * plan.samples_processed(n_train)
+    }
+
+    fn local_update(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &GmmGlobal,
+        state: &mut GmmClient,
+        rng: &mut ChaCha20Rng,
+    ) -> GmmUpdate {
+        let view = ctx.train_view();
+        let (k, m) = (self.spec.gaussians, self.spec.classifiers);
+        let losses = self.pair_losses(ctx.arch, global, view);
+        let (r, pi) = e_step(&state.pi, &losses);
+        state.pi = pi;
+        let n = view.len();
+        // Row weights of each Gaussian (Σ_m r) and each classifier (Σ_k r).
+        let mut w_gauss = vec![vec![0f64; n]; k];
+        let mut w_class = vec![vec![0f32; n]; m];
+        for a in 0..k {
+            for b in 0..m {
+                for (i, &v) in r[a * m + b].iter().enumerate() {
+                    w_gauss[a][i] += v as f64;
+                    w_class[b][i] += v;
+                }
+            }
+        }
+        let gaussians = self.fit_gaussians(global, &w_gauss, view);
+        let classifiers = global
+            .classifiers
+            .iter()
+            .zip(&w_class)
+            .zip(&mut state.momentum)
+            .map(|((theta, w), momentum)| {
+                let mut params = theta.clone();
+                ctx.train(
+                    &mut params,
+                    momentum,
+                    &Objective {
+                        sample_weights: Some(w),
+                        ..Default::default()
+                    },
+                    rng,
+                );
+                params
+            })
+            .collect();
+        GmmUpdate {
+            gaussians,
+            gaussian_weights: w_gauss.iter().map(|w| w.iter().sum()).collect(),
+            classifiers,
+            classifier_weights: w_class
+                .iter()
+                .map(|w| w.iter().map(|&v| v as f64).sum())
+                .collect(),
+        }
+    }
+
+    /// μ_k = Σ_t γ_tk μ_tk / Σ_t γ_tk; Σ_k = Σ_t γ_tk (Σ_tk + (μ_tk − μ_k)(μ_tk − μ_k)ᵀ) /
+    /// Σ_t γ_tk (the pooled covariance); θ_m weighted by Σ_i Σ_k r. All in client order, f64.
+    fn aggregate(&self, global: &GmmGlobal, updates: &[(u32, GmmUpdate)]) -> GmmGlobal {
+        let diagonal = self.spec.covariance == Covariance::Diagonal;
+        let gaussians = global
+            .gaussians
+            .iter()
+            .enumerate()
+            .map(|(k, g)| {
+                let total: f64 = updates.iter().map(|(_, u)| u.gaussian_weights[k]).sum();
+                if !(total > 0.0) {
+                    return g.clone();
+                }
+                let d = g.mean.len();
+                let mut mean = vec![0.0; d];
+                for (_, u) in updates {
+                    let w = u.gaussian_weights[k] / total;
+                    mean.iter_mut()
+                        .zip(&u.gaussians[k].mean)
+                        .for_each(|(a, &b)| *a += w * b);
+                }
+                let mut cov = vec![0.0; g.cov.len()];
+                let mut c = vec![0.0; d];
+                for (_, u) in updates {
+                    let w = u.gaussian_weights[k] / total;
+                    let local = &u.gaussians[k];
+                    cov.iter_mut()
+                        .zip(&local.cov)
+                        .for_each(|(a, &b)| *a += w * b);
+                    c.iter_mut()
+                        .zip(local.mean.iter().zip(&mean))
+                        .for_each(|(ci, (a, b))| *ci = a - b);
+                    add_outer(&mut cov, &c, w, diagonal);
+                }
+                Gaussian { mean, cov }
+            })
+            .collect();
+        let classifiers = global
+            .classifiers
+            .iter()
+            .enumerate()
+            .map(|(m, theta)| {
+                let total: f64 = updates.iter().map(|(_, u)| u.classifier_weights[m]).sum();
+                if !(total > 0.0) {
+                    return theta.clone();
+                }
+                super::weighted_average(
+                    updates
+                        .iter()
+                        .map(|(_, u)| (u.classifier_weights[m], &u.classifiers[m][..])),
+                )
+            })
+            .collect();
+        GmmGlobal {
+            gaussians,
+            classifiers,
+        }
+    }
+
+    /// π fitted by EM on the client's training data with the Gaussians and classifiers frozen.
+    fn adapt_unseen(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &GmmGlobal,
+        _: &mut ChaCha20Rng,
+    ) -> GmmClient {
+        let losses = self.pair_losses(ctx.arch, global, ctx.train_view());
+        let pi = fit_mixture_weights(
+            &losses,
+            self.spec.unseen_em_iterations,
+            self.spec.unseen_em_tolerance,
+        );
+        GmmClient {
+            pi,
+            momentum: Vec::new(),
+        }
+    }
+
+    fn evaluate(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &GmmGlobal,
+        state: &GmmClient,
+        _: &mut ChaCha20Rng,
+    ) -> Vec<Evaluation> {
+        let classifiers: Vec<&[f32]> = global.classifiers.iter().map(Vec::as_slice).collect();
+        ctx.evaluate_splits(ModelKind::Mixture, |view| {
+            let gates = self.gates(global, &state.pi, view);
+            evaluate_gated(ctx.arch, &classifiers, &gates, view)
+        })
+    }
+
+    /// log p(x) under the client's input mixture.
+    fn typicality(
+        &self,
+        _: &LocalContext<'_>,
+        global: &GmmGlobal,
+        state: &GmmClient,
+        view: SplitView<'_>,
+    ) -> Option<Vec<f64>> {
+        Some(log_sum_exp(&self.log_joint_inputs(global, &state.pi, view)))
+    }
+}
+
+impl FedGmm {
+    /// g_m(x_i) = Σ_k p(k, m | x_i), for each classifier m and row i.
+    fn gates(&self, global: &GmmGlobal, pi: &[f64], view: SplitView<'_>) -> Vec<Vec<f64>> {
+        let m = self.spec.classifiers;
+        let pi: Vec<f64> = pi.iter().map(|p| p.max(MIN_MIXTURE_WEIGHT)).collect();
+        let log_joint = self.log_joint_inputs(global, &pi, view);
+        let log_px = log_sum_exp(&log_joint);
+        let mut gates = vec![vec![0.0; view.len()]; m];
+        for (pair, lj) in log_joint.iter().enumerate() {
+            for (i, (&l, &z)) in lj.iter().zip(&log_px).enumerate() {
+                gates[pair % m][i] += (l - z).exp();
+            }
+        }
+        gates
+    }
+}
+
+/// The confidence of a model or mixture, for the baselines' novelty scores.
+pub fn max_probability(
+    arch: &Architecture,
+    components: &[&[f32]],
+    weights: &[f64],
+    view: SplitView<'_>,
+) -> Vec<f64> {
+    let gates: Vec<Vec<f64>> = weights.iter().map(|&w| vec![w; view.len()]).collect();
+    confidence(arch, components, &gates, view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view<'a>(features: &'a [f32], labels: &'a [i64], dim: usize) -> SplitView<'a> {
+        SplitView {
+            features,
+            labels,
+            dim,
+        }
+    }
+
+    #[test]
+    fn log_density_by_hand() {
+        // N(x; 0, diag(1, 4)) at (1, 2): −½(1 + 1 + ln 4 + 2 ln 2π).
+        let want = -0.5 * (2.0 + 4f64.ln() + 2.0 * (2.0 * std::f64::consts::PI).ln());
+        let full = Gaussian {
+            mean: vec![0.0, 0.0],
+            cov: vec![1.0, 0.0, 0.0, 4.0],
+        };
+        let diag = Gaussian {
+            mean: vec![0.0, 0.0],
+            cov: vec![1.0, 4.0],
+        };
+        let (x, y) = ([1.0f32, 2.0], [0i64]);
+        for g in [full, diag] {
+            let got = g.log_densities(view(&x, &y, 2))[0];
+            assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+        }
+        // Correlated: Σ = [[2, 1], [1, 2]], x = (1, 1): xᵀΣ⁻¹x = 2/3, det 3.
+        let g = Gaussian {
+            mean: vec![0.0, 0.0],
+            cov: vec![2.0, 1.0, 1.0, 2.0],
+        };
+        let got = g.log_densities(view(&[1.0, 1.0], &y, 2))[0];
+        let want = -0.5 * (2.0 / 3.0 + 3f64.ln() + 2.0 * (2.0 * std::f64::consts::PI).ln());
+        assert!((got - want).abs() < 1e-12);
+        // Not positive definite: NaN, which the divergence watch catches.
+        let bad = Gaussian {
+            mean: vec![0.0, 0.0],
+            cov: vec![1.0, 2.0, 2.0, 1.0],
+        };
+        assert!(bad.log_densities(view(&x, &y, 2))[0].is_nan());
+    }
+
+    fn spec(covariance: Covariance) -> FedGmmSpec {
+        let mut s: FedGmmSpec = serde_yaml::from_str("{gaussians: 1, classifiers: 1}").unwrap();
+        s.covariance = covariance;
+        s.epsilon = 0.5;
+        s
+    }
+
+    #[test]
+    fn local_gaussian_fit_by_hand() {
+        // Rows (0, 0), (2, 0), (1, 3) with weights 1, 1, 2: mean (1, 1.5);
+        // Σ = (1·(−1, −1.5)² + 1·(1, −1.5)² + 2·(0, 1.5)²) / 4 + ε I.
+        let alg = FedGmm {
+            spec: spec(Covariance::Full),
+        };
+        let global = GmmGlobal {
+            gaussians: vec![Gaussian {
+                mean: vec![0.0, 0.0],
+                cov: vec![1.0, 0.0, 0.0, 1.0],
+            }],
+            classifiers: vec![],
+        };
+        let f = [0.0f32, 0.0, 2.0, 0.0, 1.0, 3.0];
+        let y = [0i64; 3];
+        let g = &alg.fit_gaussians(&global, &[vec![1.0, 1.0, 2.0]], view(&f, &y, 2))[0];
+        assert_eq!(g.mean, vec![1.0, 1.5]);
+        let want = [
+            2.0 / 4.0 + 0.5,
+            0.0,
+            0.0,
+            (2.25 * 2.0 + 2.0 * 2.25) / 4.0 + 0.5,
+        ];
+        for (a, b) in g.cov.iter().zip(want) {
+            assert!((a - b).abs() < 1e-12, "{:?}", g.cov);
+        }
+        // No weight: the global estimate is kept.
+        let kept = &alg.fit_gaussians(&global, &[vec![0.0; 3]], view(&f, &y, 2))[0];
+        assert_eq!(kept, &global.gaussians[0]);
+    }
+
+    #[test]
+    fn pooled_covariance_includes_the_spread_of_client_means() {
+        // Two clients with equal weight, means −1 and 1 on one axis, variance 1 each: the
+        // pooled variance is 1 + 1 = 2 (their code would say 1), the mean 0.
+        let alg = FedGmm {
+            spec: spec(Covariance::Diagonal),
+        };
+        let global = GmmGlobal {
+            gaussians: vec![Gaussian {
+                mean: vec![5.0],
+                cov: vec![9.0],
+            }],
+            classifiers: vec![vec![0.0]],
+        };
+        let update = |mean: f64, theta: f32, w: f64| GmmUpdate {
+            gaussians: vec![Gaussian {
+                mean: vec![mean],
+                cov: vec![1.0],
+            }],
+            gaussian_weights: vec![3.0],
+            classifiers: vec![vec![theta]],
+            classifier_weights: vec![w],
+        };
+        let next = alg.aggregate(
+            &global,
+            &[(0, update(-1.0, 1.0, 1.0)), (1, update(1.0, 4.0, 2.0))],
+        );
+        assert_eq!(next.gaussians[0].mean, vec![0.0]);
+        assert_eq!(next.gaussians[0].cov, vec![2.0]);
+        assert_eq!(next.classifiers[0], vec![3.0]);
+    }
+
+    #[test]
+    fn gates_follow_the_input_posterior() {
+        // Two Gaussians far apart, π puts Gaussian 0 with classifier 0 and Gaussian 1 with
+        // classifier 1: a row at Gaussian 1's mean is gated almost entirely to classifier 1.
+        let s: FedGmmSpec = serde_yaml::from_str("{gaussians: 2, classifiers: 2}").unwrap();
+        let alg = FedGmm { spec: s };
+        let global = GmmGlobal {
+            gaussians: vec![
+                Gaussian {
+                    mean: vec![-5.0],
+                    cov: vec![1.0],
+                },
+                Gaussian {
+                    mean: vec![5.0],
+                    cov: vec![1.0],
+                },
+            ],
+            classifiers: vec![vec![0.0, 0.0], vec![0.0, 0.0]],
+        };
+        let pi = [0.5, 0.0, 0.0, 0.5];
+        let (x, y) = ([5.0f32], [0i64]);
+        let g = alg.gates(&global, &pi, view(&x, &y, 1));
+        assert!(g[1][0] > 0.999_999 && g[0][0] < 1e-6, "{g:?}");
+        // log p(x) = log(½ N(5; −5, 1) + ½ N(5; 5, 1)) ≈ log ½ + log N(0; 0, 1).
+        let lp = log_sum_exp(&alg.log_joint_inputs(&global, &pi, view(&x, &y, 1)))[0];
+        let want = 0.5f64.ln() - 0.5 * (2.0 * std::f64::consts::PI).ln();
+        assert!((lp - want).abs() < 1e-9, "{lp} vs {want}");
+    }
+}

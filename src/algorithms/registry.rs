@@ -1,0 +1,409 @@
+//! The algorithms a scenario can name, one line each in [`REGISTRY`].
+//!
+//! An algorithm is its file (its settings type, implementing [`AlgorithmSettings`], and its
+//! [`Algorithm`]) plus one [`Registration`] line here. What it can do is declared by the
+//! algorithm itself: whether it runs on peers follows from the registration it uses
+//! ([`Registration::peers`] needs a [`Gossip`] algorithm), whether it takes stale updates from
+//! its [`Algorithm::STALE_UPDATES`]. Validation and the run read only this registry: no name
+//! lists elsewhere. This room parses settings and starts runs; it holds no algorithm's logic.
+
+use super::{Algorithm, Gossip};
+use crate::actors::{Launch, SimOutput};
+use crate::sim::SimError;
+use crate::FieldError;
+use serde::de::{DeserializeOwned, Error as _};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_yaml::{Mapping, Value};
+use std::any::Any;
+use std::fmt;
+
+/// The registry: every algorithm a scenario can name, in the order `fedsim` lists them.
+pub static REGISTRY: &[Registration] = &[
+    Registration::server::<super::fedavg::FedAvgSpec>(
+        "fedavg",
+        "FedAvg (McMahan et al. 2017): local SGD, weighted average of the models",
+    ),
+    Registration::server::<super::fedavg::FedProxSpec>(
+        "fedprox",
+        "FedProx (Li et al. 2020): FedAvg with a proximal term (μ/2)‖θ − θ_global‖²",
+    ),
+    Registration::server::<super::fedavg::FedAvgPlusSpec>(
+        "fedavg_plus",
+        "FedAvg+ (Jiang et al. 2019): FedAvg, then local fine-tuning before each test",
+    ),
+    Registration::server::<super::local::LocalSpec>(
+        "local",
+        "every client trains alone on its own data; nothing is communicated",
+    ),
+    Registration::server::<super::fedem::FedEmSpec>(
+        "fedem",
+        "FedEM (Marfoq et al. 2021): a mixture of M shared components, learned by federated EM",
+    ),
+    Registration::server::<super::pfedme::PFedMeSpec>(
+        "pfedme",
+        "pFedMe (Dinh et al. 2020): personalized models through Moreau envelopes",
+    ),
+    Registration::server::<super::clustered::ClusteredSpec>(
+        "clustered",
+        "Clustered FL (Sattler et al. 2020): clusters split by the cosine similarity of updates",
+    ),
+    Registration::server::<super::apfl::ApflSpec>(
+        "apfl",
+        "APFL (Deng et al. 2020): a local model mixed with the global one",
+    ),
+    Registration::server::<super::per_fedavg::PerFedAvgSpec>(
+        "per_fedavg",
+        "Per-FedAvg (Fallah et al. 2020), first-order MAML: one adaptation step before testing",
+    ),
+    Registration::server::<super::ditto::DittoSpec>(
+        "ditto",
+        "Ditto (Li et al. 2021): personal models pulled towards the global one",
+    ),
+    Registration::server::<super::fedgmm::FedGmmSpec>(
+        "fedgmm",
+        "FedGMM (Wu et al. 2023): Gaussian mixtures over inputs times shared classifiers",
+    ),
+    Registration::server::<super::noop::NoopSpec>(
+        "noop",
+        "no training: only the system is simulated (round times, participation)",
+    ),
+    Registration::peers::<super::fedavg::DPsgdSpec>(
+        "d_psgd",
+        "D-PSGD (Lian et al. 2017): FedAvg without a server, averaging with neighbours",
+    ),
+    Registration::peers::<super::fedem::DFedEmSpec>(
+        "d_fedem",
+        "D-FedEM (Marfoq et al. 2021, Alg. 4): FedEM without a server, mixing with neighbours",
+    ),
+];
+
+/// What the run knows of its clients when it builds the algorithm.
+#[derive(Clone, Copy, Debug)]
+pub struct Population {
+    /// All clients, held-out ones included.
+    pub clients: usize,
+    /// Training rows of the clients that take part (not held out).
+    pub participants_train: usize,
+}
+
+/// An algorithm's settings, as its `algorithm:` section holds them (besides `name`).
+pub trait AlgorithmSettings:
+    Serialize + DeserializeOwned + Clone + fmt::Debug + PartialEq + Send + Sync + 'static
+{
+    /// The algorithm these settings configure.
+    type Algorithm: Algorithm;
+
+    /// Checks the settings; a path is below `algorithm`.
+    fn validate(&self) -> Result<(), FieldError> {
+        Ok(())
+    }
+
+    /// The algorithm for a run over `population`.
+    fn build(&self, population: &Population) -> Self::Algorithm;
+}
+
+/// What an algorithm can do beyond a synchronous round with a server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Runs on peers over a `topology`, without a server.
+    pub decentralized: bool,
+    /// Combines updates computed from older models (FedBuff, late updates).
+    pub stale_updates: bool,
+}
+
+/// One line of the registry: a name, what the algorithm can do, how its settings are read and
+/// how a run starts.
+pub struct Registration {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub capabilities: Capabilities,
+    parse: fn(Value) -> Result<Box<dyn Settings>, String>,
+    launch: fn(&dyn Any, Launch) -> Result<SimOutput, SimError>,
+}
+
+impl Registration {
+    /// An algorithm that runs with a server.
+    pub const fn server<S: AlgorithmSettings>(name: &'static str, summary: &'static str) -> Self {
+        Registration {
+            name,
+            summary,
+            capabilities: Capabilities {
+                decentralized: false,
+                stale_updates: <S::Algorithm as Algorithm>::STALE_UPDATES.is_some(),
+            },
+            parse: parse::<S>,
+            launch: launch_server::<S>,
+        }
+    }
+
+    /// An algorithm that runs on peers over a topology.
+    pub const fn peers<S: AlgorithmSettings>(name: &'static str, summary: &'static str) -> Self
+    where
+        S::Algorithm: Gossip,
+    {
+        Registration {
+            name,
+            summary,
+            capabilities: Capabilities {
+                decentralized: true,
+                stale_updates: false,
+            },
+            parse: parse::<S>,
+            launch: launch_peers::<S>,
+        }
+    }
+
+    /// The registered algorithm called `name`.
+    pub fn find(name: &str) -> Option<&'static Registration> {
+        REGISTRY.iter().find(|r| r.name == name)
+    }
+
+    /// The names of the registered algorithms that have `wanted`, as "`a`, `b` or `c`".
+    pub fn names_where(wanted: impl Fn(&Capabilities) -> bool) -> String {
+        let names: Vec<String> = REGISTRY
+            .iter()
+            .filter(|r| wanted(&r.capabilities))
+            .map(|r| format!("`{}`", r.name))
+            .collect();
+        match names.split_last() {
+            None => String::new(),
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        }
+    }
+}
+
+fn parse<S: AlgorithmSettings>(fields: Value) -> Result<Box<dyn Settings>, String> {
+    let settings: S = serde_path_to_error::deserialize(fields).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        if path == "." {
+            message
+        } else {
+            format!("`{path}`: {message}")
+        }
+    })?;
+    Ok(Box::new(settings))
+}
+
+fn settings_of<S: AlgorithmSettings>(settings: &dyn Any) -> Result<&S, SimError> {
+    settings
+        .downcast_ref::<S>()
+        .ok_or_else(|| SimError::Model("algorithm settings of another type".into()))
+}
+
+fn launch_server<S: AlgorithmSettings>(
+    settings: &dyn Any,
+    launch: Launch,
+) -> Result<SimOutput, SimError> {
+    let algorithm = settings_of::<S>(settings)?.build(&launch.population());
+    launch.with_server(algorithm)
+}
+
+fn launch_peers<S: AlgorithmSettings>(
+    settings: &dyn Any,
+    launch: Launch,
+) -> Result<SimOutput, SimError>
+where
+    S::Algorithm: Gossip,
+{
+    let algorithm = settings_of::<S>(settings)?.build(&launch.population());
+    launch.with_peers(algorithm)
+}
+
+/// Settings of some registered algorithm, their type erased.
+trait Settings: fmt::Debug + Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+    fn fields(&self) -> Value;
+    fn validate(&self) -> Result<(), FieldError>;
+    fn clone_box(&self) -> Box<dyn Settings>;
+}
+
+impl<S: AlgorithmSettings> Settings for S {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn fields(&self) -> Value {
+        serde_yaml::to_value(self).unwrap_or(Value::Null)
+    }
+
+    fn validate(&self) -> Result<(), FieldError> {
+        AlgorithmSettings::validate(self)
+    }
+
+    fn clone_box(&self) -> Box<dyn Settings> {
+        Box::new(self.clone())
+    }
+}
+
+/// Which algorithm a scenario runs, with its settings: `algorithm: {name: fedavg, ...}`.
+pub struct AlgorithmSpec {
+    registration: &'static Registration,
+    settings: Box<dyn Settings>,
+}
+
+impl AlgorithmSpec {
+    /// The algorithm `name` with `fields` (a mapping of its settings, without `name`).
+    pub fn parse(name: &str, fields: Value) -> Result<AlgorithmSpec, String> {
+        let registration = Registration::find(name).ok_or_else(|| {
+            let known: Vec<String> = REGISTRY.iter().map(|r| format!("`{}`", r.name)).collect();
+            format!(
+                "unknown variant `{name}`, expected one of {}",
+                known.join(", ")
+            )
+        })?;
+        let fields = match fields {
+            Value::Null => Value::Mapping(Mapping::new()),
+            other => other,
+        };
+        Ok(AlgorithmSpec {
+            registration,
+            settings: (registration.parse)(fields)?,
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.registration.name
+    }
+
+    pub fn capabilities(&self) -> Capabilities {
+        self.registration.capabilities
+    }
+
+    /// Whether the algorithm runs on peers over a `topology` instead of with a server.
+    pub fn is_decentralized(&self) -> bool {
+        self.capabilities().decentralized
+    }
+
+    /// Whether the algorithm can aggregate stale updates.
+    pub fn takes_stale_updates(&self) -> bool {
+        self.capabilities().stale_updates
+    }
+
+    /// Checks the algorithm's own settings; a path is below `algorithm`.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        self.settings.validate()
+    }
+
+    /// Builds the algorithm and runs it.
+    pub fn launch(&self, launch: Launch) -> Result<SimOutput, SimError> {
+        (self.registration.launch)(self.settings.as_any(), launch)
+    }
+
+    /// `name` first, then the settings (the resolved scenario's layout).
+    fn to_mapping(&self) -> Mapping {
+        let mut map = Mapping::new();
+        map.insert("name".into(), self.name().into());
+        if let Value::Mapping(fields) = self.settings.fields() {
+            map.extend(fields);
+        }
+        map
+    }
+}
+
+impl Clone for AlgorithmSpec {
+    fn clone(&self) -> Self {
+        AlgorithmSpec {
+            registration: self.registration,
+            settings: self.settings.clone_box(),
+        }
+    }
+}
+
+impl fmt::Debug for AlgorithmSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {:?}", self.name(), self.settings)
+    }
+}
+
+impl PartialEq for AlgorithmSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_mapping() == other.to_mapping()
+    }
+}
+
+impl Serialize for AlgorithmSpec {
+    fn serialize<Z: Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
+        self.to_mapping().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for AlgorithmSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let Value::Mapping(mut map) = Value::deserialize(deserializer)? else {
+            return Err(D::Error::custom(
+                "expected a mapping with the algorithm's `name`, e.g. {name: fedavg}",
+            ));
+        };
+        let name = match map.remove("name") {
+            None => return Err(D::Error::missing_field("name")),
+            Some(Value::String(name)) => name,
+            Some(other) => {
+                return Err(D::Error::custom(format!(
+                    "`name` must be a string naming the algorithm, got {other:?}"
+                )))
+            }
+        };
+        AlgorithmSpec::parse(&name, Value::Mapping(map)).map_err(D::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_found() {
+        for (i, r) in REGISTRY.iter().enumerate() {
+            assert!(REGISTRY[..i].iter().all(|o| o.name != r.name), "{}", r.name);
+            assert_eq!(Registration::find(r.name).unwrap().name, r.name);
+        }
+    }
+
+    #[test]
+    fn every_algorithm_parses_its_defaults_and_round_trips() {
+        for r in REGISTRY {
+            // Settings with required fields are given one here.
+            let fields: Value = match r.name {
+                "fedprox" => serde_yaml::from_str("{mu: 0.1}").unwrap(),
+                "per_fedavg" => serde_yaml::from_str("{inner_lr: 0.01}").unwrap(),
+                "ditto" => serde_yaml::from_str("{lambda: 0.1}").unwrap(),
+                _ => Value::Null,
+            };
+            let spec =
+                AlgorithmSpec::parse(r.name, fields).unwrap_or_else(|e| panic!("{}: {e}", r.name));
+            let text = serde_yaml::to_string(&spec).unwrap();
+            assert!(text.starts_with(&format!("name: {}\n", r.name)), "{text}");
+            let back: AlgorithmSpec = serde_yaml::from_str(&text).unwrap();
+            assert_eq!(back, spec);
+            spec.validate()
+                .unwrap_or_else(|e| panic!("{}: defaults invalid: {e:?}", r.name));
+        }
+    }
+
+    #[test]
+    fn capabilities_come_from_the_algorithms() {
+        let get = |n: &str| Registration::find(n).unwrap().capabilities;
+        assert!(get("fedavg").stale_updates && !get("fedavg").decentralized);
+        assert!(get("fedem").stale_updates);
+        assert!(!get("pfedme").stale_updates && !get("clustered").stale_updates);
+        assert!(get("d_psgd").decentralized && get("d_fedem").decentralized);
+        assert_eq!(
+            Registration::names_where(|c| c.decentralized),
+            "`d_psgd` or `d_fedem`"
+        );
+    }
+
+    #[test]
+    fn unknown_names_and_fields_say_what_is_allowed() {
+        let e = AlgorithmSpec::parse("fedsgd", Value::Null).unwrap_err();
+        assert!(
+            e.contains("unknown variant `fedsgd`") && e.contains("`fedem`"),
+            "{e}"
+        );
+        let e = AlgorithmSpec::parse("fedem", serde_yaml::from_str("{componentz: 2}").unwrap())
+            .unwrap_err();
+        assert!(e.contains("unknown field `componentz`"), "{e}");
+    }
+}
