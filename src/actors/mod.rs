@@ -416,6 +416,7 @@ impl Launch<'_> {
         Population {
             clients: self.data.num_clients(),
             participants_train,
+            input_dim: self.data.dim,
         }
     }
 

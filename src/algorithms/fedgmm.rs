@@ -12,7 +12,9 @@
 //! p(k, m | x) ∝ π(k, m) N(x; μ_k, Σ_k) (the authors' code adds π instead of log π: a bug we do
 //! not copy), and scores novelty by log p(x) = log Σ_{k,m} π(k, m) N(x; μ_k, Σ_k).
 //!
-//! The Gaussians model the raw features. It cannot take stale updates (FedBuff, late updates):
+//! The Gaussians model an input representation z: the raw features (default), or z = x·P for a
+//! fixed matrix P read from a CSV file (`projection:`; the paper modelled ResNet-18 embeddings
+//! reduced by PCA to 48 dimensions). It cannot take stale updates (FedBuff, late updates):
 //! closed-form statistics of older models do not combine by deltas.
 
 use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, Evaluation, LocalContext};
@@ -54,6 +56,10 @@ pub struct FedGmmSpec {
     /// The Gaussians start at μ_k ~ N(0, I) and Σ_k = this · I (the authors used 100).
     #[serde(default = "d_init_variance")]
     pub init_variance: f64,
+    /// A fixed projection z = x·P for the Gaussians, from a CSV file (one line per input
+    /// feature, one column per z dimension; a path relative to the working directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projection: Option<Projection>,
     /// Unseen clients fit π by EM with everything else frozen, for at most this many
     /// iterations ...
     #[serde(default = "d_unseen_iterations")]
@@ -79,8 +85,93 @@ fn d_unseen_tolerance() -> f64 {
     1e-6
 }
 
+/// A fixed projection matrix P (input features × z dimensions) read from a CSV file when the
+/// scenario is read; written back as its path.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Projection {
+    pub path: String,
+    pub rows: usize,
+    pub cols: usize,
+    /// Row-major.
+    pub values: Vec<f64>,
+}
+
+impl Projection {
+    /// Reads `path`: numbers separated by commas (or spaces), one line per row.
+    pub fn read(path: &str) -> Result<Projection, String> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+        let mut values = Vec::new();
+        let (mut rows, mut cols) = (0, 0);
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let row: Vec<f64> = line
+                .split(|c: char| c == ',' || c.is_whitespace())
+                .filter(|t| !t.is_empty())
+                .map(|t| {
+                    t.parse::<f64>()
+                        .ok()
+                        .filter(|v| v.is_finite())
+                        .ok_or_else(|| {
+                            format!("`{path}` line {}: `{t}` is not a finite number", i + 1)
+                        })
+                })
+                .collect::<Result<_, _>>()?;
+            if rows == 0 {
+                cols = row.len();
+            } else if row.len() != cols {
+                return Err(format!(
+                    "`{path}` line {}: {} values, the first row has {cols}",
+                    i + 1,
+                    row.len()
+                ));
+            }
+            rows += 1;
+            values.extend(row);
+        }
+        if rows == 0 || cols == 0 {
+            return Err(format!("`{path}` holds no matrix"));
+        }
+        Ok(Projection {
+            path: path.to_string(),
+            rows,
+            cols,
+            values,
+        })
+    }
+}
+
+impl Serialize for Projection {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.path)
+    }
+}
+
+impl<'de> Deserialize<'de> for Projection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let path = String::deserialize(d)?;
+        Projection::read(&path).map_err(serde::de::Error::custom)
+    }
+}
+
 impl super::AlgorithmSettings for FedGmmSpec {
     type Algorithm = FedGmm;
+
+    fn check_data(&self, population: &super::Population) -> Result<(), crate::FieldError> {
+        match &self.projection {
+            Some(p) if p.rows != population.input_dim => Err(crate::FieldError::new(
+                "projection".into(),
+                format!(
+                    "`{}` has {} rows; it needs one per input feature ({})",
+                    p.path, p.rows, population.input_dim
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
 
     fn build(&self, _: &super::Population) -> FedGmm {
         FedGmm { spec: self.clone() }
@@ -138,9 +229,10 @@ pub struct Gaussian {
 }
 
 impl Gaussian {
-    /// log N(x; μ, Σ) of every row of `view`; NaN everywhere if Σ is not positive definite.
-    pub fn log_densities(&self, view: SplitView<'_>) -> Vec<f64> {
-        gaussian_log_densities(&self.mean, &self.cov, view)
+    /// log N(z; μ, Σ) of every row of `view` (z = x, or x·P); NaN everywhere if Σ is not
+    /// positive definite.
+    pub fn log_densities(&self, view: SplitView<'_>, projection: Option<&[f64]>) -> Vec<f64> {
+        gaussian_log_densities(&self.mean, &self.cov, view, projection)
     }
 }
 
@@ -196,6 +288,10 @@ impl super::Finite for GmmUpdate {
 }
 
 impl FedGmm {
+    fn projection(&self) -> Option<&[f64]> {
+        self.spec.projection.as_ref().map(|p| p.values.as_slice())
+    }
+
     fn pairs(&self) -> usize {
         self.spec.gaussians * self.spec.classifiers
     }
@@ -211,7 +307,7 @@ impl FedGmm {
         let log_n: Vec<Vec<f64>> = global
             .gaussians
             .iter()
-            .map(|g| g.log_densities(view))
+            .map(|g| g.log_densities(view, self.projection()))
             .collect();
         let losses: Vec<Vec<f32>> = global
             .classifiers
@@ -242,7 +338,7 @@ impl FedGmm {
         let m = self.spec.classifiers;
         let mut out = Vec::with_capacity(self.pairs());
         for (k, g) in global.gaussians.iter().enumerate() {
-            let ln = g.log_densities(view);
+            let ln = g.log_densities(view, self.projection());
             for c in 0..m {
                 let lp = pi[k * m + c].ln();
                 out.push(ln.iter().map(|v| v + lp).collect());
@@ -260,19 +356,20 @@ impl FedGmm {
         w: &[Vec<f64>],
         view: SplitView<'_>,
     ) -> Vec<Gaussian> {
-        let d = view.dim;
         let diagonal = self.spec.covariance == Covariance::Diagonal;
         global
             .gaussians
             .iter()
             .zip(w)
-            .map(|(g, wk)| match weighted_moments(wk, view, diagonal) {
-                None => g.clone(),
-                Some((mean, mut cov)) => {
-                    add_to_diagonal(&mut cov, d, self.spec.epsilon, diagonal);
-                    Gaussian { mean, cov }
-                }
-            })
+            .map(
+                |(g, wk)| match weighted_moments(wk, view, diagonal, self.projection()) {
+                    None => g.clone(),
+                    Some((mean, mut cov)) => {
+                        add_to_diagonal(&mut cov, mean.len(), self.spec.epsilon, diagonal);
+                        Gaussian { mean, cov }
+                    }
+                },
+            )
             .collect()
     }
 }
@@ -325,7 +422,11 @@ impl Algorithm for FedGmm {
     type Update = GmmUpdate;
 
     fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> GmmGlobal {
-        let d = arch.input_dim;
+        let d = self
+            .spec
+            .projection
+            .as_ref()
+            .map_or(arch.input_dim, |p| p.cols);
         let diagonal = self.spec.covariance == Covariance::Diagonal;
         let gaussians = (0..self.spec.gaussians)
             .map(|_| {
@@ -624,7 +725,7 @@ mod tests {
         };
         let (x, y) = ([1.0f32, 2.0], [0i64]);
         for g in [full, diag] {
-            let got = g.log_densities(view(&x, &y, 2))[0];
+            let got = g.log_densities(view(&x, &y, 2), None)[0];
             assert!((got - want).abs() < 1e-12, "{got} vs {want}");
         }
         // Correlated: Σ = [[2, 1], [1, 2]], x = (1, 1): xᵀΣ⁻¹x = 2/3, det 3.
@@ -632,7 +733,7 @@ mod tests {
             mean: vec![0.0, 0.0],
             cov: vec![2.0, 1.0, 1.0, 2.0],
         };
-        let got = g.log_densities(view(&[1.0, 1.0], &y, 2))[0];
+        let got = g.log_densities(view(&[1.0, 1.0], &y, 2), None)[0];
         let want = -0.5 * (2.0 / 3.0 + 3f64.ln() + 2.0 * (2.0 * std::f64::consts::PI).ln());
         assert!((got - want).abs() < 1e-12);
         // Not positive definite: NaN, which the divergence watch catches.
@@ -640,7 +741,47 @@ mod tests {
             mean: vec![0.0, 0.0],
             cov: vec![1.0, 2.0, 2.0, 1.0],
         };
-        assert!(bad.log_densities(view(&x, &y, 2))[0].is_nan());
+        assert!(bad.log_densities(view(&x, &y, 2), None)[0].is_nan());
+    }
+
+    #[test]
+    fn a_projection_is_read_checked_and_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.csv");
+        std::fs::write(&path, "# z = x0 + x1\n1.0\n1\n").unwrap();
+        let p = Projection::read(path.to_str().unwrap()).unwrap();
+        assert_eq!((p.rows, p.cols, p.values.clone()), (2, 1, vec![1.0, 1.0]));
+        // x = (1, 2) → z = 3: log N(3; 0, 1).
+        let g = Gaussian {
+            mean: vec![0.0],
+            cov: vec![1.0],
+        };
+        let got = g.log_densities(view(&[1.0, 2.0], &[0], 2), Some(&p.values))[0];
+        let want = -0.5 * (9.0 + (2.0 * std::f64::consts::PI).ln());
+        assert!((got - want).abs() < 1e-12);
+        std::fs::write(&path, "1, 2\n3\n").unwrap();
+        let e = Projection::read(path.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("line 2: 1 values, the first row has 2"), "{e}");
+        std::fs::write(&path, "1, x\n").unwrap();
+        let e = Projection::read(path.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("`x` is not a finite number"), "{e}");
+        let mut spec: FedGmmSpec = serde_yaml::from_str("{}").unwrap();
+        let missing = Projection::read(dir.path().join("none.csv").to_str().unwrap());
+        assert!(missing.unwrap_err().contains("cannot read"));
+        spec.projection = Some(p);
+        let population = crate::algorithms::Population {
+            clients: 1,
+            participants_train: 1,
+            input_dim: 3,
+        };
+        use crate::algorithms::AlgorithmSettings;
+        let e = spec.check_data(&population).unwrap_err();
+        assert_eq!(e.path, "projection");
+        assert!(
+            e.message
+                .contains("has 2 rows; it needs one per input feature (3)"),
+            "{e:?}"
+        );
     }
 
     fn spec(covariance: Covariance) -> FedGmmSpec {

@@ -84,6 +84,8 @@ pub struct Population {
     pub clients: usize,
     /// Training rows of the clients that take part (not held out).
     pub participants_train: usize,
+    /// Features per row.
+    pub input_dim: usize,
 }
 
 /// An algorithm's settings, as its `algorithm:` section holds them (besides `name`).
@@ -98,7 +100,12 @@ pub trait AlgorithmSettings:
         Ok(())
     }
 
-    /// The algorithm for a run over `population`.
+    /// Checks the settings against the data, once it is built (a path is below `algorithm`).
+    fn check_data(&self, _population: &Population) -> Result<(), FieldError> {
+        Ok(())
+    }
+
+    /// The algorithm for a run over `population` (after [`AlgorithmSettings::check_data`]).
     fn build(&self, population: &Population) -> Self::Algorithm;
 }
 
@@ -186,17 +193,26 @@ fn parse<S: AlgorithmSettings>(fields: Value) -> Result<Box<dyn Settings>, Strin
     Ok(Box::new(settings))
 }
 
-fn settings_of<S: AlgorithmSettings>(settings: &dyn Any) -> Result<&S, SimError> {
-    settings
+/// The settings as their own type, checked against the data of `population`.
+fn settings_of<'a, S: AlgorithmSettings>(
+    settings: &'a dyn Any,
+    population: &Population,
+) -> Result<&'a S, SimError> {
+    let settings = settings
         .downcast_ref::<S>()
-        .ok_or_else(|| SimError::Model("algorithm settings of another type".into()))
+        .ok_or_else(|| SimError::Model("algorithm settings of another type".into()))?;
+    settings
+        .check_data(population)
+        .map_err(|e| SimError::Model(format!("field `algorithm.{}`: {}", e.path, e.message)))?;
+    Ok(settings)
 }
 
 fn launch_server<S: AlgorithmSettings>(
     settings: &dyn Any,
     launch: Launch,
 ) -> Result<SimOutput, SimError> {
-    let algorithm = settings_of::<S>(settings)?.build(&launch.population());
+    let population = launch.population();
+    let algorithm = settings_of::<S>(settings, &population)?.build(&population);
     launch.with_server(algorithm)
 }
 
@@ -207,7 +223,8 @@ fn launch_peers<S: AlgorithmSettings>(
 where
     S::Algorithm: Gossip,
 {
-    let algorithm = settings_of::<S>(settings)?.build(&launch.population());
+    let population = launch.population();
+    let algorithm = settings_of::<S>(settings, &population)?.build(&population);
     launch.with_peers(algorithm)
 }
 

@@ -1,6 +1,7 @@
 //! Gaussian densities and weighted moments of a split's rows (FedGMM's E- and M-steps), as a
 //! few batched LibTorch ops in f64. A covariance is a d × d row-major matrix, or the d
-//! variances of a diagonal one.
+//! variances of a diagonal one. The rows may first be mapped by a fixed projection z = x·P
+//! (`P`: input features × z dimensions, row-major).
 
 use super::sgd::data_tensors;
 use crate::data::SplitView;
@@ -13,16 +14,30 @@ fn to_vec(t: &Tensor) -> Vec<f64> {
     out
 }
 
-/// log N(x; mean, cov) of every row of `data`; NaN everywhere if `cov` is not positive
-/// definite.
-pub fn gaussian_log_densities(mean: &[f64], cov: &[f64], data: SplitView<'_>) -> Vec<f64> {
+/// The rows of `data` in f64, projected by `projection` when given.
+fn rows(data: &SplitView<'_>, projection: Option<&[f64]>) -> Tensor {
+    let (x, _) = data_tensors(data);
+    let x = x.to_kind(Kind::Double);
+    match projection {
+        None => x,
+        Some(p) => x.matmul(&Tensor::from_slice(p).reshape([data.dim as i64, -1])),
+    }
+}
+
+/// log N(z; mean, cov) of every row of `data` (z = x, or x·P with a projection); NaN
+/// everywhere if `cov` is not positive definite.
+pub fn gaussian_log_densities(
+    mean: &[f64],
+    cov: &[f64],
+    data: SplitView<'_>,
+    projection: Option<&[f64]>,
+) -> Vec<f64> {
     let (n, d) = (data.len(), mean.len());
     if n == 0 {
         return Vec::new();
     }
-    let (x, _) = data_tensors(&data);
     tch::no_grad(|| {
-        let centred = x.to_kind(Kind::Double) - Tensor::from_slice(mean);
+        let centred = rows(&data, projection) - Tensor::from_slice(mean);
         let log_2pi = (2.0 * std::f64::consts::PI).ln();
         let (q, log_det) = if cov.len() == d {
             let var = Tensor::from_slice(cov);
@@ -52,20 +67,21 @@ pub fn gaussian_log_densities(mean: &[f64], cov: &[f64], data: SplitView<'_>) ->
     })
 }
 
-/// The weighted mean Σ wᵢ xᵢ / Σ wᵢ and covariance Σ wᵢ (xᵢ − mean)(xᵢ − mean)ᵀ / Σ wᵢ (only
-/// the variances when `diagonal`) of the rows of `data`; `None` when the weights sum to 0.
+/// The weighted mean Σ wᵢ zᵢ / Σ wᵢ and covariance Σ wᵢ (zᵢ − mean)(zᵢ − mean)ᵀ / Σ wᵢ (only
+/// the variances when `diagonal`) of the rows of `data` (z = x, or x·P with a projection);
+/// `None` when the weights sum to 0.
 pub fn weighted_moments(
     weights: &[f64],
     data: SplitView<'_>,
     diagonal: bool,
+    projection: Option<&[f64]>,
 ) -> Option<(Vec<f64>, Vec<f64>)> {
     let total: f64 = weights.iter().sum();
     if !(total > 1e-12) || data.is_empty() {
         return None;
     }
-    let (x, _) = data_tensors(&data);
     Some(tch::no_grad(|| {
-        let x = x.to_kind(Kind::Double);
+        let x = rows(&data, projection);
         let w = Tensor::from_slice(weights).reshape([-1, 1]) / total;
         let mean = (&x * &w).sum_dim_intlist(0, false, Kind::Double);
         let centred = x - &mean;

@@ -203,3 +203,54 @@ fn fedgmm_beats_fedem_beats_fedavg_on_its_synthetic_data() {
         "AUROC: FedGMM {gmm_auroc}, FedEM {em_auroc}, FedAvg {avg_auroc}"
     );
 }
+
+#[test]
+fn a_projection_file_shapes_the_gaussians() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 32 input features → 2 dimensions: the sums of the first and of the last 16 features.
+    let path = tmp.path().join("p.csv");
+    let lines: Vec<&str> = (0..32)
+        .map(|i| if i < 16 { "1,0" } else { "0,1" })
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let alg = format!("{{name: fedgmm, projection: {}}}", path.display());
+    let out = fedsim::run::simulate_scenario(&gmm(&alg, 2, 1), 2, |_| {}).unwrap();
+    let models = out
+        .records
+        .iter()
+        .find_map(|r| match r {
+            fedsim::report::Record::FinalModels(m) => Some(m.clone()),
+            _ => None,
+        })
+        .unwrap();
+    // Three classifiers of the 32 features (33 parameters), then three Gaussians in 2
+    // dimensions: mean (2) and covariance (4) each.
+    let sizes: Vec<usize> = models.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [33, 33, 33, 6, 6, 6]);
+    // A matrix of the wrong height is refused when the run starts, naming the field.
+    std::fs::write(&path, "1,0\n0,1\n").unwrap();
+    let s = gmm(&alg, 2, 1);
+    let opts = RunOptions {
+        out_dir: tmp.path().join("bad"),
+        threads: 1,
+        progress: false,
+    };
+    let e = fedsim::error_chain(&run_scenario(&s, &opts).unwrap_err());
+    assert!(
+        e.contains("field `algorithm.projection`")
+            && e.contains("needs one per input feature (32)"),
+        "{e}"
+    );
+    // A missing file is refused when the scenario is read.
+    let o = vec![format!(
+        "algorithm={{name: fedgmm, projection: {}/none.csv}}",
+        tmp.path().display()
+    )];
+    let e = Scenario::from_yaml(SMALL, Path::new("g.yaml"), &o)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("field `algorithm`") && e.contains("cannot read"),
+        "{e}"
+    );
+}
