@@ -349,7 +349,7 @@ fn client_entity(c: u32) -> EntityId {
 }
 
 /// Immutable context shared by all jobs of a run.
-struct JobContext<A: Algorithm> {
+pub(crate) struct JobContext<A: Algorithm> {
     algorithm: A,
     arch: Architecture,
     training: Training,

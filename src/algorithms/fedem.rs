@@ -135,6 +135,8 @@ impl FedEm {
 
     /// Each component moves by the p_t-weighted (and staleness-weighted) average change, with
     /// p_t = n_t / n as in [`FedEm::aggregate`] (over the arrived clients with `renormalize`).
+    /// (`&Vec`: the signature of [`super::AggregateStale`] for this `Global`.)
+    #[allow(clippy::ptr_arg)]
     fn aggregate_stale(
         &self,
         global: &Vec<Vec<f32>>,

@@ -577,7 +577,7 @@ impl Algorithm for FedGmm {
             .enumerate()
             .map(|(k, g)| {
                 let total: f64 = updates.iter().map(|(_, u)| u.gaussian_weights[k]).sum();
-                if !(total > 0.0) {
+                if total.is_nan() || total <= 0.0 {
                     return g.clone();
                 }
                 let d = g.mean.len();
@@ -610,7 +610,7 @@ impl Algorithm for FedGmm {
             .enumerate()
             .map(|(m, theta)| {
                 let total: f64 = updates.iter().map(|(_, u)| u.classifier_weights[m]).sum();
-                if !(total > 0.0) {
+                if total.is_nan() || total <= 0.0 {
                     return theta.clone();
                 }
                 super::weighted_average(

@@ -77,7 +77,7 @@ pub fn weighted_moments(
     projection: Option<&[f64]>,
 ) -> Option<(Vec<f64>, Vec<f64>)> {
     let total: f64 = weights.iter().sum();
-    if !(total > 1e-12) || data.is_empty() {
+    if total.is_nan() || total <= 1e-12 || data.is_empty() {
         return None;
     }
     Some(tch::no_grad(|| {
