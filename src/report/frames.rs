@@ -200,8 +200,25 @@ pub fn gossip_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
     ])
 }
 
-/// One row per (evaluated round, client, component) of a mixture model (FedEM, D-FedEM): the
-/// client's mixture weight π_t,m. Empty for other algorithms.
+/// The leading columns of a table about clients at evaluations: `run_id, round, client,
+/// unseen`, one row per `(round, client, unseen)` key.
+pub(super) fn client_columns(meta: &RunMeta, keys: &[(u32, u32, bool)]) -> Vec<Column> {
+    vec![
+        Column::new("run_id".into(), vec![meta.run_id.as_str(); keys.len()]),
+        Column::new("round".into(), keys.iter().map(|k| k.0).collect::<Vec<_>>()),
+        Column::new(
+            "client".into(),
+            keys.iter().map(|k| k.1).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "unseen".into(),
+            keys.iter().map(|k| k.2).collect::<Vec<_>>(),
+        ),
+    ]
+}
+
+/// One row per (evaluated round, client, component) of a mixture model (FedEM, D-FedEM,
+/// FedGMM): the client's mixture weight π_t,m. Empty for other algorithms.
 pub fn mixtures_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
     let rows: Vec<(&MixtureRecord, usize, f64)> = records
         .iter()
@@ -211,20 +228,12 @@ pub fn mixtures_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFr
         })
         .flat_map(|m| m.weights.iter().enumerate().map(move |(c, &w)| (m, c, w)))
         .collect();
-    DataFrame::new_infer_height(vec![
-        Column::new("run_id".into(), vec![meta.run_id.as_str(); rows.len()]),
-        Column::new(
-            "round".into(),
-            rows.iter().map(|r| r.0.round).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "client".into(),
-            rows.iter().map(|r| r.0.client).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "unseen".into(),
-            rows.iter().map(|r| r.0.unseen).collect::<Vec<_>>(),
-        ),
+    let keys: Vec<_> = rows
+        .iter()
+        .map(|r| (r.0.round, r.0.client, r.0.unseen))
+        .collect();
+    let mut columns = client_columns(meta, &keys);
+    columns.extend([
         Column::new(
             "component".into(),
             rows.iter().map(|r| r.1 as u32).collect::<Vec<_>>(),
@@ -233,7 +242,8 @@ pub fn mixtures_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFr
             "weight".into(),
             rows.iter().map(|r| r.2).collect::<Vec<_>>(),
         ),
-    ])
+    ]);
+    DataFrame::new_infer_height(columns)
 }
 
 /// One row per value an algorithm reported about a client by name (round, client, name,
@@ -247,20 +257,12 @@ pub fn extras_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
         })
         .flat_map(|x| x.values.iter().enumerate().map(move |(i, &v)| (x, i, v)))
         .collect();
-    DataFrame::new_infer_height(vec![
-        Column::new("run_id".into(), vec![meta.run_id.as_str(); rows.len()]),
-        Column::new(
-            "round".into(),
-            rows.iter().map(|r| r.0.round).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "client".into(),
-            rows.iter().map(|r| r.0.client).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "unseen".into(),
-            rows.iter().map(|r| r.0.unseen).collect::<Vec<_>>(),
-        ),
+    let keys: Vec<_> = rows
+        .iter()
+        .map(|r| (r.0.round, r.0.client, r.0.unseen))
+        .collect();
+    let mut columns = client_columns(meta, &keys);
+    columns.extend([
         Column::new(
             "name".into(),
             rows.iter().map(|r| r.0.name.as_str()).collect::<Vec<_>>(),
@@ -270,7 +272,8 @@ pub fn extras_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
             rows.iter().map(|r| r.1 as u32).collect::<Vec<_>>(),
         ),
         Column::new("value".into(), rows.iter().map(|r| r.2).collect::<Vec<_>>()),
-    ])
+    ]);
+    DataFrame::new_infer_height(columns)
 }
 
 /// One row per training job whose fate is known: when it was sent and arrived, how long it

@@ -6,6 +6,7 @@
 //! scores are one threshold: AUROC counts a tie between a positive and a negative as ½, AP and
 //! F1 move past all tied rows at once (scikit-learn's definitions).
 
+use super::frames::client_columns;
 use super::{NoveltyRecord, Record, RunMeta};
 use polars::prelude::*;
 
@@ -102,20 +103,12 @@ pub fn novelty_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
                 .map(move |(i, (s, is_novel))| (r, i as u32, s, is_novel))
         })
         .collect();
-    DataFrame::new_infer_height(vec![
-        Column::new("run_id".into(), vec![meta.run_id.as_str(); rows.len()]),
-        Column::new(
-            "round".into(),
-            rows.iter().map(|r| r.0.round).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "client".into(),
-            rows.iter().map(|r| r.0.client).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "unseen".into(),
-            rows.iter().map(|r| r.0.unseen).collect::<Vec<_>>(),
-        ),
+    let keys: Vec<_> = rows
+        .iter()
+        .map(|r| (r.0.round, r.0.client, r.0.unseen))
+        .collect();
+    let mut columns = client_columns(meta, &keys);
+    columns.extend([
         Column::new(
             "sample".into(),
             rows.iter().map(|r| r.1).collect::<Vec<_>>(),
@@ -125,7 +118,8 @@ pub fn novelty_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
             "is_novel".into(),
             rows.iter().map(|r| r.3).collect::<Vec<_>>(),
         ),
-    ])
+    ]);
+    DataFrame::new_infer_height(columns)
 }
 
 #[cfg(test)]

@@ -254,7 +254,9 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
     let training = validate_training(&raw.training).map_err(|e| nest("training", e))?;
     let sampling = validate_sampling(&raw.sampling).map_err(|e| nest("sampling", e))?;
     raw.policy.validate().map_err(|e| nest("policy", e))?;
-    if raw.policy.needs_stale_updates() && !raw.algorithm.takes_stale_updates() {
+    // Decentralized runs take no server policy at all (checked with the topology below).
+    let server_policy = !raw.algorithm.is_decentralized();
+    if server_policy && raw.policy.needs_stale_updates() && !raw.algorithm.takes_stale_updates() {
         return bad(
             "policy",
             format!(
