@@ -60,6 +60,10 @@ pub struct FedGmmSpec {
     /// feature, one column per z dimension; a path relative to the working directory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection: Option<Projection>,
+    /// How rows are scored for novelty: `joint`, log p(x, y) (the row's label counts too, as
+    /// the authors' `ood.py` combines log p(x) and log p(y | x)), or `input`, log p(x).
+    #[serde(default)]
+    pub novelty_score: NoveltyScore,
     /// Unseen clients fit π by EM with everything else frozen, for at most this many
     /// iterations ...
     #[serde(default = "d_unseen_iterations")]
@@ -83,6 +87,17 @@ fn d_unseen_iterations() -> u32 {
 }
 fn d_unseen_tolerance() -> f64 {
     1e-6
+}
+
+/// What FedGMM's novelty score measures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoveltyScore {
+    /// log p(x, y) = log Σ_{k,m} π(k, m) N(z; μ_k, Σ_k) p(y | x; θ_m).
+    #[default]
+    Joint,
+    /// log p(x) = log Σ_{k,m} π(k, m) N(z; μ_k, Σ_k).
+    Input,
 }
 
 /// A fixed projection matrix P (input features × z dimensions) read from a CSV file when the
@@ -659,15 +674,26 @@ impl Algorithm for FedGmm {
         })
     }
 
-    /// log p(x) under the client's input mixture.
+    /// log p(x, y) (or log p(x)) under the client's mixture.
     fn typicality(
         &self,
-        _: &LocalContext<'_>,
+        ctx: &LocalContext<'_>,
         global: &GmmGlobal,
         state: &GmmClient,
         view: SplitView<'_>,
     ) -> Option<Vec<f64>> {
-        Some(log_sum_exp(&self.log_joint_inputs(global, &state.pi, view)))
+        let pi: Vec<f64> = state.pi.iter().map(|p| p.max(MIN_MIXTURE_WEIGHT)).collect();
+        let log_terms = match self.spec.novelty_score {
+            NoveltyScore::Input => self.log_joint_inputs(global, &pi, view),
+            // log π(k, m) + log N_k(i) − ℓ_m(i): −(the E-step's pair loss) + log π.
+            NoveltyScore::Joint => self
+                .pair_losses(ctx.arch, global, view)
+                .iter()
+                .zip(&pi)
+                .map(|(losses, p)| losses.iter().map(|&l| p.ln() - l as f64).collect())
+                .collect(),
+        };
+        Some(log_sum_exp(&log_terms))
     }
 }
 

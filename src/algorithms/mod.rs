@@ -27,7 +27,7 @@ pub use fedavg::{DPsgdSpec, FedAvg, FedAvgPlusSpec, FedAvgSpec, FedProxSpec, Mod
 pub use fedem::{
     e_step, fit_mixture_weights, DFedEmSpec, FedEm, FedEmSpec, Unsampled, MIN_MIXTURE_WEIGHT,
 };
-pub use fedgmm::{Covariance, FedGmm, FedGmmSpec, Gaussian, GmmGlobal};
+pub use fedgmm::{Covariance, FedGmm, FedGmmSpec, Gaussian, GmmGlobal, NoveltyScore};
 pub use local::{Local, LocalSpec};
 pub use noop::{Noop, NoopSpec};
 pub use per_fedavg::{PerFedAvg, PerFedAvgSpec};

@@ -372,6 +372,22 @@ pub fn positive_probability(laws: &[ComponentLaw], pi: &[f64], x: &[f32]) -> f64
     one / all
 }
 
+/// The true log p(x) of a client with weights `pi` over `laws` (`y: Some`: log p(x, y), the
+/// components that label x otherwise left out): the oracle's novelty score.
+pub fn log_density(laws: &[ComponentLaw], pi: &[f64], x: &[f32], y: Option<i64>) -> f64 {
+    let logs: Vec<f64> = laws
+        .iter()
+        .zip(pi)
+        .filter(|(law, &p)| p > 0.0 && y.is_none_or(|y| law.label(x) == y))
+        .map(|(law, &p)| p.ln() + law.input.log_density(x))
+        .collect();
+    let top = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if !top.is_finite() {
+        return top;
+    }
+    top + logs.iter().map(|l| (l - top).exp()).sum::<f64>().ln()
+}
+
 fn sample_categorical(p: &[f64], rng: &mut ChaCha20Rng) -> usize {
     let u: f64 = rng.gen::<f64>() * p.iter().sum::<f64>();
     let mut acc = 0.0;

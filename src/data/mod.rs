@@ -100,6 +100,18 @@ impl MixtureTruth {
         )
     }
 
+    /// The true log p(x) (`y: Some`: log p(x, y)) of client `client`, for data whose components
+    /// have input laws of their own; `None` otherwise.
+    pub fn log_density(&self, client: usize, x: &[f32], y: Option<i64>) -> Option<f64> {
+        let laws = self.inputs.as_ref()?;
+        Some(fedgmm_synthetic::log_density(
+            laws,
+            &self.weights[client],
+            x,
+            y,
+        ))
+    }
+
     /// Accuracy on `view` (client `client`'s rows) of the Bayes-optimal classifier, which
     /// knows the true components and mixture weights and predicts 1 when P(y = 1 | x) > 1/2:
     /// the ceiling of any method on these rows, up to sampling noise. `None` when the labels

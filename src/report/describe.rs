@@ -28,6 +28,10 @@ pub struct DataDescription {
     /// The Bayes-optimal classifier's accuracy on every client's test rows (true components
     /// and mixture weights); `None` unless the data's truth is known and its labels follow it.
     pub bayes_test: Option<Fairness>,
+    /// Novel-sample detection by the true densities, log p(x) then log p(x, y), pooled over
+    /// the clients' test and novel rows: the ceiling of a density score. `None` without novel
+    /// rows or known input laws.
+    pub oracle_novelty: Option<(super::NoveltyFigures, super::NoveltyFigures)>,
 }
 
 impl DataDescription {
@@ -78,8 +82,35 @@ impl DataDescription {
             classes: data.classes,
             splits,
             bayes_test,
+            oracle_novelty: oracle_novelty(data),
         }
     }
+}
+
+/// Detection figures of the true log p(x) and log p(x, y) on every client's test rows
+/// (typical) against its novel rows.
+fn oracle_novelty(data: &FederatedData) -> Option<(super::NoveltyFigures, super::NoveltyFigures)> {
+    let truth = data.truth.as_ref()?;
+    if data.novel.is_empty() {
+        return None;
+    }
+    let figures = |with_label: bool| {
+        let mut rows = Vec::new();
+        for c in 0..data.num_clients() {
+            for (view, typical) in [
+                (data.view(c, Split::Test), true),
+                (data.novel_view(c), false),
+            ] {
+                for i in 0..view.len() {
+                    let x = &view.features[i * view.dim..(i + 1) * view.dim];
+                    let y = with_label.then_some(view.labels[i]);
+                    rows.push((truth.log_density(c, x, y)?, typical));
+                }
+            }
+        }
+        super::NoveltyFigures::of(&rows)
+    };
+    Some((figures(false)?, figures(true)?))
 }
 
 impl fmt::Display for DataDescription {
@@ -114,6 +145,20 @@ impl fmt::Display for DataDescription {
                 pct(b.bottom_decile),
                 pct(b.p10),
                 pct(b.worst10_mean)
+            )?;
+        }
+        if let Some((input, joint)) = &self.oracle_novelty {
+            writeln!(
+                f,
+                "  Novel-sample detection by the true densities (the ceiling of a density score): \
+                 log p(x) AUROC {:.2} %, AP {:.2} %, max-F1 {:.2} %; log p(x, y) AUROC {:.2} %, \
+                 AP {:.2} %, max-F1 {:.2} %",
+                100.0 * input.auroc,
+                100.0 * input.average_precision,
+                100.0 * input.max_f1,
+                100.0 * joint.auroc,
+                100.0 * joint.average_precision,
+                100.0 * joint.max_f1
             )?;
         }
         Ok(())

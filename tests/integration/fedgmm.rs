@@ -254,3 +254,26 @@ fn a_projection_file_shapes_the_gaussians() {
         "{e}"
     );
 }
+
+#[test]
+fn describe_gives_the_ceilings_of_accuracy_and_novelty_detection() {
+    let s = gmm("{name: fedgmm}", 1, 1);
+    let data = s
+        .data
+        .build(&s.split, &fedsim::sim::SeedTree::new(s.data_seed))
+        .unwrap();
+    let d = fedsim::report::DataDescription::of(&data);
+    let bayes = d.bayes_test.expect("the generator knows the truth");
+    assert!(bayes.weighted_mean > 0.95, "{bayes:?}");
+    let (input, joint) = d.oracle_novelty.expect("novel rows and known densities");
+    // The label can only help the true density tell novel rows apart.
+    assert!(
+        input.auroc > 0.5 && joint.auroc >= input.auroc,
+        "{input:?} {joint:?}"
+    );
+    let text = d.to_string();
+    assert!(
+        text.contains("Novel-sample detection by the true densities"),
+        "{text}"
+    );
+}
