@@ -107,6 +107,9 @@ enum Command {
         #[command(flatten)]
         overrides: Overrides,
     },
+    /// List the algorithms a scenario can name (`algorithm: {name: ...}`), what each can do
+    /// (run on peers; take stale updates under FedBuff or late-update policies) and what it is.
+    Algorithms,
 }
 
 #[derive(clap::Args)]
@@ -239,6 +242,15 @@ fn real_main() -> Result<()> {
                 .build(&s.split, &SeedTree::new(s.data_seed))
                 .with_context(|| format!("building the data of {}", scenario.display()))?;
             print!("{}: {}", s.name, DataDescription::of(&data));
+        }
+        Command::Algorithms => {
+            println!("{:<12} {:<8} {:<6} what it is", "name", "runs on", "stale");
+            for r in fedsim::algorithms::registry::REGISTRY {
+                let c = r.capabilities;
+                let on = if c.decentralized { "peers" } else { "server" };
+                let stale = if c.stale_updates { "yes" } else { "no" };
+                println!("{:<12} {:<8} {:<6} {}", r.name, on, stale, r.summary);
+            }
         }
         Command::Check {
             scenario,

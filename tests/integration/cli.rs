@@ -109,6 +109,30 @@ fn help_explains_the_commands() {
 }
 
 #[test]
+fn algorithms_lists_the_registry_with_capabilities() {
+    let out = bin().arg("algorithms").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(row("fedavg"), "fedavg server yes");
+    assert_eq!(row("fedgmm"), "fedgmm server no");
+    assert_eq!(row("pfedme"), "pfedme server no");
+    assert_eq!(row("d_fedem"), "d_fedem peers no");
+    assert_eq!(
+        text.lines().count(),
+        1 + fedsim::algorithms::registry::REGISTRY.len()
+    );
+}
+
+#[test]
 fn describe_shows_the_data_and_its_bayes_ceiling() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = bin()
