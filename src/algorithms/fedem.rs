@@ -218,6 +218,35 @@ pub fn e_step(pi: &[f64], losses: &[Vec<f32>]) -> (Vec<Vec<f32>>, Vec<f64>) {
     (q, new_pi)
 }
 
+/// The local M-step of mixture models: one local run of the plan per model `models[m]`, each
+/// row's loss weighted by `weights[m][i]`, with the model's own momentum buffer.
+pub(super) fn weighted_m_step(
+    ctx: &LocalContext<'_>,
+    models: &[Vec<f32>],
+    weights: &[Vec<f32>],
+    momenta: &mut [Vec<f32>],
+    rng: &mut ChaCha20Rng,
+) -> Vec<Vec<f32>> {
+    models
+        .iter()
+        .zip(weights)
+        .zip(momenta)
+        .map(|((theta, w), momentum)| {
+            let mut params = theta.clone();
+            ctx.train(
+                &mut params,
+                momentum,
+                &Objective {
+                    sample_weights: Some(w),
+                    ..Default::default()
+                },
+                rng,
+            );
+            params
+        })
+        .collect()
+}
+
 /// Mixture weights for fixed components: EM from uniform weights on per-sample `losses[m][i]`,
 /// until no weight moves by more than `tolerance` or after `max_iterations`.
 pub fn fit_mixture_weights(losses: &[Vec<f32>], max_iterations: u32, tolerance: f64) -> Vec<f64> {
@@ -308,24 +337,7 @@ impl Algorithm for FedEm {
             .collect();
         let (q, pi) = e_step(&state.pi, &losses);
         state.pi = pi;
-        let components = global
-            .iter()
-            .zip(&q)
-            .zip(&mut state.momentum)
-            .map(|((theta, q_m), momentum)| {
-                let mut params = theta.clone();
-                ctx.train(
-                    &mut params,
-                    momentum,
-                    &Objective {
-                        sample_weights: Some(q_m),
-                        ..Default::default()
-                    },
-                    rng,
-                );
-                params
-            })
-            .collect();
+        let components = weighted_m_step(ctx, global, &q, &mut state.momentum, rng);
         FedEmUpdate {
             components,
             weight: view.len() as f64,

@@ -17,12 +17,13 @@
 //! reduced by PCA to 48 dimensions). It cannot take stale updates (FedBuff, late updates):
 //! closed-form statistics of older models do not combine by deltas.
 
+use super::fedem::{weighted_m_step, FedEmClient};
 use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, Evaluation, LocalContext};
 use super::{ModelKind, MIN_MIXTURE_WEIGHT};
 use crate::data::SplitView;
 use crate::models::{
     confidence, evaluate_gated, gaussian_log_densities, sample_losses, weighted_moments,
-    Architecture, LocalPlan, Objective,
+    Architecture, LocalPlan,
 };
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -268,18 +269,9 @@ impl super::Finite for GmmGlobal {
     }
 }
 
-/// A client's joint weights π(k, m) (index k·M + m) and one momentum buffer per classifier.
-#[derive(Clone, Debug)]
-pub struct GmmClient {
-    pub pi: Vec<f64>,
-    pub momentum: Vec<Vec<f32>>,
-}
-
-impl super::Finite for GmmClient {
-    fn is_finite(&self) -> bool {
-        self.pi.is_finite() && self.momentum.is_finite()
-    }
-}
+/// A client's joint weights π(k, m) (index k·M + m) and one momentum buffer per classifier:
+/// FedEM's client state over pairs.
+pub type GmmClient = FedEmClient;
 
 /// A client's local estimates with their weights: γ_k = Σ_i Σ_m r for the Gaussians and
 /// Σ_i Σ_k r for the classifiers.
@@ -552,25 +544,8 @@ impl Algorithm for FedGmm {
             }
         }
         let gaussians = self.fit_gaussians(global, &w_gauss, view);
-        let classifiers = global
-            .classifiers
-            .iter()
-            .zip(&w_class)
-            .zip(&mut state.momentum)
-            .map(|((theta, w), momentum)| {
-                let mut params = theta.clone();
-                ctx.train(
-                    &mut params,
-                    momentum,
-                    &Objective {
-                        sample_weights: Some(w),
-                        ..Default::default()
-                    },
-                    rng,
-                );
-                params
-            })
-            .collect();
+        let classifiers =
+            weighted_m_step(ctx, &global.classifiers, &w_class, &mut state.momentum, rng);
         GmmUpdate {
             gaussians,
             gaussian_weights: w_gauss.iter().map(|w| w.iter().sum()).collect(),
