@@ -429,8 +429,7 @@ impl Launch<'_> {
                 Registration::names_where(|c| c.decentralized)
             )));
         }
-        let unseen = (self.unseen, self.on_record);
-        simulate_with(algorithm, self.spec, self.data, self.threads, unseen)
+        simulate_with(algorithm, self)
     }
 
     /// Runs `algorithm` on peers over the scenario's topology.
@@ -465,14 +464,15 @@ fn device_records(system: &SystemModel, clients: u32) -> Vec<Record> {
         .collect()
 }
 
-/// `on_record` is the held-out clients with the record callback.
-fn simulate_with<A: Algorithm>(
-    algorithm: A,
-    spec: &RunSpec,
-    data: Arc<FederatedData>,
-    threads: usize,
-    (unseen, on_record): (Vec<u32>, impl FnMut(&Record) + 'static),
-) -> Result<SimOutput, SimError> {
+/// Runs `algorithm` with a server and clients, as `launch` says.
+fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput, SimError> {
+    let Launch {
+        spec,
+        data,
+        threads,
+        unseen,
+        on_record,
+    } = launch;
     let spec = spec.clone();
     let system = actix::System::new();
     system.block_on(async move {

@@ -256,10 +256,10 @@ impl Algorithm for FedAvg {
         _: &Vec<f32>,
         view: crate::data::SplitView<'_>,
     ) -> Option<Vec<f64>> {
-        Some(super::fedgmm::max_probability(
+        Some(crate::models::confidence(
             ctx.arch,
             &[global],
-            &[1.0],
+            crate::models::Gates::Fixed(&[1.0]),
             view,
         ))
     }

@@ -9,7 +9,9 @@ use super::{
     stale_delta_average, weighted_average, AggregateStale, Algorithm, ClientReport, Evaluation,
     LocalContext, ModelKind, StaleUpdate,
 };
-use crate::models::{evaluate_mixture, sample_losses, Architecture, LocalPlan, Objective};
+use crate::models::{
+    confidence, evaluate_mixture, sample_losses, Architecture, Gates, LocalPlan, Objective,
+};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -394,10 +396,10 @@ impl Algorithm for FedEm {
         view: crate::data::SplitView<'_>,
     ) -> Option<Vec<f64>> {
         let components: Vec<&[f32]> = global.iter().map(Vec::as_slice).collect();
-        Some(super::fedgmm::max_probability(
+        Some(confidence(
             ctx.arch,
             &components,
-            &state.pi,
+            Gates::Fixed(&state.pi),
             view,
         ))
     }
@@ -411,7 +413,7 @@ impl Algorithm for FedEm {
     ) -> Vec<Evaluation> {
         let components: Vec<&[f32]> = global.iter().map(Vec::as_slice).collect();
         ctx.evaluate_splits(ModelKind::Mixture, |view| {
-            evaluate_mixture(ctx.arch, &components, &state.pi, view)
+            evaluate_mixture(ctx.arch, &components, Gates::Fixed(&state.pi), view)
         })
     }
 }

@@ -22,8 +22,8 @@ use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, Evaluation, Lo
 use super::{ModelKind, MIN_MIXTURE_WEIGHT};
 use crate::data::SplitView;
 use crate::models::{
-    confidence, evaluate_gated, gaussian_log_densities, sample_losses, weighted_moments,
-    Architecture, LocalPlan,
+    evaluate_mixture, gaussian_log_densities, sample_losses, weighted_moments, Architecture, Gates,
+    LocalPlan,
 };
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -645,7 +645,7 @@ impl Algorithm for FedGmm {
         let classifiers: Vec<&[f32]> = global.classifiers.iter().map(Vec::as_slice).collect();
         ctx.evaluate_splits(ModelKind::Mixture, |view| {
             let gates = self.gates(global, &state.pi, view);
-            evaluate_gated(ctx.arch, &classifiers, &gates, view)
+            evaluate_mixture(ctx.arch, &classifiers, Gates::PerRow(&gates), view)
         })
     }
 
@@ -687,17 +687,6 @@ impl FedGmm {
         }
         gates
     }
-}
-
-/// The confidence of a model or mixture, for the baselines' novelty scores.
-pub fn max_probability(
-    arch: &Architecture,
-    components: &[&[f32]],
-    weights: &[f64],
-    view: SplitView<'_>,
-) -> Vec<f64> {
-    let gates: Vec<Vec<f64>> = weights.iter().map(|&w| vec![w; view.len()]).collect();
-    confidence(arch, components, &gates, view)
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ mod sgd;
 
 pub use gaussian::{gaussian_log_densities, weighted_moments};
 pub use sgd::{
-    confidence, evaluate, evaluate_gated, evaluate_mixture, for_each_batch, sample_losses,
-    train_sgd, Batch, EvalStats, LocalPlan, LocalWork, Objective, TrainStats,
+    confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch,
+    EvalStats, Gates, LocalPlan, LocalWork, Objective, TrainStats,
 };
 
 use rand::Rng;

@@ -327,38 +327,6 @@ pub fn sample_losses(arch: &Architecture, params: &[f32], data: SplitView<'_>) -
     })
 }
 
-/// Loss and accuracy of the mixture Σₘ πₘ·p(y | x; θₘ) on a split: class probabilities (sigmoid
-/// for two classes, softmax otherwise) averaged with weights `pi`.
-pub fn evaluate_mixture(
-    arch: &Architecture,
-    components: &[&[f32]],
-    pi: &[f64],
-    data: SplitView<'_>,
-) -> EvalStats {
-    let n = data.len();
-    if n == 0 {
-        return EvalStats::default();
-    }
-    let (x, y) = data_tensors(&data);
-    tch::no_grad(|| {
-        let mut prob: Option<Tensor> = None;
-        for (theta, &weight) in components.iter().zip(pi) {
-            let ps: Vec<Tensor> = arch.params(theta).iter().map(Tensor::detach).collect();
-            let logits = arch.forward(&arch.layers(&ps), &x);
-            let p = if arch.is_binary() {
-                logits.sigmoid()
-            } else {
-                logits.softmax(1, Kind::Float)
-            } * weight;
-            prob = Some(match prob {
-                None => p,
-                Some(acc) => acc + p,
-            });
-        }
-        mixture_stats(arch, prob.expect("at least one component"), &y, n)
-    })
-}
-
 /// Loss and accuracy of class probabilities `prob` (`[n, 1]` for two classes: P(y = 1)).
 fn mixture_stats(arch: &Architecture, prob: Tensor, y: &Tensor, n: usize) -> EvalStats {
     {
@@ -389,17 +357,25 @@ fn mixture_stats(arch: &Architecture, prob: Tensor, y: &Tensor, n: usize) -> Eva
     }
 }
 
-/// Σₘ gₘ(x)·p(y | x; θₘ) for gates `gates[m][i]` that may vary by row (FedGMM's
-/// p(k, m | x) summed over k): class probabilities, `[n, 1]` (P(y = 1)) for two classes.
-fn gated_probabilities(
+/// How much each component of a mixture counts.
+#[derive(Clone, Copy, Debug)]
+pub enum Gates<'a> {
+    /// The same weight on every row (FedEM's π; one model with weight 1).
+    Fixed(&'a [f64]),
+    /// A weight per component and row, `[m][i]` (FedGMM's Σ_k p(k, m | x)).
+    PerRow(&'a [Vec<f64>]),
+}
+
+/// Σₘ gₘ(x)·p(y | x; θₘ): class probabilities, `[n, 1]` (P(y = 1)) for two classes.
+fn mixture_probabilities(
     arch: &Architecture,
     components: &[&[f32]],
-    gates: &[Vec<f64>],
+    gates: Gates<'_>,
     x: &Tensor,
 ) -> Tensor {
     let n = x.size()[0];
     let mut prob: Option<Tensor> = None;
-    for (theta, gate) in components.iter().zip(gates) {
+    for (m, theta) in components.iter().enumerate() {
         let ps: Vec<Tensor> = arch.params(theta).iter().map(Tensor::detach).collect();
         let logits = arch.forward(&arch.layers(&ps), x);
         let p = if arch.is_binary() {
@@ -407,9 +383,13 @@ fn gated_probabilities(
         } else {
             logits.softmax(1, Kind::Float)
         };
-        let g = Tensor::from_slice(&gate.iter().map(|&v| v as f32).collect::<Vec<f32>>())
-            .reshape([n, 1]);
-        let p = p * g;
+        let p = match gates {
+            Gates::Fixed(weights) => p * weights[m],
+            Gates::PerRow(gates) => {
+                let g: Vec<f32> = gates[m].iter().map(|&v| v as f32).collect();
+                p * Tensor::from_slice(&g).reshape([n, 1])
+            }
+        };
         prob = Some(match prob {
             None => p,
             Some(acc) => acc + p,
@@ -418,11 +398,12 @@ fn gated_probabilities(
     prob.expect("at least one component")
 }
 
-/// Loss and accuracy of the gated mixture Σₘ gₘ(x)·p(y | x; θₘ), `gates[m][i]` per row.
-pub fn evaluate_gated(
+/// Loss and accuracy of the mixture Σₘ gₘ(x)·p(y | x; θₘ) on a split: class probabilities
+/// (sigmoid for two classes, softmax otherwise) averaged with the gates.
+pub fn evaluate_mixture(
     arch: &Architecture,
     components: &[&[f32]],
-    gates: &[Vec<f64>],
+    gates: Gates<'_>,
     data: SplitView<'_>,
 ) -> EvalStats {
     let n = data.len();
@@ -431,17 +412,17 @@ pub fn evaluate_gated(
     }
     let (x, y) = data_tensors(&data);
     tch::no_grad(|| {
-        let prob = gated_probabilities(arch, components, gates, &x);
+        let prob = mixture_probabilities(arch, components, gates, &x);
         mixture_stats(arch, prob, &y, n)
     })
 }
 
-/// The confidence maxᵧ p(y | x) of the gated mixture on each row (the baselines' novelty
-/// score): one component with gate 1 is a plain model.
+/// The confidence maxᵧ p(y | x) of the mixture on each row (the baselines' novelty score; a
+/// plain model is one component with `Gates::Fixed(&[1.0])`).
 pub fn confidence(
     arch: &Architecture,
     components: &[&[f32]],
-    gates: &[Vec<f64>],
+    gates: Gates<'_>,
     data: SplitView<'_>,
 ) -> Vec<f64> {
     let n = data.len();
@@ -450,7 +431,7 @@ pub fn confidence(
     }
     let (x, _) = data_tensors(&data);
     tch::no_grad(|| {
-        let prob = gated_probabilities(arch, components, gates, &x);
+        let prob = mixture_probabilities(arch, components, gates, &x);
         let top = if arch.is_binary() {
             let p1 = prob.squeeze_dim(1);
             p1.maximum(&(p1.ones_like() - &p1))

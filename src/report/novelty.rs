@@ -89,11 +89,15 @@ fn last_round(records: &[Record]) -> Vec<&NoveltyRecord> {
     all.into_iter().filter(|r| Some(r.round) == last).collect()
 }
 
-/// One row per scored row of the last evaluation: client, the row's index among the client's
-/// scored rows (test rows first, then novel ones), its score and whether it is novel.
+/// One row per scored row of every evaluation: round, client, the row's index among the
+/// client's scored rows (test rows first, then novel ones), its score and whether it is novel.
 pub fn novelty_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
-    let rows: Vec<(&NoveltyRecord, u32, f64, bool)> = last_round(records)
-        .into_iter()
+    let rows: Vec<(&NoveltyRecord, u32, f64, bool)> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Novelty(n) => Some(n),
+            _ => None,
+        })
         .flat_map(|r| {
             let typical = r.scores.typical.iter().map(|&s| (s, false));
             let novel = r.scores.novel.iter().map(|&s| (s, true));

@@ -84,7 +84,7 @@ fn novel_rows_are_scored_and_summarised() {
         column_names(&novelty),
         ["run_id", "round", "client", "unseen", "sample", "score", "is_novel"]
     );
-    // Every client: its 60 test rows, then its 50 novel rows, from the last evaluation only.
+    // Every client: its 60 test rows, then its 50 novel rows, at each evaluation (one here).
     assert_eq!(novelty.height(), 30 * (60 + 50));
     let novel = novelty.column("is_novel").unwrap().bool().unwrap();
     assert_eq!(novel.sum(), Some(30 * 50));
@@ -158,12 +158,44 @@ fn fedgmm_refuses_stale_updates_and_bad_settings() {
         "{e}"
     );
     let e = bad(&["algorithm={name: fedgmm, gaussians: 0}"]);
-    assert!(e.contains("field `algorithm.gaussians`"), "{e}");
+    assert!(
+        e.contains("field `algorithm.gaussians`: must be at least 1"),
+        "{e}"
+    );
+    let e = bad(&["algorithm={name: fedgmm, classifiers: 0}"]);
+    assert!(
+        e.contains("field `algorithm.classifiers`: must be at least 1"),
+        "{e}"
+    );
+    let e = bad(&["algorithm={name: fedgmm, init_variance: -1}"]);
+    assert!(
+        e.contains("field `algorithm.init_variance`: must be a positive number"),
+        "{e}"
+    );
+    let e = bad(&["algorithm={name: fedgmm, novelty_score: output}"]);
+    assert!(e.contains("`joint`") && e.contains("`input`"), "{e}");
+    let e = bad(&["algorithm={name: fedgmm, unseen_em_iterations: 0}"]);
+    assert!(e.contains("field `algorithm.unseen_em_iterations`"), "{e}");
     let e = bad(&["algorithm={name: fedgmm, covariance: spherical}"]);
     assert!(
         e.contains("unknown variant `spherical`")
             && e.contains("`full`")
             && e.contains("`diagonal`"),
+        "{e}"
+    );
+    let e = bad(&["data={kind: fedgmm_synthetic, components: 1}"]);
+    assert!(
+        e.contains("field `data.components`: must be at least 2"),
+        "{e}"
+    );
+    let e = bad(&["data={kind: fedgmm_synthetic, samples: 1}"]);
+    assert!(
+        e.contains("field `data.samples`: must be at least 2"),
+        "{e}"
+    );
+    let e = bad(&["data={kind: fedgmm_synthetic, alpha: 0}"]);
+    assert!(
+        e.contains("field `data.alpha`: must be a positive number"),
         "{e}"
     );
     let e = bad(&["data={kind: fedgmm_synthetic, marginal: cauchy}"]);
