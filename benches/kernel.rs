@@ -4,7 +4,8 @@
 //! `cargo bench --bench kernel` (about 10 minutes), or name one group:
 //! `cargo bench --bench kernel -- fedem_fedem_synthetic`. `simulator_overhead` measures the
 //! kernel, actors and system model alone with the `noop` algorithm; `fedgmm_synthetic` FedGMM
-//! and FedEM on FedGMM's synthetic data.
+//! and FedEM on FedGMM's synthetic data; `cnn_epoch` one local epoch of FedEM's CNN over 1000
+//! images (against PyTorch: `benches/pytorch_cnn.py`).
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use fedsim::actors::simulate;
@@ -77,6 +78,53 @@ fn local_sgd(c: &mut Criterion) {
                 view,
                 &plan,
                 0.1,
+                &mut rng,
+                &Default::default(),
+            )
+        })
+    });
+    g.finish();
+}
+
+/// One local epoch of the FedEM authors' FemnistCNN (10 classes) over 1000 MNIST-shaped images
+/// (random pixels in [0, 1]; the time does not depend on them), batch 128, SGD with momentum
+/// 0.9 and weight decay 5e-4, on one intra-op thread as a trainer worker runs it. Compare
+/// with `python3 benches/pytorch_cnn.py` (the same model and optimiser in PyTorch).
+fn cnn_epoch(c: &mut Criterion) {
+    use fedsim::data::{InputShape, SplitView};
+    use fedsim::models::{train_sgd, Architecture, LocalPlan, LocalWork, ModelSpec};
+    let mut rng = SeedTree::new(1).rng(fedsim::sim::Entity::Run, "bench", 2);
+    tch::set_num_threads(1);
+    let (n, d) = (1000usize, 784usize);
+    let x: Vec<f32> = (0..n * d).map(|_| rng.gen_range(0.0..1.0)).collect();
+    let y: Vec<i64> = (0..n).map(|_| rng.gen_range(0..10)).collect();
+    let view = SplitView {
+        features: &x,
+        labels: &y,
+        dim: d,
+    };
+    let arch = Architecture::for_input(&ModelSpec::Cnn, InputShape::Image([1, 28, 28]), 10);
+    let plan = LocalPlan {
+        work: LocalWork::Epochs(1),
+        batch_size: 128,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+    };
+    let init = arch.init(&mut rng);
+    let mut g = c.benchmark_group("cnn_epoch");
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(30));
+    g.throughput(Throughput::Elements(n as u64));
+    g.bench_function("femnist_cnn_1000_images_batch128_1_thread", |b| {
+        b.iter(|| {
+            let (mut p, mut m) = (init.clone(), Vec::new());
+            train_sgd(
+                &arch,
+                &mut p,
+                &mut m,
+                view,
+                &plan,
+                0.01,
                 &mut rng,
                 &Default::default(),
             )
@@ -213,6 +261,7 @@ criterion_group!(
     benches,
     event_queue,
     local_sgd,
+    cnn_epoch,
     simulator_overhead,
     fedavg,
     fedem,

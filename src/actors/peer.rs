@@ -580,7 +580,8 @@ pub(super) fn simulate_peers<A: Gossip>(
         let peers = data.num_clients();
         let topology = Topology::build(&topology_spec, peers, seeds)
             .map_err(|e| SimError::Model(e.to_string()))?;
-        let arch = crate::models::Architecture::new(&spec.model, data.dim, data.classes);
+        let arch =
+            crate::models::Architecture::for_input(&spec.model, data.input_shape(), data.classes);
         let init =
             Arc::new(algorithm.init_global(&arch, &mut seeds.rng(Entity::Run, "model_init", 0)));
         let states: Vec<A::ClientState> = (0..peers as u32)
@@ -590,7 +591,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             &spec.system,
             &seeds,
             peers,
-            spec.training.plan.batch_size,
+            crate::system::SampleCost::of(&arch, spec.training.plan.batch_size),
             data.truth.as_ref(),
         )
         .map_err(|e| SimError::Model(e.to_string()))?;

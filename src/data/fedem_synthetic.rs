@@ -391,6 +391,7 @@ impl FedemSyntheticSpec {
         weights: Vec<Vec<f64>>,
     ) -> FederatedData {
         FederatedData {
+            image: None,
             dim: self.dim,
             classes: 2,
             features,

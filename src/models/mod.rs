@@ -1,9 +1,11 @@
 //! Models in tch and the flat-parameter helpers.
 //!
 //! Parameters leave this module only as flat `Vec<f32>` in a fixed order (layer by layer,
-//! weight `out × in` row-major, then bias), so aggregation elsewhere is plain arithmetic in a
-//! fixed order. Initialisation draws from the ChaCha stream it is given, never from libtorch's
-//! global RNG. This module (and the trainer pool that calls it) is the only place that uses tch.
+//! weight then bias; a dense weight `out × in` row-major, a convolution's `out × in × k × k`, as
+//! PyTorch's `state_dict` holds them), so aggregation elsewhere is plain arithmetic in a fixed
+//! order. Initialisation and dropout draw from the ChaCha stream they are given, never from
+//! libtorch's global RNG. This module (and the trainer pool that calls it) is the only place
+//! that uses tch.
 
 mod gaussian;
 mod sgd;
@@ -13,6 +15,8 @@ pub use sgd::{
     confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch,
     EvalStats, Gates, LocalPlan, LocalWork, Objective, TrainStats,
 };
+
+pub use crate::data::InputShape;
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -27,43 +31,169 @@ pub enum ModelSpec {
     Linear,
     /// Fully connected ReLU network with the given hidden widths.
     Mlp { hidden: Vec<usize> },
+    /// The FedEM authors' `FemnistCNN` (their EMNIST and FEMNIST experiments): conv 5×5 32 →
+    /// ReLU → max-pool 2 → conv 5×5 64 → ReLU → max-pool 2 → dense 2048 → ReLU → dense.
+    Cnn,
+    /// The small CNN of the FedEM paper's App. I.1 (Keras' MNIST example): conv 3×3 32 → ReLU
+    /// → conv 3×3 64 → ReLU → max-pool 2 → dropout → dense 128 → ReLU → dropout (twice the
+    /// rate) → dense.
+    SmallCnn {
+        #[serde(default = "default_small_cnn_dropout")]
+        dropout: f64,
+    },
+}
+
+fn default_small_cnn_dropout() -> f64 {
+    0.25
 }
 
 impl ModelSpec {
     pub fn validate(&self) -> Result<(), (String, String)> {
-        if let ModelSpec::Mlp { hidden } = self {
-            if hidden.is_empty() || hidden.contains(&0) {
-                return Err((
-                    "hidden".into(),
-                    "must list at least one layer width, each at least 1".into(),
-                ));
-            }
+        match self {
+            ModelSpec::Mlp { hidden } if hidden.is_empty() || hidden.contains(&0) => Err((
+                "hidden".into(),
+                "must list at least one layer width, each at least 1".into(),
+            )),
+            ModelSpec::SmallCnn { dropout } if !(0.0..0.5).contains(dropout) => Err((
+                "dropout".into(),
+                format!(
+                    "must be in [0, 0.5) (the second dropout layer uses twice the rate), got \
+                     {dropout}"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether this model can take inputs of `shape`; the message says why not.
+    pub fn check_input(&self, shape: InputShape) -> Result<(), String> {
+        let name = match self {
+            ModelSpec::Linear | ModelSpec::Mlp { .. } => return Ok(()),
+            ModelSpec::Cnn => "cnn",
+            ModelSpec::SmallCnn { .. } => "small_cnn",
+        };
+        let InputShape::Image(image) = shape else {
+            return Err(format!(
+                "`{name}` needs image data ([channels, height, width]); this data set has flat \
+                 features (a Parquet file declares its image shape with `data.shape`)"
+            ));
+        };
+        let needed = match self {
+            ModelSpec::Cnn => 16,
+            _ => 6,
+        };
+        if image[1] < needed || image[2] < needed {
+            return Err(format!(
+                "`{name}` needs images of at least {needed}×{needed} pixels, the data has {}×{}",
+                image[1], image[2]
+            ));
         }
         Ok(())
     }
 }
 
-/// A concrete model: layer shapes for a given input size and number of classes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One layer of a network, in forward order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Layer {
+    /// Affine map; a 4-D activation is flattened per row first.
+    Dense {
+        inputs: usize,
+        outputs: usize,
+    },
+    /// 2-D convolution, stride 1, no padding, square kernel.
+    Conv {
+        inputs: usize,
+        outputs: usize,
+        kernel: usize,
+    },
+    Relu,
+    /// 2×2 max pooling, stride 2.
+    MaxPool,
+    /// Zeroes each activation with probability `p` in training (masks from the job's stream)
+    /// and scales the others by 1/(1 − p); the identity when evaluating.
+    Dropout {
+        p: f64,
+    },
+}
+
+/// A concrete model: layers for a given input shape and number of classes.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Architecture {
     pub input_dim: usize,
     pub classes: usize,
-    /// `(in, out)` of each affine layer; ReLU between layers.
-    layers: Vec<(usize, usize)>,
+    input: InputShape,
+    layers: Vec<Layer>,
 }
 
 impl Architecture {
+    /// A model of flat inputs.
     pub fn new(spec: &ModelSpec, input_dim: usize, classes: usize) -> Self {
+        Self::for_input(spec, InputShape::Flat(input_dim), classes)
+    }
+
+    /// A model of inputs of `input` (checked beforehand with [`ModelSpec::check_input`]).
+    pub fn for_input(spec: &ModelSpec, input: InputShape, classes: usize) -> Self {
         let outputs = if classes == 2 { 1 } else { classes };
-        let mut widths = vec![input_dim];
-        if let ModelSpec::Mlp { hidden } = spec {
-            widths.extend(hidden);
+        let dense = |inputs, outputs| Layer::Dense { inputs, outputs };
+        let conv = |inputs, outputs, kernel| Layer::Conv {
+            inputs,
+            outputs,
+            kernel,
+        };
+        let mut layers = Vec::new();
+        match spec {
+            ModelSpec::Linear | ModelSpec::Mlp { .. } => {
+                let mut widths = vec![input.len()];
+                if let ModelSpec::Mlp { hidden } = spec {
+                    widths.extend(hidden);
+                }
+                widths.push(outputs);
+                for (l, w) in widths.windows(2).enumerate() {
+                    if l > 0 {
+                        layers.push(Layer::Relu);
+                    }
+                    layers.push(dense(w[0], w[1]));
+                }
+            }
+            ModelSpec::Cnn | ModelSpec::SmallCnn { .. } => {
+                let InputShape::Image([c, h, w]) = input else {
+                    panic!("a convolutional model needs image inputs (checked by the scenario)");
+                };
+                if let ModelSpec::SmallCnn { dropout } = *spec {
+                    let (h, w) = ((h - 4) / 2, (w - 4) / 2);
+                    layers.extend([
+                        conv(c, 32, 3),
+                        Layer::Relu,
+                        conv(32, 64, 3),
+                        Layer::Relu,
+                        Layer::MaxPool,
+                        Layer::Dropout { p: dropout },
+                        dense(64 * h * w, 128),
+                        Layer::Relu,
+                        Layer::Dropout { p: 2.0 * dropout },
+                        dense(128, outputs),
+                    ]);
+                } else {
+                    let (h, w) = (((h - 4) / 2 - 4) / 2, ((w - 4) / 2 - 4) / 2);
+                    layers.extend([
+                        conv(c, 32, 5),
+                        Layer::Relu,
+                        Layer::MaxPool,
+                        conv(32, 64, 5),
+                        Layer::Relu,
+                        Layer::MaxPool,
+                        dense(64 * h * w, 2048),
+                        Layer::Relu,
+                        dense(2048, outputs),
+                    ]);
+                }
+                layers.retain(|l| !matches!(l, Layer::Dropout { p } if *p == 0.0));
+            }
         }
-        widths.push(outputs);
-        let layers = widths.windows(2).map(|w| (w[0], w[1])).collect();
         Architecture {
-            input_dim,
+            input_dim: input.len(),
             classes,
+            input,
             layers,
         }
     }
@@ -73,17 +203,94 @@ impl Architecture {
         self.classes == 2
     }
 
-    pub fn num_params(&self) -> usize {
-        self.layers.iter().map(|&(i, o)| i * o + o).sum()
+    /// `(weight shape, bias length)` of each layer with parameters, in parameter order.
+    fn parameter_shapes(&self) -> Vec<(Vec<i64>, usize)> {
+        self.layers
+            .iter()
+            .filter_map(|l| match *l {
+                Layer::Dense { inputs, outputs } => {
+                    Some((vec![outputs as i64, inputs as i64], outputs))
+                }
+                Layer::Conv {
+                    inputs,
+                    outputs,
+                    kernel,
+                } => Some((
+                    vec![outputs as i64, inputs as i64, kernel as i64, kernel as i64],
+                    outputs,
+                )),
+                _ => None,
+            })
+            .collect()
     }
 
-    /// PyTorch's default `nn.Linear` initialisation, U(−1/√fan_in, 1/√fan_in) for weights and
-    /// biases, drawn from `rng` in parameter order.
+    pub fn num_params(&self) -> usize {
+        self.parameter_shapes()
+            .iter()
+            .map(|(w, b)| w.iter().product::<i64>() as usize + b)
+            .sum()
+    }
+
+    /// Multiply-adds ×2 of one forward pass of one row (a training step costs about three
+    /// times this): what `describe` reports.
+    pub fn flops_per_sample(&self) -> u64 {
+        let mut shape = match self.input {
+            InputShape::Flat(d) => [d, 1, 1],
+            InputShape::Image(s) => s,
+        };
+        let mut flops = 0u64;
+        for l in &self.layers {
+            match *l {
+                Layer::Dense { inputs, outputs } => {
+                    flops += 2 * (inputs * outputs) as u64;
+                    shape = [outputs, 1, 1];
+                }
+                Layer::Conv {
+                    inputs,
+                    outputs,
+                    kernel,
+                } => {
+                    let (h, w) = (shape[1] + 1 - kernel, shape[2] + 1 - kernel);
+                    flops += 2 * (inputs * kernel * kernel * outputs * h * w) as u64;
+                    shape = [outputs, h, w];
+                }
+                Layer::MaxPool => shape = [shape[0], shape[1] / 2, shape[2] / 2],
+                Layer::Relu | Layer::Dropout { .. } => {}
+            }
+        }
+        flops
+    }
+
+    /// A short description of the layers, for `describe`.
+    pub fn summary(&self) -> String {
+        let parts: Vec<String> = self
+            .layers
+            .iter()
+            .map(|l| match *l {
+                Layer::Dense { inputs, outputs } => format!("dense {inputs}→{outputs}"),
+                Layer::Conv {
+                    inputs,
+                    outputs,
+                    kernel,
+                } => format!("conv {kernel}×{kernel} {inputs}→{outputs}"),
+                Layer::Relu => "relu".into(),
+                Layer::MaxPool => "max-pool 2".into(),
+                Layer::Dropout { p } => format!("dropout {p}"),
+            })
+            .collect();
+        parts.join(", ")
+    }
+
+    /// PyTorch's default `nn.Linear` and `nn.Conv2d` initialisation, U(−1/√fan_in,
+    /// 1/√fan_in) for weights and biases (fan_in = inputs × kernel area), drawn from `rng` in
+    /// parameter order.
     pub fn init(&self, rng: &mut impl Rng) -> Vec<f32> {
         let mut flat = Vec::with_capacity(self.num_params());
-        for &(fan_in, out) in &self.layers {
+        for (w, b) in self.parameter_shapes() {
+            let fan_in: i64 = w[1..].iter().product();
             let bound = 1.0 / (fan_in as f32).sqrt();
-            flat.extend((0..fan_in * out + out).map(|_| rng.gen_range(-bound..bound)));
+            let n = w.iter().product::<i64>() as usize + b;
+            flat.extend((0..n).map(|_| rng.gen_range(-bound..bound)));
         }
         flat
     }
@@ -92,6 +299,13 @@ impl Architecture {
     /// with autograd on one leaf tensor per weight and bias. Both hold `flat` in its order.
     fn is_linear(&self) -> bool {
         self.layers.len() == 1
+    }
+
+    /// Whether training draws dropout masks.
+    fn has_dropout(&self) -> bool {
+        self.layers
+            .iter()
+            .any(|l| matches!(l, Layer::Dropout { .. }))
     }
 
     /// The tensors training updates, holding a copy of `flat`.
@@ -104,10 +318,11 @@ impl Architecture {
         if self.is_linear() {
             return vec![Tensor::from_slice(flat)];
         }
-        let mut out = Vec::with_capacity(2 * self.layers.len());
+        let mut out = Vec::new();
         let mut at = 0;
-        for &(i, o) in &self.layers {
-            for (len, shape) in [(i * o, vec![o as i64, i as i64]), (o, vec![o as i64])] {
+        for (w, b) in self.parameter_shapes() {
+            let n = w.iter().product::<i64>() as usize;
+            for (len, shape) in [(n, w), (b, vec![b as i64])] {
                 out.push(
                     Tensor::from_slice(&flat[at..at + len])
                         .view(&shape[..])
@@ -119,38 +334,116 @@ impl Architecture {
         out
     }
 
-    /// `(weightᵀ [in, out], bias [out])` of each layer, as views of `params`: updates to
-    /// `params` show through, so training computes them once per job.
+    /// Each parameterised layer's `(weight, bias)` as views of `params` (a dense weight
+    /// transposed, `[in, out]`): updates to `params` show through, so training computes them
+    /// once per job.
     fn layers(&self, params: &[Tensor]) -> Vec<(Tensor, Tensor)> {
         if self.is_linear() {
-            let (i, o) = (self.layers[0].0 as i64, self.layers[0].1 as i64);
+            let Layer::Dense { inputs, outputs } = self.layers[0] else {
+                unreachable!("a linear model is one dense layer")
+            };
+            let (i, o) = (inputs as i64, outputs as i64);
             let flat = &params[0];
             return vec![(
                 flat.narrow(0, 0, i * o).view([o, i]).tr(),
                 flat.narrow(0, i * o, o),
             )];
         }
+        let dense = self
+            .layers
+            .iter()
+            .filter(|l| matches!(l, Layer::Dense { .. } | Layer::Conv { .. }))
+            .map(|l| matches!(l, Layer::Dense { .. }));
         params
             .chunks(2)
-            .map(|wb| (wb[0].tr(), wb[1].shallow_clone()))
+            .zip(dense)
+            .map(|(wb, is_dense)| {
+                let w = if is_dense {
+                    wb[0].tr()
+                } else {
+                    wb[0].shallow_clone()
+                };
+                (w, wb[1].shallow_clone())
+            })
             .collect()
     }
 
-    /// Logits `[batch, outputs]`.
-    fn forward(&self, layers: &[(Tensor, Tensor)], x: &Tensor) -> Tensor {
-        let mut h = x.shallow_clone();
-        for (l, (wt, b)) in layers.iter().enumerate() {
-            h = b.addmm(&h, wt);
-            if l + 1 < layers.len() {
-                h = h.relu();
+    /// Dropout masks for a batch of `rows` (one per dropout layer, already scaled by 1/(1 −
+    /// p)), drawn from `rng`; empty for models without dropout.
+    fn dropout_masks(&self, rows: usize, rng: &mut impl Rng) -> Vec<Tensor> {
+        if !self.has_dropout() {
+            return Vec::new();
+        }
+        let mut shape = match self.input {
+            InputShape::Flat(d) => vec![d],
+            InputShape::Image(s) => s.to_vec(),
+        };
+        let mut masks = Vec::new();
+        for l in &self.layers {
+            match *l {
+                Layer::Dense { outputs, .. } => shape = vec![outputs],
+                Layer::Conv {
+                    outputs, kernel, ..
+                } => shape = vec![outputs, shape[1] + 1 - kernel, shape[2] + 1 - kernel],
+                Layer::MaxPool => shape = vec![shape[0], shape[1] / 2, shape[2] / 2],
+                Layer::Relu => {}
+                Layer::Dropout { p } => {
+                    let n: usize = rows * shape.iter().product::<usize>();
+                    let threshold = (p * 4_294_967_296.0).min(u32::MAX as f64) as u32;
+                    let scale = (1.0 / (1.0 - p)) as f32;
+                    let values: Vec<f32> = (0..n)
+                        .map(|_| {
+                            if rng.gen::<u32>() < threshold {
+                                0.0
+                            } else {
+                                scale
+                            }
+                        })
+                        .collect();
+                    let mut dims = vec![rows as i64];
+                    dims.extend(shape.iter().map(|&d| d as i64));
+                    masks.push(Tensor::from_slice(&values).view(&dims[..]));
+                }
             }
+        }
+        masks
+    }
+
+    /// Logits `[batch, outputs]`. `masks`: dropout masks in training (see
+    /// [`Architecture::dropout_masks`]); empty when evaluating.
+    fn forward(&self, layers: &[(Tensor, Tensor)], x: &Tensor, masks: &[Tensor]) -> Tensor {
+        let mut h = match self.input {
+            InputShape::Image([c, hh, w]) => x.view([-1, c as i64, hh as i64, w as i64]),
+            InputShape::Flat(_) => x.shallow_clone(),
+        };
+        let (mut weights, mut masks) = (layers.iter(), masks.iter());
+        for l in &self.layers {
+            h = match l {
+                Layer::Dense { .. } => {
+                    let (wt, b) = weights.next().expect("one weight per layer");
+                    if h.dim() > 2 {
+                        h = h.flatten(1, -1);
+                    }
+                    b.addmm(&h, wt)
+                }
+                Layer::Conv { .. } => {
+                    let (w, b) = weights.next().expect("one weight per layer");
+                    h.conv2d(w, Some(b), [1, 1], [0, 0], [1, 1], 1)
+                }
+                Layer::Relu => h.relu(),
+                Layer::MaxPool => h.max_pool2d([2, 2], [2, 2], [0, 0], [1, 1], false),
+                Layer::Dropout { .. } => match masks.next() {
+                    Some(m) => h * m,
+                    None => h,
+                },
+            };
         }
         h
     }
 
     /// Gradients of the minibatch loss Σᵢ wᵢ·ℓᵢ / B (wᵢ = 1 without weights), one per tensor of
     /// `params`. `layers` are [`Architecture::layers`] of `params`; `y` as [`sgd::targets`]
-    /// makes it; `w` is `[B, 1]`.
+    /// makes it; `w` is `[B, 1]`; `masks` the batch's dropout masks.
     fn gradients(
         &self,
         params: &[Tensor],
@@ -158,11 +451,12 @@ impl Architecture {
         x: &Tensor,
         y: &Tensor,
         w: Option<&Tensor>,
+        masks: &[Tensor],
     ) -> Vec<Tensor> {
         if self.is_linear() {
             vec![self.linear_gradient(layers, x, y, w)]
         } else {
-            self.autograd_gradients(params, x, y, w)
+            self.autograd_gradients(params, x, y, w, masks)
         }
     }
 
@@ -175,7 +469,7 @@ impl Architecture {
         y: &Tensor,
         w: Option<&Tensor>,
     ) -> Tensor {
-        let z = self.forward(layers, x);
+        let z = self.forward(layers, x, &[]);
         let batch = x.size()[0] as f64;
         let mut r = if self.is_binary() {
             z.sigmoid() - y
@@ -197,8 +491,9 @@ impl Architecture {
         x: &Tensor,
         y: &Tensor,
         w: Option<&Tensor>,
+        masks: &[Tensor],
     ) -> Vec<Tensor> {
-        let logits = self.forward(&self.layers(params), x);
+        let logits = self.forward(&self.layers(params), x, masks);
         let l = match w {
             None => sgd::loss(self, &logits, y, tch::Reduction::Mean),
             Some(w) => {
@@ -243,6 +538,109 @@ mod tests {
     }
 
     #[test]
+    fn cnn_parameter_counts_match_pytorch() {
+        // FedEM's FemnistCNN on 28×28 grey images, 62 classes: conv1 1·32·25 + 32, conv2
+        // 32·64·25 + 64, fc1 1024·2048 + 2048, output 2048·62 + 62 (what PyTorch counts).
+        let image = InputShape::Image([1, 28, 28]);
+        let cnn = Architecture::for_input(&ModelSpec::Cnn, image, 62);
+        assert_eq!(cnn.num_params(), 832 + 51_264 + 2_099_200 + 127_038);
+        // Forward flops: 2·(25·32·24·24 + 32·25·64·8·8 + 1024·2048 + 2048·62).
+        assert_eq!(
+            cnn.flops_per_sample(),
+            2 * (25 * 32 * 576 + 800 * 64 * 64 + 1024 * 2048 + 2048 * 62)
+        );
+        // The App. I.1 small CNN, 10 classes: 32·9 + 32, 32·64·9 + 64, 9216·128 + 128, 1290.
+        let small = Architecture::for_input(&ModelSpec::SmallCnn { dropout: 0.25 }, image, 10);
+        assert_eq!(small.num_params(), 320 + 18_496 + 1_179_776 + 1_290);
+        assert!(small.summary().contains("dropout 0.5"));
+    }
+
+    #[test]
+    fn cnn_checks_its_input() {
+        assert!(ModelSpec::Cnn.check_input(InputShape::Flat(784)).is_err());
+        assert!(ModelSpec::Cnn
+            .check_input(InputShape::Image([1, 8, 8]))
+            .is_err());
+        assert!(ModelSpec::Cnn
+            .check_input(InputShape::Image([3, 32, 32]))
+            .is_ok());
+        assert!(ModelSpec::Linear
+            .check_input(InputShape::Image([1, 8, 8]))
+            .is_ok());
+        assert!(ModelSpec::SmallCnn { dropout: 0.6 }.validate().is_err());
+    }
+
+    #[test]
+    fn cnn_gradients_match_finite_differences() {
+        // A tiny image (1×16×16, so the FemnistCNN shapes work out to 1×1 after two pools),
+        // 3 classes: the autograd gradient of one conv weight against a central difference.
+        let arch = Architecture::for_input(&ModelSpec::Cnn, InputShape::Image([1, 16, 16]), 3);
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
+        let flat: Vec<f64> = arch.init(&mut rng).iter().map(|&v| v as f64).collect();
+        let xs: Vec<f32> = (0..2 * 256).map(|_| rng.gen_range(0.0..1.0)).collect();
+        let x = Tensor::from_slice(&xs).view([2, 256]).to_kind(Kind::Double);
+        let y = Tensor::from_slice(&[0i64, 2]);
+        let loss_at = |flat: &[f64]| {
+            let ps: Vec<Tensor> = arch
+                .params(&flat.iter().map(|&v| v as f32).collect::<Vec<_>>())
+                .iter()
+                .map(|p| p.detach().to_kind(Kind::Double))
+                .collect();
+            let logits = arch.forward(&arch.layers(&ps), &x, &[]);
+            sgd::loss(&arch, &logits, &y, tch::Reduction::Mean).double_value(&[])
+        };
+        let ps: Vec<Tensor> = arch
+            .params(&flat.iter().map(|&v| v as f32).collect::<Vec<_>>())
+            .iter()
+            .map(|p| p.detach().to_kind(Kind::Double).set_requires_grad(true))
+            .collect();
+        let grads = arch.autograd_gradients(&ps, &x, &y, None, &[]);
+        let mut g0 = vec![0f64; 5];
+        grads[0].view([-1]).narrow(0, 0, 5).copy_data(&mut g0, 5);
+        for (i, g) in g0.iter().enumerate() {
+            let (mut up, mut down) = (flat.clone(), flat.clone());
+            up[i] += 1e-3;
+            down[i] -= 1e-3;
+            let numeric = (loss_at(&up) - loss_at(&down)) / 2e-3;
+            assert!((numeric - g).abs() < 1e-3, "weight {i}: {numeric} vs {g}");
+        }
+    }
+
+    #[test]
+    fn dropout_masks_are_seeded_and_scaled() {
+        let arch = Architecture::for_input(
+            &ModelSpec::SmallCnn { dropout: 0.25 },
+            InputShape::Image([1, 10, 10]),
+            10,
+        );
+        let draw = |seed| {
+            let masks = arch.dropout_masks(4, &mut rand_chacha::ChaCha20Rng::seed_from_u64(seed));
+            masks
+                .iter()
+                .map(|m| {
+                    let n = m.numel();
+                    let mut v = vec![0f32; n];
+                    m.view([-1]).copy_data(&mut v, n);
+                    (m.size(), v)
+                })
+                .collect::<Vec<_>>()
+        };
+        let a = draw(1);
+        assert_eq!(a, draw(1));
+        assert_ne!(a, draw(2));
+        // After two 3×3 convs and a pool, 64×3×3 per row; then 128 after the dense layer.
+        assert_eq!(a[0].0, vec![4, 64, 3, 3]);
+        assert_eq!(a[1].0, vec![4, 128]);
+        for ((_, v), p) in a.iter().zip([0.25f32, 0.5]) {
+            assert!(v
+                .iter()
+                .all(|&m| m == 0.0 || (m - 1.0 / (1.0 - p)).abs() < 1e-6));
+            let dropped = v.iter().filter(|&&m| m == 0.0).count() as f32 / v.len() as f32;
+            assert!((dropped - p).abs() < 0.08, "dropped {dropped}, p {p}");
+        }
+    }
+
+    #[test]
     fn init_is_bounded_and_seeded() {
         let arch = Architecture::new(&ModelSpec::Linear, 100, 2);
         let mut r = rand_chacha::ChaCha20Rng::seed_from_u64(1);
@@ -284,7 +682,9 @@ mod tests {
             let manual = arch.linear_gradient(&arch.layers(&arch.params(&flat)), &x, &y, Some(&w));
             // Autograd through the same views of a flat leaf tensor holding the same values.
             let leaf = Tensor::from_slice(&flat).set_requires_grad(true);
-            let auto = arch.autograd_gradients(&[leaf], &x, &y, Some(&w)).remove(0);
+            let auto = arch
+                .autograd_gradients(&[leaf], &x, &y, Some(&w), &[])
+                .remove(0);
             let diff = (manual - auto).abs().max().double_value(&[]);
             assert!(diff < 1e-6, "{classes} classes: max difference {diff}");
         }

@@ -153,7 +153,8 @@ fn correct(arch: &Architecture, logits: &Tensor, y: &Tensor) -> i64 {
 
 /// Runs local SGD on `params` in place, minimising the plain loss plus what `objective` adds.
 /// `momentum` holds the momentum buffer between calls (empty: none yet; it is filled when the
-/// plan uses momentum). Batches come from `rng`.
+/// plan uses momentum). Batches (and, after each batch is drawn, its dropout masks) come from
+/// `rng`.
 #[allow(clippy::too_many_arguments)]
 pub fn train_sgd(
     arch: &Architecture,
@@ -187,7 +188,8 @@ pub fn train_sgd(
             let (s, l) = (start as i64, len as i64);
             let (xb, yb) = (xp.narrow(0, s, l), yp.narrow(0, s, l));
             let wb = wp.as_ref().map(|w| w.narrow(0, s, l));
-            let mut grads = arch.gradients(&ps, &layers, &xb, &yb, wb.as_ref());
+            let masks = arch.dropout_masks(len, rng);
+            let mut grads = arch.gradients(&ps, &layers, &xb, &yb, wb.as_ref(), &masks);
             if let Some((anchors, mu)) = &anchor {
                 tch::no_grad(|| {
                     for ((g, p), a) in grads.iter_mut().zip(&ps).zip(anchors) {
@@ -214,6 +216,8 @@ pub struct Batch<'a> {
     x: Tensor,
     /// As [`targets`] makes them.
     y: Tensor,
+    /// Dropout masks drawn for this batch (every gradient query uses the same ones).
+    masks: Vec<Tensor>,
     weight_decay: f64,
 }
 
@@ -232,7 +236,9 @@ impl Batch<'_> {
     pub fn gradient(&self, params: &[f32]) -> Vec<f32> {
         let ps = self.arch.params(params);
         let layers = self.arch.layers(&ps);
-        let grads = self.arch.gradients(&ps, &layers, &self.x, &self.y, None);
+        let grads = self
+            .arch
+            .gradients(&ps, &layers, &self.x, &self.y, None, &self.masks);
         let mut out = vec![0f32; params.len()];
         tch::no_grad(|| flatten_into(&grads, &mut out));
         if self.weight_decay != 0.0 {
@@ -244,7 +250,7 @@ impl Batch<'_> {
 }
 
 /// Calls `step` once per minibatch of `plan` over `data`, in order, the batches drawn from `rng`
-/// exactly as [`train_sgd`] draws them.
+/// exactly as [`train_sgd`] draws them (with their dropout masks).
 pub fn for_each_batch(
     arch: &Architecture,
     data: SplitView<'_>,
@@ -259,10 +265,12 @@ pub fn for_each_batch(
         let (xp, yp) = (x.index_select(0, &perm), y.index_select(0, &perm));
         for (start, len) in batches {
             let (s, l) = (start as i64, len as i64);
+            let masks = arch.dropout_masks(len, rng);
             step(&Batch {
                 arch,
                 x: xp.narrow(0, s, l),
                 y: yp.narrow(0, s, l),
+                masks,
                 weight_decay: plan.weight_decay,
             });
         }
@@ -317,7 +325,7 @@ pub fn sample_losses(arch: &Architecture, params: &[f32], data: SplitView<'_>) -
         let ps: Vec<Tensor> = arch.params(params).iter().map(Tensor::detach).collect();
         let l = loss(
             arch,
-            &arch.forward(&arch.layers(&ps), &x),
+            &arch.forward(&arch.layers(&ps), &x, &[]),
             &targets(arch, &y),
             Reduction::None,
         );
@@ -377,7 +385,7 @@ fn mixture_probabilities(
     let mut prob: Option<Tensor> = None;
     for (m, theta) in components.iter().enumerate() {
         let ps: Vec<Tensor> = arch.params(theta).iter().map(Tensor::detach).collect();
-        let logits = arch.forward(&arch.layers(&ps), x);
+        let logits = arch.forward(&arch.layers(&ps), x, &[]);
         let p = if arch.is_binary() {
             logits.sigmoid()
         } else {
@@ -453,7 +461,7 @@ pub fn evaluate(arch: &Architecture, params: &[f32], data: SplitView<'_>) -> Eva
     let (x, y) = data_tensors(&data);
     tch::no_grad(|| {
         let ps: Vec<Tensor> = arch.params(params).iter().map(Tensor::detach).collect();
-        let logits = arch.forward(&arch.layers(&ps), &x);
+        let logits = arch.forward(&arch.layers(&ps), &x, &[]);
         let loss_sum = loss(arch, &logits, &targets(arch, &y), Reduction::Sum).double_value(&[]);
         let hits = correct(arch, &logits, &y);
         EvalStats {

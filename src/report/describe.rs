@@ -22,6 +22,8 @@ pub struct SplitSizes {
 pub struct DataDescription {
     pub clients: usize,
     pub dim: usize,
+    /// `[channels, height, width]` of image rows.
+    pub image: Option<[usize; 3]>,
     pub classes: usize,
     /// Splits that hold at least one row.
     pub splits: Vec<SplitSizes>,
@@ -79,6 +81,7 @@ impl DataDescription {
         DataDescription {
             clients: data.num_clients(),
             dim: data.dim,
+            image: data.image,
             classes: data.classes,
             splits,
             bayes_test,
@@ -115,9 +118,13 @@ fn oracle_novelty(data: &FederatedData) -> Option<(super::NoveltyFigures, super:
 
 impl fmt::Display for DataDescription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let image = match self.image {
+            Some([c, h, w]) => format!(" (images {c}×{h}×{w})"),
+            None => String::new(),
+        };
         writeln!(
             f,
-            "{} clients, {} features, {} classes",
+            "{} clients, {} features{image}, {} classes",
             self.clients, self.dim, self.classes
         )?;
         writeln!(
@@ -174,6 +181,7 @@ mod tests {
     /// half from −θ, so its Bayes classifier is a coin it breaks towards 0.
     fn tiny(noise: f64) -> FederatedData {
         FederatedData {
+            image: None,
             dim: 1,
             classes: 2,
             // client 0: train 2 rows, test 2 rows; client 1: test 2 rows.

@@ -18,12 +18,16 @@ pub enum FeatureColumns<'a> {
 }
 
 /// The columns to read.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct TableColumns<'a> {
     pub client: &'a str,
     pub split: Option<&'a str>,
     pub label: &'a str,
     pub features: FeatureColumns<'a>,
+    /// Which rows to keep, given each row's client (an index into the sorted ids) and the
+    /// number of clients: a mask over the rows. The others are left out before the features
+    /// are read, and clients left without rows are dropped.
+    pub keep_rows: Option<&'a dyn Fn(&[u32], usize) -> Vec<bool>>,
 }
 
 /// A table's rows in file order.
@@ -88,8 +92,8 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
         .iter()
         .map(|c| c.to_string())
         .collect();
-    let column = |name: &str, role: &str| {
-        df.column(name).map_err(|_| {
+    let column = |df: &DataFrame, name: &str, role: &str| {
+        df.column(name).cloned().map_err(|_| {
             fail(format!(
                 "no {role} column `{name}`; the file has: {}",
                 names.join(", ")
@@ -105,8 +109,8 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
         }
     };
 
-    let client_col = column(cols.client, "client")?;
-    no_nulls(cols.client, client_col)?;
+    let client_col = column(&df, cols.client, "client")?;
+    no_nulls(cols.client, &client_col)?;
     let (client_names, client) = if client_col.dtype().is_integer() {
         let c = client_col
             .cast(&DataType::Int64)
@@ -129,12 +133,42 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
             .collect();
         index_of(ids, Clone::clone)
     };
+    // Rows of clients left out go before anything else is read.
+    let (df, client_names, client) = match cols.keep_rows {
+        None => (df, client_names, client),
+        Some(keep) => {
+            let mask = keep(&client, client_names.len());
+            let rows: BooleanChunked = mask.iter().map(|&k| Some(k)).collect();
+            let df = df
+                .filter(&rows)
+                .map_err(|e| fail(format!("selecting rows: {e}")))?;
+            let mut has_rows = vec![false; client_names.len()];
+            for (&c, &k) in client.iter().zip(&mask) {
+                has_rows[c as usize] |= k;
+            }
+            let mut renumber = vec![u32::MAX; client_names.len()];
+            let mut names = Vec::new();
+            for (c, name) in client_names.into_iter().enumerate() {
+                if has_rows[c] {
+                    renumber[c] = names.len() as u32;
+                    names.push(name);
+                }
+            }
+            let client = client
+                .iter()
+                .zip(&mask)
+                .filter(|(_, &k)| k)
+                .map(|(&c, _)| renumber[c as usize])
+                .collect();
+            (df, names, client)
+        }
+    };
 
     let split = match cols.split {
         None => None,
         Some(name) => {
-            let c = column(name, "split")?;
-            no_nulls(name, c)?;
+            let c = column(&df, name, "split")?;
+            no_nulls(name, &c)?;
             let c = c.cast(&DataType::String).map_err(|e| polars_err(name, e))?;
             let ca = c.str().map_err(|e| polars_err(name, e))?;
             Some(
@@ -145,8 +179,8 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
         }
     };
 
-    let label_col = column(cols.label, "label")?;
-    no_nulls(cols.label, label_col)?;
+    let label_col = column(&df, cols.label, "label")?;
+    no_nulls(cols.label, &label_col)?;
     if !label_col.dtype().is_integer() {
         return Err(fail(format!(
             "label column `{}` must hold integers (class ids), it holds {}",
@@ -167,8 +201,8 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
         FeatureColumns::Columns(names) => {
             let mut per_column = Vec::with_capacity(names.len());
             for name in names {
-                let c = column(name, "feature")?;
-                no_nulls(name, c)?;
+                let c = column(&df, name, "feature")?;
+                no_nulls(name, &c)?;
                 let c = c
                     .cast(&DataType::Float32)
                     .map_err(|e| polars_err(name, e))?;
@@ -187,8 +221,8 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
             (features, dim)
         }
         FeatureColumns::List(name) => {
-            let c = column(name, "features")?;
-            no_nulls(name, c)?;
+            let c = column(&df, name, "features")?;
+            no_nulls(name, &c)?;
             match c.dtype().clone() {
                 DataType::Array(inner, width) if inner.is_primitive_numeric() => {
                     let c = c
@@ -206,7 +240,7 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
                     (values.into_no_null_iter().collect(), width)
                 }
                 DataType::List(inner) if inner.is_primitive_numeric() => {
-                    list_features(c, name).map_err(fail)?
+                    list_features(&c, name).map_err(fail)?
                 }
                 other => {
                     return Err(fail(format!(

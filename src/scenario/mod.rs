@@ -15,7 +15,7 @@ pub use sweep::{compact, parse_shard, Cell, Sweep, SweepError};
 
 use crate::actors::{PolicySpec, RunSpec, SampleSize, Sampling, Strategy};
 use crate::algorithms::{LrSchedule, Registration, Training};
-use crate::data::{DatasetSpec, SplitSpec};
+use crate::data::{DatasetSpec, InputShape, SplitSpec};
 use crate::models::{LocalPlan, LocalWork};
 use serde_yaml::Value;
 use sha2::{Digest, Sha256};
@@ -247,6 +247,11 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
     raw.data.validate().map_err(|e| nest("data", e))?;
     raw.split.validate().map_err(|e| nest("split", e))?;
     raw.model.validate().map_err(|e| nest("model", e))?;
+    // A Parquet file without a declared shape has flat features.
+    let shape = raw.data.input_shape().unwrap_or(InputShape::Flat(0));
+    raw.model
+        .check_input(shape)
+        .map_err(|m| ("model.kind".to_string(), m))?;
     raw.system.validate().map_err(|e| nest("system", e))?;
     raw.algorithm
         .validate()

@@ -29,8 +29,8 @@ pub enum SystemError {
     Spec { field: String, message: String },
 }
 
-/// Device compute speed. Give `samples_per_second` or `seconds_per_batch` (default: 1000
-/// samples per second for every device).
+/// Device compute speed. Give `samples_per_second`, `seconds_per_batch` or `flops_per_second`
+/// (default: 1000 samples per second for every device).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ComputeSpec {
@@ -40,6 +40,11 @@ pub struct ComputeSpec {
     /// Seconds per minibatch of `training.batch_size` samples.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds_per_batch: Option<Dist>,
+    /// Floating-point operations per second: a training sample costs three forward passes of
+    /// the model (its real count, as `fedsim describe` prints it), so a CNN costs more than a
+    /// linear model on the same device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flops_per_second: Option<Dist>,
     /// σ of a per-job lognormal factor (median 1) on compute time; 0 for none.
     #[serde(default)]
     pub jitter: f64,
@@ -144,11 +149,20 @@ impl SystemSpec {
             }
         };
         let c = &self.compute;
-        if c.samples_per_second.is_some() && c.seconds_per_batch.is_some() {
+        let speeds = [
+            c.samples_per_second.is_some(),
+            c.seconds_per_batch.is_some(),
+            c.flops_per_second.is_some(),
+        ];
+        if speeds.iter().filter(|&&given| given).count() > 1 {
             return Err((
                 "compute".into(),
-                "give either `samples_per_second` or `seconds_per_batch`, not both".into(),
+                "give one of `samples_per_second`, `seconds_per_batch` and `flops_per_second`"
+                    .into(),
             ));
+        }
+        if let Some(d) = &c.flops_per_second {
+            d.validate(true).map_err(at("compute.flops_per_second"))?;
         }
         if let Some(d) = &c.samples_per_second {
             d.validate(true).map_err(at("compute.samples_per_second"))?;
@@ -218,6 +232,25 @@ pub enum Link {
     Up,
 }
 
+/// What one training sample costs: what turns a device's speed into samples per second.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SampleCost {
+    /// `training.batch_size`, for `seconds_per_batch`.
+    pub batch_size: usize,
+    /// Floating-point operations of one training sample (three forward passes), for
+    /// `flops_per_second`.
+    pub training_flops: f64,
+}
+
+impl SampleCost {
+    pub fn of(arch: &crate::models::Architecture, batch_size: usize) -> Self {
+        SampleCost {
+            batch_size,
+            training_flops: 3.0 * arch.flops_per_sample() as f64,
+        }
+    }
+}
+
 /// Every client's device, links and availability, drawn for one run.
 pub struct SystemModel {
     samples_per_second: Vec<f64>,
@@ -231,26 +264,35 @@ pub struct SystemModel {
 }
 
 impl SystemModel {
-    /// Draws (or reads) every client's parameters. `batch_size` converts seconds per batch;
-    /// `truth` is needed by `compute.slowest_to_component`.
+    /// Draws (or reads) every client's parameters. `cost` converts seconds per batch and
+    /// FLOP/s into samples per second; `truth` is needed by `compute.slowest_to_component`.
     pub fn build(
         spec: &SystemSpec,
         seeds: &SeedTree,
         clients: usize,
-        batch_size: usize,
+        cost: SampleCost,
         truth: Option<&MixtureTruth>,
     ) -> Result<SystemModel, SystemError> {
+        let c = &spec.compute;
         let mut speed = match (
-            &spec.compute.samples_per_second,
-            &spec.compute.seconds_per_batch,
+            &c.samples_per_second,
+            &c.seconds_per_batch,
+            &c.flops_per_second,
         ) {
-            (_, Some(spb)) => spb
+            (_, Some(spb), _) => spb
                 .per_client(seeds, "device/seconds_per_batch", clients)?
                 .into_iter()
-                .map(|s| batch_size as f64 / s)
+                .map(|s| cost.batch_size as f64 / s)
                 .collect(),
-            (Some(sps), None) => sps.per_client(seeds, "device/samples_per_second", clients)?,
-            (None, None) => vec![1000.0; clients],
+            (_, _, Some(fps)) => fps
+                .per_client(seeds, "device/flops_per_second", clients)?
+                .into_iter()
+                .map(|f| f / cost.training_flops.max(1.0))
+                .collect(),
+            (Some(sps), None, None) => {
+                sps.per_client(seeds, "device/samples_per_second", clients)?
+            }
+            (None, None, None) => vec![1000.0; clients],
         };
         let net = &spec.network;
         let mut downlink_mbps = net
@@ -421,7 +463,17 @@ mod tests {
     use super::*;
 
     fn model(spec: SystemSpec, clients: usize) -> SystemModel {
-        SystemModel::build(&spec, &SeedTree::new(1), clients, 50, None).unwrap()
+        SystemModel::build(
+            &spec,
+            &SeedTree::new(1),
+            clients,
+            SampleCost {
+                batch_size: 50,
+                training_flops: 1.0,
+            },
+            None,
+        )
+        .unwrap()
     }
 
     #[test]

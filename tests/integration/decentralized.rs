@@ -194,7 +194,10 @@ fn dropped_peers_sit_the_round_out() {
         &s.run.system,
         &fedsim::sim::SeedTree::new(s.run.seed),
         8,
-        s.run.training.plan.batch_size,
+        fedsim::system::SampleCost {
+            batch_size: s.run.training.plan.batch_size,
+            training_flops: 1.0,
+        },
         None,
     )
     .unwrap();

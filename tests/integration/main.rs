@@ -7,6 +7,7 @@ mod determinism;
 mod divergence;
 mod fedgmm;
 mod fuzz;
+mod images;
 mod paper;
 mod parquet_data;
 mod scenario_errors;

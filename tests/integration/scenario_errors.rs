@@ -232,7 +232,17 @@ fn system_and_policy_errors_carry_their_path() {
         BASE,
         &["system.compute={samples_per_second: 5, seconds_per_batch: 1}"],
     );
-    assert!(e.contains("field `system.compute`: give either"), "{e}");
+    assert!(
+        e.contains("field `system.compute`: give one of `samples_per_second`, `seconds_per_batch`"),
+        "{e}"
+    );
+    let e = error(
+        BASE,
+        &["system.compute={flops_per_second: 1.0e9, seconds_per_batch: 1}"],
+    );
+    assert!(e.contains("field `system.compute`: give one of"), "{e}");
+    let e = error(BASE, &["system.compute.flops_per_second=-5"]);
+    assert!(e.contains("field `system.compute.flops_per_second`"), "{e}");
     let e = error(
         BASE,
         &["system.network.uplink_mbps={dist: uniform, low: 3, high: 1}"],

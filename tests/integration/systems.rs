@@ -268,7 +268,8 @@ fn dropouts_and_availability_lose_jobs_and_selection_sees_only_online_clients() 
     ];
     let s = scenario(&text, &overrides);
     let r = simulate_scenario(&s, 2, |_| {}).unwrap().records;
-    let model = SystemModel::build(&s.run.system, &SeedTree::new(s.run.seed), 6, 8, None).unwrap();
+    let model =
+        SystemModel::build(&s.run.system, &SeedTree::new(s.run.seed), 6, cost(8), None).unwrap();
     let jobs = jobs(&r);
     let failed = jobs
         .iter()
@@ -381,7 +382,7 @@ fn fedscale_traces_set_devices_and_availability() {
         dir.join("client_behave_trace").display()
     ))
     .unwrap();
-    let m = SystemModel::build(&spec, &SeedTree::new(1), 4, 8, None).unwrap();
+    let m = SystemModel::build(&spec, &SeedTree::new(1), 4, cost(8), None).unwrap();
     // Device ids in ascending order are 3, 7, 12; client c takes position c mod 3. Training
     // costs 3× the inference milliseconds per sample; kbit/s become Mbit/s both ways.
     let speeds: Vec<f64> = (0..4).map(|c| m.samples_per_second(c)).collect();
@@ -412,7 +413,7 @@ fn fedscale_traces_set_devices_and_availability() {
         dir.join("make_fixtures.py").display()
     ))
     .unwrap();
-    let e = SystemModel::build(&bad, &SeedTree::new(1), 4, 8, None)
+    let e = SystemModel::build(&bad, &SeedTree::new(1), 4, cost(8), None)
         .err()
         .unwrap()
         .to_string();
@@ -420,4 +421,12 @@ fn fedscale_traces_set_devices_and_availability() {
         e.contains("make_fixtures.py") && e.contains("pickle"),
         "{e}"
     );
+}
+
+/// A sample cost for `batch_size` (seconds per batch) and a unit FLOP count.
+fn cost(batch_size: usize) -> fedsim::system::SampleCost {
+    fedsim::system::SampleCost {
+        batch_size,
+        training_flops: 1.0,
+    }
 }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Recipe: FedEM paper Table 2's image rows with their CNN.
+#   DATA=mnist         the EMNIST protocol on MNIST (10 % of the images, Dirichlet(0.4), 100
+#                      clients, 60/20/20): Local, FedAvg, FedAvg+, FedEM (M = 3)
+#   DATA=fashion_mnist the same on Fashion-MNIST
+#   DATA=femnist       FEMNIST, 15 % of the writers (539), 80/20: Local, FedAvg, FedEM
+# 200 rounds, training seeds ${SEEDS:-1 2 3}; extra --set arguments pass through, e.g. a reduced
+# CPU run: ROUNDS=20 DATA=femnist bash analysis/fedem_images.sh --set data.partition.fraction=0.05
+# Finished runs in results/fedem_<data>/<method>/seed-<n>/ are kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+data=${DATA:-mnist}
+case $data in
+  mnist|fashion_mnist) scen=fedem_mnist; methods="local fedavg fedavg_plus fedem"
+                       target/release/fedsim data fetch "$data" ;;
+  femnist) scen=fedem_femnist; methods="local fedavg fedem" ;;
+  *) echo "DATA must be mnist, fashion_mnist or femnist" >&2; exit 2 ;;
+esac
+out=results/fedem_$data${ROUNDS:+_r$ROUNDS}
+extra=(--set "data.kind=$data")
+[ -n "${ROUNDS:-}" ] && extra+=(--set "rounds=$ROUNDS" --set "eval_every=$ROUNDS")
+for method in $methods; do
+  for seed in ${SEEDS:-1 2 3}; do
+    dir="$out/$method/seed-$seed"
+    if [ -f "$dir/summary.csv" ]; then continue; fi   # finished runs are kept
+    target/release/fedsim run "scenarios/paper/${scen}_$method.yaml" --seed "$seed" \
+      "${extra[@]}" "$@" --out "$dir" --quiet >/dev/null
+  done
+done
+python3 analysis/summary_table.py $(for m in $methods; do echo "$out/$m"; done) | tee "$out/table.md"

@@ -1,0 +1,339 @@
+//! Real image data sets: MNIST and Fashion-MNIST from the cache that [`super::registry`] fills,
+//! and FEMNIST (LEAF's EMNIST by writer) from a Parquet file. A pool of labelled images is dealt
+//! to clients by a [`PartitionSpec`] (FEMNIST's writers are its natural clients), then each
+//! client's rows are shuffled and cut by the scenario's split fractions.
+//!
+//! Every draw comes from the data's seed tree: `(data, "selection", 0)` picks the subsample of
+//! images or the writers, `(data, "partition", 0)` deals rows to clients, `(data, "split", c)`
+//! shuffles client c's rows before the cut.
+
+use super::partition::PartitionSpec;
+use super::registry::{self, FetchError};
+use super::{ClientShard, DataError, FederatedData, SplitSpec};
+use crate::report::{read_client_table, FeatureColumns, TableColumns};
+use crate::sim::{Entity, SeedTree};
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// How pixel values (0–255) become features.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pixels {
+    /// value / 255, in [0, 1] (what FedEM feeds its CNN).
+    #[default]
+    Unit,
+    /// Each pixel standardised by its mean and standard deviation over the pool, (v − μ) /
+    /// (σ + 0.001) (pFedMe's MNIST preprocessing).
+    Standardize,
+    /// The values 0–255 as they are.
+    Raw,
+}
+
+/// MNIST or Fashion-MNIST (`data: {kind: mnist, partition: ...}`). The 60 000 training and
+/// 10 000 test images are pooled (as FedEM and pFedMe do); the split fractions then cut each
+/// client's rows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryImagesSpec {
+    pub partition: PartitionSpec,
+    /// Fraction of the pooled images used, drawn before partitioning (FedEM uses 10 % of
+    /// EMNIST).
+    #[serde(default = "one")]
+    pub fraction: f64,
+    #[serde(default)]
+    pub pixels: Pixels,
+}
+
+/// FEMNIST by writer from a Parquet file with LEAF's columns (`client` or `writer`, `x` as 784
+/// `uint8`, `y` in 0–61), as `../shared/data/femnist/` holds it or `fedsim data leaf` writes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FemnistSpec {
+    /// The Parquet file, relative to the working directory.
+    pub path: PathBuf,
+    /// `natural` (default): each writer a client; `fraction` of the writers, drawn (FedEM's
+    /// Table 2: 0.15, 539 writers).
+    #[serde(default = "natural")]
+    pub partition: PartitionSpec,
+    /// Fraction of the images used when the partition is not natural, drawn.
+    #[serde(default = "one")]
+    pub fraction: f64,
+    #[serde(default)]
+    pub pixels: Pixels,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn natural() -> PartitionSpec {
+    PartitionSpec::Natural { fraction: 1.0 }
+}
+
+fn check_fraction(fraction: f64) -> Result<(), (String, String)> {
+    if fraction > 0.0 && fraction <= 1.0 {
+        Ok(())
+    } else {
+        Err((
+            "fraction".into(),
+            format!("must be in (0, 1], got {fraction}"),
+        ))
+    }
+}
+
+fn nest((path, message): (String, String)) -> (String, String) {
+    (format!("partition.{path}"), message)
+}
+
+/// The image shape of these data sets.
+pub const MNIST_SHAPE: [usize; 3] = [1, 28, 28];
+
+impl RegistryImagesSpec {
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        self.partition.validate().map_err(nest)?;
+        if let PartitionSpec::Natural { .. } = self.partition {
+            return Err((
+                "partition.kind".into(),
+                "this data set has no natural clients; use iid, dirichlet, shards or pfedme".into(),
+            ));
+        }
+        check_fraction(self.fraction)
+    }
+
+    /// Reads the cached set `name` (fetching it first if it is missing and `FEDSIM_NO_FETCH`
+    /// is not set) and deals it to clients.
+    pub fn build(
+        &self,
+        name: &str,
+        split: &SplitSpec,
+        seeds: &SeedTree,
+    ) -> Result<FederatedData, DataError> {
+        let set = registry::find(name).map_err(fetch_error)?;
+        let root = registry::cache_root();
+        let files = match set.verified_files(&root) {
+            Ok(files) => files,
+            Err(FetchError::Missing { .. }) if std::env::var_os("FEDSIM_NO_FETCH").is_none() => {
+                eprintln!("note: {name} is not in the cache yet; fetching it (once)");
+                set.fetch(&root, false, &mut |line| eprintln!("  {line}"))
+                    .map_err(fetch_error)?;
+                set.verified_files(&root).map_err(fetch_error)?
+            }
+            Err(e) => return Err(fetch_error(e)),
+        };
+        let content = |message: String| DataError::Content {
+            path: set.dir(&root),
+            message,
+        };
+        let mut pixels = Vec::new();
+        let mut labels = Vec::new();
+        for pair in [[&files[0], &files[1]], [&files[2], &files[3]]] {
+            let idx = registry::read_idx(pair[0], pair[1]).map_err(content)?;
+            if [1, idx.height, idx.width] != MNIST_SHAPE {
+                return Err(content(format!(
+                    "images of {}×{}, expected 28×28",
+                    idx.height, idx.width
+                )));
+            }
+            pixels.extend(idx.pixels.iter().map(|&v| v as f32));
+            labels.extend(idx.labels.iter().map(|&v| v as i64));
+        }
+        let pool = Pool {
+            features: pixels,
+            labels,
+            shape: MNIST_SHAPE,
+            classes: 10,
+            clients: None,
+        };
+        pool.deal(&self.partition, self.fraction, self.pixels, split, seeds)
+            .map_err(content)
+    }
+}
+
+impl FemnistSpec {
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        self.partition.validate().map_err(nest)?;
+        check_fraction(self.fraction)
+    }
+
+    pub fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
+        let content = |message: String| DataError::Content {
+            path: self.path.clone(),
+            message,
+        };
+        // The writers (natural clients) or the subsample of images are drawn before the
+        // images are read in full.
+        let keep = |row_client: &[u32], writers: usize| -> Vec<bool> {
+            let mut rng = seeds.rng(Entity::Data, "selection", 0);
+            match self.partition {
+                PartitionSpec::Natural { fraction } => {
+                    let mut ids: Vec<usize> = (0..writers).collect();
+                    ids.shuffle(&mut rng);
+                    let mut chosen = vec![false; writers];
+                    let count = ((fraction * writers as f64) as usize).max(1);
+                    ids[..count].iter().for_each(|&w| chosen[w] = true);
+                    row_client.iter().map(|&c| chosen[c as usize]).collect()
+                }
+                _ => subsample(row_client.len(), self.fraction, &mut rng),
+            }
+        };
+        let table = read_client_table(
+            &self.path,
+            TableColumns {
+                client: "client",
+                split: None,
+                label: "y",
+                features: FeatureColumns::List("x"),
+                keep_rows: Some(&keep),
+            },
+        )?;
+        if table.dim != 784 {
+            return Err(content(format!(
+                "column `x` has {} values per row; FEMNIST images have 784 (28×28)",
+                table.dim
+            )));
+        }
+        if let Some(&bad) = table.labels.iter().find(|&&y| !(0..62).contains(&y)) {
+            return Err(content(format!("label {bad} is outside FEMNIST's 0–61")));
+        }
+        let natural = matches!(self.partition, PartitionSpec::Natural { .. });
+        let pool = Pool {
+            clients: natural.then(|| table.client.clone()),
+            features: table.features,
+            labels: table.labels,
+            shape: MNIST_SHAPE,
+            classes: 62,
+        };
+        // The subsample is already drawn.
+        pool.deal(&self.partition, 1.0, self.pixels, split, seeds)
+            .map_err(content)
+    }
+}
+
+/// A mask keeping ⌊fraction · n⌋ (at least one) of `n` rows, drawn.
+fn subsample(n: usize, fraction: f64, rng: &mut rand_chacha::ChaCha20Rng) -> Vec<bool> {
+    let mut keep = vec![true; n];
+    if fraction < 1.0 {
+        let mut rows: Vec<usize> = (0..n).collect();
+        rows.shuffle(rng);
+        keep = vec![false; n];
+        let count = ((fraction * n as f64) as usize).max(1).min(n);
+        rows[..count].iter().for_each(|&r| keep[r] = true);
+    }
+    keep
+}
+
+fn fetch_error(e: FetchError) -> DataError {
+    DataError::Fetch(e.to_string())
+}
+
+/// Labelled images before they are dealt to clients.
+struct Pool {
+    /// Row-major pixel values 0–255.
+    features: Vec<f32>,
+    labels: Vec<i64>,
+    shape: [usize; 3],
+    classes: usize,
+    /// Each row's own client (natural partition), numbered from 0.
+    clients: Option<Vec<u32>>,
+}
+
+impl Pool {
+    fn deal(
+        mut self,
+        partition: &PartitionSpec,
+        fraction: f64,
+        pixels: Pixels,
+        split: &SplitSpec,
+        seeds: &SeedTree,
+    ) -> Result<FederatedData, String> {
+        if matches!(split, SplitSpec::ExtraTest { .. }) {
+            return Err(
+                "image data needs `split: {kind: fractions, ...}`; `extra_test` only applies to \
+                 generated data"
+                    .into(),
+            );
+        }
+        let dim: usize = self.shape.iter().product();
+        let members: Vec<Vec<usize>> = match (&self.clients, partition) {
+            (Some(own), PartitionSpec::Natural { .. }) => {
+                let count = own.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
+                let mut out = vec![Vec::new(); count];
+                own.iter()
+                    .enumerate()
+                    .for_each(|(r, &c)| out[c as usize].push(r));
+                out
+            }
+            _ => {
+                let mut selection = seeds.rng(Entity::Data, "selection", 0);
+                let keep = subsample(self.labels.len(), fraction, &mut selection);
+                let mut rng = seeds.rng(Entity::Data, "partition", 0);
+                let rows: Vec<usize> = (0..self.labels.len()).filter(|&r| keep[r]).collect();
+                let labels: Vec<i64> = rows.iter().map(|&r| self.labels[r]).collect();
+                partition
+                    .assign(&labels, self.classes, &mut rng)?
+                    .into_iter()
+                    .map(|c| c.into_iter().map(|i| rows[i]).collect())
+                    .collect()
+            }
+        };
+        let used: Vec<usize> = {
+            let mut u: Vec<usize> = members.iter().flatten().copied().collect();
+            u.sort_unstable();
+            u
+        };
+        match pixels {
+            Pixels::Raw => {}
+            Pixels::Unit => self.features.iter_mut().for_each(|v| *v /= 255.0),
+            Pixels::Standardize => {
+                let n = used.len().max(1) as f64;
+                let mut mean = vec![0f64; dim];
+                let mut sq = vec![0f64; dim];
+                for &r in &used {
+                    for (j, &v) in self.features[r * dim..(r + 1) * dim].iter().enumerate() {
+                        mean[j] += v as f64;
+                        sq[j] += v as f64 * v as f64;
+                    }
+                }
+                let stats: Vec<(f64, f64)> = mean
+                    .iter()
+                    .zip(&sq)
+                    .map(|(&s, &q)| {
+                        let m = s / n;
+                        (m, (q / n - m * m).max(0.0).sqrt() + 0.001)
+                    })
+                    .collect();
+                for row in self.features.chunks_mut(dim) {
+                    for (v, &(m, sd)) in row.iter_mut().zip(&stats) {
+                        *v = ((*v as f64 - m) / sd) as f32;
+                    }
+                }
+            }
+        }
+        let mut data = FederatedData {
+            image: Some(self.shape),
+            dim,
+            classes: self.classes,
+            features: Vec::with_capacity(used.len() * dim),
+            labels: Vec::with_capacity(used.len()),
+            clients: Vec::with_capacity(members.len()),
+            truth: None,
+            novel: Vec::new(),
+        };
+        for (c, mut rows) in members.into_iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            rows.shuffle(&mut seeds.rng(Entity::Data, "split", c as u64));
+            let start = data.labels.len();
+            for &r in &rows {
+                data.features
+                    .extend_from_slice(&self.features[r * dim..(r + 1) * dim]);
+                data.labels.push(self.labels[r]);
+            }
+            let shard: ClientShard = split.shard(start, rows.len());
+            data.clients.push(shard);
+        }
+        Ok(data)
+    }
+}

