@@ -296,11 +296,9 @@ fn real_main() -> Result<()> {
                         println!("{:<14} {:<22} {}", set.name, state, set.title);
                     }
                     println!(
-                        "{:<14} {:<22} {}",
-                        "femnist",
-                        "a Parquet file",
-                        "FEMNIST by writer: `data: {kind: femnist, path: FILE}` (LEAF's JSON: \
-                         scripts/leaf_to_parquet.py)"
+                        "{:<14} {:<22} FEMNIST by writer: `data: {{kind: femnist, path: FILE}}` \
+                         (LEAF's JSON: scripts/leaf_to_parquet.py)",
+                        "femnist", "a Parquet file"
                     );
                 }
             }

@@ -491,6 +491,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             on_divergence: spec.on_divergence,
         });
         let pool = TrainerPool::start(threads);
+        let _drain = pool.drain_on_drop();
         let system_model = SystemModel::build(
             &spec.system,
             &seeds,

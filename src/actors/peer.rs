@@ -622,6 +622,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             eval_every: spec.eval_every,
             step_weights,
         });
+        let _drain = shared.pool.drain_on_drop();
         let peer_addrs: Vec<Addr<Peer<A>>> = states
             .into_iter()
             .enumerate()

@@ -475,7 +475,7 @@ pub(crate) mod testkit {
         pub fn binary(rows: &[(&[f32], i64)], batch_size: usize, lr: f64) -> Kit {
             let dim = rows[0].0.len();
             let data = FederatedData {
-                image: None,
+                layout: crate::data::Layout::Flat,
                 dim,
                 classes: 2,
                 features: rows.iter().flat_map(|r| r.0.iter().copied()).collect(),

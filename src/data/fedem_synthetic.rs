@@ -391,7 +391,7 @@ impl FedemSyntheticSpec {
         weights: Vec<Vec<f64>>,
     ) -> FederatedData {
         FederatedData {
-            image: None,
+            layout: super::Layout::Flat,
             dim: self.dim,
             classes: 2,
             features,

@@ -188,7 +188,7 @@ impl FedgmmSyntheticSpec {
             }
         }
         FederatedData {
-            image: None,
+            layout: super::Layout::Flat,
             dim: d,
             classes: 2,
             features,

@@ -14,6 +14,7 @@ use crate::report::{read_client_table, FeatureColumns, TableColumns};
 use crate::sim::{Entity, SeedTree};
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 use std::path::PathBuf;
 
 /// How pixel values (0–255) become features.
@@ -101,28 +102,18 @@ impl RegistryImagesSpec {
         check_fraction(self.fraction)
     }
 
-    /// Reads the cached set `name` (fetching it first if it is missing and `FEDSIM_NO_FETCH`
-    /// is not set) and deals it to clients.
+    /// Reads the cached set `name` (fetched first if it is missing, see
+    /// [`registry::cached_files`]) and deals it to clients.
     pub fn build(
         &self,
         name: &str,
         split: &SplitSpec,
         seeds: &SeedTree,
     ) -> Result<FederatedData, DataError> {
-        let set = registry::find(name).map_err(fetch_error)?;
-        let root = registry::cache_root();
-        let files = match set.verified_files(&root) {
-            Ok(files) => files,
-            Err(FetchError::Missing { .. }) if std::env::var_os("FEDSIM_NO_FETCH").is_none() => {
-                eprintln!("note: {name} is not in the cache yet; fetching it (once)");
-                set.fetch(&root, false, &mut |line| eprintln!("  {line}"))
-                    .map_err(fetch_error)?;
-                set.verified_files(&root).map_err(fetch_error)?
-            }
-            Err(e) => return Err(fetch_error(e)),
-        };
+        let files = registry::cached_files(name).map_err(fetch_error)?;
+        let dir = files[0].parent().map(Path::to_path_buf).unwrap_or_default();
         let content = |message: String| DataError::Content {
-            path: set.dir(&root),
+            path: dir.clone(),
             message,
         };
         let mut pixels = Vec::new();
@@ -311,7 +302,7 @@ impl Pool {
             }
         }
         let mut data = FederatedData {
-            image: Some(self.shape),
+            layout: super::Layout::Image(self.shape),
             dim,
             classes: self.classes,
             features: Vec::with_capacity(used.len() * dim),

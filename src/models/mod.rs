@@ -19,6 +19,7 @@ pub use sgd::{
 pub use crate::data::InputShape;
 
 use rand::Rng;
+use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
@@ -41,10 +42,30 @@ pub enum ModelSpec {
         #[serde(default = "default_small_cnn_dropout")]
         dropout: f64,
     },
+    /// The FedEM authors' next-character model for token windows: embedding → stacked LSTM →
+    /// dense decoder of the last step's hidden state (their Shakespeare model: embedding 8, two
+    /// layers of 256).
+    Lstm {
+        #[serde(default = "default_embedding")]
+        embedding: usize,
+        #[serde(default = "default_lstm_hidden")]
+        hidden: usize,
+        #[serde(default = "default_lstm_layers")]
+        layers: usize,
+    },
 }
 
 fn default_small_cnn_dropout() -> f64 {
     0.25
+}
+fn default_embedding() -> usize {
+    8
+}
+fn default_lstm_hidden() -> usize {
+    256
+}
+fn default_lstm_layers() -> usize {
+    2
 }
 
 impl ModelSpec {
@@ -61,6 +82,20 @@ impl ModelSpec {
                      {dropout}"
                 ),
             )),
+            ModelSpec::Lstm {
+                embedding,
+                hidden,
+                layers,
+            } => [
+                ("embedding", embedding),
+                ("hidden", hidden),
+                ("layers", layers),
+            ]
+            .into_iter()
+            .find(|(_, &v)| v == 0)
+            .map_or(Ok(()), |(field, _)| {
+                Err((field.into(), "must be at least 1".into()))
+            }),
             _ => Ok(()),
         }
     }
@@ -69,6 +104,14 @@ impl ModelSpec {
     pub fn check_input(&self, shape: InputShape) -> Result<(), String> {
         let name = match self {
             ModelSpec::Linear | ModelSpec::Mlp { .. } => return Ok(()),
+            ModelSpec::Lstm { .. } => {
+                return match shape {
+                    InputShape::Tokens { .. } => Ok(()),
+                    _ => Err(
+                        "`lstm` needs token data (a text data set such as `shakespeare`)".into(),
+                    ),
+                }
+            }
             ModelSpec::Cnn => "cnn",
             ModelSpec::SmallCnn { .. } => "small_cnn",
         };
@@ -114,6 +157,25 @@ enum Layer {
     Dropout {
         p: f64,
     },
+    /// Token ids → vectors (PyTorch's `nn.Embedding`: weight only, initialised N(0, 1)).
+    Embedding {
+        vocab: usize,
+        dim: usize,
+    },
+    /// A stack of LSTM layers over the window (PyTorch's `nn.LSTM`, batch first); passes on
+    /// the last step's hidden state of the top layer.
+    Lstm {
+        inputs: usize,
+        hidden: usize,
+        layers: usize,
+    },
+}
+
+/// How a parameter tensor is initialised (PyTorch's defaults).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Init {
+    Uniform(f32),
+    Normal,
 }
 
 /// A concrete model: layers for a given input shape and number of classes.
@@ -154,6 +216,27 @@ impl Architecture {
                     }
                     layers.push(dense(w[0], w[1]));
                 }
+            }
+            ModelSpec::Lstm {
+                embedding,
+                hidden,
+                layers: depth,
+            } => {
+                let InputShape::Tokens { vocab, .. } = input else {
+                    panic!("an LSTM needs token inputs (checked by the scenario)");
+                };
+                layers.extend([
+                    Layer::Embedding {
+                        vocab,
+                        dim: *embedding,
+                    },
+                    Layer::Lstm {
+                        inputs: *embedding,
+                        hidden: *hidden,
+                        layers: *depth,
+                    },
+                    dense(*hidden, outputs),
+                ]);
             }
             ModelSpec::Cnn | ModelSpec::SmallCnn { .. } => {
                 let InputShape::Image([c, h, w]) = input else {
@@ -203,40 +286,70 @@ impl Architecture {
         self.classes == 2
     }
 
-    /// `(weight shape, bias length)` of each layer with parameters, in parameter order.
-    fn parameter_shapes(&self) -> Vec<(Vec<i64>, usize)> {
-        self.layers
-            .iter()
-            .filter_map(|l| match *l {
+    /// Every parameter tensor's shape and initialisation, in parameter order: a dense or conv
+    /// layer's weight then bias; an embedding's weight; each LSTM layer's `weight_ih`,
+    /// `weight_hh`, `bias_ih`, `bias_hh` (PyTorch's order).
+    fn parameter_shapes(&self) -> Vec<(Vec<i64>, Init)> {
+        let mut out = Vec::new();
+        for l in &self.layers {
+            match *l {
                 Layer::Dense { inputs, outputs } => {
-                    Some((vec![outputs as i64, inputs as i64], outputs))
+                    let bound = Init::Uniform(1.0 / (inputs as f32).sqrt());
+                    out.push((vec![outputs as i64, inputs as i64], bound));
+                    out.push((vec![outputs as i64], bound));
                 }
                 Layer::Conv {
                     inputs,
                     outputs,
                     kernel,
-                } => Some((
-                    vec![outputs as i64, inputs as i64, kernel as i64, kernel as i64],
-                    outputs,
-                )),
-                _ => None,
-            })
-            .collect()
+                } => {
+                    let bound = Init::Uniform(1.0 / ((inputs * kernel * kernel) as f32).sqrt());
+                    let (i, o, k) = (inputs as i64, outputs as i64, kernel as i64);
+                    out.push((vec![o, i, k, k], bound));
+                    out.push((vec![o], bound));
+                }
+                Layer::Embedding { vocab, dim } => {
+                    out.push((vec![vocab as i64, dim as i64], Init::Normal))
+                }
+                Layer::Lstm {
+                    inputs,
+                    hidden,
+                    layers,
+                } => {
+                    let bound = Init::Uniform(1.0 / (hidden as f32).sqrt());
+                    let (h4, h) = (4 * hidden as i64, hidden as i64);
+                    for l in 0..layers {
+                        let i = if l == 0 { inputs as i64 } else { h };
+                        out.push((vec![h4, i], bound));
+                        out.push((vec![h4, h], bound));
+                        out.push((vec![h4], bound));
+                        out.push((vec![h4], bound));
+                    }
+                }
+                Layer::Relu | Layer::MaxPool | Layer::Dropout { .. } => {}
+            }
+        }
+        out
     }
 
     pub fn num_params(&self) -> usize {
         self.parameter_shapes()
             .iter()
-            .map(|(w, b)| w.iter().product::<i64>() as usize + b)
+            .map(|(s, _)| s.iter().product::<i64>() as usize)
             .sum()
     }
 
     /// Multiply-adds ×2 of one forward pass of one row (a training step costs about three
-    /// times this): what `describe` reports.
+    /// times this): what `describe` reports and `flops_per_second` devices are charged.
     pub fn flops_per_sample(&self) -> u64 {
+        let steps = match self.input {
+            InputShape::Tokens { len, .. } => len,
+            _ => 1,
+        };
         let mut shape = match self.input {
             InputShape::Flat(d) => [d, 1, 1],
             InputShape::Image(s) => s,
+            InputShape::Tokens { .. } => [1, 1, 1],
         };
         let mut flops = 0u64;
         for l in &self.layers {
@@ -255,7 +368,21 @@ impl Architecture {
                     shape = [outputs, h, w];
                 }
                 Layer::MaxPool => shape = [shape[0], shape[1] / 2, shape[2] / 2],
-                Layer::Relu | Layer::Dropout { .. } => {}
+                Layer::Lstm {
+                    inputs,
+                    hidden,
+                    layers,
+                } => {
+                    let per_step: usize = (0..layers)
+                        .map(|l| {
+                            let i = if l == 0 { inputs } else { hidden };
+                            4 * hidden * (i + hidden)
+                        })
+                        .sum();
+                    flops += 2 * (per_step * steps) as u64;
+                    shape = [hidden, 1, 1];
+                }
+                Layer::Relu | Layer::Dropout { .. } | Layer::Embedding { .. } => {}
             }
         }
         flops
@@ -276,27 +403,37 @@ impl Architecture {
                 Layer::Relu => "relu".into(),
                 Layer::MaxPool => "max-pool 2".into(),
                 Layer::Dropout { p } => format!("dropout {p}"),
+                Layer::Embedding { vocab, dim } => format!("embedding {vocab}→{dim}"),
+                Layer::Lstm {
+                    inputs,
+                    hidden,
+                    layers,
+                } => format!("lstm {inputs}→{hidden} ×{layers} layers, last step"),
             })
             .collect();
         parts.join(", ")
     }
 
-    /// PyTorch's default `nn.Linear` and `nn.Conv2d` initialisation, U(−1/√fan_in,
-    /// 1/√fan_in) for weights and biases (fan_in = inputs × kernel area), drawn from `rng` in
-    /// parameter order.
+    /// PyTorch's default initialisation, drawn from `rng` in parameter order: U(−1/√fan_in,
+    /// 1/√fan_in) for dense and conv weights and biases (fan_in = inputs × kernel area),
+    /// U(−1/√hidden, 1/√hidden) for LSTM tensors, N(0, 1) for embeddings.
     pub fn init(&self, rng: &mut impl Rng) -> Vec<f32> {
         let mut flat = Vec::with_capacity(self.num_params());
-        for (w, b) in self.parameter_shapes() {
-            let fan_in: i64 = w[1..].iter().product();
-            let bound = 1.0 / (fan_in as f32).sqrt();
-            let n = w.iter().product::<i64>() as usize + b;
-            flat.extend((0..n).map(|_| rng.gen_range(-bound..bound)));
+        for (shape, init) in self.parameter_shapes() {
+            let n = shape.iter().product::<i64>() as usize;
+            match init {
+                Init::Uniform(bound) => flat.extend((0..n).map(|_| rng.gen_range(-bound..bound))),
+                Init::Normal => flat.extend((0..n).map(|_| {
+                    let z: f32 = StandardNormal.sample(rng);
+                    z
+                })),
+            }
         }
         flat
     }
 
     /// Linear models are trained with hand-written gradients on one flat tensor; deeper models
-    /// with autograd on one leaf tensor per weight and bias. Both hold `flat` in its order.
+    /// with autograd on one leaf tensor per parameter tensor. Both hold `flat` in its order.
     fn is_linear(&self) -> bool {
         self.layers.len() == 1
     }
@@ -320,52 +457,54 @@ impl Architecture {
         }
         let mut out = Vec::new();
         let mut at = 0;
-        for (w, b) in self.parameter_shapes() {
-            let n = w.iter().product::<i64>() as usize;
-            for (len, shape) in [(n, w), (b, vec![b as i64])] {
-                out.push(
-                    Tensor::from_slice(&flat[at..at + len])
-                        .view(&shape[..])
-                        .set_requires_grad(true),
-                );
-                at += len;
-            }
+        for (shape, _) in self.parameter_shapes() {
+            let len = shape.iter().product::<i64>() as usize;
+            out.push(
+                Tensor::from_slice(&flat[at..at + len])
+                    .view(&shape[..])
+                    .set_requires_grad(true),
+            );
+            at += len;
         }
         out
     }
 
-    /// Each parameterised layer's `(weight, bias)` as views of `params` (a dense weight
+    /// The parameter tensors as the forward pass uses them, views of `params` (a dense weight
     /// transposed, `[in, out]`): updates to `params` show through, so training computes them
     /// once per job.
-    fn layers(&self, params: &[Tensor]) -> Vec<(Tensor, Tensor)> {
+    fn layers(&self, params: &[Tensor]) -> Vec<Tensor> {
         if self.is_linear() {
             let Layer::Dense { inputs, outputs } = self.layers[0] else {
                 unreachable!("a linear model is one dense layer")
             };
             let (i, o) = (inputs as i64, outputs as i64);
             let flat = &params[0];
-            return vec![(
+            return vec![
                 flat.narrow(0, 0, i * o).view([o, i]).tr(),
                 flat.narrow(0, i * o, o),
-            )];
+            ];
         }
-        let dense = self
-            .layers
-            .iter()
-            .filter(|l| matches!(l, Layer::Dense { .. } | Layer::Conv { .. }))
-            .map(|l| matches!(l, Layer::Dense { .. }));
-        params
-            .chunks(2)
-            .zip(dense)
-            .map(|(wb, is_dense)| {
-                let w = if is_dense {
-                    wb[0].tr()
-                } else {
-                    wb[0].shallow_clone()
-                };
-                (w, wb[1].shallow_clone())
-            })
-            .collect()
+        let mut out = Vec::with_capacity(params.len());
+        let mut rest = params.iter();
+        for l in &self.layers {
+            match l {
+                Layer::Dense { .. } => {
+                    out.push(rest.next().expect("a weight").tr());
+                    out.push(rest.next().expect("a bias").shallow_clone());
+                }
+                Layer::Conv { .. } => {
+                    out.extend(rest.by_ref().take(2).map(Tensor::shallow_clone));
+                }
+                Layer::Embedding { .. } => {
+                    out.push(rest.next().expect("a weight").shallow_clone());
+                }
+                Layer::Lstm { layers, .. } => {
+                    out.extend(rest.by_ref().take(4 * layers).map(Tensor::shallow_clone));
+                }
+                Layer::Relu | Layer::MaxPool | Layer::Dropout { .. } => {}
+            }
+        }
+        out
     }
 
     /// Dropout masks for a batch of `rows` (one per dropout layer, already scaled by 1/(1 −
@@ -377,6 +516,7 @@ impl Architecture {
         let mut shape = match self.input {
             InputShape::Flat(d) => vec![d],
             InputShape::Image(s) => s.to_vec(),
+            InputShape::Tokens { .. } => vec![1],
         };
         let mut masks = Vec::new();
         for l in &self.layers {
@@ -386,7 +526,8 @@ impl Architecture {
                     outputs, kernel, ..
                 } => shape = vec![outputs, shape[1] + 1 - kernel, shape[2] + 1 - kernel],
                 Layer::MaxPool => shape = vec![shape[0], shape[1] / 2, shape[2] / 2],
-                Layer::Relu => {}
+                Layer::Lstm { hidden, .. } => shape = vec![hidden],
+                Layer::Relu | Layer::Embedding { .. } => {}
                 Layer::Dropout { p } => {
                     let n: usize = rows * shape.iter().product::<usize>();
                     let threshold = (p * 4_294_967_296.0).min(u32::MAX as f64) as u32;
@@ -409,25 +550,28 @@ impl Architecture {
         masks
     }
 
-    /// Logits `[batch, outputs]`. `masks`: dropout masks in training (see
-    /// [`Architecture::dropout_masks`]); empty when evaluating.
-    fn forward(&self, layers: &[(Tensor, Tensor)], x: &Tensor, masks: &[Tensor]) -> Tensor {
+    /// Logits `[batch, outputs]`. `weights` are [`Architecture::layers`] of the parameters;
+    /// `masks`: dropout masks in training (see [`Architecture::dropout_masks`]), empty when
+    /// evaluating.
+    fn forward(&self, weights: &[Tensor], x: &Tensor, masks: &[Tensor]) -> Tensor {
         let mut h = match self.input {
             InputShape::Image([c, hh, w]) => x.view([-1, c as i64, hh as i64, w as i64]),
             InputShape::Flat(_) => x.shallow_clone(),
+            InputShape::Tokens { .. } => x.to_kind(Kind::Int64),
         };
-        let (mut weights, mut masks) = (layers.iter(), masks.iter());
+        let (mut weights, mut masks) = (weights.iter(), masks.iter());
+        let mut next = || weights.next().expect("one tensor per parameter");
         for l in &self.layers {
-            h = match l {
+            h = match *l {
                 Layer::Dense { .. } => {
-                    let (wt, b) = weights.next().expect("one weight per layer");
+                    let (wt, b) = (next(), next());
                     if h.dim() > 2 {
                         h = h.flatten(1, -1);
                     }
                     b.addmm(&h, wt)
                 }
                 Layer::Conv { .. } => {
-                    let (w, b) = weights.next().expect("one weight per layer");
+                    let (w, b) = (next(), next());
                     h.conv2d(w, Some(b), [1, 1], [0, 0], [1, 1], 1)
                 }
                 Layer::Relu => h.relu(),
@@ -436,6 +580,25 @@ impl Architecture {
                     Some(m) => h * m,
                     None => h,
                 },
+                Layer::Embedding { .. } => Tensor::embedding(next(), &h, -1, false, false),
+                Layer::Lstm { hidden, layers, .. } => {
+                    let tensors: Vec<&Tensor> = (0..4 * layers).map(|_| next()).collect();
+                    let zeros = Tensor::zeros(
+                        [layers as i64, h.size()[0], hidden as i64],
+                        (Kind::Float, h.device()),
+                    );
+                    let (out, _, _) = h.lstm(
+                        &[&zeros, &zeros],
+                        &tensors,
+                        true,
+                        layers as i64,
+                        0.0,
+                        true,
+                        false,
+                        true,
+                    );
+                    out.select(1, -1)
+                }
             };
         }
         h
@@ -447,7 +610,7 @@ impl Architecture {
     fn gradients(
         &self,
         params: &[Tensor],
-        layers: &[(Tensor, Tensor)],
+        layers: &[Tensor],
         x: &Tensor,
         y: &Tensor,
         w: Option<&Tensor>,
@@ -464,7 +627,7 @@ impl Architecture {
     /// ∂L/∂z = (p − onehot(y)) / B, so ∂L/∂W = (∂L/∂z)ᵀ x and ∂L/∂b = Σ_rows ∂L/∂z.
     fn linear_gradient(
         &self,
-        layers: &[(Tensor, Tensor)],
+        layers: &[Tensor],
         x: &Tensor,
         y: &Tensor,
         w: Option<&Tensor>,

@@ -22,8 +22,8 @@ pub struct SplitSizes {
 pub struct DataDescription {
     pub clients: usize,
     pub dim: usize,
-    /// `[channels, height, width]` of image rows.
-    pub image: Option<[usize; 3]>,
+    /// What a row is: flat features, an image, tokens.
+    pub layout: crate::data::Layout,
     pub classes: usize,
     /// Splits that hold at least one row.
     pub splits: Vec<SplitSizes>,
@@ -81,7 +81,7 @@ impl DataDescription {
         DataDescription {
             clients: data.num_clients(),
             dim: data.dim,
-            image: data.image,
+            layout: data.layout,
             classes: data.classes,
             splits,
             bayes_test,
@@ -118,9 +118,10 @@ fn oracle_novelty(data: &FederatedData) -> Option<(super::NoveltyFigures, super:
 
 impl fmt::Display for DataDescription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let image = match self.image {
-            Some([c, h, w]) => format!(" (images {c}×{h}×{w})"),
-            None => String::new(),
+        let image = match self.layout {
+            crate::data::Layout::Image([c, h, w]) => format!(" (images {c}×{h}×{w})"),
+            crate::data::Layout::Tokens { vocab } => format!(" (token ids, vocabulary {vocab})"),
+            crate::data::Layout::Flat => String::new(),
         };
         writeln!(
             f,
@@ -181,7 +182,7 @@ mod tests {
     /// half from −θ, so its Bayes classifier is a coin it breaks towards 0.
     fn tiny(noise: f64) -> FederatedData {
         FederatedData {
-            image: None,
+            layout: crate::data::Layout::Flat,
             dim: 1,
             classes: 2,
             // client 0: train 2 rows, test 2 rows; client 1: test 2 rows.

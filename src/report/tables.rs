@@ -17,6 +17,10 @@ pub enum FeatureColumns<'a> {
     List(&'a str),
 }
 
+/// Given each row's client (an index into the sorted ids) and the number of clients: which
+/// rows to keep.
+pub type RowFilter<'a> = dyn Fn(&[u32], usize) -> Vec<bool> + 'a;
+
 /// The columns to read.
 #[derive(Clone, Copy)]
 pub struct TableColumns<'a> {
@@ -27,7 +31,7 @@ pub struct TableColumns<'a> {
     /// Which rows to keep, given each row's client (an index into the sorted ids) and the
     /// number of clients: a mask over the rows. The others are left out before the features
     /// are read, and clients left without rows are dropped.
-    pub keep_rows: Option<&'a dyn Fn(&[u32], usize) -> Vec<bool>>,
+    pub keep_rows: Option<&'a RowFilter<'a>>,
 }
 
 /// A table's rows in file order.

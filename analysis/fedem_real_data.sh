@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Recipe: FedEM paper Table 2's image rows with their CNN.
+# Recipe: FedEM paper Table 2's real-data rows with their models.
 #   DATA=mnist         the EMNIST protocol on MNIST (10 % of the images, Dirichlet(0.4), 100
-#                      clients, 60/20/20): Local, FedAvg, FedAvg+, FedEM (M = 3)
+#                      clients, 60/20/20, their CNN): Local, FedAvg, FedAvg+, FedEM (M = 3)
 #   DATA=fashion_mnist the same on Fashion-MNIST
-#   DATA=femnist       FEMNIST, 15 % of the writers (539), 80/20: Local, FedAvg, FedEM
-# 200 rounds, training seeds ${SEEDS:-1 2 3}; extra --set arguments pass through, e.g. a reduced
-# CPU run: ROUNDS=20 DATA=femnist bash analysis/fedem_images.sh --set data.partition.fraction=0.05
+#   DATA=femnist       FEMNIST, 15 % of the writers (539), 80/20, their CNN: Local, FedAvg, FedEM
+#   DATA=shakespeare   Shakespeare by role, their LSTM, 80 rounds: FedAvg, FedEM
+# 200 rounds (80 for Shakespeare), training seeds ${SEEDS:-1 2 3}; extra --set arguments pass
+# through, e.g. a reduced CPU run:
+#   ROUNDS=20 SEEDS=1 DATA=femnist bash analysis/fedem_real_data.sh --set data.partition.fraction=0.02
 # Finished runs in results/fedem_<data>/<method>/seed-<n>/ are kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,10 +17,13 @@ case $data in
   mnist|fashion_mnist) scen=fedem_mnist; methods="local fedavg fedavg_plus fedem"
                        target/release/fedsim data fetch "$data" ;;
   femnist) scen=fedem_femnist; methods="local fedavg fedem" ;;
-  *) echo "DATA must be mnist, fashion_mnist or femnist" >&2; exit 2 ;;
+  shakespeare) scen=fedem_shakespeare; methods="fedavg fedem"
+               target/release/fedsim data fetch shakespeare ;;
+  *) echo "DATA must be mnist, fashion_mnist, femnist or shakespeare" >&2; exit 2 ;;
 esac
 out=results/fedem_$data${ROUNDS:+_r$ROUNDS}
-extra=(--set "data.kind=$data")
+extra=()
+case $data in mnist|fashion_mnist) extra+=(--set "data.kind=$data") ;; esac
 [ -n "${ROUNDS:-}" ] && extra+=(--set "rounds=$ROUNDS" --set "eval_every=$ROUNDS")
 for method in $methods; do
   for seed in ${SEEDS:-1 2 3}; do
