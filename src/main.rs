@@ -99,6 +99,9 @@ enum Command {
         scenario: PathBuf,
         #[command(flatten)]
         overrides: Overrides,
+        /// Also draw a `clients × labels` heat map of the label shares (PNG) into this file.
+        #[arg(long, value_name = "FILE.png")]
+        heatmap: Option<PathBuf>,
     },
     /// Check a scenario and print it with every default filled in; runs nothing.
     Check {
@@ -256,6 +259,7 @@ fn real_main() -> Result<()> {
         Command::Describe {
             scenario,
             overrides,
+            heatmap,
         } => {
             let s = overrides.load(&scenario)?;
             let data = s
@@ -275,6 +279,15 @@ fn real_main() -> Result<()> {
                 arch.flops_per_sample() as f64 / 1e6,
                 arch.summary()
             );
+            if let Some(path) = heatmap {
+                let title = format!("{}: label shares of {} clients", s.name, data.num_clients());
+                fedsim::report::write_label_heatmap(
+                    &path,
+                    &title,
+                    &fedsim::report::client_label_shares(&data),
+                )?;
+                println!("  wrote {}", path.display());
+            }
         }
         Command::Data { action } => {
             use fedsim::data::registry;

@@ -31,6 +31,58 @@ pub enum Pixels {
     Raw,
 }
 
+/// How a novel image is made from a test image (FedGMM's novelty study on images).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NovelTransform {
+    /// A quarter turn (counter-clockwise).
+    Rotate90,
+    /// Mirrored left to right.
+    HorizontalFlip,
+    /// Shrunk to half size (2×2 averages), centred on the image's background (its corner
+    /// pixel's value).
+    HalfScale,
+}
+
+impl NovelTransform {
+    /// The transformed image of `x`, `[c, h, w]` row-major (square images for rotations).
+    fn apply(self, x: &[f32], [c, h, w]: [usize; 3]) -> Vec<f32> {
+        let mut out = vec![0f32; x.len()];
+        for ch in 0..c {
+            let src = &x[ch * h * w..(ch + 1) * h * w];
+            let dst = &mut out[ch * h * w..(ch + 1) * h * w];
+            match self {
+                NovelTransform::Rotate90 => {
+                    for i in 0..h {
+                        for j in 0..w {
+                            dst[i * w + j] = src[j * w + (w - 1 - i)];
+                        }
+                    }
+                }
+                NovelTransform::HorizontalFlip => {
+                    for i in 0..h {
+                        for j in 0..w {
+                            dst[i * w + j] = src[i * w + (w - 1 - j)];
+                        }
+                    }
+                }
+                NovelTransform::HalfScale => {
+                    dst.fill(src[0]);
+                    let (oi, oj) = (h / 4, w / 4);
+                    for i in 0..h / 2 {
+                        for j in 0..w / 2 {
+                            let at = |a: usize, b: usize| src[(2 * i + a) * w + 2 * j + b];
+                            dst[(oi + i) * w + oj + j] =
+                                (at(0, 0) + at(0, 1) + at(1, 0) + at(1, 1)) / 4.0;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 /// MNIST or Fashion-MNIST (`data: {kind: mnist, partition: ...}`). The 60 000 training and
 /// 10 000 test images are pooled (as FedEM and pFedMe do); the split fractions then cut each
 /// client's rows.
@@ -44,6 +96,10 @@ pub struct RegistryImagesSpec {
     pub fraction: f64,
     #[serde(default)]
     pub pixels: Pixels,
+    /// Novel rows for novelty detection: each test image again, transformed by one of these
+    /// (drawn per image); they belong to no split.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub novel: Vec<NovelTransform>,
 }
 
 /// FEMNIST by writer from a Parquet file with LEAF's columns (`client` or `writer`, `x` as 784
@@ -62,6 +118,9 @@ pub struct FemnistSpec {
     pub fraction: f64,
     #[serde(default)]
     pub pixels: Pixels,
+    /// Novel rows, as for MNIST.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub novel: Vec<NovelTransform>,
 }
 
 fn one() -> f64 {
@@ -136,8 +195,13 @@ impl RegistryImagesSpec {
             classes: 10,
             clients: None,
         };
-        pool.deal(&self.partition, self.fraction, self.pixels, split, seeds)
-            .map_err(content)
+        let how = Dealing {
+            partition: &self.partition,
+            fraction: self.fraction,
+            pixels: self.pixels,
+            novel: &self.novel,
+        };
+        pool.deal(&how, split, seeds).map_err(content)
     }
 }
 
@@ -195,9 +259,13 @@ impl FemnistSpec {
             shape: MNIST_SHAPE,
             classes: 62,
         };
-        // The subsample is already drawn.
-        pool.deal(&self.partition, 1.0, self.pixels, split, seeds)
-            .map_err(content)
+        let how = Dealing {
+            partition: &self.partition,
+            fraction: 1.0, // the subsample is already drawn
+            pixels: self.pixels,
+            novel: &self.novel,
+        };
+        pool.deal(&how, split, seeds).map_err(content)
     }
 }
 
@@ -218,6 +286,15 @@ fn fetch_error(e: FetchError) -> DataError {
     DataError::Fetch(e.to_string())
 }
 
+/// How a pool becomes clients.
+struct Dealing<'a> {
+    partition: &'a PartitionSpec,
+    /// Share of the pool used, drawn.
+    fraction: f64,
+    pixels: Pixels,
+    novel: &'a [NovelTransform],
+}
+
 /// Labelled images before they are dealt to clients.
 struct Pool {
     /// Row-major pixel values 0–255.
@@ -232,12 +309,11 @@ struct Pool {
 impl Pool {
     fn deal(
         mut self,
-        partition: &PartitionSpec,
-        fraction: f64,
-        pixels: Pixels,
+        how: &Dealing<'_>,
         split: &SplitSpec,
         seeds: &SeedTree,
     ) -> Result<FederatedData, String> {
+        let (partition, fraction, pixels) = (how.partition, how.fraction, how.pixels);
         if matches!(split, SplitSpec::ExtraTest { .. }) {
             return Err(
                 "image data needs `split: {kind: fractions, ...}`; `extra_test` only applies to \
@@ -311,6 +387,7 @@ impl Pool {
             truth: None,
             novel: Vec::new(),
         };
+        let mut novel_rows: Vec<Vec<usize>> = Vec::new();
         for (c, mut rows) in members.into_iter().enumerate() {
             if rows.is_empty() {
                 continue;
@@ -323,8 +400,50 @@ impl Pool {
                 data.labels.push(self.labels[r]);
             }
             let shard: ClientShard = split.shard(start, rows.len());
+            novel_rows.push(shard.test.clone().collect());
             data.clients.push(shard);
         }
+        // Novel rows after every client's rows: each test image transformed once.
+        if !how.novel.is_empty() {
+            for (c, test) in novel_rows.into_iter().enumerate() {
+                let mut rng = seeds.rng(Entity::Data, "novel", c as u64);
+                let start = data.labels.len();
+                for r in test {
+                    let t = how.novel[rand::Rng::gen_range(&mut rng, 0..how.novel.len())];
+                    let image = t.apply(&data.features[r * dim..(r + 1) * dim], self.shape);
+                    data.features.extend(image);
+                    data.labels.push(data.labels[r]);
+                }
+                data.novel.push(start..data.labels.len());
+            }
+        }
         Ok(data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transforms_by_hand() {
+        // One 2×2 channel [[1, 2], [3, 4]].
+        let x = [1.0f32, 2.0, 3.0, 4.0];
+        let shape = [1, 2, 2];
+        assert_eq!(
+            NovelTransform::HorizontalFlip.apply(&x, shape),
+            [2.0, 1.0, 4.0, 3.0]
+        );
+        // A quarter turn counter-clockwise: the right column becomes the top row.
+        assert_eq!(
+            NovelTransform::Rotate90.apply(&x, shape),
+            [2.0, 4.0, 1.0, 3.0]
+        );
+        // 4×4 → its 2×2 averages in the centre, the corner value around.
+        let y: Vec<f32> = (0..16).map(|v| v as f32).collect();
+        let half = NovelTransform::HalfScale.apply(&y, [1, 4, 4]);
+        assert_eq!(half[0], 0.0);
+        assert_eq!(half[5], (0.0 + 1.0 + 4.0 + 5.0) / 4.0);
+        assert_eq!(half[10], (10.0 + 11.0 + 14.0 + 15.0) / 4.0);
     }
 }

@@ -90,6 +90,26 @@ impl DataDescription {
     }
 }
 
+/// Each client's share of each label over all its rows (`[client][label]`), for the
+/// `clients × labels` heat map.
+pub fn client_label_shares(data: &FederatedData) -> Vec<Vec<f64>> {
+    (0..data.num_clients())
+        .map(|c| {
+            let mut counts = vec![0f64; data.classes];
+            let mut n = 0.0;
+            for split in Split::ALL {
+                for &y in data.view(c, split).labels {
+                    if let Some(k) = usize::try_from(y).ok().and_then(|y| counts.get_mut(y)) {
+                        *k += 1.0;
+                        n += 1.0;
+                    }
+                }
+            }
+            counts.iter().map(|k| k / f64::max(n, 1.0)).collect()
+        })
+        .collect()
+}
+
 /// Detection figures of the true log p(x) and log p(x, y) on every client's test rows
 /// (typical) against its novel rows.
 fn oracle_novelty(data: &FederatedData) -> Option<(super::NoveltyFigures, super::NoveltyFigures)> {

@@ -13,13 +13,13 @@ mod study;
 mod summary;
 mod tables;
 
-pub use describe::{DataDescription, SplitSizes};
+pub use describe::{client_label_shares, DataDescription, SplitSizes};
 pub use frames::{
     clients_frame, extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame,
     read_parquet, rounds_frame, summary_frame, RunMeta,
 };
 pub use novelty::{novelty_frame, NoveltyFigures};
-pub use plots::{write_chart, Chart, Series};
+pub use plots::{write_chart, write_label_heatmap, Chart, Series};
 pub use records::{
     DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, GossipRecord,
     JobOutcome, JobRecord, MixtureRecord, NoveltyRecord, Record, RoundRecord,

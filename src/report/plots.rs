@@ -156,35 +156,91 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Resu
 /// Draws `chart` into `<stem>.png` and `<stem>.svg` (each written to a temporary file and
 /// renamed into place); returns their paths.
 pub fn write_chart(stem: &Path, chart: &Chart) -> Result<Vec<PathBuf>, ReportError> {
-    register_font();
     let mut out = Vec::new();
     for ext in ["png", "svg"] {
         let path = stem.with_extension(ext);
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = path.with_file_name(format!(".{name}.{}.tmp.{ext}", std::process::id()));
-        let drawn = if ext == "png" {
-            draw(
-                BitMapBackend::new(&tmp, (960, 640)).into_drawing_area(),
-                chart,
-            )
-        } else {
-            draw(SVGBackend::new(&tmp, (960, 640)).into_drawing_area(), chart)
-        };
-        let fail = |message: String| {
-            let _ = std::fs::remove_file(&tmp);
-            ReportError::Plot {
-                path: path.clone(),
-                message,
+        write_drawing(&path, |tmp| {
+            if ext == "png" {
+                draw(
+                    BitMapBackend::new(tmp, (960, 640)).into_drawing_area(),
+                    chart,
+                )
+            } else {
+                draw(SVGBackend::new(tmp, (960, 640)).into_drawing_area(), chart)
             }
-        };
-        drawn.map_err(fail)?;
-        std::fs::rename(&tmp, &path).map_err(|e| fail(e.to_string()))?;
+        })?;
         out.push(path);
     }
     Ok(out)
+}
+
+/// Runs `draw` on a temporary file beside `path`, then renames it into place.
+fn write_drawing(
+    path: &Path,
+    draw: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<(), ReportError> {
+    register_font();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp.{ext}", std::process::id()));
+    let fail = |message: String| {
+        let _ = std::fs::remove_file(&tmp);
+        ReportError::Plot {
+            path: path.to_path_buf(),
+            message,
+        }
+    };
+    draw(&tmp).map_err(fail)?;
+    std::fs::rename(&tmp, path).map_err(|e| fail(e.to_string()))
+}
+
+/// A `clients × labels` heat map (PNG) of each client's label shares (`shares[c][y]`, rows
+/// summing to 1): darker is a larger share.
+pub fn write_label_heatmap(
+    path: &Path,
+    title: &str,
+    shares: &[Vec<f64>],
+) -> Result<(), ReportError> {
+    write_drawing(path, |tmp| {
+        let root = BitMapBackend::new(tmp, (960, 720)).into_drawing_area();
+        fn e<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> String {
+            e.to_string()
+        }
+        root.fill(&WHITE).map_err(e)?;
+        let (clients, labels) = (shares.len(), shares.first().map_or(0, Vec::len));
+        if clients == 0 || labels == 0 {
+            return Err("nothing to plot".into());
+        }
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0..labels, 0..clients)
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc("label")
+            .y_desc("client")
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(e)?;
+        let cells = shares.iter().enumerate().flat_map(|(c, row)| {
+            row.iter().enumerate().map(move |(y, &share)| {
+                let v = (255.0 * (1.0 - share.clamp(0.0, 1.0))) as u8;
+                Rectangle::new([(y, c), (y + 1, c + 1)], RGBColor(v, v, 255).filled())
+            })
+        });
+        chart.draw_series(cells).map_err(e)?;
+        root.present().map_err(e)
+    })
 }
 
 #[cfg(test)]

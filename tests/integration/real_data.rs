@@ -131,6 +131,33 @@ fn fedem_components_of_a_small_cnn_with_dropout_are_deterministic() {
 }
 
 #[test]
+fn transformed_test_images_are_scored_as_novel() {
+    if !femnist_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let s = scenario(
+        FEMNIST_CNN,
+        &[
+            "data.novel=[rotate90, horizontal_flip, half_scale]",
+            "rounds=1",
+        ],
+    );
+    let data = s.data.build(&s.split, &SeedTree::new(1)).unwrap();
+    for c in 0..data.num_clients() {
+        let test = data.split_len(c, fedsim::data::Split::Test);
+        assert_eq!(data.novel[c].len(), test, "one novel row per test image");
+    }
+    run_in(&s, 2, tmp.path());
+    assert!(tmp.path().join("novelty.parquet").exists());
+    let summary = std::fs::read_to_string(tmp.path().join("summary.csv")).unwrap();
+    let (head, row) = summary.split_once('\n').unwrap();
+    let col = head.split(',').position(|h| h == "novelty_auroc").unwrap();
+    let auroc: f64 = row.split(',').nth(col).unwrap().parse().unwrap();
+    assert!((0.0..=1.0).contains(&auroc), "{summary}");
+}
+
+#[test]
 fn every_algorithm_trains_a_cnn() {
     if !femnist_available() {
         return;
@@ -353,6 +380,22 @@ fn registry_data_sets_fetch_verify_and_train() {
         String::from_utf8_lossy(&describe.stderr)
     );
     assert!(text.contains("model: 7850 parameters"), "{text}");
+    let heatmap = tmp.path().join("labels.png");
+    let out = bin()
+        .arg("describe")
+        .arg(&scen)
+        .arg("--heatmap")
+        .arg(&heatmap)
+        .env("FEDSIM_DATA", &cache)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let png = std::fs::read(&heatmap).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
     for kind in ["mnist", "fashion_mnist"] {
         let out = bin()
             .arg("run")
