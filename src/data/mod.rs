@@ -300,7 +300,13 @@ impl DatasetSpec {
                 len: s.window,
                 vocab: PRINTABLE.chars().count(),
             }),
-            DatasetSpec::Parquet(s) => s.shape.map(InputShape::Image),
+            // The window length of token rows is known once the file is read; the check only
+            // needs to know they are tokens.
+            DatasetSpec::Parquet(s) => match (s.shape, s.vocabulary) {
+                (Some(shape), _) => Some(InputShape::Image(shape)),
+                (None, Some(vocab)) => Some(InputShape::Tokens { len: 0, vocab }),
+                (None, None) => None,
+            },
         }
     }
 

@@ -34,6 +34,10 @@ pub struct ParquetSpec {
     /// the number of features), for convolutional models.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shape: Option<[usize; 3]>,
+    /// The rows are token ids in `0..vocabulary` (integer lists, e.g. text windows), for the
+    /// LSTM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocabulary: Option<usize>,
     /// Every feature is divided by this (255 turns `uint8` pixels into [0, 1]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<f64>,
@@ -95,6 +99,15 @@ impl ParquetSpec {
             _ => match self.classes {
                 Some(c) if c < 2 => Err(("classes".into(), format!("must be at least 2, got {c}"))),
                 _ => {
+                    if self.shape.is_some() && self.vocabulary.is_some() {
+                        return Err((
+                            "vocabulary".into(),
+                            "rows are images (`shape`) or tokens (`vocabulary`), not both".into(),
+                        ));
+                    }
+                    if self.vocabulary == Some(0) {
+                        return Err(("vocabulary".into(), "must be at least 1".into()));
+                    }
                     if let Some(shape) = self.shape {
                         if shape.contains(&0) {
                             return Err((
@@ -213,12 +226,30 @@ impl ParquetSpec {
                 )));
             }
         }
+        if let Some(vocab) = self.vocabulary {
+            if let Some(r) = (0..table.labels.len()).find(|&r| {
+                table
+                    .row(r)
+                    .iter()
+                    .any(|&t| t < 0.0 || t.fract() != 0.0 || t >= vocab as f32)
+            }) {
+                return Err(content(format!(
+                    "row {r} (client `{}`) holds a token id outside 0..{vocab} (or not a whole \
+                     number)",
+                    table.client_names[table.client[r] as usize]
+                )));
+            }
+        }
         if let Some(scale) = self.scale {
             let scale = scale as f32;
             table.features.iter_mut().for_each(|v| *v /= scale);
         }
         let mut data = FederatedData {
-            layout: self.shape.map_or(super::Layout::Flat, super::Layout::Image),
+            layout: match (self.shape, self.vocabulary) {
+                (Some(shape), _) => super::Layout::Image(shape),
+                (None, Some(vocab)) => super::Layout::Tokens { vocab },
+                (None, None) => super::Layout::Flat,
+            },
             dim,
             classes,
             features: Vec::with_capacity(table.features.len()),

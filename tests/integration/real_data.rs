@@ -272,6 +272,31 @@ fn parquet_images_declare_their_shape_and_scale() {
     let data = s.data.build(&s.split, &SeedTree::new(1)).unwrap();
     assert_eq!(data.layout, fedsim::data::Layout::Image([3, 1, 1]));
     assert_eq!(&data.features[..3], &[0.5, 1.0, 0.0], "halved by scale 2");
+    // The same rows as token ids of a vocabulary of 11 (the file's values are 0–10), for an LSTM.
+    let tokens = scenario(
+        &text,
+        &[
+            "data.shape=null",
+            "data.scale=null",
+            "data.vocabulary=11",
+            "model={kind: lstm, hidden: 4, layers: 1}",
+        ],
+    );
+    let data = tokens.data.build(&tokens.split, &SeedTree::new(1)).unwrap();
+    assert_eq!(data.layout, fedsim::data::Layout::Tokens { vocab: 11 });
+    run_in(&tokens, 1, &tempfile::tempdir().unwrap().path().join("t"));
+    let small = scenario(
+        &text,
+        &["data.shape=null", "data.scale=null", "data.vocabulary=3"],
+    );
+    let err = fedsim::error_chain(
+        &small
+            .data
+            .build(&small.split, &SeedTree::new(1))
+            .err()
+            .unwrap(),
+    );
+    assert!(err.contains("holds a token id outside 0..3"), "{err}");
     let s = scenario(&text, &["data.shape=[1, 2, 2]"]);
     let err = fedsim::error_chain(&s.data.build(&s.split, &SeedTree::new(1)).err().unwrap());
     assert!(
