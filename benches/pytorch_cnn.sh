@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# PyTorch's time for the `cnn_epoch` benchmark, with the torch==2.13.0 that fedsim links against
-# (.venv, from scripts/setup.sh): installs the pure-Python packages `import torch` needs into
-# .venv (once), then runs benches/pytorch_cnn.py with 1 and 2 threads.
+# PyTorch's time for the `cnn_epoch` benchmark, with the same torch==2.13.0 that fedsim links
+# against. Python's `import torch` needs the CUDA libraries even on a CPU (fedsim's own .venv
+# leaves them out), so this installs the full wheel set (about 4.7 GB) into .venv-bench once,
+# then runs benches/pytorch_cnn.py with 1 and 2 threads.
 #   bash benches/pytorch_cnn.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh >/dev/null
-if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
-  .venv/bin/pip install -q --disable-pip-version-check typing_extensions sympy networkx jinja2 \
-    fsspec filelock numpy
+if ! .venv-bench/bin/python -c 'import torch' 2>/dev/null; then
+  python3 -m venv .venv-bench
+  .venv-bench/bin/pip install -q --disable-pip-version-check torch==2.13.0 numpy
 fi
-for t in 1 2; do THREADS=$t .venv/bin/python benches/pytorch_cnn.py; done
+for t in 1 2; do THREADS=$t .venv-bench/bin/python benches/pytorch_cnn.py; done

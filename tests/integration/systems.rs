@@ -430,3 +430,23 @@ fn cost(batch_size: usize) -> fedsim::system::SampleCost {
         training_flops: 1.0,
     }
 }
+
+#[test]
+fn flop_rate_devices_charge_each_model_its_own_cost() {
+    // The same data and device speed in FLOP/s: an MLP's job costs more simulated time than a
+    // linear model's, in proportion to three forward passes per sample.
+    let flops = ["system.compute={flops_per_second: 1.0e6}", "rounds=1"];
+    let end = |model: &str| {
+        let mut sets = flops.to_vec();
+        sets.push(model);
+        let s = scenario(crate::common::SMALL, &sets);
+        simulate_scenario(&s, 1, |_| {})
+            .unwrap()
+            .end_time
+            .as_secs_f64()
+    };
+    let linear = end("model={kind: linear}");
+    let mlp = end("model={kind: mlp, hidden: [64]}");
+    // d = 20, binary: linear 2·20 FLOPs forward; MLP 2·(20·64 + 64) = 2688.
+    assert!(mlp > 10.0 * linear, "linear {linear} s, mlp {mlp} s");
+}
