@@ -102,8 +102,8 @@ pub struct RegistryImagesSpec {
     pub novel: Vec<NovelTransform>,
 }
 
-/// FEMNIST by writer from a Parquet file with LEAF's columns (`client` or `writer`, `x` as 784
-/// `uint8`, `y` in 0–61), as `../shared/data/femnist/` holds it or `fedsim data leaf` writes it.
+/// FEMNIST by writer from a Parquet file with LEAF's columns (`client`, `x` as 784 `uint8`, `y`
+/// in 0–61), as `../shared/data/femnist/` holds it or `scripts/leaf_to_parquet.py` writes it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FemnistSpec {
