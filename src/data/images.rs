@@ -222,11 +222,7 @@ impl FemnistSpec {
             let mut rng = seeds.rng(Entity::Data, "selection", 0);
             match self.partition {
                 PartitionSpec::Natural { fraction } => {
-                    let mut ids: Vec<usize> = (0..writers).collect();
-                    ids.shuffle(&mut rng);
-                    let mut chosen = vec![false; writers];
-                    let count = ((fraction * writers as f64) as usize).max(1);
-                    ids[..count].iter().for_each(|&w| chosen[w] = true);
+                    let chosen = subsample(writers, fraction, &mut rng);
                     row_client.iter().map(|&c| chosen[c as usize]).collect()
                 }
                 _ => subsample(row_client.len(), self.fraction, &mut rng),
@@ -269,8 +265,9 @@ impl FemnistSpec {
     }
 }
 
-/// A mask keeping ⌊fraction · n⌋ (at least one) of `n` rows, drawn.
-fn subsample(n: usize, fraction: f64, rng: &mut rand_chacha::ChaCha20Rng) -> Vec<bool> {
+/// A mask keeping ⌊fraction · n⌋ (at least one) of `n` items, drawn (nothing is drawn when
+/// `fraction` is 1).
+pub(super) fn subsample(n: usize, fraction: f64, rng: &mut rand_chacha::ChaCha20Rng) -> Vec<bool> {
     let mut keep = vec![true; n];
     if fraction < 1.0 {
         let mut rows: Vec<usize> = (0..n).collect();
@@ -308,7 +305,7 @@ struct Pool {
 
 impl Pool {
     fn deal(
-        mut self,
+        self,
         how: &Dealing<'_>,
         split: &SplitSpec,
         seeds: &SeedTree,
@@ -344,45 +341,40 @@ impl Pool {
                     .collect()
             }
         };
-        let used: Vec<usize> = {
-            let mut u: Vec<usize> = members.iter().flatten().copied().collect();
-            u.sort_unstable();
-            u
-        };
-        match pixels {
-            Pixels::Raw => {}
-            Pixels::Unit => self.features.iter_mut().for_each(|v| *v /= 255.0),
+        // Pixel values → features, for the rows in use only.
+        let stats: Vec<(f64, f64)> = match pixels {
+            Pixels::Raw | Pixels::Unit => Vec::new(),
             Pixels::Standardize => {
-                let n = used.len().max(1) as f64;
+                let used = members.iter().map(Vec::len).sum::<usize>().max(1) as f64;
                 let mut mean = vec![0f64; dim];
                 let mut sq = vec![0f64; dim];
-                for &r in &used {
+                for &r in members.iter().flatten() {
                     for (j, &v) in self.features[r * dim..(r + 1) * dim].iter().enumerate() {
                         mean[j] += v as f64;
                         sq[j] += v as f64 * v as f64;
                     }
                 }
-                let stats: Vec<(f64, f64)> = mean
-                    .iter()
+                mean.iter()
                     .zip(&sq)
                     .map(|(&s, &q)| {
-                        let m = s / n;
-                        (m, (q / n - m * m).max(0.0).sqrt() + 0.001)
+                        let m = s / used;
+                        (m, (q / used - m * m).max(0.0).sqrt() + 0.001)
                     })
-                    .collect();
-                for row in self.features.chunks_mut(dim) {
-                    for (v, &(m, sd)) in row.iter_mut().zip(&stats) {
-                        *v = ((*v as f64 - m) / sd) as f32;
-                    }
-                }
+                    .collect()
             }
-        }
+        };
+        let convert = |v: f32, j: usize| match pixels {
+            Pixels::Raw => v,
+            Pixels::Unit => v / 255.0,
+            Pixels::Standardize => ((v as f64 - stats[j].0) / stats[j].1) as f32,
+        };
+        let used: usize = members.iter().map(Vec::len).sum();
         let mut data = FederatedData {
             layout: super::Layout::Image(self.shape),
             dim,
             classes: self.classes,
-            features: Vec::with_capacity(used.len() * dim),
-            labels: Vec::with_capacity(used.len()),
+            features: Vec::with_capacity(used * dim),
+            labels: Vec::with_capacity(used),
             clients: Vec::with_capacity(members.len()),
             truth: None,
             novel: Vec::new(),
@@ -395,8 +387,9 @@ impl Pool {
             rows.shuffle(&mut seeds.rng(Entity::Data, "split", c as u64));
             let start = data.labels.len();
             for &r in &rows {
+                let row = &self.features[r * dim..(r + 1) * dim];
                 data.features
-                    .extend_from_slice(&self.features[r * dim..(r + 1) * dim]);
+                    .extend(row.iter().enumerate().map(|(j, &v)| convert(v, j)));
                 data.labels.push(self.labels[r]);
             }
             let shard: ClientShard = split.shard(start, rows.len());

@@ -14,7 +14,6 @@
 use super::registry;
 use super::{DataError, FederatedData, Layout, SplitSpec};
 use crate::sim::{Entity, SeedTree};
-use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -125,14 +124,13 @@ impl ShakespeareSpec {
                 self.min_samples, self.window
             ));
         }
-        if self.fraction < 1.0 {
-            let mut order: Vec<usize> = (0..roles.len()).collect();
-            order.shuffle(&mut seeds.rng(Entity::Data, "selection", 0));
-            let keep = ((self.fraction * roles.len() as f64) as usize).max(1);
-            let mut kept: Vec<usize> = order[..keep].to_vec();
-            kept.sort_unstable();
-            roles = kept.into_iter().map(|i| roles[i].clone()).collect();
-        }
+        let keep = super::images::subsample(
+            roles.len(),
+            self.fraction,
+            &mut seeds.rng(Entity::Data, "selection", 0),
+        );
+        let mut kept = keep.iter();
+        roles.retain(|_| *kept.next().expect("one flag per role"));
         let dim = self.window;
         let mut data = FederatedData {
             layout: Layout::Tokens {

@@ -232,6 +232,14 @@ fn convolutional_models_refuse_data_without_images() {
             "data.partition={kind: shards, clients: 0}",
             "field `data.partition.clients`",
         ),
+        (
+            "data.pixels=gray",
+            "field `data`: unknown variant `gray`, expected one of `unit`, `standardize`, `raw`",
+        ),
+        (
+            "data.novel=[blur]",
+            "unknown variant `blur`, expected one of `rotate90`",
+        ),
     ] {
         let mnist = "rounds: 1\ndata: {kind: mnist, partition: {kind: iid, clients: 4}}\n\
                      algorithm: {name: fedavg}\n";
@@ -240,6 +248,31 @@ fn convolutional_models_refuse_data_without_images() {
             .unwrap_or_else(|| panic!("{set} accepted"))
             .to_string();
         assert!(err.contains(says), "{set}: {err}");
+    }
+    for (data, model, says) in [
+        (
+            "{kind: shakespeare, window: 0}",
+            "{kind: lstm}",
+            "field `data.window`: must be at least 1",
+        ),
+        (
+            "{kind: shakespeare, fraction: 2}",
+            "{kind: lstm}",
+            "field `data.fraction`: must be in (0, 1]",
+        ),
+        (
+            "{kind: shakespeare}",
+            "{kind: lstm, hidden: 0}",
+            "field `model.hidden`: must be at least 1",
+        ),
+    ] {
+        let text =
+            format!("rounds: 1\ndata: {data}\nalgorithm: {{name: fedavg}}\nmodel: {model}\n");
+        let err = Scenario::from_yaml(&text, Path::new("s.yaml"), &[])
+            .err()
+            .unwrap_or_else(|| panic!("{data} {model} accepted"))
+            .to_string();
+        assert!(err.contains(says), "{err}");
     }
     let err = Scenario::from_yaml(
         "rounds: 1\ndata: {kind: mnist}\nalgorithm: {name: fedavg}\n",
