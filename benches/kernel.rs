@@ -5,7 +5,10 @@
 //! `cargo bench --bench kernel -- fedem_fedem_synthetic`. `simulator_overhead` measures the
 //! kernel, actors and system model alone with the `noop` algorithm; `fedgmm_synthetic` FedGMM
 //! and FedEM on FedGMM's synthetic data; `cnn_epoch` one local epoch of FedEM's CNN over 1000
-//! images (against PyTorch: `benches/pytorch_cnn.py`).
+//! images (against PyTorch: `benches/pytorch_cnn.py`); `cohort_epoch` one local epoch of all
+//! 300 clients of the FedEM synthetic benchmark stacked in cohorts against client by client,
+//! with the machine's matmul rate beside it. The FedAvg and FedEM groups run the same scenario
+//! with `training.cohorts` auto (the default) and off, side by side.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use fedsim::actors::simulate;
@@ -161,6 +164,14 @@ fn fedavg(c: &mut Criterion) {
                 .events
         })
     });
+    let alone = Scenario::load(&file, &["training.cohorts=off".into()]).unwrap();
+    g.bench_function("100_rounds_eval_every_20_cohorts_off", |b| {
+        b.iter(|| {
+            simulate(&alone.run, data.clone(), threads, |_| {})
+                .unwrap()
+                .events
+        })
+    });
     g.finish();
 }
 
@@ -180,6 +191,114 @@ fn fedem(c: &mut Criterion) {
                 .events
         })
     });
+    let alone = Scenario::load(&file, &["training.cohorts=off".into()]).unwrap();
+    g.bench_function("m3_100_rounds_eval_every_20_cohorts_off", |b| {
+        b.iter(|| {
+            simulate(&alone.run, data.clone(), threads, |_| {})
+                .unwrap()
+                .events
+        })
+    });
+    g.finish();
+}
+
+/// One local epoch (batch 128, momentum 0.9, weight decay 5e-4) of every client of the FedEM
+/// synthetic benchmark (T = 300, d = 150, 67 758 training rows) on one thread: stacked in
+/// cohorts of 38 clients (the shards of a 300-job cohort) and client by client, for the linear
+/// model and an MLP 150 → 64 → 1; and a 1024³ single-precision matrix product on one thread,
+/// the machine's matmul rate. Throughput is in FLOP/s: 3× the forward FLOPs per training row
+/// (forward, and backward at twice the forward), 2·1024³ for the product.
+fn cohort_epoch(c: &mut Criterion) {
+    use fedsim::data::Split;
+    use fedsim::models::{
+        train_sgd, train_sgd_stacked, Architecture, LocalPlan, LocalWork, ModelSpec, StackedRun,
+    };
+    tch::set_num_threads(1); // as every trainer worker does
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let s = Scenario::load(
+        &root.join("scenarios/paper/fedem_synthetic_fedavg.yaml"),
+        &[],
+    )
+    .expect("paper scenario");
+    let data = s.data.build(&s.split, &SeedTree::new(s.data_seed)).unwrap();
+    let plan = LocalPlan {
+        work: LocalWork::Epochs(1),
+        batch_size: 128,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+    };
+    let clients = data.num_clients();
+    let rows: usize = (0..clients).map(|c| data.split_len(c, Split::Train)).sum();
+    let seeds = SeedTree::new(1);
+    let mut g = c.benchmark_group("cohort_epoch");
+    g.sample_size(10);
+    for (name, spec) in [
+        ("linear", ModelSpec::Linear),
+        ("mlp_64", ModelSpec::Mlp { hidden: vec![64] }),
+    ] {
+        let arch = Architecture::for_input(&spec, data.input_shape(), data.classes);
+        let init = arch.init(&mut seeds.rng(fedsim::sim::Entity::Run, "bench", 2));
+        g.throughput(Throughput::Elements(
+            3 * arch.flops_per_sample() * rows as u64,
+        ));
+        g.bench_function(format!("{name}_300_clients_stacked_38_per_cohort"), |b| {
+            b.iter(|| {
+                let mut params = vec![init.clone(); clients];
+                let mut momenta = vec![Vec::new(); clients];
+                let shards = params.chunks_mut(38).zip(momenta.chunks_mut(38));
+                for (k, (ps, ms)) in shards.enumerate() {
+                    let mut shard: Vec<StackedRun<'_>> = ps
+                        .iter_mut()
+                        .zip(ms.iter_mut())
+                        .enumerate()
+                        .map(|(i, (params, momentum))| {
+                            let c = 38 * k + i;
+                            let client = fedsim::sim::Entity::Client(c as u32);
+                            let mut rng = seeds.rng(client, "train", 1);
+                            StackedRun {
+                                params,
+                                momentum,
+                                sample_weights: None,
+                                proximal: None,
+                                first_row: data.first_row(c, Split::Train),
+                                passes: plan.passes(data.split_len(c, Split::Train), &mut rng),
+                                lr: 0.1,
+                            }
+                        })
+                        .collect();
+                    train_sgd_stacked(&arch, &plan, data.all_rows(), &mut shard);
+                }
+                params
+            })
+        });
+        g.bench_function(format!("{name}_300_clients_alone"), |b| {
+            b.iter(|| {
+                (0..clients)
+                    .map(|c| {
+                        let mut rng = seeds.rng(fedsim::sim::Entity::Client(c as u32), "train", 1);
+                        let (mut p, mut m) = (init.clone(), Vec::new());
+                        let view = data.view(c, Split::Train);
+                        train_sgd(
+                            &arch,
+                            &mut p,
+                            &mut m,
+                            view,
+                            &plan,
+                            0.1,
+                            &mut rng,
+                            &Default::default(),
+                        );
+                        p
+                    })
+                    .collect::<Vec<_>>()
+            })
+        });
+    }
+    let mut rng = seeds.rng(fedsim::sim::Entity::Run, "bench", 3);
+    let values: Vec<f32> = (0..1024 * 1024).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let a = tch::Tensor::from_slice(&values).view([1024, 1024]);
+    g.throughput(Throughput::Elements(2 * 1024 * 1024 * 1024));
+    g.bench_function("matmul_1024_f32_1_thread", |b| b.iter(|| a.mm(&a)));
     g.finish();
 }
 
@@ -262,6 +381,7 @@ criterion_group!(
     event_queue,
     local_sgd,
     cnn_epoch,
+    cohort_epoch,
     simulator_overhead,
     fedavg,
     fedem,

@@ -317,12 +317,22 @@ fn real_main() -> Result<()> {
             }
         }
         Command::Algorithms => {
-            println!("{:<12} {:<8} {:<6} what it is", "name", "runs on", "stale");
+            println!(
+                "{:<12} {:<8} {:<6} {:<8} what it is",
+                "name", "runs on", "stale", "cohorts"
+            );
+            let yes = |b: bool| if b { "yes" } else { "no" };
             for r in fedsim::algorithms::registry::REGISTRY {
                 let c = r.capabilities;
                 let on = if c.decentralized { "peers" } else { "server" };
-                let stale = if c.stale_updates { "yes" } else { "no" };
-                println!("{:<12} {:<8} {:<6} {}", r.name, on, stale, r.summary);
+                println!(
+                    "{:<12} {:<8} {:<6} {:<8} {}",
+                    r.name,
+                    on,
+                    yes(c.stale_updates),
+                    yes(c.cohorts),
+                    r.summary
+                );
             }
         }
         Command::Check {

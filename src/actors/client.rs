@@ -2,8 +2,9 @@
 //! between rounds. Its jobs run on the trainer pool; their results come back to it as
 //! pending messages at the time the system model says they finish.
 
-use super::{Deliver, DivergenceWatch, FlEffects, JobContext, Msg, TrainerPool, SERVER};
-use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite, NoveltyScores};
+use super::cohort::{Dispatch, TrainJob};
+use super::{Deliver, DivergenceWatch, FlEffects, JobContext, Msg, SERVER};
+use crate::algorithms::{Algorithm, ClientReport, Evaluation, NoveltyScores};
 use crate::data::Split;
 use crate::report::DivergenceStage;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
@@ -17,7 +18,7 @@ pub(super) struct Client<A: Algorithm> {
     unseen: bool,
     state: A::ClientState,
     jobs: Arc<JobContext<A>>,
-    pool: TrainerPool,
+    dispatch: Dispatch<A>,
     system: Arc<SystemModel>,
     seeds: SeedTree,
     last_trained: Option<u32>,
@@ -30,7 +31,7 @@ impl<A: Algorithm> Client<A> {
         unseen: bool,
         state: A::ClientState,
         jobs: Arc<JobContext<A>>,
-        pool: TrainerPool,
+        dispatch: Dispatch<A>,
         system: Arc<SystemModel>,
         seeds: SeedTree,
     ) -> Self {
@@ -40,7 +41,7 @@ impl<A: Algorithm> Client<A> {
             unseen,
             state,
             jobs,
-            pool,
+            dispatch,
             system,
             last_trained: None,
             seeds,
@@ -78,22 +79,15 @@ impl<A: Algorithm> Client<A> {
             self.fail(round, after, after, eff);
             return;
         }
-        let (jobs, id) = (self.jobs.clone(), self.id);
-        let mut state = self.state.clone();
-        let mut rng = self.seeds.rng(Entity::Client(id), "train", job);
-        let pending = self.pool.submit(move || {
-            let ctx = jobs.local(id, round, lr);
-            let update = jobs
-                .algorithm
-                .local_update(&ctx, &global, &mut state, &mut rng);
-            Msg::Trained {
-                round,
-                finite: update.is_finite() && state.is_finite(),
-                update,
-                state,
-                upload,
-                compute,
-            }
+        let pending = self.dispatch.train(TrainJob {
+            client: self.id,
+            round,
+            lr,
+            global,
+            state: self.state.clone(),
+            rng: self.seeds.rng(Entity::Client(self.id), "train", job),
+            upload,
+            compute,
         });
         eff.send_pending(self.me(), compute, pending);
     }
@@ -157,7 +151,7 @@ impl<A: Algorithm> Client<A> {
         let (jobs, id) = (self.jobs.clone(), self.id);
         let (state, unseen) = (self.state.clone(), self.unseen);
         let mut rng = self.seeds.rng(Entity::Client(id), "evaluate", round as u64);
-        let pending = self.pool.submit(move || {
+        let pending = self.dispatch.pool().submit(move || {
             let ctx = jobs.local(id, round, jobs.training.lr_at(round));
             let alg = &jobs.algorithm;
             let state = match unseen {
@@ -274,15 +268,8 @@ mod tests {
         let system = "system: {compute: {samples_per_second: 100}, network: {latency_ms: 50}}\n";
         let (_, jobs, system) = crate::actors::testkit::fedavg_run(system, overrides);
         let seeds = SeedTree::new(1);
-        Client::new(
-            0,
-            false,
-            Vec::new(),
-            jobs,
-            TrainerPool::start(1),
-            system,
-            seeds,
-        )
+        let dispatch = Dispatch::new(crate::actors::TrainerPool::start(1), jobs.clone());
+        Client::new(0, false, Vec::new(), jobs, dispatch, system, seeds)
     }
 
     fn trained(finite: bool) -> Msg<FedAvg> {

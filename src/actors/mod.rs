@@ -7,6 +7,7 @@
 //! This room wires entities to the kernel; it holds no polars code and reads no wall clock.
 
 mod client;
+mod cohort;
 mod peer;
 mod policy;
 mod sampling;
@@ -232,6 +233,8 @@ impl<M: 'static> Message for Deliver<M> {
 struct HubWorld<H: Actor, C: Actor, M> {
     hub: Addr<H>,
     members: Arc<Vec<Addr<C>>>,
+    /// The cohort queue the scheduler flushes before it waits, if members train in cohorts.
+    cohorts: Option<Arc<dyn cohort::Flush>>,
     _msg: PhantomData<fn() -> M>,
 }
 
@@ -240,6 +243,7 @@ impl<H: Actor, C: Actor, M> HubWorld<H, C, M> {
         HubWorld {
             hub,
             members: Arc::new(members),
+            cohorts: None,
             _msg: PhantomData,
         }
     }
@@ -250,6 +254,7 @@ impl<H: Actor, C: Actor, M> Clone for HubWorld<H, C, M> {
         HubWorld {
             hub: self.hub.clone(),
             members: self.members.clone(),
+            cohorts: self.cohorts.clone(),
             _msg: PhantomData,
         }
     }
@@ -275,6 +280,12 @@ where
         } else {
             let req = self.members[(to.0 - 1) as usize].send(msg);
             Box::pin(async move { req.await.map_err(gone)? })
+        }
+    }
+
+    fn flush(&self) {
+        if let Some(queue) = &self.cohorts {
+            queue.flush();
         }
     }
 }
@@ -492,6 +503,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
         });
         let pool = TrainerPool::start(threads);
         let _drain = pool.drain_on_drop();
+        let dispatch = cohort::Dispatch::new(pool, jobs.clone());
         let system_model = SystemModel::build(
             &spec.system,
             &seeds,
@@ -511,7 +523,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
                     unseen.binary_search(&(c as u32)).is_ok(),
                     state,
                     jobs.clone(),
-                    pool.clone(),
+                    dispatch.clone(),
                     system_model.clone(),
                     seeds,
                 )
@@ -535,7 +547,10 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             global,
         )
         .start();
-        let world: HubWorld<_, _, Msg<A>> = HubWorld::new(server, clients);
+        let mut world: HubWorld<_, _, Msg<A>> = HubWorld::new(server, clients);
+        world.cohorts = dispatch
+            .queue()
+            .map(|queue| queue as Arc<dyn cohort::Flush>);
         let start = vec![(SERVER, SERVER, Msg::StartRound { round: 1 })];
         run_world(world, start, devices, on_record).await
     })

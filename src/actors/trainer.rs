@@ -88,6 +88,17 @@ impl TrainerPool {
         job: impl FnOnce() -> M + Send + 'static,
     ) -> Pending<M> {
         let (tx, rx) = oneshot::channel();
+        self.spawn(move || {
+            let result =
+                catch_unwind(AssertUnwindSafe(job)).map_err(|panic| panic_message(&*panic));
+            let _ = tx.send(result);
+        });
+        rx
+    }
+
+    /// Queues `job`, which reports its own results (a cohort's shard answers each of its
+    /// jobs); it is skipped if the simulation is over before it starts. `job` must not panic.
+    pub fn spawn(&self, job: impl FnOnce() + Send + 'static) {
         let activity = self.activity.clone();
         self.addr.do_send(Job(Box::new(move || {
             {
@@ -97,20 +108,21 @@ impl TrainerPool {
                 }
                 *running += 1;
             }
-            let result = catch_unwind(AssertUnwindSafe(job)).map_err(|panic| {
-                panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "a training job panicked".into())
-            });
-            let _ = tx.send(result);
+            job();
             let mut running = activity.running.lock().unwrap_or_else(|e| e.into_inner());
             *running -= 1;
             activity.idle.notify_all();
         })));
-        rx
     }
+}
+
+/// What a panic carried, as an error message.
+pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a training job panicked".into())
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@
 //! client id keeps the cluster's id while the other gets the next free id. Cluster ids appear
 //! in the results (`cluster` column).
 
-use super::{weighted_average, Algorithm, Evaluation, LocalContext, ModelKind};
-use crate::models::{evaluate, Architecture, Objective};
+use super::{weighted_average, Algorithm, Evaluation, LocalContext, ModelKind, SgdRun, SgdUpdate};
+use crate::models::{evaluate, Architecture};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -207,21 +207,25 @@ impl Algorithm for Clustered {
         }
     }
 
-    fn local_update(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Clusters,
-        momentum: &mut Vec<f32>,
-        rng: &mut ChaCha20Rng,
-    ) -> ClusterUpdate {
-        let start = &global.models[global.of_client[ctx.client as usize] as usize];
-        let mut params = start.clone();
-        ctx.train(&mut params, momentum, &Objective::default(), rng);
-        ClusterUpdate {
-            delta: params.iter().zip(start).map(|(p, s)| p - s).collect(),
-            weight: ctx.train_view().len() as f64,
-        }
-    }
+    /// One run from the client's cluster model; the update is the change.
+    const SGD_UPDATE: Option<SgdUpdate<Self>> = Some(SgdUpdate {
+        begin: |_, ctx, global, momentum, _| {
+            vec![SgdRun {
+                params: global.models[global.of_client[ctx.client as usize] as usize].clone(),
+                momentum: std::mem::take(momentum),
+                ..SgdRun::default()
+            }]
+        },
+        finish: |_, ctx, global, momentum, runs| {
+            let [run] = <[SgdRun; 1]>::try_from(runs).expect("one run");
+            *momentum = run.momentum;
+            let start = &global.models[global.of_client[ctx.client as usize] as usize];
+            ClusterUpdate {
+                delta: run.params.iter().zip(start).map(|(p, s)| p - s).collect(),
+                weight: ctx.train_view().len() as f64,
+            }
+        },
+    });
 
     fn aggregate(&self, global: &Clusters, updates: &[(u32, ClusterUpdate)]) -> Clusters {
         let mut next = global.clone();

@@ -6,10 +6,10 @@
 //!   of the global model for a few local epochs and is tested on it.
 
 use super::{
-    stale_delta_average, weighted_average, Algorithm, Evaluation, LocalContext, ModelKind,
-    StaleUpdate,
+    stale_delta_average, weighted_average, Algorithm, Evaluation, LocalContext, ModelKind, SgdRun,
+    SgdUpdate, StaleUpdate,
 };
-use crate::models::{evaluate, Architecture, Objective};
+use crate::models::{evaluate, Architecture};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -230,21 +230,23 @@ impl Algorithm for FedAvg {
         update.params.len()
     }
 
-    fn local_update(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        momentum: &mut Vec<f32>,
-        rng: &mut ChaCha20Rng,
-    ) -> ModelUpdate {
-        let mut params = global.clone();
-        let objective = Objective {
-            proximal: (self.proximal_mu > 0.0).then_some((&global[..], self.proximal_mu)),
-            ..Default::default()
-        };
-        ctx.train(&mut params, momentum, &objective, rng);
-        ModelUpdate::of(ctx, params)
-    }
+    /// One run from the global model with the client's momentum (FedProx: anchored at the
+    /// global model).
+    const SGD_UPDATE: Option<SgdUpdate<Self>> = Some(SgdUpdate {
+        begin: |alg, _, global, momentum, _| {
+            vec![SgdRun {
+                params: global.clone(),
+                momentum: std::mem::take(momentum),
+                sample_weights: None,
+                proximal: (alg.proximal_mu > 0.0).then(|| (global.clone(), alg.proximal_mu)),
+            }]
+        },
+        finish: |_, ctx, _, momentum, runs| {
+            let [run] = <[SgdRun; 1]>::try_from(runs).expect("one run");
+            *momentum = run.momentum;
+            ModelUpdate::of(ctx, run.params)
+        },
+    });
 
     model_update_aggregation!();
 

@@ -7,11 +7,9 @@
 
 use super::{
     stale_delta_average, weighted_average, AggregateStale, Algorithm, ClientReport, Evaluation,
-    LocalContext, ModelKind, StaleUpdate,
+    LocalContext, ModelKind, SgdRun, SgdUpdate, StaleUpdate,
 };
-use crate::models::{
-    confidence, evaluate_mixture, sample_losses, Architecture, Gates, LocalPlan, Objective,
-};
+use crate::models::{confidence, evaluate_mixture, sample_losses, Architecture, Gates, LocalPlan};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -229,22 +227,39 @@ pub(super) fn weighted_m_step(
     momenta: &mut [Vec<f32>],
     rng: &mut ChaCha20Rng,
 ) -> Vec<Vec<f32>> {
+    let mut runs = weighted_runs(models, weights, momenta);
+    for run in &mut runs {
+        ctx.train_run(run, rng);
+    }
+    trained_models(runs, momenta)
+}
+
+/// The runs of [`weighted_m_step`], the momentum buffers moved into them.
+fn weighted_runs(
+    models: &[Vec<f32>],
+    weights: &[Vec<f32>],
+    momenta: &mut [Vec<f32>],
+) -> Vec<SgdRun> {
     models
         .iter()
         .zip(weights)
         .zip(momenta)
-        .map(|((theta, w), momentum)| {
-            let mut params = theta.clone();
-            ctx.train(
-                &mut params,
-                momentum,
-                &Objective {
-                    sample_weights: Some(w),
-                    ..Default::default()
-                },
-                rng,
-            );
-            params
+        .map(|((theta, w), momentum)| SgdRun {
+            params: theta.clone(),
+            momentum: std::mem::take(momentum),
+            sample_weights: Some(w.clone()),
+            proximal: None,
+        })
+        .collect()
+}
+
+/// The trained models of [`weighted_runs`]; the momentum buffers go back to `momenta`.
+fn trained_models(runs: Vec<SgdRun>, momenta: &mut [Vec<f32>]) -> Vec<Vec<f32>> {
+    runs.into_iter()
+        .zip(momenta)
+        .map(|(run, momentum)| {
+            *momentum = run.momentum;
+            run.params
         })
         .collect()
 }
@@ -325,26 +340,20 @@ impl Algorithm for FedEm {
         self.spec.components as u64 * plan.samples_processed(n_train)
     }
 
-    fn local_update(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<Vec<f32>>,
-        state: &mut FedEmClient,
-        rng: &mut ChaCha20Rng,
-    ) -> FedEmUpdate {
-        let view = ctx.train_view();
-        let losses: Vec<Vec<f32>> = global
-            .iter()
-            .map(|theta| sample_losses(ctx.arch, theta, view))
-            .collect();
-        let (q, pi) = e_step(&state.pi, &losses);
-        state.pi = pi;
-        let components = weighted_m_step(ctx, global, &q, &mut state.momentum, rng);
-        FedEmUpdate {
-            components,
-            weight: view.len() as f64,
-        }
-    }
+    /// E-step (the client's π moves), then one weighted run per component.
+    const SGD_UPDATE: Option<SgdUpdate<Self>> = Some(SgdUpdate {
+        begin: |_, ctx, global, state, _| {
+            let view = ctx.train_view();
+            let losses = sample_losses(ctx.arch, global, view);
+            let (q, pi) = e_step(&state.pi, &losses);
+            state.pi = pi;
+            weighted_runs(global, &q, &mut state.momentum)
+        },
+        finish: |_, ctx, _, state, runs| FedEmUpdate {
+            components: trained_models(runs, &mut state.momentum),
+            weight: ctx.train_view().len() as f64,
+        },
+    });
 
     const STALE_UPDATES: Option<AggregateStale<Self>> = Some(FedEm::aggregate_stale);
 
@@ -372,10 +381,7 @@ impl Algorithm for FedEm {
         global: &Vec<Vec<f32>>,
         _: &mut ChaCha20Rng,
     ) -> FedEmClient {
-        let losses: Vec<Vec<f32>> = global
-            .iter()
-            .map(|theta| sample_losses(ctx.arch, theta, ctx.train_view()))
-            .collect();
+        let losses = sample_losses(ctx.arch, global, ctx.train_view());
         let pi = fit_mixture_weights(
             &losses,
             self.spec.unseen_em_iterations,

@@ -316,11 +316,7 @@ impl FedGmm {
             .iter()
             .map(|g| g.log_densities(view, self.projection()))
             .collect();
-        let losses: Vec<Vec<f32>> = global
-            .classifiers
-            .iter()
-            .map(|theta| sample_losses(arch, theta, view))
-            .collect();
+        let losses = sample_losses(arch, &global.classifiers, view);
         let mut out = Vec::with_capacity(self.pairs());
         for ln in &log_n {
             for l in &losses {

@@ -1,8 +1,8 @@
 //! Local training: every client trains its own model on its own data and nothing is
 //! communicated. All clients start from the same initial model.
 
-use super::{AggregateStale, Algorithm, Evaluation, LocalContext, ModelKind};
-use crate::models::{evaluate, Architecture, Objective};
+use super::{AggregateStale, Algorithm, Evaluation, LocalContext, ModelKind, SgdRun, SgdUpdate};
+use crate::models::{evaluate, Architecture};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -62,20 +62,21 @@ impl Algorithm for Local {
         0
     }
 
-    fn local_update(
-        &self,
-        ctx: &LocalContext<'_>,
-        _: &Vec<f32>,
-        state: &mut LocalModel,
-        rng: &mut ChaCha20Rng,
-    ) {
-        ctx.train(
-            &mut state.params,
-            &mut state.momentum,
-            &Objective::default(),
-            rng,
-        );
-    }
+    /// One run of the client's own model.
+    const SGD_UPDATE: Option<SgdUpdate<Self>> = Some(SgdUpdate {
+        begin: |_, _, _, state, _| {
+            vec![SgdRun {
+                params: std::mem::take(&mut state.params),
+                momentum: std::mem::take(&mut state.momentum),
+                ..SgdRun::default()
+            }]
+        },
+        finish: |_, _, _, state, runs| {
+            let [run] = <[SgdRun; 1]>::try_from(runs).expect("one run");
+            state.params = run.params;
+            state.momentum = run.momentum;
+        },
+    });
 
     /// Nothing is communicated, fresh or stale.
     const STALE_UPDATES: Option<AggregateStale<Self>> = Some(|_, global, _, _| global.clone());

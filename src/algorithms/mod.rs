@@ -97,6 +97,29 @@ pub struct Training {
     /// Keep each client's momentum buffer from one round to the next (the FedEM authors' code
     /// does), instead of starting each round from zero momentum.
     pub keep_momentum: bool,
+    /// Whether a round's clients train as one stacked computation where they can.
+    pub cohorts: Cohorts,
+}
+
+/// Whether clients train in cohorts (`training.cohorts`): a round's training jobs as one
+/// stacked computation, where the algorithm's update is made of local SGD runs
+/// ([`Algorithm::SGD_UPDATE`]) and the model stacks (dense layers and ReLUs). Results match
+/// training each client alone up to float rounding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cohorts {
+    /// Cohorts wherever the algorithm and the model allow, each client alone otherwise.
+    #[default]
+    Auto,
+    /// Every client trains alone.
+    Off,
+}
+
+impl Cohorts {
+    /// The default, left out of the resolved scenario so that run ids stay as they were.
+    pub fn is_auto(&self) -> bool {
+        *self == Cohorts::Auto
+    }
 }
 
 impl Training {
@@ -152,6 +175,15 @@ impl LocalContext<'_> {
     /// used (its weight decay is, inside [`Batch::gradient`]).
     pub fn for_each_batch(&self, rng: &mut ChaCha20Rng, step: impl FnMut(&Batch<'_>)) {
         for_each_batch(self.arch, self.train_view(), &self.training.plan, rng, step);
+    }
+
+    /// Trains one of an update's local SGD runs alone (see [`SgdUpdate`]).
+    pub fn train_run(&self, run: &mut SgdRun, rng: &mut ChaCha20Rng) {
+        let objective = Objective {
+            sample_weights: run.sample_weights.as_deref(),
+            proximal: run.proximal.as_ref().map(|(anchor, mu)| (&anchor[..], *mu)),
+        };
+        self.train(&mut run.params, &mut run.momentum, &objective, rng);
     }
 
     /// `epochs` local epochs at learning rate `lr` on a copy of `params`, from zero momentum
@@ -257,14 +289,30 @@ pub trait Algorithm: Send + Sync + 'static {
     fn update_len(&self, update: &Self::Update) -> usize;
 
     /// A client's local work for one round. Runs on the trainer pool; must depend only on its
-    /// arguments.
+    /// arguments. An algorithm whose update is made of local SGD runs declares
+    /// [`Algorithm::SGD_UPDATE`] instead and keeps this default, which trains the runs one
+    /// after another; one with its own update rule (pFedMe, APFL, ...) writes this.
     fn local_update(
         &self,
         ctx: &LocalContext<'_>,
         global: &Self::Global,
         state: &mut Self::ClientState,
         rng: &mut ChaCha20Rng,
-    ) -> Self::Update;
+    ) -> Self::Update {
+        let Some(sgd) = Self::SGD_UPDATE else {
+            unreachable!("an algorithm implements `local_update` or declares `SGD_UPDATE`")
+        };
+        let mut runs = (sgd.begin)(self, ctx, global, state, rng);
+        for run in &mut runs {
+            ctx.train_run(run, rng);
+        }
+        (sgd.finish)(self, ctx, global, state, runs)
+    }
+
+    /// The update split around its local SGD runs, if it is made of them: declaring it lets
+    /// a round's clients train as one stacked computation (`training.cohorts`). `None`: the
+    /// algorithm has its own update rule and trains each client alone.
+    const SGD_UPDATE: Option<SgdUpdate<Self>> = None;
 
     /// Samples a client's local work processes (what the device model charges time for), for
     /// `n_train` training rows. One pass of the plan unless the algorithm does more.
@@ -338,6 +386,46 @@ pub trait Algorithm: Send + Sync + 'static {
         rng: &mut ChaCha20Rng,
     ) -> Vec<Evaluation>;
 }
+
+/// One local SGD run of a client's update: the parameters it starts from (trained in place),
+/// their momentum buffer (empty: none yet) and what the loss adds to the plain per-row loss.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SgdRun {
+    pub params: Vec<f32>,
+    pub momentum: Vec<f32>,
+    /// One weight per training row: a batch's loss is Σᵢ wᵢ·ℓᵢ / batch size (FedEM's M-step).
+    pub sample_weights: Option<Vec<f32>>,
+    /// `(anchor, μ)`: adds (μ/2)·‖θ − anchor‖² to the loss (FedProx).
+    pub proximal: Option<(Vec<f32>, f64)>,
+}
+
+/// A client's update made of local SGD runs on its training split, with this round's plan and
+/// learning rate. `begin` says which runs the update needs (it may change the client's state
+/// and draw from its stream); the runs are then trained, alone in this order or stacked with
+/// other clients' runs, each drawing its minibatches from the client's stream in turn; `finish`
+/// makes the update from the trained runs. Neither may depend on anything but its arguments.
+pub struct SgdUpdate<A: Algorithm + ?Sized> {
+    pub begin: SgdBegin<A>,
+    pub finish: SgdFinish<A>,
+}
+
+/// See [`SgdUpdate`].
+pub type SgdBegin<A> = fn(
+    &A,
+    &LocalContext<'_>,
+    &<A as Algorithm>::Global,
+    &mut <A as Algorithm>::ClientState,
+    &mut ChaCha20Rng,
+) -> Vec<SgdRun>;
+
+/// See [`SgdUpdate`].
+pub type SgdFinish<A> = fn(
+    &A,
+    &LocalContext<'_>,
+    &<A as Algorithm>::Global,
+    &mut <A as Algorithm>::ClientState,
+    Vec<SgdRun>,
+) -> <A as Algorithm>::Update;
 
 /// Combines stale updates, each with the model it started from and a staleness factor, in
 /// increasing client order: the server moves by `server_lr` times the factor-weighted average
@@ -501,6 +589,7 @@ pub(crate) mod testkit {
                     lr,
                     schedule: LrSchedule::Constant,
                     keep_momentum: false,
+                    cohorts: Cohorts::Off,
                 },
             }
         }
@@ -574,6 +663,7 @@ mod tests {
                 gamma: 0.1,
             },
             keep_momentum: true,
+            cohorts: Cohorts::Auto,
         };
         assert_eq!(t.lr_at(1), 0.1);
         assert_eq!(t.lr_at(50), 0.1);

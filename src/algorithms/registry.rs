@@ -116,6 +116,9 @@ pub struct Capabilities {
     pub decentralized: bool,
     /// Combines updates computed from older models (FedBuff, late updates).
     pub stale_updates: bool,
+    /// Its clients can train in cohorts, as one stacked computation (`training.cohorts`): its
+    /// update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]). Peers train alone.
+    pub cohorts: bool,
 }
 
 /// One line of the registry: a name, what the algorithm can do, how its settings are read and
@@ -137,6 +140,7 @@ impl Registration {
             capabilities: Capabilities {
                 decentralized: false,
                 stale_updates: <S::Algorithm as Algorithm>::STALE_UPDATES.is_some(),
+                cohorts: <S::Algorithm as Algorithm>::SGD_UPDATE.is_some(),
             },
             parse: parse::<S>,
             launch: launch_server::<S>,
@@ -154,6 +158,7 @@ impl Registration {
             capabilities: Capabilities {
                 decentralized: true,
                 stale_updates: false,
+                cohorts: false,
             },
             parse: parse::<S>,
             launch: launch_peers::<S>,
@@ -405,6 +410,19 @@ mod tests {
         assert!(get("fedavg").stale_updates && !get("fedavg").decentralized);
         assert!(get("fedem").stale_updates);
         assert!(!get("pfedme").stale_updates && !get("clustered").stale_updates);
+        for name in [
+            "fedavg",
+            "fedprox",
+            "fedavg_plus",
+            "local",
+            "fedem",
+            "clustered",
+        ] {
+            assert!(get(name).cohorts, "{name} trains in cohorts");
+        }
+        for name in ["pfedme", "apfl", "per_fedavg", "ditto", "d_psgd", "d_fedem"] {
+            assert!(!get(name).cohorts, "{name} trains each client alone");
+        }
         assert!(get("d_psgd").decentralized && get("d_fedem").decentralized);
         assert_eq!(
             Registration::names_where(|c| c.decentralized),

@@ -233,6 +233,21 @@ impl FederatedData {
         }
     }
 
+    /// Every row of the data set, of all clients and splits, as one view (rows in file order:
+    /// a client's split starts at [`FederatedData::first_row`]).
+    pub fn all_rows(&self) -> SplitView<'_> {
+        SplitView {
+            features: &self.features,
+            labels: &self.labels,
+            dim: self.dim,
+        }
+    }
+
+    /// Index of the first row of `client`'s `split` in [`FederatedData::all_rows`].
+    pub fn first_row(&self, client: usize, split: Split) -> usize {
+        self.clients[client].range(split).start
+    }
+
     pub fn split_len(&self, client: usize, split: Split) -> usize {
         self.clients[client].range(split).len()
     }

@@ -9,12 +9,14 @@
 
 mod gaussian;
 mod sgd;
+mod stacked;
 
 pub use gaussian::{gaussian_log_densities, weighted_moments};
 pub use sgd::{
     confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch,
-    EvalStats, Gates, LocalPlan, LocalWork, Objective, TrainStats,
+    EvalStats, Gates, LocalPlan, LocalWork, Objective, Pass, TrainStats,
 };
+pub use stacked::{train_sgd_stacked, StackedRun};
 
 pub use crate::data::InputShape;
 
@@ -434,6 +436,22 @@ impl Architecture {
 
     /// Linear models are trained with hand-written gradients on one flat tensor; deeper models
     /// with autograd on one leaf tensor per parameter tensor. Both hold `flat` in its order.
+    /// The `(inputs, outputs)` of each dense layer when the model is dense layers with ReLUs
+    /// between them (the linear model, the MLP): the models that train stacked
+    /// ([`train_sgd_stacked`]). `None` for any other model.
+    pub fn stacked_dense_layers(&self) -> Option<Vec<(usize, usize)>> {
+        let mut dense = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            match *l {
+                Layer::Dense { inputs, outputs } if i % 2 == 0 => dense.push((inputs, outputs)),
+                Layer::Relu if i % 2 == 1 => {}
+                _ => return None,
+            }
+        }
+        let numeric = !matches!(self.input, InputShape::Tokens { .. });
+        (numeric && self.layers.len() % 2 == 1).then_some(dense)
+    }
+
     fn is_linear(&self) -> bool {
         self.layers.len() == 1
     }

@@ -34,8 +34,8 @@ impl LocalPlan {
     }
 
     /// The shuffled passes over `n` rows of one local run: each pass is a permutation and the
-    /// `(start, len)` batches cut from it, in order.
-    fn passes(&self, n: usize, rng: &mut impl Rng) -> Vec<Pass> {
+    /// `(start, len)` batches cut from it, in order. [`train_sgd`] draws them first.
+    pub fn passes(&self, n: usize, rng: &mut impl Rng) -> Vec<Pass> {
         let mut out = Vec::new();
         if n == 0 {
             return out;
@@ -71,7 +71,7 @@ impl LocalPlan {
 
 /// One shuffled pass over a client's rows: the permutation, and the `(start, len)` batches cut
 /// from it.
-type Pass = (Vec<i64>, Vec<(usize, usize)>);
+pub type Pass = (Vec<i64>, Vec<(usize, usize)>);
 
 /// What a local loss adds to the plain per-row loss.
 #[derive(Clone, Copy, Debug, Default)]
@@ -315,24 +315,68 @@ fn sgd_update(
     })
 }
 
-/// The loss of every row of a split under `params` (FedEM's E-step).
-pub fn sample_losses(arch: &Architecture, params: &[f32], data: SplitView<'_>) -> Vec<f32> {
-    if data.is_empty() {
-        return Vec::new();
+/// The loss of every row of a split under each of `models` (FedEM's E-step): `[model][row]`.
+/// Linear models are evaluated together, as one product with their weights side by side.
+pub fn sample_losses(
+    arch: &Architecture,
+    models: &[Vec<f32>],
+    data: SplitView<'_>,
+) -> Vec<Vec<f32>> {
+    let n = data.len();
+    if n == 0 || models.is_empty() {
+        return vec![Vec::new(); models.len()];
     }
     let (x, y) = data_tensors(&data);
-    tch::no_grad(|| {
-        let ps: Vec<Tensor> = arch.params(params).iter().map(Tensor::detach).collect();
-        let l = loss(
-            arch,
-            &arch.forward(&arch.layers(&ps), &x, &[]),
-            &targets(arch, &y),
-            Reduction::None,
-        );
-        let mut out = vec![0f32; data.len()];
-        l.to_kind(Kind::Float).copy_data(&mut out, data.len());
-        out
-    })
+    let y = targets(arch, &y);
+    let k = models.len() as i64;
+    let losses = tch::no_grad(|| {
+        if arch.is_linear() {
+            let (i, o) = (
+                arch.input_dim as i64,
+                arch.num_params() as i64 / (arch.input_dim as i64 + 1),
+            );
+            let split = (o * i) as usize;
+            let weights: Vec<f32> = models
+                .iter()
+                .flat_map(|m| m[..split].iter().copied())
+                .collect();
+            let biases: Vec<f32> = models
+                .iter()
+                .flat_map(|m| m[split..].iter().copied())
+                .collect();
+            let w = Tensor::from_slice(&weights).view([k * o, i]);
+            let z = Tensor::from_slice(&biases).addmm(&x, &w.tr()); // [n, K·o]
+            let z = z
+                .view([n as i64, k, o])
+                .transpose(0, 1)
+                .reshape([k * n as i64, o]);
+            let y = match arch.is_binary() {
+                true => y.repeat([k, 1]),
+                false => y.repeat([k]),
+            };
+            loss(arch, &z, &y, Reduction::None)
+        } else {
+            let each: Vec<Tensor> = models
+                .iter()
+                .map(|params| {
+                    let ps: Vec<Tensor> = arch.params(params).iter().map(Tensor::detach).collect();
+                    loss(
+                        arch,
+                        &arch.forward(&arch.layers(&ps), &x, &[]),
+                        &y,
+                        Reduction::None,
+                    )
+                    .view([-1])
+                })
+                .collect();
+            Tensor::cat(&each, 0)
+        }
+    });
+    let mut flat = vec![0f32; models.len() * n];
+    losses
+        .to_kind(Kind::Float)
+        .copy_data(&mut flat, models.len() * n);
+    flat.chunks(n).map(<[f32]>::to_vec).collect()
 }
 
 /// Loss and accuracy of class probabilities `prob` (`[n, 1]` for two classes: P(y = 1)).

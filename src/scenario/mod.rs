@@ -506,5 +506,6 @@ fn validate_training(t: &RawTraining) -> Result<Training, Invalid> {
         lr: t.lr,
         schedule,
         keep_momentum: t.keep_momentum,
+        cohorts: t.cohorts,
     })
 }

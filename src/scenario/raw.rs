@@ -2,7 +2,7 @@
 //! here so that the resolved scenario written next to the results states every setting.
 
 use crate::actors::{OnDivergence, PolicySpec, Strategy};
-use crate::algorithms::AlgorithmSpec;
+use crate::algorithms::{AlgorithmSpec, Cohorts};
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::ModelSpec;
 use crate::system::SystemSpec;
@@ -109,6 +109,10 @@ pub struct RawTraining {
     pub keep_momentum: bool,
     #[serde(default)]
     pub lr_schedule: RawLrSchedule,
+    /// Train a round's clients as one stacked computation where possible (`auto`) or each
+    /// alone (`off`); results agree up to float rounding.
+    #[serde(default, skip_serializing_if = "Cohorts::is_auto")]
+    pub cohorts: Cohorts,
 }
 
 fn default_batch() -> usize {
@@ -132,6 +136,7 @@ impl Default for RawTraining {
             weight_decay: 0.0,
             keep_momentum: true,
             lr_schedule: RawLrSchedule::default(),
+            cohorts: Cohorts::Auto,
         }
     }
 }

@@ -118,6 +118,11 @@ pub trait World: Clone + Unpin + 'static {
         to: EntityId,
         msg: Self::Msg,
     ) -> Delivery<Self::Msg, Self::Record>;
+
+    /// Called before the scheduler waits for a pending result: work that entities queued
+    /// since the last wait (a cohort of training jobs) must start now. Calls come at points of
+    /// the event order alone, never of timing.
+    fn flush(&self) {}
 }
 
 /// What a finished simulation hands back.
@@ -225,6 +230,9 @@ impl<W: World> Handler<Step> for Scheduler<W> {
         debug_assert!(key.time >= self.now, "time never goes backwards");
         self.now = key.time;
         self.events += 1;
+        if matches!(event.payload, Payload::Pending(_)) {
+            self.world.flush();
+        }
         let world = self.world.clone();
         let now = self.now;
         let to = event.to;

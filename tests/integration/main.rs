@@ -1,6 +1,7 @@
 //! fedsim's integration tests: one binary, one module per concern.
 
 mod cli;
+mod cohorts;
 mod common;
 mod decentralized;
 mod determinism;

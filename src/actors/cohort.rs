@@ -1,0 +1,264 @@
+//! Cohort training: the training jobs the scheduler has dispatched and not yet had to wait
+//! for, trained as one stacked computation.
+//!
+//! Where the algorithm's update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]), the
+//! model stacks ([`Architecture::stacked_dense_layers`]) and `training.cohorts` is `auto`,
+//! clients queue their training jobs here instead of on the trainer pool. The scheduler
+//! flushes the queue before it awaits any pending result ([`World::flush`]): the jobs queued
+//! since the last flush are a cohort, so its membership is a pure function of the event order
+//! (in a synchronous round, all of the round's jobs; under FedBuff, the jobs started before the
+//! scheduler next waits). A cohort is cut into shards of consecutive jobs by a rule that
+//! depends on its size alone ([`shard_sizes`]) and each shard trains as one job on the pool,
+//! so results never depend on the number of threads.
+//!
+//! This room must not look at the clock or at which jobs have finished, reorder jobs, or draw
+//! from any stream but each job's own.
+//!
+//! [`Architecture::stacked_dense_layers`]: crate::models::Architecture::stacked_dense_layers
+//! [`World::flush`]: crate::sim::World::flush
+
+use super::{JobContext, Msg, TrainerPool};
+use crate::algorithms::{Algorithm, Cohorts, Finite, SgdRun};
+use crate::data::Split;
+use crate::models::{train_sgd_stacked, StackedRun};
+use crate::sim::{Pending, SimDuration};
+use rand_chacha::ChaCha20Rng;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+/// A cohort is cut into at most this many shards: enough to keep a machine's cores busy.
+const SHARDS: usize = 8;
+/// Shards hold at least this many jobs where the cohort has them (a smaller cohort is one
+/// shard): fewer jobs per stacked computation would pay its fixed cost for little.
+const MIN_SHARD_JOBS: usize = 32;
+
+/// The sizes of the consecutive shards of a cohort of `jobs` jobs: k = ⌊jobs / 32⌋ shards
+/// (between 1 and 8) of equal size, the first ones one job larger where it does not divide.
+/// A function of the cohort's size alone.
+pub(super) fn shard_sizes(jobs: usize) -> Vec<usize> {
+    if jobs == 0 {
+        return Vec::new();
+    }
+    let k = (jobs / MIN_SHARD_JOBS).clamp(1, SHARDS);
+    (0..k)
+        .map(|i| jobs / k + usize::from(i < jobs % k))
+        .collect()
+}
+
+/// One client's training job: everything its local update depends on.
+pub(super) struct TrainJob<A: Algorithm> {
+    pub client: u32,
+    pub round: u32,
+    pub lr: f64,
+    pub global: Arc<A::Global>,
+    pub state: A::ClientState,
+    pub rng: ChaCha20Rng,
+    pub upload: bool,
+    pub compute: SimDuration,
+}
+
+impl<A: Algorithm> TrainJob<A> {
+    /// The message the job's result is: the update and the state, checked for finiteness.
+    fn trained(self, update: A::Update) -> Msg<A> {
+        Msg::Trained {
+            round: self.round,
+            finite: update.is_finite() && self.state.is_finite(),
+            update,
+            state: self.state,
+            upload: self.upload,
+            compute: self.compute,
+        }
+    }
+
+    /// Trains this client alone.
+    fn train_alone(mut self, jobs: &JobContext<A>) -> Msg<A> {
+        let ctx = jobs.local(self.client, self.round, self.lr);
+        let update =
+            jobs.algorithm
+                .local_update(&ctx, &self.global, &mut self.state, &mut self.rng);
+        self.trained(update)
+    }
+}
+
+/// Where a client's jobs go: the trainer pool, each job alone, or the run's cohort queue.
+pub(super) enum Dispatch<A: Algorithm> {
+    Alone(TrainerPool, Arc<JobContext<A>>),
+    Cohorts(Arc<CohortQueue<A>>),
+}
+
+impl<A: Algorithm> Clone for Dispatch<A> {
+    fn clone(&self) -> Self {
+        match self {
+            Dispatch::Alone(pool, jobs) => Dispatch::Alone(pool.clone(), jobs.clone()),
+            Dispatch::Cohorts(queue) => Dispatch::Cohorts(queue.clone()),
+        }
+    }
+}
+
+impl<A: Algorithm> Dispatch<A> {
+    /// Cohorts where the scenario, the algorithm and the model allow them.
+    pub fn new(pool: TrainerPool, jobs: Arc<JobContext<A>>) -> Self {
+        let stacks = jobs.arch.stacked_dense_layers().is_some();
+        if jobs.training.cohorts == Cohorts::Auto && A::SGD_UPDATE.is_some() && stacks {
+            Dispatch::Cohorts(Arc::new(CohortQueue {
+                pool,
+                jobs,
+                queued: Mutex::default(),
+            }))
+        } else {
+            Dispatch::Alone(pool, jobs)
+        }
+    }
+
+    pub fn pool(&self) -> &TrainerPool {
+        match self {
+            Dispatch::Alone(pool, _) => pool,
+            Dispatch::Cohorts(queue) => &queue.pool,
+        }
+    }
+
+    /// The queue the scheduler flushes, if jobs train in cohorts.
+    pub fn queue(&self) -> Option<Arc<CohortQueue<A>>> {
+        match self {
+            Dispatch::Alone(..) => None,
+            Dispatch::Cohorts(queue) => Some(queue.clone()),
+        }
+    }
+
+    /// Starts `job` (alone) or queues it for the next cohort; its result comes back as the
+    /// client's `Trained` message.
+    pub fn train(&self, job: TrainJob<A>) -> Pending<Msg<A>> {
+        match self {
+            Dispatch::Alone(pool, jobs) => {
+                let jobs = jobs.clone();
+                pool.submit(move || job.train_alone(&jobs))
+            }
+            Dispatch::Cohorts(queue) => {
+                let (reply, pending) = oneshot::channel();
+                let mut queued = queue.queued.lock().unwrap_or_else(|e| e.into_inner());
+                queued.push((job, reply));
+                pending
+            }
+        }
+    }
+}
+
+type Reply<A> = oneshot::Sender<Result<Msg<A>, String>>;
+
+/// The training jobs queued since the scheduler last waited.
+pub(super) struct CohortQueue<A: Algorithm> {
+    pool: TrainerPool,
+    jobs: Arc<JobContext<A>>,
+    queued: Mutex<Vec<(TrainJob<A>, Reply<A>)>>,
+}
+
+/// What the scheduler calls before it waits for a pending result.
+pub(super) trait Flush {
+    fn flush(&self);
+}
+
+impl<A: Algorithm> Flush for CohortQueue<A> {
+    /// Starts the queued jobs as a cohort: one pool job per shard.
+    fn flush(&self) {
+        let mut cohort =
+            std::mem::take(&mut *self.queued.lock().unwrap_or_else(|e| e.into_inner()));
+        for size in shard_sizes(cohort.len()) {
+            let rest = cohort.split_off(size);
+            let shard = std::mem::replace(&mut cohort, rest);
+            let jobs = self.jobs.clone();
+            self.pool.spawn(move || {
+                let (shard, replies): (Vec<_>, Vec<_>) = shard.into_iter().unzip();
+                match catch_unwind(AssertUnwindSafe(|| train_cohort(&jobs, shard))) {
+                    Ok(results) => {
+                        for (reply, msg) in replies.into_iter().zip(results) {
+                            let _ = reply.send(Ok(msg));
+                        }
+                    }
+                    Err(panic) => {
+                        let message = super::trainer::panic_message(&*panic);
+                        for reply in replies {
+                            let _ = reply.send(Err(message.clone()));
+                        }
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Trains `shard`'s jobs as one stacked computation: each job's update begins (its runs and
+/// their passes drawn from its stream, in the order training alone draws them), every run of
+/// every job trains stacked, then each update finishes. Results in job order.
+fn train_cohort<A: Algorithm>(jobs: &JobContext<A>, shard: Vec<TrainJob<A>>) -> Vec<Msg<A>> {
+    let sgd = A::SGD_UPDATE.expect("cohorts are formed only for algorithms with SGD_UPDATE");
+    let plan = &jobs.training.plan;
+    let mut begun: Vec<(TrainJob<A>, Vec<SgdRun>, Vec<_>)> = shard
+        .into_iter()
+        .map(|mut job| {
+            let ctx = jobs.local(job.client, job.round, job.lr);
+            let runs = (sgd.begin)(
+                &jobs.algorithm,
+                &ctx,
+                &job.global,
+                &mut job.state,
+                &mut job.rng,
+            );
+            let n = ctx.train_view().len();
+            let passes = runs.iter().map(|_| plan.passes(n, &mut job.rng)).collect();
+            (job, runs, passes)
+        })
+        .collect();
+    let mut stacked: Vec<StackedRun<'_>> = Vec::new();
+    for (job, runs, passes) in &mut begun {
+        let first_row = jobs.data.first_row(job.client as usize, Split::Train);
+        for (run, passes) in runs.iter_mut().zip(std::mem::take(passes)) {
+            let SgdRun {
+                params,
+                momentum,
+                sample_weights,
+                proximal,
+            } = run;
+            stacked.push(StackedRun {
+                params,
+                momentum,
+                sample_weights: sample_weights.as_deref(),
+                proximal: proximal.as_ref().map(|(anchor, mu)| (&anchor[..], *mu)),
+                first_row,
+                passes,
+                lr: job.lr,
+            });
+        }
+    }
+    train_sgd_stacked(&jobs.arch, plan, jobs.data.all_rows(), &mut stacked);
+    drop(stacked);
+
+    begun
+        .into_iter()
+        .map(|(mut job, mut runs, _)| {
+            if !jobs.training.keep_momentum {
+                runs.iter_mut().for_each(|run| run.momentum.clear());
+            }
+            let ctx = jobs.local(job.client, job.round, job.lr);
+            let update = (sgd.finish)(&jobs.algorithm, &ctx, &job.global, &mut job.state, runs);
+            job.trained(update)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shard_sizes;
+
+    #[test]
+    fn shards_depend_on_the_cohort_size_alone() {
+        assert_eq!(shard_sizes(0), Vec::<usize>::new());
+        assert_eq!(shard_sizes(10), [10]);
+        assert_eq!(shard_sizes(32), [32]);
+        assert_eq!(shard_sizes(63), [63]);
+        assert_eq!(shard_sizes(100), [34, 33, 33]);
+        assert_eq!(shard_sizes(300), [38, 38, 38, 38, 37, 37, 37, 37]);
+        assert_eq!(shard_sizes(1000).iter().sum::<usize>(), 1000);
+        assert_eq!(shard_sizes(1000).len(), 8);
+    }
+}

@@ -1,0 +1,451 @@
+//! Local SGD of many runs at once: a cohort's runs as one stacked computation per step.
+//!
+//! Every parameter tensor of the model is held as `[R, …]` for the R runs, each minibatch step
+//! gathers the runs' batches into `[A, B, features]` (A runs that have a batch at that step, B
+//! the longest of their batches) and runs one batched op per layer (`bmm`, `baddbmm`). A run
+//! takes exactly the steps [`super::train_sgd`] would take for it alone, from its own passes:
+//! rows padding a short batch weigh zero, and a run with no batch left at a step is left out of
+//! that step (no weight decay, no momentum, no move). The arithmetic per run is the same as
+//! alone, so results agree up to float rounding (batched kernels sum in another order).
+//!
+//! Only models of dense layers with ReLUs between them stack
+//! ([`Architecture::stacked_dense_layers`]): the linear model (with its closed-form gradient,
+//! as alone) and the MLP (autograd). This room draws no random numbers: the passes come in.
+
+use super::sgd::{data_tensors, LocalPlan, Pass};
+use super::Architecture;
+use crate::data::SplitView;
+use tch::{Kind, Reduction, Tensor};
+
+/// One local SGD run of a cohort, trained in place.
+pub struct StackedRun<'a> {
+    pub params: &'a mut Vec<f32>,
+    /// Empty: no buffer yet (the first step starts it, as PyTorch's SGD does).
+    pub momentum: &'a mut Vec<f32>,
+    /// One weight per training row of the run (FedEM's M-step).
+    pub sample_weights: Option<&'a [f32]>,
+    /// `(anchor, μ)`: adds (μ/2)·‖θ − anchor‖² to the loss (FedProx).
+    pub proximal: Option<(&'a [f32], f64)>,
+    /// Index of the run's first training row among the rows given to [`train_sgd_stacked`].
+    pub first_row: usize,
+    /// The run's shuffled passes over its rows ([`LocalPlan::passes`], drawn from its client's
+    /// stream).
+    pub passes: Vec<Pass>,
+    pub lr: f64,
+}
+
+/// Trains every run of `runs` with `plan` as [`super::train_sgd`] would train it alone, as one
+/// stacked computation per step. `rows` holds every run's training rows (a data set's rows).
+/// Panics if the model does not stack (see [`Architecture::stacked_dense_layers`]).
+pub fn train_sgd_stacked(
+    arch: &Architecture,
+    plan: &LocalPlan,
+    rows: SplitView<'_>,
+    runs: &mut [StackedRun<'_>],
+) {
+    let dense = arch
+        .stacked_dense_layers()
+        .expect("only dense models train stacked (checked before a cohort is formed)");
+    if runs.is_empty() {
+        return;
+    }
+    let r = runs.len() as i64;
+    let num_params = arch.num_params();
+    let stack = |vectors: Vec<Option<&[f32]>>| {
+        let mut all = Vec::with_capacity(runs.len() * num_params);
+        for v in vectors {
+            match v {
+                Some(v) => {
+                    assert_eq!(v.len(), num_params, "vector of the wrong length");
+                    all.extend_from_slice(v);
+                }
+                None => all.resize(all.len() + num_params, 0.0),
+            }
+        }
+        unflatten(&all, r, &dense)
+    };
+    let mut params = stack(runs.iter().map(|run| Some(&run.params[..])).collect());
+    let use_momentum = plan.momentum != 0.0;
+    let mut has_buffer: Vec<bool> = runs
+        .iter()
+        .map(|run| use_momentum && !run.momentum.is_empty())
+        .collect();
+    let mut buffers = use_momentum.then(|| {
+        stack(
+            runs.iter()
+                .map(|run| (!run.momentum.is_empty()).then_some(&run.momentum[..]))
+                .collect(),
+        )
+    });
+    let proximal = runs.iter().any(|run| run.proximal.is_some()).then(|| {
+        let anchors = stack(
+            runs.iter()
+                .map(|run| run.proximal.map(|(a, _)| a))
+                .collect(),
+        );
+        let mu: Vec<f32> = runs
+            .iter()
+            .map(|run| run.proximal.map_or(0.0, |(_, mu)| mu as f32))
+            .collect();
+        (anchors, mu)
+    });
+    let lr: Vec<f32> = runs.iter().map(|run| run.lr as f32).collect();
+    let batches: Vec<Vec<(usize, usize, usize)>> = runs
+        .iter()
+        .map(|run| {
+            run.passes
+                .iter()
+                .enumerate()
+                .flat_map(|(p, (_, cuts))| cuts.iter().map(move |&(s, l)| (p, s, l)))
+                .collect()
+        })
+        .collect();
+    let (x_all, y_all) = data_tensors(&rows);
+    let dim = rows.dim as i64;
+    let steps = batches.iter().map(Vec::len).max().unwrap_or(0);
+    for step in 0..steps {
+        let active: Vec<usize> = (0..runs.len())
+            .filter(|&k| step < batches[k].len())
+            .collect();
+        let (a, b) = (
+            active.len() as i64,
+            active
+                .iter()
+                .map(|&k| batches[k][step].2)
+                .max()
+                .unwrap_or(0) as i64,
+        );
+        let mut index = Vec::with_capacity((a * b) as usize);
+        let mut weight = Vec::with_capacity((a * b) as usize);
+        let mut inv_len = Vec::with_capacity(active.len());
+        for &k in &active {
+            let (pass, start, len) = batches[k][step];
+            let run = &runs[k];
+            let order = &run.passes[pass].0[start..start + len];
+            for j in 0..b as usize {
+                let row = order[j.min(len - 1)] as usize;
+                index.push((run.first_row + row) as i64);
+                weight.push(match (j < len, run.sample_weights) {
+                    (false, _) => 0.0,
+                    (true, None) => 1.0,
+                    (true, Some(w)) => w[row],
+                });
+            }
+            inv_len.push((1.0 / len as f64) as f32);
+        }
+        let index = Tensor::from_slice(&index);
+        let x = x_all.index_select(0, &index).view([a, b, dim]);
+        let y = y_all.index_select(0, &index).view([a, b]);
+        let weight = Tensor::from_slice(&weight).view([a, b]) * per_run(&inv_len, 2);
+        let all_active = active.len() == runs.len();
+        let rows_of_active =
+            Tensor::from_slice(&active.iter().map(|&k| k as i64).collect::<Vec<_>>());
+        let pick = |ts: &[Tensor]| -> Vec<Tensor> {
+            ts.iter()
+                .map(|t| match all_active {
+                    true => t.shallow_clone(),
+                    false => t.index_select(0, &rows_of_active),
+                })
+                .collect()
+        };
+        let pick_values = |v: &[f32]| -> Vec<f32> { active.iter().map(|&k| v[k]).collect() };
+        let ps = pick(&params);
+        let grads = match dense.len() {
+            1 => linear_gradients(arch, &ps, &x, &y, &weight),
+            _ => autograd_gradients(arch, &ps, &x, &y, &weight),
+        };
+        let next = tch::no_grad(|| {
+            let mut next_params = Vec::with_capacity(ps.len());
+            let mut next_buffers = Vec::with_capacity(ps.len());
+            let prox = proximal
+                .as_ref()
+                .map(|(anchors, mu)| (pick(anchors), pick_values(mu)));
+            let bufs = buffers.as_ref().map(|b| pick(b));
+            let keep: Vec<f32> = active
+                .iter()
+                .map(|&k| {
+                    if has_buffer[k] {
+                        plan.momentum as f32
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let step_lr = pick_values(&lr);
+            for (j, (p, g)) in ps.iter().zip(grads).enumerate() {
+                let dims = p.dim();
+                let mut d = g;
+                if let Some((anchors, mu)) = &prox {
+                    d += (p - &anchors[j]) * per_run(mu, dims);
+                }
+                if plan.weight_decay != 0.0 {
+                    d += p * plan.weight_decay;
+                }
+                if let Some(bufs) = &bufs {
+                    d = &bufs[j] * per_run(&keep, dims) + d;
+                    next_buffers.push(d.shallow_clone());
+                }
+                next_params.push(p - d * per_run(&step_lr, dims));
+            }
+            (next_params, next_buffers)
+        });
+        let (next_params, next_buffers) = next;
+        put(&mut params, next_params, all_active, &rows_of_active);
+        if let Some(bufs) = buffers.as_mut() {
+            put(bufs, next_buffers, all_active, &rows_of_active);
+            active.iter().for_each(|&k| has_buffer[k] = true);
+        }
+    }
+    let flat = flatten(&params, num_params);
+    for (run, values) in runs.iter_mut().zip(flat.chunks(num_params)) {
+        run.params.copy_from_slice(values);
+    }
+    if let Some(bufs) = buffers {
+        let flat = flatten(&bufs, num_params);
+        for ((run, values), has) in runs.iter_mut().zip(flat.chunks(num_params)).zip(has_buffer) {
+            if has {
+                run.momentum.clear();
+                run.momentum.extend_from_slice(values);
+            }
+        }
+    }
+}
+
+/// Per-run values shaped `[R, 1, …]` to broadcast against a `[R, …]` tensor of `dims` dims.
+fn per_run(values: &[f32], dims: usize) -> Tensor {
+    let mut shape = vec![values.len() as i64];
+    shape.extend(std::iter::repeat_n(1, dims - 1));
+    Tensor::from_slice(values).view(&shape[..])
+}
+
+/// Writes the active runs' new tensors into the stacked ones.
+fn put(stacked: &mut [Tensor], new: Vec<Tensor>, all_active: bool, active: &Tensor) {
+    for (t, n) in stacked.iter_mut().zip(new) {
+        if all_active {
+            *t = n;
+        } else {
+            let _ = t.index_copy_(0, active, &n);
+        }
+    }
+}
+
+/// `[R × P]` flat vectors (each layer's weight `out × in` row-major, then its bias) as one
+/// weight `[R, out, in]` and one bias `[R, out]` per dense layer.
+fn unflatten(all: &[f32], r: i64, dense: &[(usize, usize)]) -> Vec<Tensor> {
+    let t = Tensor::from_slice(all).view([r, -1]);
+    let mut out = Vec::with_capacity(2 * dense.len());
+    let mut at = 0;
+    for &(inputs, outputs) in dense {
+        let (i, o) = (inputs as i64, outputs as i64);
+        out.push(t.narrow(1, at, o * i).reshape([r, o, i]));
+        out.push(t.narrow(1, at + o * i, o).contiguous());
+        at += o * i + o;
+    }
+    out
+}
+
+/// The inverse of [`unflatten`]: `[R × P]` values.
+fn flatten(stacked: &[Tensor], num_params: usize) -> Vec<f32> {
+    let r = stacked[0].size()[0];
+    let rows: Vec<Tensor> = stacked.iter().map(|t| t.reshape([r, -1])).collect();
+    let all = Tensor::cat(&rows, 1);
+    let n = r as usize * num_params;
+    let mut out = vec![0f32; n];
+    all.copy_data(&mut out, n);
+    out
+}
+
+/// The linear model's gradients in closed form, as alone: (p − y)·weight per row, then
+/// `[A, out, in]` and `[A, out]`.
+fn linear_gradients(
+    arch: &Architecture,
+    ps: &[Tensor],
+    x: &Tensor,
+    y: &Tensor,
+    weight: &Tensor,
+) -> Vec<Tensor> {
+    tch::no_grad(|| {
+        let z = x.bmm(&ps[0].transpose(1, 2)) + ps[1].unsqueeze(1);
+        let residual = if arch.is_binary() {
+            z.sigmoid() - y.to_kind(Kind::Float).unsqueeze(-1)
+        } else {
+            z.softmax(-1, Kind::Float) - y.one_hot(arch.classes as i64).to_kind(Kind::Float)
+        };
+        let residual = residual * weight.unsqueeze(-1);
+        vec![
+            residual.transpose(1, 2).bmm(x),
+            residual.sum_dim_intlist(1, false, Kind::Float),
+        ]
+    })
+}
+
+/// The MLP's gradients by autograd on the stacked parameters: Σ weight·loss over every run's
+/// rows (runs' parameters are independent, so each gets its own gradient).
+fn autograd_gradients(
+    arch: &Architecture,
+    ps: &[Tensor],
+    x: &Tensor,
+    y: &Tensor,
+    weight: &Tensor,
+) -> Vec<Tensor> {
+    let leaves: Vec<Tensor> = ps
+        .iter()
+        .map(|p| p.detach().set_requires_grad(true))
+        .collect();
+    let mut h = x.shallow_clone();
+    for (l, layer) in leaves.chunks(2).enumerate() {
+        if l > 0 {
+            h = h.relu();
+        }
+        h = layer[1]
+            .unsqueeze(1)
+            .baddbmm(&h, &layer[0].transpose(1, 2), 1.0, 1.0);
+    }
+    let (a, b) = (x.size()[0], x.size()[1]);
+    let per_row = if arch.is_binary() {
+        h.squeeze_dim(-1)
+            .binary_cross_entropy_with_logits::<Tensor>(
+                &y.to_kind(Kind::Float),
+                None,
+                None,
+                Reduction::None,
+            )
+    } else {
+        h.view([a * b, -1])
+            .cross_entropy_loss::<Tensor>(&y.view([-1]), None, Reduction::None, -100, 0.0)
+            .view([a, b])
+    };
+    let total = (per_row * weight).sum(Kind::Float);
+    Tensor::run_backward(&[&total], &leaves, false, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::{train_sgd, LocalWork, ModelSpec, Objective};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha20Rng;
+
+    /// Three runs over 5, 37 and 16 rows (batches of 8: runs of 1, 5 and 2 steps, short last
+    /// batches): one with a momentum buffer already, one with row weights, one proximal.
+    fn check(spec: ModelSpec, classes: usize, plan: LocalPlan) {
+        let dim = 6;
+        let sizes = [5usize, 37, 16];
+        let total: usize = sizes.iter().sum();
+        let mut rng = ChaCha20Rng::seed_from_u64(11);
+        let features: Vec<f32> = (0..total * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let labels: Vec<i64> = (0..total)
+            .map(|_| rng.gen_range(0..classes as i64))
+            .collect();
+        let rows = SplitView {
+            features: &features,
+            labels: &labels,
+            dim,
+        };
+        let arch = Architecture::new(&spec, dim, classes);
+        let firsts = [0, sizes[0], sizes[0] + sizes[1]];
+        let view = |k: usize| SplitView {
+            features: &features[firsts[k] * dim..(firsts[k] + sizes[k]) * dim],
+            labels: &labels[firsts[k]..firsts[k] + sizes[k]],
+            dim,
+        };
+        let start: Vec<Vec<f32>> = (0..3).map(|_| arch.init(&mut rng)).collect();
+        let anchor = arch.init(&mut rng);
+        let buffer: Vec<f32> = (0..arch.num_params())
+            .map(|_| rng.gen_range(-0.1..0.1))
+            .collect();
+        let weights: Vec<f32> = (0..sizes[1]).map(|_| rng.gen_range(0.0..1.0)).collect();
+        let momenta = [Vec::new(), buffer.clone(), Vec::new()];
+        let objective = |k: usize| Objective {
+            sample_weights: (k == 1).then_some(&weights[..]),
+            proximal: (k == 2).then_some((&anchor[..], 0.3)),
+        };
+        // Alone.
+        let mut alone = start.clone();
+        let mut alone_momenta = momenta.clone();
+        for k in 0..3 {
+            let mut stream = ChaCha20Rng::seed_from_u64(k as u64);
+            let lr = 0.1 + 0.05 * k as f64;
+            let (p, m) = (&mut alone[k], &mut alone_momenta[k]);
+            train_sgd(&arch, p, m, view(k), &plan, lr, &mut stream, &objective(k));
+        }
+        // Stacked.
+        let mut stacked = start.clone();
+        let mut stacked_momenta = momenta.clone();
+        let mut runs: Vec<StackedRun<'_>> = stacked
+            .iter_mut()
+            .zip(stacked_momenta.iter_mut())
+            .enumerate()
+            .map(|(k, (params, momentum))| {
+                let mut stream = ChaCha20Rng::seed_from_u64(k as u64);
+                let o = objective(k);
+                StackedRun {
+                    params,
+                    momentum,
+                    sample_weights: o.sample_weights,
+                    proximal: o.proximal,
+                    first_row: firsts[k],
+                    passes: plan.passes(sizes[k], &mut stream),
+                    lr: 0.1 + 0.05 * k as f64,
+                }
+            })
+            .collect();
+        train_sgd_stacked(&arch, &plan, rows, &mut runs);
+        drop(runs);
+        for k in 0..3 {
+            assert_ne!(alone[k], start[k], "run {k} trained");
+            for (a, b) in [
+                (&alone[k], &stacked[k]),
+                (&alone_momenta[k], &stacked_momenta[k]),
+            ] {
+                assert_eq!(a.len(), b.len(), "run {k}");
+                for (x, y) in a.iter().zip(b.iter()) {
+                    assert!(
+                        (x - y).abs() <= 1e-5 * x.abs().max(1.0),
+                        "run {k}: {x} vs {y}"
+                    );
+                }
+            }
+        }
+    }
+
+    fn plan(work: LocalWork, momentum: f64, weight_decay: f64) -> LocalPlan {
+        LocalPlan {
+            work,
+            batch_size: 8,
+            momentum,
+            weight_decay,
+        }
+    }
+
+    #[test]
+    fn stacked_runs_train_as_each_would_alone() {
+        let mlp = ModelSpec::Mlp { hidden: vec![5, 4] };
+        for (spec, classes) in [
+            (ModelSpec::Linear, 2),
+            (ModelSpec::Linear, 4),
+            (mlp.clone(), 2),
+            (mlp, 3),
+        ] {
+            check(spec.clone(), classes, plan(LocalWork::Epochs(2), 0.9, 5e-4));
+            check(spec.clone(), classes, plan(LocalWork::Steps(3), 0.0, 0.0));
+            check(spec, classes, plan(LocalWork::Epochs(1), 0.5, 0.0));
+        }
+    }
+
+    #[test]
+    fn only_dense_models_stack() {
+        let image = crate::data::InputShape::Image([1, 28, 28]);
+        assert!(Architecture::for_input(&ModelSpec::Cnn, image, 10)
+            .stacked_dense_layers()
+            .is_none());
+        assert_eq!(
+            Architecture::new(&ModelSpec::Mlp { hidden: vec![5] }, 3, 2).stacked_dense_layers(),
+            Some(vec![(3, 5), (5, 1)])
+        );
+        assert_eq!(
+            Architecture::for_input(&ModelSpec::Linear, image, 10).stacked_dense_layers(),
+            Some(vec![(784, 10)])
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! Cohort training (`training.cohorts: auto`, the default) against each client alone (`off`):
+//! the same results up to float rounding, on every algorithm that trains in cohorts, and
+//! bit-identical across thread counts when a cohort is cut into several shards.
+
+use crate::common::{scenario, SMALL};
+use fedsim::report::Record;
+use fedsim::run::simulate_scenario;
+use std::path::Path;
+
+/// A run's final server models and its evaluation rows (client, split, model, loss).
+struct Outcome {
+    models: Vec<Vec<f32>>,
+    losses: Vec<(u32, String, f64)>,
+}
+
+fn simulate(text: &str, overrides: &[&str], threads: usize) -> Outcome {
+    let s = scenario(text, overrides);
+    let out = simulate_scenario(&s, threads, |_| {}).expect("run succeeds");
+    let mut models = Vec::new();
+    let mut losses = Vec::new();
+    for r in out.records {
+        match r {
+            Record::FinalModels(m) => models = m,
+            Record::Eval(e) => losses.push((
+                e.client,
+                format!("{:?} {:?} round {}", e.split, e.model, e.round),
+                e.loss,
+            )),
+            _ => {}
+        }
+    }
+    Outcome { models, losses }
+}
+
+/// ‖a − b‖∞ ≤ tol·max(‖a‖∞, ‖b‖∞) for every model, and every loss within `tol` relative.
+fn assert_close(what: &str, a: &Outcome, b: &Outcome, tol: f64) {
+    assert_eq!(a.models.len(), b.models.len(), "{what}: number of models");
+    for (m, (x, y)) in a.models.iter().zip(&b.models).enumerate() {
+        assert_eq!(x.len(), y.len());
+        let scale = x.iter().chain(y).fold(0f64, |s, v| s.max(v.abs() as f64));
+        let diff = x
+            .iter()
+            .zip(y)
+            .fold(0f64, |s, (p, q)| s.max((p - q).abs() as f64));
+        assert!(
+            diff <= tol * scale,
+            "{what}: model {m} differs by {diff:e} (scale {scale})"
+        );
+    }
+    assert_eq!(a.losses.len(), b.losses.len(), "{what}: evaluation rows");
+    for (x, y) in a.losses.iter().zip(&b.losses) {
+        assert_eq!((x.0, &x.1), (y.0, &y.1), "{what}: rows in the same order");
+        let diff = (x.2 - y.2).abs();
+        assert!(
+            diff <= tol * x.2.abs().max(y.2.abs()).max(1e-3),
+            "{what}: client {} {} loss {} vs {}",
+            x.0,
+            x.1,
+            x.2,
+            y.2
+        );
+    }
+}
+
+const COHORT_ALGORITHMS: [&[&str]; 6] = [
+    &["algorithm={name: fedavg}"],
+    &["algorithm={name: fedprox, mu: 0.1}"],
+    &["algorithm={name: fedavg_plus}"],
+    &["algorithm={name: local}"],
+    &["algorithm={name: fedem, components: 3}"],
+    &["algorithm={name: clustered, tol1: 1000, tol2: 0}"],
+];
+
+fn compare(settings: &[&str], what: &str, tol: f64) {
+    let with = |cohorts: &'static str| {
+        let mut o: Vec<&str> = settings.to_vec();
+        o.push(cohorts);
+        o
+    };
+    let alone = simulate(SMALL, &with("training.cohorts=off"), 2);
+    let cohort = simulate(SMALL, &with("training.cohorts=auto"), 2);
+    assert!(!alone.losses.is_empty(), "{what}: evaluated");
+    assert_close(what, &alone, &cohort, tol);
+}
+
+#[test]
+fn cohorts_match_training_alone_after_a_round_on_every_cohort_algorithm() {
+    // One round with evaluation: parameters within 1e-5 (relative), linear and MLP models,
+    // full and partial participation (SMALL samples half of its 24 clients; clients of 8 to
+    // 60 rows, so batches of 16 leave short last batches and runs of different lengths).
+    for alg in COHORT_ALGORITHMS {
+        for model in ["model={kind: linear}", "model={kind: mlp, hidden: [16, 8]}"] {
+            for sampling in ["sampling.fraction=0.5", "sampling.fraction=1.0"] {
+                let mut settings = alg.to_vec();
+                settings.extend([model, sampling, "rounds=1", "eval_every=1"]);
+                compare(&settings, &format!("{alg:?} {model} {sampling}"), 1e-5);
+            }
+        }
+    }
+}
+
+#[test]
+fn cohorts_match_training_alone_with_every_solver_setting() {
+    // Softmax regression (10 classes), no momentum, momentum reset each round, local steps
+    // instead of epochs, a learning-rate schedule, no weight decay: 3 rounds.
+    let data = "data={kind: synthetic_ab, clients: 20, dim: 12, classes: 10, max_samples: 300}";
+    let cases: [&[&str]; 4] = [
+        &[data, "training.momentum=0"],
+        &[data, "training.keep_momentum=false"],
+        &["training={local_steps: 5, batch_size: 8, lr: 0.05, momentum: 0.5}"],
+        &[
+            "training.weight_decay=0",
+            "training.lr_schedule={kind: multi_step, milestones: [1, 2], gamma: 0.5}",
+        ],
+    ];
+    for case in cases {
+        for alg in ["algorithm={name: fedavg}", "algorithm={name: fedem}"] {
+            let mut settings = case.to_vec();
+            settings.extend([alg, "rounds=3", "eval_every=1"]);
+            compare(&settings, &format!("{case:?} {alg}"), 1e-4);
+        }
+    }
+}
+
+#[test]
+fn sharded_cohorts_are_identical_across_threads() {
+    // 200 clients, 100 sampled a round: a cohort of 100 jobs in 3 shards (FedEM: 300 runs).
+    let tmp = tempfile::tempdir().unwrap();
+    for alg in ["fedavg", "fedem"] {
+        let algorithm = format!("algorithm.name={alg}");
+        let settings = [
+            "data={kind: fedem_synthetic, clients: 200, dim: 10, components: 3}",
+            algorithm.as_str(),
+            "rounds=3",
+        ];
+        let dirs: Vec<_> = [1, 2, 4]
+            .iter()
+            .map(|&threads| {
+                let dir = tmp.path().join(format!("{alg}-{threads}"));
+                let s = scenario(SMALL, &settings);
+                let opts = fedsim::run::RunOptions {
+                    out_dir: dir.clone(),
+                    threads,
+                    progress: false,
+                };
+                fedsim::run::run_scenario(&s, &opts).expect("run succeeds");
+                dir
+            })
+            .collect();
+        for other in &dirs[1..] {
+            let differ = fedsim::report::differing_files(&dirs[0], other);
+            assert!(differ.is_empty(), "{alg}: {differ:?} differ");
+        }
+    }
+}
+
+#[test]
+fn fedem_synthetic_full_run_agrees_with_training_alone() {
+    // The FedEM authors' setting (T = 300, M = 3, 100 rounds): the summary accuracy of the
+    // cohort path is that of training alone, to 0.1 point.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = root.join("scenarios/paper/fedem_synthetic_fedem.yaml");
+    let run = |cohorts: &str| {
+        let s = fedsim::scenario::Scenario::load(&file, &[format!("training.cohorts={cohorts}")])
+            .unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let opts = fedsim::run::RunOptions {
+            out_dir: tmp.path().to_path_buf(),
+            threads: 2,
+            progress: false,
+        };
+        let r = fedsim::run::run_scenario(&s, &opts).unwrap();
+        let h = r.headline().expect("evaluated").test;
+        eprintln!(
+            "cohorts {cohorts}: mean {:.3} p10 {:.3} ({:.1} s wall)",
+            100.0 * h.weighted_mean,
+            100.0 * h.p10,
+            r.wall_seconds
+        );
+        (h.weighted_mean, h.p10)
+    };
+    let (alone, cohort) = (run("off"), run("auto"));
+    assert!(
+        (alone.0 - cohort.0).abs() <= 0.001,
+        "{alone:?} vs {cohort:?}"
+    );
+    assert!(
+        (alone.1 - cohort.1).abs() <= 0.001,
+        "{alone:?} vs {cohort:?}"
+    );
+}
