@@ -7,9 +7,10 @@
 //! flushes the queue before it awaits any pending result ([`World::flush`]): the jobs queued
 //! since the last flush are a cohort, so its membership is a pure function of the event order
 //! (in a synchronous round, all of the round's jobs; under FedBuff, the jobs started before the
-//! scheduler next waits). A cohort is cut into shards of consecutive jobs by a rule that
-//! depends on its size alone ([`shard_sizes`]) and each shard trains as one job on the pool,
-//! so results never depend on the number of threads.
+//! scheduler next waits). A cohort's jobs are sorted by their clients' training rows (largest
+//! first, ties in queue order) and cut into shards of consecutive jobs by a rule that depends
+//! on the cohort's size alone ([`shard_sizes`]); each shard trains as one job on the pool, so
+//! results never depend on the number of threads.
 //!
 //! This room must not look at the clock or at which jobs have finished, reorder jobs, or draw
 //! from any stream but each job's own.
@@ -33,7 +34,7 @@ const SHARDS: usize = 8;
 /// shard): fewer jobs per stacked computation would pay its fixed cost for little.
 const MIN_SHARD_JOBS: usize = 32;
 
-/// The sizes of the consecutive shards of a cohort of `jobs` jobs: k = ⌊jobs / 32⌋ shards
+/// The sizes of the consecutive shards of a cohort of `jobs` jobs (sorted by training rows): k = ⌊jobs / 32⌋ shards
 /// (between 1 and 8) of equal size, the first ones one job larger where it does not divide.
 /// A function of the cohort's size alone.
 pub(super) fn shard_sizes(jobs: usize) -> Vec<usize> {
@@ -163,6 +164,10 @@ impl<A: Algorithm> Flush for CohortQueue<A> {
     fn flush(&self) {
         let mut cohort =
             std::mem::take(&mut *self.queued.lock().unwrap_or_else(|e| e.into_inner()));
+        // Clients of similar sizes share a shard (largest first, ties in queue order): a
+        // shard steps as long as its longest run, so fewer steps are mostly empty.
+        let rows = |job: &TrainJob<A>| self.jobs.data.split_len(job.client as usize, Split::Train);
+        cohort.sort_by_key(|(job, _)| std::cmp::Reverse(rows(job)));
         for size in shard_sizes(cohort.len()) {
             let rest = cohort.split_off(size);
             let shard = std::mem::replace(&mut cohort, rest);

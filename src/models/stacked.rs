@@ -49,10 +49,17 @@ pub fn train_sgd_stacked(
     if runs.is_empty() {
         return;
     }
-    let r = runs.len() as i64;
+    // Runs sorted by their number of steps, longest first (ties in the given order): the runs
+    // that still have a batch at a step are then a prefix of the stack.
+    let steps_of =
+        |run: &StackedRun<'_>| run.passes.iter().map(|(_, cuts)| cuts.len()).sum::<usize>();
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(steps_of(&runs[k])));
+    let sorted: Vec<&StackedRun<'_>> = order.iter().map(|&k| &runs[k]).collect();
+    let r = sorted.len() as i64;
     let num_params = arch.num_params();
     let stack = |vectors: Vec<Option<&[f32]>>| {
-        let mut all = Vec::with_capacity(runs.len() * num_params);
+        let mut all = Vec::with_capacity(sorted.len() * num_params);
         for v in vectors {
             match v {
                 Some(v) => {
@@ -64,33 +71,35 @@ pub fn train_sgd_stacked(
         }
         unflatten(&all, r, &dense)
     };
-    let mut params = stack(runs.iter().map(|run| Some(&run.params[..])).collect());
+    let mut params = stack(sorted.iter().map(|run| Some(&run.params[..])).collect());
     let use_momentum = plan.momentum != 0.0;
-    let mut has_buffer: Vec<bool> = runs
+    let mut has_buffer: Vec<bool> = sorted
         .iter()
         .map(|run| use_momentum && !run.momentum.is_empty())
         .collect();
     let mut buffers = use_momentum.then(|| {
         stack(
-            runs.iter()
+            sorted
+                .iter()
                 .map(|run| (!run.momentum.is_empty()).then_some(&run.momentum[..]))
                 .collect(),
         )
     });
-    let proximal = runs.iter().any(|run| run.proximal.is_some()).then(|| {
+    let proximal = sorted.iter().any(|run| run.proximal.is_some()).then(|| {
         let anchors = stack(
-            runs.iter()
+            sorted
+                .iter()
                 .map(|run| run.proximal.map(|(a, _)| a))
                 .collect(),
         );
-        let mu: Vec<f32> = runs
+        let mu: Vec<f32> = sorted
             .iter()
             .map(|run| run.proximal.map_or(0.0, |(_, mu)| mu as f32))
             .collect();
         (anchors, mu)
     });
-    let lr: Vec<f32> = runs.iter().map(|run| run.lr as f32).collect();
-    let batches: Vec<Vec<(usize, usize, usize)>> = runs
+    let lr: Vec<f32> = sorted.iter().map(|run| run.lr as f32).collect();
+    let batches: Vec<Vec<(usize, usize, usize)>> = sorted
         .iter()
         .map(|run| {
             run.passes
@@ -102,25 +111,23 @@ pub fn train_sgd_stacked(
         .collect();
     let (x_all, y_all) = data_tensors(&rows);
     let dim = rows.dim as i64;
-    let steps = batches.iter().map(Vec::len).max().unwrap_or(0);
+    let steps = batches.first().map_or(0, Vec::len);
     for step in 0..steps {
-        let active: Vec<usize> = (0..runs.len())
-            .filter(|&k| step < batches[k].len())
-            .collect();
+        // The runs with a batch at this step: the first `a` of the stack.
+        let active = batches.iter().take_while(|b| step < b.len()).count();
         let (a, b) = (
-            active.len() as i64,
-            active
+            active as i64,
+            batches[..active]
                 .iter()
-                .map(|&k| batches[k][step].2)
+                .map(|bs| bs[step].2)
                 .max()
                 .unwrap_or(0) as i64,
         );
         let mut index = Vec::with_capacity((a * b) as usize);
         let mut weight = Vec::with_capacity((a * b) as usize);
-        let mut inv_len = Vec::with_capacity(active.len());
-        for &k in &active {
-            let (pass, start, len) = batches[k][step];
-            let run = &runs[k];
+        let mut inv_len = Vec::with_capacity(active);
+        for (run, bs) in sorted.iter().zip(&batches).take(active) {
+            let (pass, start, len) = bs[step];
             let order = &run.passes[pass].0[start..start + len];
             for j in 0..b as usize {
                 let row = order[j.min(len - 1)] as usize;
@@ -137,18 +144,8 @@ pub fn train_sgd_stacked(
         let x = x_all.index_select(0, &index).view([a, b, dim]);
         let y = y_all.index_select(0, &index).view([a, b]);
         let weight = Tensor::from_slice(&weight).view([a, b]) * per_run(&inv_len, 2);
-        let all_active = active.len() == runs.len();
-        let rows_of_active =
-            Tensor::from_slice(&active.iter().map(|&k| k as i64).collect::<Vec<_>>());
-        let pick = |ts: &[Tensor]| -> Vec<Tensor> {
-            ts.iter()
-                .map(|t| match all_active {
-                    true => t.shallow_clone(),
-                    false => t.index_select(0, &rows_of_active),
-                })
-                .collect()
-        };
-        let pick_values = |v: &[f32]| -> Vec<f32> { active.iter().map(|&k| v[k]).collect() };
+        let pick =
+            |ts: &[Tensor]| -> Vec<Tensor> { ts.iter().map(|t| t.narrow(0, 0, a)).collect() };
         let ps = pick(&params);
         let grads = match dense.len() {
             1 => linear_gradients(arch, &ps, &x, &y, &weight),
@@ -159,19 +156,12 @@ pub fn train_sgd_stacked(
             let mut next_buffers = Vec::with_capacity(ps.len());
             let prox = proximal
                 .as_ref()
-                .map(|(anchors, mu)| (pick(anchors), pick_values(mu)));
+                .map(|(anchors, mu)| (pick(anchors), &mu[..active]));
             let bufs = buffers.as_ref().map(|b| pick(b));
-            let keep: Vec<f32> = active
+            let keep: Vec<f32> = has_buffer[..active]
                 .iter()
-                .map(|&k| {
-                    if has_buffer[k] {
-                        plan.momentum as f32
-                    } else {
-                        0.0
-                    }
-                })
+                .map(|&has| if has { plan.momentum as f32 } else { 0.0 })
                 .collect();
-            let step_lr = pick_values(&lr);
             for (j, (p, g)) in ps.iter().zip(grads).enumerate() {
                 let dims = p.dim();
                 let mut d = g;
@@ -185,27 +175,27 @@ pub fn train_sgd_stacked(
                     d = &bufs[j] * per_run(&keep, dims) + d;
                     next_buffers.push(d.shallow_clone());
                 }
-                next_params.push(p - d * per_run(&step_lr, dims));
+                next_params.push(p - d * per_run(&lr[..active], dims));
             }
             (next_params, next_buffers)
         });
         let (next_params, next_buffers) = next;
-        put(&mut params, next_params, all_active, &rows_of_active);
+        put(&mut params, next_params, a);
         if let Some(bufs) = buffers.as_mut() {
-            put(bufs, next_buffers, all_active, &rows_of_active);
-            active.iter().for_each(|&k| has_buffer[k] = true);
+            put(bufs, next_buffers, a);
+            has_buffer[..active].iter_mut().for_each(|h| *h = true);
         }
     }
     let flat = flatten(&params, num_params);
-    for (run, values) in runs.iter_mut().zip(flat.chunks(num_params)) {
-        run.params.copy_from_slice(values);
+    for (&k, values) in order.iter().zip(flat.chunks(num_params)) {
+        runs[k].params.copy_from_slice(values);
     }
     if let Some(bufs) = buffers {
         let flat = flatten(&bufs, num_params);
-        for ((run, values), has) in runs.iter_mut().zip(flat.chunks(num_params)).zip(has_buffer) {
+        for ((&k, values), has) in order.iter().zip(flat.chunks(num_params)).zip(has_buffer) {
             if has {
-                run.momentum.clear();
-                run.momentum.extend_from_slice(values);
+                runs[k].momentum.clear();
+                runs[k].momentum.extend_from_slice(values);
             }
         }
     }
@@ -218,13 +208,14 @@ fn per_run(values: &[f32], dims: usize) -> Tensor {
     Tensor::from_slice(values).view(&shape[..])
 }
 
-/// Writes the active runs' new tensors into the stacked ones.
-fn put(stacked: &mut [Tensor], new: Vec<Tensor>, all_active: bool, active: &Tensor) {
+/// Writes the new tensors of the first `active` runs into the stacked ones.
+fn put(stacked: &mut [Tensor], new: Vec<Tensor>, active: i64) {
     for (t, n) in stacked.iter_mut().zip(new) {
-        if all_active {
+        if t.size()[0] == active {
             *t = n;
         } else {
-            let _ = t.index_copy_(0, active, &n);
+            let mut head = t.narrow(0, 0, active);
+            head.copy_(&n);
         }
     }
 }
