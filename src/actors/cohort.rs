@@ -8,9 +8,9 @@
 //! since the last flush are a cohort, so its membership is a pure function of the event order
 //! (in a synchronous round, all of the round's jobs; under FedBuff, the jobs started before the
 //! scheduler next waits). A cohort's jobs are sorted by their clients' training rows (largest
-//! first, ties in queue order) and cut into shards of consecutive jobs by a rule that depends
-//! on the cohort's size alone ([`shard_sizes`]); each shard trains as one job on the pool, so
-//! results never depend on the number of threads.
+//! first, ties in queue order) and cut into shards of consecutive jobs of about equal rows by a
+//! rule that depends on the cohort alone ([`shard_sizes`]); each shard trains as one job on the
+//! pool, so results never depend on the number of threads.
 //!
 //! This room must not look at the clock or at which jobs have finished, reorder jobs, or draw
 //! from any stream but each job's own.
@@ -34,17 +34,30 @@ const SHARDS: usize = 8;
 /// shard): fewer jobs per stacked computation would pay its fixed cost for little.
 const MIN_SHARD_JOBS: usize = 32;
 
-/// The sizes of the consecutive shards of a cohort of `jobs` jobs (sorted by training rows): k = ⌊jobs / 32⌋ shards
-/// (between 1 and 8) of equal size, the first ones one job larger where it does not divide.
-/// A function of the cohort's size alone.
-pub(super) fn shard_sizes(jobs: usize) -> Vec<usize> {
+/// The sizes of the consecutive shards of a cohort whose jobs have `rows` training rows each
+/// (sorted, largest first): k = ⌊jobs / 32⌋ shards (between 1 and 8), cut where the running
+/// total of rows first reaches i/k of the whole, so that shards carry about equal work, each
+/// at least one job. A function of the cohort alone.
+pub(super) fn shard_sizes(rows: &[usize]) -> Vec<usize> {
+    let jobs = rows.len();
     if jobs == 0 {
         return Vec::new();
     }
     let k = (jobs / MIN_SHARD_JOBS).clamp(1, SHARDS);
-    (0..k)
-        .map(|i| jobs / k + usize::from(i < jobs % k))
-        .collect()
+    let total: usize = rows.iter().sum::<usize>().max(1);
+    let mut sizes = Vec::with_capacity(k);
+    let (mut start, mut sum) = (0, 0);
+    for (j, &n) in rows.iter().enumerate() {
+        sum += n;
+        let shard = sizes.len() + 1;
+        // Close this shard once it holds its share, leaving a job for each shard still to come.
+        if shard < k && sum * k >= shard * total && jobs - (j + 1) >= k - shard {
+            sizes.push(j + 1 - start);
+            start = j + 1;
+        }
+    }
+    sizes.push(jobs - start);
+    sizes
 }
 
 /// One client's training job: everything its local update depends on.
@@ -168,7 +181,8 @@ impl<A: Algorithm> Flush for CohortQueue<A> {
         // shard steps as long as its longest run, so fewer steps are mostly empty.
         let rows = |job: &TrainJob<A>| self.jobs.data.split_len(job.client as usize, Split::Train);
         cohort.sort_by_key(|(job, _)| std::cmp::Reverse(rows(job)));
-        for size in shard_sizes(cohort.len()) {
+        let rows: Vec<usize> = cohort.iter().map(|(job, _)| rows(job)).collect();
+        for size in shard_sizes(&rows) {
             let rest = cohort.split_off(size);
             let shard = std::mem::replace(&mut cohort, rest);
             let jobs = self.jobs.clone();
@@ -257,13 +271,22 @@ mod tests {
 
     #[test]
     fn shards_depend_on_the_cohort_size_alone() {
-        assert_eq!(shard_sizes(0), Vec::<usize>::new());
-        assert_eq!(shard_sizes(10), [10]);
-        assert_eq!(shard_sizes(32), [32]);
-        assert_eq!(shard_sizes(63), [63]);
-        assert_eq!(shard_sizes(100), [34, 33, 33]);
-        assert_eq!(shard_sizes(300), [38, 38, 38, 38, 37, 37, 37, 37]);
-        assert_eq!(shard_sizes(1000).iter().sum::<usize>(), 1000);
-        assert_eq!(shard_sizes(1000).len(), 8);
+        assert_eq!(shard_sizes(&[]), Vec::<usize>::new());
+        assert_eq!(shard_sizes(&[5; 10]), [10]);
+        assert_eq!(shard_sizes(&[5; 63]), [63]);
+        // Equal rows: equal counts.
+        assert_eq!(shard_sizes(&[7; 96]), [32, 32, 32]);
+        assert_eq!(shard_sizes(&[1; 300]), [38, 37, 38, 37, 38, 37, 38, 37]);
+        // 64 jobs, two shards: the big job alone carries half the rows.
+        let mut rows = vec![63];
+        rows.extend([1; 63]);
+        assert_eq!(shard_sizes(&rows), [1, 63]);
+        // Never an empty shard, whatever the sizes.
+        let mut rows = vec![1000; 3];
+        rows.extend([0; 97]);
+        assert_eq!(shard_sizes(&rows), [1, 1, 98]);
+        let big: Vec<usize> = (0..1000).rev().collect();
+        let sizes = shard_sizes(&big);
+        assert_eq!((sizes.len(), sizes.iter().sum::<usize>()), (8, 1000));
     }
 }
