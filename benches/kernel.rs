@@ -136,69 +136,69 @@ fn cnn_epoch(c: &mut Criterion) {
     g.finish();
 }
 
-fn fedavg(c: &mut Criterion) {
+/// Benchmarks `file`'s whole run once per variant (`name`, `--set` overrides), the data set
+/// built once outside the timing.
+fn whole_runs(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    file: &str,
+    variants: &[(&str, &[&str])],
+) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let file = root.join("scenarios/paper/fedem_synthetic_fedavg.yaml");
-    let threads = default_threads();
+    let file = root.join(file);
     let base = Scenario::load(&file, &[]).expect("paper scenario");
     let data = Arc::new(
         base.data
             .build(&base.split, &SeedTree::new(base.data_seed))
             .unwrap(),
     );
+    let threads = default_threads();
+    for (name, overrides) in variants {
+        let overrides: Vec<String> = overrides.iter().map(|o| o.to_string()).collect();
+        let s = Scenario::load(&file, &overrides).unwrap();
+        g.bench_function(*name, |b| {
+            b.iter(|| {
+                simulate(&s.run, data.clone(), threads, |_| {})
+                    .unwrap()
+                    .events
+            })
+        });
+    }
+}
+
+fn fedavg(c: &mut Criterion) {
     let mut g = c.benchmark_group("fedavg_fedem_synthetic");
     g.sample_size(10);
     g.measurement_time(Duration::from_secs(20));
-    let one = Scenario::load(&file, &["rounds=1".into()]).unwrap();
-    g.bench_function("one_round_with_evaluation", |b| {
-        b.iter(|| {
-            simulate(&one.run, data.clone(), threads, |_| {})
-                .unwrap()
-                .events
-        })
-    });
-    g.bench_function("100_rounds_eval_every_20", |b| {
-        b.iter(|| {
-            simulate(&base.run, data.clone(), threads, |_| {})
-                .unwrap()
-                .events
-        })
-    });
-    let alone = Scenario::load(&file, &["training.cohorts=off".into()]).unwrap();
-    g.bench_function("100_rounds_eval_every_20_cohorts_off", |b| {
-        b.iter(|| {
-            simulate(&alone.run, data.clone(), threads, |_| {})
-                .unwrap()
-                .events
-        })
-    });
+    whole_runs(
+        &mut g,
+        "scenarios/paper/fedem_synthetic_fedavg.yaml",
+        &[
+            ("one_round_with_evaluation", &["rounds=1"]),
+            ("100_rounds_eval_every_20", &[]),
+            (
+                "100_rounds_eval_every_20_cohorts_off",
+                &["training.cohorts=off"],
+            ),
+        ],
+    );
     g.finish();
 }
 
 fn fedem(c: &mut Criterion) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let file = root.join("scenarios/paper/fedem_synthetic_fedem.yaml");
-    let s = Scenario::load(&file, &[]).expect("paper scenario");
-    let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed)).unwrap());
-    let threads = default_threads();
     let mut g = c.benchmark_group("fedem_fedem_synthetic");
     g.sample_size(10);
     g.measurement_time(Duration::from_secs(60));
-    g.bench_function("m3_100_rounds_eval_every_20", |b| {
-        b.iter(|| {
-            simulate(&s.run, data.clone(), threads, |_| {})
-                .unwrap()
-                .events
-        })
-    });
-    let alone = Scenario::load(&file, &["training.cohorts=off".into()]).unwrap();
-    g.bench_function("m3_100_rounds_eval_every_20_cohorts_off", |b| {
-        b.iter(|| {
-            simulate(&alone.run, data.clone(), threads, |_| {})
-                .unwrap()
-                .events
-        })
-    });
+    whole_runs(
+        &mut g,
+        "scenarios/paper/fedem_synthetic_fedem.yaml",
+        &[
+            ("m3_100_rounds_eval_every_20", &[]),
+            (
+                "m3_100_rounds_eval_every_20_cohorts_off",
+                &["training.cohorts=off"],
+            ),
+        ],
+    );
     g.finish();
 }
 

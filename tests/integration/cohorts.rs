@@ -189,3 +189,17 @@ fn fedem_synthetic_full_run_agrees_with_training_alone() {
         "{alone:?} vs {cohort:?}"
     );
 }
+
+#[test]
+fn a_bad_cohorts_value_names_the_field_and_what_is_allowed() {
+    let err = fedsim::scenario::Scenario::from_yaml(
+        "rounds: 1\ndata: {kind: fedem_synthetic, clients: 4}\ntraining:\n  cohorts: maybe\n",
+        Path::new("c.yaml"),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    for part in ["c.yaml:4", "training.cohorts", "`auto`", "`off`"] {
+        assert!(err.contains(part), "{part} missing in: {err}");
+    }
+}
