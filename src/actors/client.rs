@@ -4,7 +4,7 @@
 
 use super::cohort::{Dispatch, TrainJob};
 use super::{Deliver, DivergenceWatch, FlEffects, JobContext, Msg, SERVER};
-use crate::algorithms::{Algorithm, ClientReport, Evaluation, NoveltyScores};
+use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite, NoveltyScores};
 use crate::data::Split;
 use crate::report::DivergenceStage;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
@@ -79,13 +79,19 @@ impl<A: Algorithm> Client<A> {
             self.fail(round, after, after, eff);
             return;
         }
-        let pending = self.dispatch.train(TrainJob {
+        let job = TrainJob {
             client: self.id,
             round,
             lr,
             global,
             state: self.state.clone(),
             rng: self.seeds.rng(Entity::Client(self.id), "train", job),
+        };
+        let pending = self.dispatch.train(job, move |t| Msg::Trained {
+            round,
+            finite: t.update.is_finite() && t.state.is_finite(),
+            update: t.update,
+            state: t.state,
             upload,
             compute,
         });

@@ -1,9 +1,9 @@
 //! Cohort training: the training jobs the scheduler has dispatched and not yet had to wait
-//! for, trained as one stacked computation.
+//! for, trained as one stacked computation (clients' and peers' alike).
 //!
 //! Where the algorithm's update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]), the
 //! model stacks ([`Architecture::stacked_dense_layers`]) and `training.cohorts` is `auto`,
-//! clients queue their training jobs here instead of on the trainer pool. The scheduler
+//! clients (and peers) queue their training jobs here instead of on the trainer pool. The scheduler
 //! flushes the queue before it awaits any pending result ([`World::flush`]): the jobs queued
 //! since the last flush are a cohort, so its membership is a pure function of the event order
 //! (in a synchronous round, all of the round's jobs; under FedBuff, the jobs started before the
@@ -18,11 +18,11 @@
 //! [`Architecture::stacked_dense_layers`]: crate::models::Architecture::stacked_dense_layers
 //! [`World::flush`]: crate::sim::World::flush
 
-use super::{JobContext, Msg, TrainerPool};
-use crate::algorithms::{Algorithm, Cohorts, Finite, SgdRun};
+use super::{JobContext, TrainerPool};
+use crate::algorithms::{Algorithm, Cohorts, SgdRun};
 use crate::data::Split;
 use crate::models::{train_sgd_stacked, StackedRun};
-use crate::sim::{Pending, SimDuration};
+use crate::sim::Pending;
 use rand_chacha::ChaCha20Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
@@ -60,7 +60,7 @@ pub(super) fn shard_sizes(rows: &[usize]) -> Vec<usize> {
     sizes
 }
 
-/// One client's training job: everything its local update depends on.
+/// One client's (or peer's) training job: everything its local update depends on.
 pub(super) struct TrainJob<A: Algorithm> {
     pub client: u32,
     pub round: u32,
@@ -68,30 +68,25 @@ pub(super) struct TrainJob<A: Algorithm> {
     pub global: Arc<A::Global>,
     pub state: A::ClientState,
     pub rng: ChaCha20Rng,
-    pub upload: bool,
-    pub compute: SimDuration,
+}
+
+/// What a training job yields: the update and the client's new state.
+pub(super) struct Trained<A: Algorithm> {
+    pub update: A::Update,
+    pub state: A::ClientState,
 }
 
 impl<A: Algorithm> TrainJob<A> {
-    /// The message the job's result is: the update and the state, checked for finiteness.
-    fn trained(self, update: A::Update) -> Msg<A> {
-        Msg::Trained {
-            round: self.round,
-            finite: update.is_finite() && self.state.is_finite(),
-            update,
-            state: self.state,
-            upload: self.upload,
-            compute: self.compute,
-        }
-    }
-
     /// Trains this client alone.
-    fn train_alone(mut self, jobs: &JobContext<A>) -> Msg<A> {
+    fn train_alone(mut self, jobs: &JobContext<A>) -> Trained<A> {
         let ctx = jobs.local(self.client, self.round, self.lr);
         let update =
             jobs.algorithm
                 .local_update(&ctx, &self.global, &mut self.state, &mut self.rng);
-        self.trained(update)
+        Trained {
+            update,
+            state: self.state,
+        }
     }
 }
 
@@ -141,15 +136,22 @@ impl<A: Algorithm> Dispatch<A> {
     }
 
     /// Starts `job` (alone) or queues it for the next cohort; its result comes back as the
-    /// client's `Trained` message.
-    pub fn train(&self, job: TrainJob<A>) -> Pending<Msg<A>> {
+    /// message `into` makes of it (made on the pool).
+    pub fn train<M: Send + 'static>(
+        &self,
+        job: TrainJob<A>,
+        into: impl FnOnce(Trained<A>) -> M + Send + 'static,
+    ) -> Pending<M> {
         match self {
             Dispatch::Alone(pool, jobs) => {
                 let jobs = jobs.clone();
-                pool.submit(move || job.train_alone(&jobs))
+                pool.submit(move || into(job.train_alone(&jobs)))
             }
             Dispatch::Cohorts(queue) => {
-                let (reply, pending) = oneshot::channel();
+                let (tx, pending) = oneshot::channel();
+                let reply: Reply<A> = Box::new(move |result| {
+                    let _ = tx.send(result.map(into));
+                });
                 let mut queued = queue.queued.lock().unwrap_or_else(|e| e.into_inner());
                 queued.push((job, reply));
                 pending
@@ -158,7 +160,8 @@ impl<A: Algorithm> Dispatch<A> {
     }
 }
 
-type Reply<A> = oneshot::Sender<Result<Msg<A>, String>>;
+/// Answers one queued job: makes its message and sends it to the waiting entity.
+type Reply<A> = Box<dyn FnOnce(Result<Trained<A>, String>) + Send>;
 
 /// The training jobs queued since the scheduler last waited.
 pub(super) struct CohortQueue<A: Algorithm> {
@@ -190,14 +193,14 @@ impl<A: Algorithm> Flush for CohortQueue<A> {
                 let (shard, replies): (Vec<_>, Vec<_>) = shard.into_iter().unzip();
                 match catch_unwind(AssertUnwindSafe(|| train_cohort(&jobs, shard))) {
                     Ok(results) => {
-                        for (reply, msg) in replies.into_iter().zip(results) {
-                            let _ = reply.send(Ok(msg));
+                        for (reply, trained) in replies.into_iter().zip(results) {
+                            reply(Ok(trained));
                         }
                     }
                     Err(panic) => {
                         let message = super::trainer::panic_message(&*panic);
                         for reply in replies {
-                            let _ = reply.send(Err(message.clone()));
+                            reply(Err(message.clone()));
                         }
                     }
                 }
@@ -209,7 +212,7 @@ impl<A: Algorithm> Flush for CohortQueue<A> {
 /// Trains `shard`'s jobs as one stacked computation: each job's update begins (its runs and
 /// their passes drawn from its stream, in the order training alone draws them), every run of
 /// every job trains stacked, then each update finishes. Results in job order.
-fn train_cohort<A: Algorithm>(jobs: &JobContext<A>, shard: Vec<TrainJob<A>>) -> Vec<Msg<A>> {
+fn train_cohort<A: Algorithm>(jobs: &JobContext<A>, shard: Vec<TrainJob<A>>) -> Vec<Trained<A>> {
     let sgd = A::SGD_UPDATE.expect("cohorts are formed only for algorithms with SGD_UPDATE");
     let plan = &jobs.training.plan;
     let mut begun: Vec<(TrainJob<A>, Vec<SgdRun>, Vec<_>)> = shard
@@ -260,7 +263,10 @@ fn train_cohort<A: Algorithm>(jobs: &JobContext<A>, shard: Vec<TrainJob<A>>) -> 
             }
             let ctx = jobs.local(job.client, job.round, job.lr);
             let update = (sgd.finish)(&jobs.algorithm, &ctx, &job.global, &mut job.state, runs);
-            job.trained(update)
+            Trained {
+                update,
+                state: job.state,
+            }
         })
         .collect()
 }

@@ -20,6 +20,7 @@
 //! bytes once every peer has mixed it. Peer p has rank p + 1 and uses client p's data and random
 //! streams, so a peer trains exactly like client p would.
 
+use super::cohort::{Dispatch, TrainJob};
 use super::{
     device_records, evaluation_records, run_world, Deliver, DivergenceWatch, HubWorld, JobContext,
     TrainerPool,
@@ -87,7 +88,8 @@ fn peer_entity(p: u32) -> EntityId {
 /// What every peer shares.
 struct Shared<A: Gossip> {
     jobs: Arc<JobContext<A>>,
-    pool: TrainerPool,
+    /// Where training jobs go: alone on the pool, or the cohort queue.
+    dispatch: Dispatch<A>,
     system: Arc<SystemModel>,
     topology: Arc<Topology>,
     seeds: SeedTree,
@@ -147,23 +149,22 @@ impl<A: Gossip> Peer<A> {
             self.drop_out(round, after, eff)?;
             return Ok(());
         }
-        let (jobs, id, model) = (jobs.clone(), self.id, self.model.clone());
-        let lr = jobs.training.lr_at(round) * self.shared.step_weights[id as usize];
-        let mut state = self.state.clone();
-        let mut rng = self
-            .shared
-            .seeds
-            .rng(Entity::Client(id), "train", round as u64);
-        let pending = self.shared.pool.submit(move || {
-            let ctx = jobs.local(id, round, lr);
-            let update = jobs
-                .algorithm
-                .local_update(&ctx, &model, &mut state, &mut rng);
-            PeerMsg::Trained {
-                round,
-                model: jobs.algorithm.local_model(update),
-                state,
-            }
+        let (jobs, id) = (jobs.clone(), self.id);
+        let job = TrainJob {
+            client: id,
+            round,
+            lr: jobs.training.lr_at(round) * self.shared.step_weights[id as usize],
+            global: self.model.clone(),
+            state: self.state.clone(),
+            rng: self
+                .shared
+                .seeds
+                .rng(Entity::Client(id), "train", round as u64),
+        };
+        let pending = self.shared.dispatch.train(job, move |t| PeerMsg::Trained {
+            round,
+            model: jobs.algorithm.local_model(t.update),
+            state: t.state,
         });
         eff.send_pending(self.me(), compute, pending);
         Ok(())
@@ -372,7 +373,7 @@ impl<A: Gossip> Peer<A> {
             .shared
             .seeds
             .rng(Entity::Client(id), "evaluate", round as u64);
-        let pending = self.shared.pool.submit(move || {
+        let pending = self.shared.dispatch.pool().submit(move || {
             let ctx = jobs.local(id, round, jobs.training.lr_at(round));
             let results = jobs.algorithm.evaluate(&ctx, &model, &state, &mut rng);
             PeerMsg::Evaluated {
@@ -606,15 +607,17 @@ pub(super) fn simulate_peers<A: Gossip>(
             }
             _ => vec![1.0; peers],
         };
+        let jobs = Arc::new(JobContext {
+            algorithm,
+            arch,
+            training: spec.training.clone(),
+            data,
+            on_divergence: spec.on_divergence,
+        });
+        let dispatch = Dispatch::new(TrainerPool::start(threads), jobs.clone());
         let shared = Arc::new(Shared {
-            jobs: Arc::new(JobContext {
-                algorithm,
-                arch,
-                training: spec.training.clone(),
-                data,
-                on_divergence: spec.on_divergence,
-            }),
-            pool: TrainerPool::start(threads),
+            jobs,
+            dispatch,
             system: Arc::new(system_model),
             topology: Arc::new(topology),
             seeds,
@@ -622,7 +625,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             eval_every: spec.eval_every,
             step_weights,
         });
-        let _drain = shared.pool.drain_on_drop();
+        let _drain = shared.dispatch.pool().drain_on_drop();
         let peer_addrs: Vec<Addr<Peer<A>>> = states
             .into_iter()
             .enumerate()
@@ -644,6 +647,7 @@ pub(super) fn simulate_peers<A: Gossip>(
                 .start()
             })
             .collect();
+        let queue = shared.dispatch.queue();
         let monitor = Monitor {
             watch: DivergenceWatch::new(spec.on_divergence),
             shared,
@@ -651,7 +655,8 @@ pub(super) fn simulate_peers<A: Gossip>(
             rounds: BTreeMap::new(),
         }
         .start();
-        let world: HubWorld<_, _, PeerMsg<A>> = HubWorld::new(monitor, peer_addrs);
+        let mut world: HubWorld<_, _, PeerMsg<A>> = HubWorld::new(monitor, peer_addrs);
+        world.cohorts = queue.map(|queue| queue as Arc<dyn super::cohort::Flush>);
         let start = (0..peers as u32)
             .map(|p| (peer_entity(p), peer_entity(p), PeerMsg::Train { round: 1 }))
             .collect();

@@ -117,7 +117,7 @@ pub struct Capabilities {
     /// Combines updates computed from older models (FedBuff, late updates).
     pub stale_updates: bool,
     /// Its clients can train in cohorts, as one stacked computation (`training.cohorts`): its
-    /// update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]). Peers train alone.
+    /// update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]), with a server or on peers.
     pub cohorts: bool,
 }
 
@@ -158,7 +158,7 @@ impl Registration {
             capabilities: Capabilities {
                 decentralized: true,
                 stale_updates: false,
-                cohorts: false,
+                cohorts: <S::Algorithm as Algorithm>::SGD_UPDATE.is_some(),
             },
             parse: parse::<S>,
             launch: launch_peers::<S>,
@@ -420,7 +420,7 @@ mod tests {
         ] {
             assert!(get(name).cohorts, "{name} trains in cohorts");
         }
-        for name in ["pfedme", "apfl", "per_fedavg", "ditto", "d_psgd", "d_fedem"] {
+        for name in ["pfedme", "apfl", "per_fedavg", "ditto", "fedgmm"] {
             assert!(!get(name).cohorts, "{name} trains each client alone");
         }
         assert!(get("d_psgd").decentralized && get("d_fedem").decentralized);

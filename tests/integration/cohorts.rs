@@ -72,13 +72,18 @@ const COHORT_ALGORITHMS: [&[&str]; 6] = [
 ];
 
 fn compare(settings: &[&str], what: &str, tol: f64) {
+    compare_on(SMALL, settings, what, tol)
+}
+
+/// `compare` on the scenario `text`.
+fn compare_on(text: &str, settings: &[&str], what: &str, tol: f64) {
     let with = |cohorts: &'static str| {
         let mut o: Vec<&str> = settings.to_vec();
         o.push(cohorts);
         o
     };
-    let alone = simulate(SMALL, &with("training.cohorts=off"), 2);
-    let cohort = simulate(SMALL, &with("training.cohorts=auto"), 2);
+    let alone = simulate(text, &with("training.cohorts=off"), 2);
+    let cohort = simulate(text, &with("training.cohorts=auto"), 2);
     assert!(!alone.losses.is_empty(), "{what}: evaluated");
     assert_close(what, &alone, &cohort, tol);
 }
@@ -95,6 +100,23 @@ fn cohorts_match_training_alone_after_a_round_on_every_cohort_algorithm() {
                 settings.extend([model, sampling, "rounds=1", "eval_every=1"]);
                 compare(&settings, &format!("{alg:?} {model} {sampling}"), 1e-5);
             }
+        }
+    }
+}
+
+#[test]
+fn peers_train_in_cohorts_as_they_would_alone() {
+    // D-PSGD and D-FedEM, synchronous and asynchronous gossip, two rounds.
+    for alg in ["algorithm={name: d_psgd}", "algorithm={name: d_fedem}"] {
+        for gossip in ["synchronous", "asynchronous"] {
+            let topology = format!(
+                "topology={{graph: {{kind: ring}}, mixing: {{rule: metropolis_hastings}}, \
+                 gossip: {gossip}}}"
+            );
+            let settings = [alg, topology.as_str(), "rounds=2", "eval_every=1"];
+            // Every peer trains each round: SMALL without its client sampling.
+            let peers = SMALL.replace("sampling: {fraction: 0.5}\n", "");
+            compare_on(&peers, &settings, &format!("{alg} {gossip}"), 1e-5);
         }
     }
 }
