@@ -12,8 +12,8 @@
 //! rule that depends on the cohort alone ([`shard_sizes`]); each shard trains as one job on the
 //! pool, so results never depend on the number of threads.
 //!
-//! This room must not look at the clock or at which jobs have finished, reorder jobs, or draw
-//! from any stream but each job's own.
+//! This room must not look at the clock, the thread count or which jobs have finished, order
+//! jobs by anything but the cohort itself, or draw from any stream but each job's own.
 //!
 //! [`Architecture::stacked_dense_layers`]: crate::models::Architecture::stacked_dense_layers
 //! [`World::flush`]: crate::sim::World::flush
@@ -258,8 +258,8 @@ fn train_cohort<A: Algorithm>(jobs: &JobContext<A>, shard: Vec<TrainJob<A>>) -> 
     begun
         .into_iter()
         .map(|(mut job, mut runs, _)| {
-            if !jobs.training.keep_momentum {
-                runs.iter_mut().for_each(|run| run.momentum.clear());
+            for run in &mut runs {
+                jobs.training.settle_momentum(&mut run.momentum);
             }
             let ctx = jobs.local(job.client, job.round, job.lr);
             let update = (sgd.finish)(&jobs.algorithm, &ctx, &job.global, &mut job.state, runs);
@@ -276,7 +276,7 @@ mod tests {
     use super::shard_sizes;
 
     #[test]
-    fn shards_depend_on_the_cohort_size_alone() {
+    fn shards_depend_on_the_cohort_alone_and_carry_equal_rows() {
         assert_eq!(shard_sizes(&[]), Vec::<usize>::new());
         assert_eq!(shard_sizes(&[5; 10]), [10]);
         assert_eq!(shard_sizes(&[5; 63]), [63]);

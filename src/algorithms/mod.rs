@@ -132,6 +132,14 @@ impl Training {
             }
         }
     }
+
+    /// What is left of a momentum buffer after a local run: all of it, or nothing unless the
+    /// scenario keeps momentum across rounds.
+    pub fn settle_momentum(&self, momentum: &mut Vec<f32>) {
+        if !self.keep_momentum {
+            momentum.clear();
+        }
+    }
 }
 
 /// What a client's local work sees.
@@ -165,9 +173,7 @@ impl LocalContext<'_> {
         train_sgd(
             self.arch, params, momentum, view, plan, self.lr, rng, objective,
         );
-        if !self.training.keep_momentum {
-            momentum.clear();
-        }
+        self.training.settle_momentum(momentum);
     }
 
     /// The minibatches of this round's local plan over the training split, one call of `step`

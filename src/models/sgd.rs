@@ -331,10 +331,10 @@ pub fn sample_losses(
     let k = models.len() as i64;
     let losses = tch::no_grad(|| {
         if arch.is_linear() {
-            let (i, o) = (
-                arch.input_dim as i64,
-                arch.num_params() as i64 / (arch.input_dim as i64 + 1),
-            );
+            let super::Layer::Dense { inputs, outputs } = arch.layers[0] else {
+                unreachable!("a linear model is one dense layer")
+            };
+            let (i, o) = (inputs as i64, outputs as i64);
             let split = (o * i) as usize;
             let weights: Vec<f32> = models
                 .iter()
