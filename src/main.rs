@@ -388,6 +388,9 @@ fn real_main() -> Result<()> {
             }
             println!("  simulated time           {:.1} s", report.sim_seconds);
             println!("  wall time                {:.1} s", report.wall_seconds);
+            if let Some(bytes) = fedsim::scenario::peak_memory() {
+                println!("  peak memory              {:.2} GB", bytes / 1e9);
+            }
             println!("results in {}/", report.out_dir.display());
             for f in &report.files {
                 println!("  {}", f.file_name().unwrap_or_default().to_string_lossy());

@@ -10,22 +10,39 @@ use crate::report::DivergenceStage;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 
 pub(super) struct Client<A: Algorithm> {
     id: u32,
     /// Held out of training: adapts to the trained model only to be tested.
     unseen: bool,
-    state: A::ClientState,
+    /// What outlives this actor; `None` only once it has gone back to the roster.
+    kept: Option<Kept<A>>,
     jobs: Arc<JobContext<A>>,
     dispatch: Dispatch<A>,
     system: Arc<SystemModel>,
     seeds: SeedTree,
+    /// Results of this client's own jobs still to come: it stays awake until they have.
+    awaited: usize,
+    /// Where it goes to sleep when it has nothing to wait for (`None`: it never sleeps).
+    roster: Option<Weak<Roster<A>>>,
+}
+
+/// What a client keeps between its participations, whether awake (an actor) or asleep (in
+/// the roster).
+pub(super) struct Kept<A: Algorithm> {
+    state: A::ClientState,
     last_trained: Option<u32>,
     watch: DivergenceWatch,
 }
 
 impl<A: Algorithm> Client<A> {
+    /// A client on its own, awake for good (for unit tests; runs wake clients from a
+    /// [`Roster`]).
+    #[cfg(test)]
     pub fn new(
         id: u32,
         unseen: bool,
@@ -36,16 +53,24 @@ impl<A: Algorithm> Client<A> {
         seeds: SeedTree,
     ) -> Self {
         Client {
-            watch: DivergenceWatch::new(jobs.on_divergence),
+            kept: Some(Kept {
+                state,
+                last_trained: None,
+                watch: DivergenceWatch::new(jobs.on_divergence),
+            }),
             id,
             unseen,
-            state,
             jobs,
             dispatch,
             system,
-            last_trained: None,
             seeds,
+            awaited: 0,
+            roster: None,
         }
+    }
+
+    fn kept(&mut self) -> &mut Kept<A> {
+        self.kept.as_mut().expect("an awake client keeps its state")
     }
 
     fn me(&self) -> crate::sim::EntityId {
@@ -84,7 +109,7 @@ impl<A: Algorithm> Client<A> {
             round,
             lr,
             global,
-            state: self.state.clone(),
+            state: self.kept().state.clone(),
             rng: self.seeds.rng(Entity::Client(self.id), "train", job),
         };
         let pending = self.dispatch.train(job, move |t| Msg::Trained {
@@ -95,6 +120,7 @@ impl<A: Algorithm> Client<A> {
             upload,
             compute,
         });
+        self.awaited += 1;
         eff.send_pending(self.me(), compute, pending);
     }
 
@@ -120,8 +146,9 @@ impl<A: Algorithm> Client<A> {
         (upload, compute): (bool, SimDuration),
         eff: &mut FlEffects<A>,
     ) {
-        self.state = state;
-        self.last_trained = Some(round);
+        let kept = self.kept();
+        kept.state = state;
+        kept.last_trained = Some(round);
         let floats = if upload {
             self.jobs.algorithm.update_len(&update)
         } else {
@@ -155,7 +182,7 @@ impl<A: Algorithm> Client<A> {
 
     fn evaluate(&mut self, round: u32, global: Arc<A::Global>, eff: &mut FlEffects<A>) {
         let (jobs, id) = (self.jobs.clone(), self.id);
-        let (state, unseen) = (self.state.clone(), self.unseen);
+        let (state, unseen) = (self.kept().state.clone(), self.unseen);
         let mut rng = self.seeds.rng(Entity::Client(id), "evaluate", round as u64);
         let pending = self.dispatch.pool().submit(move || {
             let ctx = jobs.local(id, round, jobs.training.lr_at(round));
@@ -180,18 +207,19 @@ impl<A: Algorithm> Client<A> {
                 report,
             }
         });
+        self.awaited += 1;
         eff.send_pending(self.me(), SimDuration::ZERO, pending);
     }
 
     fn evaluated(
-        &self,
+        &mut self,
         now: SimTime,
         round: u32,
         results: Vec<Evaluation>,
         report: ClientReport,
         eff: &mut FlEffects<A>,
     ) {
-        let sampled = self.last_trained == Some(round);
+        let sampled = self.kept().last_trained == Some(round);
         let records = super::evaluation_records(
             (round, now, self.id),
             results,
@@ -202,6 +230,94 @@ impl<A: Algorithm> Client<A> {
     }
 }
 
+/// The clients of a run, awake only while they have work: a client's actor starts when a
+/// message comes for it and stops when it has handled one and awaits no result of its own,
+/// leaving what it keeps here. A client that never took part costs nothing but its id (its
+/// state is made when it first wakes, from the initial model, as it was made eagerly before).
+pub(super) struct Roster<A: Algorithm> {
+    jobs: Arc<JobContext<A>>,
+    dispatch: Dispatch<A>,
+    system: Arc<SystemModel>,
+    seeds: SeedTree,
+    /// The held-out clients, sorted.
+    unseen: Vec<u32>,
+    /// The model new client states are made from.
+    initial: Arc<A::Global>,
+    awake: RefCell<HashMap<u32, Addr<Client<A>>>>,
+    asleep: RefCell<HashMap<u32, Kept<A>>>,
+}
+
+/// What [`Roster::new`] needs to wake clients.
+pub(super) struct RosterParts<A: Algorithm> {
+    pub jobs: Arc<JobContext<A>>,
+    pub dispatch: Dispatch<A>,
+    pub system: Arc<SystemModel>,
+    pub seeds: SeedTree,
+    pub unseen: Vec<u32>,
+    pub initial: Arc<A::Global>,
+}
+
+impl<A: Algorithm> Roster<A> {
+    pub fn new(parts: RosterParts<A>) -> Rc<Self> {
+        let RosterParts {
+            jobs,
+            dispatch,
+            system,
+            seeds,
+            unseen,
+            initial,
+        } = parts;
+        Rc::new(Roster {
+            jobs,
+            dispatch,
+            system,
+            seeds,
+            unseen,
+            initial,
+            awake: RefCell::default(),
+            asleep: RefCell::default(),
+        })
+    }
+
+    /// Client `id`'s actor, woken if it sleeps.
+    pub fn wake(self: &Rc<Self>, id: u32) -> Addr<Client<A>> {
+        if let Some(addr) = self.awake.borrow().get(&id) {
+            return addr.clone();
+        }
+        let kept = self.asleep.borrow_mut().remove(&id);
+        let kept = kept.unwrap_or_else(|| Kept {
+            state: self.jobs.algorithm.init_client(&self.initial, id),
+            last_trained: None,
+            watch: DivergenceWatch::new(self.jobs.on_divergence),
+        });
+        let addr = Client {
+            id,
+            unseen: self.unseen.binary_search(&id).is_ok(),
+            kept: Some(kept),
+            jobs: self.jobs.clone(),
+            dispatch: self.dispatch.clone(),
+            system: self.system.clone(),
+            seeds: self.seeds,
+            awaited: 0,
+            roster: Some(Rc::downgrade(self)),
+        }
+        .start();
+        self.awake.borrow_mut().insert(id, addr.clone());
+        addr
+    }
+
+    fn sleep(&self, id: u32, kept: Kept<A>) {
+        self.awake.borrow_mut().remove(&id);
+        self.asleep.borrow_mut().insert(id, kept);
+    }
+
+    /// Clients awake now, and asleep with something kept.
+    #[cfg(test)]
+    pub fn counts(&self) -> (usize, usize) {
+        (self.awake.borrow().len(), self.asleep.borrow().len())
+    }
+}
+
 impl<A: Algorithm> Actor for Client<A> {
     type Context = Context<Self>;
 }
@@ -209,8 +325,16 @@ impl<A: Algorithm> Actor for Client<A> {
 impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Client<A> {
     type Result = Result<FlEffects<A>, SimError>;
 
-    fn handle(&mut self, d: Deliver<Msg<A>>, _: &mut Context<Self>) -> Self::Result {
-        self.on_message(d.now, d.msg)
+    fn handle(&mut self, d: Deliver<Msg<A>>, ctx: &mut Context<Self>) -> Self::Result {
+        let eff = self.on_message(d.now, d.msg)?;
+        if self.awaited == 0 {
+            if let Some(roster) = self.roster.as_ref().and_then(Weak::upgrade) {
+                let kept = self.kept.take().expect("a client sleeps once");
+                roster.sleep(self.id, kept);
+                ctx.stop();
+            }
+        }
+        Ok(eff)
     }
 }
 
@@ -235,8 +359,10 @@ impl<A: Algorithm> Client<A> {
                 compute,
                 finite,
             } => {
+                self.awaited -= 1;
                 let at = (round, now, Some(self.id));
-                self.watch
+                self.kept()
+                    .watch
                     .check(finite, at, DivergenceStage::Training, &mut eff);
                 self.trained(now, round, update, state, (upload, compute), &mut eff)
             }
@@ -246,8 +372,9 @@ impl<A: Algorithm> Client<A> {
                 results,
                 report,
             } => {
+                self.awaited -= 1;
                 let at = (round, now, Some(self.id));
-                self.watch.check_evaluation(&results, at, &mut eff);
+                self.kept().watch.check_evaluation(&results, at, &mut eff);
                 self.evaluated(now, round, results, report, &mut eff)
             }
             _ => {
@@ -346,7 +473,7 @@ mod tests {
                 [(SERVER, d, Some(Msg::Update { round: 1, client: 0, .. }))] if d == upload
             ));
             assert!(eff.records().is_empty() && !eff.stops());
-            assert_eq!(c.last_trained, Some(1));
+            assert_eq!(c.kept().last_trained, Some(1));
         });
     }
 
@@ -368,6 +495,52 @@ mod tests {
             );
             let second = go_on.on_message(SimTime(2000), trained(false)).unwrap();
             assert!(second.records().is_empty(), "recorded once per client");
+        });
+    }
+
+    #[test]
+    fn a_client_sleeps_when_it_awaits_nothing_and_wakes_with_what_it_kept() {
+        use crate::actors::Deliver;
+        use crate::algorithms::Evaluation;
+        use crate::models::EvalStats;
+        actix::System::new().block_on(async {
+            let (_, jobs, system) = crate::actors::testkit::fedavg_run("", &[]);
+            let dispatch = Dispatch::new(crate::actors::TrainerPool::start(1), jobs.clone());
+            let roster = Roster::new(RosterParts {
+                initial: Arc::new(vec![0.0; 4]),
+                jobs,
+                dispatch,
+                system,
+                seeds: SeedTree::new(1),
+                unseen: vec![1],
+            });
+            let deliver = |msg: Msg<FedAvg>| {
+                let addr = roster.wake(0);
+                async move {
+                    let now = SimTime(1000);
+                    addr.send(Deliver { now, msg }).await.unwrap().unwrap()
+                }
+            };
+            assert_eq!(roster.counts(), (0, 0), "nobody is awake before a message");
+            let eff = deliver(train(1)).await;
+            assert!(matches!(eff.sends().next(), Some((_, _, None))), "a pending job");
+            assert_eq!(roster.counts(), (1, 0), "awake while its job runs");
+            deliver(trained(true)).await;
+            assert_eq!(roster.counts(), (0, 1), "asleep once the update is sent");
+            // Woken again for an evaluation, it still knows it trained in round 1.
+            let stats = EvalStats { n: 5, loss: 0.3, accuracy: 0.8 };
+            let results = vec![Evaluation {
+                model: crate::algorithms::ModelKind::Global,
+                split: Split::Test,
+                stats,
+            }];
+            let global = Arc::new(vec![0.0; 4]);
+            deliver(Msg::Evaluate { round: 1, global }).await;
+            assert_eq!(roster.counts(), (1, 0));
+            let report = ClientReport::default();
+            let eff = deliver(Msg::Evaluated { round: 1, results, report }).await;
+            assert!(matches!(eff.records(), [Record::Eval(e)] if e.sampled && !e.unseen));
+            assert_eq!(roster.counts(), (0, 1));
         });
     }
 }

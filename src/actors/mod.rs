@@ -8,12 +8,14 @@
 
 mod client;
 mod cohort;
+mod evaluation;
 mod peer;
 mod policy;
 mod sampling;
 mod server;
 mod trainer;
 
+pub use evaluation::{EvalClients, EvalSample, EvaluationPlan};
 pub use peer::{consensus_distance, PeerMsg};
 pub use policy::{staleness_factor, LateUpdates, PolicySpec};
 pub use sampling::{SampleSize, Sampling, Strategy};
@@ -45,8 +47,8 @@ use std::sync::Arc;
 pub struct RunSpec {
     pub seed: u64,
     pub rounds: u32,
-    /// Evaluate every this many rounds (and always after the last one).
-    pub eval_every: u32,
+    /// When to evaluate (and always after the last round), and on which clients.
+    pub evaluation: EvaluationPlan,
     pub model: ModelSpec,
     pub algorithm: AlgorithmSpec,
     pub training: Training,
@@ -228,28 +230,53 @@ impl<M: 'static> Message for Deliver<M> {
     type Result = Result<Effects<M, Record>, SimError>;
 }
 
+/// The members of a hub world, by index: actors that are always there (peers), or clients
+/// woken on demand (the [`client::Roster`]).
+trait Members<M: 'static>: Clone + Unpin + 'static {
+    type Actor: Actor + Handler<Deliver<M>>;
+    fn addr(&self, index: u32) -> Addr<Self::Actor>;
+}
+
+impl<M, C> Members<M> for Arc<Vec<Addr<C>>>
+where
+    M: 'static,
+    C: Actor + Handler<Deliver<M>>,
+{
+    type Actor = C;
+    fn addr(&self, index: u32) -> Addr<C> {
+        self[index as usize].clone()
+    }
+}
+
+impl<A: Algorithm> Members<Msg<A>> for std::rc::Rc<client::Roster<A>> {
+    type Actor = Client<A>;
+    fn addr(&self, index: u32) -> Addr<Client<A>> {
+        self.wake(index)
+    }
+}
+
 /// The entities of a run as the scheduler sees them: a hub with rank 0 (the server, or the
 /// monitor of a decentralized run) and members with rank `c + 1` (clients, or peers).
-struct HubWorld<H: Actor, C: Actor, M> {
+struct HubWorld<H: Actor, Ms, M> {
     hub: Addr<H>,
-    members: Arc<Vec<Addr<C>>>,
+    members: Ms,
     /// The cohort queue the scheduler flushes before it waits, if members train in cohorts.
     cohorts: Option<Arc<dyn cohort::Flush>>,
     _msg: PhantomData<fn() -> M>,
 }
 
-impl<H: Actor, C: Actor, M> HubWorld<H, C, M> {
-    fn new(hub: Addr<H>, members: Vec<Addr<C>>) -> Self {
+impl<H: Actor, Ms, M> HubWorld<H, Ms, M> {
+    fn new(hub: Addr<H>, members: Ms) -> Self {
         HubWorld {
             hub,
-            members: Arc::new(members),
+            members,
             cohorts: None,
             _msg: PhantomData,
         }
     }
 }
 
-impl<H: Actor, C: Actor, M> Clone for HubWorld<H, C, M> {
+impl<H: Actor, Ms: Clone, M> Clone for HubWorld<H, Ms, M> {
     fn clone(&self) -> Self {
         HubWorld {
             hub: self.hub.clone(),
@@ -260,13 +287,13 @@ impl<H: Actor, C: Actor, M> Clone for HubWorld<H, C, M> {
     }
 }
 
-impl<H, C, M> World for HubWorld<H, C, M>
+impl<H, Ms, M> World for HubWorld<H, Ms, M>
 where
     M: Send + Unpin + 'static,
     H: Actor + Handler<Deliver<M>>,
     H::Context: ToEnvelope<H, Deliver<M>>,
-    C: Actor + Handler<Deliver<M>>,
-    C::Context: ToEnvelope<C, Deliver<M>>,
+    Ms: Members<M>,
+    <Ms::Actor as Actor>::Context: ToEnvelope<Ms::Actor, Deliver<M>>,
 {
     type Msg = M;
     type Record = Record;
@@ -278,7 +305,7 @@ where
             let req = self.hub.send(msg);
             Box::pin(async move { req.await.map_err(gone)? })
         } else {
-            let req = self.members[(to.0 - 1) as usize].send(msg);
+            let req = self.members.addr(to.0 - 1).send(msg);
             Box::pin(async move { req.await.map_err(gone)? })
         }
     }
@@ -390,8 +417,13 @@ pub fn simulate(
     threads: usize,
     on_record: impl FnMut(&Record) + 'static,
 ) -> Result<SimOutput, SimError> {
-    crate::scenario::check_client_counts(data.num_clients(), spec.unseen_fraction, &spec.sampling)
-        .map_err(|(path, message)| SimError::Model(format!("{path}: {message}")))?;
+    crate::scenario::check_client_counts(
+        data.num_clients(),
+        spec.unseen_fraction,
+        &spec.sampling,
+        &spec.evaluation,
+    )
+    .map_err(|(path, message)| SimError::Model(format!("{path}: {message}")))?;
     let held_out_count = (spec.unseen_fraction * data.num_clients() as f64).floor() as usize;
     let unseen = unseen_clients(
         &SeedTree::new(spec.seed),
@@ -491,9 +523,6 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
         let arch = Architecture::for_input(&spec.model, data.input_shape(), data.classes);
         let global = algorithm.init_global(&arch, &mut seeds.rng(Entity::Run, "model_init", 0));
         let num_clients = data.num_clients() as u32;
-        let states: Vec<A::ClientState> = (0..num_clients)
-            .map(|c| algorithm.init_client(&global, c))
-            .collect();
         let jobs = Arc::new(JobContext {
             algorithm,
             arch,
@@ -514,27 +543,24 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
         .map_err(|e| SimError::Model(e.to_string()))?;
         let system_model = Arc::new(system_model);
         let devices = device_records(&system_model, num_clients);
-        let clients: Vec<Addr<Client<A>>> = states
-            .into_iter()
-            .enumerate()
-            .map(|(c, state)| {
-                Client::new(
-                    c as u32,
-                    unseen.binary_search(&(c as u32)).is_ok(),
-                    state,
-                    jobs.clone(),
-                    dispatch.clone(),
-                    system_model.clone(),
-                    seeds,
-                )
-                .start()
-            })
-            .collect();
+        let global = Arc::new(global);
+        let clients = client::Roster::new(client::RosterParts {
+            jobs: jobs.clone(),
+            dispatch: dispatch.clone(),
+            system: system_model.clone(),
+            seeds,
+            unseen: unseen.clone(),
+            initial: global.clone(),
+        });
         let server = Server::new(
             server::ServerConfig {
                 algorithm: jobs.clone(),
                 rounds: spec.rounds,
-                eval_every: spec.eval_every,
+                evaluated: evaluation::EvaluatedClients::new(
+                    spec.evaluation,
+                    num_clients as usize,
+                    seeds,
+                ),
                 num_clients,
                 participants: (0..num_clients)
                     .filter(|c| unseen.binary_search(c).is_err())

@@ -21,6 +21,7 @@
 //! streams, so a peer trains exactly like client p would.
 
 use super::cohort::{Dispatch, TrainJob};
+use super::evaluation::EvaluatedClients;
 use super::{
     device_records, evaluation_records, run_world, Deliver, DivergenceWatch, HubWorld, JobContext,
     TrainerPool,
@@ -94,7 +95,8 @@ struct Shared<A: Gossip> {
     topology: Arc<Topology>,
     seeds: SeedTree,
     rounds: u32,
-    eval_every: u32,
+    /// When to evaluate, and which peers.
+    evaluated: EvaluatedClients,
     /// ω_t: each peer's factor on the learning rate.
     step_weights: Vec<f64>,
 }
@@ -354,7 +356,7 @@ impl<A: Gossip> Peer<A> {
         };
         eff.send(MONITOR, SimDuration::ZERO, mixed);
         let shared = &self.shared;
-        if round % shared.eval_every == 0 || round == shared.rounds {
+        if shared.evaluated.is_due(round, shared.rounds) && shared.evaluated.includes(round, self.id) {
             self.evaluate(round, eff);
         }
         if round < shared.rounds {
@@ -622,7 +624,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             topology: Arc::new(topology),
             seeds,
             rounds: spec.rounds,
-            eval_every: spec.eval_every,
+            evaluated: EvaluatedClients::new(spec.evaluation, peers as usize, seeds),
             step_weights,
         });
         let _drain = shared.dispatch.pool().drain_on_drop();
@@ -655,7 +657,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             rounds: BTreeMap::new(),
         }
         .start();
-        let mut world: HubWorld<_, _, PeerMsg<A>> = HubWorld::new(monitor, peer_addrs);
+        let mut world: HubWorld<_, _, PeerMsg<A>> = HubWorld::new(monitor, Arc::new(peer_addrs));
         world.cohorts = queue.map(|queue| queue as Arc<dyn super::cohort::Flush>);
         let start = (0..peers as u32)
             .map(|p| (peer_entity(p), peer_entity(p), PeerMsg::Train { round: 1 }))

@@ -12,6 +12,7 @@
 //! A client is never sent a second job while one is in flight. The server reads the system
 //! model only to ask who is online; all durations are the clients' and the links'.
 
+use super::evaluation::EvaluatedClients;
 use super::policy::{staleness_factor, LateUpdates, PolicySpec};
 use super::{
     client_entity, Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Sampling, SERVER,
@@ -21,12 +22,15 @@ use crate::report::{DivergenceStage, JobOutcome, JobRecord, Record, RoundRecord}
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub(super) struct ServerConfig<A: Algorithm> {
     pub algorithm: Arc<JobContext<A>>,
     pub rounds: u32,
-    pub eval_every: u32,
+    /// When to evaluate, and which clients.
+    pub evaluated: EvaluatedClients,
     pub num_clients: u32,
     /// The clients that take part in training (all but the held-out ones), sorted.
     pub participants: Vec<u32>,
@@ -47,50 +51,51 @@ struct InFlight<G> {
     late: Option<JobOutcome>,
 }
 
-/// The jobs in flight, one slot per client (a client runs one job at a time), iterated in
-/// client order.
+/// The jobs in flight by client (a client runs one job at a time), iterated in client order;
+/// a job costs its entry, an idle client one bit.
 struct InFlightJobs<G> {
-    slots: Vec<Option<InFlight<G>>>,
-    running: usize,
+    jobs: BTreeMap<u32, InFlight<G>>,
+    /// Bit `c` is set while client `c` has a job in flight.
+    busy: Vec<u64>,
 }
 
 impl<G> InFlightJobs<G> {
     fn new(clients: usize) -> Self {
         InFlightJobs {
-            slots: (0..clients).map(|_| None).collect(),
-            running: 0,
+            jobs: BTreeMap::new(),
+            busy: vec![0; clients.div_ceil(64)],
         }
     }
 
     fn is_busy(&self, client: u32) -> bool {
-        self.slots[client as usize].is_some()
+        self.busy[client as usize / 64] & (1 << (client % 64)) != 0
     }
 
     fn insert(&mut self, client: u32, job: InFlight<G>) {
-        let previous = self.slots[client as usize].replace(job);
+        let previous = self.jobs.insert(client, job);
         debug_assert!(
             previous.is_none(),
             "a busy client is never sent a second job"
         );
-        self.running += 1;
+        self.busy[client as usize / 64] |= 1 << (client % 64);
     }
 
     fn remove(&mut self, client: u32) -> Option<InFlight<G>> {
-        let job = self.slots.get_mut(client as usize)?.take();
-        self.running -= usize::from(job.is_some());
-        job
+        let job = self.jobs.remove(&client)?;
+        self.busy[client as usize / 64] &= !(1 << (client % 64));
+        Some(job)
     }
 
     fn len(&self) -> usize {
-        self.running
+        self.jobs.len()
     }
 
     fn is_empty(&self) -> bool {
-        self.running == 0
+        self.jobs.is_empty()
     }
 
     fn iter_mut(&mut self) -> impl Iterator<Item = &mut InFlight<G>> {
-        self.slots.iter_mut().flatten()
+        self.jobs.values_mut()
     }
 }
 
@@ -131,9 +136,9 @@ pub(super) struct Server<A: Algorithm> {
 }
 
 impl<A: Algorithm> Server<A> {
-    pub fn new(cfg: ServerConfig<A>, global: A::Global) -> Self {
+    pub fn new(cfg: ServerConfig<A>, global: Arc<A::Global>) -> Self {
         Server {
-            global: Arc::new(global),
+            global,
             round: 0,
             round_start: SimTime::ZERO,
             in_flight: InFlightJobs::new(cfg.num_clients as usize),
@@ -160,8 +165,12 @@ impl<A: Algorithm> Server<A> {
         matches!(self.cfg.policy, PolicySpec::Fedbuff { .. })
     }
 
-    /// Idle participants (no job in flight), online at `now` if the sampling asks for it.
-    fn candidates(&self, now: SimTime, online_only: bool) -> Vec<u32> {
+    /// Idle participants (no job in flight), online at `now` if the sampling asks for it;
+    /// all participants, uncopied, when no job is out and availability does not matter.
+    fn candidates(&self, now: SimTime, online_only: bool) -> Cow<'_, [u32]> {
+        if self.in_flight.is_empty() && !online_only {
+            return Cow::Borrowed(&self.cfg.participants);
+        }
         self.cfg
             .participants
             .iter()
@@ -261,6 +270,17 @@ impl<A: Algorithm> Server<A> {
             eff.send(SERVER, at - now, Msg::StartRound { round });
             return Ok(());
         }
+        let selected = self.choose(
+            &candidates,
+            self.cfg.sampling.to_select(total),
+            round as u64,
+        );
+        let trainers = if self.alg().trains_unsampled() {
+            candidates.into_owned()
+        } else {
+            selected.clone()
+        };
+        self.selected = selected;
         self.open = true;
         self.round_start = now;
         // Late updates (and their bytes) that arrived while no round was open count here.
@@ -271,16 +291,6 @@ impl<A: Algorithm> Server<A> {
             late: gap.late,
             bytes_up: gap.bytes_up,
             ..Default::default()
-        };
-        self.selected = self.choose(
-            &candidates,
-            self.cfg.sampling.to_select(total),
-            round as u64,
-        );
-        let trainers = if self.alg().trains_unsampled() {
-            candidates
-        } else {
-            self.selected.clone()
         };
         self.outstanding = trainers.len();
         for c in trainers {
@@ -422,16 +432,14 @@ impl<A: Algorithm> Server<A> {
             DivergenceStage::Aggregation,
             eff,
         );
-        if round % self.cfg.eval_every == 0 || round == self.cfg.rounds {
-            for c in 0..self.cfg.num_clients {
-                eff.send(
-                    client_entity(c),
-                    SimDuration::ZERO,
-                    Msg::Evaluate {
-                        round,
-                        global: self.global.clone(),
-                    },
-                );
+        if self.cfg.evaluated.is_due(round, self.cfg.rounds) {
+            let evaluate = |c: u32, eff: &mut FlEffects<A>| {
+                let global = self.global.clone();
+                eff.send(client_entity(c), SimDuration::ZERO, Msg::Evaluate { round, global });
+            };
+            match self.cfg.evaluated.at(round) {
+                None => (0..self.cfg.num_clients).for_each(|c| evaluate(c, eff)),
+                Some(chosen) => chosen.iter().for_each(|&c| evaluate(c, eff)),
             }
         }
         if round == self.cfg.rounds {
@@ -747,6 +755,7 @@ impl<A: Algorithm> Server<A> {
 mod tests {
     use super::*;
     use crate::algorithms::{FedAvg, ModelUpdate};
+    use crate::actors::evaluation::EvaluationPlan;
     use crate::report::DivergenceStage;
 
     /// A FedAvg server over two clients of a tiny data set, under `policy`, for 3 rounds.
@@ -760,7 +769,7 @@ mod tests {
         let config = ServerConfig {
             algorithm: jobs,
             rounds: 3,
-            eval_every: 1,
+            evaluated: EvaluatedClients::new(EvaluationPlan::all_every(1), 2, seeds),
             num_clients: 2,
             participants: vec![0, 1],
             sampling: s.run.sampling.clone(),
@@ -768,7 +777,7 @@ mod tests {
             system,
             seeds,
         };
-        Server::new(config, global)
+        Server::new(config, Arc::new(global))
     }
 
     fn secs(s: u64) -> SimTime {

@@ -9,11 +9,13 @@ mod raw;
 mod resources;
 mod sweep;
 
-pub use raw::{RawLrSchedule, RawSampling, RawScenario, RawTraining};
-pub use resources::{least_bytes, machine_memory};
+pub use raw::{RawEvaluation, RawLrSchedule, RawSampling, RawScenario, RawTraining};
+pub use resources::{least_bytes, machine_memory, peak_memory};
 pub use sweep::{compact, parse_shard, Cell, Sweep, SweepError};
 
-use crate::actors::{PolicySpec, RunSpec, SampleSize, Sampling, Strategy};
+use crate::actors::{
+    EvalClients, EvaluationPlan, PolicySpec, RunSpec, SampleSize, Sampling, Strategy,
+};
 use crate::algorithms::{LrSchedule, Registration, Training};
 use crate::data::{DatasetSpec, InputShape, SplitSpec};
 use crate::models::{LocalPlan, LocalWork};
@@ -233,17 +235,12 @@ fn nest(prefix: &str, (path, message): Invalid) -> Invalid {
     (format!("{prefix}.{path}"), message)
 }
 
-fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
+fn validate(mut raw: RawScenario) -> Result<Scenario, Invalid> {
     let bad = |path: &str, message: String| Err((path.to_string(), message));
     if raw.rounds == 0 {
         return bad("rounds", "must be at least 1".into());
     }
-    if raw.eval_every == 0 {
-        return bad(
-            "eval_every",
-            "must be at least 1 (the last round is always evaluated)".into(),
-        );
-    }
+    let evaluation = validate_evaluation(&mut raw)?;
     raw.data.validate().map_err(|e| nest("data", e))?;
     raw.split.validate().map_err(|e| nest("split", e))?;
     raw.model.validate().map_err(|e| nest("model", e))?;
@@ -297,7 +294,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
     validate_decentralized(&raw)?;
     // With a data set of known size, check the client counts now (else when it is loaded).
     if let Some(clients) = raw.data.num_clients() {
-        check_client_counts(clients, unseen_fraction, &sampling)?;
+        check_client_counts(clients, unseen_fraction, &sampling, &evaluation)?;
     }
     resources::check_fits(&raw.data, resources::machine_memory())?;
     let resolved_yaml = serde_yaml::to_string(&raw).expect("a scenario always serialises");
@@ -311,7 +308,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, Invalid> {
         run: RunSpec {
             seed: raw.seed,
             rounds: raw.rounds,
-            eval_every: raw.eval_every,
+            evaluation,
             model: raw.model,
             algorithm: raw.algorithm,
             training,
@@ -385,7 +382,16 @@ pub fn check_client_counts(
     clients: usize,
     unseen_fraction: f64,
     sampling: &Sampling,
+    evaluation: &EvaluationPlan,
 ) -> Result<(), (String, String)> {
+    if let EvalClients::Count(k) = evaluation.clients {
+        if k > clients {
+            return Err((
+                "evaluation.clients".into(),
+                format!("must be at most the number of clients ({clients}), got {k}"),
+            ));
+        }
+    }
     let held_out = (unseen_fraction * clients as f64).floor() as usize;
     if unseen_fraction > 0.0 && (held_out == 0 || held_out >= clients) {
         return Err((
@@ -408,6 +414,44 @@ pub fn check_client_counts(
         }
     }
     Ok(())
+}
+
+/// The evaluation settings, from `eval_every` or `evaluation.every` (not both) and
+/// `evaluation`; leaves `raw` in its resolved form: `eval_every` always stated, `evaluation`
+/// only when it samples clients (so scenarios that do not are written as before).
+fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, Invalid> {
+    let mut section = raw.evaluation.take().unwrap_or_default();
+    let (every, path) = match (raw.eval_every, section.every.take()) {
+        (Some(_), Some(_)) => {
+            return Err((
+                "evaluation.every".into(),
+                "give either `eval_every` or `evaluation.every`, not both".into(),
+            ))
+        }
+        (Some(e), None) => (e, "eval_every"),
+        (None, Some(e)) => (e, "evaluation.every"),
+        (None, None) => (1, "eval_every"),
+    };
+    if every == 0 {
+        return Err((
+            path.into(),
+            "must be at least 1 (the last round is always evaluated)".into(),
+        ));
+    }
+    section
+        .clients
+        .check()
+        .map_err(|m| ("evaluation.clients".to_string(), m))?;
+    raw.eval_every = Some(every);
+    let plan = EvaluationPlan {
+        every,
+        clients: section.clients,
+        sample: section.sample,
+    };
+    if !section.clients.is_all() {
+        raw.evaluation = Some(section);
+    }
+    Ok(plan)
 }
 
 fn validate_sampling(s: &RawSampling) -> Result<Sampling, Invalid> {

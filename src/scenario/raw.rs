@@ -1,7 +1,7 @@
 //! The scenario file as written: serde structs that reject unknown fields. Defaults are filled
 //! here so that the resolved scenario written next to the results states every setting.
 
-use crate::actors::{OnDivergence, PolicySpec, Strategy};
+use crate::actors::{EvalClients, EvalSample, OnDivergence, PolicySpec, Strategy};
 use crate::algorithms::{AlgorithmSpec, Cohorts};
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::ModelSpec;
@@ -26,9 +26,13 @@ pub struct RawScenario {
     pub data_seed: Option<u64>,
     /// Number of communication rounds.
     pub rounds: u32,
-    /// Evaluate every this many rounds (the last round is always evaluated).
-    #[serde(default = "default_eval_every")]
-    pub eval_every: u32,
+    /// Evaluate every this many rounds (the last round is always evaluated); default 1. Also
+    /// accepted as `evaluation.every`; the resolved scenario always states it here.
+    #[serde(default)]
+    pub eval_every: Option<u32>,
+    /// Which clients an evaluation tests (all of them unless this says otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<RawEvaluation>,
     pub data: DatasetSpec,
     #[serde(default)]
     pub split: SplitSpec,
@@ -82,8 +86,19 @@ fn default_name() -> String {
 fn default_seed() -> u64 {
     1
 }
-fn default_eval_every() -> u32 {
-    1
+/// Evaluation on a sample of the clients, for large populations.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEvaluation {
+    /// Same as the top-level `eval_every` (give one of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<u32>,
+    /// `all`, a number of clients, or a fraction of them.
+    #[serde(default, skip_serializing_if = "EvalClients::is_all")]
+    pub clients: EvalClients,
+    /// `fixed`: the same sample at every evaluation; `fresh`: a new one each time.
+    #[serde(default)]
+    pub sample: EvalSample,
 }
 
 /// The local solver: minibatch SGD.

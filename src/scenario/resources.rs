@@ -18,6 +18,14 @@ pub fn least_bytes(data: &DatasetSpec) -> Option<(f64, f64)> {
     Some((data_bytes + clients * LEAST_BYTES_PER_CLIENT, data_bytes))
 }
 
+/// This process's peak resident memory so far in bytes (Linux's `VmHWM`; `None` elsewhere).
+pub fn peak_memory() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+    let kb: f64 = kb.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb * 1024.0)
+}
+
 /// The memory this process may use: the cgroup's limit where one is set, else the machine's
 /// total memory (`None` where neither can be read).
 pub fn machine_memory() -> Option<f64> {

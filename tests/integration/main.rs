@@ -6,6 +6,7 @@ mod common;
 mod decentralized;
 mod determinism;
 mod divergence;
+mod evaluation;
 mod fedgmm;
 mod fuzz;
 mod paper;

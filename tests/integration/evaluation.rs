@@ -1,0 +1,125 @@
+//! Evaluation on a sample of the clients (`evaluation: {clients, every, sample}`): who is
+//! evaluated, that the summary is computed on them, and how bad settings are reported.
+
+use crate::common::{scenario, SMALL};
+use fedsim::report::Record;
+use fedsim::run::simulate_scenario;
+use fedsim::scenario::Scenario;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The clients evaluated (on the test split) after each evaluated round.
+fn evaluated(records: &[Record]) -> BTreeMap<u32, BTreeSet<u32>> {
+    let mut by_round: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    for r in records {
+        if let Record::Eval(e) = r {
+            if e.split == fedsim::data::Split::Test {
+                by_round.entry(e.round).or_default().insert(e.client);
+            }
+        }
+    }
+    by_round
+}
+
+fn run(overrides: &[&str]) -> fedsim::actors::SimOutput {
+    simulate_scenario(&scenario(SMALL, overrides), 2, |_| {}).unwrap()
+}
+
+#[test]
+fn a_fixed_sample_is_the_same_clients_at_every_evaluation() {
+    let out = run(&["evaluation.clients=6", "rounds=6"]);
+    let rounds = evaluated(&out.records);
+    assert_eq!(rounds.keys().copied().collect::<Vec<_>>(), [2, 4, 6]);
+    let first = &rounds[&2];
+    assert_eq!(first.len(), 6);
+    assert!(rounds.values().all(|clients| clients == first));
+    // A fraction means ⌊0.25 · 24⌋ = 6 clients too, and the same draw.
+    let by_fraction = evaluated(&run(&["evaluation.clients=0.25", "rounds=6"]).records);
+    assert_eq!(by_fraction, rounds);
+}
+
+#[test]
+fn a_fresh_sample_is_drawn_at_each_evaluation() {
+    let out = run(&["evaluation={clients: 6, sample: fresh}", "rounds=6"]);
+    let rounds = evaluated(&out.records);
+    assert!(rounds.values().all(|clients| clients.len() == 6));
+    let distinct: BTreeSet<&BTreeSet<u32>> = rounds.values().collect();
+    assert!(distinct.len() > 1, "three draws of 6 of 24 clients, all equal: {rounds:?}");
+}
+
+#[test]
+fn training_is_the_same_and_the_summary_counts_the_sample() {
+    let all = run(&[]);
+    let sampled = run(&["evaluation.clients=5"]);
+    let jobs = |out: &fedsim::actors::SimOutput| -> Vec<String> {
+        out.records
+            .iter()
+            .filter(|r| matches!(r, Record::Job(_)))
+            .map(|r| format!("{r:?}"))
+            .collect()
+    };
+    assert_eq!(jobs(&all), jobs(&sampled), "who trains does not depend on who is tested");
+    let chosen = &evaluated(&sampled.records)[&4];
+    // The sampled clients' figures are exactly their figures in the full evaluation.
+    let rows = |out: &fedsim::actors::SimOutput| -> Vec<String> {
+        out.records
+            .iter()
+            .filter(|r| matches!(r, Record::Eval(e) if chosen.contains(&e.client)))
+            .map(|r| format!("{r:?}"))
+            .collect()
+    };
+    assert_eq!(rows(&all), rows(&sampled));
+    let summary = fedsim::report::Summary::from_records("id", "small", "fedavg", 7, &sampled.records, 0.0, 0.0);
+    assert_eq!(summary.clients, 5);
+}
+
+#[test]
+fn peers_evaluate_only_the_sample() {
+    let out = run(&[
+        "algorithm={name: d_psgd}",
+        "topology={graph: {kind: ring}, mixing: {rule: uniform_neighbour}}",
+        "sampling={}",
+        "evaluation.clients=4",
+    ]);
+    let rounds = evaluated(&out.records);
+    assert_eq!(rounds.len(), 2);
+    assert!(rounds.values().all(|peers| peers.len() == 4));
+}
+
+#[test]
+fn every_can_be_given_in_the_section_and_is_written_where_it_always_was() {
+    let top = scenario(SMALL, &[]);
+    let nested = scenario(&SMALL.replace("eval_every: 2\n", "evaluation: {every: 2}\n"), &[]);
+    assert_eq!(top.resolved_yaml, nested.resolved_yaml);
+    assert_eq!(top.run_id(), nested.run_id());
+    assert!(!top.resolved_yaml.contains("evaluation"));
+    let sampled = scenario(SMALL, &["evaluation.clients=5"]);
+    assert!(sampled.resolved_yaml.contains("evaluation:\n  clients: 5\n  sample: fixed\n"));
+}
+
+fn error(text: &str, overrides: &[&str]) -> String {
+    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    match Scenario::from_yaml(text, Path::new("bad.yaml"), &o) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("expected an error for {overrides:?}"),
+    }
+}
+
+#[test]
+fn bad_evaluation_settings_name_the_field_and_what_is_allowed() {
+    let both = error(SMALL, &["evaluation.every=3"]);
+    assert!(both.contains("`evaluation.every`") && both.contains("not both"), "{both}");
+    let zero = error(&SMALL.replace("eval_every: 2\n", "evaluation: {every: 0}\n"), &[]);
+    assert!(zero.contains("bad.yaml:4: field `evaluation.every`: must be at least 1"), "{zero}");
+    let word = error(&format!("{SMALL}evaluation: {{clients: most}}\n"), &[]);
+    assert!(word.contains("bad.yaml:10") && word.contains("`all`") && word.contains("most"), "{word}");
+    let many = error(SMALL, &["evaluation.clients=25"]);
+    assert!(
+        many.contains("`evaluation.clients`") && many.contains("at most the number of clients (24)"),
+        "{many}"
+    );
+    let fraction = error(SMALL, &["evaluation.clients=1.5"]);
+    assert!(fraction.contains("(0, 1]") && fraction.contains("1.5"), "{fraction}");
+    let sample = error(SMALL, &["evaluation={clients: 3, sample: sometimes}"]);
+    assert!(sample.contains("evaluation.sample") && sample.contains("fresh"), "{sample}");
+}
