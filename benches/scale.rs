@@ -1,13 +1,14 @@
 //! Cross-device scale (issue 17): FedAvg on FedEM's synthetic generator (d = 10, 10–20
-//! samples per client, the linear model), 100 clients per round, at populations of 10⁴, 10⁵
-//! and 10⁶ clients (and 10⁷ with `FEDSIM_SCALE_MAX=10000000`).
+//! samples per client, rows made on demand, the linear model), 100 clients per round, at
+//! populations of 10⁴ to 10⁷ clients (`FEDSIM_SCALE_MAX=1e6` stops earlier;
+//! `FEDSIM_SCALE_RESIDENT=1` holds every row instead, for comparison).
 //!
 //! Each figure is one `fedsim run` process, timed from outside, its peak memory read from
 //! the kernel (`wait4`), so every run's memory is its own:
 //! - **target**: 100 rounds, evaluation of 10⁴ sampled clients every 20 rounds (targets:
 //!   10⁶ clients in ≤ 30 s and ≤ 1 GB; 10⁷ in ≤ 2 GB);
-//! - **rounds/s**: runs of 1 and 101 rounds, evaluated only after the last one (10⁴ sampled
-//!   clients): 100 rounds over the difference of their wall times;
+//! - **rounds/s**: runs of 1 and 2001 rounds, evaluated only after the last one (10⁴ sampled
+//!   clients): 2000 rounds over the difference of their wall times;
 //! - **set-up** per client and **bytes per idle client**: the slope of the 1-round runs' time
 //!   and peak memory over the population (between consecutive sizes).
 //!
@@ -22,7 +23,7 @@ use std::time::Instant;
 const SCENARIO: &str = "\
 name: scale
 rounds: 100
-data: {kind: fedem_synthetic, dim: 10, min_samples: 10, max_samples: 20}
+data: {kind: fedem_synthetic, dim: 10, min_samples: 10, max_samples: 20, on_demand: true}
 model: {kind: linear}
 algorithm: {name: fedavg}
 training: {local_epochs: 1, batch_size: 32, lr: 0.1}
@@ -36,8 +37,12 @@ fn run(dir: &Path, clients: u64, extra: &[String]) -> (f64, f64) {
     std::fs::write(&file, SCENARIO).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fedsim"));
     cmd.arg("run").arg(&file).arg("--quiet");
+    cmd.stdout(std::process::Stdio::null());
     cmd.arg("--out").arg(dir.join("out"));
     cmd.arg("--set").arg(format!("data.clients={clients}"));
+    if std::env::var_os("FEDSIM_SCALE_RESIDENT").is_some() {
+        cmd.arg("--set").arg("data.on_demand=false");
+    }
     for e in extra {
         cmd.arg("--set").arg(e);
     }
@@ -71,18 +76,23 @@ fn main() {
     let max: u64 = std::env::var("FEDSIM_SCALE_MAX")
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
-        .map_or(1_000_000, |v| v as u64);
+        .map_or(10_000_000, |v| v as u64);
     let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/scale");
     std::fs::create_dir_all(&out).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let last_only = |rounds: u32| vec![format!("rounds={rounds}"), format!("evaluation.every={rounds}")];
+    let last_only = |rounds: u32| {
+        vec![
+            format!("rounds={rounds}"),
+            format!("evaluation.every={rounds}"),
+        ]
+    };
     let mut rows = Vec::new();
     let mut clients = 10_000;
     while clients <= max {
         let (target_wall, target_rss) = run(tmp.path(), clients, &[]);
         let one_round = run(tmp.path(), clients, &last_only(1));
-        let (wall_101, _) = run(tmp.path(), clients, &last_only(101));
-        let rounds_per_second = 100.0 / (wall_101 - one_round.0);
+        let (wall_2001, _) = run(tmp.path(), clients, &last_only(2001));
+        let rounds_per_second = 2000.0 / (wall_2001 - one_round.0);
         println!(
             "{clients:>9} clients: target run {target_wall:.2} s, {:.2} GB; 1 round {:.2} s, \
              {:.2} GB; {rounds_per_second:.0} rounds/s",
@@ -151,5 +161,8 @@ fn main() {
         }],
     };
     fedsim::report::write_chart(&out.join("rounds_per_second"), &chart).unwrap();
-    println!("\nwrote {}/scale.csv and rounds_per_second.png", out.display());
+    println!(
+        "\nwrote {}/scale.csv and rounds_per_second.png",
+        out.display()
+    );
 }

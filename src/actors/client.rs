@@ -29,6 +29,8 @@ pub(super) struct Client<A: Algorithm> {
     awaited: usize,
     /// Where it goes to sleep when it has nothing to wait for (`None`: it never sleeps).
     roster: Option<Weak<Roster<A>>>,
+    /// Its device is still to be recorded (with the effects of its first message ever).
+    introduce: bool,
 }
 
 /// What a client keeps between its participations, whether awake (an actor) or asleep (in
@@ -66,6 +68,7 @@ impl<A: Algorithm> Client<A> {
             seeds,
             awaited: 0,
             roster: None,
+            introduce: false,
         }
     }
 
@@ -185,7 +188,8 @@ impl<A: Algorithm> Client<A> {
         let (state, unseen) = (self.kept().state.clone(), self.unseen);
         let mut rng = self.seeds.rng(Entity::Client(id), "evaluate", round as u64);
         let pending = self.dispatch.pool().submit(move || {
-            let ctx = jobs.local(id, round, jobs.training.lr_at(round));
+            let rows = jobs.data.rows_for(&[id]);
+            let ctx = jobs.local((&rows, 0), id, round, jobs.training.lr_at(round));
             let alg = &jobs.algorithm;
             let state = match unseen {
                 true => alg.adapt_unseen(&ctx, &global, &mut rng),
@@ -193,9 +197,9 @@ impl<A: Algorithm> Client<A> {
             };
             let results = alg.evaluate(&ctx, &global, &state, &mut rng);
             let mut report = alg.report(&global, &state, id);
-            if !jobs.data.novel.is_empty() {
-                let test = jobs.data.view(id as usize, Split::Test);
-                let novel = jobs.data.novel_view(id as usize);
+            if !rows.data().novel.is_empty() {
+                let test = rows.data().view(rows.index(0), Split::Test);
+                let novel = rows.data().novel_view(rows.index(0));
                 let typical = alg.typicality(&ctx, &global, &state, test);
                 report.novelty = typical
                     .zip(alg.typicality(&ctx, &global, &state, novel))
@@ -233,7 +237,9 @@ impl<A: Algorithm> Client<A> {
 /// The clients of a run, awake only while they have work: a client's actor starts when a
 /// message comes for it and stops when it has handled one and awaits no result of its own,
 /// leaving what it keeps here. A client that never took part costs nothing but its id (its
-/// state is made when it first wakes, from the initial model, as it was made eagerly before).
+/// state is made when it first wakes, from the initial model, as it was made eagerly before,
+/// and its device is recorded then: `clients.parquet` lists the clients that took part or were
+/// evaluated).
 pub(super) struct Roster<A: Algorithm> {
     jobs: Arc<JobContext<A>>,
     dispatch: Dispatch<A>,
@@ -285,6 +291,7 @@ impl<A: Algorithm> Roster<A> {
             return addr.clone();
         }
         let kept = self.asleep.borrow_mut().remove(&id);
+        let introduce = kept.is_none();
         let kept = kept.unwrap_or_else(|| Kept {
             state: self.jobs.algorithm.init_client(&self.initial, id),
             last_trained: None,
@@ -300,6 +307,7 @@ impl<A: Algorithm> Roster<A> {
             seeds: self.seeds,
             awaited: 0,
             roster: Some(Rc::downgrade(self)),
+            introduce,
         }
         .start();
         self.awake.borrow_mut().insert(id, addr.clone());
@@ -326,7 +334,10 @@ impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Client<A> {
     type Result = Result<FlEffects<A>, SimError>;
 
     fn handle(&mut self, d: Deliver<Msg<A>>, ctx: &mut Context<Self>) -> Self::Result {
-        let eff = self.on_message(d.now, d.msg)?;
+        let mut eff = self.on_message(d.now, d.msg)?;
+        if std::mem::take(&mut self.introduce) {
+            eff.record(super::device_record(&self.system, self.id));
+        }
         if self.awaited == 0 {
             if let Some(roster) = self.roster.as_ref().and_then(Weak::upgrade) {
                 let kept = self.kept.take().expect("a client sleeps once");
@@ -523,12 +534,19 @@ mod tests {
             };
             assert_eq!(roster.counts(), (0, 0), "nobody is awake before a message");
             let eff = deliver(train(1)).await;
-            assert!(matches!(eff.sends().next(), Some((_, _, None))), "a pending job");
+            assert!(
+                matches!(eff.sends().next(), Some((_, _, None))),
+                "a pending job"
+            );
             assert_eq!(roster.counts(), (1, 0), "awake while its job runs");
             deliver(trained(true)).await;
             assert_eq!(roster.counts(), (0, 1), "asleep once the update is sent");
             // Woken again for an evaluation, it still knows it trained in round 1.
-            let stats = EvalStats { n: 5, loss: 0.3, accuracy: 0.8 };
+            let stats = EvalStats {
+                n: 5,
+                loss: 0.3,
+                accuracy: 0.8,
+            };
             let results = vec![Evaluation {
                 model: crate::algorithms::ModelKind::Global,
                 split: Split::Test,
@@ -538,7 +556,12 @@ mod tests {
             deliver(Msg::Evaluate { round: 1, global }).await;
             assert_eq!(roster.counts(), (1, 0));
             let report = ClientReport::default();
-            let eff = deliver(Msg::Evaluated { round: 1, results, report }).await;
+            let eff = deliver(Msg::Evaluated {
+                round: 1,
+                results,
+                report,
+            })
+            .await;
             assert!(matches!(eff.records(), [Record::Eval(e)] if e.sampled && !e.unseen));
             assert_eq!(roster.counts(), (0, 1));
         });

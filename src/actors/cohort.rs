@@ -79,7 +79,8 @@ pub(super) struct Trained<A: Algorithm> {
 impl<A: Algorithm> TrainJob<A> {
     /// Trains this client alone.
     fn train_alone(mut self, jobs: &JobContext<A>) -> Trained<A> {
-        let ctx = jobs.local(self.client, self.round, self.lr);
+        let rows = jobs.data.rows_for(&[self.client]);
+        let ctx = jobs.local((&rows, 0), self.client, self.round, self.lr);
         let update =
             jobs.algorithm
                 .local_update(&ctx, &self.global, &mut self.state, &mut self.rng);
@@ -215,10 +216,13 @@ impl<A: Algorithm> Flush for CohortQueue<A> {
 fn train_cohort<A: Algorithm>(jobs: &JobContext<A>, shard: Vec<TrainJob<A>>) -> Vec<Trained<A>> {
     let sgd = A::SGD_UPDATE.expect("cohorts are formed only for algorithms with SGD_UPDATE");
     let plan = &jobs.training.plan;
+    let clients: Vec<u32> = shard.iter().map(|job| job.client).collect();
+    let rows = jobs.data.rows_for(&clients);
     let mut begun: Vec<(TrainJob<A>, Vec<SgdRun>, Vec<_>)> = shard
         .into_iter()
-        .map(|mut job| {
-            let ctx = jobs.local(job.client, job.round, job.lr);
+        .enumerate()
+        .map(|(k, mut job)| {
+            let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
             let runs = (sgd.begin)(
                 &jobs.algorithm,
                 &ctx,
@@ -232,8 +236,8 @@ fn train_cohort<A: Algorithm>(jobs: &JobContext<A>, shard: Vec<TrainJob<A>>) -> 
         })
         .collect();
     let mut stacked: Vec<StackedRun<'_>> = Vec::new();
-    for (job, runs, passes) in &mut begun {
-        let first_row = jobs.data.first_row(job.client as usize, Split::Train);
+    for (k, (job, runs, passes)) in begun.iter_mut().enumerate() {
+        let first_row = rows.data().first_row(rows.index(k), Split::Train);
         for (run, passes) in runs.iter_mut().zip(std::mem::take(passes)) {
             let SgdRun {
                 params,
@@ -252,16 +256,17 @@ fn train_cohort<A: Algorithm>(jobs: &JobContext<A>, shard: Vec<TrainJob<A>>) -> 
             });
         }
     }
-    train_sgd_stacked(&jobs.arch, plan, jobs.data.all_rows(), &mut stacked);
+    train_sgd_stacked(&jobs.arch, plan, rows.data().all_rows(), &mut stacked);
     drop(stacked);
 
     begun
         .into_iter()
-        .map(|(mut job, mut runs, _)| {
+        .enumerate()
+        .map(|(k, (mut job, mut runs, _))| {
             for run in &mut runs {
                 jobs.training.settle_momentum(&mut run.momentum);
             }
-            let ctx = jobs.local(job.client, job.round, job.lr);
+            let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
             let update = (sgd.finish)(&jobs.algorithm, &ctx, &job.global, &mut job.state, runs);
             Trained {
                 update,

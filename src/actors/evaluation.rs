@@ -234,7 +234,8 @@ mod tests {
         let (a, b) = (fresh.at(5).unwrap(), fresh.at(10).unwrap());
         assert_ne!(*a, *b);
         // A function of (seed, round) alone: asking again, or in another order, gives the same.
-        let again = EvaluatedClients::new(plan(EvalClients::Count(10), EvalSample::Fresh), 100, seeds);
+        let again =
+            EvaluatedClients::new(plan(EvalClients::Count(10), EvalSample::Fresh), 100, seeds);
         assert_eq!(*again.at(10).unwrap(), *b);
         assert_eq!(*again.at(5).unwrap(), *a);
     }
@@ -248,6 +249,9 @@ mod tests {
         let e = read("most").unwrap_err().to_string();
         assert!(e.contains("`all`") && e.contains("most"), "{e}");
         assert!(read("-3").is_err());
-        assert_eq!(serde_yaml::to_string(&EvalClients::Count(7)).unwrap(), "7\n");
+        assert_eq!(
+            serde_yaml::to_string(&EvalClients::Count(7)).unwrap(),
+            "7\n"
+        );
     }
 }

@@ -24,7 +24,7 @@ pub use trainer::TrainerPool;
 use crate::algorithms::{
     Algorithm, AlgorithmSpec, ClientReport, Evaluation, Gossip, Population, Registration, Training,
 };
-use crate::data::{FederatedData, Split};
+use crate::data::{ClientRows, FederatedData, Split};
 use crate::models::{Architecture, ModelSpec};
 use crate::report::{
     DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, MixtureRecord,
@@ -396,12 +396,20 @@ pub(crate) struct JobContext<A: Algorithm> {
 }
 
 impl<A: Algorithm> JobContext<A> {
-    /// What client `client`'s job sees in `round`, at learning rate `lr`.
-    fn local(&self, client: u32, round: u32, lr: f64) -> crate::algorithms::LocalContext<'_> {
+    /// What client `client`'s job sees in `round`, at learning rate `lr`; its rows are the
+    /// `k`-th of `rows` (from [`FederatedData::rows_for`]).
+    fn local<'a>(
+        &'a self,
+        (rows, k): (&'a ClientRows<'_>, usize),
+        client: u32,
+        round: u32,
+        lr: f64,
+    ) -> crate::algorithms::LocalContext<'a> {
         crate::algorithms::LocalContext {
             arch: &self.arch,
             training: &self.training,
-            data: &self.data,
+            data: rows.data(),
+            data_index: rows.index(k),
             client,
             round,
             lr,
@@ -493,18 +501,14 @@ impl Launch<'_> {
     }
 }
 
-/// Each client's (or peer's) device and links as the system model drew them.
-fn device_records(system: &SystemModel, clients: u32) -> Vec<Record> {
-    (0..clients)
-        .map(|c| {
-            Record::Device(DeviceRecord {
-                client: c,
-                samples_per_second: system.samples_per_second(c),
-                downlink_mbps: system.bandwidth_mbps(c, Link::Down),
-                uplink_mbps: system.bandwidth_mbps(c, Link::Up),
-            })
-        })
-        .collect()
+/// Client (or peer) `c`'s device and links as the system model drew them.
+fn device_record(system: &SystemModel, c: u32) -> Record {
+    Record::Device(DeviceRecord {
+        client: c,
+        samples_per_second: system.samples_per_second(c),
+        downlink_mbps: system.bandwidth_mbps(c, Link::Down),
+        uplink_mbps: system.bandwidth_mbps(c, Link::Up),
+    })
 }
 
 /// Runs `algorithm` with a server and clients, as `launch` says.
@@ -542,7 +546,6 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
         )
         .map_err(|e| SimError::Model(e.to_string()))?;
         let system_model = Arc::new(system_model);
-        let devices = device_records(&system_model, num_clients);
         let global = Arc::new(global);
         let clients = client::Roster::new(client::RosterParts {
             jobs: jobs.clone(),
@@ -578,7 +581,8 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             .queue()
             .map(|queue| queue as Arc<dyn cohort::Flush>);
         let start = vec![(SERVER, SERVER, Msg::StartRound { round: 1 })];
-        run_world(world, start, devices, on_record).await
+        // Each client's device is recorded when it first wakes.
+        run_world(world, start, Vec::new(), on_record).await
     })
 }
 

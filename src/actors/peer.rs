@@ -23,7 +23,7 @@
 use super::cohort::{Dispatch, TrainJob};
 use super::evaluation::EvaluatedClients;
 use super::{
-    device_records, evaluation_records, run_world, Deliver, DivergenceWatch, HubWorld, JobContext,
+    device_record, evaluation_records, run_world, Deliver, DivergenceWatch, HubWorld, JobContext,
     TrainerPool,
 };
 use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip};
@@ -356,7 +356,9 @@ impl<A: Gossip> Peer<A> {
         };
         eff.send(MONITOR, SimDuration::ZERO, mixed);
         let shared = &self.shared;
-        if shared.evaluated.is_due(round, shared.rounds) && shared.evaluated.includes(round, self.id) {
+        if shared.evaluated.is_due(round, shared.rounds)
+            && shared.evaluated.includes(round, self.id)
+        {
             self.evaluate(round, eff);
         }
         if round < shared.rounds {
@@ -376,7 +378,8 @@ impl<A: Gossip> Peer<A> {
             .seeds
             .rng(Entity::Client(id), "evaluate", round as u64);
         let pending = self.shared.dispatch.pool().submit(move || {
-            let ctx = jobs.local(id, round, jobs.training.lr_at(round));
+            let rows = jobs.data.rows_for(&[id]);
+            let ctx = jobs.local((&rows, 0), id, round, jobs.training.lr_at(round));
             let results = jobs.algorithm.evaluate(&ctx, &model, &state, &mut rng);
             PeerMsg::Evaluated {
                 round,
@@ -598,7 +601,9 @@ pub(super) fn simulate_peers<A: Gossip>(
             data.truth.as_ref(),
         )
         .map_err(|e| SimError::Model(e.to_string()))?;
-        let devices = device_records(&system_model, peers as u32);
+        let devices = (0..peers as u32)
+            .map(|p| device_record(&system_model, p))
+            .collect();
         let n_train: Vec<f64> = (0..peers)
             .map(|p| data.split_len(p, Split::Train) as f64)
             .collect();

@@ -435,7 +435,11 @@ impl<A: Algorithm> Server<A> {
         if self.cfg.evaluated.is_due(round, self.cfg.rounds) {
             let evaluate = |c: u32, eff: &mut FlEffects<A>| {
                 let global = self.global.clone();
-                eff.send(client_entity(c), SimDuration::ZERO, Msg::Evaluate { round, global });
+                eff.send(
+                    client_entity(c),
+                    SimDuration::ZERO,
+                    Msg::Evaluate { round, global },
+                );
             };
             match self.cfg.evaluated.at(round) {
                 None => (0..self.cfg.num_clients).for_each(|c| evaluate(c, eff)),
@@ -754,8 +758,8 @@ impl<A: Algorithm> Server<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::{FedAvg, ModelUpdate};
     use crate::actors::evaluation::EvaluationPlan;
+    use crate::algorithms::{FedAvg, ModelUpdate};
     use crate::report::DivergenceStage;
 
     /// A FedAvg server over two clients of a tiny data set, under `policy`, for 3 rounds.

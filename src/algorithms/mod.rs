@@ -146,7 +146,11 @@ impl Training {
 pub struct LocalContext<'a> {
     pub arch: &'a Architecture,
     pub training: &'a Training,
+    /// Rows holding this client's (all clients' when resident, see [`FederatedData::rows_for`]).
     pub data: &'a FederatedData,
+    /// This client's index in `data`.
+    pub data_index: usize,
+    /// The client's id (its state, its cluster).
     pub client: u32,
     pub round: u32,
     /// The learning rate of this round.
@@ -155,8 +159,7 @@ pub struct LocalContext<'a> {
 
 impl LocalContext<'_> {
     pub fn train_view(&self) -> SplitView<'_> {
-        self.data
-            .view(self.client as usize, crate::data::Split::Train)
+        self.data.view(self.data_index, crate::data::Split::Train)
     }
 
     /// Local SGD on this client's training split with this round's settings, minimising the
@@ -227,11 +230,11 @@ impl LocalContext<'_> {
     ) -> Vec<Evaluation> {
         Split::ALL
             .into_iter()
-            .filter(|&s| self.data.split_len(self.client as usize, s) > 0)
+            .filter(|&s| self.data.split_len(self.data_index, s) > 0)
             .map(|split| Evaluation {
                 model,
                 split,
-                stats: eval(self.data.view(self.client as usize, split)),
+                stats: eval(self.data.view(self.data_index, split)),
             })
             .collect()
     }
@@ -581,6 +584,8 @@ pub(crate) mod testkit {
                 }],
                 truth: None,
                 novel: Vec::new(),
+                on_demand: None,
+                lead: 0,
             };
             Kit {
                 arch: Architecture::new(&ModelSpec::Linear, dim, 2),
@@ -605,6 +610,7 @@ pub(crate) mod testkit {
                 arch: &self.arch,
                 training: &self.training,
                 data: &self.data,
+                data_index: 0,
                 client: 0,
                 round: 1,
                 lr: self.training.lr,

@@ -74,6 +74,12 @@ pub struct FedemSyntheticSpec {
     /// instead of a Dirichlet mixture.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub one_hot: bool,
+    /// Make each client's rows when a job needs them instead of holding them all (the same
+    /// rows, so the same results): for populations too large to hold. Only the sizes are kept
+    /// (4 bytes per client); the true mixture weights are not, so `describe` gives no
+    /// Bayes-optimal accuracy and `system.compute.slowest_to_component` is refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_demand: bool,
 }
 
 fn d_clients() -> usize {
@@ -120,6 +126,7 @@ impl Default for FedemSyntheticSpec {
             authors_label_bug: false,
             numpy_seed: None,
             one_hot: false,
+            on_demand: false,
         }
     }
 }
@@ -157,6 +164,20 @@ impl FedemSyntheticSpec {
                 "cannot be combined with numpy_seed (the authors' generator draws Dirichlet \
                  weights)"
                     .into(),
+            );
+        }
+        if self.on_demand && self.numpy_seed.is_some() {
+            return err(
+                "on_demand",
+                "cannot be combined with numpy_seed (numpy's stream draws every client in turn; \
+                 on-demand rows need each client's own stream)"
+                    .into(),
+            );
+        }
+        if self.on_demand && self.max_samples > u32::MAX as usize {
+            return err(
+                "max_samples",
+                format!("must be at most {} with on_demand", u32::MAX),
             );
         }
         if self.max_samples < self.min_samples {
@@ -202,52 +223,103 @@ impl FedemSyntheticSpec {
         if let Some(seed) = self.numpy_seed {
             return self.generate_numpy(split, seed);
         }
-        let (d, m) = (self.dim, self.components);
-        let mut rng = seeds.rng(Entity::Data, "fedem_synthetic/components", 0);
-        let components: Vec<Vec<f64>> = (0..m)
-            .map(|_| (0..d).map(|_| rng.gen_range(-1.0..1.0)).collect())
-            .collect();
-        let weights: Vec<Vec<f64>> = (0..self.clients)
-            .map(|t| {
-                if m == 1 {
-                    return vec![1.0];
-                }
-                let mut rng = seeds.rng(Entity::Data, "fedem_synthetic/mixture", t as u64);
-                if self.one_hot {
-                    let mut w = vec![0.0; m];
-                    w[rng.gen_range(0..m)] = 1.0;
-                    return w;
-                }
-                Dirichlet::new(&vec![self.alpha; m])
-                    .expect("validated")
-                    .sample(&mut rng)
-            })
-            .collect();
+        let components = self.components(seeds);
         let sizes = self.sample_sizes(seeds);
-        let noise = Normal::new(0.0, self.noise).expect("validated");
-
+        if self.on_demand {
+            return self.on_demand_data(split, seeds, components, sizes);
+        }
+        let weights: Vec<Vec<f64>> = (0..self.clients)
+            .map(|t| self.mixture_weights(seeds, t))
+            .collect();
         let total: usize = sizes.iter().map(|&n| n + split.extra_samples()).sum();
-        let mut features = Vec::with_capacity(total * d);
+        let mut features = Vec::with_capacity(total * self.dim);
         let mut labels = Vec::with_capacity(total);
         let mut clients = Vec::with_capacity(self.clients);
         for (t, &n) in sizes.iter().enumerate() {
-            let mut rng = seeds.rng(Entity::Data, "fedem_synthetic/samples", t as u64);
             let start = labels.len();
-            // Own samples first (train, val, test in that order), then the extra test set.
-            for count in [n, split.extra_samples()] {
-                self.draw_samples(
-                    count,
-                    &components,
-                    &weights[t],
-                    &noise,
-                    &mut rng,
-                    &mut features,
-                    &mut labels,
-                );
-            }
+            let client = ClientDraw {
+                n,
+                extra: split.extra_samples(),
+                pi: &weights[t],
+            };
+            self.client_rows(seeds, t, client, &components, &mut features, &mut labels);
             clients.push(split.shard(start, n));
         }
         self.binary_mixture(features, labels, clients, components, weights)
+    }
+
+    /// θ_1 … θ_M.
+    fn components(&self, seeds: &SeedTree) -> Vec<Vec<f64>> {
+        let mut rng = seeds.rng(Entity::Data, "fedem_synthetic/components", 0);
+        (0..self.components)
+            .map(|_| (0..self.dim).map(|_| rng.gen_range(-1.0..1.0)).collect())
+            .collect()
+    }
+
+    /// π_t, from client `t`'s own stream.
+    fn mixture_weights(&self, seeds: &SeedTree, t: usize) -> Vec<f64> {
+        let m = self.components;
+        if m == 1 {
+            return vec![1.0];
+        }
+        let mut rng = seeds.rng(Entity::Data, "fedem_synthetic/mixture", t as u64);
+        if self.one_hot {
+            let mut w = vec![0.0; m];
+            w[rng.gen_range(0..m)] = 1.0;
+            return w;
+        }
+        Dirichlet::new(&vec![self.alpha; m])
+            .expect("validated")
+            .sample(&mut rng)
+    }
+
+    /// Client `t`'s rows from its own stream: its `n` own samples (train, val, test in that
+    /// order), then `extra` test samples.
+    fn client_rows(
+        &self,
+        seeds: &SeedTree,
+        t: usize,
+        client: ClientDraw<'_>,
+        components: &[Vec<f64>],
+        features: &mut Vec<f32>,
+        labels: &mut Vec<i64>,
+    ) {
+        let noise = Normal::new(0.0, self.noise).expect("validated");
+        let mut rng = seeds.rng(Entity::Data, "fedem_synthetic/samples", t as u64);
+        for count in [client.n, client.extra] {
+            self.draw_samples(
+                count, components, client.pi, &noise, &mut rng, features, labels,
+            );
+        }
+    }
+
+    /// The data set with only the sizes held; rows are made per client when asked.
+    fn on_demand_data(
+        &self,
+        split: &SplitSpec,
+        seeds: &SeedTree,
+        components: Vec<Vec<f64>>,
+        sizes: Vec<usize>,
+    ) -> FederatedData {
+        let rows = OnDemandMixture {
+            spec: self.clone(),
+            split: split.clone(),
+            seeds: *seeds,
+            components,
+            sizes: sizes.into_iter().map(|n| n as u32).collect(),
+        };
+        FederatedData {
+            layout: super::Layout::Flat,
+            dim: self.dim,
+            classes: 2,
+            features: Vec::new(),
+            labels: Vec::new(),
+            clients: Vec::new(),
+            truth: None,
+            novel: Vec::new(),
+            on_demand: Some(std::sync::Arc::new(rows)),
+            lead: 0,
+        }
     }
 
     fn label(&self, logit: f64, rng: &mut ChaCha20Rng) -> i64 {
@@ -404,6 +476,8 @@ impl FedemSyntheticSpec {
                 inputs: None,
             }),
             novel: Vec::new(),
+            on_demand: None,
+            lead: 0,
         }
     }
 }
@@ -459,9 +533,58 @@ fn sample_categorical(p: &[f64], rng: &mut ChaCha20Rng) -> usize {
     p.len() - 1
 }
 
+/// What one client's draw needs besides its stream.
+#[derive(Clone, Copy)]
+struct ClientDraw<'a> {
+    n: usize,
+    extra: usize,
+    pi: &'a [f64],
+}
+
+/// The FedEM synthetic data made per client (`on_demand: true`): exactly the rows the resident
+/// generator holds, from the same per-client streams.
+#[derive(Debug)]
+struct OnDemandMixture {
+    spec: FedemSyntheticSpec,
+    split: SplitSpec,
+    seeds: SeedTree,
+    components: Vec<Vec<f64>>,
+    /// n_t, each client's own samples.
+    sizes: Vec<u32>,
+}
+
+impl super::OnDemandRows for OnDemandMixture {
+    fn num_clients(&self) -> usize {
+        self.sizes.len()
+    }
+
+    fn split_sizes(&self, client: usize) -> super::SplitSizes {
+        self.split.sizes(self.sizes[client] as usize)
+    }
+
+    fn make_rows(&self, client: usize, features: &mut Vec<f32>, labels: &mut Vec<i64>) {
+        let pi = self.spec.mixture_weights(&self.seeds, client);
+        let draw = ClientDraw {
+            n: self.sizes[client] as usize,
+            extra: self.split.extra_samples(),
+            pi: &pi,
+        };
+        let spec = &self.spec;
+        spec.client_rows(
+            &self.seeds,
+            client,
+            draw,
+            &self.components,
+            features,
+            labels,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::Split;
 
     fn small() -> FedemSyntheticSpec {
         FedemSyntheticSpec {
@@ -469,6 +592,51 @@ mod tests {
             dim: 10,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn rows_made_on_demand_are_the_resident_rows_on_an_aligned_buffer() {
+        let seeds = SeedTree::new(4);
+        for split in [
+            SplitSpec::default(),
+            SplitSpec::ExtraTest {
+                test_samples: 7,
+                val: 0.25,
+            },
+        ] {
+            let resident = small().generate(&split, &seeds);
+            let lazy = FedemSyntheticSpec {
+                on_demand: true,
+                ..small()
+            }
+            .generate(&split, &seeds);
+            assert!(lazy.features.is_empty() && lazy.labels.is_empty());
+            assert_eq!(lazy.num_clients(), 20);
+            // Clients in any order, one of them twice.
+            let asked = [13u32, 2, 19, 2];
+            let rows = lazy.rows_for(&asked);
+            assert_eq!(rows.data().all_rows().features.as_ptr() as usize % 64, 0);
+            for (k, &c) in asked.iter().enumerate() {
+                for part in Split::ALL {
+                    let (a, b) = (
+                        resident.view(c as usize, part),
+                        rows.data().view(rows.index(k), part),
+                    );
+                    assert_eq!(lazy.split_len(c as usize, part), a.len());
+                    assert_eq!(
+                        (a.features, a.labels),
+                        (b.features, b.labels),
+                        "{c} {part:?}"
+                    );
+                }
+            }
+        }
+        let both = FedemSyntheticSpec {
+            on_demand: true,
+            numpy_seed: Some(1),
+            ..small()
+        };
+        assert_eq!(both.validate().unwrap_err().0, "on_demand");
     }
 
     #[test]

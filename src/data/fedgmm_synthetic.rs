@@ -201,6 +201,8 @@ impl FedgmmSyntheticSpec {
                 inputs: Some(laws),
             }),
             novel: novel_rows,
+            on_demand: None,
+            lead: 0,
         }
     }
 }

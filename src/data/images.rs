@@ -378,6 +378,8 @@ impl Pool {
             clients: Vec::with_capacity(members.len()),
             truth: None,
             novel: Vec::new(),
+            on_demand: None,
+            lead: 0,
         };
         let mut novel_rows: Vec<Vec<usize>> = Vec::new();
         for (c, mut rows) in members.into_iter().enumerate() {

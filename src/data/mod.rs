@@ -1,5 +1,7 @@
 //! Federated data sets: one contiguous feature buffer and one label buffer for all clients,
-//! each client a set of index ranges (train / val / test). No per-client copies.
+//! each client a set of index ranges (train / val / test). No per-client copies. A data set too
+//! large to hold can instead make each client's rows when a job needs them ([`OnDemandRows`]);
+//! jobs reach rows through [`FederatedData::rows_for`], which serves both.
 //!
 //! This module generates and splits data; it does not train, and it holds no tch tensors
 //! (tensors are not `Sync`; the trainer makes zero-copy views of these buffers instead).
@@ -22,12 +24,14 @@ pub use numpy_rng::NumpyRandomState;
 pub use parquet::{DataError, NonFinite, ParquetSpec};
 pub use partition::PartitionSpec;
 pub use shakespeare::{ShakespeareSpec, PRINTABLE};
-pub use split::SplitSpec;
+pub use split::{SplitSizes, SplitSpec};
 pub use synthetic_ab::SyntheticAbSpec;
 
 use crate::sim::SeedTree;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::Arc;
 
 /// Which part of a client's data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -187,6 +191,41 @@ pub struct FederatedData {
     /// Per client, rows from a distribution no client trains on (novelty detection); empty
     /// for most data sets. They belong to no split.
     pub novel: Vec<Range<usize>>,
+    /// Clients whose rows are made when a job needs them; then `features`, `labels` and
+    /// `clients` are empty and only [`FederatedData::rows_for`] gives rows.
+    pub on_demand: Option<Arc<dyn OnDemandRows>>,
+    /// Floats in `features` before row 0 (rows made on demand start on a 64-byte boundary, so
+    /// that libtorch's kernels, whose rounding can follow the address, see the same layout
+    /// on every run); 0 for resident data, whose buffer is page-aligned.
+    pub lead: usize,
+}
+
+/// A data set that makes each client's rows when asked, the same rows every time.
+pub trait OnDemandRows: Send + Sync + std::fmt::Debug {
+    fn num_clients(&self) -> usize;
+    /// Row counts of `client`'s splits.
+    fn split_sizes(&self, client: usize) -> SplitSizes;
+    /// Appends `client`'s rows (train, val, test, in that order) to `features` and `labels`.
+    fn make_rows(&self, client: usize, features: &mut Vec<f32>, labels: &mut Vec<i64>);
+}
+
+/// The rows of some clients ([`FederatedData::rows_for`]): the data set itself when its rows are
+/// resident, or a small data set of just those clients, made on demand.
+pub struct ClientRows<'a> {
+    data: Cow<'a, FederatedData>,
+    /// Position of each asked-for client in `data`.
+    index: Vec<usize>,
+}
+
+impl ClientRows<'_> {
+    pub fn data(&self) -> &FederatedData {
+        &self.data
+    }
+
+    /// Where the `k`-th client asked for is in [`ClientRows::data`].
+    pub fn index(&self, k: usize) -> usize {
+        self.index[k]
+    }
 }
 
 /// A read-only view of one client's split.
@@ -221,13 +260,82 @@ impl FederatedData {
     }
 
     pub fn num_clients(&self) -> usize {
-        self.clients.len()
+        match &self.on_demand {
+            Some(rows) => rows.num_clients(),
+            None => self.clients.len(),
+        }
+    }
+
+    /// The rows of `clients`, resident or made now (in that order, each once per mention).
+    pub fn rows_for(&self, clients: &[u32]) -> ClientRows<'_> {
+        let Some(source) = &self.on_demand else {
+            return ClientRows {
+                data: Cow::Borrowed(self),
+                index: clients.iter().map(|&c| c as usize).collect(),
+            };
+        };
+        let sizes: Vec<SplitSizes> = clients
+            .iter()
+            .map(|&c| source.split_sizes(c as usize))
+            .collect();
+        let rows: usize = sizes.iter().map(|s| s.train + s.val + s.test).sum();
+        const ALIGN_FLOATS: usize = 64 / std::mem::size_of::<f32>();
+        let mut features: Vec<f32> = Vec::with_capacity(rows * self.dim + ALIGN_FLOATS);
+        let base = features.as_ptr();
+        let misalign = base as usize % 64 / std::mem::size_of::<f32>();
+        let lead = (ALIGN_FLOATS - misalign) % ALIGN_FLOATS;
+        features.resize(lead, 0.0);
+        let mut labels = Vec::with_capacity(rows);
+        let shards = clients
+            .iter()
+            .zip(&sizes)
+            .map(|(&c, s)| {
+                let start = labels.len();
+                source.make_rows(c as usize, &mut features, &mut labels);
+                assert_eq!(
+                    labels.len() - start,
+                    s.train + s.val + s.test,
+                    "client {c}'s rows"
+                );
+                let train = start..start + s.train;
+                let val = train.end..train.end + s.val;
+                let test = val.end..val.end + s.test;
+                ClientShard { train, val, test }
+            })
+            .collect();
+        assert_eq!(
+            features.as_ptr(),
+            base,
+            "the rows fit the buffer: its alignment holds"
+        );
+        ClientRows {
+            data: Cow::Owned(FederatedData {
+                layout: self.layout,
+                dim: self.dim,
+                classes: self.classes,
+                features,
+                labels,
+                clients: shards,
+                truth: None,
+                novel: Vec::new(),
+                on_demand: None,
+                lead,
+            }),
+            index: (0..clients.len()).collect(),
+        }
+    }
+
+    /// Whether every row is held in memory (else they are made on demand).
+    pub fn is_resident(&self) -> bool {
+        self.on_demand.is_none()
     }
 
     pub fn view(&self, client: usize, split: Split) -> SplitView<'_> {
+        assert!(self.is_resident(), "rows made on demand: use rows_for");
         let r = self.clients[client].range(split);
+        let floats = self.lead + r.start * self.dim..self.lead + r.end * self.dim;
         SplitView {
-            features: &self.features[r.start * self.dim..r.end * self.dim],
+            features: &self.features[floats],
             labels: &self.labels[r.clone()],
             dim: self.dim,
         }
@@ -236,8 +344,9 @@ impl FederatedData {
     /// Every row of the data set, of all clients and splits, as one view (rows in file order:
     /// a client's split starts at [`FederatedData::first_row`]).
     pub fn all_rows(&self) -> SplitView<'_> {
+        assert!(self.is_resident(), "rows made on demand: use rows_for");
         SplitView {
-            features: &self.features,
+            features: &self.features[self.lead..],
             labels: &self.labels,
             dim: self.dim,
         }
@@ -249,6 +358,14 @@ impl FederatedData {
     }
 
     pub fn split_len(&self, client: usize, split: Split) -> usize {
+        if let Some(rows) = &self.on_demand {
+            let s = rows.split_sizes(client);
+            return match split {
+                Split::Train => s.train,
+                Split::Val => s.val,
+                Split::Test => s.test,
+            };
+        }
         self.clients[client].range(split).len()
     }
 
@@ -256,7 +373,7 @@ impl FederatedData {
     pub fn novel_view(&self, client: usize) -> SplitView<'_> {
         let r = self.novel.get(client).cloned().unwrap_or(0..0);
         SplitView {
-            features: &self.features[r.start * self.dim..r.end * self.dim],
+            features: &self.features[self.lead + r.start * self.dim..self.lead + r.end * self.dim],
             labels: &self.labels[r.clone()],
             dim: self.dim,
         }
@@ -329,6 +446,8 @@ impl DatasetSpec {
     /// the number of features per row; `None` for a file (its size is what it is).
     pub fn least_rows(&self) -> Option<(f64, usize)> {
         match self {
+            // Rows made on demand are not held.
+            DatasetSpec::FedemSynthetic(s) if s.on_demand => Some((0.0, s.dim)),
             DatasetSpec::FedemSynthetic(s) => {
                 Some((s.clients as f64 * s.min_samples as f64, s.dim))
             }

@@ -257,6 +257,8 @@ impl ParquetSpec {
             clients: Vec::with_capacity(clients),
             truth: None,
             novel: Vec::new(),
+            on_demand: None,
+            lead: 0,
         };
         for (c, [train, val, test]) in rows.into_iter().enumerate() {
             let start = data.labels.len();

@@ -143,6 +143,8 @@ impl ShakespeareSpec {
             clients: Vec::with_capacity(roles.len()),
             truth: None,
             novel: Vec::new(),
+            on_demand: None,
+            lead: 0,
         };
         for (_, ids) in &roles {
             let n = self.max_samples.map_or(self.all_windows(ids.len()), |m| {

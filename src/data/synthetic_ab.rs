@@ -215,6 +215,8 @@ impl SyntheticAbSpec {
             clients,
             truth: None,
             novel: Vec::new(),
+            on_demand: None,
+            lead: 0,
         }
     }
 }

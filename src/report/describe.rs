@@ -38,21 +38,24 @@ pub struct DataDescription {
 
 impl DataDescription {
     pub fn of(data: &FederatedData) -> DataDescription {
+        let mut label_counts = vec![vec![0usize; data.classes]; Split::ALL.len()];
+        each_client(data, |rows, at| {
+            for (split, counts) in Split::ALL.into_iter().zip(&mut label_counts) {
+                for &y in rows.view(at, split).labels {
+                    if let Some(n) = usize::try_from(y).ok().and_then(|y| counts.get_mut(y)) {
+                        *n += 1;
+                    }
+                }
+            }
+        });
         let splits = Split::ALL
             .into_iter()
-            .map(|split| {
+            .zip(label_counts)
+            .map(|(split, counts)| {
                 let mut sizes: Vec<usize> = (0..data.num_clients())
                     .map(|c| data.split_len(c, split))
                     .collect();
                 sizes.sort_unstable();
-                let mut counts = vec![0usize; data.classes];
-                for c in 0..data.num_clients() {
-                    for &y in data.view(c, split).labels {
-                        if let Some(n) = usize::try_from(y).ok().and_then(|y| counts.get_mut(y)) {
-                            *n += 1;
-                        }
-                    }
-                }
                 let rows: usize = sizes.iter().sum();
                 SplitSizes {
                     split,
@@ -93,21 +96,33 @@ impl DataDescription {
 /// Each client's share of each label over all its rows (`[client][label]`), for the
 /// `clients × labels` heat map.
 pub fn client_label_shares(data: &FederatedData) -> Vec<Vec<f64>> {
-    (0..data.num_clients())
-        .map(|c| {
-            let mut counts = vec![0f64; data.classes];
-            let mut n = 0.0;
-            for split in Split::ALL {
-                for &y in data.view(c, split).labels {
-                    if let Some(k) = usize::try_from(y).ok().and_then(|y| counts.get_mut(y)) {
-                        *k += 1.0;
-                        n += 1.0;
-                    }
+    let mut shares = Vec::with_capacity(data.num_clients());
+    each_client(data, |rows, at| {
+        let mut counts = vec![0f64; data.classes];
+        let mut n = 0.0;
+        for split in Split::ALL {
+            for &y in rows.view(at, split).labels {
+                if let Some(k) = usize::try_from(y).ok().and_then(|y| counts.get_mut(y)) {
+                    *k += 1.0;
+                    n += 1.0;
                 }
             }
-            counts.iter().map(|k| k / f64::max(n, 1.0)).collect()
-        })
-        .collect()
+        }
+        shares.push(counts.iter().map(|k| k / f64::max(n, 1.0)).collect());
+    });
+    shares
+}
+
+/// Calls `f(rows, index of the client in rows)` for every client in order; rows made on demand
+/// are made a few thousand clients at a time.
+fn each_client(data: &FederatedData, mut f: impl FnMut(&FederatedData, usize)) {
+    let clients: Vec<u32> = (0..data.num_clients() as u32).collect();
+    for chunk in clients.chunks(4096) {
+        let rows = data.rows_for(chunk);
+        for k in 0..chunk.len() {
+            f(rows.data(), rows.index(k));
+        }
+    }
 }
 
 /// Detection figures of the true log p(x) and log p(x, y) on every client's test rows
@@ -230,6 +245,8 @@ mod tests {
                 inputs: None,
             }),
             novel: Vec::new(),
+            on_demand: None,
+            lead: 0,
         }
     }
 

@@ -431,7 +431,11 @@ fn slowest_to_component(
         message,
     };
     let truth = truth.ok_or_else(|| {
-        spec_err("needs data with known mixture weights (`data.kind: fedem_synthetic`)".into())
+        spec_err(
+            "needs data with known mixture weights (`data.kind: fedem_synthetic` without \
+             `on_demand`)"
+                .into(),
+        )
     })?;
     let m = truth.components.len();
     if k >= m || truth.weights.len() != speed.len() {

@@ -44,7 +44,10 @@ fn a_fresh_sample_is_drawn_at_each_evaluation() {
     let rounds = evaluated(&out.records);
     assert!(rounds.values().all(|clients| clients.len() == 6));
     let distinct: BTreeSet<&BTreeSet<u32>> = rounds.values().collect();
-    assert!(distinct.len() > 1, "three draws of 6 of 24 clients, all equal: {rounds:?}");
+    assert!(
+        distinct.len() > 1,
+        "three draws of 6 of 24 clients, all equal: {rounds:?}"
+    );
 }
 
 #[test]
@@ -58,7 +61,11 @@ fn training_is_the_same_and_the_summary_counts_the_sample() {
             .map(|r| format!("{r:?}"))
             .collect()
     };
-    assert_eq!(jobs(&all), jobs(&sampled), "who trains does not depend on who is tested");
+    assert_eq!(
+        jobs(&all),
+        jobs(&sampled),
+        "who trains does not depend on who is tested"
+    );
     let chosen = &evaluated(&sampled.records)[&4];
     // The sampled clients' figures are exactly their figures in the full evaluation.
     let rows = |out: &fedsim::actors::SimOutput| -> Vec<String> {
@@ -69,7 +76,15 @@ fn training_is_the_same_and_the_summary_counts_the_sample() {
             .collect()
     };
     assert_eq!(rows(&all), rows(&sampled));
-    let summary = fedsim::report::Summary::from_records("id", "small", "fedavg", 7, &sampled.records, 0.0, 0.0);
+    let summary = fedsim::report::Summary::from_records(
+        "id",
+        "small",
+        "fedavg",
+        7,
+        &sampled.records,
+        0.0,
+        0.0,
+    );
     assert_eq!(summary.clients, 5);
 }
 
@@ -89,12 +104,17 @@ fn peers_evaluate_only_the_sample() {
 #[test]
 fn every_can_be_given_in_the_section_and_is_written_where_it_always_was() {
     let top = scenario(SMALL, &[]);
-    let nested = scenario(&SMALL.replace("eval_every: 2\n", "evaluation: {every: 2}\n"), &[]);
+    let nested = scenario(
+        &SMALL.replace("eval_every: 2\n", "evaluation: {every: 2}\n"),
+        &[],
+    );
     assert_eq!(top.resolved_yaml, nested.resolved_yaml);
     assert_eq!(top.run_id(), nested.run_id());
     assert!(!top.resolved_yaml.contains("evaluation"));
     let sampled = scenario(SMALL, &["evaluation.clients=5"]);
-    assert!(sampled.resolved_yaml.contains("evaluation:\n  clients: 5\n  sample: fixed\n"));
+    assert!(sampled
+        .resolved_yaml
+        .contains("evaluation:\n  clients: 5\n  sample: fixed\n"));
 }
 
 fn error(text: &str, overrides: &[&str]) -> String {
@@ -108,18 +128,37 @@ fn error(text: &str, overrides: &[&str]) -> String {
 #[test]
 fn bad_evaluation_settings_name_the_field_and_what_is_allowed() {
     let both = error(SMALL, &["evaluation.every=3"]);
-    assert!(both.contains("`evaluation.every`") && both.contains("not both"), "{both}");
-    let zero = error(&SMALL.replace("eval_every: 2\n", "evaluation: {every: 0}\n"), &[]);
-    assert!(zero.contains("bad.yaml:4: field `evaluation.every`: must be at least 1"), "{zero}");
+    assert!(
+        both.contains("`evaluation.every`") && both.contains("not both"),
+        "{both}"
+    );
+    let zero = error(
+        &SMALL.replace("eval_every: 2\n", "evaluation: {every: 0}\n"),
+        &[],
+    );
+    assert!(
+        zero.contains("bad.yaml:4: field `evaluation.every`: must be at least 1"),
+        "{zero}"
+    );
     let word = error(&format!("{SMALL}evaluation: {{clients: most}}\n"), &[]);
-    assert!(word.contains("bad.yaml:10") && word.contains("`all`") && word.contains("most"), "{word}");
+    assert!(
+        word.contains("bad.yaml:10") && word.contains("`all`") && word.contains("most"),
+        "{word}"
+    );
     let many = error(SMALL, &["evaluation.clients=25"]);
     assert!(
-        many.contains("`evaluation.clients`") && many.contains("at most the number of clients (24)"),
+        many.contains("`evaluation.clients`")
+            && many.contains("at most the number of clients (24)"),
         "{many}"
     );
     let fraction = error(SMALL, &["evaluation.clients=1.5"]);
-    assert!(fraction.contains("(0, 1]") && fraction.contains("1.5"), "{fraction}");
+    assert!(
+        fraction.contains("(0, 1]") && fraction.contains("1.5"),
+        "{fraction}"
+    );
     let sample = error(SMALL, &["evaluation={clients: 3, sample: sometimes}"]);
-    assert!(sample.contains("evaluation.sample") && sample.contains("fresh"), "{sample}");
+    assert!(
+        sample.contains("evaluation.sample") && sample.contains("fresh"),
+        "{sample}"
+    );
 }

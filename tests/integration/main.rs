@@ -12,6 +12,7 @@ mod fuzz;
 mod paper;
 mod parquet_data;
 mod real_data;
+mod scale;
 mod scenario_errors;
 mod sweeps;
 mod systems;

@@ -1,0 +1,170 @@
+//! Large populations: data made on demand (`fedem_synthetic` with `on_demand: true`) and
+//! clients woken only while they have work give the results of the resident run (up to float
+//! rounding), the same bytes with any number of threads, and clear errors where they cannot.
+
+use crate::common::{scenario, SMALL};
+use fedsim::report::Record;
+use fedsim::run::simulate_scenario;
+use std::path::Path;
+
+const ON_DEMAND: &str = "data.on_demand=true";
+
+fn records(overrides: &[&str], threads: usize) -> Vec<Record> {
+    simulate_scenario(&scenario(SMALL, overrides), threads, |_| {})
+        .unwrap()
+        .records
+}
+
+/// Evaluation rows as (round, client, split, model, n, loss, accuracy).
+fn evaluations(records: &[Record]) -> Vec<(u32, u32, String, String, usize, f64, f64)> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Eval(e) => Some((
+                e.round,
+                e.client,
+                e.split.as_str().into(),
+                e.model.as_str().into(),
+                e.n_samples,
+                e.loss,
+                e.accuracy,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn rows_made_on_demand_give_the_resident_results_up_to_rounding() {
+    for settings in [
+        vec![],
+        vec!["algorithm={name: fedem, components: 3}"],
+        vec!["training.cohorts=off"],
+        vec!["algorithm={name: pfedme}", "rounds=2"],
+    ] {
+        let resident = records(&settings, 2);
+        let with: Vec<&str> = settings.iter().copied().chain([ON_DEMAND]).collect();
+        let lazy = records(&with, 2);
+        let jobs = |r: &[Record]| -> Vec<String> {
+            r.iter()
+                .filter(|r| matches!(r, Record::Job(_)))
+                .map(|r| format!("{r:?}"))
+                .collect()
+        };
+        assert_eq!(
+            jobs(&resident),
+            jobs(&lazy),
+            "{settings:?}: the same jobs at the same times"
+        );
+        let (a, b) = (evaluations(&resident), evaluations(&lazy));
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!((x.0, x.1, &x.2, &x.3, x.4), (y.0, y.1, &y.2, &y.3, y.4));
+            assert!(
+                (x.5 - y.5).abs() <= 1e-5 * x.5.abs().max(1.0),
+                "{settings:?}: {x:?} {y:?}"
+            );
+            assert_eq!(x.6, y.6, "{settings:?}: accuracy");
+        }
+    }
+}
+
+#[test]
+fn rows_made_on_demand_are_deterministic_across_threads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for threads in [1, 3] {
+        let out = tmp.path().join(format!("t{threads}"));
+        let s = scenario(
+            SMALL,
+            &[
+                ON_DEMAND,
+                "evaluation={clients: 10, sample: fresh}",
+                "algorithm={name: fedem}",
+            ],
+        );
+        let opts = fedsim::run::RunOptions {
+            out_dir: out.clone(),
+            threads,
+            progress: false,
+        };
+        fedsim::run::run_scenario(&s, &opts).unwrap();
+        files.push(
+            [
+                "metrics.parquet",
+                "jobs.parquet",
+                "mixtures.parquet",
+                "clients.parquet",
+            ]
+            .map(|f| std::fs::read(out.join(f)).unwrap()),
+        );
+    }
+    assert!(
+        files[0] == files[1],
+        "1 and 3 threads wrote different files"
+    );
+}
+
+#[test]
+fn describe_reads_rows_made_on_demand() {
+    let resident = scenario(SMALL, &[]);
+    let lazy = scenario(SMALL, &[ON_DEMAND]);
+    let build = |s: &fedsim::scenario::Scenario| {
+        s.data
+            .build(&s.split, &fedsim::sim::SeedTree::new(s.data_seed))
+            .unwrap()
+    };
+    let (a, b) = (build(&resident), build(&lazy));
+    let (da, db) = (
+        fedsim::report::DataDescription::of(&a),
+        fedsim::report::DataDescription::of(&b),
+    );
+    assert_eq!(da.splits, db.splits, "the same sizes and label shares");
+    assert!(
+        da.bayes_test.is_some() && db.bayes_test.is_none(),
+        "no truth kept on demand"
+    );
+    assert_eq!(
+        fedsim::report::client_label_shares(&a),
+        fedsim::report::client_label_shares(&b)
+    );
+}
+
+#[test]
+fn on_demand_errors_name_the_field() {
+    let numpy = fedsim::scenario::Scenario::from_yaml(
+        SMALL,
+        Path::new("big.yaml"),
+        &[ON_DEMAND.into(), "data.numpy_seed=3".into()],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        numpy.contains("field `data.on_demand`") && numpy.contains("numpy_seed"),
+        "{numpy}"
+    );
+    let slowest = simulate_scenario(
+        &scenario(
+            SMALL,
+            &[
+                ON_DEMAND,
+                "system.compute={samples_per_second: 100, slowest_to_component: 0}",
+            ],
+        ),
+        1,
+        |_| {},
+    )
+    .err()
+    .expect("refused");
+    let mut slowest_chain = slowest.to_string();
+    let mut source = std::error::Error::source(&slowest);
+    while let Some(e) = source {
+        slowest_chain += &format!(": {e}");
+        source = e.source();
+    }
+    let slowest = slowest_chain;
+    assert!(
+        slowest.contains("slowest_to_component") && slowest.contains("on_demand"),
+        "{slowest}"
+    );
+}
