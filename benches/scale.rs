@@ -47,6 +47,8 @@ fn run(dir: &Path, clients: u64, extra: &[String]) -> (f64, f64) {
         cmd.arg("--set").arg(e);
     }
     let start = Instant::now();
+    // Reaped below by `wait4`, which also gives its peak memory.
+    #[allow(clippy::zombie_processes)]
     let child = cmd.spawn().expect("fedsim runs");
     let mut status = 0;
     // SAFETY: plain POSIX call on our own child; `usage` is written by the kernel.
@@ -152,6 +154,7 @@ fn main() {
         x_label: "clients".into(),
         y_label: "rounds per second".into(),
         log_x: true,
+        y_from_zero: true,
         series: vec![fedsim::report::Series {
             label: "fedsim (2 cores)".into(),
             points: rows

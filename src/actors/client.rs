@@ -250,7 +250,11 @@ pub(super) struct Roster<A: Algorithm> {
     /// The model new client states are made from.
     initial: Arc<A::Global>,
     awake: RefCell<HashMap<u32, Addr<Client<A>>>>,
+    /// What sleeping clients keep; a client that never trained keeps nothing here (its state
+    /// is still the initial one, made again when it wakes).
     asleep: RefCell<HashMap<u32, Kept<A>>>,
+    /// Bit `c` is set once client `c` has woken (and its device has been recorded).
+    woken: RefCell<Vec<u64>>,
 }
 
 /// What [`Roster::new`] needs to wake clients.
@@ -261,6 +265,8 @@ pub(super) struct RosterParts<A: Algorithm> {
     pub seeds: SeedTree,
     pub unseen: Vec<u32>,
     pub initial: Arc<A::Global>,
+    /// How many clients there are.
+    pub clients: usize,
 }
 
 impl<A: Algorithm> Roster<A> {
@@ -272,6 +278,7 @@ impl<A: Algorithm> Roster<A> {
             seeds,
             unseen,
             initial,
+            clients,
         } = parts;
         Rc::new(Roster {
             jobs,
@@ -282,6 +289,7 @@ impl<A: Algorithm> Roster<A> {
             initial,
             awake: RefCell::default(),
             asleep: RefCell::default(),
+            woken: RefCell::new(vec![0; clients.div_ceil(64)]),
         })
     }
 
@@ -291,7 +299,13 @@ impl<A: Algorithm> Roster<A> {
             return addr.clone();
         }
         let kept = self.asleep.borrow_mut().remove(&id);
-        let introduce = kept.is_none();
+        let introduce = {
+            let (word, bit) = (id as usize / 64, 1u64 << (id % 64));
+            let mut woken = self.woken.borrow_mut();
+            let first = woken[word] & bit == 0;
+            woken[word] |= bit;
+            first
+        };
         let kept = kept.unwrap_or_else(|| Kept {
             state: self.jobs.algorithm.init_client(&self.initial, id),
             last_trained: None,
@@ -316,7 +330,10 @@ impl<A: Algorithm> Roster<A> {
 
     fn sleep(&self, id: u32, kept: Kept<A>) {
         self.awake.borrow_mut().remove(&id);
-        self.asleep.borrow_mut().insert(id, kept);
+        let untouched = kept.last_trained.is_none() && !kept.watch.seen;
+        if !untouched {
+            self.asleep.borrow_mut().insert(id, kept);
+        }
     }
 
     /// Clients awake now, and asleep with something kept.
@@ -524,6 +541,7 @@ mod tests {
                 system,
                 seeds: SeedTree::new(1),
                 unseen: vec![1],
+                clients: 2,
             });
             let deliver = |msg: Msg<FedAvg>| {
                 let addr = roster.wake(0);
@@ -564,6 +582,41 @@ mod tests {
             .await;
             assert!(matches!(eff.records(), [Record::Eval(e)] if e.sampled && !e.unseen));
             assert_eq!(roster.counts(), (0, 1));
+            // Client 1 is only evaluated: it keeps nothing, and its device is recorded once.
+            let evaluate = |round: u32| {
+                let addr = roster.wake(1);
+                let global = Arc::new(vec![0.0; 4]);
+                async move {
+                    let msg = Msg::Evaluate { round, global };
+                    let now = SimTime(1000);
+                    addr.send(Deliver { now, msg }).await.unwrap().unwrap()
+                }
+            };
+            let devices = |eff: &FlEffects<FedAvg>| {
+                eff.records()
+                    .iter()
+                    .filter(|r| matches!(r, Record::Device(d) if d.client == 1))
+                    .count()
+            };
+            assert_eq!(
+                devices(&evaluate(1).await),
+                1,
+                "recorded when it first wakes"
+            );
+            let msg = Msg::Evaluated {
+                round: 1,
+                results: Vec::new(),
+                report: ClientReport::default(),
+            };
+            let now = SimTime(1000);
+            roster
+                .wake(1)
+                .send(Deliver { now, msg })
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(roster.counts(), (0, 1), "client 1 sleeps keeping nothing");
+            assert_eq!(devices(&evaluate(2).await), 0, "and is not recorded again");
         });
     }
 }

@@ -554,6 +554,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             seeds,
             unseen: unseen.clone(),
             initial: global.clone(),
+            clients: num_clients as usize,
         });
         let server = Server::new(
             server::ServerConfig {

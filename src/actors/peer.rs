@@ -629,7 +629,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             topology: Arc::new(topology),
             seeds,
             rounds: spec.rounds,
-            evaluated: EvaluatedClients::new(spec.evaluation, peers as usize, seeds),
+            evaluated: EvaluatedClients::new(spec.evaluation, peers, seeds),
             step_weights,
         });
         let _drain = shared.dispatch.pool().drain_on_drop();

@@ -30,6 +30,8 @@ pub struct Chart {
     pub x_label: String,
     pub y_label: String,
     pub log_x: bool,
+    /// Start the y axis at zero (else it spans the values).
+    pub y_from_zero: bool,
     pub series: Vec<Series>,
 }
 
@@ -76,6 +78,7 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Resu
     let pts = || chart.series.iter().flat_map(|s| s.points.iter());
     let (x0, x1) = bounds(pts().map(|p| p.0)).ok_or("nothing to plot")?;
     let (y0, y1) = bounds(pts().flat_map(|p| [p.1 - p.2, p.1 + p.2])).ok_or("nothing to plot")?;
+    let y0 = if chart.y_from_zero { y0.min(0.0) } else { y0 };
     // Headroom at the top for the legend.
     let pad_y = ((y1 - y0) * 0.05).max(1e-3);
     let (y0, y1) = (
@@ -264,6 +267,7 @@ mod tests {
             x_label: "sampling.fraction".into(),
             y_label: "test accuracy (%)".into(),
             log_x: true,
+            y_from_zero: false,
             series: vec![Series {
                 label: "fedem".into(),
                 points: vec![(0.05, 70.0, 1.0), (0.5, 80.0, 0.5), (1.0, 82.0, 0.0)],

@@ -561,6 +561,7 @@ pub fn write_plots(
                 x_label: a.clone(),
                 y_label: "weighted mean test accuracy (%)".into(),
                 log_x: positive && distinct.len() > 2,
+                y_from_zero: false,
                 series,
             },
         )?);
@@ -615,6 +616,7 @@ pub fn write_plots(
                     x_label: x_name.into(),
                     y_label: y_label.into(),
                     log_x: false,
+                    y_from_zero: false,
                     series,
                 },
             )?);
@@ -647,6 +649,7 @@ pub fn write_plots(
             x_label: "test accuracy (%)".into(),
             y_label: "fraction of clients".into(),
             log_x: false,
+            y_from_zero: false,
             series,
         },
     )?);

@@ -395,12 +395,26 @@ fn sizes_that_cannot_fit_in_memory_are_refused_with_the_estimate() {
     let e = error(BASE, &["data.clients=100000000000"]);
     assert!(
         e.starts_with(
-            "bad.yaml:4: field `data.clients`: 100000000000 clients need at least 2.8 PiB of \
-             memory (2.7 PiB of data, every client at its minimum size, and 93.1 TiB of \
+            "bad.yaml:4: field `data.clients`: 100000000000 clients need at least 2.7 PiB of \
+             memory (2.7 PiB of data, every client at its minimum size, and 2.9 TiB of \
              per-client state), more than this machine's "
         ),
         "{e}"
     );
+    assert!(
+        e.ends_with(
+            "or `data.on_demand: true` to make each client's rows only when a job needs them"
+        ),
+        "{e}"
+    );
+    // Made on demand, the rows cost nothing up front: only 32 bytes per client are counted.
+    let e = error(BASE, &["data.clients=1000000000000", "data.on_demand=true"]);
+    assert!(
+        e.contains("need at least 29.1 TiB of memory (no rows held: they are made on demand, and"),
+        "{e}"
+    );
+    assert!(!e.contains("on_demand"), "{e}");
+    crate::common::scenario(BASE, &["data.clients=10000000", "data.on_demand=true"]);
     let e = error(
         &BASE.replace("kind: fedem_synthetic\n  clients: 10", "kind: synthetic_ab"),
         &["data.clients=1000000000000", "sampling.fraction=0.0001"],
