@@ -9,6 +9,7 @@ use crate::sim::{Entity, SeedTree, SimDuration, SimTime};
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Distribution, Exp};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// Online intervals `[start, end)`, sorted and disjoint, optionally repeating every `period`.
@@ -106,61 +107,67 @@ pub struct Chain {
 /// The availability of every client of a run.
 pub enum AvailabilityModel {
     Always,
+    /// Each client's chain is made when its availability is first asked, from its own stream,
+    /// and then drawn as far as the questions reach: only asked-about clients cost memory.
     Markov {
         on: Exp<f64>,
         off: Exp<f64>,
-        chains: Vec<Mutex<Chain>>,
+        p_online: f64,
+        seeds: SeedTree,
+        chains: Mutex<HashMap<u32, Chain>>,
     },
+    /// Client `c` follows trace `c mod len`.
     Traces(Vec<Intervals>),
 }
 
 impl AvailabilityModel {
     /// Two-state chains with exponential online / offline durations of the given means; each
     /// client starts in the stationary distribution, from its own stream.
-    pub fn markov(
-        mean_online_s: f64,
-        mean_offline_s: f64,
-        seeds: &SeedTree,
-        clients: usize,
-    ) -> Self {
-        let p_online = mean_online_s / (mean_online_s + mean_offline_s);
-        let chains = (0..clients)
-            .map(|c| {
-                let mut rng = seeds.rng(Entity::Client(c as u32), "availability", 0);
-                let online = rng.gen::<f64>() < p_online;
-                Mutex::new(Chain {
-                    rng,
-                    online,
-                    cursor: SimTime::ZERO,
-                    spans: Vec::new(),
-                })
-            })
-            .collect();
+    pub fn markov(mean_online_s: f64, mean_offline_s: f64, seeds: &SeedTree) -> Self {
         AvailabilityModel::Markov {
             on: Exp::new(1.0 / mean_online_s).expect("checked mean"),
             off: Exp::new(1.0 / mean_offline_s).expect("checked mean"),
-            chains,
+            p_online: mean_online_s / (mean_online_s + mean_offline_s),
+            seeds: *seeds,
+            chains: Mutex::new(HashMap::new()),
         }
     }
 
-    /// `client`'s Markov chain, drawn past `t`.
-    fn chain_past(&self, client: u32, t: SimTime) -> std::sync::MutexGuard<'_, Chain> {
-        let AvailabilityModel::Markov { on, off, chains } = self else {
+    /// `f` of `client`'s Markov chain, drawn past `t`.
+    fn with_chain<R>(&self, client: u32, t: SimTime, f: impl FnOnce(&Chain) -> R) -> R {
+        let AvailabilityModel::Markov {
+            on,
+            off,
+            p_online,
+            seeds,
+            chains,
+        } = self
+        else {
             unreachable!("only Markov availability has chains")
         };
-        let mut chain = chains[client as usize]
-            .lock()
-            .expect("no panics while held");
+        let mut chains = chains.lock().expect("no panics while held");
+        let chain = chains.entry(client).or_insert_with(|| {
+            let mut rng = seeds.rng(Entity::Client(client), "availability", 0);
+            let online = rng.gen::<f64>() < *p_online;
+            Chain {
+                rng,
+                online,
+                cursor: SimTime::ZERO,
+                spans: Vec::new(),
+            }
+        });
         chain.extend_past(t, on, off);
-        chain
+        f(chain)
     }
 
     /// If `client` is online at `t`: when it goes offline ([`SimTime::MAX`]: never).
     pub fn online_until(&self, client: u32, t: SimTime) -> Option<SimTime> {
         match self {
             AvailabilityModel::Always => Some(SimTime::MAX),
-            AvailabilityModel::Traces(ts) => ts[client as usize].online_until(t),
-            AvailabilityModel::Markov { .. } => span_end(&self.chain_past(client, t).spans, t),
+            AvailabilityModel::Traces(ts) => ts[client as usize % ts.len()].online_until(t),
+            AvailabilityModel::Markov { .. } => {
+                self.with_chain(client, t, |chain| span_end(&chain.spans, t))
+            }
         }
     }
 
@@ -168,9 +175,8 @@ impl AvailabilityModel {
     pub fn next_online(&self, client: u32, t: SimTime) -> Option<SimTime> {
         match self {
             AvailabilityModel::Always => Some(t),
-            AvailabilityModel::Traces(ts) => ts[client as usize].next_online(t),
-            AvailabilityModel::Markov { .. } => {
-                let chain = self.chain_past(client, t);
+            AvailabilityModel::Traces(ts) => ts[client as usize % ts.len()].next_online(t),
+            AvailabilityModel::Markov { .. } => self.with_chain(client, t, |chain| {
                 if span_end(&chain.spans, t).is_some() {
                     return Some(t);
                 }
@@ -178,7 +184,7 @@ impl AvailabilityModel {
                 // offline period holding `t` ends there).
                 let i = chain.spans.partition_point(|s| s.0 <= t);
                 Some(chain.spans.get(i).map_or(chain.cursor, |s| s.0))
-            }
+            }),
         }
     }
 }
@@ -235,8 +241,8 @@ mod tests {
     #[test]
     fn markov_is_order_independent_and_has_the_right_duty_cycle() {
         let seeds = SeedTree::new(9);
-        let a = AvailabilityModel::markov(60.0, 240.0, &seeds, 4);
-        let b = AvailabilityModel::markov(60.0, 240.0, &seeds, 4);
+        let a = AvailabilityModel::markov(60.0, 240.0, &seeds);
+        let b = AvailabilityModel::markov(60.0, 240.0, &seeds);
         // Ask `a` far ahead first, `b` in order: same answers.
         let far = a.online_until(2, s(100_000));
         let mut online = 0;

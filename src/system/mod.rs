@@ -325,7 +325,7 @@ impl SystemModel {
             AvailabilitySpec::Markov {
                 mean_online_s,
                 mean_offline_s,
-            } => AvailabilityModel::markov(*mean_online_s, *mean_offline_s, seeds, clients),
+            } => AvailabilityModel::markov(*mean_online_s, *mean_offline_s, seeds),
             AvailabilitySpec::Csv { path, period_s } => AvailabilityModel::Traces(
                 traces::online_intervals(path, clients)?
                     .into_iter()
@@ -333,7 +333,7 @@ impl SystemModel {
                     .collect(),
             ),
             AvailabilitySpec::Fedscale { path } => AvailabilityModel::Traces(
-                traces::fedscale_behavior(path, clients)?
+                traces::fedscale_behavior(path)?
                     .iter()
                     .map(Intervals::fedscale)
                     .collect(),

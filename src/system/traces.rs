@@ -202,12 +202,14 @@ pub fn fedscale_devices(path: &Path, clients: usize) -> Result<Vec<FedScaleDevic
     Ok(devices)
 }
 
-/// FedScale's `client_behave_trace`, one entry per client.
-pub fn fedscale_behavior(
-    path: &Path,
-    clients: usize,
-) -> Result<Vec<FedScaleBehavior>, SystemError> {
-    let traces = assign(path, read_pickle::<FedScaleBehavior>(path)?, clients)?;
+/// FedScale's `client_behave_trace`: its entries in ascending id order (client `c` of a run
+/// takes entry `c mod len`; the entries are not copied per client).
+pub fn fedscale_behavior(path: &Path) -> Result<Vec<FedScaleBehavior>, SystemError> {
+    let map = read_pickle::<FedScaleBehavior>(path)?;
+    if map.is_empty() {
+        return Err(content(path, "the trace has no clients"));
+    }
+    let traces: Vec<FedScaleBehavior> = map.into_values().collect();
     for t in &traces {
         if t.active.len() != t.inactive.len() || t.finish_time.is_nan() || t.finish_time <= 0.0 {
             return Err(content(
