@@ -1,5 +1,6 @@
-//! Cross-device scale (issue 17): FedAvg on FedEM's synthetic generator (d = 10, 10–20
-//! samples per client, rows made on demand, the linear model), 100 clients per round, at
+//! Cross-device scale (issue 17), `scenarios/studies/scale_fedavg.yaml`: FedAvg on FedEM's
+//! synthetic generator (d = 10, 10–20 samples per client, rows made on demand, the linear
+//! model), 100 clients per round, at
 //! populations of 10⁴ to 10⁷ clients (`FEDSIM_SCALE_MAX=1e6` stops earlier;
 //! `FEDSIM_SCALE_RESIDENT=1` holds every row instead, for comparison).
 //!
@@ -20,21 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-const SCENARIO: &str = "\
-name: scale
-rounds: 100
-data: {kind: fedem_synthetic, dim: 10, min_samples: 10, max_samples: 20, on_demand: true}
-model: {kind: linear}
-algorithm: {name: fedavg}
-training: {local_epochs: 1, batch_size: 32, lr: 0.1}
-sampling: {count: 100}
-evaluation: {clients: 10000, every: 20}
-";
-
-/// Wall seconds and peak resident bytes of one `fedsim run` of the scale scenario.
+/// Wall seconds and peak resident bytes of one `fedsim run` of `scenarios/studies/scale_fedavg.yaml`.
 fn run(dir: &Path, clients: u64, extra: &[String]) -> (f64, f64) {
-    let file = dir.join("scale.yaml");
-    std::fs::write(&file, SCENARIO).unwrap();
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/studies/scale_fedavg.yaml");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fedsim"));
     cmd.arg("run").arg(&file).arg("--quiet");
     cmd.stdout(std::process::Stdio::null());

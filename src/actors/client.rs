@@ -241,14 +241,7 @@ impl<A: Algorithm> Client<A> {
 /// and its device is recorded then: `clients.parquet` lists the clients that took part or were
 /// evaluated).
 pub(super) struct Roster<A: Algorithm> {
-    jobs: Arc<JobContext<A>>,
-    dispatch: Dispatch<A>,
-    system: Arc<SystemModel>,
-    seeds: SeedTree,
-    /// The held-out clients, sorted.
-    unseen: Vec<u32>,
-    /// The model new client states are made from.
-    initial: Arc<A::Global>,
+    parts: RosterParts<A>,
     awake: RefCell<HashMap<u32, Addr<Client<A>>>>,
     /// What sleeping clients keep; a client that never trained keeps nothing here (its state
     /// is still the initial one, made again when it wakes).
@@ -257,13 +250,15 @@ pub(super) struct Roster<A: Algorithm> {
     woken: RefCell<Vec<u64>>,
 }
 
-/// What [`Roster::new`] needs to wake clients.
+/// What a [`Roster`] wakes clients with.
 pub(super) struct RosterParts<A: Algorithm> {
     pub jobs: Arc<JobContext<A>>,
     pub dispatch: Dispatch<A>,
     pub system: Arc<SystemModel>,
     pub seeds: SeedTree,
+    /// The held-out clients, sorted.
     pub unseen: Vec<u32>,
+    /// The model new client states are made from.
     pub initial: Arc<A::Global>,
     /// How many clients there are.
     pub clients: usize,
@@ -271,25 +266,12 @@ pub(super) struct RosterParts<A: Algorithm> {
 
 impl<A: Algorithm> Roster<A> {
     pub fn new(parts: RosterParts<A>) -> Rc<Self> {
-        let RosterParts {
-            jobs,
-            dispatch,
-            system,
-            seeds,
-            unseen,
-            initial,
-            clients,
-        } = parts;
+        let woken = RefCell::new(vec![0; parts.clients.div_ceil(64)]);
         Rc::new(Roster {
-            jobs,
-            dispatch,
-            system,
-            seeds,
-            unseen,
-            initial,
+            parts,
             awake: RefCell::default(),
             asleep: RefCell::default(),
-            woken: RefCell::new(vec![0; clients.div_ceil(64)]),
+            woken,
         })
     }
 
@@ -306,19 +288,20 @@ impl<A: Algorithm> Roster<A> {
             woken[word] |= bit;
             first
         };
+        let p = &self.parts;
         let kept = kept.unwrap_or_else(|| Kept {
-            state: self.jobs.algorithm.init_client(&self.initial, id),
+            state: p.jobs.algorithm.init_client(&p.initial, id),
             last_trained: None,
-            watch: DivergenceWatch::new(self.jobs.on_divergence),
+            watch: DivergenceWatch::new(p.jobs.on_divergence),
         });
         let addr = Client {
             id,
-            unseen: self.unseen.binary_search(&id).is_ok(),
+            unseen: p.unseen.binary_search(&id).is_ok(),
             kept: Some(kept),
-            jobs: self.jobs.clone(),
-            dispatch: self.dispatch.clone(),
-            system: self.system.clone(),
-            seeds: self.seeds,
+            jobs: p.jobs.clone(),
+            dispatch: p.dispatch.clone(),
+            system: p.system.clone(),
+            seeds: p.seeds,
             awaited: 0,
             roster: Some(Rc::downgrade(self)),
             introduce,

@@ -396,6 +396,17 @@ pub(crate) struct JobContext<A: Algorithm> {
 }
 
 impl<A: Algorithm> JobContext<A> {
+    /// The context of `spec`'s jobs: `algorithm` training `arch` on `data`.
+    fn new(algorithm: A, arch: Architecture, spec: &RunSpec, data: Arc<FederatedData>) -> Self {
+        JobContext {
+            algorithm,
+            arch,
+            training: spec.training.clone(),
+            data,
+            on_divergence: spec.on_divergence,
+        }
+    }
+
     /// What client `client`'s job sees in `round`, at learning rate `lr`; its rows are the
     /// `k`-th of `rows` (from [`FederatedData::rows_for`]).
     fn local<'a>(
@@ -527,13 +538,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
         let arch = Architecture::for_input(&spec.model, data.input_shape(), data.classes);
         let global = algorithm.init_global(&arch, &mut seeds.rng(Entity::Run, "model_init", 0));
         let num_clients = data.num_clients() as u32;
-        let jobs = Arc::new(JobContext {
-            algorithm,
-            arch,
-            training: spec.training.clone(),
-            data,
-            on_divergence: spec.on_divergence,
-        });
+        let jobs = Arc::new(JobContext::new(algorithm, arch, &spec, data));
         let pool = TrainerPool::start(threads);
         let _drain = pool.drain_on_drop();
         let dispatch = cohort::Dispatch::new(pool, jobs.clone());
@@ -636,13 +641,7 @@ pub(crate) mod testkit {
         let arch = Architecture::for_input(&s.run.model, data.input_shape(), data.classes);
         let cost = crate::system::SampleCost::of(&arch, batch);
         let system = SystemModel::build(&s.run.system, &seeds, 2, cost, None).unwrap();
-        let jobs = Arc::new(JobContext {
-            algorithm: FedAvg::plain(),
-            arch,
-            training: s.run.training.clone(),
-            data,
-            on_divergence: s.run.on_divergence,
-        });
+        let jobs = Arc::new(JobContext::new(FedAvg::plain(), arch, &s.run, data));
         (s, jobs, Arc::new(system))
     }
 }

@@ -614,13 +614,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             }
             _ => vec![1.0; peers],
         };
-        let jobs = Arc::new(JobContext {
-            algorithm,
-            arch,
-            training: spec.training.clone(),
-            data,
-            on_divergence: spec.on_divergence,
-        });
+        let jobs = Arc::new(JobContext::new(algorithm, arch, &spec, data));
         let dispatch = Dispatch::new(TrainerPool::start(threads), jobs.clone());
         let shared = Arc::new(Shared {
             jobs,

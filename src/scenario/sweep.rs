@@ -119,9 +119,16 @@ fn label(axes: &[(String, Value)], seed: u64) -> String {
         .join(", ")
 }
 
-fn override_arg(path: &str, v: &Value) -> String {
-    let text = serde_yaml::to_string(v).expect("a YAML value serialises");
-    format!("{path}={}", text.trim_end())
+/// `path=VALUE` for `--set`; `Err` names the field whose value cannot be written as YAML
+/// (serde_yaml refuses some tagged keys, e.g. `{!tag: x}`).
+fn override_arg(path: &str, v: &Value) -> Result<String, String> {
+    let text = serde_yaml::to_string(v).map_err(|e| {
+        format!(
+            "`{path}`: {} cannot be used as a value here ({e})",
+            compact(v)
+        )
+    })?;
+    Ok(format!("{path}={}", text.trim_end()))
 }
 
 impl Sweep {
@@ -237,8 +244,10 @@ impl Sweep {
             })
             .collect();
         let fixed: Vec<String> = std::iter::once(format!("name={name}"))
+            .map(Ok)
             .chain(raw.set.iter().map(|(k, v)| override_arg(&compact(k), v)))
-            .collect();
+            .collect::<Result<_, _>>()
+            .map_err(invalid)?;
         // Without `seeds`, every cell keeps the base scenario's seed.
         let seeds: Vec<Option<u64>> = match &raw.seeds {
             Some(s) if s.is_empty() => {
@@ -253,7 +262,9 @@ impl Sweep {
         for axes in combos {
             for &seed in &seeds {
                 let mut args = fixed.clone();
-                args.extend(axes.iter().map(|(p, v)| override_arg(p, v)));
+                for (p, v) in &axes {
+                    args.push(override_arg(p, v).map_err(invalid)?);
+                }
                 args.extend(seed.map(|s| format!("seed={s}")));
                 let scenario =
                     Scenario::from_yaml(&base_text, &base_file, &args).map_err(|source| {

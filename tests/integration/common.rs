@@ -21,6 +21,15 @@ pub fn scenario(text: &str, overrides: &[&str]) -> Scenario {
     Scenario::from_yaml(text, Path::new("test.yaml"), &o).expect("valid scenario")
 }
 
+/// The message of the error `text` with `overrides` is refused with (as file `bad.yaml`).
+pub fn error(text: &str, overrides: &[&str]) -> String {
+    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    match Scenario::from_yaml(text, Path::new("bad.yaml"), &o) {
+        Ok(_) => panic!("scenario should be rejected:\n{text}\nwith {overrides:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
 pub fn bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_fedsim"))
 }

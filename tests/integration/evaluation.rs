@@ -1,12 +1,10 @@
 //! Evaluation on a sample of the clients (`evaluation: {clients, every, sample}`): who is
 //! evaluated, that the summary is computed on them, and how bad settings are reported.
 
-use crate::common::{scenario, SMALL};
+use crate::common::{error, scenario, SMALL};
 use fedsim::report::Record;
 use fedsim::run::simulate_scenario;
-use fedsim::scenario::Scenario;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 /// The clients evaluated (on the test split) after each evaluated round.
 fn evaluated(records: &[Record]) -> BTreeMap<u32, BTreeSet<u32>> {
@@ -115,14 +113,6 @@ fn every_can_be_given_in_the_section_and_is_written_where_it_always_was() {
     assert!(sampled
         .resolved_yaml
         .contains("evaluation:\n  clients: 5\n  sample: fixed\n"));
-}
-
-fn error(text: &str, overrides: &[&str]) -> String {
-    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
-    match Scenario::from_yaml(text, Path::new("bad.yaml"), &o) {
-        Err(e) => e.to_string(),
-        Ok(_) => panic!("expected an error for {overrides:?}"),
-    }
 }
 
 #[test]

@@ -5,7 +5,6 @@
 use crate::common::{scenario, SMALL};
 use fedsim::report::Record;
 use fedsim::run::simulate_scenario;
-use std::path::Path;
 
 const ON_DEMAND: &str = "data.on_demand=true";
 
@@ -132,13 +131,7 @@ fn describe_reads_rows_made_on_demand() {
 
 #[test]
 fn on_demand_errors_name_the_field() {
-    let numpy = fedsim::scenario::Scenario::from_yaml(
-        SMALL,
-        Path::new("big.yaml"),
-        &[ON_DEMAND.into(), "data.numpy_seed=3".into()],
-    )
-    .unwrap_err()
-    .to_string();
+    let numpy = crate::common::error(SMALL, &[ON_DEMAND, "data.numpy_seed=3"]);
     assert!(
         numpy.contains("field `data.on_demand`") && numpy.contains("numpy_seed"),
         "{numpy}"
@@ -156,13 +149,7 @@ fn on_demand_errors_name_the_field() {
     )
     .err()
     .expect("refused");
-    let mut slowest_chain = slowest.to_string();
-    let mut source = std::error::Error::source(&slowest);
-    while let Some(e) = source {
-        slowest_chain += &format!(": {e}");
-        source = e.source();
-    }
-    let slowest = slowest_chain;
+    let slowest = fedsim::error_chain(&slowest);
     assert!(
         slowest.contains("slowest_to_component") && slowest.contains("on_demand"),
         "{slowest}"

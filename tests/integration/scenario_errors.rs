@@ -3,13 +3,7 @@
 use fedsim::scenario::{Scenario, ScenarioError};
 use std::path::Path;
 
-fn error(text: &str, overrides: &[&str]) -> String {
-    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
-    match Scenario::from_yaml(text, Path::new("bad.yaml"), &o) {
-        Ok(_) => panic!("scenario should be rejected:\n{text}"),
-        Err(e) => e.to_string(),
-    }
-}
+use crate::common::error;
 
 const BASE: &str = "\
 rounds: 3
