@@ -14,7 +14,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use fedsim::actors::simulate;
 use fedsim::run::default_threads;
 use fedsim::scenario::Scenario;
-use fedsim::sim::{EventQueue, SeedTree, SimTime};
+use fedsim::sim::{EventQueue, RecordObserver, SeedTree, SimTime};
 use rand::Rng;
 use std::path::Path;
 use std::sync::Arc;
@@ -157,9 +157,14 @@ fn whole_runs(
         let s = Scenario::load(&file, &overrides).unwrap();
         g.bench_function(*name, |b| {
             b.iter(|| {
-                simulate(&s.run, data.clone(), threads, |_| {})
-                    .unwrap()
-                    .events
+                simulate(
+                    &s.run,
+                    data.clone(),
+                    threads,
+                    RecordObserver::keeping(|_| {}),
+                )
+                .unwrap()
+                .events
             })
         });
     }
@@ -320,9 +325,14 @@ fn fedgmm(c: &mut Criterion) {
             let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed)).unwrap());
             g.bench_function(format!("{method}_{rounds}_rounds"), |b| {
                 b.iter(|| {
-                    simulate(&s.run, data.clone(), threads, |_| {})
-                        .unwrap()
-                        .events
+                    simulate(
+                        &s.run,
+                        data.clone(),
+                        threads,
+                        RecordObserver::keeping(|_| {}),
+                    )
+                    .unwrap()
+                    .events
                 })
             });
         }
@@ -367,9 +377,14 @@ training: {local_steps: 1, batch_size: 8}
         let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed)).unwrap());
         g.bench_function(name, |b| {
             b.iter(|| {
-                simulate(&s.run, data.clone(), threads, |_| {})
-                    .unwrap()
-                    .events
+                simulate(
+                    &s.run,
+                    data.clone(),
+                    threads,
+                    RecordObserver::keeping(|_| {}),
+                )
+                .unwrap()
+                .events
             })
         });
     }

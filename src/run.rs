@@ -3,12 +3,14 @@
 use crate::actors::{simulate, SimOutput};
 use crate::data::DataError;
 use crate::report::{
-    write_run_atomically, DivergenceRecord, Record, ReportError, RunMeta, Summary,
+    DivergenceRecord, Record, ReportError, RunFiles, RunIdentity, RunMeta, Summary,
 };
 use crate::scenario::Scenario;
-use crate::sim::{SeedTree, SimError};
+use crate::sim::{RecordObserver, SeedTree, SimError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -73,14 +75,24 @@ impl RunReport {
     }
 }
 
-/// Runs the simulation only (no files): data, actors, records.
+/// Runs the simulation only (no files): data, actors, records (all kept in the output).
 pub fn simulate_scenario(
     s: &Scenario,
     threads: usize,
     on_record: impl FnMut(&Record) + 'static,
 ) -> Result<SimOutput, RunError> {
+    observe_scenario(s, threads, RecordObserver::keeping(on_record))
+}
+
+/// Runs the simulation only, showing its records to `observer` (which says whether the output
+/// keeps them).
+pub fn observe_scenario(
+    s: &Scenario,
+    threads: usize,
+    observer: RecordObserver<Record>,
+) -> Result<SimOutput, RunError> {
     let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed))?);
-    Ok(simulate(&s.run, data, threads, on_record)?)
+    Ok(simulate(&s.run, data, threads, observer)?)
 }
 
 /// Runs a scenario and writes its result files into `opts.out_dir`.
@@ -121,39 +133,50 @@ pub fn run_scenario_with_bar(
         p => p,
     };
     style_run_bar(&bar, s, &prefix);
-    let tick = bar.clone();
-    let output = simulate_scenario(s, opts.threads, move |r| match r {
-        Record::Round(round) => tick.set_position(round.round as u64),
-        Record::Gossip(round) => tick.set_position(round.round as u64),
-        _ => {}
-    })?;
-    let (sim_seconds, wall_seconds) = (output.end_time.as_secs_f64(), wall.elapsed().as_secs_f64());
-    let summaries = Summary::per_model(
-        s.run_id(),
-        &s.name,
-        s.run.algorithm.name(),
-        s.run.seed,
-        &output.records,
-        s.target_accuracy,
-        (sim_seconds, wall_seconds),
-    );
-    std::fs::create_dir_all(&opts.out_dir).map_err(|source| RunError::OutDir {
-        path: opts.out_dir.clone(),
-        source,
-    })?;
     let meta = RunMeta {
         run_id: s.run_id().to_string(),
         content_hash: s.content_hash.clone(),
         algorithm: s.run.algorithm.name().to_string(),
         seed: s.run.seed,
     };
-    let files = write_run_atomically(
-        &opts.out_dir,
-        &meta,
-        &output.records,
-        &summaries,
-        &s.resolved_yaml,
+    let files = RunFiles::create(&opts.out_dir, meta, &s.resolved_yaml).map_err(|e| match e {
+        ReportError::Io { path, source } if path == opts.out_dir => {
+            RunError::OutDir { path, source }
+        }
+        e => RunError::Report(e),
+    })?;
+    // The records stream into the result files as they are made; the run keeps none.
+    let files = Rc::new(RefCell::new(files));
+    let (tick, sink) = (bar.clone(), files.clone());
+    let output = observe_scenario(
+        s,
+        opts.threads,
+        RecordObserver::streaming(move |r| {
+            match r {
+                Record::Round(round) => tick.set_position(round.round as u64),
+                Record::Gossip(round) => tick.set_position(round.round as u64),
+                _ => {}
+            }
+            sink.borrow_mut().record(r);
+        }),
     )?;
+    let files = Rc::try_unwrap(files)
+        .map_err(|_| ())
+        .expect("the simulation has let go of the observer")
+        .into_inner();
+    let (sim_seconds, wall_seconds) = (output.end_time.as_secs_f64(), wall.elapsed().as_secs_f64());
+    let run = RunIdentity {
+        run_id: s.run_id(),
+        name: &s.name,
+        algorithm: s.run.algorithm.name(),
+        seed: s.run.seed,
+        sim_seconds,
+        wall_seconds,
+    };
+    let inputs = files.summary_inputs();
+    let summaries = Summary::per_model(run, inputs, s.target_accuracy);
+    let divergence = inputs.divergence().cloned();
+    let files = files.finish(&summaries)?;
     Ok(RunReport {
         summaries,
         out_dir: opts.out_dir.clone(),
@@ -161,6 +184,6 @@ pub fn run_scenario_with_bar(
         events: output.events,
         sim_seconds,
         wall_seconds,
-        divergence: DivergenceRecord::first(&output.records).cloned(),
+        divergence,
     })
 }

@@ -31,7 +31,8 @@ use crate::report::{
     NoveltyRecord, Record,
 };
 use crate::sim::{
-    Delivery, Effects, Entity, EntityId, Scheduler, SeedTree, SimDuration, SimError, SimTime, World,
+    Delivery, Effects, Entity, EntityId, RecordObserver, Scheduler, SeedTree, SimDuration,
+    SimError, SimTime, World,
 };
 use crate::system::{Link, SampleCost, SystemModel, SystemSpec};
 use crate::topology::TopologySpec;
@@ -429,12 +430,13 @@ impl<A: Algorithm> JobContext<A> {
 }
 
 /// Runs one simulation on `threads` trainer threads: the scenario's algorithm, with a server or
-/// on peers as it is registered. `on_record` sees every record as it is made.
+/// on peers as it is registered. `observer` sees every record as it is made, and says whether
+/// the output keeps them.
 pub fn simulate(
     spec: &RunSpec,
     data: Arc<FederatedData>,
     threads: usize,
-    on_record: impl FnMut(&Record) + 'static,
+    observer: RecordObserver<Record>,
 ) -> Result<SimOutput, SimError> {
     crate::scenario::check_client_counts(
         data.num_clients(),
@@ -454,7 +456,7 @@ pub fn simulate(
         data,
         threads,
         unseen,
-        on_record: Box::new(on_record),
+        observer,
     })
 }
 
@@ -465,7 +467,7 @@ pub struct Launch<'a> {
     threads: usize,
     /// The held-out clients (sorted).
     unseen: Vec<u32>,
-    on_record: Box<dyn FnMut(&Record)>,
+    observer: RecordObserver<Record>,
 }
 
 impl Launch<'_> {
@@ -502,13 +504,7 @@ impl Launch<'_> {
                 self.spec.algorithm.name()
             )));
         }
-        peer::simulate_peers(
-            algorithm,
-            self.spec,
-            self.data,
-            self.threads,
-            self.on_record,
-        )
+        peer::simulate_peers(algorithm, self.spec, self.data, self.threads, self.observer)
     }
 }
 
@@ -529,7 +525,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
         data,
         threads,
         unseen,
-        on_record,
+        observer,
     } = launch;
     let spec = spec.clone();
     let system = actix::System::new();
@@ -588,21 +584,23 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             .map(|queue| queue as Arc<dyn cohort::Flush>);
         let start = vec![(SERVER, SERVER, Msg::StartRound { round: 1 })];
         // Each client's device is recorded when it first wakes.
-        run_world(world, start, Vec::new(), on_record).await
+        run_world(world, start, Vec::new(), observer).await
     })
 }
 
 /// Runs `world` from the `start` events; the device records come first in the output (and are
-/// shown to `on_record` first).
+/// shown to `observer` first).
 async fn run_world<W: World<Record = Record>>(
     world: W,
     start: Vec<(EntityId, EntityId, W::Msg)>,
     devices: Vec<Record>,
-    mut on_record: impl FnMut(&Record) + 'static,
+    mut observer: RecordObserver<Record>,
 ) -> Result<SimOutput, SimError> {
-    devices.iter().for_each(&mut on_record);
-    let outcome = Scheduler::run(world, start, on_record).await?;
-    let mut records = devices;
+    let mut records: Vec<Record> = devices
+        .into_iter()
+        .filter_map(|r| observer.see(r))
+        .collect();
+    let outcome = Scheduler::run(world, start, observer).await?;
     records.extend(outcome.records);
     Ok(SimOutput {
         records,

@@ -29,7 +29,9 @@ use super::{
 use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip};
 use crate::data::{FederatedData, Split};
 use crate::report::{DivergenceStage, GossipRecord, Record};
-use crate::sim::{Effects, Entity, EntityId, SeedTree, SimDuration, SimError, SimTime};
+use crate::sim::{
+    Effects, Entity, EntityId, RecordObserver, SeedTree, SimDuration, SimError, SimTime,
+};
 use crate::system::{payload_bytes, SystemModel};
 use crate::topology::{GossipMode, StepWeights, Topology};
 use actix::prelude::*;
@@ -573,7 +575,7 @@ pub(super) fn simulate_peers<A: Gossip>(
     spec: &RunSpec,
     data: Arc<FederatedData>,
     threads: usize,
-    on_record: impl FnMut(&Record) + 'static,
+    observer: RecordObserver<Record>,
 ) -> Result<SimOutput, SimError> {
     let spec = spec.clone();
     let topology_spec = spec
@@ -661,7 +663,7 @@ pub(super) fn simulate_peers<A: Gossip>(
         let start = (0..peers as u32)
             .map(|p| (peer_entity(p), peer_entity(p), PeerMsg::Train { round: 1 }))
             .collect();
-        run_world(world, start, devices, on_record).await
+        run_world(world, start, devices, observer).await
     })
 }
 

@@ -385,14 +385,19 @@ fn mixture_stats(arch: &Architecture, prob: Tensor, y: &Tensor, n: usize) -> Eva
         let prob = prob.clamp(1e-12, 1.0 - 1e-12);
         let (loss_sum, hits) = if arch.is_binary() {
             let p1 = prob.squeeze_dim(1);
-            let nll =
-                p1.binary_cross_entropy::<Tensor>(&y.to_kind(Kind::Float), None, Reduction::Sum);
+            // libtorch refuses NaN probabilities (a diverged model's): their loss is NaN.
+            let nll = if p1.isnan().any().int64_value(&[]) != 0 {
+                f64::NAN
+            } else {
+                p1.binary_cross_entropy::<Tensor>(&y.to_kind(Kind::Float), None, Reduction::Sum)
+                    .double_value(&[])
+            };
             let hits = p1
                 .gt(0.5)
                 .to_kind(Kind::Int64)
                 .eq_tensor(y)
                 .sum(Kind::Int64);
-            (nll.double_value(&[]), hits.int64_value(&[]))
+            (nll, hits.int64_value(&[]))
         } else {
             let nll = -prob
                 .log()

@@ -327,29 +327,46 @@ pub fn jobs_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame>
 /// One row per client: its device, its jobs by outcome, its time computing and
 /// communicating, and its last test accuracy (of the most client-specific model evaluated).
 pub fn clients_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
-    #[derive(Default, Clone)]
-    struct Row {
-        device: Option<DeviceRecord>,
-        outcomes: [u32; 6],
-        compute: f64,
-        comm: f64,
-        last_eval: Option<(u32, ModelKind, f64, bool)>,
-    }
-    let outcomes = [
-        JobOutcome::Aggregated,
-        JobOutcome::Late,
-        JobOutcome::Straggler,
-        JobOutcome::Discarded,
-        JobOutcome::Failed,
-        JobOutcome::Unsampled,
-    ];
-    let mut rows: std::collections::BTreeMap<u32, Row> = Default::default();
-    for r in records {
+    let mut rows = ClientRows::default();
+    records.iter().for_each(|r| rows.see(r));
+    rows.frame(meta)
+}
+
+/// The rows of `clients.parquet` as a run's records go past: one per client that has a
+/// device, a job or a test evaluation (memory follows those clients, not the records).
+#[derive(Clone, Debug, Default)]
+pub struct ClientRows {
+    rows: std::collections::BTreeMap<u32, ClientRow>,
+}
+
+#[derive(Default, Clone, Debug)]
+struct ClientRow {
+    device: Option<DeviceRecord>,
+    outcomes: [u32; 6],
+    compute: f64,
+    comm: f64,
+    last_eval: Option<(u32, ModelKind, f64, bool)>,
+}
+
+/// The job outcomes in the order of `clients.parquet`'s `jobs_*` columns.
+const OUTCOMES: [JobOutcome; 6] = [
+    JobOutcome::Aggregated,
+    JobOutcome::Late,
+    JobOutcome::Straggler,
+    JobOutcome::Discarded,
+    JobOutcome::Failed,
+    JobOutcome::Unsampled,
+];
+
+impl ClientRows {
+    /// Takes in the next record.
+    pub fn see(&mut self, r: &Record) {
+        let rows = &mut self.rows;
         match r {
             Record::Device(d) => rows.entry(d.client).or_default().device = Some(d.clone()),
             Record::Job(j) => {
                 let row = rows.entry(j.client).or_default();
-                let k = outcomes
+                let k = OUTCOMES
                     .iter()
                     .position(|o| *o == j.outcome)
                     .expect("every outcome");
@@ -367,54 +384,59 @@ pub fn clients_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
             _ => {}
         }
     }
-    let rows: Vec<(u32, Row)> = rows.into_iter().collect();
-    let device = |f: &dyn Fn(&DeviceRecord) -> f64| {
-        rows.iter()
-            .map(|(_, r)| r.device.as_ref().map(f))
-            .collect::<Vec<Option<f64>>>()
-    };
-    let mut columns = vec![
-        Column::new("run_id".into(), vec![meta.run_id.as_str(); rows.len()]),
-        Column::new(
-            "client".into(),
-            rows.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "samples_per_second".into(),
-            device(&|d| d.samples_per_second),
-        ),
-        Column::new("downlink_mbps".into(), device(&|d| d.downlink_mbps)),
-        Column::new("uplink_mbps".into(), device(&|d| d.uplink_mbps)),
-    ];
-    for (k, o) in outcomes.iter().enumerate() {
-        columns.push(Column::new(
-            format!("jobs_{}", o.as_str()).into(),
-            rows.iter().map(|(_, r)| r.outcomes[k]).collect::<Vec<_>>(),
-        ));
+
+    /// The table, one row per client in client order.
+    pub fn frame(&self, meta: &RunMeta) -> PolarsResult<DataFrame> {
+        let outcomes = OUTCOMES;
+        let rows: Vec<(&u32, &ClientRow)> = self.rows.iter().collect();
+        let device = |f: &dyn Fn(&DeviceRecord) -> f64| {
+            rows.iter()
+                .map(|(_, r)| r.device.as_ref().map(f))
+                .collect::<Vec<Option<f64>>>()
+        };
+        let mut columns = vec![
+            Column::new("run_id".into(), vec![meta.run_id.as_str(); rows.len()]),
+            Column::new(
+                "client".into(),
+                rows.iter().map(|(c, _)| **c).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "samples_per_second".into(),
+                device(&|d| d.samples_per_second),
+            ),
+            Column::new("downlink_mbps".into(), device(&|d| d.downlink_mbps)),
+            Column::new("uplink_mbps".into(), device(&|d| d.uplink_mbps)),
+        ];
+        for (k, o) in outcomes.iter().enumerate() {
+            columns.push(Column::new(
+                format!("jobs_{}", o.as_str()).into(),
+                rows.iter().map(|(_, r)| r.outcomes[k]).collect::<Vec<_>>(),
+            ));
+        }
+        columns.extend([
+            Column::new(
+                "compute_s".into(),
+                rows.iter().map(|(_, r)| r.compute).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "comm_s".into(),
+                rows.iter().map(|(_, r)| r.comm).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "unseen".into(),
+                rows.iter()
+                    .map(|(_, r)| r.last_eval.map(|e| e.3))
+                    .collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "test_accuracy".into(),
+                rows.iter()
+                    .map(|(_, r)| r.last_eval.map(|e| e.2))
+                    .collect::<Vec<_>>(),
+            ),
+        ]);
+        DataFrame::new_infer_height(columns)
     }
-    columns.extend([
-        Column::new(
-            "compute_s".into(),
-            rows.iter().map(|(_, r)| r.compute).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "comm_s".into(),
-            rows.iter().map(|(_, r)| r.comm).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "unseen".into(),
-            rows.iter()
-                .map(|(_, r)| r.last_eval.map(|e| e.3))
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "test_accuracy".into(),
-            rows.iter()
-                .map(|(_, r)| r.last_eval.map(|e| e.2))
-                .collect::<Vec<_>>(),
-        ),
-    ]);
-    DataFrame::new_infer_height(columns)
 }
 
 /// One row per run and evaluated model.

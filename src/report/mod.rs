@@ -9,6 +9,7 @@ mod frames;
 mod novelty;
 mod plots;
 mod records;
+mod run_files;
 mod study;
 mod summary;
 mod tables;
@@ -16,7 +17,7 @@ mod tables;
 pub use describe::{client_label_shares, DataDescription, SplitSizes};
 pub use frames::{
     clients_frame, extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame,
-    read_parquet, rounds_frame, summary_frame, RunMeta,
+    read_parquet, rounds_frame, summary_frame, ClientRows, RunMeta,
 };
 pub use novelty::{novelty_frame, NoveltyFigures};
 pub use plots::{write_chart, write_label_heatmap, Chart, Series};
@@ -24,11 +25,12 @@ pub use records::{
     DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, GossipRecord,
     JobOutcome, JobRecord, MixtureRecord, NoveltyRecord, Record, RoundRecord,
 };
+pub use run_files::{RunFiles, ROW_GROUP};
 pub use study::{
     aggregate, markdown, mean_std, read_curve, read_curves, read_runs, report_frame, write_plots,
     write_report, write_text_table, CurvePoint, ReportRow, RunCurve, RunRow, REPORT_METRICS,
 };
-pub use summary::{percentile, time_to_accuracy, Fairness, Summary};
+pub use summary::{percentile, time_to_accuracy, Fairness, RunIdentity, Summary, SummaryInputs};
 pub use tables::{read_client_table, ClientTable, FeatureColumns, TableColumns, TableError};
 
 use polars::prelude::*;
@@ -147,157 +149,4 @@ pub fn differing_files(a: &Path, b: &Path) -> Vec<String> {
         )
         .map(|f| f.to_string())
         .collect()
-}
-
-/// Writes a run's result files into `out` (which must exist) as one unit and returns their
-/// final paths. They are first written into the staging folder `out/.partial-<pid>/`, then the
-/// old `summary.csv` and the other result files of an earlier run are removed, and the new
-/// files are moved in with `summary.csv` last. So whenever `out` has a `summary.csv`, its result
-/// files are one run's complete set; a failed write (a full or read-only disk) removes the
-/// staging folder and leaves no `summary.csv`, and a killed run leaves either the old complete
-/// set or no `summary.csv`. Staging folders of earlier killed runs are removed first.
-pub fn write_run_atomically(
-    out: &Path,
-    meta: &RunMeta,
-    records: &[Record],
-    summaries: &[Summary],
-    resolved_yaml: &str,
-) -> Result<Vec<PathBuf>, ReportError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ReportError::Io { path, source }
-    };
-    let staging = out.join(format!("{STAGING_PREFIX}{}", std::process::id()));
-    for entry in std::fs::read_dir(out).map_err(io(out))?.flatten() {
-        if entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with(STAGING_PREFIX)
-        {
-            std::fs::remove_dir_all(entry.path()).map_err(io(&entry.path()))?;
-        }
-    }
-    std::fs::create_dir(&staging).map_err(io(&staging))?;
-    let written = write_run(&staging, meta, records, summaries, resolved_yaml);
-    let publish = |staged: Vec<PathBuf>| -> Result<Vec<PathBuf>, ReportError> {
-        let summary = out.join("summary.csv");
-        if summary.exists() {
-            std::fs::remove_file(&summary).map_err(io(&summary))?;
-        }
-        for name in REPRODUCIBLE_FILES
-            .iter()
-            .chain(&OPTIONAL_REPRODUCIBLE_FILES)
-        {
-            let old = out.join(name);
-            if old.exists() {
-                std::fs::remove_file(&old).map_err(io(&old))?;
-            }
-        }
-        // `write_run` returns summary.csv last.
-        let mut published = Vec::with_capacity(staged.len());
-        for file in staged {
-            let to = out.join(file.file_name().expect("a result file"));
-            std::fs::rename(&file, &to).map_err(io(&to))?;
-            published.push(to);
-        }
-        Ok(published)
-    };
-    let result = written.and_then(publish);
-    let _ = std::fs::remove_dir_all(&staging);
-    result
-}
-
-/// The name of a staging folder inside a run's output folder, before the process id.
-const STAGING_PREFIX: &str = ".partial-";
-
-/// Writes a run's result files into `dir` (which must exist) and returns their paths.
-/// `summary.csv` is written last: its presence marks a complete run.
-fn write_run(
-    dir: &Path,
-    meta: &RunMeta,
-    records: &[Record],
-    summaries: &[Summary],
-    resolved_yaml: &str,
-) -> Result<Vec<PathBuf>, ReportError> {
-    let mut files = Vec::new();
-    let scenario = dir.join("scenario.yaml");
-    let header = format!(
-        "# Resolved scenario of run {} (content hash sha256:{}).\n",
-        meta.run_id, meta.content_hash
-    );
-    write_atomic(&scenario, |f| {
-        use std::io::Write;
-        f.write_all(header.as_bytes())?;
-        f.write_all(resolved_yaml.as_bytes())?;
-        Ok(())
-    })?;
-    files.push(scenario);
-    let mut metrics = metrics_frame(meta, records).map_err(|source| ReportError::Polars {
-        path: dir.join("metrics.parquet"),
-        source,
-    })?;
-    for (name, csv) in [("metrics.parquet", false), ("metrics.csv", true)] {
-        let p = dir.join(name);
-        if csv {
-            write_csv(&p, &mut metrics)?
-        } else {
-            write_parquet(&p, &mut metrics)?
-        }
-        files.push(p);
-    }
-    type Frame = fn(&RunMeta, &[Record]) -> PolarsResult<DataFrame>;
-    let tables: [(&str, Frame, bool); 4] = [
-        ("rounds.parquet", rounds_frame, false),
-        ("jobs.parquet", jobs_frame, false),
-        ("clients.parquet", clients_frame, false),
-        ("clients.csv", clients_frame, true),
-    ];
-    for (name, frame, csv) in tables {
-        let p = dir.join(name);
-        let mut df = frame(meta, records).map_err(|source| ReportError::Polars {
-            path: p.clone(),
-            source,
-        })?;
-        if csv {
-            write_csv(&p, &mut df)?
-        } else {
-            write_parquet(&p, &mut df)?
-        }
-        files.push(p);
-    }
-    type Optional<'a> = (&'a str, Frame, fn(&Record) -> bool);
-    let optional: [Optional; 4] = [
-        ("gossip.parquet", gossip_frame, |r| {
-            matches!(r, Record::Gossip(_))
-        }),
-        ("mixtures.parquet", mixtures_frame, |r| {
-            matches!(r, Record::Mixture(_))
-        }),
-        ("extras.parquet", extras_frame, |r| {
-            matches!(r, Record::Extra(_))
-        }),
-        ("novelty.parquet", novelty_frame, |r| {
-            matches!(r, Record::Novelty(_))
-        }),
-    ];
-    for (name, frame, present) in optional {
-        if !records.iter().any(present) {
-            continue;
-        }
-        let p = dir.join(name);
-        let mut df = frame(meta, records).map_err(|source| ReportError::Polars {
-            path: p.clone(),
-            source,
-        })?;
-        write_parquet(&p, &mut df)?;
-        files.push(p);
-    }
-    let mut s = summary_frame(summaries).map_err(|source| ReportError::Polars {
-        path: dir.join("summary.csv"),
-        source,
-    })?;
-    let p = dir.join("summary.csv");
-    write_csv(&p, &mut s)?;
-    files.push(p);
-    Ok(files)
 }

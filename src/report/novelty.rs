@@ -59,14 +59,11 @@ impl NoveltyFigures {
         })
     }
 
-    /// Figures of the last evaluated round's novelty records of the clients with `unseen`.
-    pub fn of_records(records: &[Record], unseen: bool) -> Option<NoveltyFigures> {
-        let rows: Vec<&NoveltyRecord> = last_round(records)
-            .into_iter()
-            .filter(|r| r.unseen == unseen)
-            .collect();
+    /// Figures of one round's novelty records (`rows`) of the clients with `unseen`.
+    pub fn of_round(rows: &[NoveltyRecord], unseen: bool) -> Option<NoveltyFigures> {
         let pairs: Vec<(f64, bool)> = rows
             .iter()
+            .filter(|r| r.unseen == unseen)
             .flat_map(|r| {
                 let typical = r.scores.typical.iter().map(|&s| (s, true));
                 typical.chain(r.scores.novel.iter().map(|&s| (s, false)))
@@ -74,19 +71,6 @@ impl NoveltyFigures {
             .collect();
         NoveltyFigures::of(&pairs)
     }
-}
-
-/// The novelty records of the last round that has any.
-fn last_round(records: &[Record]) -> Vec<&NoveltyRecord> {
-    let all: Vec<&NoveltyRecord> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Novelty(n) => Some(n),
-            _ => None,
-        })
-        .collect();
-    let last = all.iter().map(|r| r.round).max();
-    all.into_iter().filter(|r| Some(r.round) == last).collect()
 }
 
 /// One row per scored row of every evaluation: round, client, the row's index among the

@@ -1,8 +1,9 @@
 //! One row per run: accuracy and fairness of the final evaluation on the clients' test data.
 
-use super::{DivergenceRecord, EvalRecord, GossipRecord, Record};
+use super::{DivergenceRecord, EvalRecord, NoveltyRecord, Record};
 use crate::algorithms::ModelKind;
 use crate::data::Split;
+use std::collections::BTreeMap;
 
 /// Fairness figures over per-client accuracies.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -101,106 +102,177 @@ pub struct Summary {
     pub novelty: Option<super::NoveltyFigures>,
 }
 
+/// What the summaries need of a run's records, gathered as they go past in event order, so a
+/// run need not keep its records: per group of clients (training or held out) and evaluated
+/// model, the last evaluated round's test results and every round's weighted test accuracy;
+/// the first divergence; the gossip rounds' spectral gaps and last consensus distance; the
+/// novelty scores of the last round that has any.
+#[derive(Clone, Debug, Default)]
+pub struct SummaryInputs {
+    groups: BTreeMap<(bool, ModelKind), GroupInputs>,
+    divergence: Option<DivergenceRecord>,
+    gossip: GossipInputs,
+    novelty: Vec<NoveltyRecord>,
+}
+
+/// One group's evaluations (see [`SummaryInputs`]).
+#[derive(Clone, Debug, Default)]
+struct GroupInputs {
+    /// The test evaluations of the latest round evaluated, in event order.
+    last: Vec<EvalRecord>,
+    /// Per round: Σ accuracy·n, Σ n and the latest time, over test evaluations.
+    by_round: BTreeMap<u32, (f64, f64, f64)>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct GossipInputs {
+    gap_sum: f64,
+    rounds: usize,
+    /// The last round's (round, consensus distance); a later record of the same round wins.
+    last: Option<(u32, f64)>,
+}
+
+impl GroupInputs {
+    fn see(&mut self, e: &EvalRecord) {
+        if e.split != Split::Test {
+            return;
+        }
+        match self.last.first().map(|l| l.round) {
+            Some(r) if e.round < r => {}
+            Some(r) if e.round == r => self.last.push(e.clone()),
+            _ => self.last = vec![e.clone()],
+        }
+        let n = e.n_samples as f64;
+        let entry = self.by_round.entry(e.round).or_insert((0.0, 0.0, 0.0));
+        entry.0 += e.accuracy * n;
+        entry.1 += n;
+        entry.2 = entry.2.max(e.time.as_secs_f64());
+    }
+
+    /// The simulated time of the first evaluation whose weighted mean test accuracy is at
+    /// least `target`.
+    fn time_to(&self, target: f64) -> Option<f64> {
+        self.by_round
+            .values()
+            .find(|(correct, n, _)| *n > 0.0 && correct / n >= target)
+            .map(|&(_, _, t)| t)
+    }
+}
+
+impl SummaryInputs {
+    /// The inputs of all of `records`.
+    pub fn of(records: &[Record]) -> SummaryInputs {
+        let mut inputs = SummaryInputs::default();
+        records.iter().for_each(|r| inputs.see(r));
+        inputs
+    }
+
+    /// Takes in the next record.
+    pub fn see(&mut self, r: &Record) {
+        match r {
+            Record::Eval(e) => self.groups.entry((e.unseen, e.model)).or_default().see(e),
+            Record::Diverged(d) if self.divergence.is_none() => self.divergence = Some(d.clone()),
+            Record::Gossip(g) => {
+                let gossip = &mut self.gossip;
+                gossip.gap_sum += g.spectral_gap;
+                gossip.rounds += 1;
+                if gossip.last.is_none_or(|(round, _)| g.round >= round) {
+                    gossip.last = Some((g.round, g.consensus_distance));
+                }
+            }
+            Record::Novelty(n) => match self.novelty.first().map(|l| l.round) {
+                Some(round) if n.round < round => {}
+                Some(round) if n.round == round => self.novelty.push(n.clone()),
+                _ => self.novelty = vec![n.clone()],
+            },
+            _ => {}
+        }
+    }
+
+    /// Where the run's numbers first stopped being finite.
+    pub fn divergence(&self) -> Option<&DivergenceRecord> {
+        self.divergence.as_ref()
+    }
+
+    /// A decentralized run's mean spectral gap over rounds and its last round's consensus
+    /// distance (`None` without gossip records).
+    fn gossip_figures(&self) -> (Option<f64>, Option<f64>) {
+        let g = &self.gossip;
+        let gap = (g.rounds > 0).then(|| g.gap_sum / g.rounds as f64);
+        (gap, g.last.map(|(_, distance)| distance))
+    }
+}
+
+/// Who a run was and how long it took: the fields of every summary row that are not figures.
+#[derive(Clone, Copy, Debug)]
+pub struct RunIdentity<'a> {
+    pub run_id: &'a str,
+    pub name: &'a str,
+    pub algorithm: &'a str,
+    pub seed: u64,
+    pub sim_seconds: f64,
+    pub wall_seconds: f64,
+}
+
 impl Summary {
     /// One summary per group of clients (training clients, then held-out ones) and evaluated
     /// model (in [`ModelKind`] order, so the most client-specific model comes last), each of the
     /// last evaluated round's test split.
-    #[allow(clippy::too_many_arguments)]
     pub fn per_model(
-        run_id: &str,
-        name: &str,
-        algorithm: &str,
-        seed: u64,
-        records: &[Record],
+        run: RunIdentity,
+        inputs: &SummaryInputs,
         target_accuracy: Option<f64>,
-        (sim_seconds, wall_seconds): (f64, f64),
     ) -> Vec<Summary> {
-        let groups: std::collections::BTreeSet<(bool, ModelKind)> = records
-            .iter()
-            .filter_map(|r| match r {
-                Record::Eval(e) => Some((e.unseen, e.model)),
-                _ => None,
-            })
-            .collect();
-        let divergence = DivergenceRecord::first(records).cloned();
-        if groups.is_empty() && divergence.is_some() {
+        let divergence = inputs.divergence.clone();
+        if inputs.groups.is_empty() && divergence.is_some() {
             // Stopped before its first evaluation: one row that says so.
-            let mut s = Summary::from_records(
-                run_id,
-                name,
-                algorithm,
-                seed,
-                &[],
-                sim_seconds,
-                wall_seconds,
-            );
+            let mut s = Summary::of_group(run, &GroupInputs::default());
             s.divergence = divergence;
             return vec![s];
         }
-        groups
-            .into_iter()
-            .map(|(unseen, model)| {
-                let mine: Vec<Record> = records
-                    .iter()
-                    .filter(
-                        |r| matches!(r, Record::Eval(e) if e.model == model && e.unseen == unseen),
-                    )
-                    .cloned()
-                    .collect();
-                let mut s = Summary::from_records(
-                    run_id,
-                    name,
-                    algorithm,
-                    seed,
-                    &mine,
-                    sim_seconds,
-                    wall_seconds,
-                );
+        inputs
+            .groups
+            .iter()
+            .map(|(&(unseen, model), group)| {
+                let mut s = Summary::of_group(run, group);
                 s.model = model.as_str().into();
                 s.unseen = unseen;
                 s.divergence = divergence.clone();
-                s.novelty = super::NoveltyFigures::of_records(records, unseen);
-                s.time_to_target_s = target_accuracy.and_then(|t| time_to_accuracy(&mine, t));
-                (s.spectral_gap_mean, s.consensus_distance_final) = gossip_figures(records);
+                s.novelty = super::NoveltyFigures::of_round(&inputs.novelty, unseen);
+                s.time_to_target_s = target_accuracy.and_then(|t| group.time_to(t));
+                (s.spectral_gap_mean, s.consensus_distance_final) = inputs.gossip_figures();
                 s
             })
             .collect()
     }
 
     /// Summarises the last evaluated round's test split of all evaluation records.
-    #[allow(clippy::too_many_arguments)]
-    pub fn from_records(
-        run_id: &str,
-        name: &str,
-        algorithm: &str,
-        seed: u64,
-        records: &[Record],
-        sim_seconds: f64,
-        wall_seconds: f64,
-    ) -> Summary {
-        let evals: Vec<&EvalRecord> = records
-            .iter()
-            .filter_map(|r| match r {
-                Record::Eval(e) if e.split == Split::Test => Some(e),
-                _ => None,
-            })
-            .collect();
-        let final_round = evals.iter().map(|e| e.round).max().unwrap_or(0);
-        let last: Vec<&&EvalRecord> = evals.iter().filter(|e| e.round == final_round).collect();
+    pub fn from_records(run: RunIdentity, records: &[Record]) -> Summary {
+        let mut group = GroupInputs::default();
+        for r in records {
+            if let Record::Eval(e) = r {
+                group.see(e);
+            }
+        }
+        Summary::of_group(run, &group)
+    }
+
+    fn of_group(run: RunIdentity, group: &GroupInputs) -> Summary {
+        let last = &group.last;
         let per_client: Vec<(f64, f64)> = last
             .iter()
             .map(|e| (e.accuracy, e.n_samples as f64))
             .collect();
         let n: f64 = last.iter().map(|e| e.n_samples as f64).sum();
         Summary {
-            run_id: run_id.into(),
-            name: name.into(),
-            algorithm: algorithm.into(),
+            run_id: run.run_id.into(),
+            name: run.name.into(),
+            algorithm: run.algorithm.into(),
             model: last.first().map_or("none", |e| e.model.as_str()).into(),
             unseen: last.first().is_some_and(|e| e.unseen),
-            seed,
+            seed: run.seed,
             clients: last.len() as u32,
-            final_round,
+            final_round: last.first().map_or(0, |e| e.round),
             test: Fairness::of(&per_client),
             test_loss_mean: last
                 .iter()
@@ -210,43 +282,24 @@ impl Summary {
             time_to_target_s: None,
             spectral_gap_mean: None,
             consensus_distance_final: None,
-            sim_seconds,
-            wall_seconds,
+            sim_seconds: run.sim_seconds,
+            wall_seconds: run.wall_seconds,
             divergence: None,
             novelty: None,
         }
     }
 }
 
-/// A decentralized run's mean spectral gap over rounds and its last round's consensus distance
-/// (`None` without gossip records).
-fn gossip_figures(records: &[Record]) -> (Option<f64>, Option<f64>) {
-    let rounds = GossipRecord::all(records);
-    let last = rounds.iter().max_by_key(|g| g.round);
-    let gap = (!rounds.is_empty())
-        .then(|| rounds.iter().map(|g| g.spectral_gap).sum::<f64>() / rounds.len() as f64);
-    (gap, last.map(|g| g.consensus_distance))
-}
-
 /// The simulated time of the first evaluation whose weighted mean test accuracy is at least
-/// `target`.
+/// `target`, over all of `records`' test evaluations.
 pub fn time_to_accuracy(records: &[Record], target: f64) -> Option<f64> {
-    let mut by_round: std::collections::BTreeMap<u32, (f64, f64, f64)> = Default::default();
+    let mut group = GroupInputs::default();
     for r in records {
         if let Record::Eval(e) = r {
-            if e.split == Split::Test {
-                let n = e.n_samples as f64;
-                let entry = by_round.entry(e.round).or_insert((0.0, 0.0, 0.0));
-                entry.0 += e.accuracy * n;
-                entry.1 += n;
-                entry.2 = entry.2.max(e.time.as_secs_f64());
-            }
+            group.see(e);
         }
     }
-    by_round
-        .values()
-        .find(|(correct, n, _)| *n > 0.0 && correct / n >= target)
-        .map(|&(_, _, t)| t)
+    group.time_to(target)
 }
 
 #[cfg(test)]

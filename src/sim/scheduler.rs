@@ -132,7 +132,37 @@ pub struct Outcome<R> {
     pub events: u64,
 }
 
-type Observer<R> = Box<dyn FnMut(&R)>;
+/// Who sees a simulation's records as they are made (in event order), and whether the
+/// [`Outcome`] keeps them. A run that streams its records to disk keeps none, so its memory
+/// does not grow with the records.
+pub struct RecordObserver<R> {
+    see: Box<dyn FnMut(&R)>,
+    keep: bool,
+}
+
+impl<R> RecordObserver<R> {
+    /// Shows every record to `see` and keeps them all in the outcome.
+    pub fn keeping(see: impl FnMut(&R) + 'static) -> Self {
+        RecordObserver {
+            see: Box::new(see),
+            keep: true,
+        }
+    }
+
+    /// Shows every record to `see` and keeps none.
+    pub fn streaming(see: impl FnMut(&R) + 'static) -> Self {
+        RecordObserver {
+            see: Box::new(see),
+            keep: false,
+        }
+    }
+
+    /// Shows `r`, and hands it back when the outcome keeps it.
+    pub fn see(&mut self, r: R) -> Option<R> {
+        (self.see)(&r);
+        self.keep.then_some(r)
+    }
+}
 
 /// The only place where the clock advances.
 pub struct Scheduler<W: World> {
@@ -141,7 +171,7 @@ pub struct Scheduler<W: World> {
     now: SimTime,
     events: u64,
     records: Vec<W::Record>,
-    observer: Observer<W::Record>,
+    observer: RecordObserver<W::Record>,
     done: Option<oneshot::Sender<Result<Outcome<W::Record>, SimError>>>,
 }
 
@@ -152,12 +182,13 @@ struct Step;
 impl<W: World> Scheduler<W> {
     /// Runs a simulation to its end: until an entity asks to stop or no event is left.
     /// `initial` events are scheduled at time zero, in the given order, with the rank of their
-    /// `(origin, target)`. `observer` sees every record as it is made (for progress bars).
+    /// `(origin, target)`. `observer` sees every record as it is made (for progress bars and
+    /// streamed result files) and says whether the outcome keeps it.
     /// Must be awaited inside a running actix `System`.
     pub async fn run(
         world: W,
         initial: Vec<(EntityId, EntityId, W::Msg)>,
-        observer: impl FnMut(&W::Record) + 'static,
+        observer: RecordObserver<W::Record>,
     ) -> Result<Outcome<W::Record>, SimError> {
         let (tx, rx) = oneshot::channel();
         let mut queue = EventQueue::new();
@@ -177,7 +208,7 @@ impl<W: World> Scheduler<W> {
             now: SimTime::ZERO,
             events: 0,
             records: Vec::new(),
-            observer: Box::new(observer),
+            observer,
             done: Some(tx),
         }
         .start();
@@ -203,8 +234,7 @@ impl<W: World> Scheduler<W> {
                 .push(self.now + delay, origin.0, Event { to, payload });
         }
         for r in effects.records {
-            (self.observer)(&r);
-            self.records.push(r);
+            self.records.extend(self.observer.see(r));
         }
         effects.stop
     }
@@ -311,7 +341,11 @@ mod tests {
             log: log.clone(),
             script: Rc::new(script),
         };
-        let out = actix::System::new().block_on(Scheduler::run(world, initial, |_| {}));
+        let out = actix::System::new().block_on(Scheduler::run(
+            world,
+            initial,
+            RecordObserver::keeping(|_| {}),
+        ));
         let log = log.take();
         (out, log)
     }

@@ -83,22 +83,24 @@ fn on_divergence_continue_runs_every_round_and_still_says_when() {
     assert!(s.resolved_yaml.contains("on_divergence: continue"));
 }
 
+/// Every server algorithm, with small settings.
+const ALGORITHMS: [&str; 11] = [
+    "{name: fedavg}",
+    "{name: fedprox, mu: 0.1}",
+    "{name: fedavg_plus, finetune_epochs: 1}",
+    "{name: local}",
+    "{name: fedem, components: 2}",
+    "{name: pfedme, lambda: 1.0, inner_steps: 5, personal_lr: 0.1}",
+    "{name: clustered, tol1: 0.4, tol2: 1.6}",
+    "{name: apfl, alpha: 0.5}",
+    "{name: per_fedavg, inner_lr: 0.1}",
+    "{name: ditto, lambda: 1.0}",
+    "{name: fedgmm, gaussians: 2, classifiers: 2}",
+];
+
 #[test]
 fn every_algorithm_notices_divergence_in_the_first_round() {
-    let algorithms = [
-        "{name: fedavg}",
-        "{name: fedprox, mu: 0.1}",
-        "{name: fedavg_plus, finetune_epochs: 1}",
-        "{name: local}",
-        "{name: fedem, components: 2}",
-        "{name: pfedme, lambda: 1.0, inner_steps: 5, personal_lr: 0.1}",
-        "{name: clustered, tol1: 0.4, tol2: 1.6}",
-        "{name: apfl, alpha: 0.5}",
-        "{name: per_fedavg, inner_lr: 0.1}",
-        "{name: ditto, lambda: 1.0}",
-        "{name: fedgmm, gaussians: 2, classifiers: 2}",
-    ];
-    for alg in algorithms {
+    for alg in ALGORITHMS {
         let s = scenario(SMALL, &["training.lr=1e9", &format!("algorithm={alg}")]);
         let out = simulate_scenario(&s, 2, |_| {}).unwrap();
         let d = DivergenceRecord::first(&out.records)
@@ -111,6 +113,31 @@ fn every_algorithm_notices_divergence_in_the_first_round() {
             .filter(|r| matches!(r, Record::Round(_)))
             .count();
         assert!(rounds <= 1, "{alg}: {rounds} rounds after diverging");
+    }
+}
+
+#[test]
+fn every_algorithm_runs_on_after_diverging() {
+    // NaN models must evaluate to NaN losses, not fail a job (FedEM's binary mixture did).
+    for alg in ALGORITHMS {
+        let s = scenario(
+            SMALL,
+            &[
+                "training.lr=1e9",
+                "on_divergence=continue",
+                &format!("algorithm={alg}"),
+            ],
+        );
+        let out = simulate_scenario(&s, 2, |_| {}).unwrap_or_else(|e| {
+            panic!("{alg}: {}", fedsim::error_chain(&e));
+        });
+        let rounds = out
+            .records
+            .iter()
+            .filter(|r| matches!(r, Record::Round(_)))
+            .count();
+        assert_eq!(rounds, 4, "{alg}: ran every round");
+        assert!(DivergenceRecord::first(&out.records).is_some(), "{alg}");
     }
 }
 

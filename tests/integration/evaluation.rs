@@ -74,15 +74,15 @@ fn training_is_the_same_and_the_summary_counts_the_sample() {
             .collect()
     };
     assert_eq!(rows(&all), rows(&sampled));
-    let summary = fedsim::report::Summary::from_records(
-        "id",
-        "small",
-        "fedavg",
-        7,
-        &sampled.records,
-        0.0,
-        0.0,
-    );
+    let run = fedsim::report::RunIdentity {
+        run_id: "id",
+        name: "small",
+        algorithm: "fedavg",
+        seed: 7,
+        sim_seconds: 0.0,
+        wall_seconds: 0.0,
+    };
+    let summary = fedsim::report::Summary::from_records(run, &sampled.records);
     assert_eq!(summary.clients, 5);
 }
 

@@ -1,0 +1,545 @@
+//! A run's result files, written while the run goes.
+//!
+//! Each table buffers its records until they make one Parquet row group ([`ROW_GROUP`] rows,
+//! polars' default) and then writes them, so the memory of a long or large run follows the row
+//! group, not the run. `clients.parquet` has one row per client and the summary needs only the
+//! last evaluation, so those two keep accumulators ([`ClientRows`], [`SummaryInputs`]) instead
+//! of records. A run of fewer rows than a row group writes each file in one piece, byte for byte
+//! what writing the whole table at the end wrote.
+//!
+//! Everything goes into the staging folder `out/.partial-<pid>/`. [`RunFiles::finish`] then
+//! removes the old `summary.csv` and the other result files of an earlier run, and moves the new
+//! files in with `summary.csv` last. So whenever `out` has a `summary.csv`, its result files are
+//! one run's complete set; a failed write (a full or read-only disk) removes the staging folder
+//! and leaves no `summary.csv`, and a killed run leaves either the old complete set or no
+//! `summary.csv`. Staging folders of earlier killed runs are removed when a run starts.
+//!
+//! This room writes what it is given in the order given; it must not reorder or drop records.
+
+use super::frames::ClientRows;
+use super::novelty::novelty_frame;
+use super::{
+    extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame, rounds_frame,
+    summary_frame, write_atomic, write_csv, Record, ReportError, RunMeta, Summary, SummaryInputs,
+    OPTIONAL_REPRODUCIBLE_FILES, REPRODUCIBLE_FILES,
+};
+use polars::io::csv::write::BatchedWriter as CsvBatches;
+use polars::io::parquet::write::BatchedWriter as ParquetBatches;
+use polars::prelude::*;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// Rows per Parquet row group (and per write): polars' default, so small runs write what a
+/// single write of the whole table does.
+pub const ROW_GROUP: usize = 512 * 512;
+
+/// The name of a staging folder inside a run's output folder, before the process id.
+const STAGING_PREFIX: &str = ".partial-";
+
+type Frame = fn(&RunMeta, &[Record]) -> PolarsResult<DataFrame>;
+
+/// One streamed table: which records it takes, and how many rows each makes.
+struct TableKind {
+    /// The file's name without extension.
+    name: &'static str,
+    frame: Frame,
+    /// The rows a record adds (`None`: not this table's record).
+    rows_of: fn(&Record) -> Option<usize>,
+    /// Also written as CSV.
+    csv: bool,
+    /// Written only when the run made at least one of its records.
+    optional: bool,
+}
+
+const TABLES: [TableKind; 7] = [
+    TableKind {
+        name: "metrics",
+        frame: metrics_frame,
+        rows_of: |r| matches!(r, Record::Eval(_)).then_some(1),
+        csv: true,
+        optional: false,
+    },
+    TableKind {
+        name: "rounds",
+        frame: rounds_frame,
+        rows_of: |r| matches!(r, Record::Round(_)).then_some(1),
+        csv: false,
+        optional: false,
+    },
+    TableKind {
+        name: "jobs",
+        frame: jobs_frame,
+        rows_of: |r| matches!(r, Record::Job(_)).then_some(1),
+        csv: false,
+        optional: false,
+    },
+    TableKind {
+        name: "gossip",
+        frame: gossip_frame,
+        rows_of: |r| matches!(r, Record::Gossip(_)).then_some(1),
+        csv: false,
+        optional: true,
+    },
+    TableKind {
+        name: "mixtures",
+        frame: mixtures_frame,
+        rows_of: |r| match r {
+            Record::Mixture(m) => Some(m.weights.len()),
+            _ => None,
+        },
+        csv: false,
+        optional: true,
+    },
+    TableKind {
+        name: "extras",
+        frame: extras_frame,
+        rows_of: |r| match r {
+            Record::Extra(x) => Some(x.values.len()),
+            _ => None,
+        },
+        csv: false,
+        optional: true,
+    },
+    TableKind {
+        name: "novelty",
+        frame: novelty_frame,
+        rows_of: |r| match r {
+            Record::Novelty(n) => Some(n.scores.typical.len() + n.scores.novel.len()),
+            _ => None,
+        },
+        csv: false,
+        optional: true,
+    },
+];
+
+/// An open file and the polars writer that appends to it (through a second handle, so that
+/// the file can be synced once the writer is done).
+struct Sink<W> {
+    file: File,
+    path: PathBuf,
+    writer: W,
+}
+
+impl<W> Sink<W> {
+    fn open(
+        path: PathBuf,
+        make: impl FnOnce(File) -> PolarsResult<W>,
+    ) -> Result<Self, ReportError> {
+        let file = File::create(&path).map_err(|source| ReportError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let handle = file.try_clone().map_err(|source| ReportError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let writer = make(handle).map_err(|source| ReportError::Polars {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Sink { file, path, writer })
+    }
+
+    fn polars<T>(&self, result: PolarsResult<T>) -> Result<T, ReportError> {
+        result.map_err(|source| ReportError::Polars {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    fn sync(self) -> Result<PathBuf, ReportError> {
+        self.file.sync_all().map_err(|source| ReportError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        Ok(self.path)
+    }
+}
+
+/// A table being written: its buffered records and, once the first row group is out, its
+/// files.
+struct Table {
+    kind: &'static TableKind,
+    buffered: Vec<Record>,
+    rows: usize,
+    seen: bool,
+    parquet: Option<Sink<ParquetBatches<File>>>,
+    csv: Option<Sink<CsvBatches<File>>>,
+}
+
+impl Table {
+    fn new(kind: &'static TableKind) -> Table {
+        Table {
+            kind,
+            buffered: Vec::new(),
+            rows: 0,
+            seen: false,
+            parquet: None,
+            csv: None,
+        }
+    }
+
+    /// Buffers `r` if it is this table's; writes the buffer once it holds a row group.
+    fn take(&mut self, at: &Place, r: &Record) -> Result<(), ReportError> {
+        let Some(rows) = (self.kind.rows_of)(r) else {
+            return Ok(());
+        };
+        self.seen = true;
+        self.buffered.push(r.clone());
+        self.rows += rows;
+        if self.rows >= at.row_group {
+            self.write_buffer(at)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered records as row groups of at most `at.row_group` rows (opening the
+    /// files on the first call) and empties the buffer.
+    fn write_buffer(&mut self, at: &Place) -> Result<(), ReportError> {
+        let dir = &at.dir;
+        let parquet_path = dir.join(format!("{}.parquet", self.kind.name));
+        let df =
+            (self.kind.frame)(&at.meta, &self.buffered).map_err(|source| ReportError::Polars {
+                path: parquet_path.clone(),
+                source,
+            })?;
+        self.buffered.clear();
+        self.rows = 0;
+        if self.parquet.is_none() {
+            let schema = df.schema().clone();
+            self.parquet = Some(Sink::open(parquet_path, |f| {
+                ParquetWriter::new(f).batched(&schema)
+            })?);
+            if self.kind.csv {
+                let path = dir.join(format!("{}.csv", self.kind.name));
+                self.csv = Some(Sink::open(path, |f| CsvWriter::new(f).batched(&schema))?);
+            }
+        }
+        let mut offset = 0;
+        while offset < df.height() {
+            let group = df.slice(offset as i64, at.row_group);
+            offset += group.height();
+            if let Some(sink) = &mut self.parquet {
+                let written = sink.writer.write_batch(&group);
+                sink.polars(written)?;
+            }
+            if let Some(sink) = &mut self.csv {
+                let written = sink.writer.write_batch(&group);
+                sink.polars(written)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what is left, closes the files and returns their paths (none for an optional
+    /// table the run never fed).
+    fn finish(mut self, at: &Place) -> Result<Vec<PathBuf>, ReportError> {
+        if self.kind.optional && !self.seen {
+            return Ok(Vec::new());
+        }
+        if !self.buffered.is_empty() || self.parquet.is_none() {
+            self.write_buffer(at)?;
+        }
+        let mut paths = Vec::new();
+        if let Some(sink) = self.parquet.take() {
+            let done = sink.writer.finish().map(|_| ());
+            sink.polars(done)?;
+            paths.push(sink.sync()?);
+        }
+        if let Some(mut sink) = self.csv.take() {
+            let done = sink.writer.finish();
+            sink.polars(done)?;
+            paths.push(sink.sync()?);
+        }
+        Ok(paths)
+    }
+}
+
+/// Where and how the tables are written.
+struct Place {
+    /// The staging folder.
+    dir: PathBuf,
+    meta: RunMeta,
+    row_group: usize,
+}
+
+/// A run's result files while it goes (see the module docs).
+pub struct RunFiles {
+    out: PathBuf,
+    at: Place,
+    tables: Vec<Table>,
+    clients: ClientRows,
+    summary: SummaryInputs,
+    /// The first write that failed: reported by [`RunFiles::finish`].
+    failed: Option<ReportError>,
+}
+
+impl RunFiles {
+    /// Starts a run's files in `out` (created if missing): removes staging folders of earlier
+    /// killed runs, makes this run's, and writes `scenario.yaml` (the resolved scenario under
+    /// a header naming the run) there.
+    pub fn create(out: &Path, meta: RunMeta, resolved_yaml: &str) -> Result<RunFiles, ReportError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ReportError::Io { path, source }
+        };
+        std::fs::create_dir_all(out).map_err(io(out))?;
+        for entry in std::fs::read_dir(out).map_err(io(out))?.flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(STAGING_PREFIX)
+            {
+                std::fs::remove_dir_all(entry.path()).map_err(io(&entry.path()))?;
+            }
+        }
+        let staging = out.join(format!("{STAGING_PREFIX}{}", std::process::id()));
+        std::fs::create_dir(&staging).map_err(io(&staging))?;
+        let files = RunFiles {
+            out: out.to_path_buf(),
+            at: Place {
+                dir: staging,
+                meta,
+                row_group: ROW_GROUP,
+            },
+            tables: TABLES.iter().map(Table::new).collect(),
+            clients: ClientRows::default(),
+            summary: SummaryInputs::default(),
+            failed: None,
+        };
+        let header = format!(
+            "# Resolved scenario of run {} (content hash sha256:{}).\n",
+            files.at.meta.run_id, files.at.meta.content_hash
+        );
+        write_atomic(&files.at.dir.join("scenario.yaml"), |f| {
+            use std::io::Write;
+            f.write_all(header.as_bytes())?;
+            f.write_all(resolved_yaml.as_bytes())?;
+            Ok(())
+        })?;
+        Ok(files)
+    }
+
+    /// Writes row groups of `rows` rows instead of [`ROW_GROUP`] (for tests of many groups).
+    pub fn with_row_group(mut self, rows: usize) -> RunFiles {
+        self.at.row_group = rows.max(1);
+        self
+    }
+
+    /// Takes in the run's next record. A failed write is kept and reported by `finish`; later
+    /// records are then only summarised.
+    pub fn record(&mut self, r: &Record) {
+        self.summary.see(r);
+        self.clients.see(r);
+        if self.failed.is_some() {
+            return;
+        }
+        for table in &mut self.tables {
+            if let Err(e) = table.take(&self.at, r) {
+                self.failed = Some(e);
+                return;
+            }
+        }
+    }
+
+    /// What the summaries need, from the records so far.
+    pub fn summary_inputs(&self) -> &SummaryInputs {
+        &self.summary
+    }
+
+    /// Writes the rest of every table, `clients.parquet`/`.csv` and `summary.csv` (last), then
+    /// publishes them into the output folder as one unit; returns their final paths,
+    /// `summary.csv` last.
+    pub fn finish(mut self, summaries: &[Summary]) -> Result<Vec<PathBuf>, ReportError> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        let dir = self.at.dir.clone();
+        let mut staged = vec![dir.join("scenario.yaml")];
+        for table in std::mem::take(&mut self.tables) {
+            staged.extend(table.finish(&self.at)?);
+        }
+        let mut clients =
+            self.clients
+                .frame(&self.at.meta)
+                .map_err(|source| ReportError::Polars {
+                    path: dir.join("clients.parquet"),
+                    source,
+                })?;
+        let (parquet, csv) = (dir.join("clients.parquet"), dir.join("clients.csv"));
+        super::write_parquet(&parquet, &mut clients)?;
+        super::write_csv(&csv, &mut clients)?;
+        staged.extend([parquet, csv]);
+        let summary = dir.join("summary.csv");
+        let mut s = summary_frame(summaries).map_err(|source| ReportError::Polars {
+            path: summary.clone(),
+            source,
+        })?;
+        write_csv(&summary, &mut s)?;
+        staged.push(summary);
+        self.publish(staged)
+    }
+
+    /// Removes the earlier run's result files and moves `staged` in, in order.
+    fn publish(&self, staged: Vec<PathBuf>) -> Result<Vec<PathBuf>, ReportError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ReportError::Io { path, source }
+        };
+        let summary = self.out.join("summary.csv");
+        if summary.exists() {
+            std::fs::remove_file(&summary).map_err(io(&summary))?;
+        }
+        for name in REPRODUCIBLE_FILES
+            .iter()
+            .chain(&OPTIONAL_REPRODUCIBLE_FILES)
+        {
+            let old = self.out.join(name);
+            if old.exists() {
+                std::fs::remove_file(&old).map_err(io(&old))?;
+            }
+        }
+        let mut published = Vec::with_capacity(staged.len());
+        for file in staged {
+            let to = self.out.join(file.file_name().expect("a result file"));
+            std::fs::rename(&file, &to).map_err(io(&to))?;
+            published.push(to);
+        }
+        Ok(published)
+    }
+}
+
+impl Drop for RunFiles {
+    // Removes the staging folder (after publishing it is empty; after a failure it holds the
+    // partial files).
+    fn drop(&mut self) {
+        self.tables.clear();
+        let _ = std::fs::remove_dir_all(&self.at.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::ModelKind;
+    use crate::data::Split;
+    use crate::report::{read_parquet, EvalRecord, JobOutcome, JobRecord};
+    use crate::sim::{SimDuration, SimTime};
+
+    fn meta() -> RunMeta {
+        RunMeta {
+            run_id: "id".into(),
+            content_hash: "hash".into(),
+            algorithm: "fedavg".into(),
+            seed: 1,
+        }
+    }
+
+    /// Rounds 1..=5 of 7 clients' test evaluations and jobs.
+    fn records() -> Vec<Record> {
+        let mut out = Vec::new();
+        for round in 1..=5u32 {
+            for client in 0..7u32 {
+                out.push(Record::Job(JobRecord {
+                    round,
+                    client,
+                    outcome: JobOutcome::Aggregated,
+                    sent: SimTime(round as u64 * 10),
+                    end: SimTime(round as u64 * 10 + 5),
+                    download: SimDuration(1),
+                    compute: SimDuration(3),
+                    staleness: 0,
+                }));
+                out.push(Record::Eval(EvalRecord {
+                    round,
+                    time: SimTime(round as u64 * 10 + 7),
+                    client,
+                    split: Split::Test,
+                    model: ModelKind::Global,
+                    n_samples: 10 + client as usize,
+                    loss: 0.1 * client as f64 + round as f64,
+                    accuracy: (client as f64 + round as f64) / 20.0,
+                    sampled: true,
+                    cluster: None,
+                    unseen: false,
+                }));
+            }
+        }
+        out
+    }
+
+    fn write(dir: &Path, row_group: usize) -> Vec<PathBuf> {
+        let mut files = RunFiles::create(dir, meta(), "rounds: 5\n")
+            .unwrap()
+            .with_row_group(row_group);
+        records().iter().for_each(|r| files.record(r));
+        files.finish(&[]).unwrap()
+    }
+
+    #[test]
+    fn streamed_tables_hold_every_record_in_order_whatever_the_row_group() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (small, whole) = (tmp.path().join("small"), tmp.path().join("whole"));
+        let files = write(&small, 4);
+        write(&whole, ROW_GROUP);
+        assert_eq!(files.last().unwrap(), &small.join("summary.csv"));
+        assert!(!std::fs::read_dir(&small).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".partial")));
+        let all = records();
+        let expected = metrics_frame(&meta(), &all).unwrap();
+        for dir in [&small, &whole] {
+            assert!(read_parquet(&dir.join("metrics.parquet"))
+                .unwrap()
+                .equals_missing(&expected));
+            let jobs = read_parquet(&dir.join("jobs.parquet")).unwrap();
+            assert!(jobs.equals_missing(&jobs_frame(&meta(), &all).unwrap()));
+        }
+        // 35 evaluation rows in groups of 4: nine row groups; CSV rows are the same bytes.
+        let groups = |dir: &Path| {
+            let f = File::open(dir.join("metrics.parquet")).unwrap();
+            ParquetReader::new(f)
+                .get_metadata()
+                .unwrap()
+                .row_groups
+                .len()
+        };
+        assert_eq!((groups(&small), groups(&whole)), (9, 1));
+        let csv = |dir: &Path| std::fs::read(dir.join("metrics.csv")).unwrap();
+        assert_eq!(csv(&small), csv(&whole));
+        // Under one row group, the file is what one write of the whole table gives.
+        let single = tmp.path().join("single.parquet");
+        super::super::write_parquet(&single, &mut expected.clone()).unwrap();
+        assert_eq!(
+            std::fs::read(single).unwrap(),
+            std::fs::read(whole.join("metrics.parquet")).unwrap()
+        );
+        // No optional table was fed, so none was written.
+        assert!(!small.join("mixtures.parquet").exists());
+    }
+
+    #[test]
+    fn an_unfinished_run_leaves_the_earlier_results_and_no_staging() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        write(&out, 4);
+        let before = std::fs::read(out.join("metrics.parquet")).unwrap();
+        {
+            let mut files = RunFiles::create(&out, meta(), "rounds: 5\n").unwrap();
+            records()[..10].iter().for_each(|r| files.record(r));
+            // Dropped without finishing: a failed simulation.
+        }
+        assert_eq!(std::fs::read(out.join("metrics.parquet")).unwrap(), before);
+        assert!(out.join("summary.csv").exists());
+        let names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !names.iter().any(|n| n.starts_with(".partial")),
+            "{names:?}"
+        );
+    }
+}
