@@ -9,6 +9,8 @@
 
 use super::{ClientShard, FederatedData, Split, SplitSpec};
 use crate::report::{read_client_table, FeatureColumns, TableColumns, TableError};
+
+mod on_demand;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -48,6 +50,12 @@ pub struct ParquetSpec {
     /// rows (their number is printed).
     #[serde(default, skip_serializing_if = "NonFinite::is_reject")]
     pub non_finite: NonFinite,
+    /// Read each client's rows when a job needs them instead of holding the table: one pass
+    /// over the file (a row group at a time) checks it and writes the rows to an unnamed
+    /// temporary file, then only 20 bytes per client stay in memory. The file's rows must be
+    /// sorted by client id.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_demand: bool,
 }
 
 /// What to do with rows whose features are NaN or infinite.
@@ -118,6 +126,14 @@ impl ParquetSpec {
                             ));
                         }
                     }
+                    if self.on_demand && self.non_finite == NonFinite::Drop {
+                        return Err((
+                            "on_demand".into(),
+                            "cannot leave rows out (`non_finite: drop`); clean the file or \
+                             read it whole (`on_demand: false`)"
+                                .into(),
+                        ));
+                    }
                     match self.scale {
                         Some(v) if !(v > 0.0 && v.is_finite()) => Err((
                             "scale".into(),
@@ -127,6 +143,46 @@ impl ParquetSpec {
                     }
                 }
             },
+        }
+    }
+
+    fn features(&self) -> FeatureColumns<'_> {
+        match (&self.feature_columns, &self.features_column) {
+            (Some(cols), _) => FeatureColumns::Columns(cols),
+            (None, Some(col)) => FeatureColumns::List(col),
+            (None, None) => unreachable!("validated"),
+        }
+    }
+
+    /// The columns to read.
+    fn columns(&self) -> TableColumns<'_> {
+        TableColumns {
+            client: &self.client_column,
+            split: self.split_column.as_deref(),
+            label: &self.label_column,
+            features: self.features(),
+            keep_rows: None,
+        }
+    }
+
+    /// Where row `r` of a split column's text goes: 0 train, 1 val, 2 test.
+    fn part_of(&self, text: &str, r: usize) -> Result<usize, String> {
+        match text {
+            "train" => Ok(0),
+            "val" | "validation" => Ok(1),
+            "test" => Ok(2),
+            other => Err(format!(
+                "split column `{}`, row {r}: `{other}`; allowed: train, val, test",
+                self.split_column.as_deref().unwrap_or_default()
+            )),
+        }
+    }
+
+    /// The feature column of feature `k` (for messages).
+    fn feature_name(&self, k: usize) -> &str {
+        match self.features() {
+            FeatureColumns::Columns(cols) => &cols[k.min(cols.len() - 1)],
+            FeatureColumns::List(col) => col,
         }
     }
 
@@ -142,30 +198,16 @@ impl ParquetSpec {
                     .into(),
             ));
         }
-        let features = match (&self.feature_columns, &self.features_column) {
-            (Some(cols), _) => FeatureColumns::Columns(cols),
-            (None, Some(col)) => FeatureColumns::List(col),
-            (None, None) => unreachable!("validated"),
-        };
-        let mut table = read_client_table(
-            &self.path,
-            TableColumns {
-                client: &self.client_column,
-                split: self.split_column.as_deref(),
-                label: &self.label_column,
-                features,
-                keep_rows: None,
-            },
-        )?;
+        if self.on_demand {
+            return on_demand::load(self, split);
+        }
+        let mut table = read_client_table(&self.path, self.columns())?;
         let bad = table.non_finite_rows();
         if let Some(&first) = bad.first() {
             match self.non_finite {
                 NonFinite::Reject => {
                     let feature = table.row(first).iter().position(|x| !x.is_finite());
-                    let column = match features {
-                        FeatureColumns::Columns(cols) => &cols[feature.unwrap_or(0)],
-                        FeatureColumns::List(col) => col,
-                    };
+                    let column = self.feature_name(feature.unwrap_or(0));
                     return Err(content(format!(
                         "{} rows have NaN or infinite features; the first is row {first} \
                          (client `{}`, column `{column}`); fix the data or set \
@@ -203,17 +245,7 @@ impl ParquetSpec {
         for (r, &c) in table.client.iter().enumerate() {
             let part = match &table.split {
                 None => 0,
-                Some(s) => match s[r].as_str() {
-                    "train" => 0,
-                    "val" | "validation" => 1,
-                    "test" => 2,
-                    other => {
-                        return Err(content(format!(
-                            "split column `{}`, row {r}: `{other}`; allowed: train, val, test",
-                            self.split_column.as_deref().unwrap_or_default()
-                        )))
-                    }
-                },
+                Some(s) => self.part_of(&s[r], r).map_err(content)?,
             };
             rows[c as usize][part].push(r);
         }

@@ -25,13 +25,15 @@ pub use records::{
     DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, GossipRecord,
     JobOutcome, JobRecord, MixtureRecord, NoveltyRecord, Record, RoundRecord,
 };
-pub use run_files::{RunFiles, ROW_GROUP};
+pub use run_files::{RunFiles, BUFFER_BYTES, ROW_GROUP};
 pub use study::{
     aggregate, markdown, mean_std, read_curve, read_curves, read_runs, report_frame, write_plots,
     write_report, write_text_table, CurvePoint, ReportRow, RunCurve, RunRow, REPORT_METRICS,
 };
 pub use summary::{percentile, time_to_accuracy, Fairness, RunIdentity, Summary, SummaryInputs};
-pub use tables::{read_client_table, ClientTable, FeatureColumns, TableColumns, TableError};
+pub use tables::{
+    read_client_table, scan_client_table, ClientTable, FeatureColumns, TableColumns, TableError,
+};
 
 use polars::prelude::*;
 use std::fs::File;

@@ -1,11 +1,12 @@
 //! A run's result files, written while the run goes.
 //!
-//! Each table buffers its records until they make one Parquet row group ([`ROW_GROUP`] rows,
-//! polars' default) and then writes them, so the memory of a long or large run follows the row
-//! group, not the run. `clients.parquet` has one row per client and the summary needs only the
-//! last evaluation, so those two keep accumulators ([`ClientRows`], [`SummaryInputs`]) instead
-//! of records. A run of fewer rows than a row group writes each file in one piece, byte for byte
-//! what writing the whole table at the end wrote.
+//! Each table holds its records until they take [`BUFFER_BYTES`]; a table that outgrows that
+//! is from then on written as it goes, in Parquet row groups of [`ROW_GROUP`] rows (polars'
+//! default), so memory follows the buffer, not the run. A table that never outgrows it is
+//! written in one piece at the end, byte for byte what writing the whole table did before
+//! (streamed tables hold the same rows, in row groups of another size). `clients.parquet` has
+//! one row per client and the summary needs only the last evaluation, so those two keep
+//! accumulators ([`ClientRows`], [`SummaryInputs`]) instead of records.
 //!
 //! Everything goes into the staging folder `out/.partial-<pid>/`. [`RunFiles::finish`] then
 //! removes the old `summary.csv` and the other result files of an earlier run, and moves the new
@@ -29,9 +30,23 @@ use polars::prelude::*;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-/// Rows per Parquet row group (and per write): polars' default, so small runs write what a
-/// single write of the whole table does.
+/// Rows per Parquet row group of a streamed table: polars' default.
 pub const ROW_GROUP: usize = 512 * 512;
+
+/// The memory a table's records may take before the table is streamed (32 MiB: about 300 000
+/// evaluation rows, or 4 million novelty scores).
+pub const BUFFER_BYTES: usize = 32 << 20;
+
+/// The memory one record of a table takes.
+fn record_bytes(r: &Record) -> usize {
+    let heap = match r {
+        Record::Mixture(m) => m.weights.len() * 8,
+        Record::Extra(x) => x.values.len() * 8 + x.name.len(),
+        Record::Novelty(n) => (n.scores.typical.len() + n.scores.novel.len()) * 8,
+        _ => 0,
+    };
+    std::mem::size_of::<Record>() + heap
+}
 
 /// The name of a staging folder inside a run's output folder, before the process id.
 const STAGING_PREFIX: &str = ".partial-";
@@ -161,8 +176,12 @@ impl<W> Sink<W> {
 struct Table {
     kind: &'static TableKind,
     buffered: Vec<Record>,
+    /// Rows and bytes of the buffered records.
     rows: usize,
+    bytes: usize,
     seen: bool,
+    /// Outgrew the buffer: written in row groups as it goes.
+    streaming: bool,
     parquet: Option<Sink<ParquetBatches<File>>>,
     csv: Option<Sink<CsvBatches<File>>>,
 }
@@ -173,13 +192,16 @@ impl Table {
             kind,
             buffered: Vec::new(),
             rows: 0,
+            bytes: 0,
             seen: false,
+            streaming: false,
             parquet: None,
             csv: None,
         }
     }
 
-    /// Buffers `r` if it is this table's; writes the buffer once it holds a row group.
+    /// Buffers `r` if it is this table's; once the table streams, writes the buffer whenever
+    /// it holds a row group.
     fn take(&mut self, at: &Place, r: &Record) -> Result<(), ReportError> {
         let Some(rows) = (self.kind.rows_of)(r) else {
             return Ok(());
@@ -187,7 +209,9 @@ impl Table {
         self.seen = true;
         self.buffered.push(r.clone());
         self.rows += rows;
-        if self.rows >= at.row_group {
+        self.bytes += record_bytes(r);
+        self.streaming |= self.bytes > at.buffer_bytes;
+        if self.streaming && self.rows >= at.row_group {
             self.write_buffer(at)?;
         }
         Ok(())
@@ -204,7 +228,7 @@ impl Table {
                 source,
             })?;
         self.buffered.clear();
-        self.rows = 0;
+        (self.rows, self.bytes) = (0, 0);
         if self.parquet.is_none() {
             let schema = df.schema().clone();
             self.parquet = Some(Sink::open(parquet_path, |f| {
@@ -237,7 +261,25 @@ impl Table {
         if self.kind.optional && !self.seen {
             return Ok(Vec::new());
         }
-        if !self.buffered.is_empty() || self.parquet.is_none() {
+        if !self.streaming {
+            // One write of the whole table.
+            let parquet = at.dir.join(format!("{}.parquet", self.kind.name));
+            let mut df = (self.kind.frame)(&at.meta, &self.buffered).map_err(|source| {
+                ReportError::Polars {
+                    path: parquet.clone(),
+                    source,
+                }
+            })?;
+            super::write_parquet(&parquet, &mut df)?;
+            let mut paths = vec![parquet];
+            if self.kind.csv {
+                let csv = at.dir.join(format!("{}.csv", self.kind.name));
+                write_csv(&csv, &mut df)?;
+                paths.push(csv);
+            }
+            return Ok(paths);
+        }
+        if !self.buffered.is_empty() {
             self.write_buffer(at)?;
         }
         let mut paths = Vec::new();
@@ -261,6 +303,7 @@ struct Place {
     dir: PathBuf,
     meta: RunMeta,
     row_group: usize,
+    buffer_bytes: usize,
 }
 
 /// A run's result files while it goes (see the module docs).
@@ -301,6 +344,7 @@ impl RunFiles {
                 dir: staging,
                 meta,
                 row_group: ROW_GROUP,
+                buffer_bytes: BUFFER_BYTES,
             },
             tables: TABLES.iter().map(Table::new).collect(),
             clients: ClientRows::default(),
@@ -320,9 +364,10 @@ impl RunFiles {
         Ok(files)
     }
 
-    /// Writes row groups of `rows` rows instead of [`ROW_GROUP`] (for tests of many groups).
-    pub fn with_row_group(mut self, rows: usize) -> RunFiles {
-        self.at.row_group = rows.max(1);
+    /// Streams tables past `bytes` of records in row groups of `rows` rows, instead of
+    /// [`BUFFER_BYTES`] and [`ROW_GROUP`] (for tests of streamed tables).
+    pub fn with_limits(mut self, bytes: usize, rows: usize) -> RunFiles {
+        (self.at.buffer_bytes, self.at.row_group) = (bytes, rows.max(1));
         self
     }
 
@@ -468,10 +513,10 @@ mod tests {
         out
     }
 
-    fn write(dir: &Path, row_group: usize) -> Vec<PathBuf> {
+    fn write(dir: &Path, (bytes, row_group): (usize, usize)) -> Vec<PathBuf> {
         let mut files = RunFiles::create(dir, meta(), "rounds: 5\n")
             .unwrap()
-            .with_row_group(row_group);
+            .with_limits(bytes, row_group);
         records().iter().for_each(|r| files.record(r));
         files.finish(&[]).unwrap()
     }
@@ -480,8 +525,9 @@ mod tests {
     fn streamed_tables_hold_every_record_in_order_whatever_the_row_group() {
         let tmp = tempfile::tempdir().unwrap();
         let (small, whole) = (tmp.path().join("small"), tmp.path().join("whole"));
-        let files = write(&small, 4);
-        write(&whole, ROW_GROUP);
+        // Streamed from the first record on, in groups of 4 rows; or held whole.
+        let files = write(&small, (0, 4));
+        write(&whole, (BUFFER_BYTES, 4));
         assert_eq!(files.last().unwrap(), &small.join("summary.csv"));
         assert!(!std::fs::read_dir(&small).unwrap().any(|e| e
             .unwrap()
@@ -509,7 +555,7 @@ mod tests {
         assert_eq!((groups(&small), groups(&whole)), (9, 1));
         let csv = |dir: &Path| std::fs::read(dir.join("metrics.csv")).unwrap();
         assert_eq!(csv(&small), csv(&whole));
-        // Under one row group, the file is what one write of the whole table gives.
+        // Held whole, the file is what one write of the whole table gives.
         let single = tmp.path().join("single.parquet");
         super::super::write_parquet(&single, &mut expected.clone()).unwrap();
         assert_eq!(
@@ -524,7 +570,7 @@ mod tests {
     fn an_unfinished_run_leaves_the_earlier_results_and_no_staging() {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out");
-        write(&out, 4);
+        write(&out, (0, 4));
         let before = std::fs::read(out.join("metrics.parquet")).unwrap();
         {
             let mut files = RunFiles::create(&out, meta(), "rounds: 5\n").unwrap();

@@ -39,6 +39,8 @@ pub struct TableColumns<'a> {
 pub struct ClientTable {
     /// Client ids in their natural order (numbers numerically, text lexically).
     pub client_names: Vec<String>,
+    /// Whether the ids are integers (ordered numerically).
+    pub numeric_ids: bool,
     /// Per row: index into `client_names`.
     pub client: Vec<u32>,
     /// Per row: the split column's text, when there is one.
@@ -83,14 +85,69 @@ pub struct TableError {
 }
 
 pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTable, TableError> {
+    table_of_frame(path, read_frame(path, None)?, cols)
+}
+
+/// Reads `path` (rows `slice = (offset, len)` only, if given), reporting unreadable files as
+/// errors about `path`.
+fn read_frame(path: &Path, slice: Option<(usize, usize)>) -> Result<DataFrame, TableError> {
     let fail = |message: String| TableError {
         path: path.to_path_buf(),
         message,
     };
     let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
-    let df = without_panics(|| ParquetReader::new(file).finish())
+    without_panics(|| ParquetReader::new(file).with_slice(slice).finish())
         .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
-        .map_err(|e| fail(format!("not a readable Parquet file: {e}")))?;
+        .map_err(|e| fail(format!("not a readable Parquet file: {e}")))
+}
+
+/// The row counts of `path`'s row groups, in file order (read from its footer).
+fn row_groups(path: &Path) -> Result<Vec<usize>, TableError> {
+    let fail = |message: String| TableError {
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let mut reader = ParquetReader::new(file);
+    let groups = without_panics(|| {
+        reader
+            .get_metadata()
+            .map(|m| m.row_groups.iter().map(|g| g.num_rows()).collect())
+    })
+    .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?;
+    groups.map_err(|e| fail(format!("not a readable Parquet file: {e}")))
+}
+
+/// Reads `path` one row group at a time (memory follows the largest row group, not the file)
+/// and hands each group's rows to `each` with the file row number of its first row. Each
+/// group's `client_names` are that group's own ids. `each`'s errors are messages about `path`.
+pub fn scan_client_table(
+    path: &Path,
+    cols: TableColumns<'_>,
+    each: &mut dyn FnMut(&ClientTable, usize) -> Result<(), String>,
+) -> Result<usize, TableError> {
+    let mut first = 0;
+    for rows in row_groups(path)? {
+        let table = table_of_frame(path, read_frame(path, Some((first, rows)))?, cols)?;
+        each(&table, first).map_err(|message| TableError {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        first += rows;
+    }
+    Ok(first)
+}
+
+/// The table of a frame read from `path`.
+fn table_of_frame(
+    path: &Path,
+    df: DataFrame,
+    cols: TableColumns<'_>,
+) -> Result<ClientTable, TableError> {
+    let fail = |message: String| TableError {
+        path: path.to_path_buf(),
+        message,
+    };
     let names: Vec<String> = df
         .get_column_names()
         .iter()
@@ -115,7 +172,8 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
 
     let client_col = column(&df, cols.client, "client")?;
     no_nulls(cols.client, &client_col)?;
-    let (client_names, client) = if client_col.dtype().is_integer() {
+    let numeric_ids = client_col.dtype().is_integer();
+    let (client_names, client) = if numeric_ids {
         let c = client_col
             .cast(&DataType::Int64)
             .map_err(|e| polars_err(cols.client, e))?;
@@ -272,6 +330,7 @@ pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTa
     }
     Ok(ClientTable {
         client_names,
+        numeric_ids,
         client,
         split,
         labels,

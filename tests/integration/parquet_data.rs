@@ -1,7 +1,8 @@
 //! Bring-your-own data: federated data sets read from Parquet files in the documented layout.
 
 use crate::common::scenario;
-use fedsim::report::{read_parquet, write_parquet};
+use fedsim::data::Split;
+use fedsim::report::{read_parquet, write_parquet, Record};
 use fedsim::run::{run_scenario, simulate_scenario, RunOptions};
 use polars::prelude::*;
 use std::path::Path;
@@ -283,4 +284,107 @@ fn nan_and_infinite_features_are_refused_or_dropped() {
     // Clients in id order: 2, 7, 10.
     assert_eq!((rows(0), rows(1), rows(2)), (8, 14, 11));
     simulate_scenario(&s, 1, |_| {}).unwrap();
+}
+
+/// `write_table`'s rows sorted by client id (stably) and written in row groups of 5 rows, so
+/// that clients span row groups.
+fn write_sorted_in_small_groups(path: &Path, with_split: bool) {
+    write_table(path, with_split, false);
+    let df = read_parquet(path).unwrap();
+    let mut df = df
+        .sort(
+            ["cid"],
+            SortMultipleOptions::default().with_maintain_order(true),
+        )
+        .unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    ParquetWriter::new(file)
+        .with_row_group_size(Some(5))
+        .finish(&mut df)
+        .unwrap();
+}
+
+#[test]
+fn rows_read_on_demand_are_the_rows_read_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    for with_split in [false, true] {
+        let file = tmp.path().join(format!("sorted-{with_split}.parquet"));
+        write_sorted_in_small_groups(&file, with_split);
+        let fields = if with_split {
+            "split_column: part, feature_columns: [f0, f1], scale: 2.0"
+        } else {
+            "feature_columns: [f0, f1], scale: 2.0"
+        };
+        let whole = scenario(&yaml(&file, fields), &[]);
+        let lazy = scenario(&yaml(&file, fields), &["data.on_demand=true"]);
+        let build = |s: &fedsim::scenario::Scenario| {
+            s.data
+                .build(&s.split, &fedsim::sim::SeedTree::new(1))
+                .unwrap()
+        };
+        let (a, b) = (build(&whole), build(&lazy));
+        assert!(b.on_demand.is_some() && b.features.is_empty());
+        assert_eq!(
+            (a.num_clients(), a.dim, a.classes),
+            (b.num_clients(), b.dim, b.classes)
+        );
+        let clients: Vec<u32> = (0..a.num_clients() as u32).collect();
+        let (ra, rb) = (a.rows_for(&clients), b.rows_for(&clients));
+        for (k, _) in clients.iter().enumerate() {
+            for split in [Split::Train, Split::Val, Split::Test] {
+                let va = ra.data().view(ra.index(k), split);
+                let vb = rb.data().view(rb.index(k), split);
+                assert_eq!(va.labels, vb.labels, "client {k} {split:?}");
+                assert_eq!(va.features, vb.features, "client {k} {split:?}");
+            }
+        }
+        // The same jobs and accuracies (losses agree up to float rounding: rows made on demand
+        // sit at another address).
+        let run = |s| simulate_scenario(s, 2, |_| {}).unwrap().records;
+        let (ra, rb) = (run(&whole), run(&lazy));
+        assert_eq!(ra.len(), rb.len());
+        for (x, y) in ra.iter().zip(&rb) {
+            match (x, y) {
+                (Record::Eval(x), Record::Eval(y)) => {
+                    assert_eq!(
+                        (x.client, x.round, x.accuracy),
+                        (y.client, y.round, y.accuracy)
+                    );
+                    assert!((x.loss - y.loss).abs() <= 1e-5 * x.loss.abs().max(1.0));
+                }
+                (Record::FinalModels(_), Record::FinalModels(_)) => {}
+                _ => assert_eq!(x, y),
+            }
+        }
+    }
+}
+
+#[test]
+fn on_demand_needs_rows_sorted_by_client_and_cannot_drop_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("data.parquet");
+    write_table(&file, false, false);
+    let s = scenario(
+        &yaml(&file, "feature_columns: [f0, f1], on_demand: true"),
+        &[],
+    );
+    let err = simulate_scenario(&s, 1, |_| {}).err().unwrap();
+    let err = fedsim::error_chain(&err);
+    // Ids 10 (12 rows), then 2: row 12 is out of order.
+    assert!(err.contains("data.parquet"), "{err}");
+    assert!(
+        err.contains("row 12: client `2` comes after client `10`") && err.contains("sorted"),
+        "{err}"
+    );
+    let err = crate::common::error(
+        &yaml(
+            &file,
+            "feature_columns: [f0, f1], on_demand: true, non_finite: drop",
+        ),
+        &[],
+    );
+    assert!(
+        err.contains("data.on_demand") && err.contains("non_finite: drop"),
+        "{err}"
+    );
 }
