@@ -15,7 +15,7 @@
 //! exactly (their files used seed 12345), so that fedsim and their code can be compared on the
 //! same data.
 
-use super::{FederatedData, MixtureTruth, NumpyRandomState, SplitSpec};
+use super::{DataError, FederatedData, MixtureTruth, NumpyRandomState, SplitSpec};
 use crate::sim::{Entity, SeedTree};
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
@@ -80,6 +80,18 @@ pub struct FedemSyntheticSpec {
     /// Bayes-optimal accuracy and `system.compute.slowest_to_component` is refused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub on_demand: bool,
+    /// Each client's n_t from a population file instead of the lognormal law: the row of
+    /// `client` t in `column` (CSV or Parquet; whole numbers ≥ 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sizes_from: Option<ColumnFile>,
+}
+
+/// A per-client column of a population file (CSV or Parquet with a `client` column).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnFile {
+    pub path: std::path::PathBuf,
+    pub column: String,
 }
 
 fn d_clients() -> usize {
@@ -127,6 +139,7 @@ impl Default for FedemSyntheticSpec {
             numpy_seed: None,
             one_hot: false,
             on_demand: false,
+            sizes_from: None,
         }
     }
 }
@@ -157,6 +170,13 @@ impl FedemSyntheticSpec {
         }
         if self.min_samples == 0 {
             return err("min_samples", "must be at least 1".into());
+        }
+        if self.sizes_from.is_some() && self.numpy_seed.is_some() {
+            return err(
+                "sizes_from",
+                "cannot be combined with `numpy_seed` (the authors' generator draws the sizes)"
+                    .into(),
+            );
         }
         if self.one_hot && self.numpy_seed.is_some() {
             return err(
@@ -219,12 +239,51 @@ impl FedemSyntheticSpec {
             .collect()
     }
 
+    /// The data set, with the sizes read from `sizes_from` when it is given.
+    pub fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
+        let Some(file) = &self.sizes_from else {
+            return Ok(self.generate(split, seeds));
+        };
+        let content = |message: String| DataError::Content {
+            path: file.path.clone(),
+            message,
+        };
+        let sizes = crate::system::per_client_column(&file.path, &file.column, self.clients)
+            .map_err(|e| match e {
+                crate::system::SystemError::File { message, .. } => content(message),
+                other => content(other.to_string()),
+            })?
+            .into_iter()
+            .enumerate()
+            .map(|(c, n)| {
+                if n >= 1.0 && n.fract() == 0.0 && n <= u32::MAX as f64 {
+                    Ok(n as usize)
+                } else {
+                    Err(content(format!(
+                        "client {c}: `{}` must be a whole number of samples ≥ 1, got {n}",
+                        file.column
+                    )))
+                }
+            })
+            .collect::<Result<Vec<usize>, _>>()?;
+        Ok(self.generate_sized(split, seeds, sizes))
+    }
+
+    /// The data set, sizes drawn from the lognormal law.
     pub fn generate(&self, split: &SplitSpec, seeds: &SeedTree) -> FederatedData {
         if let Some(seed) = self.numpy_seed {
             return self.generate_numpy(split, seed);
         }
+        self.generate_sized(split, seeds, self.sample_sizes(seeds))
+    }
+
+    fn generate_sized(
+        &self,
+        split: &SplitSpec,
+        seeds: &SeedTree,
+        sizes: Vec<usize>,
+    ) -> FederatedData {
         let components = self.components(seeds);
-        let sizes = self.sample_sizes(seeds);
         if self.on_demand {
             return self.on_demand_data(split, seeds, components, sizes);
         }

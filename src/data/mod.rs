@@ -17,7 +17,7 @@ mod shakespeare;
 mod split;
 mod synthetic_ab;
 
-pub use fedem_synthetic::{FedemSyntheticSpec, LabelLaw, LabelRule};
+pub use fedem_synthetic::{ColumnFile, FedemSyntheticSpec, LabelLaw, LabelRule};
 pub use fedgmm_synthetic::{ComponentLaw, FedgmmSyntheticSpec, InputLaw, Marginal};
 pub use images::{FemnistSpec, Pixels, RegistryImagesSpec};
 pub use numpy_rng::NumpyRandomState;
@@ -482,7 +482,7 @@ impl DatasetSpec {
     /// Builds the data set; every draw comes from `seeds` under [`crate::sim::Entity::Data`].
     pub fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
         Ok(match self {
-            DatasetSpec::FedemSynthetic(s) => s.generate(split, seeds),
+            DatasetSpec::FedemSynthetic(s) => s.build(split, seeds)?,
             DatasetSpec::SyntheticAb(s) => s.generate(split, seeds),
             DatasetSpec::FedgmmSynthetic(s) => s.generate(split, seeds),
             DatasetSpec::Mnist(s) => s.build("mnist", split, seeds)?,

@@ -32,7 +32,8 @@ pub use study::{
 };
 pub use summary::{percentile, time_to_accuracy, Fairness, RunIdentity, Summary, SummaryInputs};
 pub use tables::{
-    read_client_table, scan_client_table, ClientTable, FeatureColumns, TableColumns, TableError,
+    read_client_table, read_population_column, scan_client_table, ClientTable, FeatureColumns,
+    PopulationValues, TableColumns, TableError,
 };
 
 use polars::prelude::*;

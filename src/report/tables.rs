@@ -434,3 +434,98 @@ fn index_of<K: Ord + Clone>(ids: Vec<K>, name: impl Fn(&K) -> String) -> (Vec<St
     let rows = ids.iter().map(|k| order[k]).collect();
     (names, rows)
 }
+
+/// A per-client column of a population file.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PopulationValues {
+    Numbers(Vec<f64>),
+    Text(Vec<String>),
+}
+
+/// Columns `client` and `column` of a Parquet population file (only those two are read): per
+/// row, the client id and the value (numbers, or text when `text`). Missing values are an
+/// error naming the row.
+pub fn read_population_column(
+    path: &Path,
+    column: &str,
+    text: bool,
+) -> Result<(Vec<i64>, PopulationValues), TableError> {
+    let fail = |message: String| TableError {
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let mut reader = ParquetReader::new(file);
+    let names: Vec<String> = without_panics(|| reader.schema())
+        .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
+        .map_err(|e| fail(format!("not a readable Parquet file: {e}")))?
+        .iter_names()
+        .map(|n| n.to_string())
+        .collect();
+    for name in ["client", column] {
+        if !names.iter().any(|n| n == name) {
+            return Err(fail(format!(
+                "no column `{name}` (the file has: {})",
+                names.join(", ")
+            )));
+        }
+    }
+    let df = without_panics(|| {
+        reader
+            .with_columns(Some(vec!["client".into(), column.into()]))
+            .finish()
+    })
+    .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
+    .map_err(|e| fail(format!("not a readable Parquet file: {e}")))?;
+    let polars_err = |name: &str, e: PolarsError| fail(format!("column `{name}`: {e}"));
+    let missing = |name: &str, c: &Column| match first_null(c.as_materialized_series()) {
+        Some(row) => Err(fail(format!("column `{name}`, row {row}: missing value"))),
+        None => Ok(()),
+    };
+    let client = df.column("client").map_err(|e| polars_err("client", e))?;
+    missing("client", client)?;
+    if !client.dtype().is_integer() {
+        return Err(fail(format!(
+            "column `client` must hold integer client ids, it holds {}",
+            client.dtype()
+        )));
+    }
+    let ids: Vec<i64> = client
+        .cast(&DataType::Int64)
+        .map_err(|e| polars_err("client", e))?
+        .i64()
+        .map_err(|e| polars_err("client", e))?
+        .into_no_null_iter()
+        .collect();
+    let values = df.column(column).map_err(|e| polars_err(column, e))?;
+    missing(column, values)?;
+    let values = if text {
+        let c = values
+            .cast(&DataType::String)
+            .map_err(|e| polars_err(column, e))?;
+        PopulationValues::Text(
+            c.str()
+                .map_err(|e| polars_err(column, e))?
+                .iter()
+                .map(|v| v.unwrap_or_default().to_string())
+                .collect(),
+        )
+    } else {
+        if !values.dtype().is_primitive_numeric() {
+            return Err(fail(format!(
+                "column `{column}` must hold numbers, it holds {}",
+                values.dtype()
+            )));
+        }
+        PopulationValues::Numbers(
+            values
+                .cast(&DataType::Float64)
+                .map_err(|e| polars_err(column, e))?
+                .f64()
+                .map_err(|e| polars_err(column, e))?
+                .into_no_null_iter()
+                .collect(),
+        )
+    };
+    Ok((ids, values))
+}

@@ -104,15 +104,34 @@ pub struct Chain {
     spans: Vec<(SimTime, SimTime)>,
 }
 
+/// Online and offline durations of a Markov availability class.
+pub struct OnOff {
+    on: Exp<f64>,
+    off: Exp<f64>,
+    p_online: f64,
+}
+
+impl OnOff {
+    /// Exponential online / offline durations of the given means (positive, checked).
+    pub fn new(mean_online_s: f64, mean_offline_s: f64) -> OnOff {
+        OnOff {
+            on: Exp::new(1.0 / mean_online_s).expect("checked mean"),
+            off: Exp::new(1.0 / mean_offline_s).expect("checked mean"),
+            p_online: mean_online_s / (mean_online_s + mean_offline_s),
+        }
+    }
+}
+
 /// The availability of every client of a run.
 pub enum AvailabilityModel {
     Always,
     /// Each client's chain is made when its availability is first asked, from its own stream,
     /// and then drawn as far as the questions reach: only asked-about clients cost memory.
     Markov {
-        on: Exp<f64>,
-        off: Exp<f64>,
-        p_online: f64,
+        /// Per availability class: its chain's law, or `None` for always online.
+        laws: Vec<Option<OnOff>>,
+        /// Each client's class (empty: every client has class 0).
+        class_of: Vec<u16>,
         seeds: SeedTree,
         chains: Mutex<HashMap<u32, Chain>>,
     },
@@ -124,31 +143,42 @@ impl AvailabilityModel {
     /// Two-state chains with exponential online / offline durations of the given means; each
     /// client starts in the stationary distribution, from its own stream.
     pub fn markov(mean_online_s: f64, mean_offline_s: f64, seeds: &SeedTree) -> Self {
+        Self::classes(
+            vec![Some(OnOff::new(mean_online_s, mean_offline_s))],
+            Vec::new(),
+            seeds,
+        )
+    }
+
+    /// Client `c` follows class `class_of[c]`: always online (`None`) or a chain of that law,
+    /// drawn as [`AvailabilityModel::markov`] draws it.
+    pub fn classes(laws: Vec<Option<OnOff>>, class_of: Vec<u16>, seeds: &SeedTree) -> Self {
         AvailabilityModel::Markov {
-            on: Exp::new(1.0 / mean_online_s).expect("checked mean"),
-            off: Exp::new(1.0 / mean_offline_s).expect("checked mean"),
-            p_online: mean_online_s / (mean_online_s + mean_offline_s),
+            laws,
+            class_of,
             seeds: *seeds,
             chains: Mutex::new(HashMap::new()),
         }
     }
 
-    /// `f` of `client`'s Markov chain, drawn past `t`.
-    fn with_chain<R>(&self, client: u32, t: SimTime, f: impl FnOnce(&Chain) -> R) -> R {
+    /// `f` of `client`'s Markov chain, drawn past `t` (`None`: the client's class is always
+    /// online).
+    fn with_chain<R>(&self, client: u32, t: SimTime, f: impl FnOnce(&Chain) -> R) -> Option<R> {
         let AvailabilityModel::Markov {
-            on,
-            off,
-            p_online,
+            laws,
+            class_of,
             seeds,
             chains,
         } = self
         else {
             unreachable!("only Markov availability has chains")
         };
+        let class = class_of.get(client as usize).map_or(0, |&k| k as usize);
+        let law = laws[class].as_ref()?;
         let mut chains = chains.lock().expect("no panics while held");
         let chain = chains.entry(client).or_insert_with(|| {
             let mut rng = seeds.rng(Entity::Client(client), "availability", 0);
-            let online = rng.gen::<f64>() < *p_online;
+            let online = rng.gen::<f64>() < law.p_online;
             Chain {
                 rng,
                 online,
@@ -156,8 +186,8 @@ impl AvailabilityModel {
                 spans: Vec::new(),
             }
         });
-        chain.extend_past(t, on, off);
-        f(chain)
+        chain.extend_past(t, &law.on, &law.off);
+        Some(f(chain))
     }
 
     /// If `client` is online at `t`: when it goes offline ([`SimTime::MAX`]: never).
@@ -165,9 +195,9 @@ impl AvailabilityModel {
         match self {
             AvailabilityModel::Always => Some(SimTime::MAX),
             AvailabilityModel::Traces(ts) => ts[client as usize % ts.len()].online_until(t),
-            AvailabilityModel::Markov { .. } => {
-                self.with_chain(client, t, |chain| span_end(&chain.spans, t))
-            }
+            AvailabilityModel::Markov { .. } => self
+                .with_chain(client, t, |chain| span_end(&chain.spans, t))
+                .unwrap_or(Some(SimTime::MAX)),
         }
     }
 
@@ -176,15 +206,17 @@ impl AvailabilityModel {
         match self {
             AvailabilityModel::Always => Some(t),
             AvailabilityModel::Traces(ts) => ts[client as usize % ts.len()].next_online(t),
-            AvailabilityModel::Markov { .. } => self.with_chain(client, t, |chain| {
-                if span_end(&chain.spans, t).is_some() {
-                    return Some(t);
-                }
-                // Offline at `t`: the next drawn span, or the one starting at the cursor (the
-                // offline period holding `t` ends there).
-                let i = chain.spans.partition_point(|s| s.0 <= t);
-                Some(chain.spans.get(i).map_or(chain.cursor, |s| s.0))
-            }),
+            AvailabilityModel::Markov { .. } => self
+                .with_chain(client, t, |chain| {
+                    if span_end(&chain.spans, t).is_some() {
+                        return Some(t);
+                    }
+                    // Offline at `t`: the next drawn span, or the one starting at the cursor
+                    // (the offline period holding `t` ends there).
+                    let i = chain.spans.partition_point(|s| s.0 <= t);
+                    Some(chain.spans.get(i).map_or(chain.cursor, |s| s.0))
+                })
+                .unwrap_or(Some(t)),
         }
     }
 }
@@ -260,5 +292,21 @@ mod tests {
         assert_eq!(far, b.online_until(2, s(100_000)));
         let duty = online as f64 / 100_000.0;
         assert!((duty - 0.2).abs() < 0.05, "{duty}");
+    }
+
+    #[test]
+    fn classes_give_each_client_its_own_law() {
+        let seeds = SeedTree::new(9);
+        let one = AvailabilityModel::markov(60.0, 240.0, &seeds);
+        // Clients 0 and 2 always online; client 1 the chain `markov` gives it.
+        let laws = vec![None, Some(OnOff::new(60.0, 240.0))];
+        let mixed = AvailabilityModel::classes(laws, vec![0, 1, 0], &seeds);
+        for k in (0..5_000u64).step_by(7) {
+            let t = s(k);
+            assert_eq!(mixed.online_until(0, t), Some(SimTime::MAX));
+            assert_eq!(mixed.next_online(2, t), Some(t));
+            assert_eq!(mixed.online_until(1, t), one.online_until(1, t));
+            assert_eq!(mixed.next_online(1, t), one.next_online(1, t));
+        }
     }
 }

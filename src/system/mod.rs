@@ -10,15 +10,16 @@ mod availability;
 mod dist;
 mod traces;
 
-pub use availability::{AvailabilityModel, Intervals};
+pub use availability::{AvailabilityModel, Intervals, OnOff};
 pub use dist::{Dist, DrawnDist};
-pub use traces::{FedScaleBehavior, FedScaleDevice};
+pub use traces::{per_client_column, FedScaleBehavior, FedScaleDevice};
 
 use crate::data::MixtureTruth;
 use crate::sim::{Entity, SeedTree, SimDuration, SimTime};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +90,43 @@ pub enum AvailabilitySpec {
     },
     /// FedScale's `client_behave_trace` pickle.
     Fedscale { path: PathBuf },
+    /// Each client's availability class from a population file (CSV or Parquet with a
+    /// `client` column and `column`, default `availability`), each class always online or an
+    /// on/off Markov chain.
+    Classes {
+        path: PathBuf,
+        #[serde(default = "d_class_column")]
+        column: String,
+        classes: BTreeMap<String, AvailabilityClass>,
+    },
+}
+
+/// How the clients of one availability class come and go.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AvailabilityClass {
+    Always,
+    Markov {
+        mean_online_s: f64,
+        mean_offline_s: f64,
+    },
+}
+
+fn d_class_column() -> String {
+    "availability".into()
+}
+
+/// Checks Markov means: each a positive number of seconds; errors name the field below `at`.
+fn check_means(at: &str, online: f64, offline: f64) -> Result<(), (String, String)> {
+    for (name, v) in [("mean_online_s", online), ("mean_offline_s", offline)] {
+        if !(v > 0.0 && v.is_finite()) {
+            return Err((
+                format!("{at}.{name}"),
+                format!("must be a positive number of seconds, got {v}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -198,16 +236,33 @@ impl SystemSpec {
             AvailabilitySpec::Markov {
                 mean_online_s,
                 mean_offline_s,
-            } => {
-                for (name, v) in [
-                    ("mean_online_s", mean_online_s),
-                    ("mean_offline_s", mean_offline_s),
-                ] {
-                    if !(*v > 0.0 && v.is_finite()) {
-                        return Err((
-                            format!("availability.{name}"),
-                            format!("must be a positive number of seconds, got {v}"),
-                        ));
+            } => check_means("availability", *mean_online_s, *mean_offline_s)?,
+            AvailabilitySpec::Classes { classes, .. } => {
+                if classes.is_empty() {
+                    return Err((
+                        "availability.classes".into(),
+                        "name at least one class, e.g. `{phone: {kind: markov, mean_online_s: \
+                         600, mean_offline_s: 1800}, server: {kind: always}}`"
+                            .into(),
+                    ));
+                }
+                if classes.len() > u16::MAX as usize + 1 {
+                    return Err((
+                        "availability.classes".into(),
+                        format!("at most 65 536 classes, got {}", classes.len()),
+                    ));
+                }
+                for (name, class) in classes {
+                    if let AvailabilityClass::Markov {
+                        mean_online_s,
+                        mean_offline_s,
+                    } = class
+                    {
+                        check_means(
+                            &format!("availability.classes.{name}"),
+                            *mean_online_s,
+                            *mean_offline_s,
+                        )?;
                     }
                 }
             }
@@ -332,6 +387,40 @@ impl SystemModel {
                     .map(|spans| Intervals::new(spans, *period_s))
                     .collect(),
             ),
+            AvailabilitySpec::Classes {
+                path,
+                column,
+                classes,
+            } => {
+                let names: Vec<&String> = classes.keys().collect();
+                let class_of = traces::per_client_text(path, column, clients)?
+                    .iter()
+                    .enumerate()
+                    .map(|(c, name)| {
+                        names.binary_search(&name).map(|k| k as u16).map_err(|_| {
+                            SystemError::File {
+                                path: path.clone(),
+                                message: format!(
+                                    "client {c}: availability class `{name}` is not among \
+                                     `system.availability.classes` ({})",
+                                    classes.keys().cloned().collect::<Vec<_>>().join(", ")
+                                ),
+                            }
+                        })
+                    })
+                    .collect::<Result<Vec<u16>, _>>()?;
+                let laws = classes
+                    .values()
+                    .map(|class| match class {
+                        AvailabilityClass::Always => None,
+                        AvailabilityClass::Markov {
+                            mean_online_s,
+                            mean_offline_s,
+                        } => Some(OnOff::new(*mean_online_s, *mean_offline_s)),
+                    })
+                    .collect();
+                AvailabilityModel::classes(laws, class_of, seeds)
+            }
             AvailabilitySpec::Fedscale { path } => AvailabilityModel::Traces(
                 traces::fedscale_behavior(path)?
                     .iter()

@@ -1,7 +1,9 @@
 //! Readers of the files a system model can take its per-client values from.
 //!
-//! - Our CSV files (a header row, comma-separated, `#` comments): a per-client value column
-//!   (`client,<column>`), and online intervals (`client,start_s,end_s`).
+//! - Our CSV files (a header row, comma-separated, `#` comments): per-client value columns
+//!   (`client,<column>,...`: one file can describe a whole population), and online intervals
+//!   (`client,start_s,end_s`). Per-client columns can also come from a Parquet file (by the
+//!   `.parquet` extension), of which only `client` and the asked-for column are read.
 //! - FedScale's two trace files, Python pickles of a dict keyed by client id (FedScale,
 //!   `benchmark/dataset/data/device_info/`):
 //!   `client_device_capacity`: `{id: {'computation': ms per sample (inference), 'communication':
@@ -10,6 +12,7 @@
 //!   the ids in ascending order (FedScale has far more ids than a run has clients).
 
 use super::SystemError;
+use crate::report::{read_population_column, PopulationValues};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,52 +24,60 @@ fn content(path: &Path, message: impl Into<String>) -> SystemError {
     }
 }
 
-/// A CSV file's header and numeric rows, with the 1-based line of each row.
+/// A CSV file's text and header; rows are split when they are walked.
 struct Csv {
+    text: String,
     header: Vec<String>,
-    rows: Vec<(usize, Vec<f64>)>,
+    /// The 0-based index of the header among the file's lines.
+    header_index: usize,
 }
 
 impl Csv {
     fn read(path: &Path) -> Result<Csv, SystemError> {
         let text = std::fs::read_to_string(path).map_err(|e| content(path, e.to_string()))?;
-        let mut lines = text
+        let (header_index, head) = text
             .lines()
             .enumerate()
-            .map(|(i, l)| (i + 1, l.trim()))
-            .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
-        let (_, head) = lines
-            .next()
+            .map(|(i, l)| (i, l.trim()))
+            .find(|(_, l)| !l.is_empty() && !l.starts_with('#'))
             .ok_or_else(|| content(path, "the file is empty (it needs a header row)"))?;
         let header: Vec<String> = head.split(',').map(|h| h.trim().to_string()).collect();
-        let mut rows = Vec::new();
-        for (line, l) in lines {
-            let cells: Vec<&str> = l.split(',').map(str::trim).collect();
-            if cells.len() != header.len() {
+        Ok(Csv {
+            header,
+            header_index,
+            text,
+        })
+    }
+
+    /// Calls `each(line, cells)` for every row after the header (1-based lines; blank and `#`
+    /// lines skipped), stopping at the first error.
+    fn for_each_row(
+        &self,
+        path: &Path,
+        mut each: impl FnMut(usize, &[&str]) -> Result<(), SystemError>,
+    ) -> Result<(), SystemError> {
+        let mut cells = Vec::with_capacity(self.header.len());
+        for (i, l) in self.text.lines().enumerate().skip(self.header_index + 1) {
+            let l = l.trim();
+            if l.is_empty() || l.starts_with('#') {
+                continue;
+            }
+            cells.clear();
+            cells.extend(l.split(',').map(str::trim));
+            if cells.len() != self.header.len() {
                 return Err(content(
                     path,
                     format!(
-                        "line {line}: {} cells, the header has {}",
+                        "line {}: {} cells, the header has {}",
+                        i + 1,
                         cells.len(),
-                        header.len()
+                        self.header.len()
                     ),
                 ));
             }
-            let values = cells
-                .iter()
-                .zip(&header)
-                .map(|(c, h)| {
-                    c.parse::<f64>().map_err(|_| {
-                        content(
-                            path,
-                            format!("line {line}: column `{h}`: `{c}` is not a number"),
-                        )
-                    })
-                })
-                .collect::<Result<Vec<f64>, _>>()?;
-            rows.push((line, values));
+            each(i + 1, &cells)?;
         }
-        Ok(Csv { header, rows })
+        Ok(())
     }
 
     fn column(&self, path: &Path, name: &str) -> Result<usize, SystemError> {
@@ -81,46 +92,131 @@ impl Csv {
         })
     }
 
-    /// The client id of a row, checked against the number of clients.
-    fn client(
+    /// Cell `k` of a row at `line` as a number.
+    fn number(
         &self,
         path: &Path,
         line: usize,
-        v: f64,
-        clients: usize,
-    ) -> Result<usize, SystemError> {
-        if v.fract() != 0.0 || v < 0.0 || v >= clients as f64 {
-            return Err(content(
+        cells: &[&str],
+        k: usize,
+    ) -> Result<f64, SystemError> {
+        cells[k].parse::<f64>().map_err(|_| {
+            content(
                 path,
-                format!("line {line}: client `{v}` is not an id in 0..{clients}"),
-            ));
-        }
-        Ok(v as usize)
+                format!(
+                    "line {line}: column `{}`: `{}` is not a number",
+                    self.header[k], cells[k]
+                ),
+            )
+        })
     }
 }
 
-/// One value per client from `client,<column>` rows; every client must have exactly one row.
+/// A client id `v` (at `place`: a line or a row) checked against the number of clients.
+fn client_id(path: &Path, place: &str, v: f64, clients: usize) -> Result<usize, SystemError> {
+    if v.fract() != 0.0 || v < 0.0 || v >= clients as f64 {
+        return Err(content(
+            path,
+            format!("{place}: client `{v}` is not an id in 0..{clients}"),
+        ));
+    }
+    Ok(v as usize)
+}
+
+/// Puts `(place, client id, value)` rows in client order; every client must have exactly one.
+fn one_per_client<T>(
+    path: &Path,
+    clients: usize,
+    rows: &mut dyn FnMut(
+        &mut dyn FnMut(String, f64, T) -> Result<(), SystemError>,
+    ) -> Result<(), SystemError>,
+) -> Result<Vec<T>, SystemError> {
+    let mut out: Vec<Option<T>> = (0..clients).map(|_| None).collect();
+    rows(&mut |place, id, value| {
+        let c = client_id(path, &place, id, clients)?;
+        if out[c].replace(value).is_some() {
+            return Err(content(path, format!("{place}: client {c} appears twice")));
+        }
+        Ok(())
+    })?;
+    out.into_iter()
+        .enumerate()
+        .map(|(c, v)| v.ok_or_else(|| content(path, format!("no row for client {c}"))))
+        .collect()
+}
+
+/// Whether `path` names a Parquet file (by its extension); other files are read as CSV.
+fn is_parquet(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
+}
+
+/// Columns `client` and `column` of a Parquet population file.
+fn parquet_column(
+    path: &Path,
+    column: &str,
+    text: bool,
+) -> Result<(Vec<i64>, PopulationValues), SystemError> {
+    read_population_column(path, column, text).map_err(|e| content(path, e.message))
+}
+
+/// One value per client from a file with a `client` column and `column` (a CSV file with a
+/// header, or a Parquet file); every client must have exactly one row. One file can describe
+/// a whole population, a column per quantity.
 pub fn per_client_column(
     path: &Path,
     column: &str,
     clients: usize,
 ) -> Result<Vec<f64>, SystemError> {
+    if is_parquet(path) {
+        let (ids, values) = parquet_column(path, column, false)?;
+        let PopulationValues::Numbers(values) = values else {
+            unreachable!("asked for numbers")
+        };
+        return one_per_client(path, clients, &mut |put| {
+            for (r, (&id, &v)) in ids.iter().zip(&values).enumerate() {
+                put(format!("row {r}"), id as f64, v)?;
+            }
+            Ok(())
+        });
+    }
     let csv = Csv::read(path)?;
     let (ci, vi) = (csv.column(path, "client")?, csv.column(path, column)?);
-    let mut out = vec![None; clients];
-    for (line, row) in &csv.rows {
-        let c = csv.client(path, *line, row[ci], clients)?;
-        if out[c].replace(row[vi]).is_some() {
-            return Err(content(
-                path,
-                format!("line {line}: client {c} appears twice"),
-            ));
-        }
+    one_per_client(path, clients, &mut |put| {
+        csv.for_each_row(path, |line, cells| {
+            let id = csv.number(path, line, cells, ci)?;
+            let v = csv.number(path, line, cells, vi)?;
+            put(format!("line {line}"), id, v)
+        })
+    })
+}
+
+/// [`per_client_column`] for a column of text (names of availability classes, say).
+pub fn per_client_text(
+    path: &Path,
+    column: &str,
+    clients: usize,
+) -> Result<Vec<String>, SystemError> {
+    if is_parquet(path) {
+        let (ids, values) = parquet_column(path, column, true)?;
+        let PopulationValues::Text(values) = values else {
+            unreachable!("asked for text")
+        };
+        return one_per_client(path, clients, &mut |put| {
+            for (r, (&id, v)) in ids.iter().zip(&values).enumerate() {
+                put(format!("row {r}"), id as f64, v.clone())?;
+            }
+            Ok(())
+        });
     }
-    out.iter()
-        .enumerate()
-        .map(|(c, v)| v.ok_or_else(|| content(path, format!("no row for client {c}"))))
-        .collect()
+    let csv = Csv::read(path)?;
+    let (ci, vi) = (csv.column(path, "client")?, csv.column(path, column)?);
+    one_per_client(path, clients, &mut |put| {
+        csv.for_each_row(path, |line, cells| {
+            let id = csv.number(path, line, cells, ci)?;
+            put(format!("line {line}"), id, cells[vi].to_string())
+        })
+    })
 }
 
 /// Online intervals `[start_s, end_s)` per client from `client,start_s,end_s` rows (a client
@@ -133,9 +229,15 @@ pub fn online_intervals(path: &Path, clients: usize) -> Result<Vec<Vec<(f64, f64
         csv.column(path, "end_s")?,
     ];
     let mut out = vec![Vec::new(); clients];
-    for (line, row) in &csv.rows {
-        let c = csv.client(path, *line, row[cols[0]], clients)?;
-        let (start, end) = (row[cols[1]], row[cols[2]]);
+    csv.for_each_row(path, |line, cells| {
+        let c = client_id(
+            path,
+            &format!("line {line}"),
+            csv.number(path, line, cells, cols[0])?,
+            clients,
+        )?;
+        let start = csv.number(path, line, cells, cols[1])?;
+        let end = csv.number(path, line, cells, cols[2])?;
         if !(start >= 0.0 && end > start && end.is_finite()) {
             return Err(content(
                 path,
@@ -143,7 +245,8 @@ pub fn online_intervals(path: &Path, clients: usize) -> Result<Vec<Vec<(f64, f64
             ));
         }
         out[c].push((start, end));
-    }
+        Ok(())
+    })?;
     Ok(out)
 }
 

@@ -11,6 +11,7 @@ mod fedgmm;
 mod fuzz;
 mod paper;
 mod parquet_data;
+mod population;
 mod real_data;
 mod scale;
 mod scenario_errors;
