@@ -123,13 +123,16 @@ fn client_id(path: &Path, place: &str, v: f64, clients: usize) -> Result<usize, 
     Ok(v as usize)
 }
 
+/// Hands each row `(place, client id, value)` of a file to its argument.
+type RowFeed<'a, T> = &'a mut dyn FnMut(
+    &mut dyn FnMut(String, f64, T) -> Result<(), SystemError>,
+) -> Result<(), SystemError>;
+
 /// Puts `(place, client id, value)` rows in client order; every client must have exactly one.
 fn one_per_client<T>(
     path: &Path,
     clients: usize,
-    rows: &mut dyn FnMut(
-        &mut dyn FnMut(String, f64, T) -> Result<(), SystemError>,
-    ) -> Result<(), SystemError>,
+    rows: RowFeed<'_, T>,
 ) -> Result<Vec<T>, SystemError> {
     let mut out: Vec<Option<T>> = (0..clients).map(|_| None).collect();
     rows(&mut |place, id, value| {
@@ -151,13 +154,33 @@ fn is_parquet(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
 }
 
-/// Columns `client` and `column` of a Parquet population file.
-fn parquet_column(
+/// One value per client of `column` in a population file (see [`per_client_column`]):
+/// `text` asks for text, and `from_csv` turns a CSV row's cells into the value.
+fn per_client_values<T>(
     path: &Path,
     column: &str,
+    clients: usize,
     text: bool,
-) -> Result<(Vec<i64>, PopulationValues), SystemError> {
-    read_population_column(path, column, text).map_err(|e| content(path, e.message))
+    from_parquet: impl Fn(PopulationValues) -> Vec<T>,
+    from_csv: impl Fn(&Csv, usize, &[&str], usize) -> Result<T, SystemError>,
+) -> Result<Vec<T>, SystemError> {
+    if is_parquet(path) {
+        let (ids, values) =
+            read_population_column(path, column, text).map_err(|e| content(path, e.message))?;
+        let values = from_parquet(values);
+        let mut rows = ids.into_iter().zip(values).enumerate();
+        return one_per_client(path, clients, &mut |put| {
+            rows.try_for_each(|(r, (id, v))| put(format!("row {r}"), id as f64, v))
+        });
+    }
+    let csv = Csv::read(path)?;
+    let (ci, vi) = (csv.column(path, "client")?, csv.column(path, column)?);
+    one_per_client(path, clients, &mut |put| {
+        csv.for_each_row(path, |line, cells| {
+            let id = csv.number(path, line, cells, ci)?;
+            put(format!("line {line}"), id, from_csv(&csv, line, cells, vi)?)
+        })
+    })
 }
 
 /// One value per client from a file with a `client` column and `column` (a CSV file with a
@@ -168,27 +191,17 @@ pub fn per_client_column(
     column: &str,
     clients: usize,
 ) -> Result<Vec<f64>, SystemError> {
-    if is_parquet(path) {
-        let (ids, values) = parquet_column(path, column, false)?;
-        let PopulationValues::Numbers(values) = values else {
-            unreachable!("asked for numbers")
-        };
-        return one_per_client(path, clients, &mut |put| {
-            for (r, (&id, &v)) in ids.iter().zip(&values).enumerate() {
-                put(format!("row {r}"), id as f64, v)?;
-            }
-            Ok(())
-        });
-    }
-    let csv = Csv::read(path)?;
-    let (ci, vi) = (csv.column(path, "client")?, csv.column(path, column)?);
-    one_per_client(path, clients, &mut |put| {
-        csv.for_each_row(path, |line, cells| {
-            let id = csv.number(path, line, cells, ci)?;
-            let v = csv.number(path, line, cells, vi)?;
-            put(format!("line {line}"), id, v)
-        })
-    })
+    per_client_values(
+        path,
+        column,
+        clients,
+        false,
+        |values| match values {
+            PopulationValues::Numbers(v) => v,
+            PopulationValues::Text(_) => unreachable!("asked for numbers"),
+        },
+        |csv, line, cells, k| csv.number(path, line, cells, k),
+    )
 }
 
 /// [`per_client_column`] for a column of text (names of availability classes, say).
@@ -197,26 +210,17 @@ pub fn per_client_text(
     column: &str,
     clients: usize,
 ) -> Result<Vec<String>, SystemError> {
-    if is_parquet(path) {
-        let (ids, values) = parquet_column(path, column, true)?;
-        let PopulationValues::Text(values) = values else {
-            unreachable!("asked for text")
-        };
-        return one_per_client(path, clients, &mut |put| {
-            for (r, (&id, v)) in ids.iter().zip(&values).enumerate() {
-                put(format!("row {r}"), id as f64, v.clone())?;
-            }
-            Ok(())
-        });
-    }
-    let csv = Csv::read(path)?;
-    let (ci, vi) = (csv.column(path, "client")?, csv.column(path, column)?);
-    one_per_client(path, clients, &mut |put| {
-        csv.for_each_row(path, |line, cells| {
-            let id = csv.number(path, line, cells, ci)?;
-            put(format!("line {line}"), id, cells[vi].to_string())
-        })
-    })
+    per_client_values(
+        path,
+        column,
+        clients,
+        true,
+        |values| match values {
+            PopulationValues::Text(v) => v,
+            PopulationValues::Numbers(_) => unreachable!("asked for text"),
+        },
+        |_, _, cells, k| Ok(cells[k].to_string()),
+    )
 }
 
 /// Online intervals `[start_s, end_s)` per client from `client,start_s,end_s` rows (a client
