@@ -244,9 +244,10 @@ impl FedemSyntheticSpec {
         let Some(file) = &self.sizes_from else {
             return Ok(self.generate(split, seeds));
         };
+        // Messages say which setting read the file.
         let content = |message: String| DataError::Content {
             path: file.path.clone(),
-            message,
+            message: format!("data.sizes_from: {message}"),
         };
         let sizes = crate::system::per_client_column(&file.path, &file.column, self.clients)
             .map_err(|e| match e {

@@ -340,8 +340,11 @@ fn rows_read_on_demand_are_the_rows_read_whole() {
         }
         // The same jobs and accuracies (losses agree up to float rounding: rows made on demand
         // sit at another address).
-        let run = |s| simulate_scenario(s, 2, |_| {}).unwrap().records;
-        let (ra, rb) = (run(&whole), run(&lazy));
+        let run = |s, threads| simulate_scenario(s, threads, |_| {}).unwrap().records;
+        let (ra, rb) = (run(&whole, 2), run(&lazy, 2));
+        // Rows read on demand: the same records with 1, 2 and 3 trainer threads.
+        assert_eq!(rb, run(&lazy, 1));
+        assert_eq!(rb, run(&lazy, 3));
         assert_eq!(ra.len(), rb.len());
         for (x, y) in ra.iter().zip(&rb) {
             match (x, y) {

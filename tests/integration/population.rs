@@ -88,9 +88,13 @@ fn from_file(file: &Path) -> Vec<String> {
 }
 
 fn run(file: &Path) -> Vec<Record> {
+    run_on(file, 2)
+}
+
+fn run_on(file: &Path, threads: usize) -> Vec<Record> {
     let settings = from_file(file);
     let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
-    simulate_scenario(&scenario(SMALL, &settings), 2, |_| {})
+    simulate_scenario(&scenario(SMALL, &settings), threads, |_| {})
         .unwrap_or_else(|e| panic!("{}", fedsim::error_chain(&e)))
         .records
 }
