@@ -10,7 +10,7 @@
 //! with the machine's matmul rate beside it. The FedAvg and FedEM groups run the same scenario
 //! with `training.cohorts` auto (the default) and off, side by side.
 
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{criterion_group, BatchSize, Criterion, Throughput};
 use fedsim::actors::simulate;
 use fedsim::run::default_threads;
 use fedsim::scenario::Scenario;
@@ -402,4 +402,10 @@ criterion_group!(
     fedem,
     fedgmm
 );
-criterion_main!(benches);
+
+/// `criterion_main!`, with the allocator tuned as the `fedsim` binary does.
+fn main() {
+    fedsim::tune_allocator();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -38,6 +38,20 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// Keeps large freed blocks in the process instead of handing them back to the system at
+/// once (glibc: blocks under 32 MiB come from the heap, whose top is trimmed only past
+/// 256 MiB). Training allocates and frees megabyte tensors thousands of times a second; with
+/// glibc's defaults each one costs fresh zeroed pages (FedGMM's Gaussian algebra spent a
+/// third of its time in page faults). Only speed changes, never a result. Call it once, first.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets the allocator's thresholds; valid at any time.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
+}
+
 /// A problem with one field of a scenario section: the dotted path below the section that
 /// holds it, and what is wrong and what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

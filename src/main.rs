@@ -165,6 +165,7 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    fedsim::tune_allocator();
     if let Err(e) = real_main() {
         eprintln!("error: {e:#}");
         std::process::exit(EXIT_ERROR);

@@ -219,23 +219,8 @@ pub fn e_step(pi: &[f64], losses: &[Vec<f32>]) -> (Vec<Vec<f32>>, Vec<f64>) {
 }
 
 /// The local M-step of mixture models: one local run of the plan per model `models[m]`, each
-/// row's loss weighted by `weights[m][i]`, with the model's own momentum buffer.
-pub(super) fn weighted_m_step(
-    ctx: &LocalContext<'_>,
-    models: &[Vec<f32>],
-    weights: &[Vec<f32>],
-    momenta: &mut [Vec<f32>],
-    rng: &mut ChaCha20Rng,
-) -> Vec<Vec<f32>> {
-    let mut runs = weighted_runs(models, weights, momenta);
-    for run in &mut runs {
-        ctx.train_run(run, rng);
-    }
-    trained_models(runs, momenta)
-}
-
-/// The runs of [`weighted_m_step`], the momentum buffers moved into them.
-fn weighted_runs(
+/// row's loss weighted by `weights[m][i]`, with the model's own momentum buffer moved in.
+pub(super) fn weighted_runs(
     models: &[Vec<f32>],
     weights: &[Vec<f32>],
     momenta: &mut [Vec<f32>],
@@ -254,7 +239,7 @@ fn weighted_runs(
 }
 
 /// The trained models of [`weighted_runs`]; the momentum buffers go back to `momenta`.
-fn trained_models(runs: Vec<SgdRun>, momenta: &mut [Vec<f32>]) -> Vec<Vec<f32>> {
+pub(super) fn trained_models(runs: Vec<SgdRun>, momenta: &mut [Vec<f32>]) -> Vec<Vec<f32>> {
     runs.into_iter()
         .zip(momenta)
         .map(|(run, momentum)| {

@@ -17,13 +17,12 @@
 //! reduced by PCA to 48 dimensions). It cannot take stale updates (FedBuff, late updates):
 //! closed-form statistics of older models do not combine by deltas.
 
-use super::fedem::{weighted_m_step, FedEmClient};
+use super::fedem::{trained_models, weighted_runs};
 use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, Evaluation, LocalContext};
-use super::{ModelKind, MIN_MIXTURE_WEIGHT};
+use super::{ModelKind, SgdUpdate, MIN_MIXTURE_WEIGHT};
 use crate::data::SplitView;
 use crate::models::{
-    evaluate_mixture, gaussian_log_densities, sample_losses, weighted_moments, Architecture, Gates,
-    LocalPlan,
+    evaluate_mixture, sample_losses, Architecture, Gates, GaussianInputs, LocalPlan,
 };
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -237,20 +236,7 @@ pub struct FedGmm {
     spec: FedGmmSpec,
 }
 
-/// One Gaussian: its mean and covariance (d × d row-major, or the d variances).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Gaussian {
-    pub mean: Vec<f64>,
-    pub cov: Vec<f64>,
-}
-
-impl Gaussian {
-    /// log N(z; μ, Σ) of every row of `view` (z = x, or x·P); NaN everywhere if Σ is not
-    /// positive definite.
-    pub fn log_densities(&self, view: SplitView<'_>, projection: Option<&[f64]>) -> Vec<f64> {
-        gaussian_log_densities(&self.mean, &self.cov, view, projection)
-    }
-}
+pub use crate::models::Gaussian;
 
 /// What the server holds: K Gaussians and M classifiers.
 #[derive(Clone, Debug)]
@@ -269,9 +255,29 @@ impl super::Finite for GmmGlobal {
     }
 }
 
-/// A client's joint weights π(k, m) (index k·M + m) and one momentum buffer per classifier:
-/// FedEM's client state over pairs.
-pub type GmmClient = FedEmClient;
+/// A client's joint weights π(k, m) (index k·M + m) and one momentum buffer per classifier
+/// (FedEM's client state over pairs); while its classifiers train, the Gaussians its E-step
+/// fitted (see [`FedGmm::SGD_UPDATE`]).
+#[derive(Clone, Debug)]
+pub struct GmmClient {
+    pub pi: Vec<f64>,
+    pub momentum: Vec<Vec<f32>>,
+    /// Set by the update's `begin`, taken by its `finish`: `None` between rounds.
+    fitted: Option<FittedGaussians>,
+}
+
+/// The Gaussians of a client's local M-step with their weights γ_k = Σ_i Σ_m r.
+#[derive(Clone, Debug)]
+struct FittedGaussians {
+    gaussians: Vec<Gaussian>,
+    weights: Vec<f64>,
+}
+
+impl super::Finite for GmmClient {
+    fn is_finite(&self) -> bool {
+        self.pi.is_finite() && self.momentum.is_finite()
+    }
+}
 
 /// A client's local estimates with their weights: γ_k = Σ_i Σ_m r for the Gaussians and
 /// Σ_i Σ_k r for the classifiers.
@@ -295,8 +301,10 @@ impl super::Finite for GmmUpdate {
 }
 
 impl FedGmm {
-    fn projection(&self) -> Option<&[f64]> {
-        self.spec.projection.as_ref().map(|p| p.values.as_slice())
+    /// The rows of `view` as the Gaussians see them (projected when the spec says so).
+    fn inputs(&self, view: SplitView<'_>) -> GaussianInputs {
+        let projection = self.spec.projection.as_ref().map(|p| p.values.as_slice());
+        GaussianInputs::new(&view, projection)
     }
 
     fn pairs(&self) -> usize {
@@ -310,12 +318,9 @@ impl FedGmm {
         arch: &Architecture,
         global: &GmmGlobal,
         view: SplitView<'_>,
+        inputs: &GaussianInputs,
     ) -> Vec<Vec<f32>> {
-        let log_n: Vec<Vec<f64>> = global
-            .gaussians
-            .iter()
-            .map(|g| g.log_densities(view, self.projection()))
-            .collect();
+        let log_n = inputs.log_densities(&global.gaussians);
         let losses = sample_losses(arch, &global.classifiers, view);
         let mut out = Vec::with_capacity(self.pairs());
         for ln in &log_n {
@@ -336,12 +341,11 @@ impl FedGmm {
         &self,
         global: &GmmGlobal,
         pi: &[f64],
-        view: SplitView<'_>,
+        inputs: &GaussianInputs,
     ) -> Vec<Vec<f64>> {
         let m = self.spec.classifiers;
         let mut out = Vec::with_capacity(self.pairs());
-        for (k, g) in global.gaussians.iter().enumerate() {
-            let ln = g.log_densities(view, self.projection());
+        for (k, ln) in inputs.log_densities(&global.gaussians).iter().enumerate() {
             for c in 0..m {
                 let lp = pi[k * m + c].ln();
                 out.push(ln.iter().map(|v| v + lp).collect());
@@ -357,22 +361,20 @@ impl FedGmm {
         &self,
         global: &GmmGlobal,
         w: &[Vec<f64>],
-        view: SplitView<'_>,
+        inputs: &GaussianInputs,
     ) -> Vec<Gaussian> {
         let diagonal = self.spec.covariance == Covariance::Diagonal;
         global
             .gaussians
             .iter()
-            .zip(w)
-            .map(
-                |(g, wk)| match weighted_moments(wk, view, diagonal, self.projection()) {
-                    None => g.clone(),
-                    Some((mean, mut cov)) => {
-                        add_to_diagonal(&mut cov, mean.len(), self.spec.epsilon, diagonal);
-                        Gaussian { mean, cov }
-                    }
-                },
-            )
+            .zip(inputs.weighted_moments(w, diagonal))
+            .map(|(g, moments)| match moments {
+                None => g.clone(),
+                Some((mean, mut cov)) => {
+                    add_to_diagonal(&mut cov, mean.len(), self.spec.epsilon, diagonal);
+                    Gaussian { mean, cov }
+                }
+            })
             .collect()
     }
 }
@@ -450,6 +452,7 @@ impl Algorithm for FedGmm {
         GmmClient {
             pi: vec![1.0 / self.pairs() as f64; self.pairs()],
             momentum: vec![Vec::new(); self.spec.classifiers],
+            fitted: None,
         }
     }
 
@@ -515,43 +518,54 @@ impl Algorithm for FedGmm {
         self.spec.classifiers as u64 * plan.samples_processed(n_train)
     }
 
-    fn local_update(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &GmmGlobal,
-        state: &mut GmmClient,
-        rng: &mut ChaCha20Rng,
-    ) -> GmmUpdate {
-        let view = ctx.train_view();
-        let (k, m) = (self.spec.gaussians, self.spec.classifiers);
-        let losses = self.pair_losses(ctx.arch, global, view);
-        let (r, pi) = e_step(&state.pi, &losses);
-        state.pi = pi;
-        let n = view.len();
-        // Row weights of each Gaussian (Σ_m r) and each classifier (Σ_k r).
-        let mut w_gauss = vec![vec![0f64; n]; k];
-        let mut w_class = vec![vec![0f32; n]; m];
-        for a in 0..k {
-            for b in 0..m {
-                for (i, &v) in r[a * m + b].iter().enumerate() {
-                    w_gauss[a][i] += v as f64;
-                    w_class[b][i] += v;
+    /// E-step over all pairs (π moves) and the Gaussians' closed-form M-step, then one
+    /// weighted run per classifier (rows weighted by Σ_k r), alone or stacked in a cohort.
+    const SGD_UPDATE: Option<SgdUpdate<Self>> = Some(SgdUpdate {
+        begin: |alg, ctx, global, state, _| {
+            let view = ctx.train_view();
+            let inputs = alg.inputs(view);
+            let (k, m) = (alg.spec.gaussians, alg.spec.classifiers);
+            let losses = alg.pair_losses(ctx.arch, global, view, &inputs);
+            let (r, pi) = e_step(&state.pi, &losses);
+            state.pi = pi;
+            let n = view.len();
+            // Row weights of each Gaussian (Σ_m r) and each classifier (Σ_k r).
+            let mut w_gauss = vec![vec![0f64; n]; k];
+            let mut w_class = vec![vec![0f32; n]; m];
+            for a in 0..k {
+                for b in 0..m {
+                    for (i, &v) in r[a * m + b].iter().enumerate() {
+                        w_gauss[a][i] += v as f64;
+                        w_class[b][i] += v;
+                    }
                 }
             }
-        }
-        let gaussians = self.fit_gaussians(global, &w_gauss, view);
-        let classifiers =
-            weighted_m_step(ctx, &global.classifiers, &w_class, &mut state.momentum, rng);
-        GmmUpdate {
-            gaussians,
-            gaussian_weights: w_gauss.iter().map(|w| w.iter().sum()).collect(),
-            classifiers,
-            classifier_weights: w_class
+            state.fitted = Some(FittedGaussians {
+                gaussians: alg.fit_gaussians(global, &w_gauss, &inputs),
+                weights: w_gauss.iter().map(|w| w.iter().sum()).collect(),
+            });
+            weighted_runs(&global.classifiers, &w_class, &mut state.momentum)
+        },
+        finish: |_, _, _, state, runs| {
+            let classifier_weights = runs
                 .iter()
-                .map(|w| w.iter().map(|&v| v as f64).sum())
-                .collect(),
-        }
-    }
+                .map(|run| {
+                    let w = run.sample_weights.as_deref().unwrap_or_default();
+                    w.iter().map(|&v| v as f64).sum()
+                })
+                .collect();
+            let fitted = state
+                .fitted
+                .take()
+                .expect("`begin` fits the Gaussians before `finish`");
+            GmmUpdate {
+                gaussians: fitted.gaussians,
+                gaussian_weights: fitted.weights,
+                classifiers: trained_models(runs, &mut state.momentum),
+                classifier_weights,
+            }
+        },
+    });
 
     /// μ_k = Σ_t γ_tk μ_tk / Σ_t γ_tk; Σ_k = Σ_t γ_tk (Σ_tk + (μ_tk − μ_k)(μ_tk − μ_k)ᵀ) /
     /// Σ_t γ_tk (the pooled covariance); θ_m weighted by Σ_i Σ_k r. All in client order, f64.
@@ -619,7 +633,8 @@ impl Algorithm for FedGmm {
         global: &GmmGlobal,
         _: &mut ChaCha20Rng,
     ) -> GmmClient {
-        let losses = self.pair_losses(ctx.arch, global, ctx.train_view());
+        let view = ctx.train_view();
+        let losses = self.pair_losses(ctx.arch, global, view, &self.inputs(view));
         let pi = fit_mixture_weights(
             &losses,
             self.spec.unseen_em_iterations,
@@ -628,6 +643,7 @@ impl Algorithm for FedGmm {
         GmmClient {
             pi,
             momentum: Vec::new(),
+            fitted: None,
         }
     }
 
@@ -655,10 +671,10 @@ impl Algorithm for FedGmm {
     ) -> Option<Vec<f64>> {
         let pi: Vec<f64> = state.pi.iter().map(|p| p.max(MIN_MIXTURE_WEIGHT)).collect();
         let log_terms = match self.spec.novelty_score {
-            NoveltyScore::Input => self.log_joint_inputs(global, &pi, view),
+            NoveltyScore::Input => self.log_joint_inputs(global, &pi, &self.inputs(view)),
             // log π(k, m) + log N_k(i) − ℓ_m(i): −(the E-step's pair loss) + log π.
             NoveltyScore::Joint => self
-                .pair_losses(ctx.arch, global, view)
+                .pair_losses(ctx.arch, global, view, &self.inputs(view))
                 .iter()
                 .zip(&pi)
                 .map(|(losses, p)| losses.iter().map(|&l| p.ln() - l as f64).collect())
@@ -673,7 +689,7 @@ impl FedGmm {
     fn gates(&self, global: &GmmGlobal, pi: &[f64], view: SplitView<'_>) -> Vec<Vec<f64>> {
         let m = self.spec.classifiers;
         let pi: Vec<f64> = pi.iter().map(|p| p.max(MIN_MIXTURE_WEIGHT)).collect();
-        let log_joint = self.log_joint_inputs(global, &pi, view);
+        let log_joint = self.log_joint_inputs(global, &pi, &self.inputs(view));
         let log_px = log_sum_exp(&log_joint);
         let mut gates = vec![vec![0.0; view.len()]; m];
         for (pair, lj) in log_joint.iter().enumerate() {
@@ -699,35 +715,43 @@ mod tests {
 
     #[test]
     fn log_density_by_hand() {
-        // N(x; 0, diag(1, 4)) at (1, 2): −½(1 + 1 + ln 4 + 2 ln 2π).
-        let want = -0.5 * (2.0 + 4f64.ln() + 2.0 * (2.0 * std::f64::consts::PI).ln());
-        let full = Gaussian {
+        let log_2pi = (2.0 * std::f64::consts::PI).ln();
+        let gaussian = |cov: Vec<f64>| Gaussian {
             mean: vec![0.0, 0.0],
-            cov: vec![1.0, 0.0, 0.0, 4.0],
+            cov,
         };
-        let diag = Gaussian {
-            mean: vec![0.0, 0.0],
-            cov: vec![1.0, 4.0],
-        };
-        let (x, y) = ([1.0f32, 2.0], [0i64]);
-        for g in [full, diag] {
-            let got = g.log_densities(view(&x, &y, 2), None)[0];
-            assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+        // All at once, as a mixture's Gaussians are: diag(1, 4) full and diagonal, a
+        // correlated one, and one that is not positive definite (NaN, which the divergence
+        // watch catches, and only for its own rows).
+        let gaussians = [
+            gaussian(vec![1.0, 0.0, 0.0, 4.0]),
+            gaussian(vec![1.0, 4.0]),
+            gaussian(vec![2.0, 1.0, 1.0, 2.0]),
+            gaussian(vec![1.0, 2.0, 2.0, 1.0]),
+        ];
+        let (x, y) = ([1.0f32, 2.0, 1.0, 1.0], [0i64; 2]);
+        let got = GaussianInputs::new(&view(&x, &y, 2), None).log_densities(&gaussians);
+        // N(x; 0, diag(1, 4)) at (1, 2): −½(1 + 1 + ln 4 + 2 ln 2π); at (1, 1): −½(1 + ¼ + …).
+        let diag = [
+            -0.5 * (2.0 + 4f64.ln() + 2.0 * log_2pi),
+            -0.5 * (1.25 + 4f64.ln() + 2.0 * log_2pi),
+        ];
+        // Σ = [[2, 1], [1, 2]], det 3: xᵀΣ⁻¹x = (2·1 − 2·2 + 2·4)/3 = 2 at (1, 2), 2/3 at (1, 1).
+        let correlated = [
+            -0.5 * (2.0 + 3f64.ln() + 2.0 * log_2pi),
+            -0.5 * (2.0 / 3.0 + 3f64.ln() + 2.0 * log_2pi),
+        ];
+        for (k, want) in [diag, diag, correlated].iter().enumerate() {
+            for (i, want) in want.iter().enumerate() {
+                // The n·d² products run in f32.
+                let got = got[k][i];
+                assert!(
+                    (got - want).abs() < 1e-5,
+                    "Gaussian {k}, row {i}: {got} vs {want}"
+                );
+            }
         }
-        // Correlated: Σ = [[2, 1], [1, 2]], x = (1, 1): xᵀΣ⁻¹x = 2/3, det 3.
-        let g = Gaussian {
-            mean: vec![0.0, 0.0],
-            cov: vec![2.0, 1.0, 1.0, 2.0],
-        };
-        let got = g.log_densities(view(&[1.0, 1.0], &y, 2), None)[0];
-        let want = -0.5 * (2.0 / 3.0 + 3f64.ln() + 2.0 * (2.0 * std::f64::consts::PI).ln());
-        assert!((got - want).abs() < 1e-12);
-        // Not positive definite: NaN, which the divergence watch catches.
-        let bad = Gaussian {
-            mean: vec![0.0, 0.0],
-            cov: vec![1.0, 2.0, 2.0, 1.0],
-        };
-        assert!(bad.log_densities(view(&x, &y, 2), None)[0].is_nan());
+        assert!(got[3].iter().all(|v| v.is_nan()));
     }
 
     #[test]
@@ -742,9 +766,10 @@ mod tests {
             mean: vec![0.0],
             cov: vec![1.0],
         };
-        let got = g.log_densities(view(&[1.0, 2.0], &[0], 2), Some(&p.values))[0];
+        let got = GaussianInputs::new(&view(&[1.0, 2.0], &[0], 2), Some(&p.values))
+            .log_densities(std::slice::from_ref(&g))[0][0];
         let want = -0.5 * (9.0 + (2.0 * std::f64::consts::PI).ln());
-        assert!((got - want).abs() < 1e-12);
+        assert!((got - want).abs() < 1e-5);
         std::fs::write(&path, "1, 2\n3\n").unwrap();
         let e = Projection::read(path.to_str().unwrap()).unwrap_err();
         assert!(e.contains("line 2: 1 values, the first row has 2"), "{e}");
@@ -793,7 +818,11 @@ mod tests {
         };
         let f = [0.0f32, 0.0, 2.0, 0.0, 1.0, 3.0];
         let y = [0i64; 3];
-        let g = &alg.fit_gaussians(&global, &[vec![1.0, 1.0, 2.0]], view(&f, &y, 2))[0];
+        let g = &alg.fit_gaussians(
+            &global,
+            &[vec![1.0, 1.0, 2.0]],
+            &GaussianInputs::new(&view(&f, &y, 2), None),
+        )[0];
         assert_eq!(g.mean, vec![1.0, 1.5]);
         let want = [
             2.0 / 4.0 + 0.5,
@@ -802,10 +831,14 @@ mod tests {
             (2.25 * 2.0 + 2.0 * 2.25) / 4.0 + 0.5,
         ];
         for (a, b) in g.cov.iter().zip(want) {
-            assert!((a - b).abs() < 1e-12, "{:?}", g.cov);
+            assert!((a - b).abs() < 1e-6, "{:?}", g.cov);
         }
         // No weight: the global estimate is kept.
-        let kept = &alg.fit_gaussians(&global, &[vec![0.0; 3]], view(&f, &y, 2))[0];
+        let kept = &alg.fit_gaussians(
+            &global,
+            &[vec![0.0; 3]],
+            &GaussianInputs::new(&view(&f, &y, 2), None),
+        )[0];
         assert_eq!(kept, &global.gaussians[0]);
     }
 
@@ -865,7 +898,11 @@ mod tests {
         let g = alg.gates(&global, &pi, view(&x, &y, 1));
         assert!(g[1][0] > 0.999_999 && g[0][0] < 1e-6, "{g:?}");
         // log p(x) = log(½ N(5; −5, 1) + ½ N(5; 5, 1)) ≈ log ½ + log N(0; 0, 1).
-        let lp = log_sum_exp(&alg.log_joint_inputs(&global, &pi, view(&x, &y, 1)))[0];
+        let lp = log_sum_exp(&alg.log_joint_inputs(
+            &global,
+            &pi,
+            &GaussianInputs::new(&view(&x, &y, 1), None),
+        ))[0];
         let want = 0.5f64.ln() - 0.5 * (2.0 * std::f64::consts::PI).ln();
         assert!((lp - want).abs() < 1e-9, "{lp} vs {want}");
     }

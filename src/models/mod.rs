@@ -11,7 +11,7 @@ mod gaussian;
 mod sgd;
 mod stacked;
 
-pub use gaussian::{gaussian_log_densities, weighted_moments};
+pub use gaussian::{Gaussian, GaussianInputs};
 pub use sgd::{
     confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch,
     EvalStats, Gates, LocalPlan, LocalWork, Objective, Pass, TrainStats,

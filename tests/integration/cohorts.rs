@@ -62,13 +62,14 @@ fn assert_close(what: &str, a: &Outcome, b: &Outcome, tol: f64) {
     }
 }
 
-const COHORT_ALGORITHMS: [&[&str]; 6] = [
+const COHORT_ALGORITHMS: [&[&str]; 7] = [
     &["algorithm={name: fedavg}"],
     &["algorithm={name: fedprox, mu: 0.1}"],
     &["algorithm={name: fedavg_plus}"],
     &["algorithm={name: local}"],
     &["algorithm={name: fedem, components: 3}"],
     &["algorithm={name: clustered, tol1: 1000, tol2: 0}"],
+    &["algorithm={name: fedgmm, gaussians: 2, classifiers: 2}"],
 ];
 
 fn compare(settings: &[&str], what: &str, tol: f64) {
@@ -146,9 +147,10 @@ fn cohorts_match_training_alone_with_every_solver_setting() {
 
 #[test]
 fn sharded_cohorts_are_identical_across_threads() {
-    // 200 clients, 100 sampled a round: a cohort of 100 jobs in 3 shards (FedEM: 300 runs).
+    // 200 clients, 100 sampled a round: a cohort of 100 jobs in 3 shards (FedEM: 300 runs;
+    // FedGMM: its 3 classifiers per client, with the Gaussians fitted inside each shard).
     let tmp = tempfile::tempdir().unwrap();
-    for alg in ["fedavg", "fedem"] {
+    for alg in ["fedavg", "fedem", "fedgmm"] {
         let algorithm = format!("algorithm.name={alg}");
         let settings = [
             "data={kind: fedem_synthetic, clients: 200, dim: 10, components: 3}",
