@@ -231,7 +231,7 @@ impl FemnistSpec {
         let table = read_client_table(
             &self.path,
             TableColumns {
-                client: "client",
+                client: Some("client"),
                 split: None,
                 label: "y",
                 features: FeatureColumns::List("x"),

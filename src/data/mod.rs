@@ -414,7 +414,8 @@ impl DatasetSpec {
             DatasetSpec::FedgmmSynthetic(s) => Some(s.clients),
             DatasetSpec::Mnist(s) | DatasetSpec::FashionMnist(s) => s.partition.clients(),
             DatasetSpec::Femnist(s) => s.partition.clients(),
-            DatasetSpec::Shakespeare(_) | DatasetSpec::Parquet(_) => None,
+            DatasetSpec::Parquet(s) => s.partition.as_ref().and_then(PartitionSpec::clients),
+            DatasetSpec::Shakespeare(_) => None,
         }
     }
 
@@ -489,7 +490,7 @@ impl DatasetSpec {
             DatasetSpec::FashionMnist(s) => s.build("fashion_mnist", split, seeds)?,
             DatasetSpec::Femnist(s) => s.build(split, seeds)?,
             DatasetSpec::Shakespeare(s) => s.build(split, seeds)?,
-            DatasetSpec::Parquet(s) => s.load(split)?,
+            DatasetSpec::Parquet(s) => s.load(split, seeds)?,
         })
     }
 }

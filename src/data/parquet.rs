@@ -4,11 +4,13 @@
 //! numeric columns or one list or fixed-size list column (any float or integer type). Features
 //! must be finite: NaN or infinite values are refused with the first bad row, or their rows
 //! left out with `non_finite: drop`. Clients are numbered in the order of their ids
-//! (numerically for integer ids). The file is read by `report::read_client_table` (all polars
-//! code lives there).
+//! (numerically for integer ids). Or, with `partition:`, the rows are one pool (no client
+//! column) dealt to clients by a partitioner, as the built-in image sets are. The file is read
+//! by `report::read_client_table` (all polars code lives there).
 
-use super::{ClientShard, FederatedData, Split, SplitSpec};
+use super::{ClientShard, FederatedData, PartitionSpec, Split, SplitSpec};
 use crate::report::{read_client_table, FeatureColumns, TableColumns, TableError};
+use crate::sim::{Entity, SeedTree};
 
 mod on_demand;
 use serde::{Deserialize, Serialize};
@@ -56,6 +58,11 @@ pub struct ParquetSpec {
     /// sorted by client id.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub on_demand: bool,
+    /// Deal the rows to clients with this partitioner (drawn from the data's seed) instead of
+    /// reading a client column: for pooled data such as a CIFAR-100 export
+    /// (`{kind: pachinko, clients: 100}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<PartitionSpec>,
 }
 
 /// What to do with rows whose features are NaN or infinite.
@@ -93,6 +100,27 @@ pub enum DataError {
 
 impl ParquetSpec {
     pub fn validate(&self) -> Result<(), (String, String)> {
+        if let Some(partition) = &self.partition {
+            if let PartitionSpec::Natural { .. } = partition {
+                return Err((
+                    "partition".into(),
+                    "`natural` keeps the file's own clients: leave `partition` out and name \
+                     the client column (`client_column`)"
+                        .into(),
+                ));
+            }
+            if self.on_demand {
+                return Err((
+                    "on_demand".into(),
+                    "reads a table whose clients are its client column; a `partition` deals \
+                     a pool, which is read whole"
+                        .into(),
+                ));
+            }
+            partition
+                .validate()
+                .map_err(|(field, message)| (format!("partition.{field}"), message))?;
+        }
         match (&self.feature_columns, &self.features_column) {
             (Some(_), Some(_)) | (None, None) => Err((
                 "feature_columns".into(),
@@ -157,7 +185,7 @@ impl ParquetSpec {
     /// The columns to read.
     fn columns(&self) -> TableColumns<'_> {
         TableColumns {
-            client: &self.client_column,
+            client: self.partition.is_none().then_some(&self.client_column[..]),
             split: self.split_column.as_deref(),
             label: &self.label_column,
             features: self.features(),
@@ -186,7 +214,7 @@ impl ParquetSpec {
         }
     }
 
-    pub fn load(&self, split: &SplitSpec) -> Result<FederatedData, DataError> {
+    pub fn load(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
         let content = |message: String| DataError::Content {
             path: self.path.clone(),
             message,
@@ -239,15 +267,34 @@ impl ParquetSpec {
                 "label {top} does not fit classes = {classes}"
             )));
         }
-        // Each client's rows, grouped by split, in file order.
-        let clients = table.client_names.len();
+        // Each client's rows, grouped by split: in file order, or in the order dealt.
+        let (members, names): (Vec<Vec<usize>>, Vec<String>) = match &self.partition {
+            None => {
+                let mut members = vec![Vec::new(); table.client_names.len()];
+                for (r, &c) in table.client.iter().enumerate() {
+                    members[c as usize].push(r);
+                }
+                (members, table.client_names.clone())
+            }
+            Some(partition) => {
+                let mut rng = seeds.rng(Entity::Data, "partition", 0);
+                let members = partition
+                    .assign(&table.labels, classes, &mut rng)
+                    .map_err(content)?;
+                let names = (0..members.len()).map(|c| c.to_string()).collect();
+                (members, names)
+            }
+        };
+        let clients = members.len();
         let mut rows: Vec<[Vec<usize>; 3]> = vec![Default::default(); clients];
-        for (r, &c) in table.client.iter().enumerate() {
-            let part = match &table.split {
-                None => 0,
-                Some(s) => self.part_of(&s[r], r).map_err(content)?,
-            };
-            rows[c as usize][part].push(r);
+        for (c, mine) in members.iter().enumerate() {
+            for &r in mine {
+                let part = match &table.split {
+                    None => 0,
+                    Some(s) => self.part_of(&s[r], r).map_err(content)?,
+                };
+                rows[c][part].push(r);
+            }
         }
         let dim = table.dim;
         if let Some(shape) = self.shape {
@@ -312,7 +359,7 @@ impl ParquetSpec {
             if shard.range(Split::Train).is_empty() {
                 return Err(content(format!(
                     "client `{}` has no training rows",
-                    table.client_names[c]
+                    names[c]
                 )));
             }
             data.clients.push(shard);

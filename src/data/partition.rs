@@ -46,6 +46,38 @@ pub enum PartitionSpec {
         #[serde(default = "two")]
         labels_per_client: usize,
     },
+    /// Pachinko allocation over coarse and fine labels (Li & McCallum 2006; Reddi et al. 2021
+    /// and FedEM split CIFAR-100 so): every client gets ⌊rows / clients⌋ rows. It draws its
+    /// weights over the coarse labels from Dir(α) and, for each coarse label, weights over its
+    /// fine labels from Dir(β); each of its rows picks a coarse label, then a fine label, then
+    /// a row of that label not dealt yet. A fine label whose rows run out leaves its coarse
+    /// label's weights, a coarse label whose rows run out leaves the client's (both
+    /// renormalised), as in FedEM's `pachinko_allocation_split`.
+    Pachinko {
+        clients: usize,
+        #[serde(default = "d_pachinko_alpha")]
+        alpha: f64,
+        #[serde(default = "d_pachinko_beta")]
+        beta: f64,
+        /// Fine label i's coarse label [default: CIFAR-100's 20 superclasses].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        coarse: Option<Vec<usize>>,
+    },
+}
+
+/// CIFAR-100's superclass of each of its 100 labels (torchvision's label order).
+const CIFAR100_COARSE: [usize; 100] = [
+    4, 1, 14, 8, 0, 6, 7, 7, 18, 3, 3, 14, 9, 18, 7, 11, 3, 9, 7, 11, 6, 11, 5, 10, 7, 6, 13, 15,
+    3, 15, 0, 11, 1, 10, 12, 14, 16, 9, 11, 5, 5, 19, 8, 8, 15, 13, 14, 17, 18, 10, 16, 4, 17, 4,
+    2, 0, 17, 4, 18, 17, 10, 3, 2, 12, 12, 16, 12, 1, 9, 19, 2, 10, 0, 1, 16, 12, 9, 13, 15, 13,
+    16, 19, 2, 4, 6, 19, 5, 5, 8, 19, 18, 1, 2, 15, 6, 0, 17, 8, 14, 13,
+];
+
+fn d_pachinko_alpha() -> f64 {
+    0.4
+}
+fn d_pachinko_beta() -> f64 {
+    10.0
 }
 
 fn one() -> f64 {
@@ -107,6 +139,20 @@ impl PartitionSpec {
                 at_least_one("clients", clients)?;
                 at_least_one("labels_per_client", labels_per_client)
             }
+            PartitionSpec::Pachinko {
+                clients,
+                alpha,
+                beta,
+                ..
+            } => {
+                at_least_one("clients", clients)?;
+                for (field, v) in [("alpha", alpha), ("beta", beta)] {
+                    if !(v > 0.0 && v.is_finite()) {
+                        return Err((field.into(), format!("must be positive, got {v}")));
+                    }
+                }
+                Ok(())
+            }
         }
     }
 
@@ -117,7 +163,8 @@ impl PartitionSpec {
             PartitionSpec::Iid { clients }
             | PartitionSpec::Dirichlet { clients, .. }
             | PartitionSpec::Shards { clients, .. }
-            | PartitionSpec::Pfedme { clients, .. } => Some(clients),
+            | PartitionSpec::Pfedme { clients, .. }
+            | PartitionSpec::Pachinko { clients, .. } => Some(clients),
         }
     }
 
@@ -137,101 +184,119 @@ impl PartitionSpec {
             }
             out
         };
-        let clients = match *self {
-            PartitionSpec::Natural { .. } => {
-                return Err(
-                    "`natural` keeps the data's own clients; this data set has none \
+        let clients =
+            match *self {
+                PartitionSpec::Natural { .. } => {
+                    return Err(
+                        "`natural` keeps the data's own clients; this data set has none \
                             (use iid, dirichlet, shards or pfedme)"
-                        .into(),
-                )
-            }
-            PartitionSpec::Iid { clients } => {
-                let mut rows: Vec<usize> = (0..n).collect();
-                rows.shuffle(rng);
-                (0..clients)
-                    .map(|c| rows[c * n / clients..(c + 1) * n / clients].to_vec())
-                    .collect()
-            }
-            PartitionSpec::Dirichlet {
-                clients,
-                alpha,
-                groups,
-            } => {
-                let groups = groups.unwrap_or(classes).min(classes);
-                let mut order: Vec<usize> = (0..classes).collect();
-                order.shuffle(rng);
-                let mut group_of = vec![0; classes];
-                for (g, chunk) in (0..groups)
-                    .map(|g| &order[g * classes / groups..(g + 1) * classes / groups])
-                    .enumerate()
-                {
-                    chunk.iter().for_each(|&l| group_of[l] = g);
+                            .into(),
+                    )
                 }
-                let mut members = vec![Vec::new(); groups];
-                for r in 0..n {
-                    members[group_of[labels[r] as usize]].push(r);
-                }
-                let mut out = vec![Vec::new(); clients];
-                for mut rows in members {
+                PartitionSpec::Iid { clients } => {
+                    let mut rows: Vec<usize> = (0..n).collect();
                     rows.shuffle(rng);
-                    let weights = dirichlet(alpha, clients, rng);
-                    let counts = multinomial(rows.len(), &weights, rng);
-                    let mut at = 0;
-                    for (c, k) in counts.into_iter().enumerate() {
-                        out[c].extend_from_slice(&rows[at..at + k]);
-                        at += k;
-                    }
+                    (0..clients)
+                        .map(|c| rows[c * n / clients..(c + 1) * n / clients].to_vec())
+                        .collect()
                 }
-                out
-            }
-            PartitionSpec::Shards {
-                clients,
-                shards_per_client,
-            } => {
-                let mut rows: Vec<usize> = (0..n).collect();
-                rows.shuffle(rng);
-                rows.sort_by_key(|&r| labels[r]);
-                let shards = clients * shards_per_client;
-                let mut ids: Vec<usize> = (0..shards).collect();
-                ids.shuffle(rng);
-                ids.chunks(shards_per_client)
-                    .map(|mine| {
-                        mine.iter()
-                            .flat_map(|&s| rows[s * n / shards..(s + 1) * n / shards].to_vec())
-                            .collect()
-                    })
-                    .collect()
-            }
-            PartitionSpec::Pfedme {
-                clients,
-                labels_per_client,
-            } => {
-                let mut rows: Vec<usize> = (0..n).collect();
-                rows.shuffle(rng);
-                let mut out = vec![Vec::new(); clients];
-                for (label, mut pool) in by_label(&rows).into_iter().enumerate() {
-                    let holders: Vec<usize> = (0..clients)
-                        .filter(|&u| (0..labels_per_client).any(|j| (u + j) % classes == label))
-                        .collect();
-                    if holders.is_empty() {
-                        continue;
+                PartitionSpec::Dirichlet {
+                    clients,
+                    alpha,
+                    groups,
+                } => {
+                    let groups = groups.unwrap_or(classes).min(classes);
+                    let mut order: Vec<usize> = (0..classes).collect();
+                    order.shuffle(rng);
+                    let mut group_of = vec![0; classes];
+                    for (g, chunk) in (0..groups)
+                        .map(|g| &order[g * classes / groups..(g + 1) * classes / groups])
+                        .enumerate()
+                    {
+                        chunk.iter().for_each(|&l| group_of[l] = g);
                     }
-                    pool.shuffle(rng);
-                    let shares: Vec<f64> =
-                        holders.iter().map(|_| rng.gen_range(1.0..3.0)).collect();
-                    let total: f64 = shares.iter().sum();
-                    let mut at = 0usize;
-                    let mut cum = 0.0;
-                    for (h, share) in holders.iter().zip(&shares) {
-                        cum += share;
-                        let end = ((cum / total) * pool.len() as f64).round() as usize;
-                        out[*h].extend_from_slice(&pool[at..end.min(pool.len())]);
-                        at = end.min(pool.len());
+                    let mut members = vec![Vec::new(); groups];
+                    for r in 0..n {
+                        members[group_of[labels[r] as usize]].push(r);
                     }
+                    let mut out = vec![Vec::new(); clients];
+                    for mut rows in members {
+                        rows.shuffle(rng);
+                        let weights = dirichlet(alpha, clients, rng);
+                        let counts = multinomial(rows.len(), &weights, rng);
+                        let mut at = 0;
+                        for (c, k) in counts.into_iter().enumerate() {
+                            out[c].extend_from_slice(&rows[at..at + k]);
+                            at += k;
+                        }
+                    }
+                    out
                 }
-                out
-            }
-        };
+                PartitionSpec::Shards {
+                    clients,
+                    shards_per_client,
+                } => {
+                    let mut rows: Vec<usize> = (0..n).collect();
+                    rows.shuffle(rng);
+                    rows.sort_by_key(|&r| labels[r]);
+                    let shards = clients * shards_per_client;
+                    let mut ids: Vec<usize> = (0..shards).collect();
+                    ids.shuffle(rng);
+                    ids.chunks(shards_per_client)
+                        .map(|mine| {
+                            mine.iter()
+                                .flat_map(|&s| rows[s * n / shards..(s + 1) * n / shards].to_vec())
+                                .collect()
+                        })
+                        .collect()
+                }
+                PartitionSpec::Pfedme {
+                    clients,
+                    labels_per_client,
+                } => {
+                    let mut rows: Vec<usize> = (0..n).collect();
+                    rows.shuffle(rng);
+                    let mut out = vec![Vec::new(); clients];
+                    for (label, mut pool) in by_label(&rows).into_iter().enumerate() {
+                        let holders: Vec<usize> = (0..clients)
+                            .filter(|&u| (0..labels_per_client).any(|j| (u + j) % classes == label))
+                            .collect();
+                        if holders.is_empty() {
+                            continue;
+                        }
+                        pool.shuffle(rng);
+                        let shares: Vec<f64> =
+                            holders.iter().map(|_| rng.gen_range(1.0..3.0)).collect();
+                        let total: f64 = shares.iter().sum();
+                        let mut at = 0usize;
+                        let mut cum = 0.0;
+                        for (h, share) in holders.iter().zip(&shares) {
+                            cum += share;
+                            let end = ((cum / total) * pool.len() as f64).round() as usize;
+                            out[*h].extend_from_slice(&pool[at..end.min(pool.len())]);
+                            at = end.min(pool.len());
+                        }
+                    }
+                    out
+                }
+                PartitionSpec::Pachinko {
+                    clients,
+                    alpha,
+                    beta,
+                    ref coarse,
+                } => {
+                    let coarse = coarse.as_deref().unwrap_or(&CIFAR100_COARSE);
+                    if coarse.len() != classes {
+                        return Err(format!(
+                        "partition.coarse gives a coarse label for {} fine labels; the data has \
+                         {classes} classes (one entry per label, in label order{})",
+                        coarse.len(),
+                        if coarse.len() == 100 { "; the default is CIFAR-100's" } else { "" }
+                    ));
+                    }
+                    pachinko(labels, classes, coarse, clients, alpha, beta, rng)
+                }
+            };
         if let Some(c) = clients.iter().position(Vec::is_empty) {
             return Err(format!(
                 "client {c} got no rows ({} rows for {} clients); use fewer clients, more data \
@@ -241,6 +306,95 @@ impl PartitionSpec {
             ));
         }
         Ok(clients)
+    }
+}
+
+/// Pachinko allocation (see [`PartitionSpec::Pachinko`]): each client's rows in the order drawn.
+fn pachinko(
+    labels: &[i64],
+    classes: usize,
+    coarse: &[usize],
+    clients: usize,
+    alpha: f64,
+    beta: f64,
+    rng: &mut ChaCha20Rng,
+) -> Vec<Vec<usize>> {
+    // The rows not dealt yet, by fine label; the fine labels with rows left, by coarse label
+    // (in label order); the coarse labels with rows left (in order).
+    let per_client = labels.len() / clients.max(1);
+    if per_client == 0 {
+        return vec![Vec::new(); clients];
+    }
+    let mut rows_of = vec![Vec::new(); classes];
+    for (r, &y) in labels.iter().enumerate() {
+        rows_of[y as usize].push(r);
+    }
+    let groups = coarse.iter().max().map_or(0, |&c| c + 1);
+    let mut fine_of = vec![Vec::new(); groups];
+    for (fine, &c) in coarse.iter().enumerate() {
+        if !rows_of[fine].is_empty() {
+            fine_of[c].push(fine);
+        }
+    }
+    let mut open: Vec<usize> = (0..groups).filter(|&c| !fine_of[c].is_empty()).collect();
+    let mut out = vec![Vec::with_capacity(per_client); clients];
+    for mine in &mut out {
+        // This client's weights over the open coarse labels, and over each one's fine labels.
+        let mut coarse_weights = dirichlet(alpha, open.len(), rng);
+        let mut fine_weights: Vec<Vec<f64>> = (0..groups)
+            .map(|c| {
+                if fine_of[c].is_empty() {
+                    Vec::new()
+                } else {
+                    dirichlet(beta, fine_of[c].len(), rng)
+                }
+            })
+            .collect();
+        for _ in 0..per_client {
+            let ci = categorical(&coarse_weights, rng);
+            let c = open[ci];
+            let fi = categorical(&fine_weights[c], rng);
+            let fine = fine_of[c][fi];
+            let pool = &mut rows_of[fine];
+            let row = pool.swap_remove(rng.gen_range(0..pool.len()));
+            mine.push(row);
+            if rows_of[fine].is_empty() {
+                fine_of[c].remove(fi);
+                remove_and_renormalise(&mut fine_weights[c], fi);
+                if fine_of[c].is_empty() {
+                    open.remove(ci);
+                    remove_and_renormalise(&mut coarse_weights, ci);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// An index drawn with probabilities `weights` (summing to 1); the last one takes what
+/// rounding leaves.
+fn categorical(weights: &[f64], rng: &mut ChaCha20Rng) -> usize {
+    let u: f64 = rng.gen();
+    let mut cum = 0.0;
+    for (i, w) in weights.iter().enumerate() {
+        cum += w;
+        if u < cum {
+            return i;
+        }
+    }
+    weights.len() - 1
+}
+
+/// Drops entry `i` and rescales the rest to sum to 1 (equal weights if nothing is left of
+/// the mass).
+fn remove_and_renormalise(weights: &mut Vec<f64>, i: usize) {
+    weights.remove(i);
+    let total: f64 = weights.iter().sum();
+    if total > 0.0 {
+        weights.iter_mut().for_each(|w| *w /= total);
+    } else if !weights.is_empty() {
+        let k = weights.len() as f64;
+        weights.iter_mut().for_each(|w| *w = 1.0 / k);
     }
 }
 
@@ -379,6 +533,86 @@ mod tests {
             want.sort();
             assert_eq!(ls, want, "client {u}");
         }
+    }
+
+    #[test]
+    fn pachinko_deals_equal_parts_skewed_by_alpha() {
+        // 10 fine labels in 5 coarse pairs (fine / 2), 2 000 rows, 20 clients of 100.
+        let y = labels(2000, 10);
+        let coarse: Vec<usize> = (0..10).map(|f| f / 2).collect();
+        let deal = |alpha: f64, seed: u64| {
+            PartitionSpec::Pachinko {
+                clients: 20,
+                alpha,
+                beta: 10.0,
+                coarse: Some(coarse.clone()),
+            }
+            .assign(&y, 10, &mut ChaCha20Rng::seed_from_u64(seed))
+            .unwrap()
+        };
+        // Mean over clients of the number of coarse labels holding 10 % of its rows or more.
+        let coarse_spread = |p: &[Vec<usize>]| {
+            p.iter()
+                .map(|c| {
+                    let mut counts = [0usize; 5];
+                    c.iter().for_each(|&r| counts[y[r] as usize / 2] += 1);
+                    counts.iter().filter(|&&k| k * 10 >= c.len()).count() as f64
+                })
+                .sum::<f64>()
+                / p.len() as f64
+        };
+        let skewed = deal(0.05, 7);
+        // Every row once, and each client exactly ⌊2000 / 20⌋ rows.
+        check_disjoint_cover(&skewed, 2000);
+        assert!(skewed.iter().all(|c| c.len() == 100));
+        let even = deal(100.0, 7);
+        let (s, e) = (coarse_spread(&skewed), coarse_spread(&even));
+        assert!(s < 2.5 && e > 4.5, "{s} {e}");
+        assert_eq!(deal(0.4, 8), deal(0.4, 8));
+        // Rows that do not divide evenly are left out (as FedEM's split does).
+        let y = labels(2019, 10);
+        let p = PartitionSpec::Pachinko {
+            clients: 20,
+            alpha: 0.4,
+            beta: 10.0,
+            coarse: Some(coarse.clone()),
+        }
+        .assign(&y, 10, &mut ChaCha20Rng::seed_from_u64(9))
+        .unwrap();
+        assert_eq!(p.iter().map(Vec::len).sum::<usize>(), 2000);
+    }
+
+    #[test]
+    fn pachinko_defaults_to_cifar100s_superclasses_and_checks_the_map() {
+        // 20 superclasses of 5 labels each.
+        let mut sizes = [0; 20];
+        CIFAR100_COARSE.iter().for_each(|&c| sizes[c] += 1);
+        assert_eq!(sizes, [5; 20]);
+        let spec = PartitionSpec::Pachinko {
+            clients: 2,
+            alpha: 0.4,
+            beta: 10.0,
+            coarse: None,
+        };
+        let err = spec
+            .assign(&labels(100, 10), 10, &mut ChaCha20Rng::seed_from_u64(1))
+            .unwrap_err();
+        assert!(
+            err.contains("for 100 fine labels; the data has 10 classes")
+                && err.contains("the default is CIFAR-100's"),
+            "{err}"
+        );
+        let p = spec
+            .assign(&labels(1000, 100), 100, &mut ChaCha20Rng::seed_from_u64(1))
+            .unwrap();
+        check_disjoint_cover(&p, 1000);
+        let bad = PartitionSpec::Pachinko {
+            clients: 2,
+            alpha: 0.0,
+            beta: 10.0,
+            coarse: None,
+        };
+        assert_eq!(bad.validate().unwrap_err().0, "alpha");
     }
 
     #[test]

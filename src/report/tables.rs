@@ -24,7 +24,8 @@ pub type RowFilter<'a> = dyn Fn(&[u32], usize) -> Vec<bool> + 'a;
 /// The columns to read.
 #[derive(Clone, Copy)]
 pub struct TableColumns<'a> {
-    pub client: &'a str,
+    /// The client id column; `None`: the rows are one pool (a single client, `all`).
+    pub client: Option<&'a str>,
     pub split: Option<&'a str>,
     pub label: &'a str,
     pub features: FeatureColumns<'a>,
@@ -170,30 +171,36 @@ fn table_of_frame(
         }
     };
 
-    let client_col = column(&df, cols.client, "client")?;
-    no_nulls(cols.client, &client_col)?;
-    let numeric_ids = client_col.dtype().is_integer();
-    let (client_names, client) = if numeric_ids {
-        let c = client_col
-            .cast(&DataType::Int64)
-            .map_err(|e| polars_err(cols.client, e))?;
-        let ids: Vec<i64> = c
-            .i64()
-            .map_err(|e| polars_err(cols.client, e))?
-            .into_no_null_iter()
-            .collect();
-        index_of(ids, |v| v.to_string())
-    } else {
-        let c = client_col
-            .cast(&DataType::String)
-            .map_err(|e| polars_err(cols.client, e))?;
-        let ids: Vec<String> = c
-            .str()
-            .map_err(|e| polars_err(cols.client, e))?
-            .iter()
-            .map(|v| v.unwrap_or_default().to_string())
-            .collect();
-        index_of(ids, Clone::clone)
+    let (client_names, client, numeric_ids) = match cols.client {
+        None => (vec!["all".to_string()], vec![0; df.height()], false),
+        Some(name) => {
+            let client_col = column(&df, name, "client")?;
+            no_nulls(name, &client_col)?;
+            let numeric_ids = client_col.dtype().is_integer();
+            let (names, client) = if numeric_ids {
+                let c = client_col
+                    .cast(&DataType::Int64)
+                    .map_err(|e| polars_err(name, e))?;
+                let ids: Vec<i64> = c
+                    .i64()
+                    .map_err(|e| polars_err(name, e))?
+                    .into_no_null_iter()
+                    .collect();
+                index_of(ids, |v| v.to_string())
+            } else {
+                let c = client_col
+                    .cast(&DataType::String)
+                    .map_err(|e| polars_err(name, e))?;
+                let ids: Vec<String> = c
+                    .str()
+                    .map_err(|e| polars_err(name, e))?
+                    .iter()
+                    .map(|v| v.unwrap_or_default().to_string())
+                    .collect();
+                index_of(ids, Clone::clone)
+            };
+            (names, client, numeric_ids)
+        }
     };
     // Rows of clients left out go before anything else is read.
     let (df, client_names, client) = match cols.keep_rows {

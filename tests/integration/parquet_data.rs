@@ -391,3 +391,87 @@ fn on_demand_needs_rows_sorted_by_client_and_cannot_drop_rows() {
         "{err}"
     );
 }
+
+/// A pooled table (no client column): 400 rows of 10 labels (in 5 coarse pairs), 2 features.
+fn write_pool(path: &Path) {
+    let label: Vec<i64> = (0..400).map(|i| (i * 7 % 10) as i64).collect();
+    let f0: Vec<f32> = (0..400).map(|i| (i % 13) as f32 / 13.0).collect();
+    let f1: Vec<f32> = label.iter().map(|&y| y as f32 / 10.0).collect();
+    let mut df = DataFrame::new_infer_height(vec![
+        Column::new("y".into(), label),
+        Column::new("f0".into(), f0),
+        Column::new("f1".into(), f1),
+    ])
+    .unwrap();
+    write_parquet(path, &mut df).unwrap();
+}
+
+#[test]
+fn a_pooled_table_is_dealt_by_a_partition() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("pool.parquet");
+    write_pool(&file);
+    let text = format!(
+        "\
+name: pooled
+rounds: 2
+data: {{kind: parquet, path: '{}', label_column: y, feature_columns: [f0, f1],
+        partition: {{kind: pachinko, clients: 8, alpha: 0.4, beta: 10,
+                     coarse: [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]}}}}
+split: {{kind: fractions, train: 0.6, val: 0.2, test: 0.2}}
+algorithm: {{name: fedavg}}
+training: {{local_epochs: 1, batch_size: 8, lr: 0.5}}
+",
+        file.display()
+    );
+    let s = scenario(&text, &[]);
+    let runs: Vec<Vec<Record>> = [1, 3]
+        .iter()
+        .map(|&threads| simulate_scenario(&s, threads, |_| {}).unwrap().records)
+        .collect();
+    assert_eq!(runs[0], runs[1], "1 and 3 trainer threads");
+    // 8 clients of ⌊400 / 8⌋ = 50 rows: 30 / 10 / 10.
+    let mut rows = std::collections::BTreeMap::new();
+    for r in &runs[0] {
+        if let Record::Eval(e) = r {
+            if e.round == 2 {
+                rows.insert((e.client, format!("{:?}", e.split)), e.n_samples);
+            }
+        }
+    }
+    let clients: std::collections::BTreeSet<u32> = rows.keys().map(|(c, _)| *c).collect();
+    assert_eq!(clients.len(), 8, "{rows:?}");
+    for ((_, split), n) in &rows {
+        assert_eq!(*n, if split == "Train" { 30 } else { 10 }, "{rows:?}");
+    }
+
+    // Bad partitions name their field, or the file and what is allowed.
+    let bad = |partition: &str, extra: &str| {
+        let text = text.replace(
+            "partition: {kind: pachinko, clients: 8, alpha: 0.4, beta: 10,\n                     coarse: [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]}",
+            &format!("partition: {partition}{extra}"),
+        );
+        assert!(text.contains(partition), "the partition was replaced");
+        match fedsim::scenario::Scenario::from_yaml(&text, Path::new("bad.yaml"), &[]) {
+            Err(e) => fedsim::error_chain(&e),
+            Ok(s) => fedsim::error_chain(&simulate_scenario(&s, 1, |_| {}).err().unwrap()),
+        }
+    };
+    let e = bad("{kind: natural}", "");
+    assert!(
+        e.contains("data.partition") && e.contains("client_column"),
+        "{e}"
+    );
+    let e = bad("{kind: pachinko, clients: 8}", ", on_demand: true");
+    assert!(e.contains("data.on_demand"), "{e}");
+    let e = bad("{kind: pachinko, clients: 8, beta: -1}", "");
+    assert!(
+        e.contains("data.partition.beta") && e.contains("must be positive"),
+        "{e}"
+    );
+    let e = bad("{kind: pachinko, clients: 8}", "");
+    assert!(
+        e.contains("pool.parquet") && e.contains("for 100 fine labels; the data has 10 classes"),
+        "{e}"
+    );
+}
