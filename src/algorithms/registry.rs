@@ -417,10 +417,11 @@ mod tests {
             "local",
             "fedem",
             "clustered",
+            "fedgmm",
         ] {
             assert!(get(name).cohorts, "{name} trains in cohorts");
         }
-        for name in ["pfedme", "apfl", "per_fedavg", "ditto", "fedgmm"] {
+        for name in ["pfedme", "apfl", "per_fedavg", "ditto"] {
             assert!(!get(name).cohorts, "{name} trains each client alone");
         }
         assert!(get("d_psgd").decentralized && get("d_fedem").decentralized);
