@@ -184,119 +184,111 @@ impl PartitionSpec {
             }
             out
         };
-        let clients =
-            match *self {
-                PartitionSpec::Natural { .. } => {
-                    return Err(
-                        "`natural` keeps the data's own clients; this data set has none \
+        let clients = match *self {
+            PartitionSpec::Natural { .. } => {
+                return Err(
+                    "`natural` keeps the data's own clients; this data set has none \
                             (use iid, dirichlet, shards or pfedme)"
-                            .into(),
-                    )
+                        .into(),
+                )
+            }
+            PartitionSpec::Iid { clients } => {
+                let mut rows: Vec<usize> = (0..n).collect();
+                rows.shuffle(rng);
+                (0..clients)
+                    .map(|c| rows[c * n / clients..(c + 1) * n / clients].to_vec())
+                    .collect()
+            }
+            PartitionSpec::Dirichlet {
+                clients,
+                alpha,
+                groups,
+            } => {
+                let groups = groups.unwrap_or(classes).min(classes);
+                let mut order: Vec<usize> = (0..classes).collect();
+                order.shuffle(rng);
+                let mut group_of = vec![0; classes];
+                for (g, chunk) in (0..groups)
+                    .map(|g| &order[g * classes / groups..(g + 1) * classes / groups])
+                    .enumerate()
+                {
+                    chunk.iter().for_each(|&l| group_of[l] = g);
                 }
-                PartitionSpec::Iid { clients } => {
-                    let mut rows: Vec<usize> = (0..n).collect();
+                let mut members = vec![Vec::new(); groups];
+                for r in 0..n {
+                    members[group_of[labels[r] as usize]].push(r);
+                }
+                let mut out = vec![Vec::new(); clients];
+                for mut rows in members {
                     rows.shuffle(rng);
-                    (0..clients)
-                        .map(|c| rows[c * n / clients..(c + 1) * n / clients].to_vec())
-                        .collect()
-                }
-                PartitionSpec::Dirichlet {
-                    clients,
-                    alpha,
-                    groups,
-                } => {
-                    let groups = groups.unwrap_or(classes).min(classes);
-                    let mut order: Vec<usize> = (0..classes).collect();
-                    order.shuffle(rng);
-                    let mut group_of = vec![0; classes];
-                    for (g, chunk) in (0..groups)
-                        .map(|g| &order[g * classes / groups..(g + 1) * classes / groups])
-                        .enumerate()
-                    {
-                        chunk.iter().for_each(|&l| group_of[l] = g);
+                    let weights = dirichlet(alpha, clients, rng);
+                    let counts = multinomial(rows.len(), &weights, rng);
+                    let mut at = 0;
+                    for (c, k) in counts.into_iter().enumerate() {
+                        out[c].extend_from_slice(&rows[at..at + k]);
+                        at += k;
                     }
-                    let mut members = vec![Vec::new(); groups];
-                    for r in 0..n {
-                        members[group_of[labels[r] as usize]].push(r);
-                    }
-                    let mut out = vec![Vec::new(); clients];
-                    for mut rows in members {
-                        rows.shuffle(rng);
-                        let weights = dirichlet(alpha, clients, rng);
-                        let counts = multinomial(rows.len(), &weights, rng);
-                        let mut at = 0;
-                        for (c, k) in counts.into_iter().enumerate() {
-                            out[c].extend_from_slice(&rows[at..at + k]);
-                            at += k;
-                        }
-                    }
-                    out
                 }
-                PartitionSpec::Shards {
-                    clients,
-                    shards_per_client,
-                } => {
-                    let mut rows: Vec<usize> = (0..n).collect();
-                    rows.shuffle(rng);
-                    rows.sort_by_key(|&r| labels[r]);
-                    let shards = clients * shards_per_client;
-                    let mut ids: Vec<usize> = (0..shards).collect();
-                    ids.shuffle(rng);
-                    ids.chunks(shards_per_client)
-                        .map(|mine| {
-                            mine.iter()
-                                .flat_map(|&s| rows[s * n / shards..(s + 1) * n / shards].to_vec())
-                                .collect()
-                        })
-                        .collect()
-                }
-                PartitionSpec::Pfedme {
-                    clients,
-                    labels_per_client,
-                } => {
-                    let mut rows: Vec<usize> = (0..n).collect();
-                    rows.shuffle(rng);
-                    let mut out = vec![Vec::new(); clients];
-                    for (label, mut pool) in by_label(&rows).into_iter().enumerate() {
-                        let holders: Vec<usize> = (0..clients)
-                            .filter(|&u| (0..labels_per_client).any(|j| (u + j) % classes == label))
-                            .collect();
-                        if holders.is_empty() {
-                            continue;
-                        }
-                        pool.shuffle(rng);
-                        let shares: Vec<f64> =
-                            holders.iter().map(|_| rng.gen_range(1.0..3.0)).collect();
-                        let total: f64 = shares.iter().sum();
-                        let mut at = 0usize;
-                        let mut cum = 0.0;
-                        for (h, share) in holders.iter().zip(&shares) {
-                            cum += share;
-                            let end = ((cum / total) * pool.len() as f64).round() as usize;
-                            out[*h].extend_from_slice(&pool[at..end.min(pool.len())]);
-                            at = end.min(pool.len());
-                        }
+                out
+            }
+            PartitionSpec::Shards {
+                clients,
+                shards_per_client,
+            } => {
+                let mut rows: Vec<usize> = (0..n).collect();
+                rows.shuffle(rng);
+                rows.sort_by_key(|&r| labels[r]);
+                let shards = clients * shards_per_client;
+                let mut ids: Vec<usize> = (0..shards).collect();
+                ids.shuffle(rng);
+                ids.chunks(shards_per_client)
+                    .map(|mine| {
+                        mine.iter()
+                            .flat_map(|&s| rows[s * n / shards..(s + 1) * n / shards].to_vec())
+                            .collect()
+                    })
+                    .collect()
+            }
+            PartitionSpec::Pfedme {
+                clients,
+                labels_per_client,
+            } => {
+                let mut rows: Vec<usize> = (0..n).collect();
+                rows.shuffle(rng);
+                let mut out = vec![Vec::new(); clients];
+                for (label, mut pool) in by_label(&rows).into_iter().enumerate() {
+                    let holders: Vec<usize> = (0..clients)
+                        .filter(|&u| (0..labels_per_client).any(|j| (u + j) % classes == label))
+                        .collect();
+                    if holders.is_empty() {
+                        continue;
                     }
-                    out
-                }
-                PartitionSpec::Pachinko {
-                    clients,
-                    alpha,
-                    beta,
-                    ref coarse,
-                } => {
-                    let coarse = coarse.as_deref().unwrap_or(&CIFAR100_COARSE);
-                    if coarse.len() != classes {
-                        return Err(format!(
-                        "partition.coarse gives a coarse label for {} fine labels; the data has \
-                         {classes} classes (one entry per label, in label order{})",
-                        coarse.len(),
-                        if coarse.len() == 100 { "; the default is CIFAR-100's" } else { "" }
-                    ));
+                    pool.shuffle(rng);
+                    let shares: Vec<f64> =
+                        holders.iter().map(|_| rng.gen_range(1.0..3.0)).collect();
+                    let total: f64 = shares.iter().sum();
+                    let mut at = 0usize;
+                    let mut cum = 0.0;
+                    for (h, share) in holders.iter().zip(&shares) {
+                        cum += share;
+                        let end = ((cum / total) * pool.len() as f64).round() as usize;
+                        out[*h].extend_from_slice(&pool[at..end.min(pool.len())]);
+                        at = end.min(pool.len());
                     }
-                    pachinko(labels, classes, coarse, clients, alpha, beta, rng)
                 }
-            };
+                out
+            }
+            PartitionSpec::Pachinko {
+                clients,
+                alpha,
+                beta,
+                ref coarse,
+            } => {
+                let coarse = coarse.as_deref().unwrap_or(&CIFAR100_COARSE);
+                check_coarse_map(coarse, classes)?;
+                pachinko(labels, classes, coarse, clients, alpha, beta, rng)
+            }
+        };
         if let Some(c) = clients.iter().position(Vec::is_empty) {
             return Err(format!(
                 "client {c} got no rows ({} rows for {} clients); use fewer clients, more data \
@@ -307,6 +299,23 @@ impl PartitionSpec {
         }
         Ok(clients)
     }
+}
+
+/// A coarse label for each of the data's `classes` fine labels, or an error that says so.
+fn check_coarse_map(coarse: &[usize], classes: usize) -> Result<(), String> {
+    if coarse.len() == classes {
+        return Ok(());
+    }
+    let default = if coarse.len() == CIFAR100_COARSE.len() {
+        "; the default is CIFAR-100's"
+    } else {
+        ""
+    };
+    Err(format!(
+        "partition.coarse gives a coarse label for {} fine labels; the data has {classes} \
+         classes (one entry per label, in label order{default})",
+        coarse.len()
+    ))
 }
 
 /// Pachinko allocation (see [`PartitionSpec::Pachinko`]): each client's rows in the order drawn.
