@@ -312,31 +312,25 @@ fn cohort_epoch(c: &mut Criterion) {
 /// cost is `200 × (10 rounds − 1 round) / 9 + 1 round` (target: the whole run under 60 s on
 /// 2 cores, FedGMM issue); FedEM on the same data for comparison.
 fn fedgmm(c: &mut Criterion) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let threads = default_threads();
     let mut g = c.benchmark_group("fedgmm_synthetic");
     g.sample_size(10);
     g.measurement_time(Duration::from_secs(60));
-    for method in ["fedgmm", "fedem"] {
-        let file = root.join(format!("scenarios/paper/fedgmm_synthetic_{method}.yaml"));
-        for rounds in [1, 10] {
-            let overrides = [format!("rounds={rounds}"), format!("eval_every={rounds}")];
-            let s = Scenario::load(&file, &overrides).expect("paper scenario");
-            let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed)).unwrap());
-            g.bench_function(format!("{method}_{rounds}_rounds"), |b| {
-                b.iter(|| {
-                    simulate(
-                        &s.run,
-                        data.clone(),
-                        threads,
-                        RecordObserver::keeping(|_| {}),
-                    )
-                    .unwrap()
-                    .events
-                })
-            });
-        }
-    }
+    whole_runs(
+        &mut g,
+        "scenarios/paper/fedgmm_synthetic_fedgmm.yaml",
+        &[
+            ("fedgmm_1_rounds", &["rounds=1", "eval_every=1"]),
+            ("fedgmm_10_rounds", &["rounds=10", "eval_every=10"]),
+        ],
+    );
+    whole_runs(
+        &mut g,
+        "scenarios/paper/fedgmm_synthetic_fedem.yaml",
+        &[
+            ("fedem_1_rounds", &["rounds=1", "eval_every=1"]),
+            ("fedem_10_rounds", &["rounds=10", "eval_every=10"]),
+        ],
+    );
     g.finish();
 }
 

@@ -143,7 +143,7 @@ impl PartitionSpec {
                 clients,
                 alpha,
                 beta,
-                ..
+                ref coarse,
             } => {
                 at_least_one("clients", clients)?;
                 for (field, v) in [("alpha", alpha), ("beta", beta)] {
@@ -151,7 +151,18 @@ impl PartitionSpec {
                         return Err((field.into(), format!("must be positive, got {v}")));
                     }
                 }
-                Ok(())
+                match coarse {
+                    Some(map) if map.iter().any(|&c| c >= map.len()) => Err((
+                        "coarse".into(),
+                        format!(
+                            "coarse labels are numbered from 0 and below the number of \
+                             entries ({}); got {}",
+                            map.len(),
+                            map.iter().max().copied().unwrap_or_default()
+                        ),
+                    )),
+                    _ => Ok(()),
+                }
             }
         }
     }
@@ -188,7 +199,7 @@ impl PartitionSpec {
             PartitionSpec::Natural { .. } => {
                 return Err(
                     "`natural` keeps the data's own clients; this data set has none \
-                            (use iid, dirichlet, shards or pfedme)"
+                            (use iid, dirichlet, shards, pfedme or pachinko)"
                         .into(),
                 )
             }
@@ -622,6 +633,19 @@ mod tests {
             coarse: None,
         };
         assert_eq!(bad.validate().unwrap_err().0, "alpha");
+        // A coarse label past the map's length (it would size the coarse groups) is refused.
+        let bad = PartitionSpec::Pachinko {
+            clients: 2,
+            alpha: 0.4,
+            beta: 10.0,
+            coarse: Some(vec![0, 1, 1_000_000_000]),
+        };
+        let (field, message) = bad.validate().unwrap_err();
+        assert_eq!(field, "coarse");
+        assert!(
+            message.contains("below the number of entries (3); got 1000000000"),
+            "{message}"
+        );
     }
 
     #[test]
