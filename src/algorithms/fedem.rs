@@ -200,9 +200,10 @@ pub fn e_step(pi: &[f64], losses: &[Vec<f32>]) -> (Vec<Vec<f32>>, Vec<f64>) {
             row[c] = log_pi[c] - losses[c][i] as f64;
         }
         let top = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let z: f64 = row.iter().map(|v| (v - top).exp()).sum();
+        row.iter_mut().for_each(|v| *v = (*v - top).exp());
+        let z: f64 = row.iter().sum();
         for c in 0..m {
-            let qic = (row[c] - top).exp() / z;
+            let qic = row[c] / z;
             q[c][i] = qic as f32;
             new_pi[c] += qic;
         }

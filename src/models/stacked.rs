@@ -12,10 +12,10 @@
 //! ([`Architecture::stacked_dense_layers`]): the linear model (with its closed-form gradient,
 //! as alone) and the MLP (autograd). This room draws no random numbers: the passes come in.
 
-use super::sgd::{data_tensors, LocalPlan, Pass};
+use super::sgd::{LocalPlan, Pass};
 use super::Architecture;
 use crate::data::SplitView;
-use tch::{Kind, Reduction, Tensor};
+use tch::{Device, Kind, Reduction, Tensor};
 
 /// One local SGD run of a cohort, trained in place.
 pub struct StackedRun<'a> {
@@ -109,8 +109,8 @@ pub fn train_sgd_stacked(
                 .collect()
         })
         .collect();
-    let (x_all, y_all) = data_tensors(&rows);
     let dim = rows.dim as i64;
+    let mut gathered: Vec<f32> = Vec::new();
     let steps = batches.first().map_or(0, Vec::len);
     for step in 0..steps {
         // The runs with a batch at this step: the first `a` of the stack.
@@ -123,7 +123,7 @@ pub fn train_sgd_stacked(
                 .max()
                 .unwrap_or(0) as i64,
         );
-        let mut index = Vec::with_capacity((a * b) as usize);
+        let mut index: Vec<usize> = Vec::with_capacity((a * b) as usize);
         let mut weight = Vec::with_capacity((a * b) as usize);
         let mut inv_len = Vec::with_capacity(active);
         for (run, bs) in sorted.iter().zip(&batches).take(active) {
@@ -131,7 +131,7 @@ pub fn train_sgd_stacked(
             let order = &run.passes[pass].0[start..start + len];
             for j in 0..b as usize {
                 let row = order[j.min(len - 1)] as usize;
-                index.push((run.first_row + row) as i64);
+                index.push(run.first_row + row);
                 weight.push(match (j < len, run.sample_weights) {
                     (false, _) => 0.0,
                     (true, None) => 1.0,
@@ -140,9 +140,20 @@ pub fn train_sgd_stacked(
             }
             inv_len.push((1.0 / len as f64) as f32);
         }
-        let index = Tensor::from_slice(&index);
-        let x = x_all.index_select(0, &index).view([a, b, dim]);
-        let y = y_all.index_select(0, &index).view([a, b]);
+        gather_rows(rows.features, rows.dim, &index, &mut gathered);
+        // SAFETY: `gathered` holds a·b·dim values, is not touched again until the next step,
+        // and `x` (with anything built from it) is dropped by the end of this step.
+        let x = unsafe {
+            Tensor::from_blob(
+                gathered.as_ptr() as *const u8,
+                &[a, b, dim],
+                &[],
+                Kind::Float,
+                Device::Cpu,
+            )
+        };
+        let labels: Vec<i64> = index.iter().map(|&row| rows.labels[row]).collect();
+        let y = Tensor::from_slice(&labels).view([a, b]);
         let weight = Tensor::from_slice(&weight).view([a, b]) * per_run(&inv_len, 2);
         let pick =
             |ts: &[Tensor]| -> Vec<Tensor> { ts.iter().map(|t| t.narrow(0, 0, a)).collect() };
@@ -198,6 +209,29 @@ pub fn train_sgd_stacked(
                 runs[k].momentum.extend_from_slice(values);
             }
         }
+    }
+}
+
+/// Rows `index` of `features` (rows of `dim` values) copied one after another into `out`.
+/// The rows come in a shuffled order from a data set far larger than the caches, so the rows a
+/// few places ahead are prefetched while one is copied (`index_select` waited on each).
+fn gather_rows(features: &[f32], dim: usize, index: &[usize], out: &mut Vec<f32>) {
+    const AHEAD: usize = 8;
+    out.clear();
+    out.reserve(index.len() * dim);
+    for (k, &row) in index.iter().enumerate() {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(&next) = index.get(k + AHEAD) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let row_start = next * dim;
+            // 16 values: one 64-byte cache line.
+            for at in (row_start..row_start + dim).step_by(16) {
+                // SAFETY: `at` is inside `features` (`next` is one of its rows), and a
+                // prefetch reads nothing.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(features.as_ptr().add(at) as *const i8) }
+            }
+        }
+        out.extend_from_slice(&features[row * dim..(row + 1) * dim]);
     }
 }
 
