@@ -244,15 +244,17 @@ fn train_cohort<A: Algorithm>(jobs: &JobContext<A>, shard: Vec<TrainJob<A>>) -> 
                 momentum,
                 sample_weights,
                 proximal,
+                lr,
+                plain_sgd,
             } = run;
             stacked.push(StackedRun {
                 params,
-                momentum,
+                momentum: (!*plain_sgd).then_some(momentum),
                 sample_weights: sample_weights.as_deref(),
                 proximal: proximal.as_ref().map(|(anchor, mu)| (&anchor[..], *mu)),
                 first_row,
                 passes,
-                lr: job.lr,
+                lr: lr.unwrap_or(job.lr),
             });
         }
     }

@@ -3,11 +3,13 @@
 //! client received. Clients are evaluated with v.
 //!
 //! The global part is FedAvg's local training (momentum and all, as the scenario says); the
-//! personal part takes as many plain-SGD minibatch steps as the plan has, at `personal_lr`.
+//! personal part takes as many plain-SGD minibatch steps as the plan has, at `personal_lr`,
+//! from its own shuffle of the client's rows. Both are local SGD runs, so Ditto trains in
+//! cohorts.
 
-use super::{descend, Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{Algorithm, Evaluation, LocalContext, ModelKind, SgdRun, SgdUpdate};
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
-use crate::models::{evaluate, Architecture, LocalPlan, Objective};
+use crate::models::{evaluate, Architecture, LocalPlan};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -97,33 +99,37 @@ impl Algorithm for Ditto {
         2 * plan.samples_processed(n_train)
     }
 
-    fn local_update(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        state: &mut DittoClient,
-        rng: &mut ChaCha20Rng,
-    ) -> ModelUpdate {
-        let mut params = global.clone();
-        ctx.train(&mut params, &mut state.momentum, &Objective::default(), rng);
-        if state.personal.is_empty() {
-            state.personal = global.clone();
-        }
-        let (lambda, lr) = (
-            self.spec.lambda as f32,
-            self.spec.personal_lr.unwrap_or(ctx.lr),
-        );
-        let v = &mut state.personal;
-        ctx.for_each_batch(rng, |batch| {
-            let mut direction = batch.gradient(v);
-            direction
-                .iter_mut()
-                .zip(v.iter().zip(global))
-                .for_each(|(d, (vi, wi))| *d += lambda * (vi - wi));
-            descend(v, lr, &direction);
-        });
-        ModelUpdate::of(ctx, params)
-    }
+    /// Two runs: the global model's (FedAvg's, with the client's momentum), then the personal
+    /// model's (plain SGD at `personal_lr`, pulled towards the received global model by λ).
+    const SGD_UPDATE: Option<SgdUpdate<Self>> = Some(SgdUpdate {
+        begin: |alg, ctx, global, state, _| {
+            let personal = if state.personal.is_empty() {
+                global.clone()
+            } else {
+                std::mem::take(&mut state.personal)
+            };
+            vec![
+                SgdRun {
+                    params: global.clone(),
+                    momentum: std::mem::take(&mut state.momentum),
+                    ..SgdRun::default()
+                },
+                SgdRun {
+                    params: personal,
+                    proximal: Some((global.clone(), alg.spec.lambda)),
+                    lr: Some(alg.spec.personal_lr.unwrap_or(ctx.lr)),
+                    plain_sgd: true,
+                    ..SgdRun::default()
+                },
+            ]
+        },
+        finish: |_, ctx, _, state, runs| {
+            let [global_run, personal_run] = <[SgdRun; 2]>::try_from(runs).expect("two runs");
+            state.momentum = global_run.momentum;
+            state.personal = personal_run.params;
+            ModelUpdate::of(ctx, global_run.params)
+        },
+    });
 
     model_update_aggregation!();
 

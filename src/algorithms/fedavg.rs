@@ -239,6 +239,7 @@ impl Algorithm for FedAvg {
                 momentum: std::mem::take(momentum),
                 sample_weights: None,
                 proximal: (alg.proximal_mu > 0.0).then(|| (global.clone(), alg.proximal_mu)),
+                ..SgdRun::default()
             }]
         },
         finish: |_, ctx, _, momentum, runs| {

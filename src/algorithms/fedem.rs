@@ -234,7 +234,7 @@ pub(super) fn weighted_runs(
             params: theta.clone(),
             momentum: std::mem::take(momentum),
             sample_weights: Some(w.clone()),
-            proximal: None,
+            ..SgdRun::default()
         })
         .collect()
 }

@@ -162,23 +162,6 @@ impl LocalContext<'_> {
         self.data.view(self.data_index, crate::data::Split::Train)
     }
 
-    /// Local SGD on this client's training split with this round's settings, minimising the
-    /// plain loss plus what `objective` adds. The momentum buffer is then kept or cleared, as
-    /// the scenario says.
-    pub fn train(
-        &self,
-        params: &mut [f32],
-        momentum: &mut Vec<f32>,
-        objective: &Objective<'_>,
-        rng: &mut ChaCha20Rng,
-    ) {
-        let (plan, view) = (&self.training.plan, self.train_view());
-        train_sgd(
-            self.arch, params, momentum, view, plan, self.lr, rng, objective,
-        );
-        self.training.settle_momentum(momentum);
-    }
-
     /// The minibatches of this round's local plan over the training split, one call of `step`
     /// each, for algorithms with their own update rule. Plain SGD: the plan's momentum is not
     /// used (its weight decay is, inside [`Batch::gradient`]).
@@ -186,13 +169,34 @@ impl LocalContext<'_> {
         for_each_batch(self.arch, self.train_view(), &self.training.plan, rng, step);
     }
 
-    /// Trains one of an update's local SGD runs alone (see [`SgdUpdate`]).
+    /// Trains one of an update's local SGD runs alone (see [`SgdUpdate`]) with this round's
+    /// plan. The momentum buffer is then kept or cleared, as the scenario says.
     pub fn train_run(&self, run: &mut SgdRun, rng: &mut ChaCha20Rng) {
         let objective = Objective {
             sample_weights: run.sample_weights.as_deref(),
             proximal: run.proximal.as_ref().map(|(anchor, mu)| (&anchor[..], *mu)),
         };
-        self.train(&mut run.params, &mut run.momentum, &objective, rng);
+        let plan = LocalPlan {
+            momentum: if run.plain_sgd {
+                0.0
+            } else {
+                self.training.plan.momentum
+            },
+            ..self.training.plan
+        };
+        let lr = run.lr.unwrap_or(self.lr);
+        let (params, momentum) = (&mut run.params, &mut run.momentum);
+        train_sgd(
+            self.arch,
+            params,
+            momentum,
+            self.train_view(),
+            &plan,
+            lr,
+            rng,
+            &objective,
+        );
+        self.training.settle_momentum(momentum);
     }
 
     /// `epochs` local epochs at learning rate `lr` on a copy of `params`, from zero momentum
@@ -406,6 +410,11 @@ pub struct SgdRun {
     pub sample_weights: Option<Vec<f32>>,
     /// `(anchor, μ)`: adds (μ/2)·‖θ − anchor‖² to the loss (FedProx).
     pub proximal: Option<(Vec<f32>, f64)>,
+    /// The run's learning rate [default: the round's].
+    pub lr: Option<f64>,
+    /// Plain SGD: the plan's momentum is not used and `momentum` stays empty (Ditto's
+    /// personal model).
+    pub plain_sgd: bool,
 }
 
 /// A client's update made of local SGD runs on its training split, with this round's plan and

@@ -418,10 +418,11 @@ mod tests {
             "fedem",
             "clustered",
             "fedgmm",
+            "ditto",
         ] {
             assert!(get(name).cohorts, "{name} trains in cohorts");
         }
-        for name in ["pfedme", "apfl", "per_fedavg", "ditto"] {
+        for name in ["pfedme", "apfl", "per_fedavg"] {
             assert!(!get(name).cohorts, "{name} trains each client alone");
         }
         assert!(get("d_psgd").decentralized && get("d_fedem").decentralized);

@@ -20,8 +20,9 @@ use tch::{Device, Kind, Reduction, Tensor};
 /// One local SGD run of a cohort, trained in place.
 pub struct StackedRun<'a> {
     pub params: &'a mut Vec<f32>,
-    /// Empty: no buffer yet (the first step starts it, as PyTorch's SGD does).
-    pub momentum: &'a mut Vec<f32>,
+    /// Empty: no buffer yet (the first step starts it, as PyTorch's SGD does). `None`: plain
+    /// SGD, whatever the plan's momentum.
+    pub momentum: Option<&'a mut Vec<f32>>,
     /// One weight per training row of the run (FedEM's M-step).
     pub sample_weights: Option<&'a [f32]>,
     /// `(anchor, μ)`: adds (μ/2)·‖θ − anchor‖² to the loss (FedProx).
@@ -73,18 +74,25 @@ pub fn train_sgd_stacked(
     };
     let mut params = stack(sorted.iter().map(|run| Some(&run.params[..])).collect());
     let use_momentum = plan.momentum != 0.0;
+    let takes_momentum: Vec<bool> = sorted
+        .iter()
+        .map(|run| use_momentum && run.momentum.is_some())
+        .collect();
+    fn buffer_of<'r>(run: &'r StackedRun<'_>) -> Option<&'r [f32]> {
+        run.momentum
+            .as_deref()
+            .filter(|m| !m.is_empty())
+            .map(|m| &m[..])
+    }
     let mut has_buffer: Vec<bool> = sorted
         .iter()
-        .map(|run| use_momentum && !run.momentum.is_empty())
+        .zip(&takes_momentum)
+        .map(|(&run, &takes)| takes && buffer_of(run).is_some())
         .collect();
-    let mut buffers = use_momentum.then(|| {
-        stack(
-            sorted
-                .iter()
-                .map(|run| (!run.momentum.is_empty()).then_some(&run.momentum[..]))
-                .collect(),
-        )
-    });
+    let mut buffers = takes_momentum
+        .iter()
+        .any(|&t| t)
+        .then(|| stack(sorted.iter().map(|&run| buffer_of(run)).collect()));
     let proximal = sorted.iter().any(|run| run.proximal.is_some()).then(|| {
         let anchors = stack(
             sorted
@@ -194,7 +202,7 @@ pub fn train_sgd_stacked(
         put(&mut params, next_params, a);
         if let Some(bufs) = buffers.as_mut() {
             put(bufs, next_buffers, a);
-            has_buffer[..active].iter_mut().for_each(|h| *h = true);
+            has_buffer[..active].copy_from_slice(&takes_momentum[..active]);
         }
     }
     let flat = flatten(&params, num_params);
@@ -204,9 +212,9 @@ pub fn train_sgd_stacked(
     if let Some(bufs) = buffers {
         let flat = flatten(&bufs, num_params);
         for ((&k, values), has) in order.iter().zip(flat.chunks(num_params)).zip(has_buffer) {
-            if has {
-                runs[k].momentum.clear();
-                runs[k].momentum.extend_from_slice(values);
+            if let (true, Some(momentum)) = (has, runs[k].momentum.as_mut()) {
+                momentum.clear();
+                momentum.extend_from_slice(values);
             }
         }
     }
@@ -352,7 +360,8 @@ mod tests {
     use rand_chacha::ChaCha20Rng;
 
     /// Three runs over 5, 37 and 16 rows (batches of 8: runs of 1, 5 and 2 steps, short last
-    /// batches): one with a momentum buffer already, one with row weights, one proximal.
+    /// batches): one with a momentum buffer already, one with row weights, one proximal in
+    /// plain SGD (Ditto's personal model: no momentum whatever the plan).
     fn check(spec: ModelSpec, classes: usize, plan: LocalPlan) {
         let dim = 6;
         let sizes = [5usize, 37, 16];
@@ -392,6 +401,10 @@ mod tests {
             let mut stream = ChaCha20Rng::seed_from_u64(k as u64);
             let lr = 0.1 + 0.05 * k as f64;
             let (p, m) = (&mut alone[k], &mut alone_momenta[k]);
+            let plan = LocalPlan {
+                momentum: if k == 2 { 0.0 } else { plan.momentum },
+                ..plan
+            };
             train_sgd(&arch, p, m, view(k), &plan, lr, &mut stream, &objective(k));
         }
         // Stacked.
@@ -406,7 +419,7 @@ mod tests {
                 let o = objective(k);
                 StackedRun {
                     params,
-                    momentum,
+                    momentum: (k != 2).then_some(momentum),
                     sample_weights: o.sample_weights,
                     proximal: o.proximal,
                     first_row: firsts[k],

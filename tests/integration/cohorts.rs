@@ -62,7 +62,7 @@ fn assert_close(what: &str, a: &Outcome, b: &Outcome, tol: f64) {
     }
 }
 
-const COHORT_ALGORITHMS: [&[&str]; 7] = [
+const COHORT_ALGORITHMS: [&[&str]; 8] = [
     &["algorithm={name: fedavg}"],
     &["algorithm={name: fedprox, mu: 0.1}"],
     &["algorithm={name: fedavg_plus}"],
@@ -70,6 +70,7 @@ const COHORT_ALGORITHMS: [&[&str]; 7] = [
     &["algorithm={name: fedem, components: 3}"],
     &["algorithm={name: clustered, tol1: 1000, tol2: 0}"],
     &["algorithm={name: fedgmm, gaussians: 2, classifiers: 2}"],
+    &["algorithm={name: ditto, lambda: 0.5, personal_lr: 0.03}"],
 ];
 
 fn compare(settings: &[&str], what: &str, tol: f64) {
@@ -148,10 +149,14 @@ fn cohorts_match_training_alone_with_every_solver_setting() {
 #[test]
 fn sharded_cohorts_are_identical_across_threads() {
     // 200 clients, 100 sampled a round: a cohort of 100 jobs in 3 shards (FedEM: 300 runs;
-    // FedGMM: its 3 classifiers per client, with the Gaussians fitted inside each shard).
+    // FedGMM: its 3 classifiers per client, with the Gaussians fitted inside each shard;
+    // Ditto: a global and a personal run per client).
     let tmp = tempfile::tempdir().unwrap();
-    for alg in ["fedavg", "fedem", "fedgmm"] {
-        let algorithm = format!("algorithm.name={alg}");
+    for alg in ["fedavg", "fedem", "fedgmm", "ditto"] {
+        let algorithm = match alg {
+            "ditto" => "algorithm={name: ditto, lambda: 0.5}".to_string(),
+            _ => format!("algorithm.name={alg}"),
+        };
         let settings = [
             "data={kind: fedem_synthetic, clients: 200, dim: 10, components: 3}",
             algorithm.as_str(),
