@@ -262,7 +262,7 @@ fn cohort_epoch(c: &mut Criterion) {
                             let mut rng = seeds.rng(client, "train", 1);
                             StackedRun {
                                 params,
-                                momentum,
+                                momentum: Some(momentum),
                                 sample_weights: None,
                                 proximal: None,
                                 first_row: data.first_row(c, Split::Train),
