@@ -271,7 +271,7 @@ fn cohort_epoch(c: &mut Criterion) {
                             }
                         })
                         .collect();
-                    train_sgd_stacked(&arch, &plan, data.all_rows(), &mut shard);
+                    train_sgd_stacked(&arch, &plan, data.all_rows(), None, &mut shard);
                 }
                 params
             })

@@ -145,6 +145,10 @@ struct Overrides {
     /// (repeatable; the value is read as YAML).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     set: Vec<String>,
+    /// Where cohorts train: cpu, cuda (every visible GPU), cuda:N or auto (the same as
+    /// --set training.device=DEVICE).
+    #[arg(long, value_name = "DEVICE")]
+    device: Option<String>,
 }
 
 impl Overrides {
@@ -152,6 +156,9 @@ impl Overrides {
         let mut all = self.set.clone();
         if let Some(seed) = self.seed {
             all.push(format!("seed={seed}"));
+        }
+        if let Some(device) = &self.device {
+            all.push(format!("training.device={device}"));
         }
         Ok(Scenario::load(file, &all)?)
     }

@@ -21,7 +21,7 @@
 use super::{JobContext, TrainerPool};
 use crate::algorithms::{Algorithm, Cohorts, SgdRun};
 use crate::data::Split;
-use crate::models::{train_sgd_stacked, StackedRun};
+use crate::models::{train_sgd_stacked, DeviceRows, StackedRun};
 use crate::sim::Pending;
 use rand_chacha::ChaCha20Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -111,10 +111,12 @@ impl<A: Algorithm> Dispatch<A> {
     pub fn new(pool: TrainerPool, jobs: Arc<JobContext<A>>) -> Self {
         let stacks = jobs.arch.stacked_dense_layers().is_some();
         if jobs.training.cohorts == Cohorts::Auto && A::SGD_UPDATE.is_some() && stacks {
+            jobs.training.placement.prepare();
             Dispatch::Cohorts(Arc::new(CohortQueue {
                 pool,
                 jobs,
                 queued: Mutex::default(),
+                resident: Mutex::default(),
             }))
         } else {
             Dispatch::Alone(pool, jobs)
@@ -169,6 +171,27 @@ pub(super) struct CohortQueue<A: Algorithm> {
     pool: TrainerPool,
     jobs: Arc<JobContext<A>>,
     queued: Mutex<Vec<(TrainJob<A>, Reply<A>)>>,
+    /// The data set's rows on each GPU cohorts train on, uploaded when first needed.
+    resident: Mutex<Vec<DeviceRows>>,
+}
+
+impl<A: Algorithm> CohortQueue<A> {
+    /// The rows on `device`, uploaded on first use; `None` on the CPU (minibatches are
+    /// gathered from the rows in memory) and where rows are made on demand (each shard
+    /// uploads its own).
+    fn resident_on(&self, device: tch::Device) -> Option<DeviceRows> {
+        if !device.is_cuda() || !self.jobs.data.is_resident() {
+            return None;
+        }
+        let mut resident = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(rows) = resident.iter().find(|r| r.device() == device) {
+            return Some(rows.share());
+        }
+        let rows = DeviceRows::upload(&self.jobs.data.all_rows(), device);
+        let shared = rows.share();
+        resident.push(rows);
+        Some(shared)
+    }
 }
 
 /// What the scheduler calls before it waits for a pending result.
@@ -186,13 +209,17 @@ impl<A: Algorithm> Flush for CohortQueue<A> {
         let rows = |job: &TrainJob<A>| self.jobs.data.split_len(job.client as usize, Split::Train);
         cohort.sort_by_key(|(job, _)| std::cmp::Reverse(rows(job)));
         let rows: Vec<usize> = cohort.iter().map(|(job, _)| rows(job)).collect();
-        for size in shard_sizes(&rows) {
+        for (index, size) in shard_sizes(&rows).into_iter().enumerate() {
             let rest = cohort.split_off(size);
             let shard = std::mem::replace(&mut cohort, rest);
             let jobs = self.jobs.clone();
+            // Placed by the shard's index alone (see `Placement::device_of`).
+            let device = jobs.training.placement.device_of(index);
+            let resident = self.resident_on(device);
             self.pool.spawn(move || {
                 let (shard, replies): (Vec<_>, Vec<_>) = shard.into_iter().unzip();
-                match catch_unwind(AssertUnwindSafe(|| train_cohort(&jobs, shard))) {
+                let train = || train_cohort(&jobs, shard, device, resident);
+                match catch_unwind(AssertUnwindSafe(train)) {
                     Ok(results) => {
                         for (reply, trained) in replies.into_iter().zip(results) {
                             reply(Ok(trained));
@@ -210,10 +237,16 @@ impl<A: Algorithm> Flush for CohortQueue<A> {
     }
 }
 
-/// Trains `shard`'s jobs as one stacked computation: each job's update begins (its runs and
-/// their passes drawn from its stream, in the order training alone draws them), every run of
-/// every job trains stacked, then each update finishes. Results in job order.
-fn train_cohort<A: Algorithm>(jobs: &JobContext<A>, shard: Vec<TrainJob<A>>) -> Vec<Trained<A>> {
+/// Trains `shard`'s jobs as one stacked computation on `device` (from `resident` rows when
+/// given): each job's update begins (its runs and their passes drawn from its stream, in the
+/// order training alone draws them), every run of every job trains stacked, then each update
+/// finishes. Results in job order.
+fn train_cohort<A: Algorithm>(
+    jobs: &JobContext<A>,
+    shard: Vec<TrainJob<A>>,
+    device: tch::Device,
+    resident: Option<DeviceRows>,
+) -> Vec<Trained<A>> {
     let sgd = A::SGD_UPDATE.expect("cohorts are formed only for algorithms with SGD_UPDATE");
     let plan = &jobs.training.plan;
     let clients: Vec<u32> = shard.iter().map(|job| job.client).collect();
@@ -258,7 +291,12 @@ fn train_cohort<A: Algorithm>(jobs: &JobContext<A>, shard: Vec<TrainJob<A>>) -> 
             });
         }
     }
-    train_sgd_stacked(&jobs.arch, plan, rows.data().all_rows(), &mut stacked);
+    let all_rows = rows.data().all_rows();
+    let uploaded = match (device.is_cuda(), resident) {
+        (true, None) => Some(DeviceRows::upload(&all_rows, device)),
+        (_, resident) => resident,
+    };
+    train_sgd_stacked(&jobs.arch, plan, all_rows, uploaded.as_ref(), &mut stacked);
     drop(stacked);
 
     begun

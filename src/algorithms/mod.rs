@@ -38,6 +38,7 @@ use crate::data::Split;
 use crate::data::{FederatedData, SplitView};
 use crate::models::{
     for_each_batch, train_sgd, Architecture, Batch, EvalStats, LocalPlan, LocalWork, Objective,
+    Placement,
 };
 use rand_chacha::ChaCha20Rng;
 
@@ -99,6 +100,8 @@ pub struct Training {
     pub keep_momentum: bool,
     /// Whether a round's clients train as one stacked computation where they can.
     pub cohorts: Cohorts,
+    /// The devices cohorts train on (`training.device`); each client alone trains on the CPU.
+    pub placement: Placement,
 }
 
 /// Whether clients train in cohorts (`training.cohorts`): a round's training jobs as one
@@ -610,6 +613,7 @@ pub(crate) mod testkit {
                     schedule: LrSchedule::Constant,
                     keep_momentum: false,
                     cohorts: Cohorts::Off,
+                    placement: Placement::default(),
                 },
             }
         }
@@ -685,6 +689,7 @@ mod tests {
             },
             keep_momentum: true,
             cohorts: Cohorts::Auto,
+            placement: Placement::default(),
         };
         assert_eq!(t.lr_at(1), 0.1);
         assert_eq!(t.lr_at(50), 0.1);

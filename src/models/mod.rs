@@ -7,10 +7,12 @@
 //! libtorch's global RNG. This module (and the trainer pool that calls it) is the only place
 //! that uses tch.
 
+mod device;
 mod gaussian;
 mod sgd;
 mod stacked;
 
+pub use device::{DeviceChoice, DeviceRows, Placement, DEVICE_ALLOWED};
 pub use gaussian::{Gaussian, GaussianInputs};
 pub use sgd::{
     confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch,

@@ -12,6 +12,7 @@
 //! ([`Architecture::stacked_dense_layers`]): the linear model (with its closed-form gradient,
 //! as alone) and the MLP (autograd). This room draws no random numbers: the passes come in.
 
+use super::device::DeviceRows;
 use super::sgd::{LocalPlan, Pass};
 use super::Architecture;
 use crate::data::SplitView;
@@ -36,12 +37,15 @@ pub struct StackedRun<'a> {
 }
 
 /// Trains every run of `runs` with `plan` as [`super::train_sgd`] would train it alone, as one
-/// stacked computation per step. `rows` holds every run's training rows (a data set's rows).
-/// Panics if the model does not stack (see [`Architecture::stacked_dense_layers`]).
+/// stacked computation per step. `rows` holds every run's training rows (a data set's rows);
+/// `resident`, the same rows on the device to train on (the CPU without it: minibatches are
+/// then gathered from `rows`). Panics if the model does not stack (see
+/// [`Architecture::stacked_dense_layers`]).
 pub fn train_sgd_stacked(
     arch: &Architecture,
     plan: &LocalPlan,
     rows: SplitView<'_>,
+    resident: Option<&DeviceRows>,
     runs: &mut [StackedRun<'_>],
 ) {
     let dense = arch
@@ -58,6 +62,7 @@ pub fn train_sgd_stacked(
     order.sort_by_key(|&k| std::cmp::Reverse(steps_of(&runs[k])));
     let sorted: Vec<&StackedRun<'_>> = order.iter().map(|&k| &runs[k]).collect();
     let r = sorted.len() as i64;
+    let device = resident.map_or(Device::Cpu, DeviceRows::device);
     let num_params = arch.num_params();
     let stack = |vectors: Vec<Option<&[f32]>>| {
         let mut all = Vec::with_capacity(sorted.len() * num_params);
@@ -70,7 +75,7 @@ pub fn train_sgd_stacked(
                 None => all.resize(all.len() + num_params, 0.0),
             }
         }
-        unflatten(&all, r, &dense)
+        unflatten(&all, r, &dense, device)
     };
     let mut params = stack(sorted.iter().map(|run| Some(&run.params[..])).collect());
     let use_momentum = plan.momentum != 0.0;
@@ -148,21 +153,35 @@ pub fn train_sgd_stacked(
             }
             inv_len.push((1.0 / len as f64) as f32);
         }
-        gather_rows(rows.features, rows.dim, &index, &mut gathered);
-        // SAFETY: `gathered` holds a·b·dim values, is not touched again until the next step,
-        // and `x` (with anything built from it) is dropped by the end of this step.
-        let x = unsafe {
-            Tensor::from_blob(
-                gathered.as_ptr() as *const u8,
-                &[a, b, dim],
-                &[],
-                Kind::Float,
-                Device::Cpu,
-            )
+        let (x, y) = match resident {
+            Some(on) => {
+                let index: Vec<i64> = index.iter().map(|&row| row as i64).collect();
+                let index = Tensor::from_slice(&index).to_device(device);
+                (
+                    on.x.index_select(0, &index).view([a, b, dim]),
+                    on.y.index_select(0, &index).view([a, b]),
+                )
+            }
+            None => {
+                gather_rows(rows.features, rows.dim, &index, &mut gathered);
+                // SAFETY: `gathered` holds a·b·dim values, is not touched again until the
+                // next step, and `x` (with anything built from it) is dropped by the end of
+                // this step.
+                let x = unsafe {
+                    Tensor::from_blob(
+                        gathered.as_ptr() as *const u8,
+                        &[a, b, dim],
+                        &[],
+                        Kind::Float,
+                        Device::Cpu,
+                    )
+                };
+                let labels: Vec<i64> = index.iter().map(|&row| rows.labels[row]).collect();
+                (x, Tensor::from_slice(&labels).view([a, b]))
+            }
         };
-        let labels: Vec<i64> = index.iter().map(|&row| rows.labels[row]).collect();
-        let y = Tensor::from_slice(&labels).view([a, b]);
-        let weight = Tensor::from_slice(&weight).view([a, b]) * per_run(&inv_len, 2);
+        let weight = Tensor::from_slice(&weight).view([a, b]).to_device(device)
+            * per_run(&inv_len, 2, device);
         let pick =
             |ts: &[Tensor]| -> Vec<Tensor> { ts.iter().map(|t| t.narrow(0, 0, a)).collect() };
         let ps = pick(&params);
@@ -185,16 +204,16 @@ pub fn train_sgd_stacked(
                 let dims = p.dim();
                 let mut d = g;
                 if let Some((anchors, mu)) = &prox {
-                    d += (p - &anchors[j]) * per_run(mu, dims);
+                    d += (p - &anchors[j]) * per_run(mu, dims, device);
                 }
                 if plan.weight_decay != 0.0 {
                     d += p * plan.weight_decay;
                 }
                 if let Some(bufs) = &bufs {
-                    d = &bufs[j] * per_run(&keep, dims) + d;
+                    d = &bufs[j] * per_run(&keep, dims, device) + d;
                     next_buffers.push(d.shallow_clone());
                 }
-                next_params.push(p - d * per_run(&lr[..active], dims));
+                next_params.push(p - d * per_run(&lr[..active], dims, device));
             }
             (next_params, next_buffers)
         });
@@ -243,11 +262,14 @@ fn gather_rows(features: &[f32], dim: usize, index: &[usize], out: &mut Vec<f32>
     }
 }
 
-/// Per-run values shaped `[R, 1, …]` to broadcast against a `[R, …]` tensor of `dims` dims.
-fn per_run(values: &[f32], dims: usize) -> Tensor {
+/// Per-run values shaped `[R, 1, …]` to broadcast against a `[R, …]` tensor of `dims` dims,
+/// on `device`.
+fn per_run(values: &[f32], dims: usize, device: Device) -> Tensor {
     let mut shape = vec![values.len() as i64];
     shape.extend(std::iter::repeat_n(1, dims - 1));
-    Tensor::from_slice(values).view(&shape[..])
+    Tensor::from_slice(values)
+        .view(&shape[..])
+        .to_device(device)
 }
 
 /// Writes the new tensors of the first `active` runs into the stacked ones.
@@ -263,9 +285,9 @@ fn put(stacked: &mut [Tensor], new: Vec<Tensor>, active: i64) {
 }
 
 /// `[R × P]` flat vectors (each layer's weight `out × in` row-major, then its bias) as one
-/// weight `[R, out, in]` and one bias `[R, out]` per dense layer.
-fn unflatten(all: &[f32], r: i64, dense: &[(usize, usize)]) -> Vec<Tensor> {
-    let t = Tensor::from_slice(all).view([r, -1]);
+/// weight `[R, out, in]` and one bias `[R, out]` per dense layer, on `device`.
+fn unflatten(all: &[f32], r: i64, dense: &[(usize, usize)], device: Device) -> Vec<Tensor> {
+    let t = Tensor::from_slice(all).view([r, -1]).to_device(device);
     let mut out = Vec::with_capacity(2 * dense.len());
     let mut at = 0;
     for &(inputs, outputs) in dense {
@@ -281,7 +303,7 @@ fn unflatten(all: &[f32], r: i64, dense: &[(usize, usize)]) -> Vec<Tensor> {
 fn flatten(stacked: &[Tensor], num_params: usize) -> Vec<f32> {
     let r = stacked[0].size()[0];
     let rows: Vec<Tensor> = stacked.iter().map(|t| t.reshape([r, -1])).collect();
-    let all = Tensor::cat(&rows, 1);
+    let all = Tensor::cat(&rows, 1).to_device(Device::Cpu);
     let n = r as usize * num_params;
     let mut out = vec![0f32; n];
     all.copy_data(&mut out, n);
@@ -407,29 +429,40 @@ mod tests {
             };
             train_sgd(&arch, p, m, view(k), &plan, lr, &mut stream, &objective(k));
         }
-        // Stacked.
-        let mut stacked = start.clone();
-        let mut stacked_momenta = momenta.clone();
-        let mut runs: Vec<StackedRun<'_>> = stacked
-            .iter_mut()
-            .zip(stacked_momenta.iter_mut())
-            .enumerate()
-            .map(|(k, (params, momentum))| {
-                let mut stream = ChaCha20Rng::seed_from_u64(k as u64);
-                let o = objective(k);
-                StackedRun {
-                    params,
-                    momentum: (k != 2).then_some(momentum),
-                    sample_weights: o.sample_weights,
-                    proximal: o.proximal,
-                    first_row: firsts[k],
-                    passes: plan.passes(sizes[k], &mut stream),
-                    lr: 0.1 + 0.05 * k as f64,
-                }
-            })
-            .collect();
-        train_sgd_stacked(&arch, &plan, rows, &mut runs);
-        drop(runs);
+        // Stacked: minibatches gathered on the host, or from rows resident on a device (the
+        // CUDA path, here with the CPU as the device): the same values, so the same bits.
+        let stacked_on = |resident: Option<&DeviceRows>| {
+            let mut stacked = start.clone();
+            let mut stacked_momenta = momenta.clone();
+            let mut runs: Vec<StackedRun<'_>> = stacked
+                .iter_mut()
+                .zip(stacked_momenta.iter_mut())
+                .enumerate()
+                .map(|(k, (params, momentum))| {
+                    let mut stream = ChaCha20Rng::seed_from_u64(k as u64);
+                    let o = objective(k);
+                    StackedRun {
+                        params,
+                        momentum: (k != 2).then_some(momentum),
+                        sample_weights: o.sample_weights,
+                        proximal: o.proximal,
+                        first_row: firsts[k],
+                        passes: plan.passes(sizes[k], &mut stream),
+                        lr: 0.1 + 0.05 * k as f64,
+                    }
+                })
+                .collect();
+            train_sgd_stacked(&arch, &plan, rows, resident, &mut runs);
+            drop(runs);
+            (stacked, stacked_momenta)
+        };
+        let (stacked, stacked_momenta) = stacked_on(None);
+        let resident = DeviceRows::upload(&rows, tch::Device::Cpu);
+        assert_eq!(
+            stacked_on(Some(&resident)),
+            (stacked.clone(), stacked_momenta.clone()),
+            "resident rows train as gathered ones"
+        );
         for k in 0..3 {
             assert_ne!(alone[k], start[k], "run {k} trained");
             for (a, b) in [

@@ -551,5 +551,9 @@ fn validate_training(t: &RawTraining) -> Result<Training, Invalid> {
         schedule,
         keep_momentum: t.keep_momentum,
         cohorts: t.cohorts,
+        placement: match t.device.resolve_here() {
+            Ok(placement) => placement,
+            Err(message) => return bad("device", message),
+        },
     })
 }

@@ -4,7 +4,7 @@
 use crate::actors::{EvalClients, EvalSample, OnDivergence, PolicySpec, Strategy};
 use crate::algorithms::{AlgorithmSpec, Cohorts};
 use crate::data::{DatasetSpec, SplitSpec};
-use crate::models::ModelSpec;
+use crate::models::{DeviceChoice, ModelSpec};
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
 use serde::{Deserialize, Serialize};
@@ -128,6 +128,10 @@ pub struct RawTraining {
     /// alone (`off`); results agree up to float rounding.
     #[serde(default, skip_serializing_if = "Cohorts::is_auto")]
     pub cohorts: Cohorts,
+    /// Where cohorts train: `cpu` (the default), `cuda` (every visible GPU), `cuda:N` or
+    /// `auto`.
+    #[serde(default, skip_serializing_if = "DeviceChoice::is_cpu")]
+    pub device: DeviceChoice,
 }
 
 fn default_batch() -> usize {
@@ -152,6 +156,7 @@ impl Default for RawTraining {
             keep_momentum: true,
             lr_schedule: RawLrSchedule::default(),
             cohorts: Cohorts::Auto,
+            device: DeviceChoice::Cpu,
         }
     }
 }

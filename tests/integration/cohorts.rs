@@ -232,3 +232,93 @@ fn a_bad_cohorts_value_names_the_field_and_what_is_allowed() {
         assert!(err.contains(part), "{part} missing in: {err}");
     }
 }
+
+#[test]
+fn a_device_that_cannot_be_had_names_the_field_and_what_is_allowed() {
+    let load = |device: &str| {
+        let text = format!(
+            "rounds: 1\ndata: {{kind: fedem_synthetic, clients: 4}}\ntraining:\n  device: {device}\nalgorithm: {{name: fedavg}}\n"
+        );
+        fedsim::scenario::Scenario::from_yaml(&text, Path::new("d.yaml"), &[])
+    };
+    let err = load("gpu").unwrap_err().to_string();
+    for part in [
+        "d.yaml:4",
+        "training.device",
+        "`cpu`",
+        "`cuda:N`",
+        "`auto`",
+        "`gpu`",
+    ] {
+        assert!(err.contains(part), "{part} missing in: {err}");
+    }
+    // `auto` takes the CPU where libtorch sees no GPU; `cuda` asks for one.
+    let s = load("auto").expect("auto always resolves");
+    if tch::Cuda::device_count() == 0 {
+        assert_eq!(s.run.training.placement.devices(), [tch::Device::Cpu]);
+        let err = load("cuda:0").unwrap_err().to_string();
+        for part in [
+            "d.yaml:4",
+            "training.device",
+            "no CUDA device",
+            "FEDSIM_CUDA=1",
+        ] {
+            assert!(err.contains(part), "{part} missing in: {err}");
+        }
+    }
+    // The default leaves the resolved scenario (and so the run id) as before.
+    let cpu = load("cpu").unwrap();
+    assert!(
+        !cpu.resolved_yaml.contains("device"),
+        "{}",
+        cpu.resolved_yaml
+    );
+}
+
+/// On a GPU machine only (CI has none):
+/// `FEDSIM_CUDA=1 bash scripts/test.sh --features cuda --test integration -- --ignored gpu_`.
+/// Cohorts on CUDA (`training.device: cuda`): every result file bit-identical across reruns
+/// with 1 and 2 threads (the same GPU), and parameters and losses within 1e-4 of the CPU's.
+#[test]
+#[ignore = "needs a CUDA GPU and a `--features cuda` build"]
+fn gpu_cohorts_are_reproducible_and_agree_with_the_cpu() {
+    let tmp = tempfile::tempdir().unwrap();
+    for alg in ["fedavg", "fedem", "ditto"] {
+        let algorithm = match alg {
+            "ditto" => "algorithm={name: ditto, lambda: 0.5}".to_string(),
+            _ => format!("algorithm.name={alg}"),
+        };
+        let settings = [
+            "data={kind: fedem_synthetic, clients: 200, dim: 10, components: 3}",
+            algorithm.as_str(),
+            "rounds=3",
+            "eval_every=1",
+        ];
+        let on_gpu: Vec<&str> = settings
+            .iter()
+            .copied()
+            .chain(["training.device=cuda"])
+            .collect();
+        let dirs: Vec<_> = [1, 2, 2]
+            .iter()
+            .enumerate()
+            .map(|(k, &threads)| {
+                let dir = tmp.path().join(format!("{alg}-{k}"));
+                let opts = fedsim::run::RunOptions {
+                    out_dir: dir.clone(),
+                    threads,
+                    progress: false,
+                };
+                fedsim::run::run_scenario(&scenario(SMALL, &on_gpu), &opts).expect("run succeeds");
+                dir
+            })
+            .collect();
+        for other in &dirs[1..] {
+            let differ = fedsim::report::differing_files(&dirs[0], other);
+            assert!(differ.is_empty(), "{alg} on CUDA: {differ:?} differ");
+        }
+        let cpu = simulate(SMALL, &settings, 2);
+        let gpu = simulate(SMALL, &on_gpu, 2);
+        assert_close(&format!("{alg}: CUDA against CPU"), &cpu, &gpu, 1e-4);
+    }
+}
