@@ -146,40 +146,51 @@ fn cohorts_match_training_alone_with_every_solver_setting() {
     }
 }
 
+/// The algorithm setting for `name` (Ditto needs its λ).
+fn algorithm_setting(name: &str) -> String {
+    match name {
+        "ditto" => "algorithm={name: ditto, lambda: 0.5}".to_string(),
+        _ => format!("algorithm.name={name}"),
+    }
+}
+
+/// Runs `SMALL` with `settings` once per entry of `threads` and asserts that every result file
+/// is bit-identical across the runs.
+fn assert_reruns_identical(what: &str, settings: &[&str], threads: &[usize]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dirs: Vec<_> = threads
+        .iter()
+        .enumerate()
+        .map(|(k, &threads)| {
+            let dir = tmp.path().join(format!("run-{k}"));
+            let opts = fedsim::run::RunOptions {
+                out_dir: dir.clone(),
+                threads,
+                progress: false,
+            };
+            fedsim::run::run_scenario(&scenario(SMALL, settings), &opts).expect("run succeeds");
+            dir
+        })
+        .collect();
+    for other in &dirs[1..] {
+        let differ = fedsim::report::differing_files(&dirs[0], other);
+        assert!(differ.is_empty(), "{what}: {differ:?} differ");
+    }
+}
+
 #[test]
 fn sharded_cohorts_are_identical_across_threads() {
     // 200 clients, 100 sampled a round: a cohort of 100 jobs in 3 shards (FedEM: 300 runs;
     // FedGMM: its 3 classifiers per client, with the Gaussians fitted inside each shard;
     // Ditto: a global and a personal run per client).
-    let tmp = tempfile::tempdir().unwrap();
     for alg in ["fedavg", "fedem", "fedgmm", "ditto"] {
-        let algorithm = match alg {
-            "ditto" => "algorithm={name: ditto, lambda: 0.5}".to_string(),
-            _ => format!("algorithm.name={alg}"),
-        };
+        let algorithm = algorithm_setting(alg);
         let settings = [
             "data={kind: fedem_synthetic, clients: 200, dim: 10, components: 3}",
             algorithm.as_str(),
             "rounds=3",
         ];
-        let dirs: Vec<_> = [1, 2, 4]
-            .iter()
-            .map(|&threads| {
-                let dir = tmp.path().join(format!("{alg}-{threads}"));
-                let s = scenario(SMALL, &settings);
-                let opts = fedsim::run::RunOptions {
-                    out_dir: dir.clone(),
-                    threads,
-                    progress: false,
-                };
-                fedsim::run::run_scenario(&s, &opts).expect("run succeeds");
-                dir
-            })
-            .collect();
-        for other in &dirs[1..] {
-            let differ = fedsim::report::differing_files(&dirs[0], other);
-            assert!(differ.is_empty(), "{alg}: {differ:?} differ");
-        }
+        assert_reruns_identical(alg, &settings, &[1, 2, 4]);
     }
 }
 
@@ -282,41 +293,17 @@ fn a_device_that_cannot_be_had_names_the_field_and_what_is_allowed() {
 #[test]
 #[ignore = "needs a CUDA GPU and a `--features cuda` build"]
 fn gpu_cohorts_are_reproducible_and_agree_with_the_cpu() {
-    let tmp = tempfile::tempdir().unwrap();
     for alg in ["fedavg", "fedem", "ditto"] {
-        let algorithm = match alg {
-            "ditto" => "algorithm={name: ditto, lambda: 0.5}".to_string(),
-            _ => format!("algorithm.name={alg}"),
-        };
+        let algorithm = algorithm_setting(alg);
         let settings = [
             "data={kind: fedem_synthetic, clients: 200, dim: 10, components: 3}",
             algorithm.as_str(),
             "rounds=3",
             "eval_every=1",
         ];
-        let on_gpu: Vec<&str> = settings
-            .iter()
-            .copied()
-            .chain(["training.device=cuda"])
-            .collect();
-        let dirs: Vec<_> = [1, 2, 2]
-            .iter()
-            .enumerate()
-            .map(|(k, &threads)| {
-                let dir = tmp.path().join(format!("{alg}-{k}"));
-                let opts = fedsim::run::RunOptions {
-                    out_dir: dir.clone(),
-                    threads,
-                    progress: false,
-                };
-                fedsim::run::run_scenario(&scenario(SMALL, &on_gpu), &opts).expect("run succeeds");
-                dir
-            })
-            .collect();
-        for other in &dirs[1..] {
-            let differ = fedsim::report::differing_files(&dirs[0], other);
-            assert!(differ.is_empty(), "{alg} on CUDA: {differ:?} differ");
-        }
+        let mut on_gpu = settings.to_vec();
+        on_gpu.push("training.device=cuda");
+        assert_reruns_identical(&format!("{alg} on CUDA"), &on_gpu, &[1, 2, 2]);
         let cpu = simulate(SMALL, &settings, 2);
         let gpu = simulate(SMALL, &on_gpu, 2);
         assert_close(&format!("{alg}: CUDA against CPU"), &cpu, &gpu, 1e-4);
