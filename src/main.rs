@@ -379,6 +379,11 @@ fn real_main() -> Result<()> {
                 s.run.seed,
                 s.run_id()
             );
+            let devices = s.run.training.placement.devices();
+            if devices.iter().any(|d| d.is_cuda()) {
+                // CUDA results are reproducible on the same GPU model: say which devices.
+                println!("  cohorts trained on       {devices:?}");
+            }
             if let Some(h) = report.headline() {
                 println!("  clients evaluated        {}", h.clients);
                 println!("  final round              {}", h.final_round);
