@@ -8,7 +8,8 @@
 //! images (against PyTorch: `benches/pytorch_cnn.py`); `cohort_epoch` one local epoch of all
 //! 300 clients of the FedEM synthetic benchmark stacked in cohorts against client by client,
 //! with the machine's matmul rate beside it. The FedAvg and FedEM groups run the same scenario
-//! with `training.cohorts` auto (the default) and off, side by side.
+//! with `training.cohorts` auto (the default) and off, side by side; `own_rules_fedem_synthetic`
+//! does the same for pFedMe, APFL and Per-FedAvg.
 
 use criterion::{criterion_group, BatchSize, Criterion, Throughput};
 use fedsim::actors::simulate;
@@ -207,6 +208,31 @@ fn fedem(c: &mut Criterion) {
     g.finish();
 }
 
+/// The algorithms with their own update rules (pFedMe, APFL, Per-FedAvg), 100 rounds of the
+/// FedEM synthetic benchmark with evaluation at the end only: minibatch steps in lockstep
+/// (cohorts, the default) against every client alone.
+fn own_rules(c: &mut Criterion) {
+    let mut g = c.benchmark_group("own_rules_fedem_synthetic");
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(30));
+    for name in ["pfedme", "apfl", "per_fedavg"] {
+        let file = format!("scenarios/paper/fedem_synthetic_{name}.yaml");
+        let (cohorts, alone) = (
+            format!("{name}_100_rounds"),
+            format!("{name}_100_rounds_alone"),
+        );
+        whole_runs(
+            &mut g,
+            &file,
+            &[
+                (&cohorts, &["eval_every=100"]),
+                (&alone, &["eval_every=100", "training.cohorts=off"]),
+            ],
+        );
+    }
+    g.finish();
+}
+
 /// One local epoch (batch 128, momentum 0.9, weight decay 5e-4) of every client of the FedEM
 /// synthetic benchmark (T = 300, d = 150, 67 758 training rows) on one thread: stacked in
 /// cohorts of 38 clients (the shards of a 300-job cohort) and client by client, for the linear
@@ -394,6 +420,7 @@ criterion_group!(
     simulator_overhead,
     fedavg,
     fedem,
+    own_rules,
     fedgmm
 );
 

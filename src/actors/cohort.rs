@@ -1,9 +1,10 @@
 //! Cohort training: the training jobs the scheduler has dispatched and not yet had to wait
 //! for, trained as one stacked computation (clients' and peers' alike).
 //!
-//! Where the algorithm's update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]), the
-//! model stacks ([`Architecture::stacked_dense_layers`]) and `training.cohorts` is `auto`,
-//! clients (and peers) queue their training jobs here instead of on the trainer pool. The scheduler
+//! Where the algorithm's update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]) or of
+//! minibatch steps by its own rule ([`Algorithm::BATCHWISE_UPDATE`]), the model stacks
+//! ([`Architecture::stacked_dense_layers`]) and `training.cohorts` is `auto`, clients (and
+//! peers) queue their training jobs here instead of on the trainer pool. The scheduler
 //! flushes the queue before it awaits any pending result ([`World::flush`]): the jobs queued
 //! since the last flush are a cohort, so its membership is a pure function of the event order
 //! (in a synchronous round, all of the round's jobs; under FedBuff, the jobs started before the
@@ -19,9 +20,11 @@
 //! [`World::flush`]: crate::sim::World::flush
 
 use super::{JobContext, TrainerPool};
-use crate::algorithms::{Algorithm, Cohorts, SgdRun};
+use crate::algorithms::{Algorithm, BatchwiseClient, BatchwiseUpdate, Cohorts, SgdRun};
 use crate::data::Split;
-use crate::models::{train_sgd_stacked, DeviceRows, StackedRun};
+use crate::models::{
+    for_each_stacked_batch, train_sgd_stacked, BatchwiseRun, DeviceRows, StackedRun,
+};
 use crate::sim::Pending;
 use rand_chacha::ChaCha20Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -110,7 +113,8 @@ impl<A: Algorithm> Dispatch<A> {
     /// Cohorts where the scenario, the algorithm and the model allow them.
     pub fn new(pool: TrainerPool, jobs: Arc<JobContext<A>>) -> Self {
         let stacks = jobs.arch.stacked_dense_layers().is_some();
-        if jobs.training.cohorts == Cohorts::Auto && A::SGD_UPDATE.is_some() && stacks {
+        let declared = crate::algorithms::trains_in_cohorts::<A>();
+        if jobs.training.cohorts == Cohorts::Auto && declared && stacks {
             jobs.training.placement.prepare();
             Dispatch::Cohorts(Arc::new(CohortQueue {
                 pool,
@@ -247,7 +251,10 @@ fn train_cohort<A: Algorithm>(
     device: tch::Device,
     resident: Option<DeviceRows>,
 ) -> Vec<Trained<A>> {
-    let sgd = A::SGD_UPDATE.expect("cohorts are formed only for algorithms with SGD_UPDATE");
+    if let Some(batchwise) = A::BATCHWISE_UPDATE {
+        return train_batchwise_cohort(jobs, batchwise, shard, device, resident);
+    }
+    let sgd = A::SGD_UPDATE.expect("cohorts are formed only for algorithms that declare them");
     let plan = &jobs.training.plan;
     let clients: Vec<u32> = shard.iter().map(|job| job.client).collect();
     let rows = jobs.data.rows_for(&clients);
@@ -308,6 +315,78 @@ fn train_cohort<A: Algorithm>(
             }
             let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
             let update = (sgd.finish)(&jobs.algorithm, &ctx, &job.global, &mut job.state, runs);
+            Trained {
+                update,
+                state: job.state,
+            }
+        })
+        .collect()
+}
+
+/// Trains `shard`'s jobs of a [`BatchwiseUpdate`] in lockstep on `device`: each job begins and
+/// draws its passes from its stream (as alone), the jobs are ordered by their number of steps
+/// (longest first, ties in shard order), and at every minibatch step the jobs that have a
+/// batch take it together, their gradient queries answered by one stacked computation. Results
+/// in shard order.
+fn train_batchwise_cohort<A: Algorithm>(
+    jobs: &JobContext<A>,
+    batchwise: BatchwiseUpdate<A>,
+    shard: Vec<TrainJob<A>>,
+    device: tch::Device,
+    resident: Option<DeviceRows>,
+) -> Vec<Trained<A>> {
+    let plan = (batchwise.plan)(&jobs.algorithm, &jobs.training.plan);
+    let clients: Vec<u32> = shard.iter().map(|job| job.client).collect();
+    let rows = jobs.data.rows_for(&clients);
+    let mut begun: Vec<(usize, TrainJob<A>, BatchwiseRun)> = shard
+        .into_iter()
+        .enumerate()
+        .map(|(k, mut job)| {
+            let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
+            (batchwise.begin)(&jobs.algorithm, &ctx, &job.global, &mut job.state);
+            let n = ctx.train_view().len();
+            let run = BatchwiseRun {
+                first_row: rows.data().first_row(rows.index(k), Split::Train),
+                passes: plan.passes(n, &mut job.rng),
+            };
+            (k, job, run)
+        })
+        .collect();
+    // Longest first (a stable sort): the jobs with a batch at a step are then a prefix.
+    let steps = |run: &BatchwiseRun| run.passes.iter().map(|(_, c)| c.len()).sum::<usize>();
+    begun.sort_by_key(|(_, _, run)| std::cmp::Reverse(steps(run)));
+    let (mut states, runs): (Vec<_>, Vec<_>) = begun
+        .into_iter()
+        .map(|(k, job, run)| ((k, job), run))
+        .unzip();
+    let all_rows = rows.data().all_rows();
+    let uploaded = match (device.is_cuda(), resident) {
+        (true, None) => Some(DeviceRows::upload(&all_rows, device)),
+        (_, resident) => resident,
+    };
+    for_each_stacked_batch(
+        &jobs.arch,
+        &plan,
+        all_rows,
+        uploaded.as_ref(),
+        &runs,
+        |active, batch| {
+            let mut step_clients: Vec<BatchwiseClient<'_, A>> = states[..active]
+                .iter_mut()
+                .map(|(_, job)| BatchwiseClient {
+                    state: &mut job.state,
+                    lr: job.lr,
+                })
+                .collect();
+            (batchwise.step)(&jobs.algorithm, &mut step_clients, batch);
+        },
+    );
+    states.sort_by_key(|(k, _)| *k);
+    states
+        .into_iter()
+        .map(|(k, mut job)| {
+            let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
+            let update = (batchwise.finish)(&jobs.algorithm, &ctx, &job.global, &mut job.state);
             Trained {
                 update,
                 state: job.state,

@@ -5,7 +5,10 @@
 //! α ← α − η_α·⟨v − w, ∇f(v̄)⟩, kept in [0, 1]. The server averages the w's (weights n_t).
 //! Clients are evaluated with α·v + (1 − α)·w_global. Plain SGD: momentum is not used.
 
-use super::{descend, Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{
+    descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Evaluation, Gradients, LocalContext,
+    ModelKind,
+};
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
 use crate::models::{evaluate, Architecture, LocalPlan};
 use rand_chacha::ChaCha20Rng;
@@ -60,16 +63,18 @@ pub struct Apfl {
     pub spec: ApflSpec,
 }
 
-/// The client's local model v (empty until it first trains) and its α.
+/// The client's local model v (empty until it first trains) and its α; during an update only,
+/// its copy w of the global model.
 #[derive(Clone, Debug)]
 pub struct ApflClient {
     pub local: Vec<f32>,
     pub alpha: f64,
+    pub global_copy: Vec<f32>,
 }
 
 impl super::Finite for ApflClient {
     fn is_finite(&self) -> bool {
-        self.local.is_finite() && self.alpha.is_finite()
+        self.local.is_finite() && self.alpha.is_finite() && self.global_copy.is_finite()
     }
 }
 
@@ -95,6 +100,7 @@ impl Algorithm for Apfl {
         ApflClient {
             local: Vec::new(),
             alpha: self.spec.alpha,
+            global_copy: Vec::new(),
         }
     }
 
@@ -115,38 +121,19 @@ impl Algorithm for Apfl {
         2 * plan.samples_processed(n_train)
     }
 
-    fn local_update(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        state: &mut ApflClient,
-        rng: &mut ChaCha20Rng,
-    ) -> ModelUpdate {
-        let mut w = global.clone();
-        if state.local.is_empty() {
-            state.local = global.clone();
-        }
-        let lr = ctx.lr;
-        let alpha_lr = self.spec.alpha_lr.unwrap_or(lr);
-        let (v, alpha) = (&mut state.local, &mut state.alpha);
-        ctx.for_each_batch(rng, |batch| {
-            let grad_w = batch.gradient(&w);
-            let grad_mixed = batch.gradient(&mix(*alpha, v, &w));
-            let grad_v: Vec<f32> = grad_mixed.iter().map(|g| g * *alpha as f32).collect();
-            if self.spec.adaptive {
-                let slope: f64 = v
-                    .iter()
-                    .zip(&w)
-                    .zip(&grad_mixed)
-                    .map(|((vi, wi), g)| ((vi - wi) * g) as f64)
-                    .sum();
-                *alpha = (*alpha - alpha_lr * slope).clamp(0.0, 1.0);
+    /// w starts from the global model and v from the client's last one (the global model at
+    /// first); each minibatch moves both, and α.
+    const BATCHWISE_UPDATE: Option<BatchwiseUpdate<Self>> = Some(BatchwiseUpdate {
+        plan: |_, plan| *plan,
+        begin: |_, _, global, client| {
+            client.global_copy = global.clone();
+            if client.local.is_empty() {
+                client.local = global.clone();
             }
-            descend(v, lr, &grad_v);
-            descend(&mut w, lr, &grad_w);
-        });
-        ModelUpdate::of(ctx, w)
-    }
+        },
+        step: Self::step,
+        finish: |_, ctx, _, client| ModelUpdate::of(ctx, std::mem::take(&mut client.global_copy)),
+    });
 
     model_update_aggregation!();
 
@@ -165,6 +152,42 @@ impl Algorithm for Apfl {
         ctx.evaluate_splits(ModelKind::Personalized, |view| {
             evaluate(ctx.arch, &personal, view)
         })
+    }
+}
+
+impl Apfl {
+    /// One minibatch, every move from the same point: w ← w − η·∇f(w), v ← v − η·α·∇f(v̄), and
+    /// with `adaptive` α ← α − η_α·⟨v − w, ∇f(v̄)⟩ in [0, 1].
+    fn step(&self, clients: &mut [BatchwiseClient<'_, Self>], batch: &dyn Gradients) {
+        let ws: Vec<&[f32]> = clients.iter().map(|c| &c.state.global_copy[..]).collect();
+        let grads_w = batch.gradients(&ws);
+        let mixed: Vec<Vec<f32>> = clients
+            .iter()
+            .map(|c| mix(c.state.alpha, &c.state.local, &c.state.global_copy))
+            .collect();
+        let mixed: Vec<&[f32]> = mixed.iter().map(|m| &m[..]).collect();
+        let grads_mixed = batch.gradients(&mixed);
+        for ((c, grad_w), grad_mixed) in clients.iter_mut().zip(grads_w).zip(grads_mixed) {
+            let lr = c.lr;
+            let alpha_lr = self.spec.alpha_lr.unwrap_or(lr);
+            let ApflClient {
+                local: v,
+                alpha,
+                global_copy: w,
+            } = &mut *c.state;
+            let grad_v: Vec<f32> = grad_mixed.iter().map(|g| g * *alpha as f32).collect();
+            if self.spec.adaptive {
+                let slope: f64 = v
+                    .iter()
+                    .zip(w.iter())
+                    .zip(&grad_mixed)
+                    .map(|((vi, wi), g)| ((vi - wi) * g) as f64)
+                    .sum();
+                *alpha = (*alpha - alpha_lr * slope).clamp(0.0, 1.0);
+            }
+            descend(v, lr, &grad_v);
+            descend(w, lr, &grad_w);
+        }
     }
 }
 
@@ -190,6 +213,7 @@ mod tests {
         let mut state = ApflClient {
             local: vec![2.0, 2.0],
             alpha: 0.5,
+            global_copy: Vec::new(),
         };
         let mut rng = ChaCha20Rng::seed_from_u64(0);
         let up = alg.local_update(&kit.ctx(), &vec![0.0, 0.0], &mut state, &mut rng);

@@ -32,13 +32,15 @@ pub use local::{Local, LocalSpec};
 pub use noop::{Noop, NoopSpec};
 pub use per_fedavg::{PerFedAvg, PerFedAvgSpec};
 pub use pfedme::{PFedMe, PFedMeSpec};
-pub use registry::{AlgorithmSettings, AlgorithmSpec, Capabilities, Population, Registration};
+pub use registry::{
+    trains_in_cohorts, AlgorithmSettings, AlgorithmSpec, Capabilities, Population, Registration,
+};
 
 use crate::data::Split;
 use crate::data::{FederatedData, SplitView};
 use crate::models::{
     for_each_batch, train_sgd, Architecture, Batch, EvalStats, LocalPlan, LocalWork, Objective,
-    Placement,
+    Placement, StackedBatch,
 };
 use rand_chacha::ChaCha20Rng;
 
@@ -315,8 +317,23 @@ pub trait Algorithm: Send + Sync + 'static {
         state: &mut Self::ClientState,
         rng: &mut ChaCha20Rng,
     ) -> Self::Update {
+        if let Some(batchwise) = Self::BATCHWISE_UPDATE {
+            (batchwise.begin)(self, ctx, global, state);
+            let plan = (batchwise.plan)(self, &ctx.training.plan);
+            for_each_batch(ctx.arch, ctx.train_view(), &plan, rng, |batch| {
+                let mut alone = [BatchwiseClient {
+                    state: &mut *state,
+                    lr: ctx.lr,
+                }];
+                (batchwise.step)(self, &mut alone, batch);
+            });
+            return (batchwise.finish)(self, ctx, global, state);
+        }
         let Some(sgd) = Self::SGD_UPDATE else {
-            unreachable!("an algorithm implements `local_update` or declares `SGD_UPDATE`")
+            unreachable!(
+                "an algorithm implements `local_update` or declares `SGD_UPDATE` or \
+                 `BATCHWISE_UPDATE`"
+            )
         };
         let mut runs = (sgd.begin)(self, ctx, global, state, rng);
         for run in &mut runs {
@@ -329,6 +346,11 @@ pub trait Algorithm: Send + Sync + 'static {
     /// a round's clients train as one stacked computation (`training.cohorts`). `None`: the
     /// algorithm has its own update rule and trains each client alone.
     const SGD_UPDATE: Option<SgdUpdate<Self>> = None;
+
+    /// The update as a rule applied minibatch by minibatch, if it is one (pFedMe, APFL,
+    /// Per-FedAvg): declaring it lets a round's clients take each minibatch step together, their
+    /// gradient queries answered by one stacked computation (`training.cohorts`).
+    const BATCHWISE_UPDATE: Option<BatchwiseUpdate<Self>> = None;
 
     /// Samples a client's local work processes (what the device model charges time for), for
     /// `n_train` training rows. One pass of the plan unless the algorithm does more.
@@ -447,6 +469,47 @@ pub type SgdFinish<A> = fn(
     &mut <A as Algorithm>::ClientState,
     Vec<SgdRun>,
 ) -> <A as Algorithm>::Update;
+
+/// A client's update made step by step over the minibatches of a local plan, by the algorithm's
+/// own rule. `begin` puts what the update works on into the client's state (from the global
+/// model; it draws nothing); `step` moves the states of the clients that have a minibatch at a
+/// step, asking `batch` for the gradients it needs (one vector per client per query, in the
+/// clients' order: alone, one client; in a cohort, all the step's clients at once); `finish`
+/// makes the update from the state and leaves the state to keep. The minibatches come from the
+/// client's stream as [`for_each_batch`] draws them. None of them may depend on anything but
+/// its arguments, and `step` must treat each client as it would alone.
+pub struct BatchwiseUpdate<A: Algorithm + ?Sized> {
+    /// The plan whose minibatches the update steps over, from the round's plan.
+    pub plan: fn(&A, &LocalPlan) -> LocalPlan,
+    pub begin: fn(&A, &LocalContext<'_>, &A::Global, &mut A::ClientState),
+    pub step: fn(&A, &mut [BatchwiseClient<'_, A>], &dyn Gradients),
+    pub finish: fn(&A, &LocalContext<'_>, &A::Global, &mut A::ClientState) -> A::Update,
+}
+
+/// One client of a [`BatchwiseUpdate`] step: its state and its learning rate this round.
+pub struct BatchwiseClient<'s, A: Algorithm + ?Sized> {
+    pub state: &'s mut A::ClientState,
+    pub lr: f64,
+}
+
+/// A minibatch step's gradient queries: for each client of the step, the gradient of the mean
+/// loss of its own minibatch at the parameters given for it, plus the plan's weight decay
+/// times those parameters (the L2 term PyTorch's SGD adds).
+pub trait Gradients {
+    fn gradients(&self, params: &[&[f32]]) -> Vec<Vec<f32>>;
+}
+
+impl Gradients for Batch<'_> {
+    fn gradients(&self, params: &[&[f32]]) -> Vec<Vec<f32>> {
+        params.iter().map(|p| self.gradient(p)).collect()
+    }
+}
+
+impl Gradients for StackedBatch<'_> {
+    fn gradients(&self, params: &[&[f32]]) -> Vec<Vec<f32>> {
+        StackedBatch::gradients(self, params)
+    }
+}
 
 /// Combines stale updates, each with the model it started from and a staleness factor, in
 /// increasing client order: the server moves by `server_lr` times the factor-weighted average

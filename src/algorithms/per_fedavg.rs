@@ -8,7 +8,10 @@
 //! pairs (2R minibatches); with local epochs, consecutive minibatches of each pass are paired
 //! (an odd last one is left out). Plain SGD: momentum is not used.
 
-use super::{descend, Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{
+    descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Evaluation, Gradients, LocalContext,
+    ModelKind,
+};
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
 use crate::models::{evaluate, for_each_batch, Architecture, LocalPlan, LocalWork};
 use rand_chacha::ChaCha20Rng;
@@ -54,16 +57,32 @@ fn paired(plan: &LocalPlan) -> LocalPlan {
     LocalPlan { work, ..*plan }
 }
 
+/// What a Per-FedAvg client works on during an update (nothing is kept between rounds): its copy
+/// w of the global model, and the trial step w̃ between the two minibatches of a pair.
+#[derive(Clone, Debug, Default)]
+pub struct PerFedAvgClient {
+    pub global_copy: Vec<f32>,
+    pub trial: Option<Vec<f32>>,
+}
+
+impl super::Finite for PerFedAvgClient {
+    fn is_finite(&self) -> bool {
+        self.global_copy.is_finite() && self.trial.as_ref().is_none_or(|t| t.is_finite())
+    }
+}
+
 impl Algorithm for PerFedAvg {
     type Global = Vec<f32>;
-    type ClientState = ();
+    type ClientState = PerFedAvgClient;
     type Update = ModelUpdate;
 
     fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Vec<f32> {
         arch.init(rng)
     }
 
-    fn init_client(&self, _: &Vec<f32>, _: u32) {}
+    fn init_client(&self, _: &Vec<f32>, _: u32) -> PerFedAvgClient {
+        PerFedAvgClient::default()
+    }
 
     fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
         vec![global.clone()]
@@ -81,32 +100,19 @@ impl Algorithm for PerFedAvg {
         paired(plan).samples_processed(n_train)
     }
 
-    fn local_update(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        _: &mut (),
-        rng: &mut ChaCha20Rng,
-    ) -> ModelUpdate {
-        let mut w = global.clone();
-        let mut trial: Option<Vec<f32>> = None;
-        let plan = paired(&ctx.training.plan);
-        for_each_batch(
-            ctx.arch,
-            ctx.train_view(),
-            &plan,
-            rng,
-            |batch| match trial.take() {
-                None => {
-                    let mut t = w.clone();
-                    descend(&mut t, self.spec.inner_lr, &batch.gradient(&w));
-                    trial = Some(t);
-                }
-                Some(t) => descend(&mut w, ctx.lr, &batch.gradient(&t)),
-            },
-        );
-        ModelUpdate::of(ctx, w)
-    }
+    /// Minibatches in pairs: the first makes the trial step, the second moves w.
+    const BATCHWISE_UPDATE: Option<BatchwiseUpdate<Self>> = Some(BatchwiseUpdate {
+        plan: |_, plan| paired(plan),
+        begin: |_, _, global, client| {
+            client.global_copy = global.clone();
+            client.trial = None;
+        },
+        step: Self::step,
+        finish: |_, ctx, _, client| {
+            client.trial = None;
+            ModelUpdate::of(ctx, std::mem::take(&mut client.global_copy))
+        },
+    });
 
     model_update_aggregation!();
 
@@ -114,7 +120,7 @@ impl Algorithm for PerFedAvg {
         &self,
         ctx: &LocalContext<'_>,
         global: &Vec<f32>,
-        _: &(),
+        _: &PerFedAvgClient,
         rng: &mut ChaCha20Rng,
     ) -> Vec<Evaluation> {
         let one_step = LocalPlan {
@@ -128,6 +134,28 @@ impl Algorithm for PerFedAvg {
         ctx.evaluate_splits(ModelKind::Personalized, |view| {
             evaluate(ctx.arch, &adapted, view)
         })
+    }
+}
+
+impl PerFedAvg {
+    /// The first minibatch of a pair: w̃ = w − α·∇f(w; D); the second: w ← w − β·∇f(w̃; D').
+    fn step(&self, clients: &mut [BatchwiseClient<'_, Self>], batch: &dyn Gradients) {
+        let points: Vec<&[f32]> = clients
+            .iter()
+            .map(|c| c.state.trial.as_deref().unwrap_or(&c.state.global_copy))
+            .collect();
+        let gradients = batch.gradients(&points);
+        for (c, gradient) in clients.iter_mut().zip(gradients) {
+            let PerFedAvgClient { global_copy, trial } = &mut *c.state;
+            match trial.take() {
+                None => {
+                    let mut t = global_copy.clone();
+                    descend(&mut t, self.spec.inner_lr, &gradient);
+                    *trial = Some(t);
+                }
+                Some(_) => descend(global_copy, c.lr, &gradient),
+            }
+        }
     }
 }
 
@@ -146,7 +174,9 @@ mod tests {
             spec: PerFedAvgSpec { inner_lr: 1.0 },
         };
         let mut rng = ChaCha20Rng::seed_from_u64(0);
-        let up = alg.local_update(&kit.ctx(), &vec![0.0, 0.0], &mut (), &mut rng);
+        let mut client = PerFedAvgClient::default();
+        let up = alg.local_update(&kit.ctx(), &vec![0.0, 0.0], &mut client, &mut rng);
+        assert!(client.global_copy.is_empty() && client.trial.is_none());
         let want = (-0.1 * (1.0 / (1.0 + (-1.0f64).exp()) - 1.0)) as f32;
         assert!(
             close(&up.params, &[want, want], 1e-6),

@@ -10,7 +10,10 @@
 //! Settings: R = `training.local_steps`, |D| = `training.batch_size`, η = `training.lr` (and
 //! its schedule), S = `sampling`; λ, K, η_p and β here. Plain SGD: momentum is not used.
 
-use super::{descend, weighted_average, Algorithm, Evaluation, LocalContext, ModelKind};
+use super::{
+    descend, weighted_average, Algorithm, BatchwiseClient, BatchwiseUpdate, Evaluation, Gradients,
+    LocalContext, ModelKind,
+};
 use crate::models::{evaluate, Architecture, LocalPlan};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -89,10 +92,23 @@ pub struct PFedMe {
     pub spec: PFedMeSpec,
 }
 
+/// What a pFedMe client keeps: θ, its personalized model of its last round (empty before it
+/// first trains); and, during an update only, its local model w_i.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PFedMeClient {
+    pub theta: Vec<f32>,
+    pub local: Vec<f32>,
+}
+
+impl super::Finite for PFedMeClient {
+    fn is_finite(&self) -> bool {
+        self.theta.is_finite() && self.local.is_finite()
+    }
+}
+
 impl Algorithm for PFedMe {
     type Global = Vec<f32>;
-    /// θ, the personalized model of the client's last round (empty before it first trains).
-    type ClientState = Vec<f32>;
+    type ClientState = PFedMeClient;
     /// The local model w_i after R local rounds.
     type Update = Vec<f32>;
 
@@ -100,8 +116,8 @@ impl Algorithm for PFedMe {
         arch.init(rng)
     }
 
-    fn init_client(&self, _: &Vec<f32>, _: u32) -> Vec<f32> {
-        Vec::new()
+    fn init_client(&self, _: &Vec<f32>, _: u32) -> PFedMeClient {
+        PFedMeClient::default()
     }
 
     fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
@@ -124,34 +140,16 @@ impl Algorithm for PFedMe {
         self.spec.all_clients_train
     }
 
-    fn local_update(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        theta: &mut Vec<f32>,
-        rng: &mut ChaCha20Rng,
-    ) -> Vec<f32> {
-        let (lambda, eta_p, eta) = (self.spec.lambda as f32, self.spec.personal_lr, ctx.lr);
-        let mut w = global.clone();
-        *theta = global.clone();
-        ctx.for_each_batch(rng, |batch| {
-            for _ in 0..self.spec.inner_steps {
-                let mut direction = batch.gradient(theta);
-                direction
-                    .iter_mut()
-                    .zip(theta.iter().zip(&w))
-                    .for_each(|(d, (t, wi))| *d += lambda * (t - wi));
-                descend(theta, eta_p, &direction);
-            }
-            let pull: Vec<f32> = w
-                .iter()
-                .zip(theta.iter())
-                .map(|(wi, t)| lambda * (wi - t))
-                .collect();
-            descend(&mut w, eta, &pull);
-        });
-        w
-    }
+    /// θ and w_i start from w; each minibatch, K steps on θ then one on w_i.
+    const BATCHWISE_UPDATE: Option<BatchwiseUpdate<Self>> = Some(BatchwiseUpdate {
+        plan: |_, plan| *plan,
+        begin: |_, _, global, client| {
+            client.theta = global.clone();
+            client.local = global.clone();
+        },
+        step: Self::step,
+        finish: |_, _, _, client| std::mem::take(&mut client.local),
+    });
 
     fn aggregate(&self, global: &Vec<f32>, updates: &[(u32, Vec<f32>)]) -> Vec<f32> {
         let mean = weighted_average(updates.iter().map(|(_, w)| (1.0, &w[..])));
@@ -170,25 +168,57 @@ impl Algorithm for PFedMe {
         ctx: &LocalContext<'_>,
         global: &Vec<f32>,
         rng: &mut ChaCha20Rng,
-    ) -> Vec<f32> {
-        let mut theta = Vec::new();
-        self.local_update(ctx, global, &mut theta, rng);
-        theta
+    ) -> PFedMeClient {
+        let mut client = PFedMeClient::default();
+        self.local_update(ctx, global, &mut client, rng);
+        client
     }
 
     fn evaluate(
         &self,
         ctx: &LocalContext<'_>,
         global: &Vec<f32>,
-        theta: &Vec<f32>,
+        client: &PFedMeClient,
         _: &mut ChaCha20Rng,
     ) -> Vec<Evaluation> {
-        let personal = if theta.is_empty() { global } else { theta };
+        let personal = if client.theta.is_empty() {
+            global
+        } else {
+            &client.theta
+        };
         let mut out = ctx.evaluate_splits(ModelKind::Global, |v| evaluate(ctx.arch, global, v));
         out.extend(
             ctx.evaluate_splits(ModelKind::Personalized, |v| evaluate(ctx.arch, personal, v)),
         );
         out
+    }
+}
+
+impl PFedMe {
+    /// One minibatch: K steps θ ← θ − η_p·(∇f(θ; D) + λ(θ − w_i)), then w_i ← w_i − η·λ·(w_i − θ).
+    fn step(&self, clients: &mut [BatchwiseClient<'_, Self>], batch: &dyn Gradients) {
+        let (lambda, eta_p) = (self.spec.lambda as f32, self.spec.personal_lr);
+        for _ in 0..self.spec.inner_steps {
+            let thetas: Vec<&[f32]> = clients.iter().map(|c| &c.state.theta[..]).collect();
+            let gradients = batch.gradients(&thetas);
+            for (c, mut direction) in clients.iter_mut().zip(gradients) {
+                let PFedMeClient { theta, local } = &mut *c.state;
+                direction
+                    .iter_mut()
+                    .zip(theta.iter().zip(local.iter()))
+                    .for_each(|(d, (t, wi))| *d += lambda * (t - wi));
+                descend(theta, eta_p, &direction);
+            }
+        }
+        for c in clients {
+            let PFedMeClient { theta, local } = &mut *c.state;
+            let pull: Vec<f32> = local
+                .iter()
+                .zip(theta.iter())
+                .map(|(wi, t)| lambda * (wi - t))
+                .collect();
+            descend(local, c.lr, &pull);
+        }
     }
 }
 
@@ -213,10 +243,12 @@ mod tests {
                 all_clients_train: true,
             },
         };
-        let mut theta = Vec::new();
+        let mut client = PFedMeClient::default();
         let mut rng = ChaCha20Rng::seed_from_u64(0);
-        let w = alg.local_update(&kit.ctx(), &vec![0.0, 0.0], &mut theta, &mut rng);
-        assert!(close(&theta, &[0.05, 0.05], 1e-7), "{theta:?}");
+        let w = alg.local_update(&kit.ctx(), &vec![0.0, 0.0], &mut client, &mut rng);
+        let theta = &client.theta;
+        assert!(close(theta, &[0.05, 0.05], 1e-7), "{theta:?}");
+        assert!(client.local.is_empty(), "w_i is not kept");
         assert!(close(&w, &[0.005, 0.005], 1e-7), "{w:?}");
         // K = 2: the second step sees θ = 0.05: ∇f = σ(0.1) − 1 per coordinate, plus λ·0.05.
         let alg2 = PFedMe {
@@ -225,10 +257,11 @@ mod tests {
                 ..alg.spec.clone()
             },
         };
-        alg2.local_update(&kit.ctx(), &vec![0.0, 0.0], &mut theta, &mut rng);
+        alg2.local_update(&kit.ctx(), &vec![0.0, 0.0], &mut client, &mut rng);
         let g = 1.0 / (1.0 + (-0.1f64).exp()) - 1.0 + 0.05;
         let want = (0.05 - 0.1 * g) as f32;
-        assert!(close(&theta, &[want, want], 1e-6), "{theta:?} vs {want}");
+        let theta = &client.theta;
+        assert!(close(theta, &[want, want], 1e-6), "{theta:?} vs {want}");
     }
 
     #[test]

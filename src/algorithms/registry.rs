@@ -117,8 +117,14 @@ pub struct Capabilities {
     /// Combines updates computed from older models (FedBuff, late updates).
     pub stale_updates: bool,
     /// Its clients can train in cohorts, as one stacked computation (`training.cohorts`): its
-    /// update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]), with a server or on peers.
+    /// update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]) or of minibatch steps by its
+    /// own rule ([`Algorithm::BATCHWISE_UPDATE`]), with a server or on peers.
     pub cohorts: bool,
+}
+
+/// Whether the algorithm declares an update that cohorts can train.
+pub const fn trains_in_cohorts<A: Algorithm>() -> bool {
+    A::SGD_UPDATE.is_some() || A::BATCHWISE_UPDATE.is_some()
 }
 
 /// One line of the registry: a name, what the algorithm can do, how its settings are read and
@@ -140,7 +146,7 @@ impl Registration {
             capabilities: Capabilities {
                 decentralized: false,
                 stale_updates: <S::Algorithm as Algorithm>::STALE_UPDATES.is_some(),
-                cohorts: <S::Algorithm as Algorithm>::SGD_UPDATE.is_some(),
+                cohorts: trains_in_cohorts::<S::Algorithm>(),
             },
             parse: parse::<S>,
             launch: launch_server::<S>,
@@ -158,7 +164,7 @@ impl Registration {
             capabilities: Capabilities {
                 decentralized: true,
                 stale_updates: false,
-                cohorts: <S::Algorithm as Algorithm>::SGD_UPDATE.is_some(),
+                cohorts: trains_in_cohorts::<S::Algorithm>(),
             },
             parse: parse::<S>,
             launch: launch_peers::<S>,
@@ -419,12 +425,13 @@ mod tests {
             "clustered",
             "fedgmm",
             "ditto",
+            "pfedme",
+            "apfl",
+            "per_fedavg",
         ] {
             assert!(get(name).cohorts, "{name} trains in cohorts");
         }
-        for name in ["pfedme", "apfl", "per_fedavg"] {
-            assert!(!get(name).cohorts, "{name} trains each client alone");
-        }
+        assert!(!get("noop").cohorts, "noop trains nothing");
         assert!(get("d_psgd").decentralized && get("d_fedem").decentralized);
         assert_eq!(
             Registration::names_where(|c| c.decentralized),

@@ -9,6 +9,7 @@
 
 mod device;
 mod gaussian;
+mod mobilenet;
 mod sgd;
 mod stacked;
 
@@ -18,7 +19,9 @@ pub use sgd::{
     confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch,
     EvalStats, Gates, LocalPlan, LocalWork, Objective, Pass, TrainStats,
 };
-pub use stacked::{train_sgd_stacked, StackedRun};
+pub use stacked::{
+    for_each_stacked_batch, train_sgd_stacked, BatchwiseRun, StackedBatch, StackedRun,
+};
 
 pub use crate::data::InputShape;
 
@@ -57,6 +60,37 @@ pub enum ModelSpec {
         #[serde(default = "default_lstm_layers")]
         layers: usize,
     },
+    /// MobileNet-v2 as torchvision builds it (inverted residual blocks, ReLU6, global average
+    /// pooling, dropout, dense classifier), with its width multiplier and initialisation; for
+    /// colour images such as CIFAR. Normalisation layers hold no running statistics (see
+    /// [`Normalization`]), so every parameter is a trained one and every algorithm works on it.
+    MobilenetV2 {
+        #[serde(default = "default_width")]
+        width: f64,
+        #[serde(default)]
+        norm: Normalization,
+        #[serde(default = "default_mobilenet_dropout")]
+        dropout: f64,
+    },
+}
+
+/// The normalisation layers of a model that has them (MobileNet-v2).
+///
+/// Neither keeps running statistics. Batch norm's running mean and variance are state that no
+/// gradient trains; held among the parameters, every algorithm's own arithmetic (proximal
+/// terms, pFedMe's personal update, Clustered FL's update similarities, momentum, weight decay)
+/// would have to treat them apart, and the FedEM authors' code averages them like weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Normalization {
+    /// Batch norm with the batch's statistics in training and evaluation alike (PyTorch's
+    /// `track_running_stats=False`): an evaluated row is normalised with the rows it is
+    /// evaluated with (a client's whole split).
+    #[default]
+    Batch,
+    /// Group norm (Wu and He 2018), gcd(channels, 32) groups: no dependence on other rows, as
+    /// Hsieh et al. (2020) recommend for non-IID federated learning.
+    Group,
 }
 
 fn default_small_cnn_dropout() -> f64 {
@@ -70,6 +104,12 @@ fn default_lstm_hidden() -> usize {
 }
 fn default_lstm_layers() -> usize {
     2
+}
+fn default_width() -> f64 {
+    1.0
+}
+fn default_mobilenet_dropout() -> f64 {
+    0.2
 }
 
 impl ModelSpec {
@@ -100,6 +140,14 @@ impl ModelSpec {
             .map_or(Ok(()), |(field, _)| {
                 Err((field.into(), "must be at least 1".into()))
             }),
+            ModelSpec::MobilenetV2 { width, .. } if !(*width > 0.0 && *width <= 4.0) => Err((
+                "width".into(),
+                format!("must be in (0, 4] (torchvision's width multiplier), got {width}"),
+            )),
+            ModelSpec::MobilenetV2 { dropout, .. } if !(0.0..1.0).contains(dropout) => Err((
+                "dropout".into(),
+                format!("must be in [0, 1), got {dropout}"),
+            )),
             _ => Ok(()),
         }
     }
@@ -118,6 +166,7 @@ impl ModelSpec {
             }
             ModelSpec::Cnn => "cnn",
             ModelSpec::SmallCnn { .. } => "small_cnn",
+            ModelSpec::MobilenetV2 { .. } => "mobilenet_v2",
         };
         let InputShape::Image(image) = shape else {
             return Err(format!(
@@ -127,6 +176,7 @@ impl ModelSpec {
         };
         let needed = match self {
             ModelSpec::Cnn => 16,
+            ModelSpec::MobilenetV2 { .. } => 1,
             _ => 6,
         };
         if image[1] < needed || image[2] < needed {
@@ -147,13 +197,32 @@ enum Layer {
         inputs: usize,
         outputs: usize,
     },
-    /// 2-D convolution, stride 1, no padding, square kernel.
+    /// 2-D convolution with a square kernel; `groups` split the channels (depthwise when it
+    /// equals both channel counts); a bias when `bias`.
     Conv {
         inputs: usize,
         outputs: usize,
         kernel: usize,
+        stride: usize,
+        padding: usize,
+        groups: usize,
+        bias: bool,
+    },
+    /// Normalisation over `channels` channels with a trained scale and shift (see
+    /// [`Normalization`]).
+    Norm {
+        channels: usize,
+        kind: Normalization,
     },
     Relu,
+    /// min(max(x, 0), 6).
+    Relu6,
+    /// Keeps the activation for the next [`Layer::AddSaved`] (a residual connection's start).
+    Save,
+    /// Adds the activation kept by [`Layer::Save`].
+    AddSaved,
+    /// Mean over each channel's pixels: `[C, H, W]` to `[C, 1, 1]`.
+    GlobalAvgPool,
     /// 2×2 max pooling, stride 2.
     MaxPool,
     /// Zeroes each activation with probability `p` in training (masks from the job's stream)
@@ -175,11 +244,25 @@ enum Layer {
     },
 }
 
-/// How a parameter tensor is initialised (PyTorch's defaults).
+/// How a parameter tensor is initialised.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Init {
+    /// U(−b, b).
     Uniform(f32),
-    Normal,
+    /// N(0, σ²).
+    Normal(f32),
+    Constant(f32),
+}
+
+/// Which initialisation a model's layers follow.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum InitScheme {
+    /// PyTorch's layer defaults: U(−1/√fan_in, 1/√fan_in) for dense and conv weights and
+    /// biases, U(−1/√hidden, 1/√hidden) for LSTM tensors, N(0, 1) for embeddings.
+    LayerDefaults,
+    /// torchvision's MobileNet-v2: conv weights N(0, 2/fan_out) (Kaiming, fan-out), dense
+    /// weights N(0, 0.01²), biases 0.
+    Torchvision,
 }
 
 /// A concrete model: layers for a given input shape and number of classes.
@@ -189,6 +272,9 @@ pub struct Architecture {
     pub classes: usize,
     input: InputShape,
     layers: Vec<Layer>,
+    init: InitScheme,
+    /// What [`Architecture::summary`] says instead of listing the layers (a deep network's).
+    name: Option<String>,
 }
 
 impl Architecture {
@@ -205,8 +291,13 @@ impl Architecture {
             inputs,
             outputs,
             kernel,
+            stride: 1,
+            padding: 0,
+            groups: 1,
+            bias: true,
         };
         let mut layers = Vec::new();
+        let (mut init, mut name) = (InitScheme::LayerDefaults, None);
         match spec {
             ModelSpec::Linear | ModelSpec::Mlp { .. } => {
                 let mut widths = vec![input.len()];
@@ -274,14 +365,28 @@ impl Architecture {
                         dense(2048, outputs),
                     ]);
                 }
-                layers.retain(|l| !matches!(l, Layer::Dropout { p } if *p == 0.0));
+            }
+            &ModelSpec::MobilenetV2 {
+                width,
+                norm,
+                dropout,
+            } => {
+                let InputShape::Image([c, ..]) = input else {
+                    panic!("a convolutional model needs image inputs (checked by the scenario)");
+                };
+                layers = mobilenet::layers(c, width, norm, dropout, outputs);
+                init = InitScheme::Torchvision;
+                name = Some(mobilenet::summary(width, norm, dropout, &layers));
             }
         }
+        layers.retain(|l| !matches!(l, Layer::Dropout { p } if *p == 0.0));
         Architecture {
             input_dim: input.len(),
             classes,
             input,
             layers,
+            init,
+            name,
         }
     }
 
@@ -291,29 +396,54 @@ impl Architecture {
     }
 
     /// Every parameter tensor's shape and initialisation, in parameter order: a dense or conv
-    /// layer's weight then bias; an embedding's weight; each LSTM layer's `weight_ih`,
-    /// `weight_hh`, `bias_ih`, `bias_hh` (PyTorch's order).
+    /// layer's weight then bias; a normalisation's scale then shift; an embedding's weight;
+    /// each LSTM layer's `weight_ih`, `weight_hh`, `bias_ih`, `bias_hh` (PyTorch's order).
     fn parameter_shapes(&self) -> Vec<(Vec<i64>, Init)> {
+        let torchvision = self.init == InitScheme::Torchvision;
         let mut out = Vec::new();
         for l in &self.layers {
             match *l {
                 Layer::Dense { inputs, outputs } => {
                     let bound = Init::Uniform(1.0 / (inputs as f32).sqrt());
-                    out.push((vec![outputs as i64, inputs as i64], bound));
-                    out.push((vec![outputs as i64], bound));
+                    let (weight, bias) = match torchvision {
+                        true => (Init::Normal(0.01), Init::Constant(0.0)),
+                        false => (bound, bound),
+                    };
+                    out.push((vec![outputs as i64, inputs as i64], weight));
+                    out.push((vec![outputs as i64], bias));
                 }
                 Layer::Conv {
                     inputs,
                     outputs,
                     kernel,
+                    groups,
+                    bias,
+                    ..
                 } => {
-                    let bound = Init::Uniform(1.0 / ((inputs * kernel * kernel) as f32).sqrt());
-                    let (i, o, k) = (inputs as i64, outputs as i64, kernel as i64);
-                    out.push((vec![o, i, k, k], bound));
-                    out.push((vec![o], bound));
+                    let fan_in = inputs / groups * kernel * kernel;
+                    let bound = Init::Uniform(1.0 / (fan_in as f32).sqrt());
+                    let (weight, shift) = match torchvision {
+                        true => {
+                            let fan_out = outputs * kernel * kernel;
+                            (
+                                Init::Normal((2.0 / fan_out as f32).sqrt()),
+                                Init::Constant(0.0),
+                            )
+                        }
+                        false => (bound, bound),
+                    };
+                    let (i, o, k) = ((inputs / groups) as i64, outputs as i64, kernel as i64);
+                    out.push((vec![o, i, k, k], weight));
+                    if bias {
+                        out.push((vec![o], shift));
+                    }
+                }
+                Layer::Norm { channels, .. } => {
+                    out.push((vec![channels as i64], Init::Constant(1.0)));
+                    out.push((vec![channels as i64], Init::Constant(0.0)));
                 }
                 Layer::Embedding { vocab, dim } => {
-                    out.push((vec![vocab as i64, dim as i64], Init::Normal))
+                    out.push((vec![vocab as i64, dim as i64], Init::Normal(1.0)))
                 }
                 Layer::Lstm {
                     inputs,
@@ -330,10 +460,53 @@ impl Architecture {
                         out.push((vec![h4], bound));
                     }
                 }
-                Layer::Relu | Layer::MaxPool | Layer::Dropout { .. } => {}
+                Layer::Relu
+                | Layer::Relu6
+                | Layer::MaxPool
+                | Layer::Dropout { .. }
+                | Layer::Save
+                | Layer::AddSaved
+                | Layer::GlobalAvgPool => {}
             }
         }
         out
+    }
+
+    /// The shape of one row's activation after `layer`, from its shape before: `[features]`
+    /// for flat activations, `[channels, height, width]` for images.
+    fn next_shape(layer: &Layer, shape: &[usize]) -> Vec<usize> {
+        match *layer {
+            Layer::Dense { outputs, .. } => vec![outputs],
+            Layer::Conv {
+                outputs,
+                kernel,
+                stride,
+                padding,
+                ..
+            } => {
+                let side = |s: usize| (s + 2 * padding - kernel) / stride + 1;
+                vec![outputs, side(shape[1]), side(shape[2])]
+            }
+            Layer::MaxPool => vec![shape[0], shape[1] / 2, shape[2] / 2],
+            Layer::GlobalAvgPool => vec![shape[0], 1, 1],
+            Layer::Lstm { hidden, .. } => vec![hidden],
+            Layer::Embedding { .. }
+            | Layer::Relu
+            | Layer::Relu6
+            | Layer::Norm { .. }
+            | Layer::Dropout { .. }
+            | Layer::Save
+            | Layer::AddSaved => shape.to_vec(),
+        }
+    }
+
+    /// One row's input shape as [`Architecture::next_shape`] takes it.
+    fn input_shape(&self) -> Vec<usize> {
+        match self.input {
+            InputShape::Flat(d) => vec![d],
+            InputShape::Image(s) => s.to_vec(),
+            InputShape::Tokens { .. } => vec![1],
+        }
     }
 
     pub fn num_params(&self) -> usize {
@@ -345,33 +518,28 @@ impl Architecture {
 
     /// Multiply-adds ×2 of one forward pass of one row (a training step costs about three
     /// times this): what `describe` reports and `flops_per_second` devices are charged.
+    /// Normalisation, activations and pooling are not counted.
     pub fn flops_per_sample(&self) -> u64 {
         let steps = match self.input {
             InputShape::Tokens { len, .. } => len,
             _ => 1,
         };
-        let mut shape = match self.input {
-            InputShape::Flat(d) => [d, 1, 1],
-            InputShape::Image(s) => s,
-            InputShape::Tokens { .. } => [1, 1, 1],
-        };
+        let mut shape = self.input_shape();
         let mut flops = 0u64;
         for l in &self.layers {
+            let next = Self::next_shape(l, &shape);
             match *l {
-                Layer::Dense { inputs, outputs } => {
-                    flops += 2 * (inputs * outputs) as u64;
-                    shape = [outputs, 1, 1];
-                }
+                Layer::Dense { inputs, outputs } => flops += 2 * (inputs * outputs) as u64,
                 Layer::Conv {
                     inputs,
                     outputs,
                     kernel,
+                    groups,
+                    ..
                 } => {
-                    let (h, w) = (shape[1] + 1 - kernel, shape[2] + 1 - kernel);
-                    flops += 2 * (inputs * kernel * kernel * outputs * h * w) as u64;
-                    shape = [outputs, h, w];
+                    let per_pixel = inputs / groups * kernel * kernel * outputs;
+                    flops += 2 * (per_pixel * next[1] * next[2]) as u64;
                 }
-                Layer::MaxPool => shape = [shape[0], shape[1] / 2, shape[2] / 2],
                 Layer::Lstm {
                     inputs,
                     hidden,
@@ -384,16 +552,19 @@ impl Architecture {
                         })
                         .sum();
                     flops += 2 * (per_step * steps) as u64;
-                    shape = [hidden, 1, 1];
                 }
-                Layer::Relu | Layer::Dropout { .. } | Layer::Embedding { .. } => {}
+                _ => {}
             }
+            shape = next;
         }
         flops
     }
 
     /// A short description of the layers, for `describe`.
     pub fn summary(&self) -> String {
+        if let Some(name) = &self.name {
+            return name.clone();
+        }
         let parts: Vec<String> = self
             .layers
             .iter()
@@ -403,9 +574,26 @@ impl Architecture {
                     inputs,
                     outputs,
                     kernel,
-                } => format!("conv {kernel}×{kernel} {inputs}→{outputs}"),
+                    stride,
+                    groups,
+                    ..
+                } => {
+                    let mut s = format!("conv {kernel}×{kernel} {inputs}→{outputs}");
+                    if stride > 1 {
+                        s += &format!(" stride {stride}");
+                    }
+                    if groups > 1 {
+                        s += &format!(" in {groups} groups");
+                    }
+                    s
+                }
+                Layer::Norm { kind, .. } => format!("{kind:?} norm").to_lowercase(),
                 Layer::Relu => "relu".into(),
+                Layer::Relu6 => "relu6".into(),
                 Layer::MaxPool => "max-pool 2".into(),
+                Layer::GlobalAvgPool => "global average pool".into(),
+                Layer::Save => "(residual".into(),
+                Layer::AddSaved => "+ residual)".into(),
                 Layer::Dropout { p } => format!("dropout {p}"),
                 Layer::Embedding { vocab, dim } => format!("embedding {vocab}→{dim}"),
                 Layer::Lstm {
@@ -418,19 +606,18 @@ impl Architecture {
         parts.join(", ")
     }
 
-    /// PyTorch's default initialisation, drawn from `rng` in parameter order: U(−1/√fan_in,
-    /// 1/√fan_in) for dense and conv weights and biases (fan_in = inputs × kernel area),
-    /// U(−1/√hidden, 1/√hidden) for LSTM tensors, N(0, 1) for embeddings.
+    /// The initial parameters, drawn from `rng` in parameter order (see [`InitScheme`]).
     pub fn init(&self, rng: &mut impl Rng) -> Vec<f32> {
         let mut flat = Vec::with_capacity(self.num_params());
         for (shape, init) in self.parameter_shapes() {
             let n = shape.iter().product::<i64>() as usize;
             match init {
                 Init::Uniform(bound) => flat.extend((0..n).map(|_| rng.gen_range(-bound..bound))),
-                Init::Normal => flat.extend((0..n).map(|_| {
+                Init::Normal(sigma) => flat.extend((0..n).map(|_| {
                     let z: f32 = StandardNormal.sample(rng);
-                    z
+                    z * sigma
                 })),
+                Init::Constant(c) => flat.resize(flat.len() + n, c),
             }
         }
         flat
@@ -512,7 +699,11 @@ impl Architecture {
                     out.push(rest.next().expect("a weight").tr());
                     out.push(rest.next().expect("a bias").shallow_clone());
                 }
-                Layer::Conv { .. } => {
+                Layer::Conv { bias, .. } => {
+                    let tensors = 1 + *bias as usize;
+                    out.extend(rest.by_ref().take(tensors).map(Tensor::shallow_clone));
+                }
+                Layer::Norm { .. } => {
                     out.extend(rest.by_ref().take(2).map(Tensor::shallow_clone));
                 }
                 Layer::Embedding { .. } => {
@@ -521,7 +712,13 @@ impl Architecture {
                 Layer::Lstm { layers, .. } => {
                     out.extend(rest.by_ref().take(4 * layers).map(Tensor::shallow_clone));
                 }
-                Layer::Relu | Layer::MaxPool | Layer::Dropout { .. } => {}
+                Layer::Relu
+                | Layer::Relu6
+                | Layer::MaxPool
+                | Layer::Dropout { .. }
+                | Layer::Save
+                | Layer::AddSaved
+                | Layer::GlobalAvgPool => {}
             }
         }
         out
@@ -533,38 +730,26 @@ impl Architecture {
         if !self.has_dropout() {
             return Vec::new();
         }
-        let mut shape = match self.input {
-            InputShape::Flat(d) => vec![d],
-            InputShape::Image(s) => s.to_vec(),
-            InputShape::Tokens { .. } => vec![1],
-        };
+        let mut shape = self.input_shape();
         let mut masks = Vec::new();
         for l in &self.layers {
-            match *l {
-                Layer::Dense { outputs, .. } => shape = vec![outputs],
-                Layer::Conv {
-                    outputs, kernel, ..
-                } => shape = vec![outputs, shape[1] + 1 - kernel, shape[2] + 1 - kernel],
-                Layer::MaxPool => shape = vec![shape[0], shape[1] / 2, shape[2] / 2],
-                Layer::Lstm { hidden, .. } => shape = vec![hidden],
-                Layer::Relu | Layer::Embedding { .. } => {}
-                Layer::Dropout { p } => {
-                    let n: usize = rows * shape.iter().product::<usize>();
-                    let threshold = (p * 4_294_967_296.0).min(u32::MAX as f64) as u32;
-                    let scale = (1.0 / (1.0 - p)) as f32;
-                    let values: Vec<f32> = (0..n)
-                        .map(|_| {
-                            if rng.gen::<u32>() < threshold {
-                                0.0
-                            } else {
-                                scale
-                            }
-                        })
-                        .collect();
-                    let mut dims = vec![rows as i64];
-                    dims.extend(shape.iter().map(|&d| d as i64));
-                    masks.push(Tensor::from_slice(&values).view(&dims[..]));
-                }
+            shape = Self::next_shape(l, &shape);
+            if let Layer::Dropout { p } = *l {
+                let n: usize = rows * shape.iter().product::<usize>();
+                let threshold = (p * 4_294_967_296.0).min(u32::MAX as f64) as u32;
+                let scale = (1.0 / (1.0 - p)) as f32;
+                let values: Vec<f32> = (0..n)
+                    .map(|_| {
+                        if rng.gen::<u32>() < threshold {
+                            0.0
+                        } else {
+                            scale
+                        }
+                    })
+                    .collect();
+                let mut dims = vec![rows as i64];
+                dims.extend(shape.iter().map(|&d| d as i64));
+                masks.push(Tensor::from_slice(&values).view(&dims[..]));
             }
         }
         masks
@@ -581,6 +766,7 @@ impl Architecture {
         };
         let (mut weights, mut masks) = (weights.iter(), masks.iter());
         let mut next = || weights.next().expect("one tensor per parameter");
+        let mut saved: Option<Tensor> = None;
         for l in &self.layers {
             h = match *l {
                 Layer::Dense { .. } => {
@@ -590,11 +776,45 @@ impl Architecture {
                     }
                     b.addmm(&h, wt)
                 }
-                Layer::Conv { .. } => {
-                    let (w, b) = (next(), next());
-                    h.conv2d(w, Some(b), [1, 1], [0, 0], [1, 1], 1)
+                Layer::Conv {
+                    stride,
+                    padding,
+                    groups,
+                    bias,
+                    ..
+                } => {
+                    let w = next();
+                    let b = bias.then(&mut next);
+                    let (s, p) = (stride as i64, padding as i64);
+                    h.conv2d(w, b, [s, s], [p, p], [1, 1], groups as i64)
+                }
+                Layer::Norm { channels, kind } => {
+                    let (scale, shift) = (Some(next()), Some(next()));
+                    match kind {
+                        Normalization::Batch => h.batch_norm(
+                            scale,
+                            shift,
+                            None::<&Tensor>,
+                            None::<&Tensor>,
+                            true,
+                            0.1,
+                            1e-5,
+                            true,
+                        ),
+                        Normalization::Group => {
+                            let groups = mobilenet::norm_groups(channels) as i64;
+                            h.group_norm(groups, scale, shift, 1e-5, true)
+                        }
+                    }
                 }
                 Layer::Relu => h.relu(),
+                Layer::Relu6 => h.relu6(),
+                Layer::Save => {
+                    saved = Some(h.shallow_clone());
+                    h
+                }
+                Layer::AddSaved => h + saved.take().expect("a residual starts before it ends"),
+                Layer::GlobalAvgPool => h.adaptive_avg_pool2d([1, 1]),
                 Layer::MaxPool => h.max_pool2d([2, 2], [2, 2], [0, 0], [1, 1], false),
                 Layer::Dropout { .. } => match masks.next() {
                     Some(m) => h * m,

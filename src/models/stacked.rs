@@ -8,6 +8,10 @@
 //! that step (no weight decay, no momentum, no move). The arithmetic per run is the same as
 //! alone, so results agree up to float rounding (batched kernels sum in another order).
 //!
+//! Algorithms with their own update rule step their runs' minibatches the same way
+//! ([`for_each_stacked_batch`]) and ask a [`StackedBatch`] for gradients at any parameters, one
+//! vector per run, as a run alone asks its [`super::Batch`].
+//!
 //! Only models of dense layers with ReLUs between them stack
 //! ([`Architecture::stacked_dense_layers`]): the linear model (with its closed-form gradient,
 //! as alone) and the MLP (autograd). This room draws no random numbers: the passes come in.
@@ -112,83 +116,20 @@ pub fn train_sgd_stacked(
         (anchors, mu)
     });
     let lr: Vec<f32> = sorted.iter().map(|run| run.lr as f32).collect();
-    let batches: Vec<Vec<(usize, usize, usize)>> = sorted
-        .iter()
-        .map(|run| {
-            run.passes
-                .iter()
-                .enumerate()
-                .flat_map(|(p, (_, cuts))| cuts.iter().map(move |&(s, l)| (p, s, l)))
-                .collect()
-        })
-        .collect();
-    let dim = rows.dim as i64;
-    let mut gathered: Vec<f32> = Vec::new();
-    let steps = batches.first().map_or(0, Vec::len);
-    for step in 0..steps {
-        // The runs with a batch at this step: the first `a` of the stack.
-        let active = batches.iter().take_while(|b| step < b.len()).count();
-        let (a, b) = (
-            active as i64,
-            batches[..active]
-                .iter()
-                .map(|bs| bs[step].2)
-                .max()
-                .unwrap_or(0) as i64,
-        );
-        let mut index: Vec<usize> = Vec::with_capacity((a * b) as usize);
-        let mut weight = Vec::with_capacity((a * b) as usize);
-        let mut inv_len = Vec::with_capacity(active);
-        for (run, bs) in sorted.iter().zip(&batches).take(active) {
-            let (pass, start, len) = bs[step];
-            let order = &run.passes[pass].0[start..start + len];
-            for j in 0..b as usize {
-                let row = order[j.min(len - 1)] as usize;
-                index.push(run.first_row + row);
-                weight.push(match (j < len, run.sample_weights) {
-                    (false, _) => 0.0,
-                    (true, None) => 1.0,
-                    (true, Some(w)) => w[row],
-                });
-            }
-            inv_len.push((1.0 / len as f64) as f32);
-        }
-        let (x, y) = match resident {
-            Some(on) => {
-                let index: Vec<i64> = index.iter().map(|&row| row as i64).collect();
-                let index = Tensor::from_slice(&index).to_device(device);
-                (
-                    on.x.index_select(0, &index).view([a, b, dim]),
-                    on.y.index_select(0, &index).view([a, b]),
-                )
-            }
-            None => {
-                gather_rows(rows.features, rows.dim, &index, &mut gathered);
-                // SAFETY: `gathered` holds a·b·dim values, is not touched again until the
-                // next step, and `x` (with anything built from it) is dropped by the end of
-                // this step.
-                let x = unsafe {
-                    Tensor::from_blob(
-                        gathered.as_ptr() as *const u8,
-                        &[a, b, dim],
-                        &[],
-                        Kind::Float,
-                        Device::Cpu,
-                    )
-                };
-                let labels: Vec<i64> = index.iter().map(|&row| rows.labels[row]).collect();
-                (x, Tensor::from_slice(&labels).view([a, b]))
-            }
-        };
-        let weight = Tensor::from_slice(&weight).view([a, b]).to_device(device)
-            * per_run(&inv_len, 2, device);
+    let mut steps = Steps::new(sorted.iter().map(|run| StepRun {
+        passes: &run.passes,
+        first_row: run.first_row,
+        sample_weights: run.sample_weights,
+    }));
+    for step in 0..steps.count() {
+        let active = steps.active(step);
+        let a = active as i64;
+        let (x, y, weight) = steps.gather(step, rows, resident);
         let pick =
             |ts: &[Tensor]| -> Vec<Tensor> { ts.iter().map(|t| t.narrow(0, 0, a)).collect() };
         let ps = pick(&params);
-        let grads = match dense.len() {
-            1 => linear_gradients(arch, &ps, &x, &y, &weight),
-            _ => autograd_gradients(arch, &ps, &x, &y, &weight),
-        };
+        let grads = stacked_gradients(arch, &ps, &x, &y, &weight);
+        drop(x);
         let next = tch::no_grad(|| {
             let mut next_params = Vec::with_capacity(ps.len());
             let mut next_buffers = Vec::with_capacity(ps.len());
@@ -236,6 +177,246 @@ pub fn train_sgd_stacked(
                 momentum.extend_from_slice(values);
             }
         }
+    }
+}
+
+/// The runs' minibatches step by step. Runs are taken sorted by their number of steps, longest
+/// first (ties in the given order), so the runs that still have a batch at a step are a prefix
+/// of them: the step's `active` runs. Each step's batch is `[A, B, …]` for its A active runs, B
+/// the longest of their batches; a shorter batch is padded with rows of weight zero.
+struct Steps<'r> {
+    runs: Vec<StepRun<'r>>,
+    /// Per run: every batch of its passes in order, as (pass, start, len).
+    batches: Vec<Vec<(usize, usize, usize)>>,
+    /// The host buffer minibatches are gathered into (reused from step to step).
+    gathered: Vec<f32>,
+}
+
+/// What [`Steps`] needs of a run.
+struct StepRun<'r> {
+    passes: &'r [Pass],
+    /// The run's first row among the rows given.
+    first_row: usize,
+    sample_weights: Option<&'r [f32]>,
+}
+
+impl<'r> Steps<'r> {
+    /// `runs` already sorted longest first.
+    fn new(runs: impl Iterator<Item = StepRun<'r>>) -> Self {
+        let runs: Vec<_> = runs.collect();
+        let batches = runs
+            .iter()
+            .map(|run| {
+                run.passes
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(p, (_, cuts))| cuts.iter().map(move |&(s, l)| (p, s, l)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        Steps {
+            runs,
+            batches,
+            gathered: Vec::new(),
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.batches.first().map_or(0, Vec::len)
+    }
+
+    /// How many runs have a batch at `step` (the first ones).
+    fn active(&self, step: usize) -> usize {
+        self.batches.iter().take_while(|b| step < b.len()).count()
+    }
+
+    /// The active runs' batch at `step`: features `[A, B, dim]`, labels `[A, B]` and row
+    /// weights `[A, B]` (a row's weight over its run's batch length; zero on padding), on the
+    /// device of `resident` (the CPU without it). The features may borrow this value's buffer:
+    /// drop them before the next call.
+    fn gather(
+        &mut self,
+        step: usize,
+        rows: SplitView<'_>,
+        resident: Option<&DeviceRows>,
+    ) -> (Tensor, Tensor, Tensor) {
+        let device = resident.map_or(Device::Cpu, DeviceRows::device);
+        let active = self.active(step);
+        let (a, b) = (
+            active as i64,
+            self.batches[..active]
+                .iter()
+                .map(|bs| bs[step].2)
+                .max()
+                .unwrap_or(0) as i64,
+        );
+        let mut index: Vec<usize> = Vec::with_capacity((a * b) as usize);
+        let mut weight = Vec::with_capacity((a * b) as usize);
+        let mut inv_len = Vec::with_capacity(active);
+        for (run, bs) in self.runs.iter().zip(&self.batches) {
+            if step >= bs.len() {
+                break;
+            }
+            let (pass, start, len) = bs[step];
+            let order = &run.passes[pass].0[start..start + len];
+            for j in 0..b as usize {
+                let row = order[j.min(len - 1)] as usize;
+                index.push(run.first_row + row);
+                weight.push(match (j < len, run.sample_weights) {
+                    (false, _) => 0.0,
+                    (true, None) => 1.0,
+                    (true, Some(w)) => w[row],
+                });
+            }
+            inv_len.push((1.0 / len as f64) as f32);
+        }
+        let dim = rows.dim as i64;
+        let (x, y) = match resident {
+            Some(on) => {
+                let index: Vec<i64> = index.iter().map(|&row| row as i64).collect();
+                let index = Tensor::from_slice(&index).to_device(device);
+                (
+                    on.x.index_select(0, &index).view([a, b, dim]),
+                    on.y.index_select(0, &index).view([a, b]),
+                )
+            }
+            None => {
+                gather_rows(rows.features, rows.dim, &index, &mut self.gathered);
+                // SAFETY: `gathered` holds a·b·dim values and is not touched again until the
+                // next call, before which the caller drops `x` (and anything built from it).
+                let x = unsafe {
+                    Tensor::from_blob(
+                        self.gathered.as_ptr() as *const u8,
+                        &[a, b, dim],
+                        &[],
+                        Kind::Float,
+                        Device::Cpu,
+                    )
+                };
+                let labels: Vec<i64> = index.iter().map(|&row| rows.labels[row]).collect();
+                (x, Tensor::from_slice(&labels).view([a, b]))
+            }
+        };
+        let weight = Tensor::from_slice(&weight).view([a, b]).to_device(device)
+            * per_run(&inv_len, 2, device);
+        (x, y, weight)
+    }
+}
+
+/// One run of a batchwise cohort (see [`for_each_stacked_batch`]): where its rows start among
+/// the rows given, and its shuffled passes over them.
+pub struct BatchwiseRun {
+    pub first_row: usize,
+    pub passes: Vec<Pass>,
+}
+
+/// One step's minibatches of a batchwise cohort's active runs: answers gradient queries at any
+/// parameters, for all of them at once (the stacked [`super::Batch`]).
+pub struct StackedBatch<'a> {
+    arch: &'a Architecture,
+    dense: &'a [(usize, usize)],
+    x: Tensor,
+    y: Tensor,
+    weight: Tensor,
+    weight_decay: f64,
+}
+
+impl StackedBatch<'_> {
+    /// How many runs have a batch at this step.
+    pub fn len(&self) -> usize {
+        self.x.size()[0] as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// For each active run `k`, the gradient of its mean minibatch loss at `params[k]`, plus
+    /// `weight_decay · params[k]`: what [`super::Batch::gradient`] gives for that run alone,
+    /// up to float rounding.
+    pub fn gradients(&self, params: &[&[f32]]) -> Vec<Vec<f32>> {
+        assert_eq!(
+            params.len(),
+            self.len(),
+            "one parameter vector per active run"
+        );
+        let num_params = self.arch.num_params();
+        let mut all = Vec::with_capacity(params.len() * num_params);
+        for p in params {
+            assert_eq!(p.len(), num_params, "vector of the wrong length");
+            all.extend_from_slice(p);
+        }
+        let device = self.x.device();
+        let ps = unflatten(&all, params.len() as i64, self.dense, device);
+        let grads = stacked_gradients(self.arch, &ps, &self.x, &self.y, &self.weight);
+        let flat = tch::no_grad(|| flatten(&grads, num_params));
+        let wd = self.weight_decay as f32;
+        flat.chunks(num_params)
+            .zip(params)
+            .map(|(g, p)| {
+                let mut g = g.to_vec();
+                if wd != 0.0 {
+                    g.iter_mut().zip(p.iter()).for_each(|(g, p)| *g += wd * p);
+                }
+                g
+            })
+            .collect()
+    }
+}
+
+/// Calls `step` once per minibatch step of `runs` with `plan`'s batch settings, every run's
+/// batch of that step stacked: for algorithms with their own update rule (pFedMe, APFL,
+/// Per-FedAvg), the stacked [`super::for_each_batch`]. `runs` come sorted by their number of
+/// steps, longest first (panics otherwise), so the runs with a batch at a step are the first
+/// ones: `step` gets how many, and their batches. Panics if the model does not stack.
+pub fn for_each_stacked_batch(
+    arch: &Architecture,
+    plan: &LocalPlan,
+    rows: SplitView<'_>,
+    resident: Option<&DeviceRows>,
+    runs: &[BatchwiseRun],
+    mut step: impl FnMut(usize, &StackedBatch<'_>),
+) {
+    let dense = arch
+        .stacked_dense_layers()
+        .expect("only dense models train stacked (checked before a cohort is formed)");
+    let steps_of = |run: &BatchwiseRun| run.passes.iter().map(|(_, c)| c.len()).sum::<usize>();
+    assert!(
+        runs.windows(2).all(|w| steps_of(&w[0]) >= steps_of(&w[1])),
+        "runs sorted by their number of steps, longest first"
+    );
+    let mut steps = Steps::new(runs.iter().map(|run| StepRun {
+        passes: &run.passes,
+        first_row: run.first_row,
+        sample_weights: None,
+    }));
+    for s in 0..steps.count() {
+        let active = steps.active(s);
+        let (x, y, weight) = steps.gather(s, rows, resident);
+        let batch = StackedBatch {
+            arch,
+            dense: &dense,
+            x,
+            y,
+            weight,
+            weight_decay: plan.weight_decay,
+        };
+        step(active, &batch);
+    }
+}
+
+/// The gradients of Σ weight·loss over every run's rows, per stacked parameter tensor: the
+/// linear model's in closed form, deeper ones by autograd.
+fn stacked_gradients(
+    arch: &Architecture,
+    ps: &[Tensor],
+    x: &Tensor,
+    y: &Tensor,
+    weight: &Tensor,
+) -> Vec<Tensor> {
+    match ps.len() {
+        2 => linear_gradients(arch, ps, x, y, weight),
+        _ => autograd_gradients(arch, ps, x, y, weight),
     }
 }
 
@@ -501,6 +682,60 @@ mod tests {
             check(spec.clone(), classes, plan(LocalWork::Epochs(2), 0.9, 5e-4));
             check(spec.clone(), classes, plan(LocalWork::Steps(3), 0.0, 0.0));
             check(spec, classes, plan(LocalWork::Epochs(1), 0.5, 0.0));
+        }
+    }
+
+    #[test]
+    fn stacked_batches_answer_gradient_queries_as_each_batch_alone() {
+        // Runs over 37, 16 and 5 rows (batches of 8: 5, 2 and 1 steps, sorted longest first),
+        // weight decay on; at every step each run asks at its own parameters.
+        let (dim, sizes) = (6, [37usize, 16, 5]);
+        let mut rng = ChaCha20Rng::seed_from_u64(4);
+        let total: usize = sizes.iter().sum();
+        let features: Vec<f32> = (0..total * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let labels: Vec<i64> = (0..total).map(|_| rng.gen_range(0..3)).collect();
+        let rows = SplitView {
+            features: &features,
+            labels: &labels,
+            dim,
+        };
+        let firsts = [0, sizes[0], sizes[0] + sizes[1]];
+        let plan = plan(LocalWork::Epochs(1), 0.0, 0.01);
+        for spec in [ModelSpec::Linear, ModelSpec::Mlp { hidden: vec![5] }] {
+            let arch = Architecture::new(&spec, dim, 3);
+            let params: Vec<Vec<f32>> = (0..3).map(|_| arch.init(&mut rng)).collect();
+            let mut alone: Vec<Vec<Vec<f32>>> = Vec::new();
+            for k in 0..3 {
+                let view = SplitView {
+                    features: &features[firsts[k] * dim..(firsts[k] + sizes[k]) * dim],
+                    labels: &labels[firsts[k]..firsts[k] + sizes[k]],
+                    dim,
+                };
+                let mut steps = Vec::new();
+                let mut stream = ChaCha20Rng::seed_from_u64(k as u64);
+                crate::models::for_each_batch(&arch, view, &plan, &mut stream, |batch| {
+                    steps.push(batch.gradient(&params[k]))
+                });
+                alone.push(steps);
+            }
+            let runs: Vec<BatchwiseRun> = (0..3)
+                .map(|k| BatchwiseRun {
+                    first_row: firsts[k],
+                    passes: plan.passes(sizes[k], &mut ChaCha20Rng::seed_from_u64(k as u64)),
+                })
+                .collect();
+            let mut step = 0;
+            for_each_stacked_batch(&arch, &plan, rows, None, &runs, |active, batch| {
+                assert_eq!(active, [3, 2, 1, 1, 1][step]);
+                let asked: Vec<&[f32]> = params[..active].iter().map(|p| &p[..]).collect();
+                for (k, g) in batch.gradients(&asked).iter().enumerate() {
+                    for (x, y) in alone[k][step].iter().zip(g) {
+                        assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "{spec:?} run {k}");
+                    }
+                }
+                step += 1;
+            });
+            assert_eq!(step, 5);
         }
     }
 

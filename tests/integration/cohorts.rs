@@ -62,7 +62,7 @@ fn assert_close(what: &str, a: &Outcome, b: &Outcome, tol: f64) {
     }
 }
 
-const COHORT_ALGORITHMS: [&[&str]; 8] = [
+const COHORT_ALGORITHMS: [&[&str]; 11] = [
     &["algorithm={name: fedavg}"],
     &["algorithm={name: fedprox, mu: 0.1}"],
     &["algorithm={name: fedavg_plus}"],
@@ -71,6 +71,9 @@ const COHORT_ALGORITHMS: [&[&str]; 8] = [
     &["algorithm={name: clustered, tol1: 1000, tol2: 0}"],
     &["algorithm={name: fedgmm, gaussians: 2, classifiers: 2}"],
     &["algorithm={name: ditto, lambda: 0.5, personal_lr: 0.03}"],
+    &["algorithm={name: pfedme, lambda: 15, inner_steps: 3, personal_lr: 0.05}"],
+    &["algorithm={name: apfl, adaptive: true}"],
+    &["algorithm={name: per_fedavg, inner_lr: 0.02}"],
 ];
 
 fn compare(settings: &[&str], what: &str, tol: f64) {
@@ -146,10 +149,11 @@ fn cohorts_match_training_alone_with_every_solver_setting() {
     }
 }
 
-/// The algorithm setting for `name` (Ditto needs its λ).
+/// The algorithm setting for `name` (Ditto needs its λ, Per-FedAvg its α).
 fn algorithm_setting(name: &str) -> String {
     match name {
         "ditto" => "algorithm={name: ditto, lambda: 0.5}".to_string(),
+        "per_fedavg" => "algorithm={name: per_fedavg, inner_lr: 0.02}".to_string(),
         _ => format!("algorithm.name={name}"),
     }
 }
@@ -179,11 +183,39 @@ fn assert_reruns_identical(what: &str, settings: &[&str], threads: &[usize]) {
 }
 
 #[test]
+fn batchwise_cohorts_match_training_alone_over_rounds() {
+    // pFedMe, APFL (with its adapted α and local model kept between rounds) and Per-FedAvg
+    // (local steps in pairs; epochs with an odd batch count) over three rounds.
+    for alg in ["pfedme", "apfl", "per_fedavg"] {
+        let algorithm = match alg {
+            "apfl" => "algorithm={name: apfl, adaptive: true}".to_string(),
+            _ => algorithm_setting(alg),
+        };
+        for work in [
+            "training.local_epochs=1",
+            "training={local_steps: 3, batch_size: 8, lr: 0.05}",
+        ] {
+            let settings = [algorithm.as_str(), work, "rounds=3", "eval_every=1"];
+            compare(&settings, &format!("{alg} {work}"), 1e-4);
+        }
+    }
+}
+
+#[test]
 fn sharded_cohorts_are_identical_across_threads() {
     // 200 clients, 100 sampled a round: a cohort of 100 jobs in 3 shards (FedEM: 300 runs;
     // FedGMM: its 3 classifiers per client, with the Gaussians fitted inside each shard;
-    // Ditto: a global and a personal run per client).
-    for alg in ["fedavg", "fedem", "fedgmm", "ditto"] {
+    // Ditto: a global and a personal run per client; pFedMe, APFL and Per-FedAvg: minibatch
+    // steps in lockstep, every client of pFedMe training each round).
+    for alg in [
+        "fedavg",
+        "fedem",
+        "fedgmm",
+        "ditto",
+        "pfedme",
+        "apfl",
+        "per_fedavg",
+    ] {
         let algorithm = algorithm_setting(alg);
         let settings = [
             "data={kind: fedem_synthetic, clients: 200, dim: 10, components: 3}",
