@@ -33,20 +33,33 @@ use tokio::sync::oneshot;
 
 /// A cohort is cut into at most this many shards: enough to keep a machine's cores busy.
 const SHARDS: usize = 8;
-/// Shards hold at least this many jobs where the cohort has them (a smaller cohort is one
-/// shard): fewer jobs per stacked computation would pay its fixed cost for little.
+/// Shards of local SGD runs ([`Algorithm::SGD_UPDATE`]) hold at least this many jobs where the
+/// cohort has them (a smaller cohort is one shard): fewer jobs per stacked computation would
+/// pay its fixed cost for little.
 const MIN_SHARD_JOBS: usize = 32;
+/// The same for updates by the algorithm's own rule ([`Algorithm::BATCHWISE_UPDATE`]): each
+/// of their minibatch steps asks for several gradients and moves every client's vectors in
+/// Rust, more work per job, so smaller shards pay (pFedMe's 20 MNIST clients: two shards).
+const MIN_BATCHWISE_SHARD_JOBS: usize = 8;
+
+/// Updates by the algorithm's own rule train in cohorts only with models of at most this many
+/// forward FLOPs per row. Stacking pays where libtorch's per-op cost outweighs the arithmetic;
+/// with bigger layers a batched product is slower than each client's own (pFedMe's MNIST DNN,
+/// 158 800 FLOPs per row: 21 s in lockstep against 12.6 s alone for 40 rounds on 2 cores; its
+/// MLR, 15 700: 2.9 s against 3.5 s; an MLP 150 → 64 → 1 on the FedEM synthetic data, 19 300:
+/// 5.8 s against 6.6 s).
+const BATCHWISE_MAX_FLOPS_PER_ROW: u64 = 50_000;
 
 /// The sizes of the consecutive shards of a cohort whose jobs have `rows` training rows each
-/// (sorted, largest first): k = ⌊jobs / 32⌋ shards (between 1 and 8), cut where the running
-/// total of rows first reaches i/k of the whole, so that shards carry about equal work, each
-/// at least one job. A function of the cohort alone.
-pub(super) fn shard_sizes(rows: &[usize]) -> Vec<usize> {
+/// (sorted, largest first): k = ⌊jobs / `min_jobs`⌋ shards (between 1 and 8), cut where the
+/// running total of rows first reaches i/k of the whole, so that shards carry about equal
+/// work, each at least one job. A function of the cohort alone.
+pub(super) fn shard_sizes(rows: &[usize], min_jobs: usize) -> Vec<usize> {
     let jobs = rows.len();
     if jobs == 0 {
         return Vec::new();
     }
-    let k = (jobs / MIN_SHARD_JOBS).clamp(1, SHARDS);
+    let k = (jobs / min_jobs).clamp(1, SHARDS);
     let total: usize = rows.iter().sum::<usize>().max(1);
     let mut sizes = Vec::with_capacity(k);
     let (mut start, mut sum) = (0, 0);
@@ -112,7 +125,9 @@ impl<A: Algorithm> Clone for Dispatch<A> {
 impl<A: Algorithm> Dispatch<A> {
     /// Cohorts where the scenario, the algorithm and the model allow them.
     pub fn new(pool: TrainerPool, jobs: Arc<JobContext<A>>) -> Self {
-        let stacks = jobs.arch.stacked_dense_layers().is_some();
+        let stacks = jobs.arch.stacked_dense_layers().is_some()
+            && (A::BATCHWISE_UPDATE.is_none()
+                || jobs.arch.flops_per_sample() <= BATCHWISE_MAX_FLOPS_PER_ROW);
         let declared = crate::algorithms::trains_in_cohorts::<A>();
         if jobs.training.cohorts == Cohorts::Auto && declared && stacks {
             jobs.training.placement.prepare();
@@ -213,7 +228,11 @@ impl<A: Algorithm> Flush for CohortQueue<A> {
         let rows = |job: &TrainJob<A>| self.jobs.data.split_len(job.client as usize, Split::Train);
         cohort.sort_by_key(|(job, _)| std::cmp::Reverse(rows(job)));
         let rows: Vec<usize> = cohort.iter().map(|(job, _)| rows(job)).collect();
-        for (index, size) in shard_sizes(&rows).into_iter().enumerate() {
+        let min_jobs = match A::BATCHWISE_UPDATE {
+            Some(_) => MIN_BATCHWISE_SHARD_JOBS,
+            None => MIN_SHARD_JOBS,
+        };
+        for (index, size) in shard_sizes(&rows, min_jobs).into_iter().enumerate() {
             let rest = cohort.split_off(size);
             let shard = std::mem::replace(&mut cohort, rest);
             let jobs = self.jobs.clone();
@@ -401,22 +420,25 @@ mod tests {
 
     #[test]
     fn shards_depend_on_the_cohort_alone_and_carry_equal_rows() {
-        assert_eq!(shard_sizes(&[]), Vec::<usize>::new());
-        assert_eq!(shard_sizes(&[5; 10]), [10]);
-        assert_eq!(shard_sizes(&[5; 63]), [63]);
+        assert_eq!(shard_sizes(&[], 32), Vec::<usize>::new());
+        assert_eq!(shard_sizes(&[5; 10], 32), [10]);
+        assert_eq!(shard_sizes(&[5; 63], 32), [63]);
         // Equal rows: equal counts.
-        assert_eq!(shard_sizes(&[7; 96]), [32, 32, 32]);
-        assert_eq!(shard_sizes(&[1; 300]), [38, 37, 38, 37, 38, 37, 38, 37]);
+        assert_eq!(shard_sizes(&[7; 96], 32), [32, 32, 32]);
+        assert_eq!(shard_sizes(&[1; 300], 32), [38, 37, 38, 37, 38, 37, 38, 37]);
         // 64 jobs, two shards: the big job alone carries half the rows.
         let mut rows = vec![63];
         rows.extend([1; 63]);
-        assert_eq!(shard_sizes(&rows), [1, 63]);
+        assert_eq!(shard_sizes(&rows, 32), [1, 63]);
         // Never an empty shard, whatever the sizes.
         let mut rows = vec![1000; 3];
         rows.extend([0; 97]);
-        assert_eq!(shard_sizes(&rows), [1, 1, 98]);
+        assert_eq!(shard_sizes(&rows, 32), [1, 1, 98]);
         let big: Vec<usize> = (0..1000).rev().collect();
-        let sizes = shard_sizes(&big);
+        let sizes = shard_sizes(&big, 32);
         assert_eq!((sizes.len(), sizes.iter().sum::<usize>()), (8, 1000));
+        // Batchwise updates: shards from 8 jobs (pFedMe's 20 MNIST clients: two).
+        assert_eq!(shard_sizes(&[5; 20], 8), [10, 10]);
+        assert_eq!(shard_sizes(&[5; 7], 8), [7]);
     }
 }

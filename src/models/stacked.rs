@@ -347,7 +347,10 @@ impl StackedBatch<'_> {
             all.extend_from_slice(p);
         }
         let device = self.x.device();
-        let ps = unflatten(&all, params.len() as i64, self.dense, device);
+        let ps: Vec<Tensor> = unflatten(&all, params.len() as i64, self.dense, device)
+            .iter()
+            .map(Tensor::contiguous)
+            .collect();
         let grads = stacked_gradients(self.arch, &ps, &self.x, &self.y, &self.weight);
         let flat = tch::no_grad(|| flatten(&grads, num_params));
         let wd = self.weight_decay as f32;
