@@ -171,7 +171,7 @@ fn fedem_with_20_percent_sampling_stays_4_points_above_fedavg() {
 /// pFedMe paper Table 1 (Synthetic(0.5, 0.5), MLR) on the paper's own data (numpy seed 0 in
 /// the authors' generator): FedAvg after its 600 rounds is within 1.5 points of the paper's
 /// 77.62, and pFedMe's personalized model beats it by at least 3 points (paper: 83.20 vs 77.62).
-/// pFedMe's 600 rounds take 8.5 minutes on 2 cores; its personalized model is at its level long
+/// pFedMe's 600 rounds take about 45 s on 2 cores; its personalized model is at its level long
 /// before (82.46 after 50 rounds, 82.81 after 600), so the test runs 50 of them: a harder test
 /// of the same claim. The full run is in the README.
 #[test]
