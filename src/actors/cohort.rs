@@ -260,6 +260,19 @@ impl<A: Algorithm> Flush for CohortQueue<A> {
     }
 }
 
+/// The shard's rows on `device` for its stacked steps: the run's `resident` copy where there
+/// is one, else (on a GPU, rows made on demand) the shard's own upload; `None` on the CPU.
+fn rows_on(
+    device: tch::Device,
+    rows: &crate::data::SplitView<'_>,
+    resident: Option<DeviceRows>,
+) -> Option<DeviceRows> {
+    match (device.is_cuda(), resident) {
+        (true, None) => Some(DeviceRows::upload(rows, device)),
+        (_, resident) => resident,
+    }
+}
+
 /// Trains `shard`'s jobs as one stacked computation on `device` (from `resident` rows when
 /// given): each job's update begins (its runs and their passes drawn from its stream, in the
 /// order training alone draws them), every run of every job trains stacked, then each update
@@ -318,10 +331,7 @@ fn train_cohort<A: Algorithm>(
         }
     }
     let all_rows = rows.data().all_rows();
-    let uploaded = match (device.is_cuda(), resident) {
-        (true, None) => Some(DeviceRows::upload(&all_rows, device)),
-        (_, resident) => resident,
-    };
+    let uploaded = rows_on(device, &all_rows, resident);
     train_sgd_stacked(&jobs.arch, plan, all_rows, uploaded.as_ref(), &mut stacked);
     drop(stacked);
 
@@ -379,10 +389,7 @@ fn train_batchwise_cohort<A: Algorithm>(
         .map(|(k, job, run)| ((k, job), run))
         .unzip();
     let all_rows = rows.data().all_rows();
-    let uploaded = match (device.is_cuda(), resident) {
-        (true, None) => Some(DeviceRows::upload(&all_rows, device)),
-        (_, resident) => resident,
-    };
+    let uploaded = rows_on(device, &all_rows, resident);
     for_each_stacked_batch(
         &jobs.arch,
         &plan,

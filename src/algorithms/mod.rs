@@ -167,13 +167,6 @@ impl LocalContext<'_> {
         self.data.view(self.data_index, crate::data::Split::Train)
     }
 
-    /// The minibatches of this round's local plan over the training split, one call of `step`
-    /// each, for algorithms with their own update rule. Plain SGD: the plan's momentum is not
-    /// used (its weight decay is, inside [`Batch::gradient`]).
-    pub fn for_each_batch(&self, rng: &mut ChaCha20Rng, step: impl FnMut(&Batch<'_>)) {
-        for_each_batch(self.arch, self.train_view(), &self.training.plan, rng, step);
-    }
-
     /// Trains one of an update's local SGD runs alone (see [`SgdUpdate`]) with this round's
     /// plan. The momentum buffer is then kept or cleared, as the scenario says.
     pub fn train_run(&self, run: &mut SgdRun, rng: &mut ChaCha20Rng) {
