@@ -3,8 +3,9 @@
 //!
 //! Where the algorithm's update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]) or of
 //! minibatch steps by its own rule ([`Algorithm::BATCHWISE_UPDATE`]), the model stacks
-//! ([`Architecture::stacked_dense_layers`]) and `training.cohorts` is `auto`, clients (and
-//! peers) queue their training jobs here instead of on the trainer pool. The scheduler
+//! ([`Architecture::stacks`]) and `training.cohorts` asks for it where it pays
+//! ([`stacking_pays`]), clients (and peers) queue their training jobs here instead of on the
+//! trainer pool. The scheduler
 //! flushes the queue before it awaits any pending result ([`World::flush`]): the jobs queued
 //! since the last flush are a cohort, so its membership is a pure function of the event order
 //! (in a synchronous round, all of the round's jobs; under FedBuff, the jobs started before the
@@ -16,14 +17,15 @@
 //! This room must not look at the clock, the thread count or which jobs have finished, order
 //! jobs by anything but the cohort itself, or draw from any stream but each job's own.
 //!
-//! [`Architecture::stacked_dense_layers`]: crate::models::Architecture::stacked_dense_layers
+//! [`Architecture::stacks`]: crate::models::Architecture::stacks
 //! [`World::flush`]: crate::sim::World::flush
 
 use super::{JobContext, TrainerPool};
 use crate::algorithms::{Algorithm, BatchwiseClient, BatchwiseUpdate, Cohorts, SgdRun};
 use crate::data::Split;
 use crate::models::{
-    for_each_stacked_batch, train_sgd_stacked, BatchwiseRun, DeviceRows, StackedRun,
+    dropout_stream, for_each_stacked_batch, train_sgd_stacked, Architecture, BatchwiseRun,
+    DeviceRows, Placement, StackedRun,
 };
 use crate::sim::Pending;
 use rand_chacha::ChaCha20Rng;
@@ -42,13 +44,27 @@ const MIN_SHARD_JOBS: usize = 32;
 /// Rust, more work per job, so smaller shards pay (pFedMe's 20 MNIST clients: two shards).
 const MIN_BATCHWISE_SHARD_JOBS: usize = 8;
 
-/// Updates by the algorithm's own rule train in cohorts only with models of at most this many
-/// forward FLOPs per row. Stacking pays where libtorch's per-op cost outweighs the arithmetic;
-/// with bigger layers a batched product is slower than each client's own (pFedMe's MNIST DNN,
-/// 158 800 FLOPs per row: 21 s in lockstep against 12.6 s alone for 40 rounds on 2 cores; its
-/// MLR, 15 700: 2.9 s against 3.5 s; an MLP 150 → 64 → 1 on the FedEM synthetic data, 19 300:
-/// 5.8 s against 6.6 s).
+/// On the CPU, updates by the algorithm's own rule train in cohorts only with models of at most
+/// this many forward FLOPs per row. Stacking pays where libtorch's per-op cost outweighs the
+/// arithmetic; with bigger layers a batched product is slower than each client's own (pFedMe's
+/// MNIST DNN, 158 800 FLOPs per row: 21 s in lockstep against 12.6 s alone for 40 rounds on 2
+/// cores; its MLR, 15 700: 2.9 s against 3.5 s; an MLP 150 → 64 → 1 on the FedEM synthetic
+/// data, 19 300: 5.8 s against 6.6 s).
 const BATCHWISE_MAX_FLOPS_PER_ROW: u64 = 50_000;
+
+/// Whether `training.cohorts: auto` stacks `arch` for algorithm `A` on `placement` (the model
+/// stacks: [`Architecture::stacks`]). On a GPU, always: a client's minibatch is far too small
+/// to fill one. On the CPU, dense models only (convolutions stacked as one grouped
+/// convolution were 2.4× slower than each client's own on 2 cores: FedEM's CNN, 16 runs of
+/// 128 rows, forward and backward, 1.51 s against 0.62 s, PyTorch 2.13), and for updates by
+/// the algorithm's own rule only up to [`BATCHWISE_MAX_FLOPS_PER_ROW`].
+fn stacking_pays<A: Algorithm>(arch: &Architecture, placement: &Placement) -> bool {
+    let on_cpu = placement.devices().iter().all(|d| !d.is_cuda());
+    !on_cpu
+        || arch.is_dense()
+            && (A::BATCHWISE_UPDATE.is_none()
+                || arch.flops_per_sample() <= BATCHWISE_MAX_FLOPS_PER_ROW)
+}
 
 /// The sizes of the consecutive shards of a cohort whose jobs have `rows` training rows each
 /// (sorted, largest first): k = ⌊jobs / `min_jobs`⌋ shards (between 1 and 8), cut where the
@@ -125,11 +141,13 @@ impl<A: Algorithm> Clone for Dispatch<A> {
 impl<A: Algorithm> Dispatch<A> {
     /// Cohorts where the scenario, the algorithm and the model allow them.
     pub fn new(pool: TrainerPool, jobs: Arc<JobContext<A>>) -> Self {
-        let stacks = jobs.arch.stacked_dense_layers().is_some()
-            && (A::BATCHWISE_UPDATE.is_none()
-                || jobs.arch.flops_per_sample() <= BATCHWISE_MAX_FLOPS_PER_ROW);
-        let declared = crate::algorithms::trains_in_cohorts::<A>();
-        if jobs.training.cohorts == Cohorts::Auto && declared && stacks {
+        let can = crate::algorithms::trains_in_cohorts::<A>() && jobs.arch.stacks();
+        let wanted = match jobs.training.cohorts {
+            Cohorts::Auto => stacking_pays::<A>(&jobs.arch, &jobs.training.placement),
+            Cohorts::Always => true,
+            Cohorts::Off => false,
+        };
+        if can && wanted {
             jobs.training.placement.prepare();
             Dispatch::Cohorts(Arc::new(CohortQueue {
                 pool,
@@ -303,14 +321,22 @@ fn train_cohort<A: Algorithm>(
                 &mut job.rng,
             );
             let n = ctx.train_view().len();
-            let passes = runs.iter().map(|_| plan.passes(n, &mut job.rng)).collect();
+            // Each run's passes, then its masks' words, as alone.
+            let passes = runs
+                .iter()
+                .map(|_| {
+                    let passes = plan.passes(n, &mut job.rng);
+                    let dropout = dropout_stream(&jobs.arch, &passes, &mut job.rng);
+                    (passes, dropout)
+                })
+                .collect();
             (job, runs, passes)
         })
         .collect();
     let mut stacked: Vec<StackedRun<'_>> = Vec::new();
     for (k, (job, runs, passes)) in begun.iter_mut().enumerate() {
         let first_row = rows.data().first_row(rows.index(k), Split::Train);
-        for (run, passes) in runs.iter_mut().zip(std::mem::take(passes)) {
+        for (run, (passes, dropout)) in runs.iter_mut().zip(std::mem::take(passes)) {
             let SgdRun {
                 params,
                 momentum,
@@ -326,6 +352,7 @@ fn train_cohort<A: Algorithm>(
                 proximal: proximal.as_ref().map(|(anchor, mu)| (&anchor[..], *mu)),
                 first_row,
                 passes,
+                dropout,
                 lr: lr.unwrap_or(job.lr),
             });
         }
@@ -374,9 +401,11 @@ fn train_batchwise_cohort<A: Algorithm>(
             let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
             (batchwise.begin)(&jobs.algorithm, &ctx, &job.global, &mut job.state);
             let n = ctx.train_view().len();
+            let passes = plan.passes(n, &mut job.rng);
             let run = BatchwiseRun {
                 first_row: rows.data().first_row(rows.index(k), Split::Train),
-                passes: plan.passes(n, &mut job.rng),
+                dropout: dropout_stream(&jobs.arch, &passes, &mut job.rng),
+                passes,
             };
             (k, job, run)
         })

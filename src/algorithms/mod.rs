@@ -107,15 +107,21 @@ pub struct Training {
 }
 
 /// Whether clients train in cohorts (`training.cohorts`): a round's training jobs as one
-/// stacked computation, where the algorithm's update is made of local SGD runs
-/// ([`Algorithm::SGD_UPDATE`]) and the model stacks (dense layers and ReLUs). Results match
-/// training each client alone up to float rounding.
+/// stacked computation, where the algorithm declares an update cohorts can train
+/// ([`Algorithm::SGD_UPDATE`], [`Algorithm::BATCHWISE_UPDATE`]) and the model stacks
+/// ([`crate::models::Architecture::stacks`]). Results match training each client alone up to
+/// float rounding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Cohorts {
-    /// Cohorts wherever the algorithm and the model allow, each client alone otherwise.
+    /// Cohorts wherever the algorithm and the model allow and stacking pays on the devices
+    /// trained on (on the CPU: dense models; on a GPU: every model that stacks), each client
+    /// alone otherwise.
     #[default]
     Auto,
+    /// Cohorts wherever the algorithm and the model allow, even where each client alone is
+    /// faster (convolutions on the CPU): to check a GPU run's stacked path on a CPU.
+    Always,
     /// Every client trains alone.
     Off,
 }

@@ -133,16 +133,65 @@ impl Placement {
     }
 
     /// Sets what CUDA determinism needs before the first CUDA call: cuBLAS's fixed workspace
-    /// (`CUBLAS_WORKSPACE_CONFIG=:4096:8` unless set) and cuDNN without benchmarking (which
-    /// picks kernels by timing). Nothing on the CPU.
+    /// (`CUBLAS_WORKSPACE_CONFIG=:4096:8` unless set), cuDNN without benchmarking (which
+    /// picks kernels by timing) and with deterministic algorithms only (convolutions' backward
+    /// passes have kernels that add with atomics); and full f32 products, no TF32 (PyTorch
+    /// lets cuDNN's convolutions round their inputs to 10-bit mantissas by default), so that
+    /// GPU results differ from the CPU's by float rounding only. Nothing on the CPU.
     pub fn prepare(&self) {
         if self.devices.iter().any(|d| d.is_cuda()) {
             if std::env::var_os("CUBLAS_WORKSPACE_CONFIG").is_none() {
                 std::env::set_var("CUBLAS_WORKSPACE_CONFIG", ":4096:8");
             }
             tch::Cuda::cudnn_set_benchmark(false);
+            set_deterministic_cudnn(true);
+            set_tf32(false);
         }
     }
+}
+
+// libtorch's global context, which tch 0.26 does not expose for cuDNN determinism: the C++
+// methods by their (Itanium ABI) names in `libtorch_cpu`, which every build links. A method
+// takes its object first.
+extern "C" {
+    #[link_name = "_ZN2at13globalContextEv"]
+    fn at_global_context() -> *mut std::ffi::c_void;
+    #[link_name = "_ZN2at7Context21setDeterministicCuDNNEb"]
+    fn at_context_set_deterministic_cudnn(context: *mut std::ffi::c_void, on: bool);
+    #[cfg(test)]
+    #[link_name = "_ZNK2at7Context18deterministicCuDNNEv"]
+    fn at_context_deterministic_cudnn(context: *const std::ffi::c_void) -> bool;
+    #[link_name = "_ZN2at7Context17setAllowTF32CuDNNEb"]
+    fn at_context_set_allow_tf32_cudnn(context: *mut std::ffi::c_void, on: bool);
+    #[link_name = "_ZN2at7Context18setAllowTF32CuBLASEb"]
+    fn at_context_set_allow_tf32_cublas(context: *mut std::ffi::c_void, on: bool);
+    #[cfg(test)]
+    #[link_name = "_ZNK2at7Context15allowTF32CuBLASEv"]
+    fn at_context_allow_tf32_cublas(context: *const std::ffi::c_void) -> bool;
+}
+
+/// PyTorch's `torch.backends.cudnn.allow_tf32 = on` and `torch.backends.cuda.matmul.allow_tf32
+/// = on`.
+fn set_tf32(on: bool) {
+    // SAFETY: as in `set_deterministic_cudnn`.
+    unsafe {
+        at_context_set_allow_tf32_cudnn(at_global_context(), on);
+        at_context_set_allow_tf32_cublas(at_global_context(), on);
+    }
+}
+
+/// PyTorch's `torch.backends.cudnn.deterministic = on`.
+pub fn set_deterministic_cudnn(on: bool) {
+    // SAFETY: `globalContext()` returns libtorch's context, which lives as long as the process;
+    // the setter only stores a flag.
+    unsafe { at_context_set_deterministic_cudnn(at_global_context(), on) }
+}
+
+/// Whether cuDNN is held to deterministic algorithms.
+#[cfg(test)]
+fn deterministic_cudnn() -> bool {
+    // SAFETY: as in `set_deterministic_cudnn`; the getter only reads a flag.
+    unsafe { at_context_deterministic_cudnn(at_global_context()) }
 }
 
 /// A data set's rows held on a device (uploaded once per run and device): features `[N, d]`
@@ -219,5 +268,20 @@ mod tests {
         );
         let e = DeviceChoice::Cuda(Some(2)).resolve(2).unwrap_err();
         assert!(e.contains("sees 2 CUDA device(s)"), "{e}");
+    }
+
+    #[test]
+    fn cuda_settings_reach_libtorch() {
+        // The flag lives in libtorch's global context (in CPU builds too): set, read back.
+        set_deterministic_cudnn(true);
+        assert!(deterministic_cudnn());
+        set_deterministic_cudnn(false);
+        assert!(!deterministic_cudnn());
+        // SAFETY: as in `set_tf32`; the getter only reads a flag.
+        let tf32 = || unsafe { at_context_allow_tf32_cublas(at_global_context()) };
+        set_tf32(true);
+        assert!(tf32());
+        set_tf32(false);
+        assert!(!tf32());
     }
 }

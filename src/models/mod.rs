@@ -20,7 +20,8 @@ pub use sgd::{
     EvalStats, Gates, LocalPlan, LocalWork, Objective, Pass, TrainStats,
 };
 pub use stacked::{
-    for_each_stacked_batch, train_sgd_stacked, BatchwiseRun, StackedBatch, StackedRun,
+    dropout_stream, for_each_stacked_batch, train_sgd_stacked, BatchwiseRun, StackedBatch,
+    StackedRun,
 };
 
 pub use crate::data::InputShape;
@@ -623,22 +624,24 @@ impl Architecture {
         flat
     }
 
-    /// Linear models are trained with hand-written gradients on one flat tensor; deeper models
-    /// with autograd on one leaf tensor per parameter tensor. Both hold `flat` in its order.
-    /// The `(inputs, outputs)` of each dense layer when the model is dense layers with ReLUs
-    /// between them (the linear model, the MLP): the models that train stacked
-    /// ([`train_sgd_stacked`]). `None` for any other model.
-    pub fn stacked_dense_layers(&self) -> Option<Vec<(usize, usize)>> {
-        let mut dense = Vec::new();
-        for (i, l) in self.layers.iter().enumerate() {
-            match *l {
-                Layer::Dense { inputs, outputs } if i % 2 == 0 => dense.push((inputs, outputs)),
-                Layer::Relu if i % 2 == 1 => {}
-                _ => return None,
-            }
-        }
+    /// Whether the model trains stacked in a cohort ([`train_sgd_stacked`]): every layer has a
+    /// form over `[R, …]` parameters. Not batch norm (a short batch's padding rows would enter
+    /// its statistics), embeddings or LSTMs.
+    pub fn stacks(&self) -> bool {
         let numeric = !matches!(self.input, InputShape::Tokens { .. });
-        (numeric && self.layers.len() % 2 == 1).then_some(dense)
+        numeric
+            && self.layers.iter().all(|l| match l {
+                Layer::Norm { kind, .. } => *kind == Normalization::Group,
+                Layer::Embedding { .. } | Layer::Lstm { .. } => false,
+                _ => true,
+            })
+    }
+
+    /// Whether the model is dense layers with ReLUs between them: the linear model, the MLP.
+    pub fn is_dense(&self) -> bool {
+        self.layers
+            .iter()
+            .all(|l| matches!(l, Layer::Dense { .. } | Layer::Relu))
     }
 
     fn is_linear(&self) -> bool {
@@ -650,6 +653,20 @@ impl Architecture {
         self.layers
             .iter()
             .any(|l| matches!(l, Layer::Dropout { .. }))
+    }
+
+    /// How many random words the dropout masks of one row take ([`Architecture::dropout_masks`]
+    /// draws one `u32` per masked value).
+    fn dropout_words_per_row(&self) -> usize {
+        let mut shape = self.input_shape();
+        let mut words = 0;
+        for l in &self.layers {
+            shape = Self::next_shape(l, &shape);
+            if let Layer::Dropout { .. } = l {
+                words += shape.iter().product::<usize>();
+            }
+        }
+        words
     }
 
     /// The tensors training updates, holding a copy of `flat`.

@@ -3,6 +3,7 @@
 //! bit-identical across thread counts when a cohort is cut into several shards.
 
 use crate::common::{scenario, SMALL};
+use crate::real_data::{check_deterministic, femnist_available, FEMNIST_CNN};
 use fedsim::report::Record;
 use fedsim::run::simulate_scenario;
 use std::path::Path;
@@ -82,15 +83,67 @@ fn compare(settings: &[&str], what: &str, tol: f64) {
 
 /// `compare` on the scenario `text`.
 fn compare_on(text: &str, settings: &[&str], what: &str, tol: f64) {
-    let with = |cohorts: &'static str| {
-        let mut o: Vec<&str> = settings.to_vec();
-        o.push(cohorts);
-        o
-    };
-    let alone = simulate(text, &with("training.cohorts=off"), 2);
-    let cohort = simulate(text, &with("training.cohorts=auto"), 2);
+    compare_with(text, settings, "training.cohorts=auto", what, tol)
+}
+
+/// Each client alone (`training.cohorts: off`) against the run with `setting` added, on `text`.
+fn compare_with(text: &str, settings: &[&str], setting: &str, what: &str, tol: f64) {
+    let alone = simulate(text, &[settings, &["training.cohorts=off"]].concat(), 2);
+    let cohort = simulate(text, &[settings, &[setting]].concat(), 2);
     assert!(!alone.losses.is_empty(), "{what}: evaluated");
     assert_close(what, &alone, &cohort, tol);
+}
+
+#[test]
+fn convolutions_in_cohorts_match_training_alone() {
+    // `training.cohorts: always` stacks the CNNs on the CPU as a GPU run does (one grouped
+    // convolution per layer, each run's dropout masks from its own stream): FedAvg and FedEM
+    // with two components on FEMNIST's CNN, FedAvg and pFedMe in lockstep on the small CNN (two
+    // dropout layers); one round on 7 writers, half of them sampled.
+    if !femnist_available() {
+        return;
+    }
+    for (model, alg) in [
+        ("model={kind: cnn}", "algorithm={name: fedavg}"),
+        (
+            "model={kind: cnn}",
+            "algorithm={name: fedem, components: 2}",
+        ),
+        ("model={kind: small_cnn}", "algorithm={name: fedavg}"),
+        (
+            "model={kind: small_cnn}",
+            "algorithm={name: pfedme, lambda: 15, inner_steps: 2}",
+        ),
+    ] {
+        let settings = [model, alg, "rounds=1"];
+        let what = format!("{model} {alg}");
+        compare_with(
+            FEMNIST_CNN,
+            &settings,
+            "training.cohorts=always",
+            &what,
+            1e-4,
+        );
+    }
+    // `auto` on the CPU trains convolutions alone (stacked, they were slower): the same bits.
+    let settings = ["model={kind: small_cnn}", "rounds=1"];
+    compare_with(FEMNIST_CNN, &settings, "training.cohorts=auto", "auto", 0.0);
+}
+
+#[test]
+fn convolutional_cohorts_are_identical_across_threads() {
+    // 16 writers, all training: pFedMe's lockstep cohort in two shards of 8; the small CNN's
+    // dropout masks come from each job's stream.
+    if femnist_available() {
+        check_deterministic(&[
+            "algorithm={name: pfedme, lambda: 15, inner_steps: 2}",
+            "model={kind: small_cnn}",
+            "training.cohorts=always",
+            "data.partition={kind: natural, fraction: 0.0045}",
+            "sampling.fraction=1.0",
+            "rounds=1",
+        ]);
+    }
 }
 
 #[test]
@@ -271,7 +324,13 @@ fn a_bad_cohorts_value_names_the_field_and_what_is_allowed() {
     )
     .unwrap_err()
     .to_string();
-    for part in ["c.yaml:4", "training.cohorts", "`auto`", "`off`"] {
+    for part in [
+        "c.yaml:4",
+        "training.cohorts",
+        "`auto`",
+        "`always`",
+        "`off`",
+    ] {
         assert!(err.contains(part), "{part} missing in: {err}");
     }
 }
@@ -339,5 +398,30 @@ fn gpu_cohorts_are_reproducible_and_agree_with_the_cpu() {
         let cpu = simulate(SMALL, &settings, 2);
         let gpu = simulate(SMALL, &on_gpu, 2);
         assert_close(&format!("{alg}: CUDA against CPU"), &cpu, &gpu, 1e-4);
+    }
+}
+
+/// On a GPU machine only, as above: FEMNIST's CNN (FedEM, two components) and the small CNN
+/// (pFedMe in lockstep, dropout) in cohorts on CUDA, one grouped convolution per layer: every
+/// result file bit-identical with 1 and 2 threads, and within 1e-3 of each client alone on
+/// the CPU.
+#[test]
+#[ignore = "needs a CUDA GPU and a `--features cuda` build"]
+fn gpu_convolutional_cohorts_are_reproducible_and_agree_with_the_cpu() {
+    assert!(femnist_available(), "FEMNIST is beside the clone");
+    for (model, alg) in [
+        (
+            "model={kind: cnn}",
+            "algorithm={name: fedem, components: 2}",
+        ),
+        (
+            "model={kind: small_cnn}",
+            "algorithm={name: pfedme, lambda: 15, inner_steps: 2}",
+        ),
+    ] {
+        check_deterministic(&[model, alg, "rounds=1", "training.device=cuda"]);
+        let what = format!("{model} {alg}: CUDA against the CPU");
+        let settings = [model, alg, "rounds=1"];
+        compare_with(FEMNIST_CNN, &settings, "training.device=cuda", &what, 1e-3);
     }
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 const FEMNIST: &str = "../shared/data/femnist/femnist_by_writer.parquet";
 
 /// Whether the FEMNIST file is here; CI must have it (it is beside every clone there).
-fn femnist_available() -> bool {
+pub(crate) fn femnist_available() -> bool {
     let here = Path::new(FEMNIST).exists();
     if !here {
         assert!(
@@ -25,7 +25,7 @@ fn femnist_available() -> bool {
 }
 
 /// Seven writers (0.2 % of 3 597), a few steps of FemnistCNN each round.
-const FEMNIST_CNN: &str = "\
+pub(crate) const FEMNIST_CNN: &str = "\
 name: femnist_small
 seed: 3
 rounds: 2
@@ -52,7 +52,7 @@ fn run_in(s: &Scenario, threads: usize, dir: &Path) {
 
 /// Runs `overrides` on FEMNIST_CNN with 1 and 2 threads and with another seed: the first two
 /// must be byte-identical, the third different.
-fn check_deterministic(overrides: &[&str]) {
+pub(crate) fn check_deterministic(overrides: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let s = scenario(FEMNIST_CNN, overrides);
     run_in(&s, 1, &tmp.path().join("a"));
