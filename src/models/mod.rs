@@ -626,15 +626,12 @@ impl Architecture {
 
     /// Whether the model trains stacked in a cohort ([`train_sgd_stacked`]): every layer has a
     /// form over `[R, …]` parameters. Not batch norm (a short batch's padding rows would enter
-    /// its statistics), embeddings or LSTMs.
+    /// its statistics; see the README on a masked version).
     pub fn stacks(&self) -> bool {
-        let numeric = !matches!(self.input, InputShape::Tokens { .. });
-        numeric
-            && self.layers.iter().all(|l| match l {
-                Layer::Norm { kind, .. } => *kind == Normalization::Group,
-                Layer::Embedding { .. } | Layer::Lstm { .. } => false,
-                _ => true,
-            })
+        self.layers.iter().all(|l| match l {
+            Layer::Norm { kind, .. } => *kind == Normalization::Group,
+            _ => true,
+        })
     }
 
     /// Whether the model is dense layers with ReLUs between them: the linear model, the MLP.

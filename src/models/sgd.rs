@@ -192,8 +192,9 @@ pub fn train_sgd(
             let mut grads = arch.gradients(&ps, &layers, &xb, &yb, wb.as_ref(), &masks);
             if let Some((anchors, mu)) = &anchor {
                 tch::no_grad(|| {
+                    // Not in place: autograd may hand summed parameters one gradient tensor.
                     for ((g, p), a) in grads.iter_mut().zip(&ps).zip(anchors) {
-                        let _ = g.g_add_(&((p - a) * *mu));
+                        *g = &*g + (p - a) * *mu;
                     }
                 });
             }
@@ -289,8 +290,9 @@ fn sgd_update(
     tch::no_grad(|| {
         let mut directions = grads;
         if plan.weight_decay != 0.0 {
+            // Not in place, as for the proximal term above.
             for (d, p) in directions.iter_mut().zip(ps) {
-                let _ = d.g_add_(&(p * plan.weight_decay));
+                *d = &*d + p * plan.weight_decay;
             }
         }
         if plan.momentum != 0.0 {

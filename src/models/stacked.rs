@@ -16,8 +16,8 @@
 //! vector per run, as a run alone asks its [`super::Batch`].
 //!
 //! Models stack where every layer has a stacked form ([`Architecture::stacks`]): the linear
-//! model (with its closed-form gradient, as alone), MLPs, the CNNs and MobileNet-v2 with group
-//! norm (autograd). This room draws no random numbers but each run's dropout masks, from the
+//! model (with its closed-form gradient, as alone), MLPs, the CNNs, MobileNet-v2 with group
+//! norm and the LSTM (one batched cell per time step; autograd). This room draws no random numbers but each run's dropout masks, from the
 //! run's own stream; the passes come in.
 
 use super::device::DeviceRows;
@@ -168,12 +168,14 @@ pub fn train_sgd_stacked(
                 .collect();
             for (j, (p, g)) in ps.iter().zip(grads).enumerate() {
                 let dims = p.dim();
+                // Never in place: autograd hands summed parameters one gradient tensor (the
+                // LSTM's two biases).
                 let mut d = g;
                 if let Some((anchors, mu)) = &prox {
-                    d += (p - &anchors[j]) * per_run(mu, dims, device);
+                    d = &d + (p - &anchors[j]) * per_run(mu, dims, device);
                 }
                 if plan.weight_decay != 0.0 {
-                    d += p * plan.weight_decay;
+                    d = &d + p * plan.weight_decay;
                 }
                 if let Some(bufs) = &bufs {
                     d = &bufs[j] * per_run(&keep, dims, device) + d;
@@ -638,7 +640,8 @@ fn stacked_logits(arch: &Architecture, ps: &[Tensor], x: &Tensor, masks: &[Tenso
             side_by_side(&x.view([a, b, c as i64, hh as i64, w as i64]))
         }
         InputShape::Flat(_) => x.shallow_clone(),
-        InputShape::Tokens { .. } => unreachable!("token models do not stack"),
+        // Token ids `[A, B, L]`.
+        InputShape::Tokens { .. } => x.to_kind(Kind::Int64),
     };
     let (mut params, mut masks) = (ps.iter(), masks.iter());
     let mut next = || params.next().expect("one tensor per parameter");
@@ -696,12 +699,71 @@ fn stacked_logits(arch: &Architecture, ps: &[Tensor], x: &Tensor, masks: &[Tenso
                     false => h * m,
                 }
             }
-            Layer::Embedding { .. } | Layer::Lstm { .. } => {
-                unreachable!("token models do not stack")
+            Layer::Embedding { vocab, .. } => {
+                // Run k's token t is row k·vocab + t of the runs' tables one after another.
+                let table = next();
+                let offsets = Tensor::arange(a, (Kind::Int64, h.device())) * vocab as i64;
+                let rows = &h + offsets.view([a, 1, 1]);
+                Tensor::embedding(
+                    &table.reshape([a * vocab as i64, -1]),
+                    &rows,
+                    -1,
+                    false,
+                    false,
+                )
+            }
+            Layer::Lstm { hidden, layers, .. } => {
+                let tensors: Vec<&Tensor> = (0..4 * layers).map(|_| next()).collect();
+                stacked_lstm(&h, &tensors, hidden as i64)
             }
         };
     }
     h
+}
+
+/// PyTorch's `nn.LSTM` (batch first, gates in the order input, forget, cell, output, zero
+/// initial states) of each run over its sequences `[A, B, L, I]`, layer after layer, one
+/// batched cell per time step: the top layer's hidden state after the last step, `[A, B,
+/// hidden]`. `tensors`: per layer `[A, 4·hidden, in]`, `[A, 4·hidden, hidden]` and the two
+/// biases `[A, 4·hidden]`.
+fn stacked_lstm(x: &Tensor, tensors: &[&Tensor], hidden: i64) -> Tensor {
+    let s = x.size();
+    let (a, b, steps) = (s[0], s[1], s[2]);
+    let mut input = x.shallow_clone();
+    let mut last = Tensor::zeros([a, b, hidden], (Kind::Float, x.device()));
+    let layers = tensors.len() / 4;
+    for (l, layer) in tensors.chunks(4).enumerate() {
+        let (w_ih, w_hh, b_ih, b_hh) = (layer[0], layer[1], layer[2], layer[3]);
+        // Every step's input projection at once: `[A, B·L, 4·hidden]`.
+        let projected = (b_ih + b_hh)
+            .unsqueeze(1)
+            .baddbmm(
+                &input.reshape([a, b * steps, -1]),
+                &w_ih.transpose(1, 2),
+                1.0,
+                1.0,
+            )
+            .view([a, b, steps, 4 * hidden]);
+        let w_hh = w_hh.transpose(1, 2);
+        let mut h = Tensor::zeros([a, b, hidden], (Kind::Float, x.device()));
+        let mut c = h.zeros_like();
+        let mut outputs = Vec::with_capacity(steps as usize);
+        for t in 0..steps {
+            let gates = projected.select(2, t).baddbmm(&h, &w_hh, 1.0, 1.0);
+            let g = gates.chunk(4, -1);
+            c = g[1].sigmoid() * &c + g[0].sigmoid() * g[2].tanh();
+            h = g[3].sigmoid() * c.tanh();
+            if l + 1 < layers {
+                outputs.push(h.shallow_clone());
+            }
+        }
+        if l + 1 < layers {
+            input = Tensor::stack(&outputs, 2);
+        } else {
+            last = h;
+        }
+    }
+    last
 }
 
 #[cfg(test)]
@@ -721,7 +783,12 @@ mod tests {
         let sizes = [5usize, 37, 16];
         let total: usize = sizes.iter().sum();
         let mut rng = ChaCha20Rng::seed_from_u64(11);
-        let features: Vec<f32> = (0..total * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let features: Vec<f32> = (0..total * dim)
+            .map(|_| match input {
+                InputShape::Tokens { vocab, .. } => rng.gen_range(0..vocab) as f32,
+                _ => rng.gen_range(-1.0..1.0),
+            })
+            .collect();
         let labels: Vec<i64> = (0..total)
             .map(|_| rng.gen_range(0..classes as i64))
             .collect();
@@ -805,10 +872,11 @@ mod tests {
                 (&alone_momenta[k], &stacked_momenta[k]),
             ] {
                 assert_eq!(a.len(), b.len(), "run {k}");
-                for (x, y) in a.iter().zip(b.iter()) {
+                for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
                     assert!(
                         (x - y).abs() <= tolerance * x.abs().max(1.0),
-                        "{spec:?} run {k}: {x} vs {y}"
+                        "{spec:?} run {k}: {x} vs {y} at {i} (start {})",
+                        start[k][i]
                     );
                 }
             }
@@ -904,6 +972,26 @@ mod tests {
         );
     }
 
+    /// The LSTM stacks as one batched cell per step, embeddings as one lookup in the runs'
+    /// tables one after another: two layers over windows of 6 tokens.
+    #[test]
+    fn stacked_lstms_train_as_each_would_alone() {
+        let lstm = ModelSpec::Lstm {
+            embedding: 4,
+            hidden: 6,
+            layers: 2,
+        };
+        let tokens = InputShape::Tokens { len: 6, vocab: 7 };
+        check(
+            lstm.clone(),
+            tokens,
+            7,
+            plan(LocalWork::Steps(2), 0.9, 0.0),
+            1e-5,
+        );
+        check(lstm, tokens, 7, plan(LocalWork::Steps(3), 0.0, 0.0), 1e-5);
+    }
+
     #[test]
     fn dropout_streams_leave_the_client_stream_where_training_alone_does() {
         let arch = Architecture::for_input(
@@ -949,9 +1037,22 @@ mod tests {
                 ModelSpec::SmallCnn { dropout: 0.25 },
                 InputShape::Image([1, 8, 8]),
             ),
+            (
+                ModelSpec::Lstm {
+                    embedding: 4,
+                    hidden: 6,
+                    layers: 2,
+                },
+                InputShape::Tokens { len: 6, vocab: 7 },
+            ),
         ] {
             let dim = input.len();
-            let features: Vec<f32> = (0..total * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let features: Vec<f32> = (0..total * dim)
+                .map(|_| match input {
+                    InputShape::Tokens { vocab, .. } => rng.gen_range(0..vocab) as f32,
+                    _ => rng.gen_range(-1.0..1.0),
+                })
+                .collect();
             let labels: Vec<i64> = (0..total).map(|_| rng.gen_range(0..3)).collect();
             let rows = SplitView {
                 features: &features,
@@ -1006,7 +1107,7 @@ mod tests {
     }
 
     #[test]
-    fn models_without_batch_statistics_or_tokens_stack() {
+    fn models_without_batch_statistics_stack() {
         let image = InputShape::Image([3, 32, 32]);
         let tokens = InputShape::Tokens { len: 10, vocab: 20 };
         let lstm = ModelSpec::Lstm {
@@ -1031,7 +1132,7 @@ mod tests {
             (ModelSpec::SmallCnn { dropout: 0.25 }, image, true, false),
             (mobilenet(Normalization::Group), image, true, false),
             (mobilenet(Normalization::Batch), image, false, false),
-            (lstm, tokens, false, false),
+            (lstm, tokens, true, false),
         ] {
             let arch = Architecture::for_input(&spec, input, 10);
             assert_eq!(
