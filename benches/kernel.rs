@@ -97,24 +97,16 @@ fn local_sgd(c: &mut Criterion) {
 /// 0.9 and weight decay 5e-4, on one intra-op thread as a trainer worker runs it. Compare
 /// with `python3 benches/pytorch_cnn.py` (the same model and optimiser in PyTorch).
 fn cnn_epoch(c: &mut Criterion) {
-    use fedsim::data::{InputShape, SplitView};
-    use fedsim::models::{train_sgd, Architecture, LocalPlan, LocalWork, ModelSpec};
+    use fedsim::data::SplitView;
+    use fedsim::models::train_sgd;
     let mut rng = SeedTree::new(1).rng(fedsim::sim::Entity::Run, "bench", 2);
     tch::set_num_threads(1);
-    let (n, d) = (1000usize, 784usize);
-    let x: Vec<f32> = (0..n * d).map(|_| rng.gen_range(0.0..1.0)).collect();
-    let y: Vec<i64> = (0..n).map(|_| rng.gen_range(0..10)).collect();
+    let n = 1000;
+    let (x, y, arch, plan) = cnn_on_random_images(n, &mut rng);
     let view = SplitView {
         features: &x,
         labels: &y,
-        dim: d,
-    };
-    let arch = Architecture::for_input(&ModelSpec::Cnn, InputShape::Image([1, 28, 28]), 10);
-    let plan = LocalPlan {
-        work: LocalWork::Epochs(1),
-        batch_size: 128,
-        momentum: 0.9,
-        weight_decay: 5e-4,
+        dim: arch.input_dim,
     };
     let init = arch.init(&mut rng);
     let mut g = c.benchmark_group("cnn_epoch");
@@ -139,6 +131,32 @@ fn cnn_epoch(c: &mut Criterion) {
     g.finish();
 }
 
+/// `n` random MNIST-sized images (pixels in [0, 1), 10 labels), FedEM's CNN for them, and the
+/// CNN benchmarks' local plan (one epoch, batch 128, momentum 0.9, weight decay 5e-4).
+fn cnn_on_random_images(
+    n: usize,
+    rng: &mut impl Rng,
+) -> (
+    Vec<f32>,
+    Vec<i64>,
+    fedsim::models::Architecture,
+    fedsim::models::LocalPlan,
+) {
+    use fedsim::models::{Architecture, InputShape, LocalPlan, LocalWork, ModelSpec};
+    let arch = Architecture::for_input(&ModelSpec::Cnn, InputShape::Image([1, 28, 28]), 10);
+    let x = (0..n * arch.input_dim)
+        .map(|_| rng.gen_range(0.0..1.0))
+        .collect();
+    let y = (0..n).map(|_| rng.gen_range(0..10)).collect();
+    let plan = LocalPlan {
+        work: LocalWork::Epochs(1),
+        batch_size: 128,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+    };
+    (x, y, arch, plan)
+}
+
 /// A round's local epoch of FedEM's CNN for clients of 60 MNIST-sized images (batch 128: one
 /// step each; momentum 0.9), each client alone against the clients stacked as one cohort
 /// (one grouped convolution per layer): 20 clients on the CPU, where `training.cohorts: auto`
@@ -146,31 +164,17 @@ fn cnn_epoch(c: &mut Criterion) {
 /// 100 clients stacked on `cuda:0` with the rows resident there (the issue asks for well
 /// under a second), beside the same 100 alone on the CPU.
 fn cnn_cohort(c: &mut Criterion) {
-    use fedsim::data::{InputShape, SplitView};
-    use fedsim::models::{
-        dropout_stream, train_sgd, train_sgd_stacked, Architecture, DeviceRows, LocalPlan,
-        LocalWork, ModelSpec, StackedRun,
-    };
+    use fedsim::data::SplitView;
+    use fedsim::models::{dropout_stream, train_sgd, train_sgd_stacked, DeviceRows, StackedRun};
     let seeds = SeedTree::new(1);
     let mut rng = seeds.rng(fedsim::sim::Entity::Run, "bench", 4);
-    let (per_client, d, most) = (60usize, 784usize, 100usize);
-    let x: Vec<f32> = (0..most * per_client * d)
-        .map(|_| rng.gen_range(0.0..1.0))
-        .collect();
-    let y: Vec<i64> = (0..most * per_client)
-        .map(|_| rng.gen_range(0..10))
-        .collect();
+    let (per_client, most) = (60usize, 100usize);
+    let (x, y, arch, plan) = cnn_on_random_images(most * per_client, &mut rng);
+    let d = arch.input_dim;
     let rows = SplitView {
         features: &x,
         labels: &y,
         dim: d,
-    };
-    let arch = Architecture::for_input(&ModelSpec::Cnn, InputShape::Image([1, 28, 28]), 10);
-    let plan = LocalPlan {
-        work: LocalWork::Epochs(1),
-        batch_size: 128,
-        momentum: 0.9,
-        weight_decay: 5e-4,
     };
     let init = arch.init(&mut rng);
     let stream = |c: usize| seeds.rng(fedsim::sim::Entity::Client(c as u32), "train", 1);

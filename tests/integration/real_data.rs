@@ -618,43 +618,22 @@ fn shakespeare_roles_train_an_lstm_deterministically() {
         String::from_utf8_lossy(&fetch.stderr)
     );
     let tmp = tempfile::tempdir().unwrap();
-    let scen = tmp.path().join("s.yaml");
     for (name, algorithm) in [
-        ("fedavg", "{name: fedavg}"),
-        ("fedem", "{name: fedem, components: 2}"),
+        ("fedavg", "algorithm={name: fedavg}"),
+        ("fedem", "algorithm={name: fedem, components: 2}"),
     ] {
-        std::fs::write(&scen, SHAKESPEARE_LSTM).unwrap();
-        let mut outs = Vec::new();
+        let dir = |threads: &str| tmp.path().join(format!("{name}-{threads}"));
         for threads in ["1", "2"] {
-            let dir = tmp.path().join(format!("{name}-{threads}"));
-            let out = bin()
-                .arg("run")
-                .arg(&scen)
-                .args([
-                    "--set",
-                    &format!("algorithm={algorithm}"),
-                    "--threads",
-                    threads,
-                    "--quiet",
-                ])
-                .arg("--out")
-                .arg(&dir)
-                .env("FEDSIM_DATA", &cache)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{name}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            outs.push(dir);
+            run_shakespeare(&cache, &dir(threads), &[algorithm], threads);
         }
-        let differ = differing_files(&outs[0], &outs[1]);
+        let differ = differing_files(&dir("1"), &dir("2"));
         assert!(
             differ.is_empty(),
             "{name}: {differ:?} differ between 1 and 2 threads"
         );
     }
+    // `run_shakespeare` wrote the scenario beside each output folder.
+    let scen = tmp.path().join("fedavg-1.yaml");
     let describe = fedsim_with(&cache, &["describe".as_ref(), scen.as_os_str()]);
     let text = String::from_utf8_lossy(&describe.stdout);
     assert!(
