@@ -641,6 +641,8 @@ impl Architecture {
             .all(|l| matches!(l, Layer::Dense { .. } | Layer::Relu))
     }
 
+    /// Linear models are trained with hand-written gradients on one flat tensor; deeper models
+    /// with autograd on one leaf tensor per parameter tensor. Both hold `flat` in its order.
     fn is_linear(&self) -> bool {
         self.layers.len() == 1
     }
