@@ -773,7 +773,9 @@ impl Architecture {
 
     /// Logits `[batch, outputs]`. `weights` are [`Architecture::layers`] of the parameters;
     /// `masks`: dropout masks in training (see [`Architecture::dropout_masks`]), empty when
-    /// evaluating.
+    /// evaluating. `stacked::stacked_logits` walks the same layers for a cohort's runs at once
+    /// (another layout, so its own ops): a new layer needs both, and both matches are
+    /// exhaustive, so it does not compile until it has them.
     fn forward(&self, weights: &[Tensor], x: &Tensor, masks: &[Tensor]) -> Tensor {
         let mut h = match self.input {
             InputShape::Image([c, hh, w]) => x.view([-1, c as i64, hh as i64, w as i64]),

@@ -625,7 +625,8 @@ fn autograd_gradients(arch: &Architecture, ps: &[Tensor], batch: &StepBatch) -> 
 /// parameter tensor), with `masks` as [`StepBatch`] holds them. Flat activations are `[A, B,
 /// F]`; images are `[B, A·C, H, W]`, each run's channels side by side, so that a convolution
 /// is one grouped convolution (A times the layer's groups), a normalisation over groups of
-/// channels one group norm (A times the groups), and pooling is per channel as alone.
+/// channels one group norm (A times the groups), and pooling is per channel as alone. The
+/// stacked twin of `Architecture::forward`: the two walk the same layers.
 fn stacked_logits(arch: &Architecture, ps: &[Tensor], x: &Tensor, masks: &[Tensor]) -> Tensor {
     let (a, b) = (x.size()[0], x.size()[1]);
     // `[A, B, C, H, W]` → `[B, A·C, H, W]`.

@@ -560,7 +560,7 @@ fn run_shakespeare(cache: &Path, dir: &Path, sets: &[&str], threads: &str) {
 #[test]
 fn lstm_cohorts_match_training_alone() {
     // `training.cohorts: always` stacks the LSTM on the CPU as a GPU run does (one batched cell
-    // per time step): every evaluation's loss within 1e-4 of each client alone, FedAvg and
+    // per time step): every evaluation's loss within 1e-5 (relative) of each client alone, FedAvg and
     // FedEM, two rounds; bit-identical with 1 and 2 threads. (The batched cell rounds almost
     // as PyTorch's LSTM does: a few parameters of 700 differ in their last bits after two
     // steps in the unit test, and these losses came out equal.)
@@ -598,7 +598,7 @@ fn lstm_cohorts_match_training_alone() {
         assert!(!alone.is_empty());
         for (a, b) in alone.iter().zip(&stacked) {
             assert!(
-                (a - b).abs() <= 1e-4 * a.abs().max(1e-3),
+                (a - b).abs() <= 1e-5 * a.abs().max(1e-3),
                 "{name}: {a} vs {b}"
             );
         }
