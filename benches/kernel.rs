@@ -162,10 +162,14 @@ fn cnn_on_random_images(
 /// (one grouped convolution per layer): 20 clients on the CPU, where `training.cohorts: auto`
 /// trains convolutions alone because stacking is slower there; and, where libtorch sees a GPU,
 /// 100 clients stacked on `cuda:0` with the rows resident there (the issue asks for well
-/// under a second), beside the same 100 alone on the CPU.
+/// under a second), beside the same 100 alone on the CPU. The same for evaluating every
+/// client's images under a mixture of three CNNs (FedEM), alone and in stacked forward passes.
 fn cnn_cohort(c: &mut Criterion) {
     use fedsim::data::SplitView;
-    use fedsim::models::{dropout_stream, train_sgd, train_sgd_stacked, DeviceRows, StackedRun};
+    use fedsim::models::{
+        dropout_stream, evaluate_stacked, train_sgd, train_sgd_stacked, DeviceRows, EvalRequest,
+        MixtureGates, Predictor, StackedRun,
+    };
     let seeds = SeedTree::new(1);
     let mut rng = seeds.rng(fedsim::sim::Entity::Run, "bench", 4);
     let (per_client, most) = (60usize, 100usize);
@@ -178,15 +182,16 @@ fn cnn_cohort(c: &mut Criterion) {
     };
     let init = arch.init(&mut rng);
     let stream = |c: usize| seeds.rng(fedsim::sim::Entity::Client(c as u32), "train", 1);
+    let view_of = |c: usize| SplitView {
+        features: &x[c * per_client * d..(c + 1) * per_client * d],
+        labels: &y[c * per_client..(c + 1) * per_client],
+        dim: d,
+    };
     let alone = |clients: usize| {
         (0..clients)
             .map(|c| {
                 let (mut p, mut m) = (init.clone(), Vec::new());
-                let view = SplitView {
-                    features: &x[c * per_client * d..(c + 1) * per_client * d],
-                    labels: &y[c * per_client..(c + 1) * per_client],
-                    dim: d,
-                };
+                let view = view_of(c);
                 let lr = 0.01;
                 let mut rng = stream(c);
                 train_sgd(
@@ -229,6 +234,29 @@ fn cnn_cohort(c: &mut Criterion) {
         drop(runs);
         params
     };
+    // Evaluation: each client's images under a FedEM mixture of three CNNs.
+    let components: Vec<Vec<f32>> = (0..3).map(|_| arch.init(&mut rng)).collect();
+    let pi = [0.5, 0.3, 0.2];
+    let mixture = Predictor::Mixture {
+        components: components.iter().map(Vec::as_slice).collect(),
+        gates: MixtureGates::Fixed(&pi),
+    };
+    let evaluate_alone = |clients: usize| {
+        (0..clients)
+            .map(|c| mixture.evaluate(&arch, view_of(c)))
+            .collect::<Vec<_>>()
+    };
+    let evaluate_in_stacks = |clients: usize, resident: Option<&DeviceRows>| {
+        let requests: Vec<EvalRequest<'_>> = (0..clients)
+            .map(|c| EvalRequest {
+                model: &mixture,
+                view: view_of(c),
+                first_row: c * per_client,
+            })
+            .collect();
+        let device = resident.map_or(tch::Device::Cpu, DeviceRows::device);
+        evaluate_stacked(&arch, device, resident, &requests)
+    };
     tch::set_num_threads(default_threads() as i32);
     let mut g = c.benchmark_group("cnn_cohort");
     g.sample_size(10);
@@ -238,6 +266,12 @@ fn cnn_cohort(c: &mut Criterion) {
     });
     g.bench_function("femnist_cnn_20_clients_60_images_stacked", |b| {
         b.iter(|| stacked(20, None))
+    });
+    g.bench_function("femnist_cnn_mixture_evaluation_20_clients_alone", |b| {
+        b.iter(|| evaluate_alone(20))
+    });
+    g.bench_function("femnist_cnn_mixture_evaluation_20_clients_stacked", |b| {
+        b.iter(|| evaluate_in_stacks(20, None))
     });
     if tch::Cuda::is_available() {
         fedsim::models::DeviceChoice::Cuda(Some(0))
@@ -252,6 +286,14 @@ fn cnn_cohort(c: &mut Criterion) {
         g.bench_function("femnist_cnn_100_clients_60_images_stacked_cuda", |b| {
             b.iter(|| stacked(most, Some(&resident)))
         });
+        g.bench_function(
+            "femnist_cnn_mixture_evaluation_100_clients_alone_cpu",
+            |b| b.iter(|| evaluate_alone(most)),
+        );
+        g.bench_function(
+            "femnist_cnn_mixture_evaluation_100_clients_stacked_cuda",
+            |b| b.iter(|| evaluate_in_stacks(most, Some(&resident))),
+        );
     }
     g.finish();
 }

@@ -173,6 +173,8 @@ fn main() {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     fedsim::tune_allocator();
+    // Before any other thread exists (CUDA runs need it; CPU runs never read it).
+    fedsim::models::set_cublas_workspace();
     if let Err(e) = real_main() {
         eprintln!("error: {e:#}");
         std::process::exit(EXIT_ERROR);

@@ -2,9 +2,9 @@
 //! between rounds. Its jobs run on the trainer pool; their results come back to it as
 //! pending messages at the time the system model says they finish.
 
-use super::cohort::{Dispatch, TrainJob};
+use super::cohort::{Dispatch, EvalJob, TrainJob};
 use super::{Deliver, DivergenceWatch, FlEffects, JobContext, Msg, SERVER};
-use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite, NoveltyScores};
+use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::data::Split;
 use crate::report::DivergenceStage;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
@@ -184,32 +184,21 @@ impl<A: Algorithm> Client<A> {
     }
 
     fn evaluate(&mut self, round: u32, global: Arc<A::Global>, eff: &mut FlEffects<A>) {
-        let (jobs, id) = (self.jobs.clone(), self.id);
-        let (state, unseen) = (self.kept().state.clone(), self.unseen);
-        let mut rng = self.seeds.rng(Entity::Client(id), "evaluate", round as u64);
-        let pending = self.dispatch.pool().submit(move || {
-            let rows = jobs.data.rows_for(&[id]);
-            let ctx = jobs.local((&rows, 0), id, round, jobs.training.lr_at(round));
-            let alg = &jobs.algorithm;
-            let state = match unseen {
-                true => alg.adapt_unseen(&ctx, &global, &mut rng),
-                false => state,
-            };
-            let results = alg.evaluate(&ctx, &global, &state, &mut rng);
-            let mut report = alg.report(&global, &state, id);
-            if !rows.data().novel.is_empty() {
-                let test = rows.data().view(rows.index(0), Split::Test);
-                let novel = rows.data().novel_view(rows.index(0));
-                let typical = alg.typicality(&ctx, &global, &state, test);
-                report.novelty = typical
-                    .zip(alg.typicality(&ctx, &global, &state, novel))
-                    .map(|(typical, novel)| NoveltyScores { typical, novel });
-            }
-            Msg::Evaluated {
-                round,
-                results,
-                report,
-            }
+        let job = EvalJob {
+            client: self.id,
+            round,
+            global,
+            state: self.kept().state.clone(),
+            unseen: self.unseen,
+            scores_novelty: true,
+            rng: self
+                .seeds
+                .rng(Entity::Client(self.id), "evaluate", round as u64),
+        };
+        let pending = self.dispatch.evaluate(job, move |e| Msg::Evaluated {
+            round,
+            results: e.results,
+            report: e.report,
         });
         self.awaited += 1;
         eff.send_pending(self.me(), SimDuration::ZERO, pending);

@@ -21,11 +21,14 @@
 //! [`World::flush`]: crate::sim::World::flush
 
 use super::{JobContext, TrainerPool};
-use crate::algorithms::{Algorithm, BatchwiseClient, BatchwiseUpdate, Cohorts, SgdRun};
-use crate::data::Split;
+use crate::algorithms::{
+    Algorithm, BatchwiseClient, BatchwiseUpdate, ClientReport, Cohorts, Evaluation, LocalContext,
+    NoveltyScores, SgdRun, Tested,
+};
+use crate::data::{ClientRows, Split};
 use crate::models::{
-    dropout_stream, for_each_stacked_batch, train_sgd_stacked, Architecture, BatchwiseRun,
-    DeviceRows, Placement, StackedRun,
+    dropout_stream, evaluate_stacked, for_each_stacked_batch, train_sgd_stacked, Architecture,
+    BatchwiseRun, DeviceRows, EvalRequest, Placement, StackedRun,
 };
 use crate::sim::Pending;
 use rand_chacha::ChaCha20Rng;
@@ -60,11 +63,18 @@ const BATCHWISE_MAX_FLOPS_PER_ROW: u64 = 50_000;
 /// kernel -- cnn_cohort`), and a round of FedAvg with the Shakespeare LSTM 64 s stacked (one
 /// batched cell per step) against 7.5 s alone (oneDNN's fused LSTM).
 fn stacking_pays<A: Algorithm>(arch: &Architecture, placement: &Placement) -> bool {
-    let on_cpu = placement.devices().iter().all(|d| !d.is_cuda());
-    !on_cpu
+    placement.on_gpu()
         || arch.is_dense()
             && (A::BATCHWISE_UPDATE.is_none()
                 || arch.flops_per_sample() <= BATCHWISE_MAX_FLOPS_PER_ROW)
+}
+
+/// Whether a run whose training stacks also stacks its evaluations: on a GPU (`auto`), and
+/// under `always`. On the CPU under `auto` each client is evaluated alone: an evaluation of
+/// the FedEM synthetic benchmark's 300 clients costs about 0.04 s there, and stacking it would
+/// change results by float rounding for nothing.
+fn stacking_evaluations_pays(cohorts: Cohorts, placement: &Placement) -> bool {
+    cohorts == Cohorts::Always || placement.on_gpu()
 }
 
 /// The sizes of the consecutive shards of a cohort whose jobs have `rows` training rows each
@@ -124,6 +134,82 @@ impl<A: Algorithm> TrainJob<A> {
     }
 }
 
+/// One client's (or peer's) evaluation: everything it depends on.
+pub(super) struct EvalJob<A: Algorithm> {
+    pub client: u32,
+    pub round: u32,
+    pub global: Arc<A::Global>,
+    pub state: A::ClientState,
+    /// Held out of training: the state is fitted first ([`Algorithm::adapt_unseen`]).
+    pub unseen: bool,
+    /// Score the client's novel rows, where the data set has them ([`Algorithm::typicality`]).
+    pub scores_novelty: bool,
+    /// The client's evaluation stream for the round.
+    pub rng: ChaCha20Rng,
+}
+
+/// What an evaluation yields: results per model and split, and the algorithm's report.
+pub(super) struct Evaluated {
+    pub results: Vec<Evaluation>,
+    pub report: ClientReport,
+}
+
+impl<A: Algorithm> EvalJob<A> {
+    fn context<'a>(
+        &self,
+        jobs: &'a JobContext<A>,
+        rows: (&'a ClientRows<'_>, usize),
+    ) -> LocalContext<'a> {
+        jobs.local(
+            rows,
+            self.client,
+            self.round,
+            jobs.training.lr_at(self.round),
+        )
+    }
+
+    /// A held-out client's state, fitted as its algorithm fits a newcomer's.
+    fn adapt(&mut self, jobs: &JobContext<A>, ctx: &LocalContext<'_>) {
+        if self.unseen {
+            self.state = jobs
+                .algorithm
+                .adapt_unseen(ctx, &self.global, &mut self.rng);
+        }
+    }
+
+    /// The algorithm's report, with the novelty scores where asked for.
+    fn report(&self, jobs: &JobContext<A>, ctx: &LocalContext<'_>) -> ClientReport {
+        let alg = &jobs.algorithm;
+        let mut report = alg.report(&self.global, &self.state, self.client);
+        let data = ctx.data;
+        if self.scores_novelty && !data.novel.is_empty() {
+            let test = data.view(ctx.data_index, Split::Test);
+            let novel = data.novel_view(ctx.data_index);
+            let typical = alg.typicality(ctx, &self.global, &self.state, test);
+            report.novelty = typical
+                .zip(alg.typicality(ctx, &self.global, &self.state, novel))
+                .map(|(typical, novel)| NoveltyScores { typical, novel });
+        }
+        report
+    }
+
+    /// Evaluates this client alone.
+    fn evaluate_alone(mut self, jobs: &JobContext<A>) -> Evaluated {
+        let rows = jobs.data.rows_for(&[self.client]);
+        let ctx = self.context(jobs, (&rows, 0));
+        self.adapt(jobs, &ctx);
+        let tested = jobs
+            .algorithm
+            .tested_models(&ctx, &self.global, &self.state, &mut self.rng);
+        let results = ctx.evaluate(&tested);
+        drop(tested);
+        Evaluated {
+            results,
+            report: self.report(jobs, &ctx),
+        }
+    }
+}
+
 /// Where a client's jobs go: the trainer pool, each job alone, or the run's cohort queue.
 pub(super) enum Dispatch<A: Algorithm> {
     Alone(TrainerPool, Arc<JobContext<A>>),
@@ -150,10 +236,14 @@ impl<A: Algorithm> Dispatch<A> {
         };
         if can && wanted {
             jobs.training.placement.prepare();
+            let stacks_evaluations =
+                stacking_evaluations_pays(jobs.training.cohorts, &jobs.training.placement);
             Dispatch::Cohorts(Arc::new(CohortQueue {
                 pool,
                 jobs,
                 queued: Mutex::default(),
+                evaluations: Mutex::default(),
+                stacks_evaluations,
                 resident: Mutex::default(),
             }))
         } else {
@@ -201,14 +291,45 @@ impl<A: Algorithm> Dispatch<A> {
     }
 }
 
+impl<A: Algorithm> Dispatch<A> {
+    /// Starts `job` (alone, on the pool) or queues it for the next cohort's evaluations; its
+    /// result comes back as the message `into` makes of it (made on the pool).
+    pub fn evaluate<M: Send + 'static>(
+        &self,
+        job: EvalJob<A>,
+        into: impl FnOnce(Evaluated) -> M + Send + 'static,
+    ) -> Pending<M> {
+        let (pool, jobs) = match self {
+            Dispatch::Cohorts(queue) if queue.stacks_evaluations => {
+                let (tx, pending) = oneshot::channel();
+                let reply: EvalReply = Box::new(move |result| {
+                    let _ = tx.send(result.map(into));
+                });
+                let mut queued = queue.evaluations.lock().unwrap_or_else(|e| e.into_inner());
+                queued.push((job, reply));
+                return pending;
+            }
+            Dispatch::Cohorts(queue) => (&queue.pool, &queue.jobs),
+            Dispatch::Alone(pool, jobs) => (pool, jobs),
+        };
+        let jobs = jobs.clone();
+        pool.submit(move || into(job.evaluate_alone(&jobs)))
+    }
+}
+
 /// Answers one queued job: makes its message and sends it to the waiting entity.
 type Reply<A> = Box<dyn FnOnce(Result<Trained<A>, String>) + Send>;
+/// The same for a queued evaluation.
+type EvalReply = Box<dyn FnOnce(Result<Evaluated, String>) + Send>;
 
 /// The training jobs queued since the scheduler last waited.
 pub(super) struct CohortQueue<A: Algorithm> {
     pool: TrainerPool,
     jobs: Arc<JobContext<A>>,
     queued: Mutex<Vec<(TrainJob<A>, Reply<A>)>>,
+    /// The evaluations queued since then, where they stack ([`stacks_evaluations`]).
+    evaluations: Mutex<Vec<(EvalJob<A>, EvalReply)>>,
+    stacks_evaluations: bool,
     /// The data set's rows on each GPU cohorts train on, uploaded when first needed.
     resident: Mutex<Vec<DeviceRows>>,
 }
@@ -238,8 +359,16 @@ pub(super) trait Flush {
 }
 
 impl<A: Algorithm> Flush for CohortQueue<A> {
-    /// Starts the queued jobs as a cohort: one pool job per shard.
+    /// Starts the queued jobs as a cohort, one pool job per shard, then the queued
+    /// evaluations the same way.
     fn flush(&self) {
+        self.flush_training();
+        self.flush_evaluations();
+    }
+}
+
+impl<A: Algorithm> CohortQueue<A> {
+    fn flush_training(&self) {
         let mut cohort =
             std::mem::take(&mut *self.queued.lock().unwrap_or_else(|e| e.into_inner()));
         // Clients of similar sizes share a shard (largest first, ties in queue order): a
@@ -277,6 +406,119 @@ impl<A: Algorithm> Flush for CohortQueue<A> {
             });
         }
     }
+}
+
+impl<A: Algorithm> CohortQueue<A> {
+    /// Starts the queued evaluations as shards of clients of similar sizes (all their splits'
+    /// rows, largest first, ties in queue order), cut by the rule training shards follow.
+    fn flush_evaluations(&self) {
+        let mut cohort =
+            std::mem::take(&mut *self.evaluations.lock().unwrap_or_else(|e| e.into_inner()));
+        let data = &self.jobs.data;
+        let rows = |job: &EvalJob<A>| {
+            Split::ALL
+                .into_iter()
+                .map(|s| data.split_len(job.client as usize, s))
+                .sum::<usize>()
+        };
+        cohort.sort_by_key(|(job, _)| std::cmp::Reverse(rows(job)));
+        let rows: Vec<usize> = cohort.iter().map(|(job, _)| rows(job)).collect();
+        for (index, size) in shard_sizes(&rows, MIN_SHARD_JOBS).into_iter().enumerate() {
+            let rest = cohort.split_off(size);
+            let shard = std::mem::replace(&mut cohort, rest);
+            let jobs = self.jobs.clone();
+            let device = jobs.training.placement.device_of(index);
+            let resident = self.resident_on(device);
+            self.pool.spawn(move || {
+                let (shard, replies): (Vec<_>, Vec<_>) = shard.into_iter().unzip();
+                let evaluate = || evaluate_cohort(&jobs, shard, device, resident);
+                match catch_unwind(AssertUnwindSafe(evaluate)) {
+                    Ok(results) => {
+                        for (reply, evaluated) in replies.into_iter().zip(results) {
+                            reply(Ok(evaluated));
+                        }
+                    }
+                    Err(panic) => {
+                        let message = super::trainer::panic_message(&*panic);
+                        for reply in replies {
+                            reply(Err(message.clone()));
+                        }
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Evaluates `shard`'s jobs on `device` (from `resident` rows when given): each held-out
+/// client is fitted first and each job names its models (drawing from its own stream, as
+/// alone), every model's logits on every split come from stacked forward passes
+/// ([`evaluate_stacked`]), then each job's report is made alone. Results in shard order.
+fn evaluate_cohort<A: Algorithm>(
+    jobs: &JobContext<A>,
+    mut shard: Vec<EvalJob<A>>,
+    device: tch::Device,
+    resident: Option<DeviceRows>,
+) -> Vec<Evaluated> {
+    let clients: Vec<u32> = shard.iter().map(|job| job.client).collect();
+    let rows = jobs.data.rows_for(&clients);
+    let contexts: Vec<LocalContext<'_>> = shard
+        .iter()
+        .enumerate()
+        .map(|(k, job)| job.context(jobs, (&rows, k)))
+        .collect();
+    for (job, ctx) in shard.iter_mut().zip(&contexts) {
+        job.adapt(jobs, ctx);
+    }
+    let tested: Vec<Vec<Tested<'_>>> = shard
+        .iter_mut()
+        .zip(&contexts)
+        .map(|(job, ctx)| {
+            let EvalJob {
+                global, state, rng, ..
+            } = job;
+            jobs.algorithm.tested_models(ctx, global, state, rng)
+        })
+        .collect();
+    // Every (model, split) of every job, in the order each job alone evaluates them.
+    let mut labels = Vec::new();
+    let mut requests = Vec::new();
+    for (ctx, tested) in contexts.iter().zip(&tested) {
+        for t in tested {
+            for split in ctx.splits() {
+                labels.push((t.kind, split));
+                requests.push(EvalRequest {
+                    model: &t.model,
+                    view: ctx.data.view(ctx.data_index, split),
+                    first_row: ctx.data.first_row(ctx.data_index, split),
+                });
+            }
+        }
+    }
+    let mut stats = evaluate_stacked(&jobs.arch, device, resident.as_ref(), &requests)
+        .into_iter()
+        .zip(labels)
+        .map(|(stats, (model, split))| Evaluation {
+            model,
+            split,
+            stats,
+        });
+    let counts: Vec<usize> = contexts
+        .iter()
+        .zip(&tested)
+        .map(|(ctx, tested)| tested.len() * ctx.splits().len())
+        .collect();
+    drop(requests);
+    drop(tested);
+    shard
+        .iter()
+        .zip(&contexts)
+        .zip(counts)
+        .map(|((job, ctx), count)| Evaluated {
+            results: stats.by_ref().take(count).collect(),
+            report: job.report(jobs, ctx),
+        })
+        .collect()
 }
 
 /// The shard's rows on `device` for its stacked steps: the run's `resident` copy where there

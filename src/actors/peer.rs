@@ -20,7 +20,7 @@
 //! bytes once every peer has mixed it. Peer p has rank p + 1 and uses client p's data and random
 //! streams, so a peer trains exactly like client p would.
 
-use super::cohort::{Dispatch, TrainJob};
+use super::cohort::{Dispatch, EvalJob, TrainJob};
 use super::evaluation::EvaluatedClients;
 use super::{
     device_record, evaluation_records, run_world, Deliver, DivergenceWatch, HubWorld, JobContext,
@@ -373,22 +373,23 @@ impl<A: Gossip> Peer<A> {
     }
 
     fn evaluate(&self, round: u32, eff: &mut PeerEffects<A>) {
-        let (jobs, id) = (self.shared.jobs.clone(), self.id);
-        let (model, state) = (self.model.clone(), self.state.clone());
-        let mut rng = self
+        let job = EvalJob {
+            client: self.id,
+            round,
+            global: self.model.clone(),
+            state: self.state.clone(),
+            unseen: false,
+            scores_novelty: false,
+            rng: (self.shared.seeds).rng(Entity::Client(self.id), "evaluate", round as u64),
+        };
+        let pending = self
             .shared
-            .seeds
-            .rng(Entity::Client(id), "evaluate", round as u64);
-        let pending = self.shared.dispatch.pool().submit(move || {
-            let rows = jobs.data.rows_for(&[id]);
-            let ctx = jobs.local((&rows, 0), id, round, jobs.training.lr_at(round));
-            let results = jobs.algorithm.evaluate(&ctx, &model, &state, &mut rng);
-            PeerMsg::Evaluated {
+            .dispatch
+            .evaluate(job, move |e| PeerMsg::Evaluated {
                 round,
-                results,
-                report: jobs.algorithm.report(&model, &state, id),
-            }
-        });
+                results: e.results,
+                report: e.report,
+            });
         eff.send_pending(self.me(), SimDuration::ZERO, pending);
     }
 

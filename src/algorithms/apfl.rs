@@ -6,11 +6,11 @@
 //! Clients are evaluated with α·v + (1 − α)·w_global. Plain SGD: momentum is not used.
 
 use super::{
-    descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Evaluation, Gradients, LocalContext,
-    ModelKind,
+    descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, ModelKind,
+    Tested,
 };
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
-use crate::models::{evaluate, Architecture, LocalPlan};
+use crate::models::{Architecture, LocalPlan};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -137,21 +137,19 @@ impl Algorithm for Apfl {
 
     model_update_aggregation!();
 
-    fn evaluate(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        state: &ApflClient,
+    fn tested_models<'a>(
+        &'a self,
+        _: &LocalContext<'_>,
+        global: &'a Vec<f32>,
+        state: &'a ApflClient,
         _: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
+    ) -> Vec<Tested<'a>> {
         let personal = if state.local.is_empty() {
             global.clone()
         } else {
             mix(state.alpha, &state.local, global)
         };
-        ctx.evaluate_splits(ModelKind::Personalized, |view| {
-            evaluate(ctx.arch, &personal, view)
-        })
+        vec![Tested::params(ModelKind::Personalized, personal)]
     }
 }
 

@@ -13,8 +13,8 @@
 //! client id keeps the cluster's id while the other gets the next free id. Cluster ids appear
 //! in the results (`cluster` column).
 
-use super::{weighted_average, Algorithm, Evaluation, LocalContext, ModelKind, SgdRun, SgdUpdate};
-use crate::models::{evaluate, Architecture};
+use super::{weighted_average, Algorithm, LocalContext, ModelKind, SgdRun, SgdUpdate, Tested};
+use crate::models::Architecture;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -288,15 +288,15 @@ impl Algorithm for Clustered {
         next
     }
 
-    fn evaluate(
-        &self,
+    fn tested_models<'a>(
+        &'a self,
         ctx: &LocalContext<'_>,
-        global: &Clusters,
-        _: &Vec<f32>,
+        global: &'a Clusters,
+        _: &'a Vec<f32>,
         _: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
+    ) -> Vec<Tested<'a>> {
         let model = &global.models[global.of_client[ctx.client as usize] as usize];
-        ctx.evaluate_splits(ModelKind::Cluster, |view| evaluate(ctx.arch, model, view))
+        vec![Tested::params(ModelKind::Cluster, &model[..])]
     }
 }
 

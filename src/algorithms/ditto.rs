@@ -7,9 +7,9 @@
 //! from its own shuffle of the client's rows. Both are local SGD runs, so Ditto trains in
 //! cohorts.
 
-use super::{Algorithm, Evaluation, LocalContext, ModelKind, SgdRun, SgdUpdate};
+use super::{Algorithm, LocalContext, ModelKind, SgdRun, SgdUpdate, Tested};
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
-use crate::models::{evaluate, Architecture, LocalPlan};
+use crate::models::{Architecture, LocalPlan};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -133,19 +133,19 @@ impl Algorithm for Ditto {
 
     model_update_aggregation!();
 
-    fn evaluate(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        state: &DittoClient,
+    fn tested_models<'a>(
+        &'a self,
+        _: &LocalContext<'_>,
+        global: &'a Vec<f32>,
+        state: &'a DittoClient,
         _: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
+    ) -> Vec<Tested<'a>> {
         let v = if state.personal.is_empty() {
             global
         } else {
             &state.personal
         };
-        ctx.evaluate_splits(ModelKind::Personalized, |view| evaluate(ctx.arch, v, view))
+        vec![Tested::params(ModelKind::Personalized, &v[..])]
     }
 }
 

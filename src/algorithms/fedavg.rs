@@ -6,10 +6,10 @@
 //!   of the global model for a few local epochs and is tested on it.
 
 use super::{
-    stale_delta_average, weighted_average, Algorithm, Evaluation, LocalContext, ModelKind, SgdRun,
-    SgdUpdate, StaleUpdate,
+    stale_delta_average, weighted_average, Algorithm, LocalContext, ModelKind, SgdRun, SgdUpdate,
+    StaleUpdate, Tested,
 };
-use crate::models::{evaluate, Architecture};
+use crate::models::Architecture;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -267,20 +267,18 @@ impl Algorithm for FedAvg {
         ))
     }
 
-    fn evaluate(
-        &self,
+    fn tested_models<'a>(
+        &'a self,
         ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        _: &Vec<f32>,
+        global: &'a Vec<f32>,
+        _: &'a Vec<f32>,
         rng: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
+    ) -> Vec<Tested<'a>> {
         if self.finetune_epochs == 0 {
-            return ctx.evaluate_splits(ModelKind::Global, |view| evaluate(ctx.arch, global, view));
+            return vec![Tested::params(ModelKind::Global, &global[..])];
         }
         let lr = self.finetune_lr.unwrap_or(ctx.training.lr);
         let tuned = ctx.fine_tune(global, self.finetune_epochs, lr, rng);
-        ctx.evaluate_splits(ModelKind::Personalized, |view| {
-            evaluate(ctx.arch, &tuned, view)
-        })
+        vec![Tested::params(ModelKind::Personalized, tuned)]
     }
 }

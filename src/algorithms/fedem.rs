@@ -6,10 +6,12 @@
 //! Σ_m π_m · p(y | x; θ_m).
 
 use super::{
-    stale_delta_average, weighted_average, AggregateStale, Algorithm, ClientReport, Evaluation,
-    LocalContext, ModelKind, SgdRun, SgdUpdate, StaleUpdate,
+    stale_delta_average, weighted_average, AggregateStale, Algorithm, ClientReport, LocalContext,
+    ModelKind, SgdRun, SgdUpdate, StaleUpdate, Tested,
 };
-use crate::models::{confidence, evaluate_mixture, sample_losses, Architecture, Gates, LocalPlan};
+use crate::models::{
+    confidence, sample_losses, Architecture, Gates, LocalPlan, MixtureGates, Predictor,
+};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -396,17 +398,20 @@ impl Algorithm for FedEm {
         ))
     }
 
-    fn evaluate(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<Vec<f32>>,
-        state: &FedEmClient,
+    fn tested_models<'a>(
+        &'a self,
+        _: &LocalContext<'_>,
+        global: &'a Vec<Vec<f32>>,
+        state: &'a FedEmClient,
         _: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
-        let components: Vec<&[f32]> = global.iter().map(Vec::as_slice).collect();
-        ctx.evaluate_splits(ModelKind::Mixture, |view| {
-            evaluate_mixture(ctx.arch, &components, Gates::Fixed(&state.pi), view)
-        })
+    ) -> Vec<Tested<'a>> {
+        vec![Tested {
+            kind: ModelKind::Mixture,
+            model: Predictor::Mixture {
+                components: global.iter().map(Vec::as_slice).collect(),
+                gates: MixtureGates::Fixed(&state.pi),
+            },
+        }]
     }
 }
 

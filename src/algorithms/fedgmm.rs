@@ -18,11 +18,11 @@
 //! closed-form statistics of older models do not combine by deltas.
 
 use super::fedem::{trained_models, weighted_runs};
-use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, Evaluation, LocalContext};
+use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, LocalContext, Tested};
 use super::{ModelKind, SgdUpdate, MIN_MIXTURE_WEIGHT};
 use crate::data::SplitView;
 use crate::models::{
-    evaluate_mixture, sample_losses, Architecture, Gates, GaussianInputs, LocalPlan,
+    sample_losses, Architecture, GaussianInputs, LocalPlan, MixtureGates, Predictor,
 };
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -647,18 +647,20 @@ impl Algorithm for FedGmm {
         }
     }
 
-    fn evaluate(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &GmmGlobal,
-        state: &GmmClient,
+    fn tested_models<'a>(
+        &'a self,
+        _: &LocalContext<'_>,
+        global: &'a GmmGlobal,
+        state: &'a GmmClient,
         _: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
-        let classifiers: Vec<&[f32]> = global.classifiers.iter().map(Vec::as_slice).collect();
-        ctx.evaluate_splits(ModelKind::Mixture, |view| {
-            let gates = self.gates(global, &state.pi, view);
-            evaluate_mixture(ctx.arch, &classifiers, Gates::PerRow(&gates), view)
-        })
+    ) -> Vec<Tested<'a>> {
+        vec![Tested {
+            kind: ModelKind::Mixture,
+            model: Predictor::Mixture {
+                components: global.classifiers.iter().map(Vec::as_slice).collect(),
+                gates: MixtureGates::PerRow(Box::new(|view| self.gates(global, &state.pi, view))),
+            },
+        }]
     }
 
     /// log p(x, y) (or log p(x)) under the client's mixture.

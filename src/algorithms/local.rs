@@ -1,8 +1,8 @@
 //! Local training: every client trains its own model on its own data and nothing is
 //! communicated. All clients start from the same initial model.
 
-use super::{AggregateStale, Algorithm, Evaluation, LocalContext, ModelKind, SgdRun, SgdUpdate};
-use crate::models::{evaluate, Architecture};
+use super::{AggregateStale, Algorithm, LocalContext, ModelKind, SgdRun, SgdUpdate, Tested};
+use crate::models::Architecture;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -85,15 +85,13 @@ impl Algorithm for Local {
         global.clone()
     }
 
-    fn evaluate(
-        &self,
-        ctx: &LocalContext<'_>,
-        _: &Vec<f32>,
-        state: &LocalModel,
+    fn tested_models<'a>(
+        &'a self,
+        _: &LocalContext<'_>,
+        _: &'a Vec<f32>,
+        state: &'a LocalModel,
         _: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
-        ctx.evaluate_splits(ModelKind::Local, |view| {
-            evaluate(ctx.arch, &state.params, view)
-        })
+    ) -> Vec<Tested<'a>> {
+        vec![Tested::params(ModelKind::Local, &state.params[..])]
     }
 }

@@ -40,9 +40,10 @@ use crate::data::Split;
 use crate::data::{FederatedData, SplitView};
 use crate::models::{
     for_each_batch, train_sgd, Architecture, Batch, EvalStats, LocalPlan, LocalWork, Objective,
-    Placement, StackedBatch,
+    Placement, Predictor, StackedBatch,
 };
 use rand_chacha::ChaCha20Rng;
+use std::borrow::Cow;
 
 /// Which model an evaluation row measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -230,21 +231,45 @@ impl LocalContext<'_> {
         tuned
     }
 
-    /// `eval` of a `model` on each of this client's non-empty splits.
-    pub fn evaluate_splits(
-        &self,
-        model: ModelKind,
-        eval: impl Fn(SplitView<'_>) -> EvalStats,
-    ) -> Vec<Evaluation> {
+    /// Each of `tested` evaluated alone on each of this client's non-empty splits, in that
+    /// order (models first).
+    pub fn evaluate(&self, tested: &[Tested<'_>]) -> Vec<Evaluation> {
+        tested
+            .iter()
+            .flat_map(|t| {
+                self.splits().into_iter().map(move |split| Evaluation {
+                    model: t.kind,
+                    split,
+                    stats: t
+                        .model
+                        .evaluate(self.arch, self.data.view(self.data_index, split)),
+                })
+            })
+            .collect()
+    }
+
+    /// This client's non-empty splits, in [`Split::ALL`] order.
+    pub fn splits(&self) -> Vec<Split> {
         Split::ALL
             .into_iter()
             .filter(|&s| self.data.split_len(self.data_index, s) > 0)
-            .map(|split| Evaluation {
-                model,
-                split,
-                stats: eval(self.data.view(self.data_index, split)),
-            })
             .collect()
+    }
+}
+
+/// A model a client is tested with, and which of its models it is.
+pub struct Tested<'a> {
+    pub kind: ModelKind,
+    pub model: Predictor<'a>,
+}
+
+impl<'a> Tested<'a> {
+    /// `params` as the model `kind`.
+    pub fn params(kind: ModelKind, params: impl Into<Cow<'a, [f32]>>) -> Self {
+        Tested {
+            kind,
+            model: Predictor::Params(params.into()),
+        }
     }
 }
 
@@ -410,18 +435,18 @@ pub trait Algorithm: Send + Sync + 'static {
         None
     }
 
-    /// Evaluates the client's model(s) on each of its non-empty splits (see
-    /// [`LocalContext::evaluate_splits`]); an algorithm with a global and a personalized model
-    /// (pFedMe) reports both. Runs on the trainer pool; `rng` is the client's
-    /// evaluation stream for the round, for algorithms that adapt before testing. The client's
-    /// state is not changed.
-    fn evaluate(
-        &self,
+    /// The models the client is tested with, each evaluated on each of its non-empty splits
+    /// (alone, [`LocalContext::evaluate`], or stacked with other clients' in a cohort); an
+    /// algorithm with a global and a personalized model (pFedMe) names both. Runs on the
+    /// trainer pool; `rng` is the client's evaluation stream for the round, for algorithms
+    /// that adapt before testing. The client's state is not changed.
+    fn tested_models<'a>(
+        &'a self,
         ctx: &LocalContext<'_>,
-        global: &Self::Global,
-        state: &Self::ClientState,
+        global: &'a Self::Global,
+        state: &'a Self::ClientState,
         rng: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation>;
+    ) -> Vec<Tested<'a>>;
 }
 
 /// One local SGD run of a client's update: the parameters it starts from (trained in place),

@@ -3,7 +3,7 @@
 //! times, participation, stragglers) at scales where training would dominate, and for
 //! measuring the simulator's own overhead.
 
-use super::{AggregateStale, Algorithm, Evaluation, LocalContext};
+use super::{AggregateStale, Algorithm, LocalContext, Tested};
 use crate::models::Architecture;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -64,13 +64,13 @@ impl Algorithm for Noop {
         *global
     }
 
-    fn evaluate(
-        &self,
+    fn tested_models<'a>(
+        &'a self,
         _: &LocalContext<'_>,
-        _: &usize,
-        _: &(),
+        _: &'a usize,
+        _: &'a (),
         _: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
+    ) -> Vec<Tested<'a>> {
         Vec::new()
     }
 }

@@ -9,11 +9,11 @@
 //! (an odd last one is left out). Plain SGD: momentum is not used.
 
 use super::{
-    descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Evaluation, Gradients, LocalContext,
-    ModelKind,
+    descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, ModelKind,
+    Tested,
 };
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
-use crate::models::{evaluate, for_each_batch, Architecture, LocalPlan, LocalWork};
+use crate::models::{for_each_batch, Architecture, LocalPlan, LocalWork};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -116,13 +116,13 @@ impl Algorithm for PerFedAvg {
 
     model_update_aggregation!();
 
-    fn evaluate(
-        &self,
+    fn tested_models<'a>(
+        &'a self,
         ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        _: &PerFedAvgClient,
+        global: &'a Vec<f32>,
+        _: &'a PerFedAvgClient,
         rng: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
+    ) -> Vec<Tested<'a>> {
         let one_step = LocalPlan {
             work: LocalWork::Steps(1),
             ..ctx.training.plan
@@ -131,9 +131,7 @@ impl Algorithm for PerFedAvg {
         for_each_batch(ctx.arch, ctx.train_view(), &one_step, rng, |batch| {
             descend(&mut adapted, self.spec.inner_lr, &batch.gradient(global))
         });
-        ctx.evaluate_splits(ModelKind::Personalized, |view| {
-            evaluate(ctx.arch, &adapted, view)
-        })
+        vec![Tested::params(ModelKind::Personalized, adapted)]
     }
 }
 

@@ -11,10 +11,10 @@
 //! its schedule), S = `sampling`; λ, K, η_p and β here. Plain SGD: momentum is not used.
 
 use super::{
-    descend, weighted_average, Algorithm, BatchwiseClient, BatchwiseUpdate, Evaluation, Gradients,
-    LocalContext, ModelKind,
+    descend, weighted_average, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients,
+    LocalContext, ModelKind, Tested,
 };
-use crate::models::{evaluate, Architecture, LocalPlan};
+use crate::models::{Architecture, LocalPlan};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -174,23 +174,22 @@ impl Algorithm for PFedMe {
         client
     }
 
-    fn evaluate(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        client: &PFedMeClient,
+    fn tested_models<'a>(
+        &'a self,
+        _: &LocalContext<'_>,
+        global: &'a Vec<f32>,
+        client: &'a PFedMeClient,
         _: &mut ChaCha20Rng,
-    ) -> Vec<Evaluation> {
+    ) -> Vec<Tested<'a>> {
         let personal = if client.theta.is_empty() {
             global
         } else {
             &client.theta
         };
-        let mut out = ctx.evaluate_splits(ModelKind::Global, |v| evaluate(ctx.arch, global, v));
-        out.extend(
-            ctx.evaluate_splits(ModelKind::Personalized, |v| evaluate(ctx.arch, personal, v)),
-        );
-        out
+        vec![
+            Tested::params(ModelKind::Global, &global[..]),
+            Tested::params(ModelKind::Personalized, &personal[..]),
+        ]
     }
 }
 

@@ -132,21 +132,38 @@ impl Placement {
         &self.devices
     }
 
+    /// Whether cohorts go to GPUs.
+    pub fn on_gpu(&self) -> bool {
+        self.devices.iter().any(|d| d.is_cuda())
+    }
+
     /// Sets what CUDA determinism needs before the first CUDA call: cuBLAS's fixed workspace
     /// (`CUBLAS_WORKSPACE_CONFIG=:4096:8` unless set), cuDNN without benchmarking (which
     /// picks kernels by timing) and with deterministic algorithms only (convolutions' backward
     /// passes have kernels that add with atomics); and full f32 products, no TF32 (PyTorch
     /// lets cuDNN's convolutions round their inputs to 10-bit mantissas by default), so that
     /// GPU results differ from the CPU's by float rounding only. Nothing on the CPU.
+    ///
+    /// The binary sets the cuBLAS variable first thing ([`set_cublas_workspace`]), while it
+    /// has one thread; here it is set only if still unset (a library user's process), which
+    /// is racy only against threads reading the environment at that moment.
     pub fn prepare(&self) {
-        if self.devices.iter().any(|d| d.is_cuda()) {
-            if std::env::var_os("CUBLAS_WORKSPACE_CONFIG").is_none() {
-                std::env::set_var("CUBLAS_WORKSPACE_CONFIG", ":4096:8");
-            }
+        if self.on_gpu() {
+            set_cublas_workspace();
             tch::Cuda::cudnn_set_benchmark(false);
             set_deterministic_cudnn(true);
             set_tf32(false);
         }
+    }
+}
+
+/// `CUBLAS_WORKSPACE_CONFIG=:4096:8` unless it is set: cuBLAS then picks the same reduction
+/// order on every call (NVIDIA's condition for reproducible results). Call it before other
+/// threads exist where possible (the binary does, first thing): setting the environment
+/// races with threads that read it.
+pub fn set_cublas_workspace() {
+    if std::env::var_os("CUBLAS_WORKSPACE_CONFIG").is_none() {
+        std::env::set_var("CUBLAS_WORKSPACE_CONFIG", ":4096:8");
     }
 }
 

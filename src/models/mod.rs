@@ -13,15 +13,15 @@ mod mobilenet;
 mod sgd;
 mod stacked;
 
-pub use device::{DeviceChoice, DeviceRows, Placement, DEVICE_ALLOWED};
+pub use device::{set_cublas_workspace, DeviceChoice, DeviceRows, Placement, DEVICE_ALLOWED};
 pub use gaussian::{Gaussian, GaussianInputs};
 pub use sgd::{
     confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch,
-    EvalStats, Gates, LocalPlan, LocalWork, Objective, Pass, TrainStats,
+    EvalStats, Gates, LocalPlan, LocalWork, MixtureGates, Objective, Pass, Predictor, TrainStats,
 };
 pub use stacked::{
-    dropout_stream, for_each_stacked_batch, train_sgd_stacked, BatchwiseRun, StackedBatch,
-    StackedRun,
+    dropout_stream, evaluate_stacked, for_each_stacked_batch, train_sgd_stacked, BatchwiseRun,
+    EvalRequest, StackedBatch, StackedRun,
 };
 
 pub use crate::data::InputShape;

@@ -4,6 +4,7 @@ use super::{flatten_into, Architecture};
 use crate::data::SplitView;
 use rand::seq::SliceRandom;
 use rand::Rng;
+use std::borrow::Cow;
 use tch::{Device, Kind, Reduction, Tensor};
 
 /// How much local work one round asks of a client.
@@ -382,7 +383,7 @@ pub fn sample_losses(
 }
 
 /// Loss and accuracy of class probabilities `prob` (`[n, 1]` for two classes: P(y = 1)).
-fn mixture_stats(arch: &Architecture, prob: Tensor, y: &Tensor, n: usize) -> EvalStats {
+pub(super) fn mixture_stats(arch: &Architecture, prob: Tensor, y: &Tensor, n: usize) -> EvalStats {
     {
         let prob = prob.clamp(1e-12, 1.0 - 1e-12);
         let (loss_sum, hits) = if arch.is_binary() {
@@ -425,18 +426,16 @@ pub enum Gates<'a> {
     PerRow(&'a [Vec<f64>]),
 }
 
-/// Σₘ gₘ(x)·p(y | x; θₘ): class probabilities, `[n, 1]` (P(y = 1)) for two classes.
-fn mixture_probabilities(
+/// Σₘ gₘ(x)·p(y | x; θₘ) of the components' `logits` (each `[n, outputs]`): class
+/// probabilities, `[n, 1]` (P(y = 1)) for two classes.
+pub(super) fn mixture_of_logits(
     arch: &Architecture,
-    components: &[&[f32]],
+    logits: impl IntoIterator<Item = Tensor>,
     gates: Gates<'_>,
-    x: &Tensor,
 ) -> Tensor {
-    let n = x.size()[0];
     let mut prob: Option<Tensor> = None;
-    for (m, theta) in components.iter().enumerate() {
-        let ps: Vec<Tensor> = arch.params(theta).iter().map(Tensor::detach).collect();
-        let logits = arch.forward(&arch.layers(&ps), x, &[]);
+    for (m, logits) in logits.into_iter().enumerate() {
+        let n = logits.size()[0];
         let p = if arch.is_binary() {
             logits.sigmoid()
         } else {
@@ -446,7 +445,8 @@ fn mixture_probabilities(
             Gates::Fixed(weights) => p * weights[m],
             Gates::PerRow(gates) => {
                 let g: Vec<f32> = gates[m].iter().map(|&v| v as f32).collect();
-                p * Tensor::from_slice(&g).reshape([n, 1])
+                let g = Tensor::from_slice(&g).reshape([n, 1]).to_device(p.device());
+                p * g
             }
         };
         prob = Some(match prob {
@@ -455,6 +455,21 @@ fn mixture_probabilities(
         });
     }
     prob.expect("at least one component")
+}
+
+/// Σₘ gₘ(x)·p(y | x; θₘ) on rows `x`: class probabilities, `[n, 1]` (P(y = 1)) for two
+/// classes.
+fn mixture_probabilities(
+    arch: &Architecture,
+    components: &[&[f32]],
+    gates: Gates<'_>,
+    x: &Tensor,
+) -> Tensor {
+    let logits = components.iter().map(|theta| {
+        let ps: Vec<Tensor> = arch.params(theta).iter().map(Tensor::detach).collect();
+        arch.forward(&arch.layers(&ps), x, &[])
+    });
+    mixture_of_logits(arch, logits, gates)
 }
 
 /// Loss and accuracy of the mixture Σₘ gₘ(x)·p(y | x; θₘ) on a split: class probabilities
@@ -512,15 +527,92 @@ pub fn evaluate(arch: &Architecture, params: &[f32], data: SplitView<'_>) -> Eva
     let (x, y) = data_tensors(&data);
     tch::no_grad(|| {
         let ps: Vec<Tensor> = arch.params(params).iter().map(Tensor::detach).collect();
-        let logits = arch.forward(&arch.layers(&ps), &x, &[]);
-        let loss_sum = loss(arch, &logits, &targets(arch, &y), Reduction::Sum).double_value(&[]);
-        let hits = correct(arch, &logits, &y);
-        EvalStats {
-            n,
-            loss: loss_sum / n as f64,
-            accuracy: hits as f64 / n as f64,
-        }
+        logit_stats(arch, &arch.forward(&arch.layers(&ps), &x, &[]), &y)
     })
+}
+
+/// Mean loss and accuracy of `logits` (`[n, outputs]`) for labels `y` (`[n]`).
+pub(super) fn logit_stats(arch: &Architecture, logits: &Tensor, y: &Tensor) -> EvalStats {
+    let n = y.size()[0] as usize;
+    let loss_sum = loss(arch, logits, &targets(arch, y), Reduction::Sum).double_value(&[]);
+    let hits = correct(arch, logits, y);
+    EvalStats {
+        n,
+        loss: loss_sum / n as f64,
+        accuracy: hits as f64 / n as f64,
+    }
+}
+
+/// A model to evaluate: one parameter vector, or a mixture of components under gates.
+pub enum Predictor<'a> {
+    Params(Cow<'a, [f32]>),
+    Mixture {
+        components: Vec<&'a [f32]>,
+        gates: MixtureGates<'a>,
+    },
+}
+
+/// Makes a split's per-row gates, `[m][i]`, from the split.
+pub type RowGates<'a> = Box<dyn Fn(SplitView<'_>) -> Vec<Vec<f64>> + 'a>;
+
+/// The gates of a [`Predictor::Mixture`].
+pub enum MixtureGates<'a> {
+    /// The same weight on every row (FedEM's π).
+    Fixed(&'a [f64]),
+    /// A weight per component and row of the split evaluated, `[m][i]`, made from the split
+    /// (FedGMM's Σ_k p(k, m | x)).
+    PerRow(RowGates<'a>),
+}
+
+impl Predictor<'_> {
+    /// Its parameter vectors: one, or one per component.
+    pub fn parameter_vectors(&self) -> Vec<&[f32]> {
+        match self {
+            Predictor::Params(params) => vec![&params[..]],
+            Predictor::Mixture { components, .. } => components.clone(),
+        }
+    }
+
+    /// Mean loss and accuracy on a split (alone: [`evaluate`] or [`evaluate_mixture`]).
+    pub fn evaluate(&self, arch: &Architecture, data: SplitView<'_>) -> EvalStats {
+        match self {
+            Predictor::Params(params) => evaluate(arch, params, data),
+            Predictor::Mixture { components, gates } => match gates {
+                MixtureGates::Fixed(pi) => {
+                    evaluate_mixture(arch, components, Gates::Fixed(pi), data)
+                }
+                MixtureGates::PerRow(of) => {
+                    evaluate_mixture(arch, components, Gates::PerRow(&of(data)), data)
+                }
+            },
+        }
+    }
+
+    /// Mean loss and accuracy on a split from its parameter vectors' logits there (`[n,
+    /// outputs]` each, in [`Predictor::parameter_vectors`] order) and its labels `y`, on
+    /// whatever device they are; `data` is the split on the host (per-row gates are made
+    /// from it).
+    pub fn stats_of_logits(
+        &self,
+        arch: &Architecture,
+        logits: Vec<Tensor>,
+        y: &Tensor,
+        data: SplitView<'_>,
+    ) -> EvalStats {
+        let n = data.len();
+        tch::no_grad(|| match self {
+            Predictor::Params(_) => logit_stats(arch, &logits[0], y),
+            Predictor::Mixture { gates, .. } => {
+                let prob = match gates {
+                    MixtureGates::Fixed(pi) => mixture_of_logits(arch, logits, Gates::Fixed(pi)),
+                    MixtureGates::PerRow(of) => {
+                        mixture_of_logits(arch, logits, Gates::PerRow(&of(data)))
+                    }
+                };
+                mixture_stats(arch, prob, y, n)
+            }
+        })
+    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@
 //! run's own stream; the passes come in.
 
 use super::device::DeviceRows;
-use super::sgd::{LocalPlan, Pass};
+use super::sgd::{EvalStats, LocalPlan, Pass, Predictor};
 use super::{mobilenet, Architecture, Layer, Normalization};
 use crate::data::{InputShape, SplitView};
 use rand_chacha::ChaCha20Rng;
@@ -487,6 +487,137 @@ pub fn for_each_stacked_batch(
     }
 }
 
+/// One model to evaluate on one client's split, in a stacked evaluation.
+pub struct EvalRequest<'a> {
+    pub model: &'a Predictor<'a>,
+    /// The split's rows on the host.
+    pub view: SplitView<'a>,
+    /// Index of the split's first row in the resident rows (when given).
+    pub first_row: usize,
+}
+
+/// Parameter vectors per stacked forward pass of an evaluation, and rows per vector in one
+/// pass: bounds on memory that depend on the requests alone (64 FemnistCNNs are 420 MB of
+/// parameters; 64 × 256 of its images about 2.5 GB of activations).
+const EVAL_RUNS_PER_STACK: usize = 64;
+const EVAL_ROWS_PER_PASS: usize = 256;
+
+/// Mean loss and accuracy of each request's model on its split (each non-empty), as
+/// [`Predictor::evaluate`] gives them alone up to float rounding: every parameter vector's
+/// logits on its split come from stacked forward passes (no dropout) on `device`, vectors of
+/// similar split lengths together (longest first, ties in request order), in stacks of at most
+/// 64 vectors and passes of at most 256 rows per vector; rows are gathered from `resident` where
+/// given (on `device`), else from the host. Panics if the model does not stack.
+pub fn evaluate_stacked(
+    arch: &Architecture,
+    device: Device,
+    resident: Option<&DeviceRows>,
+    requests: &[EvalRequest<'_>],
+) -> Vec<EvalStats> {
+    assert!(
+        arch.stacks(),
+        "the model stacks (checked before evaluations are stacked)"
+    );
+    // One run per parameter vector of every request: (request, vector).
+    let vectors: Vec<Vec<&[f32]>> = requests
+        .iter()
+        .map(|r| r.model.parameter_vectors())
+        .collect();
+    let mut runs: Vec<(usize, usize)> = vectors
+        .iter()
+        .enumerate()
+        .flat_map(|(q, v)| (0..v.len()).map(move |m| (q, m)))
+        .collect();
+    let len = |&(q, _): &(usize, usize)| requests[q].view.len();
+    assert!(
+        runs.iter().all(|run| len(run) > 0),
+        "splits evaluated are not empty"
+    );
+    runs.sort_by_key(|run| std::cmp::Reverse(len(run)));
+    let mut logits: Vec<Vec<Option<Tensor>>> = vectors
+        .iter()
+        .map(|v| v.iter().map(|_| None).collect())
+        .collect();
+    let dim = arch.input_dim as i64;
+    let mut gathered: Vec<f32> = Vec::new();
+    tch::no_grad(|| {
+        for stack in runs.chunks(EVAL_RUNS_PER_STACK) {
+            let mut flat = Vec::with_capacity(stack.len() * arch.num_params());
+            for &(q, m) in stack {
+                flat.extend_from_slice(vectors[q][m]);
+            }
+            let ps = unflatten(&flat, stack.len() as i64, arch, device);
+            let mut pieces: Vec<Vec<Tensor>> = stack.iter().map(|_| Vec::new()).collect();
+            for start in (0..len(&stack[0])).step_by(EVAL_ROWS_PER_PASS) {
+                let active = stack.iter().take_while(|run| len(run) > start).count();
+                let b = (len(&stack[0]) - start).min(EVAL_ROWS_PER_PASS);
+                // Row i of run j: its split's row start + i, the last one again as padding.
+                let rows_of = |j: usize| {
+                    let n = len(&stack[j]);
+                    (0..b).map(move |i| start + i.min(n - start - 1))
+                };
+                let x = match resident {
+                    Some(on) => {
+                        let index: Vec<i64> = (0..active)
+                            .flat_map(|j| {
+                                let first = requests[stack[j].0].first_row;
+                                rows_of(j).map(move |i| (first + i) as i64)
+                            })
+                            .collect();
+                        let index = Tensor::from_slice(&index).to_device(device);
+                        on.x.index_select(0, &index)
+                    }
+                    None => {
+                        gathered.clear();
+                        for j in 0..active {
+                            let view = requests[stack[j].0].view;
+                            let rows: Vec<usize> = rows_of(j).collect();
+                            let mut run_rows = Vec::new();
+                            gather_rows(view.features, view.dim, &rows, &mut run_rows);
+                            gathered.extend_from_slice(&run_rows);
+                        }
+                        Tensor::from_slice(&gathered).to_device(device)
+                    }
+                };
+                let ps_active: Vec<Tensor> =
+                    ps.iter().map(|p| p.narrow(0, 0, active as i64)).collect();
+                let h = stacked_logits(
+                    arch,
+                    &ps_active,
+                    &x.view([active as i64, b as i64, dim]),
+                    &[],
+                );
+                for (j, piece) in pieces.iter_mut().take(active).enumerate() {
+                    let take = (len(&stack[j]) - start).min(b) as i64;
+                    piece.push(h.get(j as i64).narrow(0, 0, take));
+                }
+            }
+            for (&(q, m), piece) in stack.iter().zip(pieces) {
+                logits[q][m] = Some(Tensor::cat(&piece, 0));
+            }
+        }
+    });
+    requests
+        .iter()
+        .zip(logits)
+        .map(|(request, logits)| {
+            let y = match resident {
+                Some(on) => {
+                    on.y.narrow(0, request.first_row as i64, request.view.len() as i64)
+                }
+                None => Tensor::from_slice(request.view.labels).to_device(device),
+            };
+            let logits = logits
+                .into_iter()
+                .map(|l| l.expect("every run evaluated"))
+                .collect();
+            request
+                .model
+                .stats_of_logits(arch, logits, &y, request.view)
+        })
+        .collect()
+}
+
 /// The gradients of Σ weight·loss over every run's rows, per stacked parameter tensor: the
 /// linear model's in closed form, deeper ones by autograd.
 fn stacked_gradients(arch: &Architecture, ps: &[Tensor], batch: &StepBatch) -> Vec<Tensor> {
@@ -625,8 +756,9 @@ fn autograd_gradients(arch: &Architecture, ps: &[Tensor], batch: &StepBatch) -> 
 /// parameter tensor), with `masks` as [`StepBatch`] holds them. Flat activations are `[A, B,
 /// F]`; images are `[B, A·C, H, W]`, each run's channels side by side, so that a convolution
 /// is one grouped convolution (A times the layer's groups), a normalisation over groups of
-/// channels one group norm (A times the groups), and pooling is per channel as alone. The
-/// stacked twin of `Architecture::forward`: the two walk the same layers.
+/// channels one group norm (A times the groups), and pooling is per channel as alone. Without
+/// masks, dropout layers pass everything (evaluation). The stacked twin of
+/// `Architecture::forward`: the two walk the same layers.
 fn stacked_logits(arch: &Architecture, ps: &[Tensor], x: &Tensor, masks: &[Tensor]) -> Tensor {
     let (a, b) = (x.size()[0], x.size()[1]);
     // `[A, B, C, H, W]` → `[B, A·C, H, W]`.
@@ -693,13 +825,12 @@ fn stacked_logits(arch: &Architecture, ps: &[Tensor], x: &Tensor, masks: &[Tenso
             Layer::AddSaved => h + saved.take().expect("a residual starts before it ends"),
             Layer::GlobalAvgPool => h.adaptive_avg_pool2d([1, 1]),
             Layer::MaxPool => h.max_pool2d([2, 2], [2, 2], [0, 0], [1, 1], false),
-            Layer::Dropout { .. } => {
-                let m = masks.next().expect("one mask per dropout layer");
-                match images {
-                    true => h * side_by_side(m),
-                    false => h * m,
-                }
-            }
+            // No masks: evaluation, as alone.
+            Layer::Dropout { .. } => match (masks.next(), images) {
+                (Some(m), true) => h * side_by_side(m),
+                (Some(m), false) => h * m,
+                (None, _) => h,
+            },
             Layer::Embedding { vocab, .. } => {
                 // Run k's token t is row k·vocab + t of the runs' tables one after another.
                 let table = next();
@@ -771,7 +902,7 @@ fn stacked_lstm(x: &Tensor, tensors: &[&Tensor], hidden: i64) -> Tensor {
 mod tests {
     use super::*;
     use crate::data::InputShape;
-    use crate::models::{train_sgd, LocalWork, ModelSpec, Objective};
+    use crate::models::{train_sgd, LocalWork, MixtureGates, ModelSpec, Objective};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
 
@@ -1141,6 +1272,121 @@ mod tests {
                 (stacks, dense),
                 "{spec:?}"
             );
+        }
+    }
+
+    #[test]
+    fn stacked_evaluation_matches_each_model_alone() {
+        // Splits of 1 to 300 rows (passes of 256 rows: some take two), plain models and
+        // mixtures under fixed and per-row gates; 70 requests of the small models (two stacks
+        // of parameter vectors), a few of the others.
+        let mut rng = ChaCha20Rng::seed_from_u64(21);
+        let mobilenet = ModelSpec::MobilenetV2 {
+            width: 0.25,
+            norm: Normalization::Group,
+            dropout: 0.2,
+        };
+        let lstm = ModelSpec::Lstm {
+            embedding: 4,
+            hidden: 6,
+            layers: 2,
+        };
+        for (spec, input, classes, requests) in [
+            (ModelSpec::Linear, InputShape::Flat(6), 2, 70),
+            (
+                ModelSpec::Mlp { hidden: vec![5] },
+                InputShape::Flat(6),
+                4,
+                70,
+            ),
+            (
+                ModelSpec::SmallCnn { dropout: 0.25 },
+                InputShape::Image([1, 8, 8]),
+                3,
+                6,
+            ),
+            (mobilenet, InputShape::Image([3, 32, 32]), 3, 3),
+            (lstm, InputShape::Tokens { len: 5, vocab: 7 }, 7, 6),
+        ] {
+            let arch = Architecture::for_input(&spec, input, classes);
+            let dim = input.len();
+            let lens: Vec<usize> = (0..requests)
+                .map(|k| [300, 1, 17, 256, 40, 3][k % 6])
+                .collect();
+            let total: usize = lens.iter().sum();
+            let features: Vec<f32> = (0..total * dim)
+                .map(|_| match input {
+                    InputShape::Tokens { vocab, .. } => rng.gen_range(0..vocab) as f32,
+                    _ => rng.gen_range(-1.0..1.0),
+                })
+                .collect();
+            let labels: Vec<i64> = (0..total)
+                .map(|_| rng.gen_range(0..classes as i64))
+                .collect();
+            let models: Vec<Vec<f32>> = (0..3).map(|_| arch.init(&mut rng)).collect();
+            let pi = [0.2, 0.5, 0.3];
+            let firsts: Vec<usize> = lens
+                .iter()
+                .scan(0, |at, &n| {
+                    *at += n;
+                    Some(*at - n)
+                })
+                .collect();
+            let view = |k: usize| SplitView {
+                features: &features[firsts[k] * dim..(firsts[k] + lens[k]) * dim],
+                labels: &labels[firsts[k]..firsts[k] + lens[k]],
+                dim,
+            };
+            let predictors: Vec<Predictor<'_>> = (0..requests)
+                .map(|k| match k % 3 {
+                    0 => Predictor::Params(models[k % 2][..].into()),
+                    1 => Predictor::Mixture {
+                        components: models.iter().map(Vec::as_slice).collect(),
+                        gates: MixtureGates::Fixed(&pi),
+                    },
+                    _ => Predictor::Mixture {
+                        components: models[..2].iter().map(Vec::as_slice).collect(),
+                        gates: MixtureGates::PerRow(Box::new(|v: SplitView<'_>| {
+                            let g: Vec<f64> = (0..v.len()).map(|i| (i % 5) as f64 / 4.0).collect();
+                            vec![g.iter().map(|x| 1.0 - x).collect(), g]
+                        })),
+                    },
+                })
+                .collect();
+            let requests: Vec<EvalRequest<'_>> = predictors
+                .iter()
+                .enumerate()
+                .map(|(k, model)| EvalRequest {
+                    model,
+                    view: view(k),
+                    first_row: firsts[k],
+                })
+                .collect();
+            let stacked = evaluate_stacked(&arch, Device::Cpu, None, &requests);
+            for (k, (request, got)) in requests.iter().zip(&stacked).enumerate() {
+                let alone = request.model.evaluate(&arch, request.view);
+                assert_eq!(
+                    (got.n, got.accuracy),
+                    (alone.n, alone.accuracy),
+                    "{spec:?} {k}"
+                );
+                let gap = (got.loss - alone.loss).abs() / alone.loss.abs().max(1e-12);
+                assert!(
+                    gap < 1e-5,
+                    "{spec:?} request {k}: {} vs {}",
+                    got.loss,
+                    alone.loss
+                );
+            }
+            // From rows resident on a device (the CUDA path, the CPU here): the same bits.
+            let rows = SplitView {
+                features: &features,
+                labels: &labels,
+                dim,
+            };
+            let resident = DeviceRows::upload(&rows, Device::Cpu);
+            let from_device = evaluate_stacked(&arch, Device::Cpu, Some(&resident), &requests);
+            assert_eq!(from_device, stacked, "{spec:?}");
         }
     }
 }

@@ -8,29 +8,41 @@ use fedsim::report::Record;
 use fedsim::run::simulate_scenario;
 use std::path::Path;
 
-/// A run's final server models and its evaluation rows (client, split, model, loss).
+/// A run's final server models, its evaluation rows (client, split, model, loss) and their
+/// accuracies.
 struct Outcome {
     models: Vec<Vec<f32>>,
     losses: Vec<(u32, String, f64)>,
+    accuracies: Vec<f64>,
 }
 
 fn simulate(text: &str, overrides: &[&str], threads: usize) -> Outcome {
     let s = scenario(text, overrides);
     let out = simulate_scenario(&s, threads, |_| {}).expect("run succeeds");
     let mut models = Vec::new();
-    let mut losses = Vec::new();
+    let (mut losses, mut accuracies) = (Vec::new(), Vec::new());
     for r in out.records {
         match r {
             Record::FinalModels(m) => models = m,
-            Record::Eval(e) => losses.push((
-                e.client,
-                format!("{:?} {:?} round {}", e.split, e.model, e.round),
-                e.loss,
-            )),
+            Record::Eval(e) => {
+                losses.push((
+                    e.client,
+                    format!(
+                        "{:?} {:?} round {} unseen {}",
+                        e.split, e.model, e.round, e.unseen
+                    ),
+                    e.loss,
+                ));
+                accuracies.push(e.accuracy);
+            }
             _ => {}
         }
     }
-    Outcome { models, losses }
+    Outcome {
+        models,
+        losses,
+        accuracies,
+    }
 }
 
 /// ‖a − b‖∞ ≤ tol·max(‖a‖∞, ‖b‖∞) for every model, and every loss within `tol` relative.
@@ -160,6 +172,74 @@ fn cohorts_match_training_alone_after_a_round_on_every_cohort_algorithm() {
                 compare(&settings, &format!("{alg:?} {model} {sampling}"), 1e-5);
             }
         }
+    }
+}
+
+#[test]
+fn evaluations_in_cohorts_match_each_client_alone() {
+    // `training.cohorts: always` stacks evaluations too (as on a GPU). On the CPU, `auto`
+    // stacks a dense model's training the same way but evaluates each client alone, so the
+    // two runs train the same bits and differ in evaluation only: every loss within 1e-5
+    // (relative) and every accuracy the same, on every cohort algorithm (pFedMe's two models,
+    // FedEM's mixtures, FedGMM's per-row gates, FedAvg+'s and Per-FedAvg's adapted models),
+    // held-out clients included, over two evaluations.
+    for alg in COHORT_ALGORITHMS {
+        for model in ["model={kind: linear}", "model={kind: mlp, hidden: [16, 8]}"] {
+            let mut settings = alg.to_vec();
+            settings.extend([model, "rounds=2", "eval_every=1", "unseen={fraction: 0.25}"]);
+            let what = format!("{alg:?} {model}");
+            let alone = simulate(
+                SMALL,
+                &[&settings[..], &["training.cohorts=auto"]].concat(),
+                2,
+            );
+            let stacked = simulate(
+                SMALL,
+                &[&settings[..], &["training.cohorts=always"]].concat(),
+                2,
+            );
+            assert_eq!(alone.models, stacked.models, "{what}: trained the same");
+            assert!(
+                alone.losses.iter().any(|l| l.1.contains("unseen true")),
+                "{what}"
+            );
+            assert_close(&what, &alone, &stacked, 1e-5);
+            assert_eq!(alone.accuracies, stacked.accuracies, "{what}: accuracies");
+        }
+    }
+    // Peers (D-PSGD, D-FedEM): their evaluations stack the same way.
+    let peers = SMALL.replace("sampling: {fraction: 0.5}\n", "");
+    for alg in ["algorithm={name: d_psgd}", "algorithm={name: d_fedem}"] {
+        let topology = "topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}";
+        let settings = [alg, topology, "rounds=2", "eval_every=1"];
+        let alone = simulate(
+            &peers,
+            &[&settings[..], &["training.cohorts=auto"]].concat(),
+            2,
+        );
+        let stacked = simulate(
+            &peers,
+            &[&settings[..], &["training.cohorts=always"]].concat(),
+            2,
+        );
+        assert_eq!(alone.models, stacked.models, "{alg}: trained the same");
+        assert_close(alg, &alone, &stacked, 1e-5);
+        assert_eq!(alone.accuracies, stacked.accuracies, "{alg}: accuracies");
+    }
+}
+
+#[test]
+fn stacked_evaluations_are_identical_across_threads() {
+    // 200 clients evaluated in cohorts of 200 jobs, cut into 6 shards.
+    for alg in ["fedem", "pfedme", "fedgmm"] {
+        let algorithm = algorithm_setting(alg);
+        let settings = [
+            "data={kind: fedem_synthetic, clients: 200, dim: 10, components: 3}",
+            algorithm.as_str(),
+            "training.cohorts=always",
+            "rounds=1",
+        ];
+        assert_reruns_identical(alg, &settings, &[1, 2, 4]);
     }
 }
 
@@ -380,8 +460,9 @@ fn a_device_that_cannot_be_had_names_the_field_and_what_is_allowed() {
 
 /// On a GPU machine only (CI has none):
 /// `FEDSIM_CUDA=1 bash scripts/test.sh --features cuda --test integration -- --ignored gpu_`.
-/// Cohorts on CUDA (`training.device: cuda`): every result file bit-identical across reruns
-/// with 1 and 2 threads (the same GPU), and parameters and losses within 1e-4 of the CPU's.
+/// Cohorts on CUDA (`training.device: cuda`), their evaluations stacked there too: every
+/// result file bit-identical across reruns with 1 and 2 threads (the same GPU), and
+/// parameters and losses within 1e-4 of the CPU's.
 #[test]
 #[ignore = "needs a CUDA GPU and a `--features cuda` build"]
 fn gpu_cohorts_are_reproducible_and_agree_with_the_cpu() {
