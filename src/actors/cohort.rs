@@ -280,7 +280,7 @@ impl<A: Algorithm> Dispatch<A> {
             }
             Dispatch::Cohorts(queue) => {
                 let (tx, pending) = oneshot::channel();
-                let reply: Reply<A> = Box::new(move |result| {
+                let reply: Reply<Trained<A>> = Box::new(move |result| {
                     let _ = tx.send(result.map(into));
                 });
                 let mut queued = queue.queued.lock().unwrap_or_else(|e| e.into_inner());
@@ -302,7 +302,7 @@ impl<A: Algorithm> Dispatch<A> {
         let (pool, jobs) = match self {
             Dispatch::Cohorts(queue) if queue.stacks_evaluations => {
                 let (tx, pending) = oneshot::channel();
-                let reply: EvalReply = Box::new(move |result| {
+                let reply: Reply<Evaluated> = Box::new(move |result| {
                     let _ = tx.send(result.map(into));
                 });
                 let mut queued = queue.evaluations.lock().unwrap_or_else(|e| e.into_inner());
@@ -318,17 +318,22 @@ impl<A: Algorithm> Dispatch<A> {
 }
 
 /// Answers one queued job: makes its message and sends it to the waiting entity.
-type Reply<A> = Box<dyn FnOnce(Result<Trained<A>, String>) + Send>;
-/// The same for a queued evaluation.
-type EvalReply = Box<dyn FnOnce(Result<Evaluated, String>) + Send>;
+type Reply<R> = Box<dyn FnOnce(Result<R, String>) + Send>;
+
+/// Jobs `J` waiting for the next flush, each with the reply its result `R` goes to.
+type Queue<J, R> = Mutex<Vec<(J, Reply<R>)>>;
+
+/// What a shard of jobs `J` is done with, on a device (from rows resident there when given):
+/// results `R` in shard order.
+type ShardWork<A, J, R> = fn(&JobContext<A>, Vec<J>, tch::Device, Option<DeviceRows>) -> Vec<R>;
 
 /// The training jobs queued since the scheduler last waited.
 pub(super) struct CohortQueue<A: Algorithm> {
     pool: TrainerPool,
     jobs: Arc<JobContext<A>>,
-    queued: Mutex<Vec<(TrainJob<A>, Reply<A>)>>,
+    queued: Queue<TrainJob<A>, Trained<A>>,
     /// The evaluations queued since then, where they stack ([`stacks_evaluations`]).
-    evaluations: Mutex<Vec<(EvalJob<A>, EvalReply)>>,
+    evaluations: Queue<EvalJob<A>, Evaluated>,
     stacks_evaluations: bool,
     /// The data set's rows on each GPU cohorts train on, uploaded when first needed.
     resident: Mutex<Vec<DeviceRows>>,
@@ -369,31 +374,43 @@ impl<A: Algorithm> Flush for CohortQueue<A> {
 
 impl<A: Algorithm> CohortQueue<A> {
     fn flush_training(&self) {
-        let mut cohort =
-            std::mem::take(&mut *self.queued.lock().unwrap_or_else(|e| e.into_inner()));
+        let cohort = std::mem::take(&mut *self.queued.lock().unwrap_or_else(|e| e.into_inner()));
         // Clients of similar sizes share a shard (largest first, ties in queue order): a
         // shard steps as long as its longest run, so fewer steps are mostly empty.
         let rows = |job: &TrainJob<A>| self.jobs.data.split_len(job.client as usize, Split::Train);
-        cohort.sort_by_key(|(job, _)| std::cmp::Reverse(rows(job)));
-        let rows: Vec<usize> = cohort.iter().map(|(job, _)| rows(job)).collect();
         let min_jobs = match A::BATCHWISE_UPDATE {
             Some(_) => MIN_BATCHWISE_SHARD_JOBS,
             None => MIN_SHARD_JOBS,
         };
+        self.start_shards(cohort, rows, min_jobs, train_cohort::<A>);
+    }
+
+    /// Sorts `cohort` by its jobs' `rows` (largest first, ties in queue order), cuts it into
+    /// shards ([`shard_sizes`]) and starts each on the pool, on the device its index places it
+    /// on ([`Placement::device_of`]): `work` does a shard's jobs (results in shard order), and
+    /// every job is answered, with the panic's message if its shard panicked.
+    fn start_shards<J: Send + 'static, R: 'static>(
+        &self,
+        mut cohort: Vec<(J, Reply<R>)>,
+        rows: impl Fn(&J) -> usize,
+        min_jobs: usize,
+        work: ShardWork<A, J, R>,
+    ) {
+        cohort.sort_by_key(|(job, _)| std::cmp::Reverse(rows(job)));
+        let rows: Vec<usize> = cohort.iter().map(|(job, _)| rows(job)).collect();
         for (index, size) in shard_sizes(&rows, min_jobs).into_iter().enumerate() {
             let rest = cohort.split_off(size);
             let shard = std::mem::replace(&mut cohort, rest);
             let jobs = self.jobs.clone();
-            // Placed by the shard's index alone (see `Placement::device_of`).
             let device = jobs.training.placement.device_of(index);
             let resident = self.resident_on(device);
             self.pool.spawn(move || {
                 let (shard, replies): (Vec<_>, Vec<_>) = shard.into_iter().unzip();
-                let train = || train_cohort(&jobs, shard, device, resident);
-                match catch_unwind(AssertUnwindSafe(train)) {
+                let run = || work(&jobs, shard, device, resident);
+                match catch_unwind(AssertUnwindSafe(run)) {
                     Ok(results) => {
-                        for (reply, trained) in replies.into_iter().zip(results) {
-                            reply(Ok(trained));
+                        for (reply, result) in replies.into_iter().zip(results) {
+                            reply(Ok(result));
                         }
                     }
                     Err(panic) => {
@@ -406,13 +423,11 @@ impl<A: Algorithm> CohortQueue<A> {
             });
         }
     }
-}
 
-impl<A: Algorithm> CohortQueue<A> {
     /// Starts the queued evaluations as shards of clients of similar sizes (all their splits'
-    /// rows, largest first, ties in queue order), cut by the rule training shards follow.
+    /// rows), cut by the rule training shards follow.
     fn flush_evaluations(&self) {
-        let mut cohort =
+        let cohort =
             std::mem::take(&mut *self.evaluations.lock().unwrap_or_else(|e| e.into_inner()));
         let data = &self.jobs.data;
         let rows = |job: &EvalJob<A>| {
@@ -421,32 +436,7 @@ impl<A: Algorithm> CohortQueue<A> {
                 .map(|s| data.split_len(job.client as usize, s))
                 .sum::<usize>()
         };
-        cohort.sort_by_key(|(job, _)| std::cmp::Reverse(rows(job)));
-        let rows: Vec<usize> = cohort.iter().map(|(job, _)| rows(job)).collect();
-        for (index, size) in shard_sizes(&rows, MIN_SHARD_JOBS).into_iter().enumerate() {
-            let rest = cohort.split_off(size);
-            let shard = std::mem::replace(&mut cohort, rest);
-            let jobs = self.jobs.clone();
-            let device = jobs.training.placement.device_of(index);
-            let resident = self.resident_on(device);
-            self.pool.spawn(move || {
-                let (shard, replies): (Vec<_>, Vec<_>) = shard.into_iter().unzip();
-                let evaluate = || evaluate_cohort(&jobs, shard, device, resident);
-                match catch_unwind(AssertUnwindSafe(evaluate)) {
-                    Ok(results) => {
-                        for (reply, evaluated) in replies.into_iter().zip(results) {
-                            reply(Ok(evaluated));
-                        }
-                    }
-                    Err(panic) => {
-                        let message = super::trainer::panic_message(&*panic);
-                        for reply in replies {
-                            reply(Err(message.clone()));
-                        }
-                    }
-                }
-            });
-        }
+        self.start_shards(cohort, rows, MIN_SHARD_JOBS, evaluate_cohort::<A>);
     }
 }
 

@@ -906,6 +906,26 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
 
+    /// `rows` random rows of `input` (token ids below the vocabulary, else values in [−1, 1))
+    /// and their labels below `classes`, drawn in that order.
+    fn random_rows(
+        input: InputShape,
+        rows: usize,
+        classes: usize,
+        rng: &mut ChaCha20Rng,
+    ) -> (Vec<f32>, Vec<i64>) {
+        let features = (0..rows * input.len())
+            .map(|_| match input {
+                InputShape::Tokens { vocab, .. } => rng.gen_range(0..vocab) as f32,
+                _ => rng.gen_range(-1.0..1.0),
+            })
+            .collect();
+        let labels = (0..rows)
+            .map(|_| rng.gen_range(0..classes as i64))
+            .collect();
+        (features, labels)
+    }
+
     /// Three runs over 5, 37 and 16 rows (batches of 8: runs of 1, 5 and 2 steps, short last
     /// batches): one with a momentum buffer already, one with row weights, one proximal in
     /// plain SGD (Ditto's personal model: no momentum whatever the plan). Rows of `input`.
@@ -915,15 +935,7 @@ mod tests {
         let sizes = [5usize, 37, 16];
         let total: usize = sizes.iter().sum();
         let mut rng = ChaCha20Rng::seed_from_u64(11);
-        let features: Vec<f32> = (0..total * dim)
-            .map(|_| match input {
-                InputShape::Tokens { vocab, .. } => rng.gen_range(0..vocab) as f32,
-                _ => rng.gen_range(-1.0..1.0),
-            })
-            .collect();
-        let labels: Vec<i64> = (0..total)
-            .map(|_| rng.gen_range(0..classes as i64))
-            .collect();
+        let (features, labels) = random_rows(input, total, classes, &mut rng);
         let rows = SplitView {
             features: &features,
             labels: &labels,
@@ -1179,13 +1191,7 @@ mod tests {
             ),
         ] {
             let dim = input.len();
-            let features: Vec<f32> = (0..total * dim)
-                .map(|_| match input {
-                    InputShape::Tokens { vocab, .. } => rng.gen_range(0..vocab) as f32,
-                    _ => rng.gen_range(-1.0..1.0),
-                })
-                .collect();
-            let labels: Vec<i64> = (0..total).map(|_| rng.gen_range(0..3)).collect();
+            let (features, labels) = random_rows(input, total, 3, &mut rng);
             let rows = SplitView {
                 features: &features,
                 labels: &labels,
@@ -1314,15 +1320,7 @@ mod tests {
                 .map(|k| [300, 1, 17, 256, 40, 3][k % 6])
                 .collect();
             let total: usize = lens.iter().sum();
-            let features: Vec<f32> = (0..total * dim)
-                .map(|_| match input {
-                    InputShape::Tokens { vocab, .. } => rng.gen_range(0..vocab) as f32,
-                    _ => rng.gen_range(-1.0..1.0),
-                })
-                .collect();
-            let labels: Vec<i64> = (0..total)
-                .map(|_| rng.gen_range(0..classes as i64))
-                .collect();
+            let (features, labels) = random_rows(input, total, classes, &mut rng);
             let models: Vec<Vec<f32>> = (0..3).map(|_| arch.init(&mut rng)).collect();
             let pi = [0.2, 0.5, 0.3];
             let firsts: Vec<usize> = lens

@@ -182,49 +182,31 @@ fn evaluations_in_cohorts_match_each_client_alone() {
     // two runs train the same bits and differ in evaluation only: every loss within 1e-5
     // (relative) and every accuracy the same, on every cohort algorithm (pFedMe's two models,
     // FedEM's mixtures, FedGMM's per-row gates, FedAvg+'s and Per-FedAvg's adapted models),
-    // held-out clients included, over two evaluations.
+    // held-out clients included, and on the peers of D-PSGD and D-FedEM, over two evaluations.
+    let check = |text: &str, settings: &[&str], what: &str| {
+        let alone = simulate(text, &[settings, &["training.cohorts=auto"]].concat(), 2);
+        let stacked = simulate(text, &[settings, &["training.cohorts=always"]].concat(), 2);
+        assert_eq!(alone.models, stacked.models, "{what}: trained the same");
+        assert_close(what, &alone, &stacked, 1e-5);
+        assert_eq!(alone.accuracies, stacked.accuracies, "{what}: accuracies");
+        alone
+    };
     for alg in COHORT_ALGORITHMS {
         for model in ["model={kind: linear}", "model={kind: mlp, hidden: [16, 8]}"] {
             let mut settings = alg.to_vec();
             settings.extend([model, "rounds=2", "eval_every=1", "unseen={fraction: 0.25}"]);
             let what = format!("{alg:?} {model}");
-            let alone = simulate(
-                SMALL,
-                &[&settings[..], &["training.cohorts=auto"]].concat(),
-                2,
-            );
-            let stacked = simulate(
-                SMALL,
-                &[&settings[..], &["training.cohorts=always"]].concat(),
-                2,
-            );
-            assert_eq!(alone.models, stacked.models, "{what}: trained the same");
+            let alone = check(SMALL, &settings, &what);
             assert!(
                 alone.losses.iter().any(|l| l.1.contains("unseen true")),
                 "{what}"
             );
-            assert_close(&what, &alone, &stacked, 1e-5);
-            assert_eq!(alone.accuracies, stacked.accuracies, "{what}: accuracies");
         }
     }
-    // Peers (D-PSGD, D-FedEM): their evaluations stack the same way.
     let peers = SMALL.replace("sampling: {fraction: 0.5}\n", "");
     for alg in ["algorithm={name: d_psgd}", "algorithm={name: d_fedem}"] {
         let topology = "topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}";
-        let settings = [alg, topology, "rounds=2", "eval_every=1"];
-        let alone = simulate(
-            &peers,
-            &[&settings[..], &["training.cohorts=auto"]].concat(),
-            2,
-        );
-        let stacked = simulate(
-            &peers,
-            &[&settings[..], &["training.cohorts=always"]].concat(),
-            2,
-        );
-        assert_eq!(alone.models, stacked.models, "{alg}: trained the same");
-        assert_close(alg, &alone, &stacked, 1e-5);
-        assert_eq!(alone.accuracies, stacked.accuracies, "{alg}: accuracies");
+        check(&peers, &[alg, topology, "rounds=2", "eval_every=1"], alg);
     }
 }
 
