@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# fedsim on a lent GPU machine (the `device` tool; see README "GPU"). That machine has
+# PyTorch 2.11 with CUDA 13 but no Rust toolchain and no network, and a call carries at most
+# 64 MiB; tch 0.26 needs LibTorch 2.13 and does not compile against 2.11's headers. So fedsim
+# is built here with `--features cuda`, packed with LibTorch 2.13's own libraries, cut into
+# parts that are carried one call at a time, and unpacked there, where the machine's CUDA
+# libraries (cuBLAS, cuDNN, NCCL, ... of its PyTorch) serve LibTorch 2.13 as well.
+#
+#   bash scripts/gpu.sh pack     here: the CUDA build of fedsim, the integration tests and the
+#                                kernel benchmarks (stripped), LibTorch 2.13's libraries and
+#                                FEMNIST, as target/gpu/fedsim.part-NN and
+#                                target/gpu/femnist.part-NN (each under 60 MiB), and the list
+#                                of them in target/gpu/PARTS
+#   bash scripts/gpu.sh unpack   there, once the parts have been carried (`carry:
+#                                ["target/gpu/fedsim.part-00"]`, then the next, ...): unpacks
+#                                into target/gpu/root and puts FEMNIST where the scenarios
+#                                read it (../shared/data/femnist)
+#   bash scripts/gpu.sh exec CMD there: CMD with the unpacked LibTorch and the machine's CUDA
+#                                libraries on LD_LIBRARY_PATH, e.g.
+#                                `bash scripts/gpu.sh exec target/gpu/root/bin/fedsim run
+#                                scenarios/paper/fedem_synthetic_fedem.yaml --device cuda`
+#
+# `pack` also works on a machine without a GPU, and `unpack` and `exec` run here too (on the
+# CPU), which is how the packing itself is checked.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { echo "gpu: $*" >&2; }
+out=target/gpu
+part_size=58m
+libtorch=.venv/libtorch/lib
+# LibTorch's libraries that fedsim loads (libtorch_cuda_linalg is loaded lazily, for
+# decompositions on a GPU, which fedsim does on the CPU).
+libs=(libtorch_cpu.so libtorch_cuda.so libtorch.so libtorch_global_deps.so libc10.so
+  libc10_cuda.so libtorch_nvshmem.so libgomp.so.1)
+
+# The CUDA build has its own target folder, so the CPU build here stays as it is.
+export CARGO_TARGET_DIR=target/cuda
+
+# The newest test or benchmark executable named NAME-<hash>.
+newest() {
+  find "$CARGO_TARGET_DIR/release/deps" -maxdepth 1 -type f -executable -name "$1-*" \
+    -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2
+}
+
+pack() {
+  [ -e "$libtorch/libtorch_cuda.so" ] || bash scripts/setup.sh
+  say "building with --features cuda (fedsim, integration tests, kernel benchmarks)"
+  cargo build --release --locked --features cuda --bin fedsim
+  cargo test --release --locked --features cuda --test integration --no-run
+  cargo bench --locked --features cuda --bench kernel --no-run
+  local stage
+  stage=$(mktemp -d)
+  mkdir -p "$stage/bin" "$stage/lib" "$out"
+  cp "$CARGO_TARGET_DIR/release/fedsim" "$stage/bin/fedsim"
+  cp "$(newest integration)" "$stage/bin/integration"
+  cp "$(newest kernel)" "$stage/bin/kernel"
+  strip "$stage"/bin/*
+  for lib in "${libs[@]}"; do cp -L "$libtorch/$lib" "$stage/lib/"; done
+  rm -f "$out"/*.part-* "$out/PARTS"
+  say "compressing LibTorch and the binaries (a few minutes)"
+  tar -C "$stage" -cf - bin lib | zstd -q -T0 -9 | split -b "$part_size" -d - "$out/fedsim.part-"
+  if [ -d ../shared/data/femnist ]; then
+    tar -C ../shared/data -cf - femnist | split -b "$part_size" -d - "$out/femnist.part-"
+  fi
+  rm -rf "$stage"
+  (cd "$out" && ls -1 ./*.part-* | sed 's|^\./||') > "$out/PARTS"
+  say "carry each of these, one call each (target/gpu/...), then run 'bash scripts/gpu.sh unpack':"
+  sed "s|^|  $out/|" "$out/PARTS" >&2
+  du -ch "$out"/*.part-* | tail -1 >&2
+}
+
+unpack() {
+  local root=$out/root
+  rm -rf "$root" && mkdir -p "$root"
+  cat "$out"/fedsim.part-* | zstd -q -d | tar -C "$root" -xf -
+  if [ -d ../shared/data/femnist ]; then
+    say "../shared/data/femnist is there already: left as it is"
+  elif ls "$out"/femnist.part-* >/dev/null 2>&1; then
+    mkdir -p ../shared/data
+    cat "$out"/femnist.part-* | tar -C ../shared/data -xf -
+    say "FEMNIST in ../shared/data/femnist"
+  fi
+  say "unpacked into $root: $(ls "$root/bin" | tr '\n' ' ')"
+}
+
+# The machine's CUDA libraries: every nvidia/*/lib folder of its Python's packages.
+cuda_libraries() {
+  local python site
+  for python in python3 /opt/torch/.venv/bin/python3 .venv/bin/python3; do
+    site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null) || continue
+    [ -d "$site/nvidia" ] && ls -d "$site"/nvidia/*/lib 2>/dev/null | tr '\n' ':' && return
+  done
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  unpack) unpack ;;
+  exec)
+    shift
+    export LD_LIBRARY_PATH="$PWD/$out/root/lib:$(cuda_libraries)${LD_LIBRARY_PATH:-}"
+    exec "$@"
+    ;;
+  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+esac
