@@ -571,10 +571,11 @@ pub fn evaluate_stacked(
                         gathered.clear();
                         for j in 0..active {
                             let view = requests[stack[j].0].view;
-                            let rows: Vec<usize> = rows_of(j).collect();
-                            let mut run_rows = Vec::new();
-                            gather_rows(view.features, view.dim, &rows, &mut run_rows);
-                            gathered.extend_from_slice(&run_rows);
+                            for row in rows_of(j) {
+                                gathered.extend_from_slice(
+                                    &view.features[row * view.dim..][..view.dim],
+                                );
+                            }
                         }
                         Tensor::from_slice(&gathered).to_device(device)
                     }
