@@ -65,11 +65,14 @@ impl FieldError {
     pub fn new(path: String, message: String) -> Self {
         FieldError { path, message }
     }
-}
 
-/// The `(path, message)` pairs the scenario's older validators return.
-impl From<FieldError> for (String, String) {
-    fn from(e: FieldError) -> Self {
-        (e.path, e.message)
+    /// The same error, found inside the section `prefix`: its path then starts there.
+    pub fn within(self, prefix: &str) -> FieldError {
+        let path = if self.path.is_empty() {
+            prefix.to_string()
+        } else {
+            format!("{prefix}.{}", self.path)
+        };
+        FieldError { path, ..self }
     }
 }

@@ -3,7 +3,9 @@
 //! pending messages at the time the system model says they finish.
 
 use super::cohort::{Dispatch, EvalJob, TrainJob};
-use super::{Deliver, DivergenceWatch, FlEffects, JobContext, Msg, SERVER};
+use super::{
+    Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, Routed, ToClient, ToServer,
+};
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::data::Split;
 use crate::report::DivergenceStage;
@@ -76,8 +78,9 @@ impl<A: Algorithm> Client<A> {
         self.kept.as_mut().expect("an awake client keeps its state")
     }
 
+    #[cfg(test)]
     fn me(&self) -> crate::sim::EntityId {
-        super::client_entity(self.id)
+        super::member_entity(self.id)
     }
 
     /// Starts a training job, unless the client drops out or goes offline before its
@@ -115,24 +118,25 @@ impl<A: Algorithm> Client<A> {
             state: self.kept().state.clone(),
             rng: self.seeds.rng(Entity::Client(self.id), "train", job),
         };
-        let pending = self.dispatch.train(job, move |t| Msg::Trained {
-            round,
-            finite: t.update.is_finite() && t.state.is_finite(),
-            update: t.update,
-            state: t.state,
-            upload,
-            compute,
+        let pending = self.dispatch.train(job, move |t| {
+            Routed::Member(ToClient::Trained {
+                round,
+                finite: t.update.is_finite() && t.state.is_finite(),
+                update: t.update,
+                state: t.state,
+                upload,
+                compute,
+            })
         });
         self.awaited += 1;
-        eff.send_pending(self.me(), compute, pending);
+        eff.to_member_pending(self.id, compute, pending);
     }
 
     /// Tells the server, `after` from now, that this job is lost (after `compute` of work).
     fn fail(&self, round: u32, after: SimDuration, compute: SimDuration, eff: &mut FlEffects<A>) {
-        eff.send(
-            SERVER,
+        eff.to_hub(
             after,
-            Msg::Failed {
+            ToServer::Failed {
                 round,
                 client: self.id,
                 compute,
@@ -167,20 +171,20 @@ impl<A: Algorithm> Client<A> {
         }
         let client = self.id;
         let msg = if upload {
-            Msg::Update {
+            ToServer::Update {
                 round,
                 client,
                 update,
                 compute,
             }
         } else {
-            Msg::Done {
+            ToServer::Done {
                 round,
                 client,
                 compute,
             }
         };
-        eff.send(SERVER, delay, msg);
+        eff.to_hub(delay, msg);
     }
 
     fn evaluate(&mut self, round: u32, global: Arc<A::Global>, eff: &mut FlEffects<A>) {
@@ -195,13 +199,15 @@ impl<A: Algorithm> Client<A> {
                 .seeds
                 .rng(Entity::Client(self.id), "evaluate", round as u64),
         };
-        let pending = self.dispatch.evaluate(job, move |e| Msg::Evaluated {
-            round,
-            results: e.results,
-            report: e.report,
+        let pending = self.dispatch.evaluate(job, move |e| {
+            Routed::Member(ToClient::Evaluated {
+                round,
+                results: e.results,
+                report: e.report,
+            })
         });
         self.awaited += 1;
-        eff.send_pending(self.me(), SimDuration::ZERO, pending);
+        eff.to_member_pending(self.id, SimDuration::ZERO, pending);
     }
 
     fn evaluated(
@@ -319,10 +325,10 @@ impl<A: Algorithm> Actor for Client<A> {
     type Context = Context<Self>;
 }
 
-impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Client<A> {
+impl<A: Algorithm> Handler<Deliver<ToClient<A>, Msg<A>>> for Client<A> {
     type Result = Result<FlEffects<A>, SimError>;
 
-    fn handle(&mut self, d: Deliver<Msg<A>>, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, d: Deliver<ToClient<A>, Msg<A>>, ctx: &mut Context<Self>) -> Self::Result {
         let mut eff = self.on_message(d.now, d.msg)?;
         if std::mem::take(&mut self.introduce) {
             eff.record(super::device_record(&self.system, self.id));
@@ -341,17 +347,17 @@ impl<A: Algorithm> Handler<Deliver<Msg<A>>> for Client<A> {
 impl<A: Algorithm> Client<A> {
     /// The client's whole behaviour: one message in, its effects out (its jobs go to the
     /// trainer pool and come back as pending messages).
-    fn on_message(&mut self, now: SimTime, msg: Msg<A>) -> Result<FlEffects<A>, SimError> {
+    fn on_message(&mut self, now: SimTime, msg: ToClient<A>) -> Result<FlEffects<A>, SimError> {
         let mut eff = FlEffects::<A>::new();
         match msg {
-            Msg::Train {
+            ToClient::Train {
                 round,
                 job,
                 global,
                 lr,
                 upload,
             } => self.train(now, (round, job), global, lr, upload, &mut eff),
-            Msg::Trained {
+            ToClient::Trained {
                 round,
                 update,
                 state,
@@ -366,8 +372,8 @@ impl<A: Algorithm> Client<A> {
                     .check(finite, at, DivergenceStage::Training, &mut eff);
                 self.trained(now, round, update, state, (upload, compute), &mut eff)
             }
-            Msg::Evaluate { round, global } => self.evaluate(round, global, &mut eff),
-            Msg::Evaluated {
+            ToClient::Evaluate { round, global } => self.evaluate(round, global, &mut eff),
+            ToClient::Evaluated {
                 round,
                 results,
                 report,
@@ -376,12 +382,6 @@ impl<A: Algorithm> Client<A> {
                 let at = (round, now, Some(self.id));
                 self.kept().watch.check_evaluation(&results, at, &mut eff);
                 self.evaluated(now, round, results, report, &mut eff)
-            }
-            _ => {
-                return Err(SimError::Model(format!(
-                    "client {} got a server message",
-                    self.id
-                )))
             }
         }
         Ok(eff)
@@ -405,8 +405,8 @@ mod tests {
         Client::new(0, false, Vec::new(), jobs, dispatch, system, seeds)
     }
 
-    fn trained(finite: bool) -> Msg<FedAvg> {
-        Msg::Trained {
+    fn trained(finite: bool) -> ToClient<FedAvg> {
+        ToClient::Trained {
             round: 1,
             update: ModelUpdate {
                 params: vec![if finite { 0.5 } else { f32::NAN }; 4],
@@ -419,8 +419,8 @@ mod tests {
         }
     }
 
-    fn train(round: u32) -> Msg<FedAvg> {
-        Msg::Train {
+    fn train(round: u32) -> ToClient<FedAvg> {
+        ToClient::Train {
             round,
             job: round as u64,
             global: Arc::new(vec![0.0; 4]),
@@ -456,7 +456,8 @@ mod tests {
             let after = SimDuration::from_secs_f64_ceil(compute.as_secs_f64() * fraction);
             assert!(matches!(
                 sends[..],
-                [(SERVER, d, Some(Msg::Failed { round: 1, client: 0, .. }))] if d == after
+                [(to, d, Some(Routed::Hub(ToServer::Failed { round: 1, client: 0, .. })))]
+                    if to == crate::actors::HUB && d == after
             ));
         });
     }
@@ -470,7 +471,8 @@ mod tests {
             let sends: Vec<_> = eff.sends().collect();
             assert!(matches!(
                 sends[..],
-                [(SERVER, d, Some(Msg::Update { round: 1, client: 0, .. }))] if d == upload
+                [(to, d, Some(Routed::Hub(ToServer::Update { round: 1, client: 0, .. })))]
+                    if to == crate::actors::HUB && d == upload
             ));
             assert!(eff.records().is_empty() && !eff.stops());
             assert_eq!(c.kept().last_trained, Some(1));
@@ -515,11 +517,11 @@ mod tests {
                 unseen: vec![1],
                 clients: 2,
             });
-            let deliver = |msg: Msg<FedAvg>| {
+            let deliver = |msg: ToClient<FedAvg>| {
                 let addr = roster.wake(0);
                 async move {
                     let now = SimTime(1000);
-                    addr.send(Deliver { now, msg }).await.unwrap().unwrap()
+                    addr.send(Deliver::new(now, msg)).await.unwrap().unwrap()
                 }
             };
             assert_eq!(roster.counts(), (0, 0), "nobody is awake before a message");
@@ -543,10 +545,10 @@ mod tests {
                 stats,
             }];
             let global = Arc::new(vec![0.0; 4]);
-            deliver(Msg::Evaluate { round: 1, global }).await;
+            deliver(ToClient::Evaluate { round: 1, global }).await;
             assert_eq!(roster.counts(), (1, 0));
             let report = ClientReport::default();
-            let eff = deliver(Msg::Evaluated {
+            let eff = deliver(ToClient::Evaluated {
                 round: 1,
                 results,
                 report,
@@ -559,9 +561,9 @@ mod tests {
                 let addr = roster.wake(1);
                 let global = Arc::new(vec![0.0; 4]);
                 async move {
-                    let msg = Msg::Evaluate { round, global };
+                    let msg = ToClient::Evaluate { round, global };
                     let now = SimTime(1000);
-                    addr.send(Deliver { now, msg }).await.unwrap().unwrap()
+                    addr.send(Deliver::new(now, msg)).await.unwrap().unwrap()
                 }
             };
             let devices = |eff: &FlEffects<FedAvg>| {
@@ -575,7 +577,7 @@ mod tests {
                 1,
                 "recorded when it first wakes"
             );
-            let msg = Msg::Evaluated {
+            let msg = ToClient::Evaluated {
                 round: 1,
                 results: Vec::new(),
                 report: ClientReport::default(),
@@ -583,7 +585,7 @@ mod tests {
             let now = SimTime(1000);
             roster
                 .wake(1)
-                .send(Deliver { now, msg })
+                .send(Deliver::new(now, msg))
                 .await
                 .unwrap()
                 .unwrap();

@@ -9,6 +9,7 @@
 mod client;
 mod cohort;
 mod evaluation;
+mod gossip;
 mod peer;
 mod policy;
 mod sampling;
@@ -16,7 +17,7 @@ mod server;
 mod trainer;
 
 pub use evaluation::{EvalClients, EvalSample, EvaluationPlan};
-pub use peer::{consensus_distance, PeerMsg};
+pub use peer::{consensus_distance, Mixed, PeerMsg};
 pub use policy::{staleness_factor, LateUpdates, PolicySpec};
 pub use sampling::{SampleSize, Sampling, Strategy};
 pub use trainer::TrainerPool;
@@ -31,7 +32,7 @@ use crate::report::{
     NoveltyRecord, Record,
 };
 use crate::sim::{
-    Delivery, Effects, Entity, EntityId, RecordObserver, Scheduler, SeedTree, SimDuration,
+    Delivery, Effects, Entity, EntityId, Pending, RecordObserver, Scheduler, SeedTree, SimDuration,
     SimError, SimTime, World,
 };
 use crate::system::{Link, SampleCost, SystemModel, SystemSpec};
@@ -159,18 +160,44 @@ pub struct SimOutput {
     pub events: u64,
 }
 
-/// The messages entities exchange.
-pub enum Msg<A: Algorithm> {
-    /// Server: begin round `round` (FedBuff: start the first jobs).
+/// The messages of a run with a server, each in its recipient's own type.
+type Msg<A> = Routed<ToServer<A>, ToClient<A>>;
+
+/// The server's messages.
+pub enum ToServer<A: Algorithm> {
+    /// Begin round `round` (FedBuff: start the first jobs).
     StartRound { round: u32 },
-    /// Server: round `round`'s deadline has come.
+    /// Round `round`'s deadline has come.
     Deadline { round: u32 },
-    /// Server (FedBuff): a client may have come online; start jobs if slots are free.
+    /// (FedBuff) A client may have come online; start jobs if slots are free.
     Wake,
-    /// Client: train from `global` with learning rate `lr` for round `round`; `job` indexes
-    /// the client's random streams (the round, in synchronous runs). Send the update if
-    /// `upload`, else only a completion notice (pFedMe's unsampled clients train but are not
-    /// aggregated).
+    /// A client's update has arrived.
+    Update {
+        round: u32,
+        client: u32,
+        update: A::Update,
+        compute: SimDuration,
+    },
+    /// A client that was not asked to upload has finished training.
+    Done {
+        round: u32,
+        client: u32,
+        compute: SimDuration,
+    },
+    /// A client dropped out or went offline; its job is lost (the server notices when it
+    /// happens, as a broken connection).
+    Failed {
+        round: u32,
+        client: u32,
+        compute: SimDuration,
+    },
+}
+
+/// A client's messages.
+pub enum ToClient<A: Algorithm> {
+    /// Train from `global` with learning rate `lr` for round `round`; `job` indexes the
+    /// client's random streams (the round, in synchronous runs). Send the update if `upload`,
+    /// else only a completion notice (pFedMe's unsampled clients train but are not aggregated).
     Train {
         round: u32,
         job: u64,
@@ -178,7 +205,7 @@ pub enum Msg<A: Algorithm> {
         lr: f64,
         upload: bool,
     },
-    /// Client (from its own training job): local work is done.
+    /// (From its own training job) Local work is done.
     Trained {
         round: u32,
         update: A::Update,
@@ -188,30 +215,10 @@ pub enum Msg<A: Algorithm> {
         /// Whether the update and the state hold only finite numbers (checked on the pool).
         finite: bool,
     },
-    /// Server: a client's update has arrived.
-    Update {
-        round: u32,
-        client: u32,
-        update: A::Update,
-        compute: SimDuration,
-    },
-    /// Server: a client that was not asked to upload has finished training.
-    Done {
-        round: u32,
-        client: u32,
-        compute: SimDuration,
-    },
-    /// Server: a client dropped out or went offline; its job is lost (the server notices
-    /// when it happens, as a broken connection).
-    Failed {
-        round: u32,
-        client: u32,
-        compute: SimDuration,
-    },
-    /// Client: evaluate your model after `round`.
+    /// Evaluate your model after `round`.
     Evaluate { round: u32, global: Arc<A::Global> },
-    /// Client (from its own evaluation job): results per model and split, and what the
-    /// algorithm reports about the state it was evaluated with.
+    /// (From its own evaluation job) Results per model and split, and what the algorithm
+    /// reports about the state it was evaluated with.
     Evaluated {
         round: u32,
         results: Vec<Evaluation>,
@@ -221,27 +228,83 @@ pub enum Msg<A: Algorithm> {
 
 type FlEffects<A> = Effects<Msg<A>, Record>;
 
-/// A message handed to an actor by the scheduler.
-struct Deliver<M> {
-    now: SimTime,
-    msg: M,
+/// A message of a world with a hub (rank 0: the server, or a decentralized run's monitor) and
+/// members (rank `c + 1`: clients, or peers), in its recipient's own type. Entities send
+/// through [`Outbox`], which pairs each type with its ranks, so each handler matches only its
+/// own messages; the world's `deliver` is the one place that checks a rank against a kind.
+pub enum Routed<H, M> {
+    Hub(H),
+    Member(M),
 }
 
-impl<M: 'static> Message for Deliver<M> {
-    type Result = Result<Effects<M, Record>, SimError>;
+/// Sends of a hub world's entities, typed by recipient.
+trait Outbox<H, M> {
+    /// `msg` to the hub, after `delay`.
+    fn to_hub(&mut self, delay: SimDuration, msg: H);
+    /// `msg` to member `member`, after `delay`.
+    fn to_member(&mut self, member: u32, delay: SimDuration, msg: M);
+    /// Member `member`'s own job's result (a [`Routed::Member`] message), due after `delay`.
+    fn to_member_pending(
+        &mut self,
+        member: u32,
+        delay: SimDuration,
+        pending: Pending<Routed<H, M>>,
+    );
+}
+
+impl<H, M> Outbox<H, M> for Effects<Routed<H, M>, Record> {
+    fn to_hub(&mut self, delay: SimDuration, msg: H) {
+        self.send(HUB, delay, Routed::Hub(msg));
+    }
+
+    fn to_member(&mut self, member: u32, delay: SimDuration, msg: M) {
+        self.send(member_entity(member), delay, Routed::Member(msg));
+    }
+
+    fn to_member_pending(
+        &mut self,
+        member: u32,
+        delay: SimDuration,
+        pending: Pending<Routed<H, M>>,
+    ) {
+        self.send_pending(member_entity(member), delay, pending);
+    }
+}
+
+/// A message handed to an actor by the scheduler: `msg` in, the effects (sends of the world's
+/// message type `W`) out.
+struct Deliver<In, W> {
+    now: SimTime,
+    msg: In,
+    world: PhantomData<fn() -> W>,
+}
+
+impl<In, W> Deliver<In, W> {
+    fn new(now: SimTime, msg: In) -> Self {
+        Deliver {
+            now,
+            msg,
+            world: PhantomData,
+        }
+    }
+}
+
+impl<In: 'static, W: 'static> Message for Deliver<In, W> {
+    type Result = Result<Effects<W, Record>, SimError>;
 }
 
 /// The members of a hub world, by index: actors that are always there (peers), or clients
-/// woken on demand (the [`client::Roster`]).
-trait Members<M: 'static>: Clone + Unpin + 'static {
-    type Actor: Actor + Handler<Deliver<M>>;
+/// woken on demand (the [`client::Roster`]); they take `In` in a world of messages `W`.
+trait Members<In: 'static, W: 'static>: Clone + Unpin + 'static {
+    type Actor: Actor + Handler<Deliver<In, W>>;
     fn addr(&self, index: u32) -> Addr<Self::Actor>;
 }
 
-impl<M, C> Members<M> for Arc<Vec<Addr<C>>>
+impl<In, W, C> Members<In, W> for Arc<Vec<Addr<C>>>
 where
-    M: 'static,
-    C: Actor + Handler<Deliver<M>>,
+    In: 'static,
+    W: 'static,
+    C: Actor + Handler<Deliver<In, W>>,
 {
     type Actor = C;
     fn addr(&self, index: u32) -> Addr<C> {
@@ -249,7 +312,7 @@ where
     }
 }
 
-impl<A: Algorithm> Members<Msg<A>> for std::rc::Rc<client::Roster<A>> {
+impl<A: Algorithm> Members<ToClient<A>, Msg<A>> for std::rc::Rc<client::Roster<A>> {
     type Actor = Client<A>;
     fn addr(&self, index: u32) -> Addr<Client<A>> {
         self.wake(index)
@@ -257,16 +320,17 @@ impl<A: Algorithm> Members<Msg<A>> for std::rc::Rc<client::Roster<A>> {
 }
 
 /// The entities of a run as the scheduler sees them: a hub with rank 0 (the server, or the
-/// monitor of a decentralized run) and members with rank `c + 1` (clients, or peers).
-struct HubWorld<H: Actor, Ms, M> {
+/// monitor of a decentralized run) that takes `HM`, and members with rank `c + 1` (clients,
+/// or peers) that take `MM`.
+struct HubWorld<H: Actor, Ms, HM, MM> {
     hub: Addr<H>,
     members: Ms,
     /// The cohort queue the scheduler flushes before it waits, if members train in cohorts.
     cohorts: Option<Arc<dyn cohort::Flush>>,
-    _msg: PhantomData<fn() -> M>,
+    _msg: PhantomData<fn() -> (HM, MM)>,
 }
 
-impl<H: Actor, Ms, M> HubWorld<H, Ms, M> {
+impl<H: Actor, Ms, HM, MM> HubWorld<H, Ms, HM, MM> {
     fn new(hub: Addr<H>, members: Ms) -> Self {
         HubWorld {
             hub,
@@ -277,7 +341,7 @@ impl<H: Actor, Ms, M> HubWorld<H, Ms, M> {
     }
 }
 
-impl<H: Actor, Ms: Clone, M> Clone for HubWorld<H, Ms, M> {
+impl<H: Actor, Ms: Clone, HM, MM> Clone for HubWorld<H, Ms, HM, MM> {
     fn clone(&self) -> Self {
         HubWorld {
             hub: self.hub.clone(),
@@ -288,26 +352,30 @@ impl<H: Actor, Ms: Clone, M> Clone for HubWorld<H, Ms, M> {
     }
 }
 
-impl<H, Ms, M> World for HubWorld<H, Ms, M>
+impl<H, Ms, HM, MM> World for HubWorld<H, Ms, HM, MM>
 where
-    M: Send + Unpin + 'static,
-    H: Actor + Handler<Deliver<M>>,
-    H::Context: ToEnvelope<H, Deliver<M>>,
-    Ms: Members<M>,
-    <Ms::Actor as Actor>::Context: ToEnvelope<Ms::Actor, Deliver<M>>,
+    HM: Send + Unpin + 'static,
+    MM: Send + Unpin + 'static,
+    H: Actor + Handler<Deliver<HM, Routed<HM, MM>>>,
+    H::Context: ToEnvelope<H, Deliver<HM, Routed<HM, MM>>>,
+    Ms: Members<MM, Routed<HM, MM>>,
+    <Ms::Actor as Actor>::Context: ToEnvelope<Ms::Actor, Deliver<MM, Routed<HM, MM>>>,
 {
-    type Msg = M;
+    type Msg = Routed<HM, MM>;
     type Record = Record;
 
-    fn deliver(&self, now: SimTime, to: EntityId, msg: M) -> Delivery<M, Record> {
-        let msg = Deliver { now, msg };
+    fn deliver(&self, now: SimTime, to: EntityId, msg: Self::Msg) -> Delivery<Self::Msg, Record> {
         let gone = move |e: MailboxError| SimError::ActorGone(format!("entity {}: {e}", to.0));
-        if to.0 == 0 {
-            let req = self.hub.send(msg);
-            Box::pin(async move { req.await.map_err(gone)? })
-        } else {
-            let req = self.members.addr(to.0 - 1).send(msg);
-            Box::pin(async move { req.await.map_err(gone)? })
+        match (to, msg) {
+            (HUB, Routed::Hub(msg)) => {
+                let req = self.hub.send(Deliver::new(now, msg));
+                Box::pin(async move { req.await.map_err(gone)? })
+            }
+            (EntityId(rank @ 1..), Routed::Member(msg)) => {
+                let req = self.members.addr(rank - 1).send(Deliver::new(now, msg));
+                Box::pin(async move { req.await.map_err(gone)? })
+            }
+            (EntityId(rank), _) => Box::pin(std::future::ready(Err(SimError::Misrouted(rank)))),
         }
     }
 
@@ -380,10 +448,11 @@ fn evaluation_records(
         .collect()
 }
 
-/// Rank 0 is the server; client `c` has rank `c + 1`.
-const SERVER: EntityId = EntityId(0);
+/// Rank 0 is the hub (the server, or a decentralized run's monitor); member `c` (client or
+/// peer) has rank `c + 1`.
+const HUB: EntityId = EntityId(0);
 
-fn client_entity(c: u32) -> EntityId {
+fn member_entity(c: u32) -> EntityId {
     EntityId(c + 1)
 }
 
@@ -444,7 +513,7 @@ pub fn simulate(
         &spec.sampling,
         &spec.evaluation,
     )
-    .map_err(|(path, message)| SimError::Model(format!("{path}: {message}")))?;
+    .map_err(SimError::Scenario)?;
     let held_out_count = (spec.unseen_fraction * data.num_clients() as f64).floor() as usize;
     let unseen = unseen_clients(
         &SeedTree::new(spec.seed),
@@ -578,11 +647,11 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             global,
         )
         .start();
-        let mut world: HubWorld<_, _, Msg<A>> = HubWorld::new(server, clients);
+        let mut world: HubWorld<_, _, ToServer<A>, ToClient<A>> = HubWorld::new(server, clients);
         world.cohorts = dispatch
             .queue()
             .map(|queue| queue as Arc<dyn cohort::Flush>);
-        let start = vec![(SERVER, SERVER, Msg::StartRound { round: 1 })];
+        let start = vec![(HUB, HUB, Routed::Hub(ToServer::StartRound { round: 1 }))];
         // Each client's device is recorded when it first wakes.
         run_world(world, start, Vec::new(), observer).await
     })

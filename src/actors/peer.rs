@@ -2,6 +2,7 @@
 //! client of the client-server algorithm), sends its model to its neighbours over the system
 //! model's links, and mixes what it receives with its row of the round's mixing matrix.
 //!
+//! How a peer gathers its neighbours' models is its gossip mode's [`Inbox`] (`gossip.rs`):
 //! - Synchronous gossip: a peer mixes round r once its own model and every neighbour's round-r
 //!   model are in, then starts round r + 1. There is no global barrier: a peer waits only for
 //!   its neighbours.
@@ -22,25 +23,24 @@
 
 use super::cohort::{Dispatch, EvalJob, TrainJob};
 use super::evaluation::EvaluatedClients;
+use super::gossip::{Complete, Inbox};
 use super::{
-    device_record, evaluation_records, run_world, Deliver, DivergenceWatch, HubWorld, JobContext,
-    TrainerPool,
+    device_record, evaluation_records, member_entity, run_world, Deliver, DivergenceWatch,
+    HubWorld, JobContext, Outbox, Routed, TrainerPool,
 };
 use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip};
 use crate::data::{FederatedData, Split};
 use crate::report::{DivergenceStage, GossipRecord, Record};
-use crate::sim::{
-    Effects, Entity, EntityId, RecordObserver, SeedTree, SimDuration, SimError, SimTime,
-};
+use crate::sim::{Effects, Entity, RecordObserver, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, SystemModel};
-use crate::topology::{GossipMode, StepWeights, Topology};
+use crate::topology::{StepWeights, Topology};
 use actix::prelude::*;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{RunSpec, SimOutput};
 
-/// Messages of a decentralized run.
+/// A peer's messages.
 pub enum PeerMsg<A: Gossip> {
     /// Peer: start round `round`'s local work.
     Train { round: u32 },
@@ -66,27 +66,25 @@ pub enum PeerMsg<A: Gossip> {
         results: Vec<Evaluation>,
         report: ClientReport,
     },
-    /// Monitor: peer `peer` mixed round `round` into `model`, having sent `bytes` for it (or,
-    /// `dropped`, sat the round out with `model` unchanged).
-    Mixed {
-        round: u32,
-        peer: u32,
-        model: Arc<A::Global>,
-        bytes: u64,
-        dropped: bool,
-    },
 }
 
-type PeerEffects<A> = Effects<PeerMsg<A>, Record>;
+/// The monitor's message: peer `peer` mixed round `round` into `model`, having sent `bytes`
+/// for it (or, `dropped`, sat the round out with `model` unchanged).
+pub struct Mixed<A: Gossip> {
+    round: u32,
+    peer: u32,
+    model: Arc<A::Global>,
+    bytes: u64,
+    dropped: bool,
+}
+
+/// The messages of a decentralized run, each in its recipient's own type.
+type GossipMsg<A> = Routed<Mixed<A>, PeerMsg<A>>;
+
+type PeerEffects<A> = Effects<GossipMsg<A>, Record>;
 
 /// A model with its mixing weight.
 type Weighted<A> = (f64, Arc<<A as crate::algorithms::Algorithm>::Global>);
-
-const MONITOR: EntityId = EntityId(0);
-
-fn peer_entity(p: u32) -> EntityId {
-    EntityId(p + 1)
-}
 
 /// What every peer shares.
 struct Shared<A: Gossip> {
@@ -116,28 +114,14 @@ struct Peer<A: Gossip> {
     model: Arc<A::Global>,
     state: A::ClientState,
     shared: Arc<Shared<A>>,
-    /// This round's model after local work, until it is mixed, with the number of neighbours'
-    /// models it waits for (synchronous).
-    half: Option<(u32, Arc<A::Global>, usize)>,
-    /// Synchronous: neighbours' models by (round, neighbour), the neighbours that dropped out
-    /// of a round, and how many of both arrived per round.
-    inbox: BTreeMap<(u32, u32), Arc<A::Global>>,
-    absent: BTreeSet<(u32, u32)>,
-    arrived: BTreeMap<u32, usize>,
-    /// Synchronous: rounds this peer sat out (what arrives for them is dropped).
-    sat_out: BTreeSet<u32>,
-    /// Asynchronous: the newest model of each neighbour since the last mix, with its round.
-    fresh: BTreeMap<u32, (u32, Arc<A::Global>)>,
+    /// What it holds of rounds not mixed yet, as its gossip mode keeps it.
+    inbox: Box<dyn Inbox<A>>,
     /// Bytes sent this round.
     sent: u64,
     watch: DivergenceWatch,
 }
 
 impl<A: Gossip> Peer<A> {
-    fn me(&self) -> EntityId {
-        peer_entity(self.id)
-    }
-
     fn train(&mut self, round: u32, eff: &mut PeerEffects<A>) -> Result<(), SimError> {
         let jobs = &self.shared.jobs;
         let n_train = jobs.data.split_len(self.id as usize, Split::Train);
@@ -165,12 +149,14 @@ impl<A: Gossip> Peer<A> {
                 .seeds
                 .rng(Entity::Client(id), "train", round as u64),
         };
-        let pending = self.shared.dispatch.train(job, move |t| PeerMsg::Trained {
-            round,
-            model: jobs.algorithm.local_model(t.update),
-            state: t.state,
+        let pending = self.shared.dispatch.train(job, move |t| {
+            Routed::Member(PeerMsg::Trained {
+                round,
+                model: jobs.algorithm.local_model(t.update),
+                state: t.state,
+            })
         });
-        eff.send_pending(self.me(), compute, pending);
+        eff.to_member_pending(self.id, compute, pending);
         Ok(())
     }
 
@@ -182,11 +168,7 @@ impl<A: Gossip> Peer<A> {
         after: SimDuration,
         eff: &mut PeerEffects<A>,
     ) -> Result<(), SimError> {
-        if self.shared.topology.spec().gossip == GossipMode::Synchronous {
-            self.sat_out.insert(round);
-            self.inbox.retain(|&(r, _), _| r != round);
-            self.absent.retain(|&(r, _)| r != round);
-            self.arrived.remove(&round);
+        if self.inbox.sat_out(round) {
             let topology = self.shared.round_topology(round)?;
             for to in topology.mixing.sources(self.id) {
                 let (latency, _) = self.shared.system.peer_transfer_time(self.id, to, 0);
@@ -194,10 +176,10 @@ impl<A: Gossip> Peer<A> {
                     round,
                     from: self.id,
                 };
-                eff.send(peer_entity(to), after + latency, msg);
+                eff.to_member(to, after + latency, msg);
             }
         }
-        eff.send(self.me(), after, PeerMsg::SatOut { round });
+        eff.to_member(self.id, after, PeerMsg::SatOut { round });
         Ok(())
     }
 
@@ -226,112 +208,52 @@ impl<A: Gossip> Peer<A> {
                 from: self.id,
                 model: model.clone(),
             };
-            eff.send(peer_entity(to), latency + uplink_busy, msg);
+            eff.to_member(to, latency + uplink_busy, msg);
             self.sent += bytes;
             neighbours += 1;
         }
-        self.half = Some((round, model, neighbours));
-        match self.shared.topology.spec().gossip {
-            GossipMode::Synchronous => self.mix_when_complete(eff),
-            GossipMode::Asynchronous => self.mix_what_arrived(eff),
-        }
+        self.inbox.own(round, model, neighbours);
+        self.mix_if_complete(eff)
     }
 
+    /// Neighbour `from`'s model of `round`, or (`None`) its notice that it sat the round out.
     fn received(
-        &mut self,
-        round: u32,
-        from: u32,
-        model: Arc<A::Global>,
-        eff: &mut PeerEffects<A>,
-    ) -> Result<(), SimError> {
-        match self.shared.topology.spec().gossip {
-            GossipMode::Synchronous => self.outcome_arrived(round, from, Some(model), eff),
-            GossipMode::Asynchronous => {
-                let newer = self.fresh.get(&from).is_none_or(|(r, _)| *r <= round);
-                if newer {
-                    self.fresh.insert(from, (round, model));
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Synchronous: neighbour `from`'s outcome of `round`, its model or (`None`) its notice of
-    /// absence. Dropped if this peer sat that round out; otherwise counted, and the round is
-    /// mixed once every neighbour's outcome is in.
-    fn outcome_arrived(
         &mut self,
         round: u32,
         from: u32,
         model: Option<Arc<A::Global>>,
         eff: &mut PeerEffects<A>,
     ) -> Result<(), SimError> {
-        if self.sat_out.contains(&round) {
-            return Ok(());
-        }
-        match model {
-            Some(model) => {
-                self.inbox.insert((round, from), model);
-            }
-            None => {
-                self.absent.insert((round, from));
-            }
-        }
-        *self.arrived.entry(round).or_insert(0) += 1;
-        self.mix_when_complete(eff)
+        self.inbox.neighbour(round, from, model);
+        self.mix_if_complete(eff)
     }
 
-    /// Synchronous: mixes round r once this peer's model and every neighbour's round-r model
-    /// (or notice of absence) are in; an absent neighbour's weight stays on this peer.
-    fn mix_when_complete(&mut self, eff: &mut PeerEffects<A>) -> Result<(), SimError> {
-        let Some((round, _, expected)) = self.half else {
+    /// Mixes the round the inbox has complete, if any, with this peer's row of the round's
+    /// mixing matrix: a neighbour without a model in it leaves its weight on this peer.
+    fn mix_if_complete(&mut self, eff: &mut PeerEffects<A>) -> Result<(), SimError> {
+        let Some(Complete {
+            round,
+            own,
+            mut neighbours,
+        }) = self.inbox.complete()
+        else {
             return Ok(());
         };
-        if self.arrived.get(&round).copied().unwrap_or(0) < expected {
-            return Ok(());
-        }
-        self.arrived.remove(&round);
-        let (_, own, _) = self.half.take().expect("checked above");
         let topology = self.shared.round_topology(round)?;
         let row = topology.mixing.row(self.id);
         let missing: f64 = row
             .iter()
-            .filter(|&&(j, _)| self.absent.contains(&(round, j)))
+            .filter(|&&(j, _)| j != self.id && !neighbours.contains_key(&j))
             .map(|&(_, w)| w)
             .sum();
         let mut models: Vec<Weighted<A>> = Vec::with_capacity(row.len());
         for &(j, w) in row {
             if j == self.id {
                 models.push((w + missing, own.clone()));
-            } else if !self.absent.remove(&(round, j)) {
-                let model = self.inbox.remove(&(round, j)).expect("checked above");
+            } else if let Some(model) = neighbours.remove(&j) {
                 models.push((w, model));
             }
         }
-        self.finish_round(round, Some(&models), eff);
-        Ok(())
-    }
-
-    /// Asynchronous: mixes at once with the neighbours' models that arrived since the last mix.
-    fn mix_what_arrived(&mut self, eff: &mut PeerEffects<A>) -> Result<(), SimError> {
-        let (round, own, _) = self.half.take().expect("called right after local work");
-        let topology = self.shared.round_topology(round)?;
-        let row = topology.mixing.row(self.id);
-        let missing: f64 = row
-            .iter()
-            .filter(|&&(j, _)| j != self.id && !self.fresh.contains_key(&j))
-            .map(|&(_, w)| w)
-            .sum();
-        let mut models: Vec<Weighted<A>> = Vec::new();
-        for &(j, w) in row {
-            if j == self.id {
-                models.push((w + missing, own.clone()));
-            } else if let Some((_, model)) = self.fresh.remove(&j) {
-                models.push((w, model));
-            }
-        }
-        // Models from peers that are no longer neighbours (time-varying graphs) are dropped.
-        self.fresh.clear();
         self.finish_round(round, Some(&models), eff);
         Ok(())
     }
@@ -349,14 +271,14 @@ impl<A: Gossip> Peer<A> {
             self.model = Arc::new(self.shared.jobs.algorithm.mix(&items));
         }
         let bytes = std::mem::take(&mut self.sent);
-        let mixed = PeerMsg::Mixed {
+        let mixed = Mixed {
             round,
             peer: self.id,
             model: self.model.clone(),
             bytes,
             dropped: models.is_none(),
         };
-        eff.send(MONITOR, SimDuration::ZERO, mixed);
+        eff.to_hub(SimDuration::ZERO, mixed);
         let shared = &self.shared;
         if shared.evaluated.is_due(round, shared.rounds)
             && shared.evaluated.includes(round, self.id)
@@ -364,8 +286,8 @@ impl<A: Gossip> Peer<A> {
             self.evaluate(round, eff);
         }
         if round < shared.rounds {
-            eff.send(
-                self.me(),
+            eff.to_member(
+                self.id,
                 SimDuration::ZERO,
                 PeerMsg::Train { round: round + 1 },
             );
@@ -382,15 +304,14 @@ impl<A: Gossip> Peer<A> {
             scores_novelty: false,
             rng: (self.shared.seeds).rng(Entity::Client(self.id), "evaluate", round as u64),
         };
-        let pending = self
-            .shared
-            .dispatch
-            .evaluate(job, move |e| PeerMsg::Evaluated {
+        let pending = self.shared.dispatch.evaluate(job, move |e| {
+            Routed::Member(PeerMsg::Evaluated {
                 round,
                 results: e.results,
                 report: e.report,
-            });
-        eff.send_pending(self.me(), SimDuration::ZERO, pending);
+            })
+        });
+        eff.to_member_pending(self.id, SimDuration::ZERO, pending);
     }
 
     fn evaluated(
@@ -410,14 +331,18 @@ impl<A: Gossip> Actor for Peer<A> {
     type Context = Context<Self>;
 }
 
-impl<A: Gossip> Handler<Deliver<PeerMsg<A>>> for Peer<A> {
+impl<A: Gossip> Handler<Deliver<PeerMsg<A>, GossipMsg<A>>> for Peer<A> {
     type Result = Result<PeerEffects<A>, SimError>;
 
-    fn handle(&mut self, d: Deliver<PeerMsg<A>>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(
+        &mut self,
+        d: Deliver<PeerMsg<A>, GossipMsg<A>>,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
         let mut eff = PeerEffects::<A>::new();
         match d.msg {
             PeerMsg::Train { round } => self.train(round, &mut eff)?,
-            PeerMsg::Absent { round, from } => self.outcome_arrived(round, from, None, &mut eff)?,
+            PeerMsg::Absent { round, from } => self.received(round, from, None, &mut eff)?,
             PeerMsg::SatOut { round } => self.finish_round(round, None, &mut eff),
             PeerMsg::Trained {
                 round,
@@ -430,7 +355,9 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>>> for Peer<A> {
                     .check(finite, at, DivergenceStage::Training, &mut eff);
                 self.trained(round, model, state, &mut eff)?
             }
-            PeerMsg::Model { round, from, model } => self.received(round, from, model, &mut eff)?,
+            PeerMsg::Model { round, from, model } => {
+                self.received(round, from, Some(model), &mut eff)?
+            }
             PeerMsg::Evaluated {
                 round,
                 results,
@@ -439,12 +366,6 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>>> for Peer<A> {
                 let at = (round, d.now, Some(self.id));
                 self.watch.check_evaluation(&results, at, &mut eff);
                 self.evaluated(d.now, round, results, report, &mut eff)
-            }
-            PeerMsg::Mixed { .. } => {
-                return Err(SimError::Model(format!(
-                    "peer {} got a monitor message",
-                    self.id
-                )))
             }
         }
         Ok(eff)
@@ -472,7 +393,13 @@ impl<A: Gossip> Monitor<A> {
     fn mixed(
         &mut self,
         now: SimTime,
-        (round, peer, model, bytes, dropped): (u32, u32, Arc<A::Global>, u64, bool),
+        Mixed {
+            round,
+            peer,
+            model,
+            bytes,
+            dropped,
+        }: Mixed<A>,
         eff: &mut PeerEffects<A>,
     ) -> Result<(), SimError> {
         let peers = self.peers;
@@ -544,27 +471,20 @@ impl<A: Gossip> Actor for Monitor<A> {
     type Context = Context<Self>;
 }
 
-impl<A: Gossip> Handler<Deliver<PeerMsg<A>>> for Monitor<A> {
+impl<A: Gossip> Handler<Deliver<Mixed<A>, GossipMsg<A>>> for Monitor<A> {
     type Result = Result<PeerEffects<A>, SimError>;
 
-    fn handle(&mut self, d: Deliver<PeerMsg<A>>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(
+        &mut self,
+        d: Deliver<Mixed<A>, GossipMsg<A>>,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
         let mut eff = PeerEffects::<A>::new();
-        match d.msg {
-            PeerMsg::Mixed {
-                round,
-                peer,
-                model,
-                bytes,
-                dropped,
-            } => {
-                let at = (round, d.now, Some(peer));
-                let finite = model.is_finite();
-                self.watch
-                    .check(finite, at, DivergenceStage::Mixing, &mut eff);
-                self.mixed(d.now, (round, peer, model, bytes, dropped), &mut eff)?
-            }
-            _ => return Err(SimError::Model("the monitor got a peer message".into())),
-        }
+        let at = (d.msg.round, d.now, Some(d.msg.peer));
+        let finite = d.msg.model.is_finite();
+        self.watch
+            .check(finite, at, DivergenceStage::Mixing, &mut eff);
+        self.mixed(d.now, d.msg, &mut eff)?;
         Ok(eff)
     }
 }
@@ -640,12 +560,7 @@ pub(super) fn simulate_peers<A: Gossip>(
                     model: init.clone(),
                     state,
                     shared: shared.clone(),
-                    half: None,
-                    inbox: BTreeMap::new(),
-                    absent: BTreeSet::new(),
-                    arrived: BTreeMap::new(),
-                    sat_out: BTreeSet::new(),
-                    fresh: BTreeMap::new(),
+                    inbox: super::gossip::inbox(topology_spec.gossip),
                     sent: 0,
                 }
                 .start()
@@ -659,10 +574,14 @@ pub(super) fn simulate_peers<A: Gossip>(
             rounds: BTreeMap::new(),
         }
         .start();
-        let mut world: HubWorld<_, _, PeerMsg<A>> = HubWorld::new(monitor, Arc::new(peer_addrs));
+        let mut world: HubWorld<_, _, Mixed<A>, PeerMsg<A>> =
+            HubWorld::new(monitor, Arc::new(peer_addrs));
         world.cohorts = queue.map(|queue| queue as Arc<dyn super::cohort::Flush>);
         let start = (0..peers as u32)
-            .map(|p| (peer_entity(p), peer_entity(p), PeerMsg::Train { round: 1 }))
+            .map(|p| {
+                let train = Routed::Member(PeerMsg::Train { round: 1 });
+                (member_entity(p), member_entity(p), train)
+            })
             .collect();
         run_world(world, start, devices, observer).await
     })

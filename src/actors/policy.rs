@@ -1,5 +1,6 @@
 //! Round policies: when the server aggregates and what it does with late updates.
 
+use crate::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// What happens to an update that arrives after its round's deadline.
@@ -84,13 +85,13 @@ impl PolicySpec {
         }
     }
 
-    /// Errors are `(field path below policy, message)`.
-    pub fn validate(&self) -> Result<(), (String, String)> {
+    /// Checks the settings; an error's path is below `policy`.
+    pub fn validate(&self) -> Result<(), FieldError> {
         let non_negative = |path: &str, v: f64| {
             if v >= 0.0 && v.is_finite() {
                 Ok(())
             } else {
-                Err((
+                Err(FieldError::new(
                     path.to_string(),
                     format!("must be a non-negative number, got {v}"),
                 ))
@@ -104,7 +105,7 @@ impl PolicySpec {
             } => {
                 if let Some(d) = deadline_s {
                     if !(*d > 0.0 && d.is_finite()) {
-                        return Err((
+                        return Err(FieldError::new(
                             "deadline_s".into(),
                             format!("must be a positive number of seconds, got {d}"),
                         ));
@@ -120,13 +121,19 @@ impl PolicySpec {
                 ..
             } => {
                 if *buffer_size == 0 {
-                    return Err(("buffer_size".into(), "must be at least 1".into()));
+                    return Err(FieldError::new(
+                        "buffer_size".into(),
+                        "must be at least 1".into(),
+                    ));
                 }
                 if *concurrency == 0 {
-                    return Err(("concurrency".into(), "must be at least 1".into()));
+                    return Err(FieldError::new(
+                        "concurrency".into(),
+                        "must be at least 1".into(),
+                    ));
                 }
                 if !(*server_lr > 0.0 && server_lr.is_finite()) {
-                    return Err((
+                    return Err(FieldError::new(
                         "server_lr".into(),
                         format!("must be positive, got {server_lr}"),
                     ));

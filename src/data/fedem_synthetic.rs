@@ -17,6 +17,7 @@
 
 use super::{DataError, FederatedData, MixtureTruth, NumpyRandomState, SplitSpec};
 use crate::sim::{Entity, SeedTree};
+use crate::FieldError;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Dirichlet, Distribution, LogNormal, Normal};
@@ -145,8 +146,8 @@ impl Default for FedemSyntheticSpec {
 }
 
 impl FedemSyntheticSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let err = |f: &str, m: String| Err((f.to_string(), m));
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let err = |f: &str, m: String| Err(FieldError::new(f.to_string(), m));
         if self.clients == 0 {
             return err("clients", "must be at least 1".into());
         }
@@ -696,7 +697,7 @@ mod tests {
             numpy_seed: Some(1),
             ..small()
         };
-        assert_eq!(both.validate().unwrap_err().0, "on_demand");
+        assert_eq!(both.validate().unwrap_err().path, "on_demand");
     }
 
     #[test]

@@ -20,6 +20,7 @@
 
 use super::{FederatedData, MixtureTruth, SplitSpec};
 use crate::sim::{Entity, SeedTree};
+use crate::FieldError;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
@@ -85,8 +86,8 @@ fn d_samples() -> usize {
 }
 
 impl FedgmmSyntheticSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let err = |f: &str, m: String| Err((f.to_string(), m));
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let err = |f: &str, m: String| Err(FieldError::new(f.to_string(), m));
         if self.clients == 0 {
             return err("clients", "must be at least 1".into());
         }

@@ -12,6 +12,7 @@ use super::registry::{self, FetchError};
 use super::{ClientShard, DataError, FederatedData, SplitSpec};
 use crate::report::{read_client_table, FeatureColumns, TableColumns};
 use crate::sim::{Entity, SeedTree};
+use crate::FieldError;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -131,29 +132,27 @@ fn natural() -> PartitionSpec {
     PartitionSpec::Natural { fraction: 1.0 }
 }
 
-fn check_fraction(fraction: f64) -> Result<(), (String, String)> {
+fn check_fraction(fraction: f64) -> Result<(), FieldError> {
     if fraction > 0.0 && fraction <= 1.0 {
         Ok(())
     } else {
-        Err((
+        Err(FieldError::new(
             "fraction".into(),
             format!("must be in (0, 1], got {fraction}"),
         ))
     }
 }
 
-fn nest((path, message): (String, String)) -> (String, String) {
-    (format!("partition.{path}"), message)
-}
-
 /// The image shape of these data sets.
 pub const MNIST_SHAPE: [usize; 3] = [1, 28, 28];
 
 impl RegistryImagesSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        self.partition.validate().map_err(nest)?;
+    pub fn validate(&self) -> Result<(), FieldError> {
+        self.partition
+            .validate()
+            .map_err(|e| e.within("partition"))?;
         if let PartitionSpec::Natural { .. } = self.partition {
-            return Err((
+            return Err(FieldError::new(
                 "partition.kind".into(),
                 "this data set has no natural clients; use iid, dirichlet, shards or pfedme".into(),
             ));
@@ -206,8 +205,10 @@ impl RegistryImagesSpec {
 }
 
 impl FemnistSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        self.partition.validate().map_err(nest)?;
+    pub fn validate(&self) -> Result<(), FieldError> {
+        self.partition
+            .validate()
+            .map_err(|e| e.within("partition"))?;
         check_fraction(self.fraction)
     }
 

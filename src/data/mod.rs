@@ -28,6 +28,7 @@ pub use split::{SplitSizes, SplitSpec};
 pub use synthetic_ab::SyntheticAbSpec;
 
 use crate::sim::SeedTree;
+use crate::FieldError;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::ops::Range;
@@ -467,8 +468,8 @@ impl DatasetSpec {
         }
     }
 
-    /// Checks the parameters; errors are `(field path below data, message)`.
-    pub fn validate(&self) -> Result<(), (String, String)> {
+    /// Checks the parameters; an error's path is below `data`.
+    pub fn validate(&self) -> Result<(), FieldError> {
         match self {
             DatasetSpec::FedemSynthetic(s) => s.validate(),
             DatasetSpec::SyntheticAb(s) => s.validate(),

@@ -11,6 +11,7 @@
 use super::{ClientShard, FederatedData, PartitionSpec, Split, SplitSpec};
 use crate::report::{read_client_table, FeatureColumns, TableColumns, TableError};
 use crate::sim::{Entity, SeedTree};
+use crate::FieldError;
 
 mod on_demand;
 use serde::{Deserialize, Serialize};
@@ -99,10 +100,10 @@ pub enum DataError {
 }
 
 impl ParquetSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         if let Some(partition) = &self.partition {
             if let PartitionSpec::Natural { .. } = partition {
-                return Err((
+                return Err(FieldError::new(
                     "partition".into(),
                     "`natural` keeps the file's own clients: leave `partition` out and name \
                      the client column (`client_column`)"
@@ -110,43 +111,47 @@ impl ParquetSpec {
                 ));
             }
             if self.on_demand {
-                return Err((
+                return Err(FieldError::new(
                     "on_demand".into(),
                     "reads a table whose clients are its client column; a `partition` deals \
                      a pool, which is read whole"
                         .into(),
                 ));
             }
-            partition
-                .validate()
-                .map_err(|(field, message)| (format!("partition.{field}"), message))?;
+            partition.validate().map_err(|e| e.within("partition"))?;
         }
         match (&self.feature_columns, &self.features_column) {
-            (Some(_), Some(_)) | (None, None) => Err((
+            (Some(_), Some(_)) | (None, None) => Err(FieldError::new(
                 "feature_columns".into(),
                 "give exactly one of `feature_columns` (a list of column names) and \
                  `features_column` (one list column)"
                     .into(),
             )),
-            (Some(cols), None) if cols.is_empty() => Err((
+            (Some(cols), None) if cols.is_empty() => Err(FieldError::new(
                 "feature_columns".into(),
                 "must name at least one column".into(),
             )),
             _ => match self.classes {
-                Some(c) if c < 2 => Err(("classes".into(), format!("must be at least 2, got {c}"))),
+                Some(c) if c < 2 => Err(FieldError::new(
+                    "classes".into(),
+                    format!("must be at least 2, got {c}"),
+                )),
                 _ => {
                     if self.shape.is_some() && self.vocabulary.is_some() {
-                        return Err((
+                        return Err(FieldError::new(
                             "vocabulary".into(),
                             "rows are images (`shape`) or tokens (`vocabulary`), not both".into(),
                         ));
                     }
                     if self.vocabulary == Some(0) {
-                        return Err(("vocabulary".into(), "must be at least 1".into()));
+                        return Err(FieldError::new(
+                            "vocabulary".into(),
+                            "must be at least 1".into(),
+                        ));
                     }
                     if let Some(shape) = self.shape {
                         if shape.contains(&0) {
-                            return Err((
+                            return Err(FieldError::new(
                                 "shape".into(),
                                 format!(
                                     "[channels, height, width], each at least 1, got {shape:?}"
@@ -155,7 +160,7 @@ impl ParquetSpec {
                         }
                     }
                     if self.on_demand && self.non_finite == NonFinite::Drop {
-                        return Err((
+                        return Err(FieldError::new(
                             "on_demand".into(),
                             "cannot leave rows out (`non_finite: drop`); clean the file or \
                              read it whole (`on_demand: false`)"
@@ -163,7 +168,7 @@ impl ParquetSpec {
                         ));
                     }
                     match self.scale {
-                        Some(v) if !(v > 0.0 && v.is_finite()) => Err((
+                        Some(v) if !(v > 0.0 && v.is_finite()) => Err(FieldError::new(
                             "scale".into(),
                             format!("must be a positive number, got {v}"),
                         )),

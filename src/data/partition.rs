@@ -4,6 +4,7 @@
 //! This room decides which rows each client gets; it neither reads files nor splits a client's
 //! rows into train / val / test (that is [`super::SplitSpec`]).
 
+use crate::FieldError;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
@@ -91,11 +92,14 @@ fn twenty() -> usize {
 }
 
 impl PartitionSpec {
-    /// Checks the parameters; errors are `(field below partition, message)`.
-    pub fn validate(&self) -> Result<(), (String, String)> {
+    /// Checks the parameters; an error's path is below `partition`.
+    pub fn validate(&self) -> Result<(), FieldError> {
         let at_least_one = |field: &str, v: usize| {
             if v == 0 {
-                Err((field.to_string(), "must be at least 1".to_string()))
+                Err(FieldError::new(
+                    field.to_string(),
+                    "must be at least 1".to_string(),
+                ))
             } else {
                 Ok(())
             }
@@ -103,7 +107,7 @@ impl PartitionSpec {
         match *self {
             PartitionSpec::Natural { fraction } => {
                 if !(fraction > 0.0 && fraction <= 1.0) {
-                    return Err((
+                    return Err(FieldError::new(
                         "fraction".into(),
                         format!("must be in (0, 1], got {fraction}"),
                     ));
@@ -118,7 +122,10 @@ impl PartitionSpec {
             } => {
                 at_least_one("clients", clients)?;
                 if !(alpha > 0.0 && alpha.is_finite()) {
-                    return Err(("alpha".into(), format!("must be positive, got {alpha}")));
+                    return Err(FieldError::new(
+                        "alpha".into(),
+                        format!("must be positive, got {alpha}"),
+                    ));
                 }
                 if let Some(g) = groups {
                     at_least_one("groups", g)?;
@@ -148,11 +155,14 @@ impl PartitionSpec {
                 at_least_one("clients", clients)?;
                 for (field, v) in [("alpha", alpha), ("beta", beta)] {
                     if !(v > 0.0 && v.is_finite()) {
-                        return Err((field.into(), format!("must be positive, got {v}")));
+                        return Err(FieldError::new(
+                            field.into(),
+                            format!("must be positive, got {v}"),
+                        ));
                     }
                 }
                 match coarse {
-                    Some(map) if map.iter().any(|&c| c >= map.len()) => Err((
+                    Some(map) if map.iter().any(|&c| c >= map.len()) => Err(FieldError::new(
                         "coarse".into(),
                         format!(
                             "coarse labels are numbered from 0 and below the number of \
@@ -632,7 +642,7 @@ mod tests {
             beta: 10.0,
             coarse: None,
         };
-        assert_eq!(bad.validate().unwrap_err().0, "alpha");
+        assert_eq!(bad.validate().unwrap_err().path, "alpha");
         // A coarse label past the map's length (it would size the coarse groups) is refused.
         let bad = PartitionSpec::Pachinko {
             clients: 2,
@@ -640,7 +650,10 @@ mod tests {
             beta: 10.0,
             coarse: Some(vec![0, 1, 1_000_000_000]),
         };
-        let (field, message) = bad.validate().unwrap_err();
+        let crate::FieldError {
+            path: field,
+            message,
+        } = bad.validate().unwrap_err();
         assert_eq!(field, "coarse");
         assert!(
             message.contains("below the number of entries (3); got 1000000000"),

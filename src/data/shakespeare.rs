@@ -14,6 +14,7 @@
 use super::registry;
 use super::{DataError, FederatedData, Layout, SplitSpec};
 use crate::sim::{Entity, SeedTree};
+use crate::FieldError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -55,21 +56,24 @@ fn d_fraction() -> f64 {
 }
 
 impl ShakespeareSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         for (field, v) in [
             ("window", self.window),
             ("stride", self.stride),
             ("min_samples", self.min_samples),
         ] {
             if v == 0 {
-                return Err((field.into(), "must be at least 1".into()));
+                return Err(FieldError::new(field.into(), "must be at least 1".into()));
             }
         }
         if self.max_samples == Some(0) {
-            return Err(("max_samples".into(), "must be at least 1".into()));
+            return Err(FieldError::new(
+                "max_samples".into(),
+                "must be at least 1".into(),
+            ));
         }
         if !(self.fraction > 0.0 && self.fraction <= 1.0) {
-            return Err((
+            return Err(FieldError::new(
                 "fraction".into(),
                 format!("must be in (0, 1], got {}", self.fraction),
             ));

@@ -1,6 +1,7 @@
 //! How each client's samples are divided into train / validation / test.
 
 use super::ClientShard;
+use crate::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// Per-client split.
@@ -55,12 +56,12 @@ pub struct SplitSizes {
 }
 
 impl SplitSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         let frac = |name: &str, v: f64| {
             if (0.0..=1.0).contains(&v) {
                 Ok(())
             } else {
-                Err((
+                Err(FieldError::new(
                     name.to_string(),
                     format!("must be a fraction in [0, 1], got {v}"),
                 ))
@@ -72,10 +73,13 @@ impl SplitSpec {
                 frac("val", val)?;
                 frac("test", test)?;
                 if train <= 0.0 {
-                    return Err(("train".into(), "must be greater than 0".into()));
+                    return Err(FieldError::new(
+                        "train".into(),
+                        "must be greater than 0".into(),
+                    ));
                 }
                 if ((train + val + test) - 1.0).abs() > 1e-9 {
-                    return Err((
+                    return Err(FieldError::new(
                         "train".into(),
                         format!("train + val + test must be 1, got {}", train + val + test),
                     ));
@@ -84,11 +88,14 @@ impl SplitSpec {
             }
             SplitSpec::ExtraTest { test_samples, val } => {
                 if test_samples == 0 {
-                    return Err(("test_samples".into(), "must be at least 1".into()));
+                    return Err(FieldError::new(
+                        "test_samples".into(),
+                        "must be at least 1".into(),
+                    ));
                 }
                 frac("val", val)?;
                 if val >= 1.0 {
-                    return Err((
+                    return Err(FieldError::new(
                         "val".into(),
                         "must be below 1 (train would be empty)".into(),
                     ));

@@ -13,6 +13,7 @@
 
 use super::{FederatedData, NumpyRandomState, SplitSpec};
 use crate::sim::{Entity, SeedTree};
+use crate::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, LogNormal, Normal, StandardNormal};
 use serde::{Deserialize, Serialize};
@@ -84,8 +85,8 @@ impl Default for SyntheticAbSpec {
 }
 
 impl SyntheticAbSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let err = |f: &str, m: String| Err((f.to_string(), m));
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let err = |f: &str, m: String| Err(FieldError::new(f.to_string(), m));
         if self.clients == 0 {
             return err("clients", "must be at least 1".into());
         }

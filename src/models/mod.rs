@@ -26,6 +26,7 @@ pub use stacked::{
 
 pub use crate::data::InputShape;
 
+use crate::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
@@ -114,19 +115,23 @@ fn default_mobilenet_dropout() -> f64 {
 }
 
 impl ModelSpec {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         match self {
-            ModelSpec::Mlp { hidden } if hidden.is_empty() || hidden.contains(&0) => Err((
-                "hidden".into(),
-                "must list at least one layer width, each at least 1".into(),
-            )),
-            ModelSpec::SmallCnn { dropout } if !(0.0..0.5).contains(dropout) => Err((
-                "dropout".into(),
-                format!(
-                    "must be in [0, 0.5) (the second dropout layer uses twice the rate), got \
+            ModelSpec::Mlp { hidden } if hidden.is_empty() || hidden.contains(&0) => {
+                Err(FieldError::new(
+                    "hidden".into(),
+                    "must list at least one layer width, each at least 1".into(),
+                ))
+            }
+            ModelSpec::SmallCnn { dropout } if !(0.0..0.5).contains(dropout) => {
+                Err(FieldError::new(
+                    "dropout".into(),
+                    format!(
+                        "must be in [0, 0.5) (the second dropout layer uses twice the rate), got \
                      {dropout}"
-                ),
-            )),
+                    ),
+                ))
+            }
             ModelSpec::Lstm {
                 embedding,
                 hidden,
@@ -139,16 +144,20 @@ impl ModelSpec {
             .into_iter()
             .find(|(_, &v)| v == 0)
             .map_or(Ok(()), |(field, _)| {
-                Err((field.into(), "must be at least 1".into()))
+                Err(FieldError::new(field.into(), "must be at least 1".into()))
             }),
-            ModelSpec::MobilenetV2 { width, .. } if !(*width > 0.0 && *width <= 4.0) => Err((
-                "width".into(),
-                format!("must be in (0, 4] (torchvision's width multiplier), got {width}"),
-            )),
-            ModelSpec::MobilenetV2 { dropout, .. } if !(0.0..1.0).contains(dropout) => Err((
-                "dropout".into(),
-                format!("must be in [0, 1), got {dropout}"),
-            )),
+            ModelSpec::MobilenetV2 { width, .. } if !(*width > 0.0 && *width <= 4.0) => {
+                Err(FieldError::new(
+                    "width".into(),
+                    format!("must be in (0, 4] (torchvision's width multiplier), got {width}"),
+                ))
+            }
+            ModelSpec::MobilenetV2 { dropout, .. } if !(0.0..1.0).contains(dropout) => {
+                Err(FieldError::new(
+                    "dropout".into(),
+                    format!("must be in [0, 1), got {dropout}"),
+                ))
+            }
             _ => Ok(()),
         }
     }

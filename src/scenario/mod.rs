@@ -19,6 +19,7 @@ use crate::actors::{
 use crate::algorithms::{LrSchedule, Registration, Training};
 use crate::data::{DatasetSpec, InputShape, SplitSpec};
 use crate::models::{LocalPlan, LocalWork};
+use crate::FieldError;
 use serde_yaml::Value;
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -158,7 +159,7 @@ impl Scenario {
                 message,
             }
         })?;
-        validate(raw).map_err(|(path, message)| invalid(path, message))
+        validate(raw).map_err(|e| invalid(e.path, e.message))
     }
 }
 
@@ -229,33 +230,27 @@ pub fn apply_override(tree: &mut Value, arg: &str) -> Result<(), ScenarioError> 
     Ok(())
 }
 
-type Invalid = (String, String);
-
-fn nest(prefix: &str, (path, message): Invalid) -> Invalid {
-    (format!("{prefix}.{path}"), message)
-}
-
-fn validate(mut raw: RawScenario) -> Result<Scenario, Invalid> {
-    let bad = |path: &str, message: String| Err((path.to_string(), message));
+fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
+    let bad = |path: &str, message: String| Err(FieldError::new(path.to_string(), message));
     if raw.rounds == 0 {
         return bad("rounds", "must be at least 1".into());
     }
     let evaluation = validate_evaluation(&mut raw)?;
-    raw.data.validate().map_err(|e| nest("data", e))?;
-    raw.split.validate().map_err(|e| nest("split", e))?;
-    raw.model.validate().map_err(|e| nest("model", e))?;
+    raw.data.validate().map_err(|e| e.within("data"))?;
+    raw.split.validate().map_err(|e| e.within("split"))?;
+    raw.model.validate().map_err(|e| e.within("model"))?;
     // A Parquet file without a declared shape has flat features.
     let shape = raw.data.input_shape().unwrap_or(InputShape::Flat(0));
     raw.model
         .check_input(shape)
-        .map_err(|m| ("model.kind".to_string(), m))?;
-    raw.system.validate().map_err(|e| nest("system", e))?;
+        .map_err(|m| FieldError::new("model.kind".into(), m))?;
+    raw.system.validate().map_err(|e| e.within("system"))?;
     raw.algorithm
         .validate()
-        .map_err(|e| nest("algorithm", e.into()))?;
-    let training = validate_training(&raw.training).map_err(|e| nest("training", e))?;
-    let sampling = validate_sampling(&raw.sampling).map_err(|e| nest("sampling", e))?;
-    raw.policy.validate().map_err(|e| nest("policy", e))?;
+        .map_err(|e| e.within("algorithm"))?;
+    let training = validate_training(&raw.training).map_err(|e| e.within("training"))?;
+    let sampling = validate_sampling(&raw.sampling).map_err(|e| e.within("sampling"))?;
+    raw.policy.validate().map_err(|e| e.within("policy"))?;
     // Decentralized runs take no server policy at all (checked with the topology below).
     let server_policy = !raw.algorithm.is_decentralized();
     if server_policy && raw.policy.needs_stale_updates() && !raw.algorithm.takes_stale_updates() {
@@ -327,8 +322,8 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, Invalid> {
 /// A run has a `topology` exactly when its algorithm is decentralized, and then none of the
 /// server's settings (who trains, when it aggregates) nor the client-server system features
 /// peers do not model yet (availability, unseen clients).
-fn validate_decentralized(raw: &RawScenario) -> Result<(), Invalid> {
-    let bad = |path: &str, message: String| Err((path.to_string(), message));
+fn validate_decentralized(raw: &RawScenario) -> Result<(), FieldError> {
+    let bad = |path: &str, message: String| Err(FieldError::new(path.to_string(), message));
     let name = raw.algorithm.name();
     let Some(topology) = &raw.topology else {
         if raw.algorithm.is_decentralized() {
@@ -349,7 +344,7 @@ fn validate_decentralized(raw: &RawScenario) -> Result<(), Invalid> {
             ),
         );
     }
-    topology.validate().map_err(|e| nest("topology", e))?;
+    topology.validate().map_err(|e| e.within("topology"))?;
     let every_peer = "every peer trains and mixes each round in a decentralized run";
     if raw.sampling != RawSampling::default() {
         return bad("sampling", format!("{every_peer}; remove `sampling`"));
@@ -377,16 +372,16 @@ fn validate_decentralized(raw: &RawScenario) -> Result<(), Invalid> {
 }
 
 /// Whether `clients` clients can hold out `⌊unseen_fraction · clients⌋` and still give
-/// `sampling` its clients. Errors are `(field path, message)`.
+/// `sampling` its clients.
 pub fn check_client_counts(
     clients: usize,
     unseen_fraction: f64,
     sampling: &Sampling,
     evaluation: &EvaluationPlan,
-) -> Result<(), (String, String)> {
+) -> Result<(), FieldError> {
     if let EvalClients::Count(k) = evaluation.clients {
         if k > clients {
-            return Err((
+            return Err(FieldError::new(
                 "evaluation.clients".into(),
                 format!("must be at most the number of clients ({clients}), got {k}"),
             ));
@@ -394,7 +389,7 @@ pub fn check_client_counts(
     }
     let held_out = (unseen_fraction * clients as f64).floor() as usize;
     if unseen_fraction > 0.0 && (held_out == 0 || held_out >= clients) {
-        return Err((
+        return Err(FieldError::new(
             "unseen.fraction".into(),
             format!(
                 "{unseen_fraction} holds out {held_out} of {clients} clients; it must leave at \
@@ -404,7 +399,7 @@ pub fn check_client_counts(
     }
     if let SampleSize::Count(k) = sampling.size {
         if k > clients - held_out {
-            return Err((
+            return Err(FieldError::new(
                 "sampling.count".into(),
                 format!(
                     "must be at most the number of training clients ({}), got {k}",
@@ -419,11 +414,11 @@ pub fn check_client_counts(
 /// The evaluation settings, from `eval_every` or `evaluation.every` (not both) and
 /// `evaluation`; leaves `raw` in its resolved form: `eval_every` always stated, `evaluation`
 /// only when it samples clients (so scenarios that do not are written as before).
-fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, Invalid> {
+fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, FieldError> {
     let mut section = raw.evaluation.take().unwrap_or_default();
     let (every, path) = match (raw.eval_every, section.every.take()) {
         (Some(_), Some(_)) => {
-            return Err((
+            return Err(FieldError::new(
                 "evaluation.every".into(),
                 "give either `eval_every` or `evaluation.every`, not both".into(),
             ))
@@ -433,7 +428,7 @@ fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, Invalid>
         (None, None) => (1, "eval_every"),
     };
     if every == 0 {
-        return Err((
+        return Err(FieldError::new(
             path.into(),
             "must be at least 1 (the last round is always evaluated)".into(),
         ));
@@ -441,7 +436,7 @@ fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, Invalid>
     section
         .clients
         .check()
-        .map_err(|m| ("evaluation.clients".to_string(), m))?;
+        .map_err(|m| FieldError::new("evaluation.clients".into(), m))?;
     raw.eval_every = Some(every);
     let plan = EvaluationPlan {
         every,
@@ -454,8 +449,8 @@ fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, Invalid>
     Ok(plan)
 }
 
-fn validate_sampling(s: &RawSampling) -> Result<Sampling, Invalid> {
-    let bad = |path: &str, message: String| Err((path.to_string(), message));
+fn validate_sampling(s: &RawSampling) -> Result<Sampling, FieldError> {
+    let bad = |path: &str, message: String| Err(FieldError::new(path.to_string(), message));
     let size = match (s.fraction, s.count) {
         (Some(_), Some(_)) => {
             return bad(
@@ -489,8 +484,8 @@ fn validate_sampling(s: &RawSampling) -> Result<Sampling, Invalid> {
     })
 }
 
-fn validate_training(t: &RawTraining) -> Result<Training, Invalid> {
-    let bad = |path: &str, message: String| Err((path.to_string(), message));
+fn validate_training(t: &RawTraining) -> Result<Training, FieldError> {
+    let bad = |path: &str, message: String| Err(FieldError::new(path.to_string(), message));
     let work = match (t.local_epochs, t.local_steps) {
         (Some(_), Some(_)) => {
             return bad(

@@ -4,6 +4,7 @@
 //! minimum size, a small fixed cost per client), so a run that could fit is never refused.
 
 use crate::data::DatasetSpec;
+use crate::FieldError;
 
 /// Bytes per client that any run spends at least beside the data (its drawn device, its id,
 /// its size), whatever the model: measured at about 39 bytes with rows made on demand and
@@ -57,9 +58,8 @@ pub fn human_bytes(b: f64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
-/// Refuses a data set whose least memory exceeds `available`; errors are `(field path,
-/// message)`.
-pub fn check_fits(data: &DatasetSpec, available: Option<f64>) -> Result<(), (String, String)> {
+/// Refuses a data set whose least memory exceeds `available`.
+pub fn check_fits(data: &DatasetSpec, available: Option<f64>) -> Result<(), FieldError> {
     let (Some((total, data_bytes)), Some(available)) = (least_bytes(data), available) else {
         return Ok(());
     };
@@ -80,7 +80,7 @@ pub fn check_fits(data: &DatasetSpec, available: Option<f64>) -> Result<(), (Str
     } else {
         ""
     };
-    Err((
+    Err(FieldError::new(
         "data.clients".into(),
         format!(
             "{clients} clients need at least {} of memory ({data_part}, and {} of per-client \
@@ -116,7 +116,7 @@ mod tests {
 
     #[test]
     fn refuses_what_cannot_fit_and_says_how_much() {
-        let (path, message) =
+        let crate::FieldError { path, message } =
             check_fits(&fedem(100_000_000_000), Some(24.0 * 1024f64.powi(3))).unwrap_err();
         assert_eq!(path, "data.clients");
         assert!(

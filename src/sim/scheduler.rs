@@ -18,6 +18,10 @@ pub enum SimError {
     JobFailed(String),
     #[error("an actor stopped before answering: {0}")]
     ActorGone(String),
+    #[error(transparent)]
+    Scenario(#[from] crate::FieldError),
+    #[error("entity {0} was sent a message of another kind of entity")]
+    Misrouted(u32),
     #[error("{0}")]
     Model(String),
 }

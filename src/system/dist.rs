@@ -3,6 +3,7 @@
 
 use super::{traces, SystemError};
 use crate::sim::{Entity, SeedTree};
+use crate::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, LogNormal};
 use serde::de::{self, MapAccess, Visitor};
@@ -31,15 +32,15 @@ pub enum DrawnDist {
 }
 
 impl Dist {
-    /// Checks parameters (not files); errors are `(field path, message)` below this value.
-    pub fn validate(&self, positive: bool) -> Result<(), (String, String)> {
+    /// Checks parameters (not files); an error's path is below this value.
+    pub fn validate(&self, positive: bool) -> Result<(), FieldError> {
         let check = |path: &str, v: f64| {
             let ok = v.is_finite() && if positive { v > 0.0 } else { v >= 0.0 };
             if ok {
                 Ok(())
             } else {
                 let what = if positive { "positive" } else { "non-negative" };
-                Err((
+                Err(FieldError::new(
                     path.to_string(),
                     format!("must be a {what} number, got {v}"),
                 ))
@@ -51,14 +52,20 @@ impl Dist {
                 check("low", *low)?;
                 check("high", *high)?;
                 if low > high {
-                    return Err(("high".into(), format!("must be at least low ({low})")));
+                    return Err(FieldError::new(
+                        "high".into(),
+                        format!("must be at least low ({low})"),
+                    ));
                 }
                 Ok(())
             }
             Dist::Drawn(DrawnDist::Lognormal { median, sigma }) => {
                 check("median", *median)?;
                 if !(*sigma >= 0.0 && sigma.is_finite()) {
-                    return Err(("sigma".into(), format!("must be ≥ 0, got {sigma}")));
+                    return Err(FieldError::new(
+                        "sigma".into(),
+                        format!("must be ≥ 0, got {sigma}"),
+                    ));
                 }
                 Ok(())
             }

@@ -16,6 +16,7 @@ pub use traces::{per_client_column, FedScaleBehavior, FedScaleDevice};
 
 use crate::data::MixtureTruth;
 use crate::sim::{Entity, SeedTree, SimDuration, SimTime};
+use crate::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
@@ -117,10 +118,10 @@ fn d_class_column() -> String {
 }
 
 /// Checks Markov means: each a positive number of seconds; errors name the field below `at`.
-fn check_means(at: &str, online: f64, offline: f64) -> Result<(), (String, String)> {
+fn check_means(at: &str, online: f64, offline: f64) -> Result<(), FieldError> {
     for (name, v) in [("mean_online_s", online), ("mean_offline_s", offline)] {
         if !(v > 0.0 && v.is_finite()) {
-            return Err((
+            return Err(FieldError::new(
                 format!("{at}.{name}"),
                 format!("must be a positive number of seconds, got {v}"),
             ));
@@ -170,22 +171,10 @@ impl Default for NetworkSpec {
 }
 
 impl SystemSpec {
-    /// Checks parameters (files are read when the model is built); errors are
-    /// `(field path below system, message)`.
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let at = |prefix: &str| {
-            let prefix = prefix.to_string();
-            move |(p, m): (String, String)| {
-                (
-                    if p.is_empty() {
-                        prefix.clone()
-                    } else {
-                        format!("{prefix}.{p}")
-                    },
-                    m,
-                )
-            }
-        };
+    /// Checks parameters (files are read when the model is built); an error's path is below
+    /// `system`.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let at = |prefix: &'static str| move |e: FieldError| e.within(prefix);
         let c = &self.compute;
         let speeds = [
             c.samples_per_second.is_some(),
@@ -193,7 +182,7 @@ impl SystemSpec {
             c.flops_per_second.is_some(),
         ];
         if speeds.iter().filter(|&&given| given).count() > 1 {
-            return Err((
+            return Err(FieldError::new(
                 "compute".into(),
                 "give one of `samples_per_second`, `seconds_per_batch` and `flops_per_second`"
                     .into(),
@@ -209,7 +198,7 @@ impl SystemSpec {
             d.validate(true).map_err(at("compute.seconds_per_batch"))?;
         }
         if !(c.jitter >= 0.0 && c.jitter.is_finite()) {
-            return Err((
+            return Err(FieldError::new(
                 "compute.jitter".into(),
                 format!("must be ≥ 0, got {}", c.jitter),
             ));
@@ -227,7 +216,7 @@ impl SystemSpec {
             .validate(true)
             .map_err(at("network.uplink_mbps"))?;
         if !(0.0..1.0).contains(&self.dropout) {
-            return Err((
+            return Err(FieldError::new(
                 "dropout".into(),
                 format!("must be in [0, 1), got {}", self.dropout),
             ));
@@ -239,7 +228,7 @@ impl SystemSpec {
             } => check_means("availability", *mean_online_s, *mean_offline_s)?,
             AvailabilitySpec::Classes { classes, .. } => {
                 if classes.is_empty() {
-                    return Err((
+                    return Err(FieldError::new(
                         "availability.classes".into(),
                         "name at least one class, e.g. `{phone: {kind: markov, mean_online_s: \
                          600, mean_offline_s: 1800}, server: {kind: always}}`"
@@ -247,7 +236,7 @@ impl SystemSpec {
                     ));
                 }
                 if classes.len() > u16::MAX as usize + 1 {
-                    return Err((
+                    return Err(FieldError::new(
                         "availability.classes".into(),
                         format!("at most 65 536 classes, got {}", classes.len()),
                     ));
@@ -269,7 +258,7 @@ impl SystemSpec {
             AvailabilitySpec::Csv {
                 period_s: Some(p), ..
             } if !(*p > 0.0 && p.is_finite()) => {
-                return Err((
+                return Err(FieldError::new(
                     "availability.period_s".into(),
                     format!("must be a positive number of seconds, got {p}"),
                 ))

@@ -4,6 +4,7 @@
 //! spectral gap 1 − |λ₂| is computed once.
 
 use super::{Graph, TopologyError};
+use crate::FieldError;
 use nalgebra::{DMatrix, SymmetricEigen};
 use serde::{Deserialize, Serialize};
 
@@ -40,13 +41,16 @@ fn default_fmmc_step() -> f64 {
 }
 
 impl MixingRule {
-    pub fn validate(&self) -> Result<(), (String, String)> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         if let MixingRule::Fmmc { iterations, step } = self {
             if *iterations == 0 {
-                return Err(("iterations".into(), "must be at least 1".into()));
+                return Err(FieldError::new(
+                    "iterations".into(),
+                    "must be at least 1".into(),
+                ));
             }
             if !(*step > 0.0 && step.is_finite()) {
-                return Err((
+                return Err(FieldError::new(
                     "step".into(),
                     format!("must be a positive number, got {step}"),
                 ));

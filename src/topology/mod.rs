@@ -13,6 +13,7 @@ pub use graph::Graph;
 pub use mixing::{Mixing, MixingRule, MIXING_TOLERANCE};
 
 use crate::sim::{Entity, SeedTree};
+use crate::FieldError;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -135,10 +136,10 @@ pub enum GossipMode {
 const MAX_DRAWS: usize = 1000;
 
 impl TopologySpec {
-    /// Checks what can be checked without the number of peers; errors are `(field path below
-    /// topology, message)`.
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let bad = |path: &str, message: String| Err((path.to_string(), message));
+    /// Checks what can be checked without the number of peers; an error's path is below
+    /// `topology`.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let bad = |path: &str, message: String| Err(FieldError::new(path.to_string(), message));
         match &self.graph {
             GraphSpec::ErdosRenyi { p } if !(*p > 0.0 && *p <= 1.0) => {
                 return bad("graph.p", format!("must be in (0, 1], got {p}"))
@@ -154,9 +155,7 @@ impl TopologySpec {
             }
             _ => {}
         }
-        self.mixing
-            .validate()
-            .map_err(|(p, m)| (format!("mixing.{p}"), m))?;
+        self.mixing.validate().map_err(|e| e.within("mixing"))?;
         match self.time_varying {
             TimeVarying::Resample { every: 0 } => {
                 bad("time_varying.every", "must be at least 1".into())
@@ -446,6 +445,6 @@ mod tests {
             .to_string();
         assert!(e.contains("rows × cols = 12") && e.contains("(10)"), "{e}");
         let bad = spec(GraphSpec::Ring, TimeVarying::Resample { every: 1 });
-        assert!(bad.validate().unwrap_err().0 == "time_varying");
+        assert!(bad.validate().unwrap_err().path == "time_varying");
     }
 }

@@ -1,0 +1,199 @@
+//! Asynchronous buffered aggregation (FedBuff, Nguyen et al. 2022): up to `concurrency` jobs run
+//! at any time, each started as soon as a slot is free and a client is online; every
+//! `buffer_size` arrivals are aggregated with staleness weights, and each aggregation is a
+//! "round". A job's random streams are indexed by how many jobs started before it.
+
+use super::{Core, Held, InFlight, Report, RoundPolicy};
+use crate::actors::{FlEffects, Outbox, ToServer};
+use crate::algorithms::Algorithm;
+use crate::report::JobOutcome;
+use crate::sim::{SimError, SimTime};
+
+/// FedBuff's settings, as the scenario's `policy` gives them.
+pub(super) struct Settings {
+    pub buffer_size: usize,
+    pub concurrency: usize,
+    /// Updates trained from a model more than this many aggregations old are dropped.
+    pub max_staleness: u32,
+    pub staleness_exponent: f64,
+    /// The server's step on the buffered average change.
+    pub server_lr: f64,
+}
+
+pub(super) struct Fedbuff<A: Algorithm> {
+    settings: Settings,
+    /// The updates waiting for the next aggregation.
+    buffer: Vec<Held<A>>,
+    /// Jobs started so far (each job's index for its random streams).
+    jobs_started: u64,
+    /// A wake-up is scheduled at this time.
+    wake_at: Option<SimTime>,
+}
+
+impl<A: Algorithm> Fedbuff<A> {
+    pub fn new(settings: Settings) -> Self {
+        Fedbuff {
+            settings,
+            buffer: Vec::new(),
+            jobs_started: 0,
+            wake_at: None,
+        }
+    }
+
+    /// Starts jobs until `concurrency` are running, on idle online clients; if none is online,
+    /// wakes up when the first one comes online.
+    fn fill(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        let concurrency = self.settings.concurrency;
+        if core.finished || core.in_flight.len() >= concurrency {
+            return Ok(());
+        }
+        let candidates = core.candidates(now, true);
+        let wanted = concurrency - core.in_flight.len();
+        let chosen = core.choose(&candidates, wanted, self.jobs_started);
+        let round = core.round + 1;
+        let upload = true;
+        for c in chosen {
+            let job = self.jobs_started;
+            self.jobs_started += 1;
+            core.dispatch(now, c, (round, job), upload, eff);
+        }
+        if core.in_flight.len() < concurrency {
+            match core.next_online(now) {
+                Some(at) if self.wake_at.is_none_or(|w| at < w) => {
+                    self.wake_at = Some(at);
+                    eff.to_hub(at - now, ToServer::Wake);
+                }
+                None if core.in_flight.is_empty() => {
+                    return Err(SimError::Model(
+                        "asynchronous rounds: no client is online now or will ever be again".into(),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Aggregates the buffer: the round it completes ends at `now`.
+    fn aggregate(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        let held = std::mem::take(&mut self.buffer);
+        core.counts.completed = held.iter().filter(|h| h.staleness == 0).count() as u32;
+        core.counts.late = held.len() as u32 - core.counts.completed;
+        let Settings {
+            server_lr,
+            staleness_exponent,
+            ..
+        } = self.settings;
+        core.aggregate(held, server_lr, staleness_exponent)?;
+        core.round += 1;
+        core.counts.round = core.round;
+        core.counts.start = core.round_start;
+        core.round_start = now;
+        core.end_round(now, eff);
+        Ok(())
+    }
+}
+
+impl<A: Algorithm> RoundPolicy<A> for Fedbuff<A> {
+    /// The run's start: fill every slot.
+    fn start(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        _round: u32,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        core.round_start = now;
+        self.fill(core, now, eff)
+    }
+
+    fn receive(
+        &mut self,
+        core: &mut Core<A>,
+        report: Report<A>,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        let Report {
+            now,
+            client,
+            job,
+            update,
+            compute,
+        } = report;
+        let update =
+            update.ok_or_else(|| SimError::Model("asynchronous jobs always upload".into()))?;
+        let staleness = core.round + 1 - job.round;
+        if core.finished || staleness > self.settings.max_staleness {
+            if !core.finished {
+                core.counts.discarded += 1;
+            }
+            let discarded = (compute, staleness);
+            eff.record(core.job_record(now, client, &job, JobOutcome::Discarded, discarded));
+            return self.fill(core, now, eff);
+        }
+        let outcome = if staleness == 0 {
+            JobOutcome::Aggregated
+        } else {
+            JobOutcome::Late
+        };
+        eff.record(core.job_record(now, client, &job, outcome, (compute, staleness)));
+        self.buffer.push(Held {
+            client,
+            update,
+            base: job.base,
+            staleness,
+        });
+        if self.buffer.len() >= self.settings.buffer_size {
+            self.aggregate(core, now, eff)?;
+        }
+        self.fill(core, now, eff)
+    }
+
+    /// A failed job frees its slot.
+    fn failed(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        _job: &InFlight<A::Global>,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        core.counts.failed += 1;
+        self.fill(core, now, eff)
+    }
+
+    /// FedBuff has no deadlines and never schedules one.
+    fn deadline(
+        &mut self,
+        _: &mut Core<A>,
+        _: SimTime,
+        _: u32,
+        _: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        Err(SimError::Model(
+            "an asynchronous server got a deadline it never scheduled".into(),
+        ))
+    }
+
+    /// A client may have come online: start jobs if slots are free.
+    fn wake(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        if self.wake_at == Some(now) {
+            self.wake_at = None;
+        }
+        self.fill(core, now, eff)
+    }
+}

@@ -1,0 +1,637 @@
+//! The server: selects clients, sends them the model, and aggregates what arrives, under the
+//! scenario's round policy.
+//!
+//! The server's shared state (the global model, the jobs in flight, the round's counts) is its
+//! [`Core`]; when to start jobs and when to aggregate belongs to the round policy, a type that
+//! owns the state it needs ([`RoundPolicy`]):
+//! - [`Synchronous`] rounds (`synchronous.rs`): a round selects clients among the idle (and, if
+//!   asked, online) ones and ends when every trainer has reported (update, completion notice or
+//!   failure), when the first K updates are in (over-selection), or at the deadline. Jobs still
+//!   running when a round ends are stragglers (deadline) or discarded (over-selection); a
+//!   straggler's update may join the next aggregation with its staleness
+//!   (`late_updates: next_round`).
+//! - [`Fedbuff`] (`fedbuff.rs`): up to `concurrency` jobs run at any time; every `buffer_size`
+//!   arrivals are aggregated with staleness weights; each aggregation is a "round".
+//!
+//! A client is never sent a second job while one is in flight. The server reads the system
+//! model only to ask who is online; all durations are the clients' and the links'. A policy
+//! must not read another policy's settings, nor start a job except through [`Core::dispatch`].
+
+mod fedbuff;
+mod synchronous;
+
+use super::evaluation::EvaluatedClients;
+use super::policy::{staleness_factor, PolicySpec};
+use super::{
+    Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, Sampling, ToClient, ToServer,
+};
+use crate::algorithms::{Algorithm, Finite, StaleUpdate};
+use crate::report::{DivergenceStage, JobOutcome, JobRecord, Record, RoundRecord};
+use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
+use crate::system::{payload_bytes, Link, SystemModel};
+use actix::prelude::*;
+use fedbuff::Fedbuff;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use synchronous::Synchronous;
+
+pub(super) struct ServerConfig<A: Algorithm> {
+    pub algorithm: Arc<JobContext<A>>,
+    pub rounds: u32,
+    /// When to evaluate, and which clients.
+    pub evaluated: EvaluatedClients,
+    pub num_clients: u32,
+    /// The clients that take part in training (all but the held-out ones), sorted.
+    pub participants: Vec<u32>,
+    pub sampling: Sampling,
+    pub policy: PolicySpec,
+    pub system: Arc<SystemModel>,
+    pub seeds: SeedTree,
+}
+
+/// A job the server is waiting for.
+struct InFlight<G> {
+    /// The round it was started for (FedBuff: the model version it starts from, + 1).
+    round: u32,
+    base: Arc<G>,
+    sent: SimTime,
+    download: SimDuration,
+    /// Set when its round ended without it: what it will be if it arrives.
+    late: Option<JobOutcome>,
+}
+
+/// The jobs in flight by client (a client runs one job at a time), iterated in client order;
+/// a job costs its entry, an idle client one bit.
+struct InFlightJobs<G> {
+    jobs: BTreeMap<u32, InFlight<G>>,
+    /// Bit `c` is set while client `c` has a job in flight.
+    busy: Vec<u64>,
+}
+
+impl<G> InFlightJobs<G> {
+    fn new(clients: usize) -> Self {
+        InFlightJobs {
+            jobs: BTreeMap::new(),
+            busy: vec![0; clients.div_ceil(64)],
+        }
+    }
+
+    fn is_busy(&self, client: u32) -> bool {
+        self.busy[client as usize / 64] & (1 << (client % 64)) != 0
+    }
+
+    fn insert(&mut self, client: u32, job: InFlight<G>) {
+        let previous = self.jobs.insert(client, job);
+        debug_assert!(
+            previous.is_none(),
+            "a busy client is never sent a second job"
+        );
+        self.busy[client as usize / 64] |= 1 << (client % 64);
+    }
+
+    fn remove(&mut self, client: u32) -> Option<InFlight<G>> {
+        let job = self.jobs.remove(&client)?;
+        self.busy[client as usize / 64] &= !(1 << (client % 64));
+        Some(job)
+    }
+
+    fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut InFlight<G>> {
+        self.jobs.values_mut()
+    }
+}
+
+/// An update waiting for an aggregation.
+struct Held<A: Algorithm> {
+    client: u32,
+    update: A::Update,
+    base: Arc<A::Global>,
+    staleness: u32,
+}
+
+/// When the server starts jobs and aggregates: one type per policy, owning the state it needs.
+/// The server hands it every event after the bookkeeping all policies share (a report's job is
+/// taken out of flight, its bytes counted; a failure is recorded).
+trait RoundPolicy<A: Algorithm> {
+    /// `StartRound { round }`: the run's first event, and a synchronous round's start.
+    fn start(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        round: u32,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError>;
+
+    /// `client`'s `job` came back with its update, or with a completion notice (`None`).
+    fn receive(
+        &mut self,
+        core: &mut Core<A>,
+        report: Report<A>,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError>;
+
+    /// `job` failed at `now` (dropout or offline); its record is written.
+    fn failed(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        job: &InFlight<A::Global>,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError>;
+
+    /// `Deadline { round }`, which only a policy with deadlines schedules.
+    fn deadline(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        round: u32,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError>;
+
+    /// `Wake`, which only a policy that waits for clients to come online schedules.
+    fn wake(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError>;
+}
+
+/// A job's report as the round policy gets it.
+struct Report<A: Algorithm> {
+    now: SimTime,
+    client: u32,
+    job: InFlight<A::Global>,
+    /// `None`: a completion notice (the client was not asked to upload).
+    update: Option<A::Update>,
+    compute: SimDuration,
+}
+
+/// The round policy `spec` asks for, in its initial state.
+fn round_policy<A: Algorithm>(spec: &PolicySpec) -> Box<dyn RoundPolicy<A>> {
+    match *spec {
+        PolicySpec::Synchronous {
+            deadline_s,
+            late_updates,
+            max_staleness,
+            staleness_exponent,
+        } => Box::new(Synchronous::new(
+            deadline_s.map(SimDuration::from_secs_f64_ceil),
+            late_updates,
+            max_staleness,
+            staleness_exponent,
+        )),
+        PolicySpec::Fedbuff {
+            buffer_size,
+            concurrency,
+            max_staleness,
+            staleness_exponent,
+            server_lr,
+        } => Box::new(Fedbuff::new(fedbuff::Settings {
+            buffer_size,
+            concurrency,
+            max_staleness,
+            staleness_exponent,
+            server_lr,
+        })),
+    }
+}
+
+/// What every round policy shares: the global model, the jobs in flight and the counts of the
+/// round being recorded.
+struct Core<A: Algorithm> {
+    cfg: ServerConfig<A>,
+    global: Arc<A::Global>,
+    /// The current round (synchronous) or the number of aggregations so far (FedBuff).
+    round: u32,
+    round_start: SimTime,
+    in_flight: InFlightJobs<A::Global>,
+    counts: RoundRecord,
+    /// The last round has been aggregated: start no more jobs.
+    finished: bool,
+    watch: DivergenceWatch,
+}
+
+pub(super) struct Server<A: Algorithm> {
+    core: Core<A>,
+    rounds: Box<dyn RoundPolicy<A>>,
+}
+
+impl<A: Algorithm> Server<A> {
+    pub fn new(cfg: ServerConfig<A>, global: Arc<A::Global>) -> Self {
+        Server {
+            rounds: round_policy(&cfg.policy),
+            core: Core {
+                global,
+                round: 0,
+                round_start: SimTime::ZERO,
+                in_flight: InFlightJobs::new(cfg.num_clients as usize),
+                counts: RoundRecord::default(),
+                finished: false,
+                watch: DivergenceWatch::new(cfg.algorithm.on_divergence),
+                cfg,
+            },
+        }
+    }
+}
+
+impl<A: Algorithm> Core<A> {
+    fn alg(&self) -> &A {
+        &self.cfg.algorithm.algorithm
+    }
+
+    /// Idle participants (no job in flight), online at `now` if the sampling asks for it;
+    /// all participants, uncopied, when no job is out and availability does not matter.
+    fn candidates(&self, now: SimTime, online_only: bool) -> Cow<'_, [u32]> {
+        if self.in_flight.is_empty() && !online_only {
+            return Cow::Borrowed(&self.cfg.participants);
+        }
+        self.cfg
+            .participants
+            .iter()
+            .copied()
+            .filter(|&c| !self.in_flight.is_busy(c))
+            .filter(|&c| !online_only || self.cfg.system.online_until(c, now).is_some())
+            .collect()
+    }
+
+    /// The earliest time after `now` when an idle participant comes online.
+    fn next_online(&self, now: SimTime) -> Option<SimTime> {
+        self.cfg
+            .participants
+            .iter()
+            .filter(|&&c| !self.in_flight.is_busy(c))
+            .filter_map(|&c| self.cfg.system.next_online(c, now + SimDuration(1)))
+            .min()
+    }
+
+    fn choose(&self, candidates: &[u32], count: usize, index: u64) -> Vec<u32> {
+        let mut rng = self.cfg.seeds.rng(Entity::Server, "sampling", index);
+        let data = &self.cfg.algorithm.data;
+        let n_train = |c: u32| data.split_len(c as usize, crate::data::Split::Train) as f64;
+        self.cfg
+            .sampling
+            .select(candidates, count, n_train, &mut rng)
+    }
+
+    /// Sends the current model to `client` for job `job` of round `round`.
+    fn dispatch(
+        &mut self,
+        now: SimTime,
+        client: u32,
+        (round, job): (u32, u64),
+        upload: bool,
+        eff: &mut FlEffects<A>,
+    ) {
+        let bytes = payload_bytes(self.alg().broadcast_len(&self.global));
+        let download = self.cfg.system.transfer_time(client, Link::Down, bytes);
+        self.counts.bytes_down += bytes;
+        self.counts.selected += 1;
+        self.in_flight.insert(
+            client,
+            InFlight {
+                round,
+                base: self.global.clone(),
+                sent: now,
+                download,
+                late: None,
+            },
+        );
+        eff.to_member(
+            client,
+            download,
+            ToClient::Train {
+                round,
+                job,
+                global: self.global.clone(),
+                lr: self.cfg.algorithm.training.lr_at(round),
+                upload,
+            },
+        );
+    }
+
+    /// Aggregates `held` into the global model: the algorithm's own rule when every update is
+    /// fresh and the server's step is 1, its stale-aware rule otherwise.
+    fn aggregate(
+        &mut self,
+        mut held: Vec<Held<A>>,
+        server_lr: f64,
+        exponent: f64,
+    ) -> Result<(), SimError> {
+        if held.is_empty() {
+            return Ok(());
+        }
+        held.sort_by_key(|h| h.client);
+        let next = if held.iter().all(|h| h.staleness == 0) && server_lr == 1.0 {
+            let updates: Vec<(u32, A::Update)> =
+                held.into_iter().map(|h| (h.client, h.update)).collect();
+            self.alg().aggregate(&self.global, &updates)
+        } else {
+            let stale: Vec<StaleUpdate<'_, A::Global, A::Update>> = held
+                .iter()
+                .map(|h| StaleUpdate {
+                    client: h.client,
+                    update: &h.update,
+                    base: &*h.base,
+                    factor: staleness_factor(h.staleness, exponent),
+                })
+                .collect();
+            let Some(aggregate_stale) = A::STALE_UPDATES else {
+                return Err(SimError::Model(
+                    "this algorithm cannot take stale updates; use a synchronous policy without \
+                     late updates"
+                        .into(),
+                ));
+            };
+            aggregate_stale(self.alg(), &self.global, &stale, server_lr)
+        };
+        self.global = Arc::new(next);
+        Ok(())
+    }
+
+    /// Records the round's counts (ended at `now`), then the divergence check, evaluations
+    /// and the final models after the aggregation that completed `self.round`.
+    fn end_round(&mut self, now: SimTime, eff: &mut FlEffects<A>) {
+        self.counts.end = now;
+        eff.record(Record::Round(std::mem::take(&mut self.counts)));
+        let round = self.round;
+        let finite = self.global.is_finite();
+        self.watch.check(
+            finite,
+            (round, now, None),
+            DivergenceStage::Aggregation,
+            eff,
+        );
+        if self.cfg.evaluated.is_due(round, self.cfg.rounds) {
+            let evaluate = |c: u32, eff: &mut FlEffects<A>| {
+                let global = self.global.clone();
+                eff.to_member(c, SimDuration::ZERO, ToClient::Evaluate { round, global });
+            };
+            match self.cfg.evaluated.at(round) {
+                None => (0..self.cfg.num_clients).for_each(|c| evaluate(c, eff)),
+                Some(chosen) => chosen.iter().for_each(|&c| evaluate(c, eff)),
+            }
+        }
+        if round == self.cfg.rounds {
+            self.finished = true;
+            eff.record(Record::FinalModels(self.alg().models(&self.global)));
+        }
+    }
+
+    /// The record of `client`'s `job`, ended at `now` as `outcome`.
+    fn job_record(
+        &self,
+        now: SimTime,
+        client: u32,
+        job: &InFlight<A::Global>,
+        outcome: JobOutcome,
+        (compute, staleness): (SimDuration, u32),
+    ) -> Record {
+        Record::Job(JobRecord {
+            round: job.round,
+            client,
+            outcome,
+            sent: job.sent,
+            end: now,
+            download: job.download,
+            compute,
+            staleness,
+        })
+    }
+
+    fn take_job(&mut self, client: u32) -> Result<InFlight<A::Global>, SimError> {
+        self.in_flight.remove(client).ok_or_else(|| {
+            SimError::Model(format!("client {client} reported a job it was never sent"))
+        })
+    }
+}
+
+impl<A: Algorithm> Actor for Server<A> {
+    type Context = Context<Self>;
+}
+
+impl<A: Algorithm> Handler<Deliver<ToServer<A>, Msg<A>>> for Server<A> {
+    type Result = Result<FlEffects<A>, SimError>;
+
+    fn handle(&mut self, d: Deliver<ToServer<A>, Msg<A>>, _: &mut Context<Self>) -> Self::Result {
+        self.on_message(d.now, d.msg)
+    }
+}
+
+impl<A: Algorithm> Server<A> {
+    /// The server's whole behaviour: one message in, its effects out.
+    fn on_message(&mut self, now: SimTime, msg: ToServer<A>) -> Result<FlEffects<A>, SimError> {
+        let mut eff = FlEffects::<A>::new();
+        let core = &mut self.core;
+        let mut report = |client: u32, update: Option<A::Update>, compute| {
+            let job = core.take_job(client)?;
+            if let Some(u) = &update {
+                core.counts.bytes_up += payload_bytes(core.alg().update_len(u));
+            }
+            Ok::<_, SimError>(Report {
+                now,
+                client,
+                job,
+                update,
+                compute,
+            })
+        };
+        match msg {
+            ToServer::StartRound { round } => self.rounds.start(core, now, round, &mut eff)?,
+            ToServer::Update {
+                client,
+                update,
+                compute,
+                ..
+            } => {
+                let report = report(client, Some(update), compute)?;
+                self.rounds.receive(core, report, &mut eff)?
+            }
+            ToServer::Done {
+                client, compute, ..
+            } => {
+                let report = report(client, None, compute)?;
+                self.rounds.receive(core, report, &mut eff)?
+            }
+            ToServer::Failed {
+                client, compute, ..
+            } => {
+                let job = core.take_job(client)?;
+                let record = core.job_record(now, client, &job, JobOutcome::Failed, (compute, 0));
+                eff.record(record);
+                self.rounds.failed(core, now, &job, &mut eff)?
+            }
+            ToServer::Deadline { round } => self.rounds.deadline(core, now, round, &mut eff)?,
+            ToServer::Wake => self.rounds.wake(core, now, &mut eff)?,
+        }
+        Ok(eff)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::evaluation::EvaluationPlan;
+    use crate::actors::Routed;
+    use crate::algorithms::{FedAvg, ModelUpdate};
+    use crate::report::DivergenceStage;
+
+    /// A FedAvg server over two clients of a tiny data set, under `policy`, for 3 rounds.
+    fn server(policy: &str) -> Server<FedAvg> {
+        let (s, jobs, system) =
+            crate::actors::testkit::fedavg_run(&format!("policy: {policy}\n"), &[]);
+        let seeds = SeedTree::new(1);
+        let global = jobs
+            .algorithm
+            .init_global(&jobs.arch, &mut seeds.rng(Entity::Run, "model_init", 0));
+        let config = ServerConfig {
+            algorithm: jobs,
+            rounds: 3,
+            evaluated: EvaluatedClients::new(EvaluationPlan::all_every(1), 2, seeds),
+            num_clients: 2,
+            participants: vec![0, 1],
+            sampling: s.run.sampling.clone(),
+            policy: s.run.policy.clone(),
+            system,
+            seeds,
+        };
+        Server::new(config, Arc::new(global))
+    }
+
+    fn secs(s: u64) -> SimTime {
+        SimTime(s * 1_000_000)
+    }
+
+    /// What a handler asked for, as `(target rank, message)` lines and record kinds.
+    fn effects(eff: &FlEffects<FedAvg>) -> (Vec<String>, Vec<String>) {
+        let sends = eff
+            .sends()
+            .map(|(to, _, msg)| {
+                let what = match msg {
+                    Some(Routed::Hub(ToServer::StartRound { round })) => format!("start {round}"),
+                    Some(Routed::Hub(ToServer::Deadline { round })) => format!("deadline {round}"),
+                    Some(Routed::Member(ToClient::Train { round, .. })) => format!("train {round}"),
+                    Some(Routed::Member(ToClient::Evaluate { round, .. })) => {
+                        format!("evaluate {round}")
+                    }
+                    Some(Routed::Hub(ToServer::Wake)) => "wake".into(),
+                    Some(_) => "other".into(),
+                    None => "pending".into(),
+                };
+                format!("{} {what}", to.0)
+            })
+            .collect();
+        let records = eff
+            .records()
+            .iter()
+            .map(|r| match r {
+                Record::Round(r) => format!("round {} stragglers {}", r.round, r.stragglers),
+                Record::Job(j) => format!("job {} {}", j.client, j.outcome.as_str()),
+                Record::Diverged(d) => format!("diverged {}", d.stage.as_str()),
+                _ => "other".into(),
+            })
+            .collect();
+        (sends, records)
+    }
+
+    fn update(round: u32, client: u32, value: f32) -> ToServer<FedAvg> {
+        ToServer::Update {
+            round,
+            client,
+            update: ModelUpdate {
+                params: vec![value; 4],
+                weight: 10.0,
+            },
+            compute: SimDuration(1),
+        }
+    }
+
+    #[test]
+    fn a_round_ends_when_every_trainer_reported_and_its_old_deadline_is_ignored() {
+        let mut s = server("{kind: synchronous, deadline_s: 100}");
+        let eff = s
+            .on_message(secs(0), ToServer::StartRound { round: 1 })
+            .unwrap();
+        assert_eq!(effects(&eff).0, ["1 train 1", "2 train 1", "0 deadline 1"]);
+        assert!(effects(&s.on_message(secs(1), update(1, 0, 0.5)).unwrap())
+            .0
+            .is_empty());
+        let eff = s.on_message(secs(2), update(1, 1, 0.5)).unwrap();
+        let (sends, records) = effects(&eff);
+        assert_eq!(sends, ["1 evaluate 1", "2 evaluate 1", "0 start 2"]);
+        assert_eq!(records, ["job 1 aggregated", "round 1 stragglers 0"]);
+        // The next round starts; round 1's deadline, when it comes, changes nothing.
+        s.on_message(secs(2), ToServer::StartRound { round: 2 })
+            .unwrap();
+        let eff = s
+            .on_message(secs(100), ToServer::Deadline { round: 1 })
+            .unwrap();
+        assert_eq!(effects(&eff), (vec![], vec![]));
+        assert!(!eff.stops());
+    }
+
+    #[test]
+    fn a_deadline_closes_the_round_and_the_late_update_is_a_straggler() {
+        let mut s = server("{kind: synchronous, deadline_s: 100}");
+        s.on_message(secs(0), ToServer::StartRound { round: 1 })
+            .unwrap();
+        s.on_message(secs(1), update(1, 0, 0.5)).unwrap();
+        let eff = s
+            .on_message(secs(100), ToServer::Deadline { round: 1 })
+            .unwrap();
+        let (sends, records) = effects(&eff);
+        assert_eq!(records, ["round 1 stragglers 1"]);
+        assert_eq!(sends, ["1 evaluate 1", "2 evaluate 1", "0 start 2"]);
+        let eff = s.on_message(secs(120), update(1, 1, 0.5)).unwrap();
+        assert_eq!(effects(&eff).1, ["job 1 straggler"]);
+    }
+
+    #[test]
+    fn a_report_of_a_job_never_sent_is_an_error() {
+        let mut s = server("{kind: synchronous}");
+        let e = s.on_message(secs(1), update(1, 1, 0.5)).err().unwrap();
+        assert_eq!(e.to_string(), "client 1 reported a job it was never sent");
+    }
+
+    #[test]
+    fn a_wake_with_every_slot_busy_starts_nothing() {
+        let mut s = server("{kind: fedbuff, buffer_size: 2, concurrency: 2}");
+        let eff = s
+            .on_message(secs(0), ToServer::StartRound { round: 1 })
+            .unwrap();
+        assert_eq!(effects(&eff).0, ["1 train 1", "2 train 1"]);
+        let eff = s.on_message(secs(5), ToServer::Wake).unwrap();
+        assert_eq!(effects(&eff), (vec![], vec![]));
+    }
+
+    #[test]
+    fn a_non_finite_aggregate_is_recorded_once_and_stops_the_run() {
+        let mut s = server("{kind: synchronous}");
+        s.on_message(secs(0), ToServer::StartRound { round: 1 })
+            .unwrap();
+        s.on_message(secs(1), update(1, 0, f32::NAN)).unwrap();
+        let eff = s.on_message(secs(2), update(1, 1, 0.5)).unwrap();
+        assert!(eff.stops());
+        assert_eq!(
+            effects(&eff).1,
+            [
+                "job 1 aggregated",
+                "round 1 stragglers 0",
+                "diverged aggregation"
+            ]
+        );
+        assert!(matches!(
+            eff.records().last(),
+            Some(Record::Diverged(d)) if d.stage == DivergenceStage::Aggregation
+                && d.client.is_none() && d.round == 1
+        ));
+    }
+}

@@ -1,0 +1,302 @@
+//! Synchronous rounds, one after the other. A round ends when every trainer has reported, when
+//! the first K updates are in (over-selection), or at its deadline; what arrives after that is a
+//! straggler (dropped, or held for the next aggregation with its staleness) or discarded.
+
+use super::{Core, Held, InFlight, Report, RoundPolicy};
+use crate::actors::policy::LateUpdates;
+use crate::actors::{FlEffects, Outbox, ToServer};
+use crate::algorithms::Algorithm;
+use crate::report::{JobOutcome, RoundRecord};
+use crate::sim::{SimDuration, SimError, SimTime};
+
+pub(super) struct Synchronous<A: Algorithm> {
+    /// How long after its start a round stops waiting.
+    deadline: Option<SimDuration>,
+    late_updates: LateUpdates,
+    max_staleness: u32,
+    staleness_exponent: f64,
+    /// The round is open (between its start and its aggregation).
+    open: bool,
+    /// The round waits to start until a client is idle.
+    start_when_idle: bool,
+    /// This round's sampled clients (sorted): those whose updates it aggregates.
+    selected: Vec<u32>,
+    /// This round's trainers that have not reported yet.
+    outstanding: usize,
+    /// This round's updates.
+    fresh: Vec<Held<A>>,
+    /// Stragglers accepted for the next aggregation.
+    late: Vec<Held<A>>,
+}
+
+impl<A: Algorithm> Synchronous<A> {
+    pub fn new(
+        deadline: Option<SimDuration>,
+        late_updates: LateUpdates,
+        max_staleness: u32,
+        staleness_exponent: f64,
+    ) -> Self {
+        Synchronous {
+            deadline,
+            late_updates,
+            max_staleness,
+            staleness_exponent,
+            open: false,
+            start_when_idle: false,
+            selected: Vec::new(),
+            outstanding: 0,
+            fresh: Vec::new(),
+            late: Vec::new(),
+        }
+    }
+
+    /// Whether `job` belongs to the round in progress (and its report counts there).
+    fn is_current(&self, core: &Core<A>, job: &InFlight<A::Global>) -> bool {
+        self.open && job.round == core.round && job.late.is_none()
+    }
+
+    /// The number of fresh updates that ends the round early (over-selection), if any.
+    fn quota(core: &Core<A>) -> Option<usize> {
+        let sampling = &core.cfg.sampling;
+        (sampling.over_selection > 0.0).then(|| sampling.per_round(core.cfg.participants.len()))
+    }
+
+    fn maybe_close(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        let quota_met = Self::quota(core).is_some_and(|k| self.fresh.len() >= k);
+        if self.open && (self.outstanding == 0 || quota_met) {
+            let reason = if self.outstanding == 0 {
+                None
+            } else {
+                Some(JobOutcome::Discarded)
+            };
+            self.close(core, now, reason, eff)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the round: jobs still out become `late_as`, then aggregate.
+    fn close(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        late_as: Option<JobOutcome>,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        self.open = false;
+        let round = core.round;
+        if let Some(outcome) = late_as {
+            for job in core
+                .in_flight
+                .iter_mut()
+                .filter(|j| j.round == round && j.late.is_none())
+            {
+                job.late = Some(outcome);
+                match outcome {
+                    JobOutcome::Straggler => core.counts.stragglers += 1,
+                    _ => core.counts.discarded += 1,
+                }
+            }
+        }
+        core.counts.completed = self.fresh.len() as u32;
+        let mut held: Vec<Held<A>> = std::mem::take(&mut self.fresh);
+        held.append(&mut self.late);
+        core.aggregate(held, 1.0, self.staleness_exponent)?;
+        core.end_round(now, eff);
+        if round < core.cfg.rounds {
+            eff.to_hub(SimDuration::ZERO, ToServer::StartRound { round: round + 1 });
+        }
+        Ok(())
+    }
+
+    /// The staleness of a late update arriving now: it would join the next aggregation, that
+    /// of the open round or of the next one.
+    fn round_joined_late(&self, core: &Core<A>, job: &InFlight<A::Global>) -> u32 {
+        let joins = if self.open {
+            core.round
+        } else {
+            core.round + 1
+        };
+        joins - job.round
+    }
+
+    /// An update that arrives after its round ended.
+    fn late_arrival(
+        &mut self,
+        core: &mut Core<A>,
+        client: u32,
+        job: &InFlight<A::Global>,
+        update: A::Update,
+    ) -> JobOutcome {
+        let outcome = job.late.unwrap_or(JobOutcome::Discarded);
+        let staleness = self.round_joined_late(core, job);
+        if outcome == JobOutcome::Straggler
+            && self.late_updates == LateUpdates::NextRound
+            && staleness <= self.max_staleness
+            && job.round + staleness <= core.cfg.rounds
+        {
+            core.counts.late += 1;
+            self.late.push(Held {
+                client,
+                update,
+                base: job.base.clone(),
+                staleness,
+            });
+            return JobOutcome::Late;
+        }
+        outcome
+    }
+
+    fn start_if_waiting(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        if self.start_when_idle {
+            self.start(core, now, core.round, eff)?;
+        }
+        Ok(())
+    }
+}
+
+impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
+    fn start(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        round: u32,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        core.round = round;
+        self.start_when_idle = false;
+        let total = core.cfg.participants.len();
+        let candidates = core.candidates(now, core.cfg.sampling.available_only);
+        if candidates.is_empty() {
+            if !core.in_flight.is_empty() {
+                // Every idle client is busy: start when one reports.
+                self.start_when_idle = true;
+                return Ok(());
+            }
+            let Some(at) = core.next_online(now) else {
+                return Err(SimError::Model(format!(
+                    "round {round}: no client is online now or will ever be again"
+                )));
+            };
+            eff.to_hub(at - now, ToServer::StartRound { round });
+            return Ok(());
+        }
+        let selected = core.choose(
+            &candidates,
+            core.cfg.sampling.to_select(total),
+            round as u64,
+        );
+        let trainers = if core.alg().trains_unsampled() {
+            candidates.into_owned()
+        } else {
+            selected.clone()
+        };
+        self.selected = selected;
+        self.open = true;
+        core.round_start = now;
+        // Late updates (and their bytes) that arrived while no round was open count here.
+        let gap = std::mem::take(&mut core.counts);
+        core.counts = RoundRecord {
+            round,
+            start: now,
+            late: gap.late,
+            bytes_up: gap.bytes_up,
+            ..Default::default()
+        };
+        self.outstanding = trainers.len();
+        for c in trainers {
+            let upload = self.selected.binary_search(&c).is_ok();
+            core.dispatch(now, c, (round, round as u64), upload, eff);
+        }
+        core.counts.selected = self.selected.len() as u32;
+        if let Some(deadline) = self.deadline {
+            eff.to_hub(deadline, ToServer::Deadline { round });
+        }
+        Ok(())
+    }
+
+    fn receive(
+        &mut self,
+        core: &mut Core<A>,
+        report: Report<A>,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        let Report {
+            now,
+            client,
+            job,
+            update,
+            compute,
+        } = report;
+        let outcome = match (update, self.is_current(core, &job)) {
+            (None, true) => {
+                self.outstanding -= 1;
+                JobOutcome::Unsampled
+            }
+            (None, false) => JobOutcome::Unsampled,
+            (Some(update), true) => {
+                self.outstanding -= 1;
+                self.fresh.push(Held {
+                    client,
+                    update,
+                    base: job.base.clone(),
+                    staleness: 0,
+                });
+                JobOutcome::Aggregated
+            }
+            (Some(update), false) => self.late_arrival(core, client, &job, update),
+        };
+        let staleness = match outcome {
+            JobOutcome::Late => self.round_joined_late(core, &job),
+            _ => 0,
+        };
+        eff.record(core.job_record(now, client, &job, outcome, (compute, staleness)));
+        self.maybe_close(core, now, eff)?;
+        self.start_if_waiting(core, now, eff)
+    }
+
+    fn failed(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        job: &InFlight<A::Global>,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        if self.is_current(core, job) {
+            core.counts.failed += 1;
+            self.outstanding -= 1;
+            self.maybe_close(core, now, eff)?;
+        }
+        self.start_if_waiting(core, now, eff)
+    }
+
+    fn deadline(
+        &mut self,
+        core: &mut Core<A>,
+        now: SimTime,
+        round: u32,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        if self.open && round == core.round {
+            self.close(core, now, Some(JobOutcome::Straggler), eff)?;
+        }
+        Ok(())
+    }
+
+    /// Synchronous rounds never schedule a wake-up: a round that finds no client online
+    /// schedules its own start instead.
+    fn wake(&mut self, _: &mut Core<A>, _: SimTime, _: &mut FlEffects<A>) -> Result<(), SimError> {
+        Err(SimError::Model(
+            "a synchronous server got a wake-up it never scheduled".into(),
+        ))
+    }
+}
