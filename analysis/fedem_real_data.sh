@@ -8,7 +8,10 @@
 # 200 rounds (80 for Shakespeare), training seeds ${SEEDS:-1 2 3}; extra --set arguments pass
 # through, e.g. a reduced CPU run:
 #   ROUNDS=20 SEEDS=1 DATA=femnist bash analysis/fedem_real_data.sh --set data.partition.fraction=0.02
-# Finished runs in results/fedem_<data>/<method>/seed-<n>/ are kept.
+# Finished runs in results/fedem_<data>/<method>/seed-<n>/ are kept, so give runs with other
+# --set arguments their own folder with OUT, e.g. the MNIST protocol with 30 % of the images:
+#   OUT=results/fedem_mnist_f03 ROUNDS=100 SEEDS=1 DATA=mnist bash analysis/fedem_real_data.sh \
+#     --set data.fraction=0.3 --set "training.lr_schedule={kind: constant}"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -21,7 +24,7 @@ case $data in
                target/release/fedsim data fetch shakespeare ;;
   *) echo "DATA must be mnist, fashion_mnist, femnist or shakespeare" >&2; exit 2 ;;
 esac
-out=results/fedem_$data${ROUNDS:+_r$ROUNDS}
+out=${OUT:-results/fedem_$data${ROUNDS:+_r$ROUNDS}}
 extra=()
 case $data in mnist|fashion_mnist) extra+=(--set "data.kind=$data") ;; esac
 [ -n "${ROUNDS:-}" ] && extra+=(--set "rounds=$ROUNDS" --set "eval_every=$ROUNDS")

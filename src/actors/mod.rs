@@ -614,7 +614,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             SampleCost::of(&jobs.arch, spec.training.plan.batch_size),
             jobs.data.truth.as_ref(),
         )
-        .map_err(|e| SimError::Model(e.to_string()))?;
+        .map_err(|e| SimError::Setup(e.into()))?;
         let system_model = Arc::new(system_model);
         let global = Arc::new(global);
         let clients = client::Roster::new(client::RosterParts {

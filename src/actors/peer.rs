@@ -105,7 +105,7 @@ impl<A: Gossip> Shared<A> {
     fn round_topology(&self, round: u32) -> Result<Arc<crate::topology::RoundTopology>, SimError> {
         self.topology
             .at(round)
-            .map_err(|e| SimError::Model(e.to_string()))
+            .map_err(|e| SimError::Setup(e.into()))
     }
 }
 
@@ -508,7 +508,7 @@ pub(super) fn simulate_peers<A: Gossip>(
         let seeds = SeedTree::new(spec.seed);
         let peers = data.num_clients();
         let topology = Topology::build(&topology_spec, peers, seeds)
-            .map_err(|e| SimError::Model(e.to_string()))?;
+            .map_err(|e| SimError::Setup(e.into()))?;
         let arch =
             crate::models::Architecture::for_input(&spec.model, data.input_shape(), data.classes);
         let init =
@@ -523,7 +523,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             crate::system::SampleCost::of(&arch, spec.training.plan.batch_size),
             data.truth.as_ref(),
         )
-        .map_err(|e| SimError::Model(e.to_string()))?;
+        .map_err(|e| SimError::Setup(e.into()))?;
         let devices = (0..peers as u32)
             .map(|p| device_record(&system_model, p))
             .collect();

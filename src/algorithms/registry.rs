@@ -214,7 +214,7 @@ fn settings_of<'a, S: AlgorithmSettings>(
         .ok_or_else(|| SimError::Model("algorithm settings of another type".into()))?;
     settings
         .check_data(population)
-        .map_err(|e| SimError::Model(format!("field `algorithm.{}`: {}", e.path, e.message)))?;
+        .map_err(|e| SimError::Scenario(e.within("algorithm")))?;
     Ok(settings)
 }
 

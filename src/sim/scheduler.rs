@@ -18,8 +18,12 @@ pub enum SimError {
     JobFailed(String),
     #[error("an actor stopped before answering: {0}")]
     ActorGone(String),
+    /// A scenario field that only the loaded data could check.
     #[error(transparent)]
     Scenario(#[from] crate::FieldError),
+    /// The run could not be set up (its system model or topology): the cause.
+    #[error(transparent)]
+    Setup(Box<dyn std::error::Error + Send + Sync>),
     #[error("entity {0} was sent a message of another kind of entity")]
     Misrouted(u32),
     #[error("{0}")]
