@@ -4,7 +4,8 @@
 
 use super::cohort::{Dispatch, EvalJob, TrainJob};
 use super::{
-    Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, Routed, ToClient, ToServer,
+    Deliver, DivergenceWatch, EvalContext, FlEffects, JobContext, LocalWork, Msg, Outbox, Routed,
+    Seen, ToClient, ToServer, TrainOrder,
 };
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::data::Split;
@@ -85,15 +86,14 @@ impl<A: Algorithm> Client<A> {
 
     /// Starts a training job, unless the client drops out or goes offline before its
     /// compute ends (then the server hears of the failure when it happens).
-    fn train(
-        &mut self,
-        now: SimTime,
-        (round, job): (u32, u64),
-        global: Arc<A::Global>,
-        lr: f64,
-        upload: bool,
-        eff: &mut FlEffects<A>,
-    ) {
+    fn train(&mut self, now: SimTime, order: TrainOrder<A>, eff: &mut FlEffects<A>) {
+        let TrainOrder {
+            round,
+            job,
+            global,
+            lr,
+            upload,
+        } = order;
         let n_train = self.jobs.data.split_len(self.id as usize, Split::Train);
         let samples = self
             .jobs
@@ -119,14 +119,14 @@ impl<A: Algorithm> Client<A> {
             rng: self.seeds.rng(Entity::Client(self.id), "train", job),
         };
         let pending = self.dispatch.train(job, move |t| {
-            Routed::Member(ToClient::Trained {
+            Routed::Member(ToClient::Trained(LocalWork {
                 round,
                 finite: t.update.is_finite() && t.state.is_finite(),
                 update: t.update,
                 state: t.state,
                 upload,
                 compute,
-            })
+            }))
         });
         self.awaited += 1;
         eff.to_member_pending(self.id, compute, pending);
@@ -144,15 +144,15 @@ impl<A: Algorithm> Client<A> {
         );
     }
 
-    fn trained(
-        &mut self,
-        now: SimTime,
-        round: u32,
-        update: A::Update,
-        state: A::ClientState,
-        (upload, compute): (bool, SimDuration),
-        eff: &mut FlEffects<A>,
-    ) {
+    fn trained(&mut self, now: SimTime, work: LocalWork<A>, eff: &mut FlEffects<A>) {
+        let LocalWork {
+            round,
+            update,
+            state,
+            upload,
+            compute,
+            ..
+        } = work;
         let kept = self.kept();
         kept.state = state;
         kept.last_trained = Some(round);
@@ -219,12 +219,14 @@ impl<A: Algorithm> Client<A> {
         eff: &mut FlEffects<A>,
     ) {
         let sampled = self.kept().last_trained == Some(round);
-        let records = super::evaluation_records(
-            (round, now, self.id),
-            results,
-            report,
-            (sampled, self.unseen),
-        );
+        let context = EvalContext {
+            round,
+            time: now,
+            client: self.id,
+            sampled,
+            unseen: self.unseen,
+        };
+        let records = super::evaluation_records(context, results, report);
         records.into_iter().for_each(|r| eff.record(r));
     }
 }
@@ -350,27 +352,18 @@ impl<A: Algorithm> Client<A> {
     fn on_message(&mut self, now: SimTime, msg: ToClient<A>) -> Result<FlEffects<A>, SimError> {
         let mut eff = FlEffects::<A>::new();
         match msg {
-            ToClient::Train {
-                round,
-                job,
-                global,
-                lr,
-                upload,
-            } => self.train(now, (round, job), global, lr, upload, &mut eff),
-            ToClient::Trained {
-                round,
-                update,
-                state,
-                upload,
-                compute,
-                finite,
-            } => {
+            ToClient::Train(order) => self.train(now, order, &mut eff),
+            ToClient::Trained(work) => {
                 self.awaited -= 1;
-                let at = (round, now, Some(self.id));
+                let at = Seen {
+                    round: work.round,
+                    time: now,
+                    client: Some(self.id),
+                };
                 self.kept()
                     .watch
-                    .check(finite, at, DivergenceStage::Training, &mut eff);
-                self.trained(now, round, update, state, (upload, compute), &mut eff)
+                    .check(work.finite, at, DivergenceStage::Training, &mut eff);
+                self.trained(now, work, &mut eff)
             }
             ToClient::Evaluate { round, global } => self.evaluate(round, global, &mut eff),
             ToClient::Evaluated {
@@ -379,7 +372,11 @@ impl<A: Algorithm> Client<A> {
                 report,
             } => {
                 self.awaited -= 1;
-                let at = (round, now, Some(self.id));
+                let at = Seen {
+                    round,
+                    time: now,
+                    client: Some(self.id),
+                };
                 self.kept().watch.check_evaluation(&results, at, &mut eff);
                 self.evaluated(now, round, results, report, &mut eff)
             }
@@ -406,7 +403,7 @@ mod tests {
     }
 
     fn trained(finite: bool) -> ToClient<FedAvg> {
-        ToClient::Trained {
+        ToClient::Trained(LocalWork {
             round: 1,
             update: ModelUpdate {
                 params: vec![if finite { 0.5 } else { f32::NAN }; 4],
@@ -416,17 +413,17 @@ mod tests {
             upload: true,
             compute: SimDuration(7),
             finite,
-        }
+        })
     }
 
     fn train(round: u32) -> ToClient<FedAvg> {
-        ToClient::Train {
+        ToClient::Train(TrainOrder {
             round,
             job: round as u64,
             global: Arc::new(vec![0.0; 4]),
             lr: 0.1,
             upload: true,
-        }
+        })
     }
 
     #[test]

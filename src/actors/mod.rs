@@ -93,6 +93,15 @@ struct DivergenceWatch {
     seen: bool,
 }
 
+/// When and where a check looks: after `round`, at `time`, at `client` (`None`: the server or
+/// the monitor).
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    round: u32,
+    time: SimTime,
+    client: Option<u32>,
+}
+
 impl DivergenceWatch {
     fn new(policy: OnDivergence) -> Self {
         DivergenceWatch {
@@ -101,11 +110,11 @@ impl DivergenceWatch {
         }
     }
 
-    /// Whether `finite` holds; if not, records `(round, now, client)` at `stage` once.
+    /// Whether `finite` holds; if not, records where it was `seen`, at `stage`, once.
     fn check<M>(
         &mut self,
         finite: bool,
-        (round, time, client): (u32, SimTime, Option<u32>),
+        seen: Seen,
         stage: DivergenceStage,
         eff: &mut Effects<M, Record>,
     ) -> bool {
@@ -115,9 +124,9 @@ impl DivergenceWatch {
         if !self.seen {
             self.seen = true;
             eff.record(Record::Diverged(DivergenceRecord {
-                round,
-                time,
-                client,
+                round: seen.round,
+                time: seen.time,
+                client: seen.client,
                 stage,
             }));
         }
@@ -131,11 +140,11 @@ impl DivergenceWatch {
     fn check_evaluation<M>(
         &mut self,
         results: &[Evaluation],
-        at: (u32, SimTime, Option<u32>),
+        seen: Seen,
         eff: &mut Effects<M, Record>,
     ) {
         let finite = results.iter().all(|e| e.stats.loss.is_finite());
-        self.check(finite, at, DivergenceStage::Evaluation, eff);
+        self.check(finite, seen, DivergenceStage::Evaluation, eff);
     }
 }
 
@@ -195,26 +204,10 @@ pub enum ToServer<A: Algorithm> {
 
 /// A client's messages.
 pub enum ToClient<A: Algorithm> {
-    /// Train from `global` with learning rate `lr` for round `round`; `job` indexes the
-    /// client's random streams (the round, in synchronous runs). Send the update if `upload`,
-    /// else only a completion notice (pFedMe's unsampled clients train but are not aggregated).
-    Train {
-        round: u32,
-        job: u64,
-        global: Arc<A::Global>,
-        lr: f64,
-        upload: bool,
-    },
+    /// Train, as the order says.
+    Train(TrainOrder<A>),
     /// (From its own training job) Local work is done.
-    Trained {
-        round: u32,
-        update: A::Update,
-        state: A::ClientState,
-        upload: bool,
-        compute: SimDuration,
-        /// Whether the update and the state hold only finite numbers (checked on the pool).
-        finite: bool,
-    },
+    Trained(LocalWork<A>),
     /// Evaluate your model after `round`.
     Evaluate { round: u32, global: Arc<A::Global> },
     /// (From its own evaluation job) Results per model and split, and what the algorithm
@@ -224,6 +217,30 @@ pub enum ToClient<A: Algorithm> {
         results: Vec<Evaluation>,
         report: ClientReport,
     },
+}
+
+/// The server's order to a client: train from `global` with learning rate `lr` for round
+/// `round`; `job` indexes the client's random streams (the round, in synchronous runs). Send
+/// the update if `upload`, else only a completion notice (pFedMe's unsampled clients train but
+/// are not aggregated).
+pub struct TrainOrder<A: Algorithm> {
+    pub round: u32,
+    pub job: u64,
+    pub global: Arc<A::Global>,
+    pub lr: f64,
+    pub upload: bool,
+}
+
+/// A client's local work for `round`, done after `compute` of simulated time.
+pub struct LocalWork<A: Algorithm> {
+    pub round: u32,
+    pub update: A::Update,
+    pub state: A::ClientState,
+    /// Whether the server asked for the update.
+    pub upload: bool,
+    pub compute: SimDuration,
+    /// Whether the update and the state hold only finite numbers (checked on the pool).
+    pub finite: bool,
 }
 
 type FlEffects<A> = Effects<Msg<A>, Record>;
@@ -386,13 +403,28 @@ where
     }
 }
 
-/// The records of one client's evaluation after `round`: what the algorithm reports (mixture
-/// weights, extras), then one row per (model, split).
+/// Whose evaluation it is: client (or peer) `client`'s after `round`, at `time`; whether it
+/// trained in that round (`sampled`) and whether it is held out of training (`unseen`).
+struct EvalContext {
+    round: u32,
+    time: SimTime,
+    client: u32,
+    sampled: bool,
+    unseen: bool,
+}
+
+/// The records of one client's evaluation: what the algorithm reports (mixture weights,
+/// extras), then one row per (model, split).
 fn evaluation_records(
-    (round, now, client): (u32, SimTime, u32),
+    EvalContext {
+        round,
+        time: now,
+        client,
+        sampled,
+        unseen,
+    }: EvalContext,
     results: Vec<Evaluation>,
     report: ClientReport,
-    (sampled, unseen): (bool, bool),
 ) -> Vec<Record> {
     let ClientReport {
         mixture,

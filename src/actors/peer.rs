@@ -26,7 +26,7 @@ use super::evaluation::EvaluatedClients;
 use super::gossip::{Complete, Inbox};
 use super::{
     device_record, evaluation_records, member_entity, run_world, Deliver, DivergenceWatch,
-    HubWorld, JobContext, Outbox, Routed, TrainerPool,
+    EvalContext, HubWorld, JobContext, Outbox, Routed, Seen, TrainerPool,
 };
 use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip};
 use crate::data::{FederatedData, Split};
@@ -322,7 +322,14 @@ impl<A: Gossip> Peer<A> {
         report: ClientReport,
         eff: &mut PeerEffects<A>,
     ) {
-        let records = evaluation_records((round, now, self.id), results, report, (true, false));
+        let context = EvalContext {
+            round,
+            time: now,
+            client: self.id,
+            sampled: true,
+            unseen: false,
+        };
+        let records = evaluation_records(context, results, report);
         records.into_iter().for_each(|r| eff.record(r));
     }
 }
@@ -350,7 +357,11 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>, GossipMsg<A>>> for Peer<A> {
                 state,
             } => {
                 let finite = model.is_finite() && state.is_finite();
-                let at = (round, d.now, Some(self.id));
+                let at = Seen {
+                    round,
+                    time: d.now,
+                    client: Some(self.id),
+                };
                 self.watch
                     .check(finite, at, DivergenceStage::Training, &mut eff);
                 self.trained(round, model, state, &mut eff)?
@@ -363,7 +374,11 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>, GossipMsg<A>>> for Peer<A> {
                 results,
                 report,
             } => {
-                let at = (round, d.now, Some(self.id));
+                let at = Seen {
+                    round,
+                    time: d.now,
+                    client: Some(self.id),
+                };
                 self.watch.check_evaluation(&results, at, &mut eff);
                 self.evaluated(d.now, round, results, report, &mut eff)
             }
@@ -480,7 +495,11 @@ impl<A: Gossip> Handler<Deliver<Mixed<A>, GossipMsg<A>>> for Monitor<A> {
         _: &mut Context<Self>,
     ) -> Self::Result {
         let mut eff = PeerEffects::<A>::new();
-        let at = (d.msg.round, d.now, Some(d.msg.peer));
+        let at = Seen {
+            round: d.msg.round,
+            time: d.now,
+            client: Some(d.msg.peer),
+        };
         let finite = d.msg.model.is_finite();
         self.watch
             .check(finite, at, DivergenceStage::Mixing, &mut eff);
@@ -507,8 +526,8 @@ pub(super) fn simulate_peers<A: Gossip>(
     system.block_on(async move {
         let seeds = SeedTree::new(spec.seed);
         let peers = data.num_clients();
-        let topology = Topology::build(&topology_spec, peers, seeds)
-            .map_err(|e| SimError::Setup(e.into()))?;
+        let topology =
+            Topology::build(&topology_spec, peers, seeds).map_err(|e| SimError::Setup(e.into()))?;
         let arch =
             crate::models::Architecture::for_input(&spec.model, data.input_shape(), data.classes);
         let init =

@@ -60,7 +60,7 @@ impl<A: Algorithm> Fedbuff<A> {
         for c in chosen {
             let job = self.jobs_started;
             self.jobs_started += 1;
-            core.dispatch(now, c, (round, job), upload, eff);
+            core.dispatch(now, c, round, job, upload, eff);
         }
         if core.in_flight.len() < concurrency {
             match core.next_online(now) {
@@ -137,8 +137,8 @@ impl<A: Algorithm> RoundPolicy<A> for Fedbuff<A> {
             if !core.finished {
                 core.counts.discarded += 1;
             }
-            let discarded = (compute, staleness);
-            eff.record(core.job_record(now, client, &job, JobOutcome::Discarded, discarded));
+            let discarded = JobOutcome::Discarded;
+            eff.record(core.job_record(now, client, &job, discarded, compute, staleness));
             return self.fill(core, now, eff);
         }
         let outcome = if staleness == 0 {
@@ -146,7 +146,7 @@ impl<A: Algorithm> RoundPolicy<A> for Fedbuff<A> {
         } else {
             JobOutcome::Late
         };
-        eff.record(core.job_record(now, client, &job, outcome, (compute, staleness)));
+        eff.record(core.job_record(now, client, &job, outcome, compute, staleness));
         self.buffer.push(Held {
             client,
             update,

@@ -23,7 +23,8 @@ mod synchronous;
 use super::evaluation::EvaluatedClients;
 use super::policy::{staleness_factor, PolicySpec};
 use super::{
-    Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, Sampling, ToClient, ToServer,
+    Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, Sampling, Seen, ToClient,
+    ToServer, TrainOrder,
 };
 use crate::algorithms::{Algorithm, Finite, StaleUpdate};
 use crate::report::{DivergenceStage, JobOutcome, JobRecord, Record, RoundRecord};
@@ -287,7 +288,8 @@ impl<A: Algorithm> Core<A> {
         &mut self,
         now: SimTime,
         client: u32,
-        (round, job): (u32, u64),
+        round: u32,
+        job: u64,
         upload: bool,
         eff: &mut FlEffects<A>,
     ) {
@@ -308,13 +310,13 @@ impl<A: Algorithm> Core<A> {
         eff.to_member(
             client,
             download,
-            ToClient::Train {
+            ToClient::Train(TrainOrder {
                 round,
                 job,
                 global: self.global.clone(),
                 lr: self.cfg.algorithm.training.lr_at(round),
                 upload,
-            },
+            }),
         );
     }
 
@@ -366,7 +368,11 @@ impl<A: Algorithm> Core<A> {
         let finite = self.global.is_finite();
         self.watch.check(
             finite,
-            (round, now, None),
+            Seen {
+                round,
+                time: now,
+                client: None,
+            },
             DivergenceStage::Aggregation,
             eff,
         );
@@ -393,7 +399,8 @@ impl<A: Algorithm> Core<A> {
         client: u32,
         job: &InFlight<A::Global>,
         outcome: JobOutcome,
-        (compute, staleness): (SimDuration, u32),
+        compute: SimDuration,
+        staleness: u32,
     ) -> Record {
         Record::Job(JobRecord {
             round: job.round,
@@ -465,7 +472,7 @@ impl<A: Algorithm> Server<A> {
                 client, compute, ..
             } => {
                 let job = core.take_job(client)?;
-                let record = core.job_record(now, client, &job, JobOutcome::Failed, (compute, 0));
+                let record = core.job_record(now, client, &job, JobOutcome::Failed, compute, 0);
                 eff.record(record);
                 self.rounds.failed(core, now, &job, &mut eff)?
             }
@@ -518,7 +525,7 @@ mod tests {
                 let what = match msg {
                     Some(Routed::Hub(ToServer::StartRound { round })) => format!("start {round}"),
                     Some(Routed::Hub(ToServer::Deadline { round })) => format!("deadline {round}"),
-                    Some(Routed::Member(ToClient::Train { round, .. })) => format!("train {round}"),
+                    Some(Routed::Member(ToClient::Train(o))) => format!("train {}", o.round),
                     Some(Routed::Member(ToClient::Evaluate { round, .. })) => {
                         format!("evaluate {round}")
                     }

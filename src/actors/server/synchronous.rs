@@ -215,7 +215,7 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
         self.outstanding = trainers.len();
         for c in trainers {
             let upload = self.selected.binary_search(&c).is_ok();
-            core.dispatch(now, c, (round, round as u64), upload, eff);
+            core.dispatch(now, c, round, round as u64, upload, eff);
         }
         core.counts.selected = self.selected.len() as u32;
         if let Some(deadline) = self.deadline {
@@ -259,7 +259,7 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
             JobOutcome::Late => self.round_joined_late(core, &job),
             _ => 0,
         };
-        eff.record(core.job_record(now, client, &job, outcome, (compute, staleness)));
+        eff.record(core.job_record(now, client, &job, outcome, compute, staleness));
         self.maybe_close(core, now, eff)?;
         self.start_if_waiting(core, now, eff)
     }
