@@ -17,7 +17,7 @@ mod server;
 mod trainer;
 
 pub use evaluation::{EvalClients, EvalSample, EvaluationPlan};
-pub use peer::{consensus_distance, Mixed, PeerMsg};
+pub use peer::{consensus_distance, PeerMsg};
 pub use policy::{staleness_factor, LateUpdates, PolicySpec};
 pub use sampling::{SampleSize, Sampling, Strategy};
 pub use trainer::TrainerPool;
@@ -742,5 +742,54 @@ pub(crate) mod testkit {
         let system = SystemModel::build(&s.run.system, &seeds, 2, cost, None).unwrap();
         let jobs = Arc::new(JobContext::new(FedAvg::plain(), arch, &s.run, data));
         (s, jobs, Arc::new(system))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An actor that answers every message with no effects.
+    struct Quiet;
+
+    impl Actor for Quiet {
+        type Context = Context<Self>;
+    }
+
+    type Words = Routed<&'static str, u32>;
+
+    impl Handler<Deliver<&'static str, Words>> for Quiet {
+        type Result = Result<Effects<Words, Record>, SimError>;
+        fn handle(
+            &mut self,
+            _: Deliver<&'static str, Words>,
+            _: &mut Context<Self>,
+        ) -> Self::Result {
+            Ok(Effects::new())
+        }
+    }
+
+    impl Handler<Deliver<u32, Words>> for Quiet {
+        type Result = Result<Effects<Words, Record>, SimError>;
+        fn handle(&mut self, _: Deliver<u32, Words>, _: &mut Context<Self>) -> Self::Result {
+            Ok(Effects::new())
+        }
+    }
+
+    #[test]
+    fn a_world_delivers_each_kind_only_to_its_ranks() {
+        actix::System::new().block_on(async {
+            let members = Arc::new(vec![Quiet.start(), Quiet.start()]);
+            let world: HubWorld<Quiet, _, &'static str, u32> =
+                HubWorld::new(Quiet.start(), members);
+            let now = SimTime::ZERO;
+            assert!(world.deliver(now, HUB, Routed::Hub("start")).await.is_ok());
+            let to_member = world.deliver(now, member_entity(1), Routed::Member(7));
+            assert!(to_member.await.is_ok());
+            let member_kind_to_hub = world.deliver(now, HUB, Routed::Member(7)).await;
+            assert!(matches!(member_kind_to_hub, Err(SimError::Misrouted(0))));
+            let hub_kind_to_member = world.deliver(now, member_entity(1), Routed::Hub("x")).await;
+            assert!(matches!(hub_kind_to_member, Err(SimError::Misrouted(2))));
+        });
     }
 }

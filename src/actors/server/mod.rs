@@ -414,6 +414,28 @@ impl<A: Algorithm> Core<A> {
         })
     }
 
+    /// `client`'s report at `now` (its update, or `None`: a completion notice), with its job
+    /// taken out of flight and the update's bytes counted.
+    fn report(
+        &mut self,
+        now: SimTime,
+        client: u32,
+        update: Option<A::Update>,
+        compute: SimDuration,
+    ) -> Result<Report<A>, SimError> {
+        let job = self.take_job(client)?;
+        if let Some(u) = &update {
+            self.counts.bytes_up += payload_bytes(self.alg().update_len(u));
+        }
+        Ok(Report {
+            now,
+            client,
+            job,
+            update,
+            compute,
+        })
+    }
+
     fn take_job(&mut self, client: u32) -> Result<InFlight<A::Global>, SimError> {
         self.in_flight.remove(client).ok_or_else(|| {
             SimError::Model(format!("client {client} reported a job it was never sent"))
@@ -438,19 +460,6 @@ impl<A: Algorithm> Server<A> {
     fn on_message(&mut self, now: SimTime, msg: ToServer<A>) -> Result<FlEffects<A>, SimError> {
         let mut eff = FlEffects::<A>::new();
         let core = &mut self.core;
-        let mut report = |client: u32, update: Option<A::Update>, compute| {
-            let job = core.take_job(client)?;
-            if let Some(u) = &update {
-                core.counts.bytes_up += payload_bytes(core.alg().update_len(u));
-            }
-            Ok::<_, SimError>(Report {
-                now,
-                client,
-                job,
-                update,
-                compute,
-            })
-        };
         match msg {
             ToServer::StartRound { round } => self.rounds.start(core, now, round, &mut eff)?,
             ToServer::Update {
@@ -459,13 +468,13 @@ impl<A: Algorithm> Server<A> {
                 compute,
                 ..
             } => {
-                let report = report(client, Some(update), compute)?;
+                let report = core.report(now, client, Some(update), compute)?;
                 self.rounds.receive(core, report, &mut eff)?
             }
             ToServer::Done {
                 client, compute, ..
             } => {
-                let report = report(client, None, compute)?;
+                let report = core.report(now, client, None, compute)?;
                 self.rounds.receive(core, report, &mut eff)?
             }
             ToServer::Failed {
