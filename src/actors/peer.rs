@@ -16,6 +16,13 @@
 //!   neighbours (a notice of no bytes, at link latency), and each puts the absent peer's mixing
 //!   weight on itself; models that reach the absent peer for that round are dropped.
 //!
+//! - Availability (`system.availability`): a peer offline when a round is due starts it when
+//!   it is next online (in synchronous gossip its neighbours wait for it, as for a slow peer);
+//!   one that goes offline before its compute ends sits the round out at that moment, as a
+//!   dropout does; one never online again sits out every round left. Models sent to an offline
+//!   peer wait for it (the links store and forward), and a peer online at the end of its local
+//!   work sends its model whatever happens to it afterwards.
+//!
 //! A monitor (rank 0) sees each peer's mixed model at no cost in time or bytes (it is the
 //! experimenter, not a participant) and records a round's consensus distance, spectral gap and
 //! bytes once every peer has mixed it. Peer p has rank p + 1 and uses client p's data and random
@@ -122,20 +129,37 @@ struct Peer<A: Gossip> {
 }
 
 impl<A: Gossip> Peer<A> {
-    fn train(&mut self, round: u32, eff: &mut PeerEffects<A>) -> Result<(), SimError> {
+    /// Starts round `round`'s local work now, or when the peer is next online; a peer that
+    /// drops out or goes offline before its compute ends sits the round out then.
+    fn train(
+        &mut self,
+        now: SimTime,
+        round: u32,
+        eff: &mut PeerEffects<A>,
+    ) -> Result<(), SimError> {
+        let system = &self.shared.system;
+        let Some(online_until) = system.online_until(self.id, now) else {
+            return match system.next_online(self.id, now) {
+                Some(at) => {
+                    eff.to_member(self.id, at - now, PeerMsg::Train { round });
+                    Ok(())
+                }
+                // Gone for good: it sits out every round left, now.
+                None => self.drop_out(round, SimDuration::ZERO, eff),
+            };
+        };
         let jobs = &self.shared.jobs;
         let n_train = jobs.data.split_len(self.id as usize, Split::Train);
         let samples = jobs
             .algorithm
             .samples_processed(&jobs.training.plan, n_train);
-        let compute = self
-            .shared
-            .system
-            .compute_time(self.id, round as u64, samples);
-        if let Some(fraction) = self.shared.system.dropout_point(self.id, round as u64) {
-            let after = SimDuration::from_secs_f64_ceil(compute.as_secs_f64() * fraction);
-            self.drop_out(round, after, eff)?;
-            return Ok(());
+        let compute = system.compute_time(self.id, round as u64, samples);
+        let dropout = system
+            .dropout_point(self.id, round as u64)
+            .map(|f| SimDuration::from_secs_f64_ceil(compute.as_secs_f64() * f));
+        let offline = (online_until < now + compute).then(|| online_until - now);
+        if let Some(after) = [dropout, offline].into_iter().flatten().min() {
+            return self.drop_out(round, after, eff);
         }
         let (jobs, id) = (jobs.clone(), self.id);
         let job = TrainJob {
@@ -241,19 +265,14 @@ impl<A: Gossip> Peer<A> {
         };
         let topology = self.shared.round_topology(round)?;
         let row = topology.mixing.row(self.id);
-        let missing: f64 = row
-            .iter()
-            .filter(|&&(j, _)| j != self.id && !neighbours.contains_key(&j))
-            .map(|&(_, w)| w)
-            .sum();
-        let mut models: Vec<Weighted<A>> = Vec::with_capacity(row.len());
-        for &(j, w) in row {
-            if j == self.id {
-                models.push((w + missing, own.clone()));
-            } else if let Some(model) = neighbours.remove(&j) {
-                models.push((w, model));
-            }
-        }
+        let models: Vec<Weighted<A>> =
+            mixing_weights(row, self.id, |j| neighbours.contains_key(&j))
+                .into_iter()
+                .map(|(j, w)| match j == self.id {
+                    true => (w, own.clone()),
+                    false => (w, neighbours.remove(&j).expect("present")),
+                })
+                .collect();
         self.finish_round(round, Some(&models), eff);
         Ok(())
     }
@@ -348,7 +367,7 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>, GossipMsg<A>>> for Peer<A> {
     ) -> Self::Result {
         let mut eff = PeerEffects::<A>::new();
         match d.msg {
-            PeerMsg::Train { round } => self.train(round, &mut eff)?,
+            PeerMsg::Train { round } => self.train(d.now, round, &mut eff)?,
             PeerMsg::Absent { round, from } => self.received(round, from, None, &mut eff)?,
             PeerMsg::SatOut { round } => self.finish_round(round, None, &mut eff),
             PeerMsg::Trained {
@@ -454,6 +473,29 @@ impl<A: Gossip> Monitor<A> {
         }
         Ok(())
     }
+}
+
+/// Peer `me`'s weights for one mix, from its row of the mixing matrix (`(j, W_ij)`, j
+/// increasing, `me` absent where its own weight is 0) and the neighbours whose model it has
+/// (`present`): a neighbour without one leaves its weight on `me`. In j order, `me` included
+/// only with a positive weight, so the weights always sum to the row's sum.
+fn mixing_weights(row: &[(u32, f64)], me: u32, present: impl Fn(u32) -> bool) -> Vec<(u32, f64)> {
+    let missing: f64 = row
+        .iter()
+        .filter(|&&(j, _)| j != me && !present(j))
+        .map(|&(_, w)| w)
+        .sum();
+    let own = row.iter().find(|e| e.0 == me).map_or(0.0, |e| e.1) + missing;
+    let mut weights: Vec<(u32, f64)> = row
+        .iter()
+        .filter(|&&(j, _)| j != me && present(j))
+        .copied()
+        .collect();
+    if own > 0.0 {
+        let at = weights.partition_point(|e| e.0 < me);
+        weights.insert(at, (me, own));
+    }
+    weights
 }
 
 /// Mean squared distance of the vectors to their average: (1/n) Σ_p ‖x_p − x̄‖².
@@ -608,7 +650,28 @@ pub(super) fn simulate_peers<A: Gossip>(
 
 #[cfg(test)]
 mod tests {
-    use super::consensus_distance;
+    use super::{consensus_distance, mixing_weights};
+
+    #[test]
+    fn an_absent_neighbour_leaves_its_weight_on_the_peer() {
+        // Peer 1 with its own weight 0.2 and neighbours 0 (0.5) and 3 (0.3); 3 is absent.
+        let row = [(0, 0.5), (1, 0.2), (3, 0.3)];
+        assert_eq!(
+            mixing_weights(&row, 1, |j| j != 3),
+            vec![(0, 0.5), (1, 0.2 + 0.3)]
+        );
+        assert_eq!(mixing_weights(&row, 1, |_| true), row.to_vec());
+        // A row without the peer itself (W_ii = 0, as Fastest Mixing Markov Chain weights can
+        // have): it mixes only its neighbours while all are there, takes an absent one's weight,
+        // and keeps its own model when all are absent.
+        let row = [(0, 0.6), (2, 0.4)];
+        assert_eq!(mixing_weights(&row, 1, |_| true), row.to_vec());
+        assert_eq!(
+            mixing_weights(&row, 1, |j| j == 2),
+            vec![(1, 0.6), (2, 0.4)]
+        );
+        assert_eq!(mixing_weights(&row, 1, |_| false), vec![(1, 0.6 + 0.4)]);
+    }
 
     #[test]
     fn consensus_distance_by_hand() {

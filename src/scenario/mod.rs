@@ -320,8 +320,8 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
 }
 
 /// A run has a `topology` exactly when its algorithm is decentralized, and then none of the
-/// server's settings (who trains, when it aggregates) nor the client-server system features
-/// peers do not model yet (availability, unseen clients).
+/// server's settings (who trains, when it aggregates) nor held-out clients, which peers do not
+/// model yet.
 fn validate_decentralized(raw: &RawScenario) -> Result<(), FieldError> {
     let bad = |path: &str, message: String| Err(FieldError::new(path.to_string(), message));
     let name = raw.algorithm.name();
@@ -359,13 +359,6 @@ fn validate_decentralized(raw: &RawScenario) -> Result<(), FieldError> {
         return bad(
             "unseen",
             "held-out clients are not supported in decentralized runs".into(),
-        );
-    }
-    if raw.system.availability != crate::system::AvailabilitySpec::Always {
-        return bad(
-            "system.availability",
-            "peers are always online (availability is not modelled for decentralized runs yet)"
-                .into(),
         );
     }
     Ok(())

@@ -224,6 +224,65 @@ fn dropped_peers_sit_the_round_out() {
     assert_eq!(test_rows(&out.records).len(), 6 * 8 * 2);
 }
 
+/// Availability in synchronous gossip, by hand. Complete graph on 8 peers, uniform weights,
+/// rounds of 600 ms compute + 50 ms latency + 7 queued sends of 135 µs (as in
+/// `synchronous_gossip_takes_the_time_the_links_say`). Peer 1 is never online: it sits out
+/// every round and keeps its initial model. Peer 2 is online during [0, 0.3 s) and from 2 s:
+/// it goes offline 0.3 s into round 1's compute and sits round 1 out, then starts round 2
+/// when it is back at 2 s, and the others wait for its round-2 model.
+#[test]
+fn offline_peers_start_their_round_when_back_and_sit_out_when_gone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("online.csv");
+    let mut rows = String::from("client,start_s,end_s\n0,0,1000000\n2,0,0.3\n2,2,1000000\n");
+    for p in 3..8 {
+        rows += &format!("{p},0,1000000\n");
+    }
+    std::fs::write(&trace, rows).unwrap();
+    let availability = format!(
+        "system.availability={{kind: csv, path: '{}'}}",
+        trace.display()
+    );
+    let overrides = [PEERS[0], PEERS[1], "rounds=4", &availability];
+    let out = simulate_scenario(&scenario(EQUAL, &overrides), 2, |_| {}).unwrap();
+    let rounds = gossip(&out.records);
+    assert_eq!(rounds.len(), 4);
+    let round_us = 600_000 + 50_000 + 7 * 135;
+    for g in &rounds {
+        let (time, dropped, senders) = match g.round {
+            1 => (round_us, 2, 6),
+            k => (2_000_000 + (k as u64 - 1) * round_us, 1, 7),
+        };
+        assert_eq!(g.time.micros(), time, "round {}", g.round);
+        assert_eq!(g.dropped, dropped, "round {}", g.round);
+        assert_eq!(g.bytes, senders * 7 * 84, "round {}", g.round);
+    }
+    // Every peer is still evaluated every round; peer 1's model never moves.
+    let rows = test_rows(&out.records);
+    assert_eq!(rows.len(), 4 * 8 * 2);
+    let peer1: Vec<_> = rows.iter().filter(|r| r.1 == 1 && r.2 == "test").collect();
+    assert!(peer1.iter().all(|r| r.4 == peer1[0].4), "{peer1:?}");
+    let peer0: Vec<_> = rows.iter().filter(|r| r.1 == 0 && r.2 == "test").collect();
+    assert!(peer0[0].4 != peer0[3].4, "{peer0:?}");
+}
+
+/// Fastest Mixing Markov Chain weights can leave a peer no weight on itself. In asynchronous
+/// gossip a peer whose neighbours sent nothing new mixes only its own model (it used to mix
+/// nothing, and the run failed); the run ends with every round recorded.
+#[test]
+fn asynchronous_gossip_with_no_self_weight_keeps_the_peer_model() {
+    let overrides = [
+        "algorithm={name: d_psgd}",
+        "topology={graph: {kind: erdos_renyi, p: 0.4}, mixing: {rule: fmmc, iterations: 30}, \
+         gossip: asynchronous}",
+        "system.compute.samples_per_second={dist: lognormal, median: 100, sigma: 1.0}",
+        "rounds=20",
+    ];
+    let out = simulate_scenario(&scenario(EQUAL, &overrides), 2, |_| {}).unwrap();
+    assert_eq!(gossip(&out.records).len(), 20);
+    assert_eq!(test_rows(&out.records).len(), 20 * 8 * 2);
+}
+
 fn run_to(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
     let opts = RunOptions {
         out_dir: dir.to_path_buf(),
@@ -242,6 +301,7 @@ fn decentralized_runs_are_deterministic_across_threads_and_reruns() {
              time_varying: {kind: resample, every: 2}}",
             "system.compute.samples_per_second={dist: lognormal, median: 100, sigma: 0.5}",
             "system.dropout=0.25",
+            "system.availability={kind: markov, mean_online_s: 3, mean_offline_s: 1}",
         ],
         &[
             "algorithm={name: d_psgd}",
@@ -249,6 +309,7 @@ fn decentralized_runs_are_deterministic_across_threads_and_reruns() {
              disconnected: allow, gossip: asynchronous, mixing: {rule: max_degree}}",
             "system.network.uplink_mbps={dist: uniform, low: 0.01, high: 1}",
             "system.dropout=0.25",
+            "system.availability={kind: markov, mean_online_s: 3, mean_offline_s: 1}",
         ],
     ];
     for overrides in variants {

@@ -339,11 +339,11 @@ fn topology_errors_carry_their_path() {
         e.contains("field `policy`") && e.contains("topology.gossip"),
         "{e}"
     );
-    let e = error(
-        PEERS,
-        &["system.availability={kind: markov, mean_online_s: 60, mean_offline_s: 60}"],
+    let e = error(PEERS, &["unseen={fraction: 0.25}"]);
+    assert!(
+        e.contains("field `unseen`") && e.contains("decentralized"),
+        "{e}"
     );
-    assert!(e.contains("field `system.availability`"), "{e}");
 }
 
 #[test]
