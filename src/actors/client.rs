@@ -101,12 +101,10 @@ impl<A: Algorithm> Client<A> {
             .samples_processed(&self.jobs.training.plan, n_train);
         let compute = self.system.compute_time(self.id, job, samples);
         let online_until = self.system.online_until(self.id, now).unwrap_or(now);
-        let dropout = self
+        let cut_short = self
             .system
-            .dropout_point(self.id, job)
-            .map(|f| SimDuration::from_secs_f64_ceil(compute.as_secs_f64() * f));
-        let offline = (online_until < now + compute).then(|| online_until - now);
-        if let Some(after) = [dropout, offline].into_iter().flatten().min() {
+            .cut_short(self.id, job, now, online_until, compute);
+        if let Some(after) = cut_short {
             self.fail(round, after, after, eff);
             return;
         }

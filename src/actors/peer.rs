@@ -154,11 +154,7 @@ impl<A: Gossip> Peer<A> {
             .algorithm
             .samples_processed(&jobs.training.plan, n_train);
         let compute = system.compute_time(self.id, round as u64, samples);
-        let dropout = system
-            .dropout_point(self.id, round as u64)
-            .map(|f| SimDuration::from_secs_f64_ceil(compute.as_secs_f64() * f));
-        let offline = (online_until < now + compute).then(|| online_until - now);
-        if let Some(after) = [dropout, offline].into_iter().flatten().min() {
+        if let Some(after) = system.cut_short(self.id, round as u64, now, online_until, compute) {
             return self.drop_out(round, after, eff);
         }
         let (jobs, id) = (jobs.clone(), self.id);

@@ -495,6 +495,24 @@ impl SystemModel {
         let mut rng = self.seeds.rng(Entity::Client(client), "dropout", job);
         (rng.gen::<f64>() < self.dropout).then(|| rng.gen::<f64>())
     }
+
+    /// How long after `now` `client`'s job number `job`, of `compute`, stops short: its dropout
+    /// point, or `online_until` if the client goes offline first (`None`: it runs to the end).
+    /// Clients and peers both ask this.
+    pub fn cut_short(
+        &self,
+        client: u32,
+        job: u64,
+        now: SimTime,
+        online_until: SimTime,
+        compute: SimDuration,
+    ) -> Option<SimDuration> {
+        let dropout = self
+            .dropout_point(client, job)
+            .map(|f| SimDuration::from_secs_f64_ceil(compute.as_secs_f64() * f));
+        let offline = (online_until < now + compute).then(|| online_until - now);
+        [dropout, offline].into_iter().flatten().min()
+    }
 }
 
 /// Speeds reassigned so that the larger a client's weight of component `k`, the slower its
