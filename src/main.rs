@@ -420,6 +420,14 @@ fn real_main() -> Result<()> {
                     d.describe()
                 );
             }
+            if let Some(e) = &report.ended_early {
+                eprintln!(
+                    "warning: the run ended early, {}; its results are those of round {} \
+                     (summary.csv says ended_early = true)",
+                    e.describe(),
+                    e.round
+                );
+            }
             if check_determinism {
                 let rerun_dir = opts.out_dir.join(".determinism-check");
                 let rerun = RunOptions {

@@ -3,7 +3,7 @@
 use crate::actors::{simulate, SimOutput};
 use crate::data::DataError;
 use crate::report::{
-    DivergenceRecord, Record, ReportError, RunFiles, RunIdentity, RunMeta, Summary,
+    DivergenceRecord, EarlyEndRecord, Record, ReportError, RunFiles, RunIdentity, RunMeta, Summary,
 };
 use crate::scenario::Scenario;
 use crate::sim::{RecordObserver, SeedTree, SimError};
@@ -36,6 +36,8 @@ pub struct RunReport {
     pub wall_seconds: f64,
     /// Where the run's numbers first stopped being finite (`None`: they never did).
     pub divergence: Option<DivergenceRecord>,
+    /// The run ended before its last round because no client would be online again.
+    pub ended_early: Option<EarlyEndRecord>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -176,6 +178,7 @@ pub fn run_scenario_with_bar(
     let inputs = files.summary_inputs();
     let summaries = Summary::per_model(run, inputs, s.target_accuracy);
     let divergence = inputs.divergence().cloned();
+    let ended_early = inputs.ended_early().cloned();
     let files = files.finish(&summaries)?;
     Ok(RunReport {
         summaries,
@@ -185,5 +188,6 @@ pub fn run_scenario_with_bar(
         sim_seconds,
         wall_seconds,
         divergence,
+        ended_early,
     })
 }

@@ -588,10 +588,13 @@ impl Launch<'_> {
     /// Runs `algorithm` with a server and clients.
     pub fn with_server<A: Algorithm>(self, algorithm: A) -> Result<SimOutput, SimError> {
         if self.spec.topology.is_some() {
-            return Err(SimError::Model(format!(
-                "`{}` needs a server; a topology takes {}",
-                self.spec.algorithm.name(),
-                Registration::names_where(|c| c.decentralized)
+            return Err(SimError::Scenario(crate::FieldError::new(
+                "topology".into(),
+                format!(
+                    "`{}` needs a server; a topology takes {}",
+                    self.spec.algorithm.name(),
+                    Registration::names_where(|c| c.decentralized)
+                ),
             )));
         }
         simulate_with(algorithm, self)
@@ -600,9 +603,12 @@ impl Launch<'_> {
     /// Runs `algorithm` on peers over the scenario's topology.
     pub fn with_peers<A: Gossip>(self, algorithm: A) -> Result<SimOutput, SimError> {
         if self.spec.topology.is_none() {
-            return Err(SimError::Model(format!(
-                "`{}` runs on peers and needs a `topology`",
-                self.spec.algorithm.name()
+            return Err(SimError::Scenario(crate::FieldError::new(
+                "topology".into(),
+                format!(
+                    "`{}` runs on peers and needs a `topology`",
+                    self.spec.algorithm.name()
+                ),
             )));
         }
         peer::simulate_peers(algorithm, self.spec, self.data, self.threads, self.observer)

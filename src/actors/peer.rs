@@ -556,10 +556,12 @@ pub(super) fn simulate_peers<A: Gossip>(
     observer: RecordObserver<Record>,
 ) -> Result<SimOutput, SimError> {
     let spec = spec.clone();
-    let topology_spec = spec
-        .topology
-        .clone()
-        .ok_or_else(|| SimError::Model("a decentralized run needs a topology".into()))?;
+    let topology_spec = spec.topology.clone().ok_or_else(|| {
+        SimError::Scenario(crate::FieldError::new(
+            "topology".into(),
+            "a decentralized run needs a topology".into(),
+        ))
+    })?;
     let system = actix::System::new();
     system.block_on(async move {
         let seeds = SeedTree::new(spec.seed);

@@ -211,7 +211,7 @@ fn settings_of<'a, S: AlgorithmSettings>(
 ) -> Result<&'a S, SimError> {
     let settings = settings
         .downcast_ref::<S>()
-        .ok_or_else(|| SimError::Model("algorithm settings of another type".into()))?;
+        .ok_or_else(|| SimError::Internal("algorithm settings of another type".into()))?;
     settings
         .check_data(population)
         .map_err(|e| SimError::Scenario(e.within("algorithm")))?;

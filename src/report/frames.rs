@@ -527,6 +527,12 @@ pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
                 .collect::<Vec<_>>(),
         ),
         Column::new(
+            "ended_early".into(),
+            rows.iter()
+                .map(|s| s.ended_early.is_some())
+                .collect::<Vec<_>>(),
+        ),
+        Column::new(
             "novelty_auroc".into(),
             rows.iter()
                 .map(|s| s.novelty.map(|n| n.auroc))

@@ -22,8 +22,8 @@ pub use frames::{
 pub use novelty::{novelty_frame, NoveltyFigures};
 pub use plots::{write_chart, write_label_heatmap, Chart, Series};
 pub use records::{
-    DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, GossipRecord,
-    JobOutcome, JobRecord, MixtureRecord, NoveltyRecord, Record, RoundRecord,
+    DeviceRecord, DivergenceRecord, DivergenceStage, EarlyEndRecord, EvalRecord, ExtraRecord,
+    GossipRecord, JobOutcome, JobRecord, MixtureRecord, NoveltyRecord, Record, RoundRecord,
 };
 pub use run_files::{RunFiles, BUFFER_BYTES, ROW_GROUP};
 pub use study::{

@@ -222,6 +222,26 @@ impl DivergenceRecord {
     }
 }
 
+/// A run that ended before its last round because no client was online at `time` or ever
+/// after (an availability trace had ended), having completed `round` rounds. What it had is
+/// kept: its global model is evaluated at `round` and its final models recorded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EarlyEndRecord {
+    pub round: u32,
+    pub time: SimTime,
+}
+
+impl EarlyEndRecord {
+    /// One line for people: when the run ended and why.
+    pub fn describe(&self) -> String {
+        format!(
+            "after round {}: no client is online at {:.3} s (simulated) or will be again",
+            self.round,
+            self.time.as_secs_f64()
+        )
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Record {
     Eval(EvalRecord),
@@ -240,4 +260,6 @@ pub enum Record {
     FinalModels(Vec<Vec<f32>>),
     /// An entity saw non-finite numbers for the first time.
     Diverged(DivergenceRecord),
+    /// The run ended before its last round: no client will be online again.
+    EndedEarly(EarlyEndRecord),
 }

@@ -1,6 +1,6 @@
 //! One row per run: accuracy and fairness of the final evaluation on the clients' test data.
 
-use super::{DivergenceRecord, EvalRecord, NoveltyRecord, Record};
+use super::{DivergenceRecord, EarlyEndRecord, EvalRecord, NoveltyRecord, Record};
 use crate::algorithms::ModelKind;
 use crate::data::Split;
 use std::collections::BTreeMap;
@@ -97,6 +97,8 @@ pub struct Summary {
     pub wall_seconds: f64,
     /// Where the run's numbers first stopped being finite (`None`: they never did).
     pub divergence: Option<DivergenceRecord>,
+    /// The run ended before its last round because no client would be online again.
+    pub ended_early: Option<EarlyEndRecord>,
     /// Novel-sample detection at the last evaluation (data sets with novel rows, algorithms
     /// that score them).
     pub novelty: Option<super::NoveltyFigures>,
@@ -111,6 +113,7 @@ pub struct Summary {
 pub struct SummaryInputs {
     groups: BTreeMap<(bool, ModelKind), GroupInputs>,
     divergence: Option<DivergenceRecord>,
+    ended_early: Option<EarlyEndRecord>,
     gossip: GossipInputs,
     novelty: Vec<NoveltyRecord>,
 }
@@ -172,6 +175,7 @@ impl SummaryInputs {
         match r {
             Record::Eval(e) => self.groups.entry((e.unseen, e.model)).or_default().see(e),
             Record::Diverged(d) if self.divergence.is_none() => self.divergence = Some(d.clone()),
+            Record::EndedEarly(e) => self.ended_early = Some(e.clone()),
             Record::Gossip(g) => {
                 let gossip = &mut self.gossip;
                 gossip.gap_sum += g.spectral_gap;
@@ -192,6 +196,11 @@ impl SummaryInputs {
     /// Where the run's numbers first stopped being finite.
     pub fn divergence(&self) -> Option<&DivergenceRecord> {
         self.divergence.as_ref()
+    }
+
+    /// Why and when the run ended before its last round, if it did.
+    pub fn ended_early(&self) -> Option<&EarlyEndRecord> {
+        self.ended_early.as_ref()
     }
 
     /// A decentralized run's mean spectral gap over rounds and its last round's consensus
@@ -238,6 +247,7 @@ impl Summary {
                 s.model = model.as_str().into();
                 s.unseen = unseen;
                 s.divergence = divergence.clone();
+                s.ended_early = inputs.ended_early.clone();
                 s.novelty = super::NoveltyFigures::of_round(&inputs.novelty, unseen);
                 s.time_to_target_s = target_accuracy.and_then(|t| group.time_to(t));
                 (s.spectral_gap_mean, s.consensus_distance_final) = inputs.gossip_figures();
@@ -285,6 +295,7 @@ impl Summary {
             sim_seconds: run.sim_seconds,
             wall_seconds: run.wall_seconds,
             divergence: None,
+            ended_early: None,
             novelty: None,
         }
     }

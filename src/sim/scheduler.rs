@@ -26,8 +26,9 @@ pub enum SimError {
     Setup(Box<dyn std::error::Error + Send + Sync>),
     #[error("entity {0} was sent a message of another kind of entity")]
     Misrouted(u32),
-    #[error("{0}")]
-    Model(String),
+    /// A rule of the simulation broke: a bug in fedsim, never a user's input.
+    #[error("internal error (a bug in fedsim; please report it): {0}")]
+    Internal(String),
 }
 
 /// The result of work running outside the simulation (on the trainer pool). It is awaited
@@ -472,9 +473,9 @@ mod tests {
         });
         assert!(matches!(out, Err(SimError::JobFailed(m)) if m == "boom"));
         let (out, log) = run(vec![(e(1), e(1), "go"), (e(1), e(2), "later")], |_, _| {
-            Err(SimError::Model("refused".into()))
+            Err(SimError::Internal("refused".into()))
         });
-        assert!(matches!(out, Err(SimError::Model(m)) if m == "refused"));
+        assert!(matches!(out, Err(SimError::Internal(m)) if m == "refused"));
         assert_eq!(log.len(), 1, "nothing is delivered after an error");
     }
 }

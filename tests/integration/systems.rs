@@ -3,7 +3,7 @@
 
 use crate::common::scenario;
 use fedsim::report::{
-    read_parquet, JobOutcome, JobRecord, Record, RoundRecord, REPRODUCIBLE_FILES,
+    read_parquet, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundRecord, REPRODUCIBLE_FILES,
 };
 use fedsim::run::{run_scenario, simulate_scenario, RunOptions};
 use fedsim::sim::{SeedTree, SimDuration, SimTime};
@@ -302,6 +302,135 @@ fn dropouts_and_availability_lose_jobs_and_selection_sees_only_online_clients() 
         rounds(&r).iter().map(|x| x.late as usize).sum::<usize>(),
         late
     );
+}
+
+/// An availability trace that ends: clients 0–2 are online during [0, 10.5 s), clients 3–5
+/// never, and the server samples online clients only. A round takes d = down + 4 s + up
+/// (client 2 is the slowest of the three), so round 3 starts at 2d (about 8.06 s); clients 0
+/// and 1 report before 10.5 s, and client 2 goes offline mid-compute and fails at 10.5 s,
+/// which closes round 3. Round 4 finds no client online then or ever after: the run ends
+/// after round 3 and keeps what it has (the global model evaluated at round 3, its final
+/// models, every file), says so in `summary.csv` and on the command line, and exits 0.
+/// FedBuff ends the same way when its last jobs fail at 10.5 s.
+#[test]
+fn a_run_whose_clients_are_gone_for_good_ends_early_and_keeps_its_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("online.csv");
+    std::fs::write(
+        &trace,
+        "client,start_s,end_s\n0,0,10.5\n1,0,10.5\n2,0,10.5\n",
+    )
+    .unwrap();
+    let text = timed(tmp.path(), "");
+    let availability = format!(
+        "system.availability={{kind: csv, path: '{}'}}",
+        trace.display()
+    );
+    let gone = SimTime(10_500_000);
+    // FedAvg (`timed` trains nothing, and so evaluates nothing).
+    let common = [
+        "algorithm={name: fedavg}",
+        "rounds=10",
+        "eval_every=2",
+        availability.as_str(),
+    ];
+    let ended = |r: &[Record]| -> Vec<EarlyEndRecord> {
+        r.iter()
+            .filter_map(|x| match x {
+                Record::EndedEarly(e) => Some(e.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let evaluated_rounds = |r: &[Record]| -> Vec<u32> {
+        let mut v: Vec<u32> = r
+            .iter()
+            .filter_map(|x| match x {
+                Record::Eval(e) => Some(e.round),
+                _ => None,
+            })
+            .collect();
+        v.dedup();
+        v
+    };
+    let final_models = |r: &[Record]| {
+        r.iter()
+            .filter(|x| matches!(x, Record::FinalModels(_)))
+            .count()
+    };
+
+    let synchronous = [&common[..], &["sampling={count: 3, available_only: true}"]].concat();
+    let r = records(&text, &synchronous, 2);
+    let rs = rounds(&r);
+    assert_eq!(rs.len(), 3);
+    assert_eq!((rs[2].completed, rs[2].failed, rs[2].end), (2, 1, gone));
+    let last: Vec<_> = jobs(&r).into_iter().filter(|j| j.round == 3).collect();
+    let c2 = last.iter().find(|j| j.client == 2).unwrap();
+    assert_eq!((c2.outcome, c2.end), (JobOutcome::Failed, gone));
+    assert_eq!(
+        ended(&r),
+        vec![EarlyEndRecord {
+            round: 3,
+            time: gone
+        }]
+    );
+    assert_eq!(evaluated_rounds(&r), vec![2, 3]);
+    assert_eq!(final_models(&r), 1);
+
+    let fedbuff = [
+        &common[..],
+        &["policy={kind: fedbuff, buffer_size: 2, concurrency: 3}"],
+    ]
+    .concat();
+    let r = records(&text, &fedbuff, 2);
+    let aggregations = rounds(&r).len() as u32;
+    assert!(aggregations >= 4, "{aggregations} aggregations");
+    assert_eq!(
+        ended(&r),
+        vec![EarlyEndRecord {
+            round: aggregations,
+            time: gone
+        }]
+    );
+    assert_eq!(evaluated_rounds(&r).last(), Some(&aggregations));
+    assert_eq!(final_models(&r), 1);
+    let failed: Vec<_> = jobs(&r)
+        .into_iter()
+        .filter(|j| j.outcome == JobOutcome::Failed)
+        .collect();
+    assert!(!failed.is_empty() && failed.iter().all(|j| j.end == gone));
+
+    // The command line: every file is written, the summary says so, the warning says why.
+    let file = tmp.path().join("gone.yaml");
+    std::fs::write(&file, &text).unwrap();
+    let out_dir = tmp.path().join("out");
+    let mut args = vec![
+        "run".to_string(),
+        file.display().to_string(),
+        "--quiet".into(),
+    ];
+    for o in &synchronous {
+        args.extend(["--set".to_string(), o.to_string()]);
+    }
+    args.extend(["--out".into(), out_dir.display().to_string()]);
+    let out = crate::common::bin().args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "warning: the run ended early, after round 3: no client is online at 10.500 s \
+         (simulated) or will be again; its results are those of round 3 (summary.csv says \
+         ended_early = true)"
+    );
+    for f in REPRODUCIBLE_FILES {
+        assert!(out_dir.join(f).exists(), "{f} missing");
+    }
+    let summary = std::fs::read_to_string(out_dir.join("summary.csv")).unwrap();
+    let mut lines = summary.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let at = |name: &str| row[head.iter().position(|h| *h == name).unwrap()];
+    assert_eq!((at("final_round"), at("ended_early")), ("3", "true"));
 }
 
 /// Every reproducible file, for one run.

@@ -69,9 +69,8 @@ impl<A: Algorithm> Fedbuff<A> {
                     eff.to_hub(at - now, ToServer::Wake);
                 }
                 None if core.in_flight.is_empty() => {
-                    return Err(SimError::Model(
-                        "asynchronous rounds: no client is online now or will ever be again".into(),
-                    ))
+                    let completed = core.round;
+                    core.end_early(now, completed, eff);
                 }
                 _ => {}
             }
@@ -131,7 +130,7 @@ impl<A: Algorithm> RoundPolicy<A> for Fedbuff<A> {
             compute,
         } = report;
         let update =
-            update.ok_or_else(|| SimError::Model("asynchronous jobs always upload".into()))?;
+            update.ok_or_else(|| SimError::Internal("asynchronous jobs always upload".into()))?;
         let staleness = core.round + 1 - job.round;
         if core.finished || staleness > self.settings.max_staleness {
             if !core.finished {
@@ -169,19 +168,6 @@ impl<A: Algorithm> RoundPolicy<A> for Fedbuff<A> {
     ) -> Result<(), SimError> {
         core.counts.failed += 1;
         self.fill(core, now, eff)
-    }
-
-    /// FedBuff has no deadlines and never schedules one.
-    fn deadline(
-        &mut self,
-        _: &mut Core<A>,
-        _: SimTime,
-        _: u32,
-        _: &mut FlEffects<A>,
-    ) -> Result<(), SimError> {
-        Err(SimError::Model(
-            "an asynchronous server got a deadline it never scheduled".into(),
-        ))
     }
 
     /// A client may have come online: start jobs if slots are free.

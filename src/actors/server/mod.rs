@@ -27,7 +27,7 @@ use super::{
     ToServer, TrainOrder,
 };
 use crate::algorithms::{Algorithm, Finite, StaleUpdate};
-use crate::report::{DivergenceStage, JobOutcome, JobRecord, Record, RoundRecord};
+use crate::report::{DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundRecord};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
@@ -148,22 +148,31 @@ trait RoundPolicy<A: Algorithm> {
         eff: &mut FlEffects<A>,
     ) -> Result<(), SimError>;
 
-    /// `Deadline { round }`, which only a policy with deadlines schedules.
+    /// `Deadline { round }`, which only a policy with deadlines schedules (and implements).
     fn deadline(
         &mut self,
-        core: &mut Core<A>,
-        now: SimTime,
+        _core: &mut Core<A>,
+        _now: SimTime,
         round: u32,
-        eff: &mut FlEffects<A>,
-    ) -> Result<(), SimError>;
+        _eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        Err(SimError::Internal(format!(
+            "the round policy got a deadline for round {round} that it never scheduled"
+        )))
+    }
 
-    /// `Wake`, which only a policy that waits for clients to come online schedules.
+    /// `Wake`, which only a policy that waits for clients to come online schedules (and
+    /// implements).
     fn wake(
         &mut self,
-        core: &mut Core<A>,
-        now: SimTime,
-        eff: &mut FlEffects<A>,
-    ) -> Result<(), SimError>;
+        _core: &mut Core<A>,
+        _now: SimTime,
+        _eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
+        Err(SimError::Internal(
+            "the round policy got a wake-up it never scheduled".into(),
+        ))
+    }
 }
 
 /// A job's report as the round policy gets it.
@@ -347,11 +356,12 @@ impl<A: Algorithm> Core<A> {
                 })
                 .collect();
             let Some(aggregate_stale) = A::STALE_UPDATES else {
-                return Err(SimError::Model(
+                return Err(SimError::Scenario(crate::FieldError::new(
+                    "policy".into(),
                     "this algorithm cannot take stale updates; use a synchronous policy without \
                      late updates"
                         .into(),
-                ));
+                )));
             };
             aggregate_stale(self.alg(), &self.global, &stale, server_lr)
         };
@@ -377,19 +387,46 @@ impl<A: Algorithm> Core<A> {
             eff,
         );
         if self.cfg.evaluated.is_due(round, self.cfg.rounds) {
-            let evaluate = |c: u32, eff: &mut FlEffects<A>| {
-                let global = self.global.clone();
-                eff.to_member(c, SimDuration::ZERO, ToClient::Evaluate { round, global });
-            };
-            match self.cfg.evaluated.at(round) {
-                None => (0..self.cfg.num_clients).for_each(|c| evaluate(c, eff)),
-                Some(chosen) => chosen.iter().for_each(|&c| evaluate(c, eff)),
-            }
+            self.evaluate(round, eff);
         }
         if round == self.cfg.rounds {
-            self.finished = true;
-            eff.record(Record::FinalModels(self.alg().models(&self.global)));
+            self.finish(eff);
         }
+    }
+
+    /// No client is online at `now` or will be again (an availability trace has ended): the
+    /// run ends after `completed` rounds and keeps what it has, the global model evaluated at
+    /// that round (unless it just was) and its final models.
+    fn end_early(&mut self, now: SimTime, completed: u32, eff: &mut FlEffects<A>) {
+        self.round = completed;
+        eff.record(Record::EndedEarly(EarlyEndRecord {
+            round: completed,
+            time: now,
+        }));
+        // `end_round` evaluated the last completed round if it was due (round 0 never is).
+        let evaluated = completed > 0 && self.cfg.evaluated.is_due(completed, self.cfg.rounds);
+        if !evaluated {
+            self.evaluate(completed, eff);
+        }
+        self.finish(eff);
+    }
+
+    /// Sends the global model of `round` to be evaluated by the clients that evaluate then.
+    fn evaluate(&self, round: u32, eff: &mut FlEffects<A>) {
+        let evaluate = |c: u32, eff: &mut FlEffects<A>| {
+            let global = self.global.clone();
+            eff.to_member(c, SimDuration::ZERO, ToClient::Evaluate { round, global });
+        };
+        match self.cfg.evaluated.at(round) {
+            None => (0..self.cfg.num_clients).for_each(|c| evaluate(c, eff)),
+            Some(chosen) => chosen.iter().for_each(|&c| evaluate(c, eff)),
+        }
+    }
+
+    /// The run's last aggregation is done: start no more jobs and record the final models.
+    fn finish(&mut self, eff: &mut FlEffects<A>) {
+        self.finished = true;
+        eff.record(Record::FinalModels(self.alg().models(&self.global)));
     }
 
     /// The record of `client`'s `job`, ended at `now` as `outcome`.
@@ -438,7 +475,7 @@ impl<A: Algorithm> Core<A> {
 
     fn take_job(&mut self, client: u32) -> Result<InFlight<A::Global>, SimError> {
         self.in_flight.remove(client).ok_or_else(|| {
-            SimError::Model(format!("client {client} reported a job it was never sent"))
+            SimError::Internal(format!("client {client} reported a job it was never sent"))
         })
     }
 }
@@ -614,7 +651,11 @@ mod tests {
     fn a_report_of_a_job_never_sent_is_an_error() {
         let mut s = server("{kind: synchronous}");
         let e = s.on_message(secs(1), update(1, 1, 0.5)).err().unwrap();
-        assert_eq!(e.to_string(), "client 1 reported a job it was never sent");
+        assert_eq!(
+            e.to_string(),
+            "internal error (a bug in fedsim; please report it): client 1 reported a job it was \
+             never sent"
+        );
     }
 
     #[test]

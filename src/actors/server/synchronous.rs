@@ -183,9 +183,8 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
                 return Ok(());
             }
             let Some(at) = core.next_online(now) else {
-                return Err(SimError::Model(format!(
-                    "round {round}: no client is online now or will ever be again"
-                )));
+                core.end_early(now, round - 1, eff);
+                return Ok(());
             };
             eff.to_hub(at - now, ToServer::StartRound { round });
             return Ok(());
@@ -290,13 +289,5 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
             self.close(core, now, Some(JobOutcome::Straggler), eff)?;
         }
         Ok(())
-    }
-
-    /// Synchronous rounds never schedule a wake-up: a round that finds no client online
-    /// schedules its own start instead.
-    fn wake(&mut self, _: &mut Core<A>, _: SimTime, _: &mut FlEffects<A>) -> Result<(), SimError> {
-        Err(SimError::Model(
-            "a synchronous server got a wake-up it never scheduled".into(),
-        ))
     }
 }
