@@ -232,12 +232,15 @@ fn real_main() -> Result<()> {
                 outcome.failed.len(),
                 out.display()
             );
-            for (cell, what) in &outcome.diverged {
-                eprintln!("warning: cell {cell} diverged: {what}");
+            for n in &outcome.diverged {
+                eprintln!("warning: cell {} diverged: {}", n.cell, n.what);
+            }
+            for n in &outcome.ended_early {
+                eprintln!("warning: cell {} ended early, {}", n.cell, n.what);
             }
             if !outcome.failed.is_empty() {
-                for (cell, e) in &outcome.failed {
-                    eprintln!("error: cell {cell}: {e}");
+                for n in &outcome.failed {
+                    eprintln!("error: cell {}: {}", n.cell, n.what);
                 }
                 std::process::exit(EXIT_SWEEP_FAILED);
             }

@@ -34,11 +34,28 @@ pub struct SweepOutcome {
     /// Already finished before this run.
     pub skipped: usize,
     pub ran: usize,
-    /// `(cell label, error)` of the cells that failed.
-    pub failed: Vec<(String, String)>,
-    /// `(cell label, what diverged)` of the cells run now whose numbers stopped being finite
-    /// (they are finished: their results say so).
-    pub diverged: Vec<(String, String)>,
+    /// The cells that failed, with their errors.
+    pub failed: Vec<CellNote>,
+    /// The cells run now whose numbers stopped being finite, with what diverged (they are
+    /// finished: their results say so).
+    pub diverged: Vec<CellNote>,
+    /// The cells run now that ended before their last round because no client would be
+    /// online again, with when (finished too: their results say so).
+    pub ended_early: Vec<CellNote>,
+}
+
+/// A cell (by its label) and what happened to it, in words.
+#[derive(Clone, Debug)]
+pub struct CellNote {
+    pub cell: String,
+    pub what: String,
+}
+
+/// How a finished cell's run went, beyond its results: each `None` if it did not happen.
+#[derive(Clone, Debug, Default)]
+struct CellRemarks {
+    diverged: Option<String>,
+    ended_early: Option<String>,
 }
 
 /// Where a cell's results live.
@@ -96,13 +113,13 @@ fn clear_partials(out: &Path, cell: &Cell) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Runs one cell; `Ok(Some(..))` describes where it diverged.
+/// Runs one cell; the remarks say whether (and where) it diverged or ended early.
 fn run_cell(
     out: &Path,
     cell: &Cell,
     threads: usize,
     bar: ProgressBar,
-) -> Result<Option<String>, RunError> {
+) -> Result<CellRemarks, RunError> {
     clear_partials(out, cell)?;
     let partial = out.join(format!(
         ".partial-cell={}-{}",
@@ -120,7 +137,10 @@ fn run_cell(
         std::fs::remove_dir_all(&done).map_err(io_error(&done))?;
     }
     std::fs::rename(&partial, &done).map_err(io_error(&done))?;
-    Ok(report.divergence.map(|d| d.describe()))
+    Ok(CellRemarks {
+        diverged: report.divergence.map(|d| d.describe()),
+        ended_early: report.ended_early.map(|e| e.describe()),
+    })
 }
 
 /// Runs this shard's unfinished cells of `sweep`.
@@ -157,7 +177,7 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
     let threads = (default_threads() / jobs).max(1);
     let next = AtomicUsize::new(0);
     // Per cell run: its index in `todo`, and what `run_cell` said (the error as text).
-    type CellResult = (usize, Result<Option<String>, String>);
+    type CellResult = (usize, Result<CellRemarks, String>);
     let results: Mutex<Vec<CellResult>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(todo.len()) {
@@ -182,14 +202,17 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
     let mut results = results.into_inner().expect("workers joined");
     results.sort_by_key(|(i, _)| *i);
     for (i, r) in results {
+        let note = |what: String| CellNote {
+            cell: todo[i].label(),
+            what,
+        };
         match r {
-            Ok(diverged) => {
+            Ok(remarks) => {
                 outcome.ran += 1;
-                if let Some(what) = diverged {
-                    outcome.diverged.push((todo[i].label(), what));
-                }
+                outcome.diverged.extend(remarks.diverged.map(note));
+                outcome.ended_early.extend(remarks.ended_early.map(note));
             }
-            Err(e) => outcome.failed.push((todo[i].label(), e)),
+            Err(e) => outcome.failed.push(note(e)),
         }
     }
     Ok(outcome)

@@ -34,6 +34,8 @@ pub struct RunRow {
     pub unseen: bool,
     /// The run's numbers stopped being finite (`diverged` in its summary).
     pub diverged: bool,
+    /// The run ended before its last round, no client being online again (`ended_early`).
+    pub ended_early: bool,
     /// Metric values by [`REPORT_METRICS`] name (NaN when missing).
     pub metrics: BTreeMap<String, f64>,
 }
@@ -47,6 +49,9 @@ pub struct ReportRow {
     pub seeds: usize,
     /// How many of the seeds diverged; their figures are left out of `stats`.
     pub diverged: usize,
+    /// How many of the seeds ended before their last round (their figures are in `stats`,
+    /// from the last round they completed).
+    pub ended_early: usize,
     /// `(mean, sample std)` per metric over the seeds that did not diverge, NaN values left
     /// out (std 0 with one value).
     pub stats: BTreeMap<String, (f64, f64)>,
@@ -108,6 +113,7 @@ fn read_summary(
             model: text("model", i),
             unseen: text("unseen", i) == "true",
             diverged: text("diverged", i) == "true",
+            ended_early: text("ended_early", i) == "true",
             metrics: REPORT_METRICS
                 .iter()
                 .map(|(m, _)| (m.to_string(), text(m, i).parse().unwrap_or(f64::NAN)))
@@ -116,8 +122,24 @@ fn read_summary(
         .collect())
 }
 
-/// A finished run folder with its configuration and seed (`None`: read from its summary).
-type RunDir = (PathBuf, Vec<(String, String)>, Option<String>);
+/// A finished run folder, the configuration it ran with (a sweep cell's axis values, or `run`
+/// and the folder's name) and its seed (`None`: read from its summary).
+struct RunDir {
+    path: PathBuf,
+    config: Vec<(String, String)>,
+    seed: Option<String>,
+}
+
+impl RunDir {
+    /// The rows of its `summary.csv`.
+    fn summary(&self) -> Result<Vec<RunRow>, ReportError> {
+        read_summary(
+            &self.path.join("summary.csv"),
+            &self.config,
+            self.seed.as_deref(),
+        )
+    }
+}
 
 /// The finished run folders under `dir` (a sweep folder's finished cells, or `dir` itself),
 /// and how many sweep cells have no results yet.
@@ -128,10 +150,12 @@ fn run_dirs(dir: &Path) -> Result<(Vec<RunDir>, usize), ReportError> {
             || dir.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        return Ok((
-            vec![(dir.to_path_buf(), vec![("run".into(), name)], None)],
-            0,
-        ));
+        let run = RunDir {
+            path: dir.to_path_buf(),
+            config: vec![("run".into(), name)],
+            seed: None,
+        };
+        return Ok((vec![run], 0));
     }
     let cols = read_csv_text(&cells)?;
     let ids = column(&cols, "cell").unwrap_or(&[]);
@@ -151,7 +175,11 @@ fn run_dirs(dir: &Path) -> Result<(Vec<RunDir>, usize), ReportError> {
             .iter()
             .map(|(n, v)| (n.clone(), v[i].clone().unwrap_or_default()))
             .collect();
-        runs.push((run, config, seeds.get(i).cloned().flatten()));
+        runs.push(RunDir {
+            path: run,
+            config,
+            seed: seeds.get(i).cloned().flatten(),
+        });
     }
     Ok((runs, missing))
 }
@@ -161,12 +189,8 @@ fn run_dirs(dir: &Path) -> Result<(Vec<RunDir>, usize), ReportError> {
 pub fn read_runs(dir: &Path) -> Result<(Vec<RunRow>, usize), ReportError> {
     let (runs, missing) = run_dirs(dir)?;
     let mut rows = Vec::new();
-    for (run, config, seed) in runs {
-        rows.extend(read_summary(
-            &run.join("summary.csv"),
-            &config,
-            seed.as_deref(),
-        )?);
+    for run in runs {
+        rows.extend(run.summary()?);
     }
     Ok((rows, missing))
 }
@@ -188,6 +212,7 @@ pub fn aggregate(rows: &[RunRow]) -> Vec<ReportRow> {
                     unseen: r.unseen,
                     seeds: 0,
                     diverged: 0,
+                    ended_early: 0,
                     stats: BTreeMap::new(),
                 });
                 values.push(BTreeMap::new());
@@ -195,6 +220,7 @@ pub fn aggregate(rows: &[RunRow]) -> Vec<ReportRow> {
             }
         };
         out[i].seeds += 1;
+        out[i].ended_early += r.ended_early as usize;
         if r.diverged {
             out[i].diverged += 1;
             continue;
@@ -259,6 +285,10 @@ pub fn markdown(rows: &[ReportRow]) -> String {
     if any_diverged {
         head.push("diverged".into());
     }
+    let any_ended_early = rows.iter().any(|r| r.ended_early > 0);
+    if any_ended_early {
+        head.push("ended early".into());
+    }
     let metrics: Vec<(&str, &str)> = REPORT_METRICS
         .into_iter()
         .filter(|(m, _)| {
@@ -275,6 +305,9 @@ pub fn markdown(rows: &[ReportRow]) -> String {
         cells.push(r.seeds.to_string());
         if any_diverged {
             cells.push(r.diverged.to_string());
+        }
+        if any_ended_early {
+            cells.push(r.ended_early.to_string());
         }
         for &(m, _) in &metrics {
             if r.diverged == r.seeds {
@@ -327,6 +360,12 @@ pub fn report_frame(rows: &[ReportRow]) -> PolarsResult<DataFrame> {
     columns.push(Column::new(
         "diverged".into(),
         rows.iter().map(|r| r.diverged as u32).collect::<Vec<_>>(),
+    ));
+    columns.push(Column::new(
+        "ended_early".into(),
+        rows.iter()
+            .map(|r| r.ended_early as u32)
+            .collect::<Vec<_>>(),
     ));
     for (m, _) in REPORT_METRICS {
         let get = |r: &ReportRow| r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
@@ -463,13 +502,12 @@ pub fn read_curve(
 /// The learning curves of the runs under `dir`, each of its most client-specific model.
 pub fn read_curves(dir: &Path) -> Result<Vec<RunCurve>, ReportError> {
     let mut out = Vec::new();
-    for (run, config, seed) in run_dirs(dir)?.0 {
-        if !run.join("metrics.parquet").exists() {
+    for run in run_dirs(dir)?.0 {
+        if !run.path.join("metrics.parquet").exists() {
             continue;
         }
-        let rows = read_summary(&run.join("summary.csv"), &config, seed.as_deref())?;
-        if let Some(headline) = rows.iter().rfind(|r| !r.unseen) {
-            out.push(read_curve(&run, &config, &headline.model)?);
+        if let Some(headline) = run.summary()?.iter().rfind(|r| !r.unseen) {
+            out.push(read_curve(&run.path, &run.config, &headline.model)?);
         }
     }
     Ok(out)
@@ -667,6 +705,7 @@ mod tests {
             model: "global".into(),
             unseen: false,
             diverged: false,
+            ended_early: false,
             metrics: [
                 ("test_acc_mean".to_string(), acc),
                 ("test_acc_p10".to_string(), p10),
@@ -728,6 +767,34 @@ mod tests {
         );
         assert!(
             md.contains("| 1e9 | global | training | 2 | 2 | diverged |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn runs_that_ended_early_are_counted_and_averaged() {
+        let ended = RunRow {
+            ended_early: true,
+            ..row("0.1", "2", 0.60, 0.4)
+        };
+        let rows = [
+            row("0.1", "1", 0.70, 0.5),
+            ended,
+            row("0.5", "1", 0.80, 0.6),
+        ];
+        let report = aggregate(&rows);
+        assert_eq!((report[0].seeds, report[0].ended_early), (2, 1));
+        assert_eq!(report[1].ended_early, 0);
+        // Their figures (of the last round they completed) are in the mean.
+        assert!((report[0].stats["test_acc_mean"].0 - 0.65).abs() < 1e-12);
+        let md = markdown(&report);
+        assert!(md.contains("| seeds | ended early |"), "{md}");
+        assert!(
+            md.contains("| 0.1 | global | training | 2 | 1 | 65.00 ± 7.07 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 0.5 | global | training | 1 | 0 | 80.00"),
             "{md}"
         );
     }
