@@ -2,7 +2,9 @@
 //! synthetic generator (d = 10, 10–20 samples per client, rows made on demand, the linear
 //! model), 100 clients per round, at
 //! populations of 10⁴ to 10⁷ clients (`FEDSIM_SCALE_MAX=1e6` stops earlier;
-//! `FEDSIM_SCALE_RESIDENT=1` holds every row instead, for comparison).
+//! `FEDSIM_SCALE_RESIDENT=1` holds every row instead, for comparison;
+//! `FEDSIM_SCALE_AVAILABILITY=1` adds Markov availability (mean 600 s online, 1800 s offline)
+//! and samples among online clients only, which asks every client each round).
 //!
 //! Each figure is one `fedsim run` process, timed from outside, its peak memory read from
 //! the kernel (`wait4`), so every run's memory is its own:
@@ -31,6 +33,11 @@ fn run(dir: &Path, clients: u64, extra: &[String]) -> (f64, f64) {
     cmd.arg("--set").arg(format!("data.clients={clients}"));
     if std::env::var_os("FEDSIM_SCALE_RESIDENT").is_some() {
         cmd.arg("--set").arg("data.on_demand=false");
+    }
+    if std::env::var_os("FEDSIM_SCALE_AVAILABILITY").is_some() {
+        cmd.arg("--set")
+            .arg("system.availability={kind: markov, mean_online_s: 600, mean_offline_s: 1800}");
+        cmd.arg("--set").arg("sampling.available_only=true");
     }
     for e in extra {
         cmd.arg("--set").arg(e);

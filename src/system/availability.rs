@@ -9,7 +9,6 @@ use crate::sim::{Entity, SeedTree, SimDuration, SimTime};
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Distribution, Exp};
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// Online intervals `[start, end)`, sorted and disjoint, optionally repeating every `period`.
@@ -96,12 +95,40 @@ fn to_time(s: f64) -> SimTime {
     SimTime(SimDuration::from_secs_f64_ceil(s).0)
 }
 
-/// A client's on/off Markov chain, drawn as far as it has been asked about.
-pub struct Chain {
-    rng: ChaCha20Rng,
-    online: bool,
+/// A client's on/off Markov chain, drawn as far as it has been asked about: only its last
+/// period, `[from, cursor)`, and where its stream stands are kept (32 bytes however long the
+/// run). The stream is made again from the client's seed at that position when the chain must
+/// go further, and a question about a time before `from` draws the chain again from its start
+/// (the same draws, so the same answer), so the answers are those of a chain kept whole.
+#[derive(Clone, Copy, Debug)]
+struct Chain {
+    /// The stream's position (in 32-bit words) after the draws so far.
+    word_pos: u64,
+    from: SimTime,
     cursor: SimTime,
-    spans: Vec<(SimTime, SimTime)>,
+    /// The state at `cursor`: that of the next period to draw (the last period's is the other).
+    online_at_cursor: bool,
+}
+
+/// Chains by client, in pages of [`CHAIN_PAGE`] clients made when one of their clients is
+/// first asked about: a scan over every client (the server's `available_only` sampling) reads
+/// memory in order, and a run that asks about few clients holds few pages.
+#[derive(Default)]
+pub struct Chains {
+    pages: Vec<Option<Box<[Option<Chain>]>>>,
+}
+
+const CHAIN_PAGE: usize = 1024;
+
+impl Chains {
+    fn slot(&mut self, client: u32) -> &mut Option<Chain> {
+        let (page, i) = (client as usize / CHAIN_PAGE, client as usize % CHAIN_PAGE);
+        if self.pages.len() <= page {
+            self.pages.resize_with(page + 1, || None);
+        }
+        let page = self.pages[page].get_or_insert_with(|| vec![None; CHAIN_PAGE].into());
+        &mut page[i]
+    }
 }
 
 /// Online and offline durations of a Markov availability class.
@@ -133,7 +160,7 @@ pub enum AvailabilityModel {
         /// Each client's class (empty: every client has class 0).
         class_of: Vec<u16>,
         seeds: SeedTree,
-        chains: Mutex<HashMap<u32, Chain>>,
+        chains: Mutex<Chains>,
     },
     /// Client `c` follows trace `c mod len`.
     Traces(Vec<Intervals>),
@@ -157,13 +184,13 @@ impl AvailabilityModel {
             laws,
             class_of,
             seeds: *seeds,
-            chains: Mutex::new(HashMap::new()),
+            chains: Mutex::new(Chains::default()),
         }
     }
 
-    /// `f` of `client`'s Markov chain, drawn past `t` (`None`: the client's class is always
-    /// online).
-    fn with_chain<R>(&self, client: u32, t: SimTime, f: impl FnOnce(&Chain) -> R) -> Option<R> {
+    /// The period of `client`'s Markov chain that holds `t`: whether it is an online one, and
+    /// when it ends (`None`: the client's class is always online).
+    fn chain_period(&self, client: u32, t: SimTime) -> Option<(bool, SimTime)> {
         let AvailabilityModel::Markov {
             laws,
             class_of,
@@ -175,19 +202,18 @@ impl AvailabilityModel {
         };
         let class = class_of.get(client as usize).map_or(0, |&k| k as usize);
         let law = laws[class].as_ref()?;
+        let stream = || seeds.rng(Entity::Client(client), "availability", 0);
         let mut chains = chains.lock().expect("no panics while held");
-        let chain = chains.entry(client).or_insert_with(|| {
-            let mut rng = seeds.rng(Entity::Client(client), "availability", 0);
-            let online = rng.gen::<f64>() < law.p_online;
-            Chain {
-                rng,
-                online,
-                cursor: SimTime::ZERO,
-                spans: Vec::new(),
-            }
-        });
-        chain.extend_past(t, &law.on, &law.off);
-        Some(f(chain))
+        let slot = chains.slot(client);
+        let chain = slot.get_or_insert_with(|| Chain::start(stream(), law));
+        if t >= chain.from {
+            chain.extend_past(t, law, stream);
+            return Some(chain.period());
+        }
+        // Before the period kept: draw the chain again from its start.
+        let mut again = Chain::start(stream(), law);
+        again.extend_past(t, law, stream);
+        Some(again.period())
     }
 
     /// If `client` is online at `t`: when it goes offline ([`SimTime::MAX`]: never).
@@ -195,9 +221,10 @@ impl AvailabilityModel {
         match self {
             AvailabilityModel::Always => Some(SimTime::MAX),
             AvailabilityModel::Traces(ts) => ts[client as usize % ts.len()].online_until(t),
-            AvailabilityModel::Markov { .. } => self
-                .with_chain(client, t, |chain| span_end(&chain.spans, t))
-                .unwrap_or(Some(SimTime::MAX)),
+            AvailabilityModel::Markov { .. } => match self.chain_period(client, t) {
+                None => Some(SimTime::MAX),
+                Some((online, end)) => online.then_some(end),
+            },
         }
     }
 
@@ -206,35 +233,54 @@ impl AvailabilityModel {
         match self {
             AvailabilityModel::Always => Some(t),
             AvailabilityModel::Traces(ts) => ts[client as usize % ts.len()].next_online(t),
-            AvailabilityModel::Markov { .. } => self
-                .with_chain(client, t, |chain| {
-                    if span_end(&chain.spans, t).is_some() {
-                        return Some(t);
-                    }
-                    // Offline at `t`: the next drawn span, or the one starting at the cursor
-                    // (the offline period holding `t` ends there).
-                    let i = chain.spans.partition_point(|s| s.0 <= t);
-                    Some(chain.spans.get(i).map_or(chain.cursor, |s| s.0))
-                })
-                .unwrap_or(Some(t)),
+            AvailabilityModel::Markov { .. } => match self.chain_period(client, t) {
+                None => Some(t),
+                Some((true, _)) => Some(t),
+                // Offline at `t`: online again when the offline period ends.
+                Some((false, end)) => Some(end),
+            },
         }
     }
 }
 
 impl Chain {
-    /// Draws spans until the chain's cursor is past `t` (so the state at `t` is known and, if
-    /// online, so is the end of its span).
-    fn extend_past(&mut self, t: SimTime, on: &Exp<f64>, off: &Exp<f64>) {
-        while self.cursor <= t {
-            let dist = if self.online { on } else { off };
-            let d = SimDuration::from_secs_f64_ceil(dist.sample(&mut self.rng)).max(SimDuration(1));
-            let end = self.cursor + d;
-            if self.online {
-                self.spans.push((self.cursor, end));
-            }
-            self.cursor = end;
-            self.online = !self.online;
+    /// A chain before its first period, its first state drawn from `rng` (the client's
+    /// stream) in the stationary distribution.
+    fn start(mut rng: ChaCha20Rng, law: &OnOff) -> Chain {
+        let online = rng.gen::<f64>() < law.p_online;
+        Chain {
+            word_pos: rng.get_word_pos() as u64,
+            from: SimTime::ZERO,
+            cursor: SimTime::ZERO,
+            online_at_cursor: online,
         }
+    }
+
+    /// Draws periods until the cursor is past `t`, so the last period holds `t` (if `t` is not
+    /// before it), from the client's `stream` made again at the chain's position.
+    fn extend_past(&mut self, t: SimTime, law: &OnOff, stream: impl FnOnce() -> ChaCha20Rng) {
+        if self.cursor > t {
+            return;
+        }
+        let mut rng = stream();
+        rng.set_word_pos(self.word_pos.into());
+        while self.cursor <= t {
+            let dist = if self.online_at_cursor {
+                &law.on
+            } else {
+                &law.off
+            };
+            let d = SimDuration::from_secs_f64_ceil(dist.sample(&mut rng)).max(SimDuration(1));
+            self.from = self.cursor;
+            self.cursor += d;
+            self.online_at_cursor = !self.online_at_cursor;
+        }
+        self.word_pos = rng.get_word_pos() as u64;
+    }
+
+    /// The last period drawn: whether it is an online one, and its end.
+    fn period(&self) -> (bool, SimTime) {
+        (!self.online_at_cursor, self.cursor)
     }
 }
 
@@ -275,13 +321,15 @@ mod tests {
         let seeds = SeedTree::new(9);
         let a = AvailabilityModel::markov(60.0, 240.0, &seeds);
         let b = AvailabilityModel::markov(60.0, 240.0, &seeds);
-        // Ask `a` far ahead first, `b` in order: same answers.
+        // Ask `a` far ahead first, `b` in order: same answers (`a` draws its chain again from
+        // the start for each earlier time, `b` goes on from the period it kept).
         let far = a.online_until(2, s(100_000));
         let mut online = 0;
         for k in 0..100_000u64 {
             let t = s(k);
             let x = b.online_until(2, t);
             assert_eq!(x, a.online_until(2, t));
+            assert_eq!(b.next_online(2, t), a.next_online(2, t));
             if let Some(end) = x {
                 assert!(end > t);
                 online += 1;
