@@ -8,7 +8,7 @@ use fedsim::report::{
 };
 use fedsim::run::{default_out_dir, default_threads, run_scenario, RunOptions};
 use fedsim::scenario::{parse_shard, Scenario, Sweep};
-use fedsim::sim::SeedTree;
+use fedsim::sim::{SeedTree, SimTime};
 use fedsim::sweep::{cell_dir, is_finished, run_sweep, SweepOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -93,7 +93,8 @@ enum Command {
     },
     /// Build a scenario's data set and describe it: rows and per-client sizes of each split,
     /// label shares and, for synthetic data whose truth is known, the Bayes-optimal test
-    /// accuracy (the ceiling of any method on it); trains nothing.
+    /// accuracy (the ceiling of any method on it); the model's size and cost; how many
+    /// clients are online at the start and when a trace ends; trains nothing.
     Describe {
         /// The scenario file (YAML).
         scenario: PathBuf,
@@ -292,6 +293,26 @@ fn real_main() -> Result<()> {
                 arch.flops_per_sample() as f64 / 1e6,
                 arch.summary()
             );
+            let system = fedsim::system::SystemModel::build(
+                &s.run.system,
+                &SeedTree::new(s.run.seed),
+                data.num_clients(),
+                fedsim::system::SampleCost::of(&arch, s.run.training.plan.batch_size),
+                data.truth.as_ref(),
+            )
+            .with_context(|| format!("the system model of {}", scenario.display()))?;
+            let clients = data.num_clients() as u32;
+            if let Some((online, gone)) = system.availability_outlook(clients, SimTime::ZERO) {
+                print!("  availability: {online} of {clients} clients online at the start");
+                match gone {
+                    Some(t) => println!(
+                        "; none is online after {:.3} s (simulated): a run still going then \
+                         trains no one (and ends early if it samples online clients only)",
+                        t.as_secs_f64()
+                    ),
+                    None => println!(),
+                }
+            }
             if let Some(path) = heatmap {
                 let title = format!("{}: label shares of {} clients", s.name, data.num_clients());
                 fedsim::report::write_label_heatmap(

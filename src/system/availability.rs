@@ -48,6 +48,15 @@ impl Intervals {
         Intervals::new(spans, Some(t.finish_time))
     }
 
+    /// The time after which this trace is never online again (`None`: it always comes back,
+    /// as a periodic trace with some online time does).
+    fn ends(&self) -> Option<SimTime> {
+        match self.period {
+            Some(p) if p.0 > 0 && !self.spans.is_empty() => None,
+            _ => Some(self.spans.last().map_or(SimTime::ZERO, |s| s.1)),
+        }
+    }
+
     fn online_until(&self, t: SimTime) -> Option<SimTime> {
         let Some(p) = self.period else {
             return span_end(&self.spans, t);
@@ -228,6 +237,24 @@ impl AvailabilityModel {
         }
     }
 
+    /// The time after which none of the first `clients` clients is ever online again (`None`:
+    /// some always comes back, as with Markov chains or periodic traces).
+    pub fn all_gone_after(&self, clients: u32) -> Option<SimTime> {
+        match self {
+            AvailabilityModel::Always | AvailabilityModel::Markov { .. } => None,
+            AvailabilityModel::Traces(ts) => ts
+                .iter()
+                .take(clients as usize)
+                .map(Intervals::ends)
+                .try_fold(SimTime::ZERO, |latest, end| Some(latest.max(end?))),
+        }
+    }
+
+    /// Whether every client is always online.
+    pub fn is_always(&self) -> bool {
+        matches!(self, AvailabilityModel::Always)
+    }
+
     /// The first time at or after `t` when `client` is online (`None`: never again).
     pub fn next_online(&self, client: u32, t: SimTime) -> Option<SimTime> {
         match self {
@@ -300,6 +327,31 @@ mod tests {
         assert_eq!(iv.online_until(s(30)), None);
         assert_eq!(iv.next_online(s(31)), Some(s(50)));
         assert_eq!(iv.next_online(s(61)), None);
+    }
+
+    #[test]
+    fn a_trace_without_a_period_ends_at_its_last_span() {
+        let traces = |spans: Vec<Intervals>| AvailabilityModel::Traces(spans);
+        let a = Intervals::new(vec![(0.0, 5.0), (8.0, 10.5)], None);
+        let b = Intervals::new(vec![(1.0, 7.0)], None);
+        let never = Intervals::new(vec![], None);
+        let periodic = Intervals::new(vec![(1.0, 2.0)], Some(10.0));
+        let t = |x: f64| SimTime(SimDuration::from_secs_f64_ceil(x).0);
+        let all = traces(vec![a.clone(), b.clone(), never.clone()]);
+        assert_eq!(all.all_gone_after(3), Some(t(10.5)));
+        // Clients follow trace `c mod len`: one client reads only the first trace.
+        assert_eq!(
+            traces(vec![b.clone(), a.clone()]).all_gone_after(1),
+            Some(t(7.0))
+        );
+        assert_eq!(traces(vec![never]).all_gone_after(4), Some(SimTime::ZERO));
+        assert_eq!(traces(vec![a, periodic]).all_gone_after(2), None);
+        let seeds = SeedTree::new(1);
+        assert_eq!(
+            AvailabilityModel::markov(1.0, 1.0, &seeds).all_gone_after(9),
+            None
+        );
+        assert_eq!(AvailabilityModel::Always.all_gone_after(9), None);
     }
 
     #[test]

@@ -486,6 +486,19 @@ impl SystemModel {
         self.availability.next_online(client, t)
     }
 
+    /// Availability at a glance, for `describe` (`None`: every client is always online): how
+    /// many of the `clients` are online at `t`, and the time after which none ever is again
+    /// (`None`: some always come back).
+    pub fn availability_outlook(&self, clients: u32, t: SimTime) -> Option<(u32, Option<SimTime>)> {
+        if self.availability.is_always() {
+            return None;
+        }
+        let online = (0..clients)
+            .filter(|&c| self.online_until(c, t).is_some())
+            .count() as u32;
+        Some((online, self.availability.all_gone_after(clients)))
+    }
+
     /// Whether `client` drops out of its job number `job`, and if so after which fraction of
     /// the job's compute time.
     pub fn dropout_point(&self, client: u32, job: u64) -> Option<f64> {

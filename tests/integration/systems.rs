@@ -311,7 +311,7 @@ fn dropouts_and_availability_lose_jobs_and_selection_sees_only_online_clients() 
 /// which closes round 3. Round 4 finds no client online then or ever after: the run ends
 /// after round 3 and keeps what it has (the global model evaluated at round 3, its final
 /// models, every file), says so in `summary.csv` and on the command line, and exits 0.
-/// FedBuff ends the same way when its last jobs fail at 10.5 s.
+/// FedBuff ends the same way when its last jobs fail at 10.5 s. `describe` says so beforehand.
 #[test]
 fn a_run_whose_clients_are_gone_for_good_ends_early_and_keeps_its_results() {
     let tmp = tempfile::tempdir().unwrap();
@@ -431,6 +431,26 @@ fn a_run_whose_clients_are_gone_for_good_ends_early_and_keeps_its_results() {
     let row: Vec<&str> = lines.next().unwrap().split(',').collect();
     let at = |name: &str| row[head.iter().position(|h| *h == name).unwrap()];
     assert_eq!((at("final_round"), at("ended_early")), ("3", "true"));
+
+    // `describe` foresees it.
+    let described = crate::common::bin()
+        .args([
+            "describe",
+            &file.display().to_string(),
+            "--set",
+            &availability,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        text.contains(
+            "  availability: 3 of 6 clients online at the start; none is online after 10.500 s \
+             (simulated): a run still going then trains no one (and ends early if it samples \
+             online clients only)\n"
+        ),
+        "{text}"
+    );
 }
 
 /// Every reproducible file, for one run.
