@@ -214,14 +214,23 @@ impl AvailabilityModel {
         let stream = || seeds.rng(Entity::Client(client), "availability", 0);
         let mut chains = chains.lock().expect("no panics while held");
         let slot = chains.slot(client);
-        let chain = slot.get_or_insert_with(|| Chain::start(stream(), law));
+        // A chain made now goes on with the stream it was made from (made once, not twice).
+        let (chain, made) = match slot {
+            Some(chain) => (chain, None),
+            None => {
+                let mut rng = stream();
+                let chain = Chain::start(&mut rng, law);
+                (slot.insert(chain), Some(rng))
+            }
+        };
         if t >= chain.from {
-            chain.extend_past(t, law, stream);
+            chain.extend_past(t, law, || made.unwrap_or_else(stream));
             return Some(chain.period());
         }
         // Before the period kept: draw the chain again from its start.
-        let mut again = Chain::start(stream(), law);
-        again.extend_past(t, law, stream);
+        let mut rng = stream();
+        let mut again = Chain::start(&mut rng, law);
+        again.extend_past(t, law, || rng);
         Some(again.period())
     }
 
@@ -273,7 +282,7 @@ impl AvailabilityModel {
 impl Chain {
     /// A chain before its first period, its first state drawn from `rng` (the client's
     /// stream) in the stationary distribution.
-    fn start(mut rng: ChaCha20Rng, law: &OnOff) -> Chain {
+    fn start(rng: &mut ChaCha20Rng, law: &OnOff) -> Chain {
         let online = rng.gen::<f64>() < law.p_online;
         Chain {
             word_pos: rng.get_word_pos() as u64,
