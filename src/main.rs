@@ -3,8 +3,8 @@
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use fedsim::report::{
-    aggregate, differing_files, markdown, read_curves, read_runs, write_plots, write_report,
-    DataDescription, REPRODUCIBLE_FILES,
+    aggregate, differing_files, markdown, read_curves, write_plots, write_report, DataDescription,
+    Runs, REPRODUCIBLE_FILES,
 };
 use fedsim::run::{default_out_dir, default_threads, run_scenario, RunOptions};
 use fedsim::scenario::{parse_shard, Scenario, Sweep};
@@ -247,23 +247,20 @@ fn real_main() -> Result<()> {
             }
         }
         Command::Report { dirs, out } => {
-            let mut rows = Vec::new();
-            for d in &dirs {
-                let (mut r, missing) =
-                    read_runs(d).with_context(|| format!("reading {}", d.display()))?;
-                if missing > 0 {
-                    eprintln!("note: {}: {missing} cells have no results yet", d.display());
-                }
-                rows.append(&mut r);
+            let runs = Runs::find(&dirs)?;
+            for u in &runs.unfinished {
+                eprintln!(
+                    "note: {}: {} cells have no results yet",
+                    u.path.display(),
+                    u.cells
+                );
             }
+            let rows = runs.rows()?;
             anyhow::ensure!(!rows.is_empty(), "no finished runs under {:?}", dirs);
             let report = aggregate(&rows);
             print!("{}", markdown(&report));
             let out = out.unwrap_or_else(|| dirs[0].join("report"));
-            let mut curves = Vec::new();
-            for d in &dirs {
-                curves.extend(read_curves(d).with_context(|| format!("reading {}", d.display()))?);
-            }
+            let curves = read_curves(&runs)?;
             let mut files = write_report(&out, &report)?;
             files.extend(write_plots(&out, &report, &curves)?);
             for f in files {

@@ -34,53 +34,17 @@ pub fn metrics_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
         Column::new("run_id".into(), vec![meta.run_id.as_str(); n]),
         Column::new("algorithm".into(), vec![meta.algorithm.as_str(); n]),
         Column::new("seed".into(), vec![meta.seed; n]),
-        Column::new(
-            "round".into(),
-            evals.iter().map(|e| e.round).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "sim_time_s".into(),
-            evals
-                .iter()
-                .map(|e| e.time.as_secs_f64())
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "client".into(),
-            evals.iter().map(|e| e.client).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "split".into(),
-            evals.iter().map(|e| e.split.as_str()).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "model".into(),
-            evals.iter().map(|e| e.model.as_str()).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "n_samples".into(),
-            evals.iter().map(|e| e.n_samples as u32).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "loss".into(),
-            evals.iter().map(|e| e.loss).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "accuracy".into(),
-            evals.iter().map(|e| e.accuracy).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "sampled".into(),
-            evals.iter().map(|e| e.sampled).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "cluster".into(),
-            evals.iter().map(|e| e.cluster).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "unseen".into(),
-            evals.iter().map(|e| e.unseen).collect::<Vec<_>>(),
-        ),
+        column("round", &evals, |e| e.round),
+        column("sim_time_s", &evals, |e| e.time.as_secs_f64()),
+        column("client", &evals, |e| e.client),
+        column("split", &evals, |e| e.split.as_str()),
+        column("model", &evals, |e| e.model.as_str()),
+        column("n_samples", &evals, |e| e.n_samples as u32),
+        column("loss", &evals, |e| e.loss),
+        column("accuracy", &evals, |e| e.accuracy),
+        column("sampled", &evals, |e| e.sampled),
+        column("cluster", &evals, |e| e.cluster),
+        column("unseen", &evals, |e| e.unseen),
     ])
 }
 
@@ -99,56 +63,17 @@ pub fn rounds_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
     let n = rounds.len();
     DataFrame::new_infer_height(vec![
         Column::new("run_id".into(), vec![meta.run_id.as_str(); n]),
-        Column::new(
-            "round".into(),
-            rounds.iter().map(|r| r.round).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "start_s".into(),
-            rounds
-                .iter()
-                .map(|r| r.start.as_secs_f64())
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "end_s".into(),
-            rounds
-                .iter()
-                .map(|r| r.end.as_secs_f64())
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "selected".into(),
-            rounds.iter().map(|r| r.selected).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "completed".into(),
-            rounds.iter().map(|r| r.completed).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "failed".into(),
-            rounds.iter().map(|r| r.failed).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "stragglers".into(),
-            rounds.iter().map(|r| r.stragglers).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "discarded".into(),
-            rounds.iter().map(|r| r.discarded).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "late".into(),
-            rounds.iter().map(|r| r.late).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "bytes_down".into(),
-            rounds.iter().map(|r| r.bytes_down).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "bytes_up".into(),
-            rounds.iter().map(|r| r.bytes_up).collect::<Vec<_>>(),
-        ),
+        column("round", &rounds, |r| r.round),
+        column("start_s", &rounds, |r| r.start.as_secs_f64()),
+        column("end_s", &rounds, |r| r.end.as_secs_f64()),
+        column("selected", &rounds, |r| r.selected),
+        column("completed", &rounds, |r| r.completed),
+        column("failed", &rounds, |r| r.failed),
+        column("stragglers", &rounds, |r| r.stragglers),
+        column("discarded", &rounds, |r| r.discarded),
+        column("late", &rounds, |r| r.late),
+        column("bytes_down", &rounds, |r| r.bytes_down),
+        column("bytes_up", &rounds, |r| r.bytes_up),
     ])
 }
 
@@ -159,44 +84,14 @@ pub fn gossip_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
     let rounds = GossipRecord::all(records);
     DataFrame::new_infer_height(vec![
         Column::new("run_id".into(), vec![meta.run_id.as_str(); rounds.len()]),
-        Column::new(
-            "round".into(),
-            rounds.iter().map(|g| g.round).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "end_s".into(),
-            rounds
-                .iter()
-                .map(|g| g.time.as_secs_f64())
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "consensus_distance".into(),
-            rounds
-                .iter()
-                .map(|g| g.consensus_distance)
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "spectral_gap".into(),
-            rounds.iter().map(|g| g.spectral_gap).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "connected".into(),
-            rounds.iter().map(|g| g.connected).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "links".into(),
-            rounds.iter().map(|g| g.links).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "bytes".into(),
-            rounds.iter().map(|g| g.bytes).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "dropped".into(),
-            rounds.iter().map(|g| g.dropped).collect::<Vec<_>>(),
-        ),
+        column("round", &rounds, |g| g.round),
+        column("end_s", &rounds, |g| g.time.as_secs_f64()),
+        column("consensus_distance", &rounds, |g| g.consensus_distance),
+        column("spectral_gap", &rounds, |g| g.spectral_gap),
+        column("connected", &rounds, |g| g.connected),
+        column("links", &rounds, |g| g.links),
+        column("bytes", &rounds, |g| g.bytes),
+        column("dropped", &rounds, |g| g.dropped),
     ])
 }
 
@@ -205,15 +100,9 @@ pub fn gossip_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
 pub(super) fn client_columns(meta: &RunMeta, keys: &[(u32, u32, bool)]) -> Vec<Column> {
     vec![
         Column::new("run_id".into(), vec![meta.run_id.as_str(); keys.len()]),
-        Column::new("round".into(), keys.iter().map(|k| k.0).collect::<Vec<_>>()),
-        Column::new(
-            "client".into(),
-            keys.iter().map(|k| k.1).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "unseen".into(),
-            keys.iter().map(|k| k.2).collect::<Vec<_>>(),
-        ),
+        column("round", &keys, |k| k.0),
+        column("client", &keys, |k| k.1),
+        column("unseen", &keys, |k| k.2),
     ]
 }
 
@@ -234,14 +123,8 @@ pub fn mixtures_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFr
         .collect();
     let mut columns = client_columns(meta, &keys);
     columns.extend([
-        Column::new(
-            "component".into(),
-            rows.iter().map(|r| r.1 as u32).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "weight".into(),
-            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
-        ),
+        column("component", &rows, |r| r.1 as u32),
+        column("weight", &rows, |r| r.2),
     ]);
     DataFrame::new_infer_height(columns)
 }
@@ -263,15 +146,9 @@ pub fn extras_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
         .collect();
     let mut columns = client_columns(meta, &keys);
     columns.extend([
-        Column::new(
-            "name".into(),
-            rows.iter().map(|r| r.0.name.as_str()).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "index".into(),
-            rows.iter().map(|r| r.1 as u32).collect::<Vec<_>>(),
-        ),
-        Column::new("value".into(), rows.iter().map(|r| r.2).collect::<Vec<_>>()),
+        column("name", &rows, |r| r.0.name.as_str()),
+        column("index", &rows, |r| r.1 as u32),
+        column("value", &rows, |r| r.2),
     ]);
     DataFrame::new_infer_height(columns)
 }
@@ -286,41 +163,23 @@ pub fn jobs_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame>
             _ => None,
         })
         .collect();
-    let secs = |f: &dyn Fn(&JobRecord) -> f64| jobs.iter().map(|j| f(j)).collect::<Vec<f64>>();
     DataFrame::new_infer_height(vec![
         Column::new("run_id".into(), vec![meta.run_id.as_str(); jobs.len()]),
-        Column::new(
-            "round".into(),
-            jobs.iter().map(|j| j.round).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "client".into(),
-            jobs.iter().map(|j| j.client).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "outcome".into(),
-            jobs.iter().map(|j| j.outcome.as_str()).collect::<Vec<_>>(),
-        ),
-        Column::new("sent_s".into(), secs(&|j| j.sent.as_secs_f64())),
-        Column::new("end_s".into(), secs(&|j| j.end.as_secs_f64())),
-        Column::new("download_s".into(), secs(&|j| j.download.as_secs_f64())),
-        Column::new("compute_s".into(), secs(&|j| j.compute.as_secs_f64())),
-        Column::new(
-            "upload_s".into(),
-            secs(&|j| {
-                if j.outcome == JobOutcome::Failed {
-                    0.0
-                } else {
-                    (j.end - j.sent).as_secs_f64()
-                        - j.download.as_secs_f64()
-                        - j.compute.as_secs_f64()
-                }
-            }),
-        ),
-        Column::new(
-            "staleness".into(),
-            jobs.iter().map(|j| j.staleness).collect::<Vec<_>>(),
-        ),
+        column("round", &jobs, |j| j.round),
+        column("client", &jobs, |j| j.client),
+        column("outcome", &jobs, |j| j.outcome.as_str()),
+        column("sent_s", &jobs, |j| j.sent.as_secs_f64()),
+        column("end_s", &jobs, |j| j.end.as_secs_f64()),
+        column("download_s", &jobs, |j| j.download.as_secs_f64()),
+        column("compute_s", &jobs, |j| j.compute.as_secs_f64()),
+        column("upload_s", &jobs, |j| {
+            if j.outcome == JobOutcome::Failed {
+                0.0
+            } else {
+                (j.end - j.sent).as_secs_f64() - j.download.as_secs_f64() - j.compute.as_secs_f64()
+            }
+        }),
+        column("staleness", &jobs, |j| j.staleness),
     ])
 }
 
@@ -389,51 +248,28 @@ impl ClientRows {
     pub fn frame(&self, meta: &RunMeta) -> PolarsResult<DataFrame> {
         let outcomes = OUTCOMES;
         let rows: Vec<(&u32, &ClientRow)> = self.rows.iter().collect();
-        let device = |f: &dyn Fn(&DeviceRecord) -> f64| {
-            rows.iter()
-                .map(|(_, r)| r.device.as_ref().map(f))
-                .collect::<Vec<Option<f64>>>()
-        };
         let mut columns = vec![
             Column::new("run_id".into(), vec![meta.run_id.as_str(); rows.len()]),
-            Column::new(
-                "client".into(),
-                rows.iter().map(|(c, _)| **c).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "samples_per_second".into(),
-                device(&|d| d.samples_per_second),
-            ),
-            Column::new("downlink_mbps".into(), device(&|d| d.downlink_mbps)),
-            Column::new("uplink_mbps".into(), device(&|d| d.uplink_mbps)),
+            column("client", &rows, |(c, _)| **c),
+            column("samples_per_second", &rows, |(_, r)| {
+                r.device.as_ref().map(|d| d.samples_per_second)
+            }),
+            column("downlink_mbps", &rows, |(_, r)| {
+                r.device.as_ref().map(|d| d.downlink_mbps)
+            }),
+            column("uplink_mbps", &rows, |(_, r)| {
+                r.device.as_ref().map(|d| d.uplink_mbps)
+            }),
         ];
         for (k, o) in outcomes.iter().enumerate() {
-            columns.push(Column::new(
-                format!("jobs_{}", o.as_str()).into(),
-                rows.iter().map(|(_, r)| r.outcomes[k]).collect::<Vec<_>>(),
-            ));
+            let name = format!("jobs_{}", o.as_str());
+            columns.push(column(&name, &rows, |(_, r)| r.outcomes[k]));
         }
         columns.extend([
-            Column::new(
-                "compute_s".into(),
-                rows.iter().map(|(_, r)| r.compute).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "comm_s".into(),
-                rows.iter().map(|(_, r)| r.comm).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "unseen".into(),
-                rows.iter()
-                    .map(|(_, r)| r.last_eval.map(|e| e.3))
-                    .collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "test_accuracy".into(),
-                rows.iter()
-                    .map(|(_, r)| r.last_eval.map(|e| e.2))
-                    .collect::<Vec<_>>(),
-            ),
+            column("compute_s", &rows, |(_, r)| r.compute),
+            column("comm_s", &rows, |(_, r)| r.comm),
+            column("unseen", &rows, |(_, r)| r.last_eval.map(|e| e.3)),
+            column("test_accuracy", &rows, |(_, r)| r.last_eval.map(|e| e.2)),
         ]);
         DataFrame::new_infer_height(columns)
     }
@@ -441,116 +277,54 @@ impl ClientRows {
 
 /// One row per run and evaluated model.
 pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
-    let col = |name: &str, f: &dyn Fn(&Summary) -> f64| {
-        Column::new(name.into(), rows.iter().map(f).collect::<Vec<f64>>())
-    };
     DataFrame::new_infer_height(vec![
-        Column::new(
-            "run_id".into(),
-            rows.iter().map(|s| s.run_id.as_str()).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "name".into(),
-            rows.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "algorithm".into(),
-            rows.iter()
-                .map(|s| s.algorithm.as_str())
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "model".into(),
-            rows.iter().map(|s| s.model.as_str()).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "unseen".into(),
-            rows.iter().map(|s| s.unseen).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "seed".into(),
-            rows.iter().map(|s| s.seed).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "clients".into(),
-            rows.iter().map(|s| s.clients).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "final_round".into(),
-            rows.iter().map(|s| s.final_round).collect::<Vec<_>>(),
-        ),
-        col("test_acc_mean", &|s| s.test.weighted_mean),
-        col("test_acc_bottom_decile", &|s| s.test.bottom_decile),
-        col("test_acc_p10", &|s| s.test.p10),
-        col("test_acc_worst10_mean", &|s| s.test.worst10_mean),
-        col("test_acc_std", &|s| s.test.std),
-        col("test_acc_jain", &|s| s.test.jain),
-        col("test_loss_mean", &|s| s.test_loss_mean),
-        Column::new(
-            "time_to_target_s".into(),
-            rows.iter().map(|s| s.time_to_target_s).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "spectral_gap_mean".into(),
-            rows.iter().map(|s| s.spectral_gap_mean).collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "consensus_distance_final".into(),
-            rows.iter()
-                .map(|s| s.consensus_distance_final)
-                .collect::<Vec<_>>(),
-        ),
-        col("sim_seconds", &|s| s.sim_seconds),
-        col("wall_seconds", &|s| s.wall_seconds),
-        Column::new(
-            "diverged".into(),
-            rows.iter()
-                .map(|s| s.divergence.is_some())
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "diverged_round".into(),
-            rows.iter()
-                .map(|s| s.divergence.as_ref().map(|d| d.round))
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "diverged_stage".into(),
-            rows.iter()
-                .map(|s| s.divergence.as_ref().map(|d| d.stage.as_str()))
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "diverged_client".into(),
-            rows.iter()
-                .map(|s| s.divergence.as_ref().and_then(|d| d.client))
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "ended_early".into(),
-            rows.iter()
-                .map(|s| s.ended_early.is_some())
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "novelty_auroc".into(),
-            rows.iter()
-                .map(|s| s.novelty.map(|n| n.auroc))
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "novelty_ap".into(),
-            rows.iter()
-                .map(|s| s.novelty.map(|n| n.average_precision))
-                .collect::<Vec<_>>(),
-        ),
-        Column::new(
-            "novelty_max_f1".into(),
-            rows.iter()
-                .map(|s| s.novelty.map(|n| n.max_f1))
-                .collect::<Vec<_>>(),
-        ),
+        column("run_id", &rows, |s| s.run_id.as_str()),
+        column("name", &rows, |s| s.name.as_str()),
+        column("algorithm", &rows, |s| s.algorithm.as_str()),
+        column("model", &rows, |s| s.model.as_str()),
+        column("unseen", &rows, |s| s.unseen),
+        column("seed", &rows, |s| s.seed),
+        column("clients", &rows, |s| s.clients),
+        column("final_round", &rows, |s| s.final_round),
+        column("test_acc_mean", &rows, |s| s.test.weighted_mean),
+        column("test_acc_bottom_decile", &rows, |s| s.test.bottom_decile),
+        column("test_acc_p10", &rows, |s| s.test.p10),
+        column("test_acc_worst10_mean", &rows, |s| s.test.worst10_mean),
+        column("test_acc_std", &rows, |s| s.test.std),
+        column("test_acc_jain", &rows, |s| s.test.jain),
+        column("test_loss_mean", &rows, |s| s.test_loss_mean),
+        column("time_to_target_s", &rows, |s| s.time_to_target_s),
+        column("spectral_gap_mean", &rows, |s| s.spectral_gap_mean),
+        column("consensus_distance_final", &rows, |s| {
+            s.consensus_distance_final
+        }),
+        column("sim_seconds", &rows, |s| s.sim_seconds),
+        column("wall_seconds", &rows, |s| s.wall_seconds),
+        column("diverged", &rows, |s| s.divergence.is_some()),
+        column("diverged_round", &rows, |s| {
+            s.divergence.as_ref().map(|d| d.round)
+        }),
+        column("diverged_stage", &rows, |s| {
+            s.divergence.as_ref().map(|d| d.stage.as_str())
+        }),
+        column("diverged_client", &rows, |s| {
+            s.divergence.as_ref().and_then(|d| d.client)
+        }),
+        column("ended_early", &rows, |s| s.ended_early.is_some()),
+        column("novelty_auroc", &rows, |s| s.novelty.map(|n| n.auroc)),
+        column("novelty_ap", &rows, |s| {
+            s.novelty.map(|n| n.average_precision)
+        }),
+        column("novelty_max_f1", &rows, |s| s.novelty.map(|n| n.max_f1)),
     ])
+}
+
+/// A column named `name` with one value per row: `value(row)`.
+pub(super) fn column<'a, R, T>(name: &str, rows: &'a [R], value: impl Fn(&'a R) -> T) -> Column
+where
+    Series: NamedFrom<Vec<T>, [T]>,
+{
+    Column::new(name.into(), rows.iter().map(value).collect::<Vec<T>>())
 }
 
 /// Reads a Parquet file (for tests and analysis).

@@ -10,6 +10,7 @@ mod novelty;
 mod plots;
 mod records;
 mod run_files;
+mod runs;
 mod study;
 mod summary;
 mod tables;
@@ -26,8 +27,9 @@ pub use records::{
     GossipRecord, JobOutcome, JobRecord, MixtureRecord, NoveltyRecord, Record, RoundRecord,
 };
 pub use run_files::{RunFiles, BUFFER_BYTES, ROW_GROUP};
+pub use runs::{Runs, UnfinishedSweep};
 pub use study::{
-    aggregate, markdown, mean_std, read_curve, read_curves, read_runs, report_frame, write_plots,
+    aggregate, markdown, mean_std, read_curve, read_curves, report_frame, write_plots,
     write_report, write_text_table, CurvePoint, ReportRow, RunCurve, RunRow, REPORT_METRICS,
 };
 pub use summary::{percentile, time_to_accuracy, Fairness, RunIdentity, Summary, SummaryInputs};
@@ -71,6 +73,17 @@ pub enum ReportError {
     },
     #[error("writing {}", path.display())]
     Polars { path: PathBuf, source: PolarsError },
+    #[error("reading {}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("reading {}", path.display())]
+    ReadTable { path: PathBuf, source: PolarsError },
+    #[error("{}: not a valid scenario file: {message}", path.display())]
+    Scenario { path: PathBuf, message: String },
+    #[error("{}: no runs to report on: {why}", path.display())]
+    NoRuns { path: PathBuf, why: String },
     #[error("drawing {}: {message}", path.display())]
     Plot { path: PathBuf, message: String },
 }

@@ -6,7 +6,7 @@
 //! scores are one threshold: AUROC counts a tie between a positive and a negative as ½, AP and
 //! F1 move past all tied rows at once (scikit-learn's definitions).
 
-use super::frames::client_columns;
+use super::frames::{client_columns, column};
 use super::{NoveltyRecord, Record, RunMeta};
 use polars::prelude::*;
 
@@ -97,15 +97,9 @@ pub fn novelty_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
         .collect();
     let mut columns = client_columns(meta, &keys);
     columns.extend([
-        Column::new(
-            "sample".into(),
-            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
-        ),
-        Column::new("score".into(), rows.iter().map(|r| r.2).collect::<Vec<_>>()),
-        Column::new(
-            "is_novel".into(),
-            rows.iter().map(|r| r.3).collect::<Vec<_>>(),
-        ),
+        column("sample", &rows, |r| r.1),
+        column("score", &rows, |r| r.2),
+        column("is_novel", &rows, |r| r.3),
     ]);
     DataFrame::new_infer_height(columns)
 }

@@ -4,6 +4,8 @@
 //! A sweep folder holds `cells.csv` (one row per cell: `cell`, `seed`, one column per axis)
 //! and one `cell=<id>/` folder per finished cell; a plain run folder holds `summary.csv`.
 
+use super::frames::column;
+use super::runs::Runs;
 use super::{write_atomic, ReportError};
 use polars::prelude::*;
 use std::collections::BTreeMap;
@@ -61,8 +63,8 @@ pub struct ReportRow {
 type TextColumn = (String, Vec<Option<String>>);
 
 /// Every column of a CSV file as text.
-fn read_csv_text(path: &Path) -> Result<Vec<TextColumn>, ReportError> {
-    let err = |source| ReportError::Polars {
+pub(super) fn read_csv_text(path: &Path) -> Result<Vec<TextColumn>, ReportError> {
+    let err = |source| ReportError::ReadTable {
         path: path.to_path_buf(),
         source,
     };
@@ -86,7 +88,7 @@ fn read_csv_text(path: &Path) -> Result<Vec<TextColumn>, ReportError> {
         .collect()
 }
 
-fn column<'a>(
+pub(super) fn text_column<'a>(
     cols: &'a [(String, Vec<Option<String>>)],
     name: &str,
 ) -> Option<&'a [Option<String>]> {
@@ -94,7 +96,7 @@ fn column<'a>(
 }
 
 /// The summary rows of one run folder, each with `config`.
-fn read_summary(
+pub(super) fn read_summary(
     path: &Path,
     config: &[(String, String)],
     seed: Option<&str>,
@@ -102,7 +104,7 @@ fn read_summary(
     let cols = read_csv_text(path)?;
     let n = cols.first().map_or(0, |c| c.1.len());
     let text = |name: &str, i: usize| {
-        column(&cols, name)
+        text_column(&cols, name)
             .and_then(|c| c[i].clone())
             .unwrap_or_default()
     };
@@ -120,79 +122,6 @@ fn read_summary(
                 .collect(),
         })
         .collect())
-}
-
-/// A finished run folder, the configuration it ran with (a sweep cell's axis values, or `run`
-/// and the folder's name) and its seed (`None`: read from its summary).
-struct RunDir {
-    path: PathBuf,
-    config: Vec<(String, String)>,
-    seed: Option<String>,
-}
-
-impl RunDir {
-    /// The rows of its `summary.csv`.
-    fn summary(&self) -> Result<Vec<RunRow>, ReportError> {
-        read_summary(
-            &self.path.join("summary.csv"),
-            &self.config,
-            self.seed.as_deref(),
-        )
-    }
-}
-
-/// The finished run folders under `dir` (a sweep folder's finished cells, or `dir` itself),
-/// and how many sweep cells have no results yet.
-fn run_dirs(dir: &Path) -> Result<(Vec<RunDir>, usize), ReportError> {
-    let cells = dir.join("cells.csv");
-    if !cells.exists() {
-        let name = dir.file_name().map_or_else(
-            || dir.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
-        let run = RunDir {
-            path: dir.to_path_buf(),
-            config: vec![("run".into(), name)],
-            seed: None,
-        };
-        return Ok((vec![run], 0));
-    }
-    let cols = read_csv_text(&cells)?;
-    let ids = column(&cols, "cell").unwrap_or(&[]);
-    let seeds = column(&cols, "seed").unwrap_or(&[]);
-    let axes: Vec<&(String, Vec<Option<String>>)> = cols
-        .iter()
-        .filter(|(n, _)| n != "cell" && n != "seed")
-        .collect();
-    let (mut runs, mut missing) = (Vec::new(), 0);
-    for (i, id) in ids.iter().enumerate() {
-        let run = dir.join(format!("cell={}", id.as_deref().unwrap_or_default()));
-        if !run.join("summary.csv").exists() {
-            missing += 1;
-            continue;
-        }
-        let config = axes
-            .iter()
-            .map(|(n, v)| (n.clone(), v[i].clone().unwrap_or_default()))
-            .collect();
-        runs.push(RunDir {
-            path: run,
-            config,
-            seed: seeds.get(i).cloned().flatten(),
-        });
-    }
-    Ok((runs, missing))
-}
-
-/// The summary rows of the runs under `dir` (see [`run_dirs`]), and how many sweep cells have
-/// no results yet.
-pub fn read_runs(dir: &Path) -> Result<(Vec<RunRow>, usize), ReportError> {
-    let (runs, missing) = run_dirs(dir)?;
-    let mut rows = Vec::new();
-    for run in runs {
-        rows.extend(run.summary()?);
-    }
-    Ok((rows, missing))
 }
 
 /// Groups rows by (configuration, model, client group), in order of first appearance.
@@ -338,45 +267,17 @@ pub fn report_frame(rows: &[ReportRow]) -> PolarsResult<DataFrame> {
     let axes = axis_names(rows);
     let mut columns: Vec<Column> = axes
         .iter()
-        .map(|a| {
-            Column::new(
-                a.as_str().into(),
-                rows.iter().map(|r| config_value(r, a)).collect::<Vec<_>>(),
-            )
-        })
+        .map(|a| column(a, rows, |r| config_value(r, a)))
         .collect();
-    columns.push(Column::new(
-        "model".into(),
-        rows.iter().map(|r| r.model.clone()).collect::<Vec<_>>(),
-    ));
-    columns.push(Column::new(
-        "unseen".into(),
-        rows.iter().map(|r| r.unseen).collect::<Vec<_>>(),
-    ));
-    columns.push(Column::new(
-        "seeds".into(),
-        rows.iter().map(|r| r.seeds as u32).collect::<Vec<_>>(),
-    ));
-    columns.push(Column::new(
-        "diverged".into(),
-        rows.iter().map(|r| r.diverged as u32).collect::<Vec<_>>(),
-    ));
-    columns.push(Column::new(
-        "ended_early".into(),
-        rows.iter()
-            .map(|r| r.ended_early as u32)
-            .collect::<Vec<_>>(),
-    ));
+    columns.push(column("model", rows, |r| r.model.clone()));
+    columns.push(column("unseen", rows, |r| r.unseen));
+    columns.push(column("seeds", rows, |r| r.seeds as u32));
+    columns.push(column("diverged", rows, |r| r.diverged as u32));
+    columns.push(column("ended_early", rows, |r| r.ended_early as u32));
     for (m, _) in REPORT_METRICS {
         let get = |r: &ReportRow| r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
-        columns.push(Column::new(
-            format!("{m}_mean").into(),
-            rows.iter().map(|r| get(r).0).collect::<Vec<_>>(),
-        ));
-        columns.push(Column::new(
-            format!("{m}_std").into(),
-            rows.iter().map(|r| get(r).1).collect::<Vec<_>>(),
-        ));
+        columns.push(column(&format!("{m}_mean"), rows, |r| get(r).0));
+        columns.push(column(&format!("{m}_std"), rows, |r| get(r).1));
     }
     DataFrame::new_infer_height(columns)
 }
@@ -444,7 +345,7 @@ pub fn read_curve(
     model: &str,
 ) -> Result<RunCurve, ReportError> {
     let path = dir.join("metrics.parquet");
-    let err = |source| ReportError::Polars {
+    let err = |source| ReportError::ReadTable {
         path: path.clone(),
         source,
     };
@@ -499,10 +400,10 @@ pub fn read_curve(
     })
 }
 
-/// The learning curves of the runs under `dir`, each of its most client-specific model.
-pub fn read_curves(dir: &Path) -> Result<Vec<RunCurve>, ReportError> {
+/// The learning curves of `runs`, each of its most client-specific model.
+pub fn read_curves(runs: &Runs) -> Result<Vec<RunCurve>, ReportError> {
     let mut out = Vec::new();
-    for run in run_dirs(dir)?.0 {
+    for run in &runs.dirs {
         if !run.path.join("metrics.parquet").exists() {
             continue;
         }

@@ -2,7 +2,7 @@
 //! crash, shards that partition the sweep, and reports on hand-made result folders.
 
 use crate::common::{bin, SMALL};
-use fedsim::report::{aggregate, read_runs};
+use fedsim::report::{aggregate, Runs, UnfinishedSweep};
 use fedsim::scenario::{parse_shard, Sweep};
 use fedsim::sweep::{cell_dir, is_finished, run_sweep, SweepOptions};
 use std::path::Path;
@@ -237,8 +237,9 @@ fn a_killed_sweep_resumes_and_shards_give_the_same_files() {
         }
     }
     // The report sees every cell, grouped over the two seeds.
-    let (rows, missing) = read_runs(&whole).unwrap();
-    assert_eq!(missing, 0);
+    let runs = Runs::find(std::slice::from_ref(&whole)).unwrap();
+    assert!(runs.unfinished.is_empty());
+    let rows = runs.rows().unwrap();
     let report = aggregate(&rows);
     assert_eq!(report.len(), 2);
     assert!(report.iter().all(|r| r.seeds == 2));
@@ -265,8 +266,16 @@ fn report_numbers_on_hand_made_results() {
         .unwrap();
     }
     // `ddd` has no results yet.
-    let (rows, missing) = read_runs(dir).unwrap();
-    assert_eq!((rows.len(), missing), (3, 1));
+    let runs = Runs::find(&[dir.to_path_buf()]).unwrap();
+    let rows = runs.rows().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(
+        runs.unfinished,
+        [UnfinishedSweep {
+            path: dir.to_path_buf(),
+            cells: 1
+        }]
+    );
     assert_eq!(rows[1].seed, "2", "the seed comes from cells.csv");
     let report = aggregate(&rows);
     assert_eq!(report.len(), 2);
@@ -304,6 +313,78 @@ fn report_numbers_on_hand_made_results() {
     ] {
         assert!(dir.join("report").join(f).exists(), "{f} missing");
     }
+}
+
+#[test]
+fn a_report_over_a_folder_of_runs_groups_the_seeds_of_each_scenario() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("small.yaml");
+    std::fs::write(&file, crate::common::SMALL).unwrap();
+    let results = tmp.path().join("results");
+    // Two seeds at one learning rate, one at another, in nested folders as a recipe makes.
+    for (dir, seed, lr) in [
+        ("lr1/seed-1", "1", "0.1"),
+        ("lr1/seed-2", "2", "0.1"),
+        ("lr05/seed-1", "1", "0.05"),
+    ] {
+        let out = bin()
+            .args(["run", file.to_str().unwrap(), "--quiet", "--seed", seed])
+            .args(["--set", &format!("training.lr={lr}"), "--out"])
+            .arg(results.join(dir))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let runs = Runs::find(std::slice::from_ref(&results)).unwrap();
+    let rows = runs.rows().unwrap();
+    let lr = |r: &fedsim::report::RunRow| r.config.clone();
+    assert_eq!(
+        rows.iter().map(lr).collect::<Vec<_>>(),
+        [
+            vec![("training.lr".to_string(), "0.05".to_string())],
+            vec![("training.lr".to_string(), "0.1".to_string())],
+            vec![("training.lr".to_string(), "0.1".to_string())],
+        ],
+        "the learning rate is what differs; the seed is not a configuration"
+    );
+    let report = aggregate(&rows);
+    assert_eq!(report.iter().map(|r| r.seeds).collect::<Vec<_>>(), [1, 2]);
+    let mean = (rows[1].metrics["test_acc_mean"] + rows[2].metrics["test_acc_mean"]) / 2.0;
+    assert!((report[1].stats["test_acc_mean"].0 - mean).abs() < 1e-12);
+    assert_ne!(rows[1].seed, rows[2].seed);
+    // Through the command line.
+    let out = bin().arg("report").arg(&results).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("| training.lr | model | clients | seeds |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| 0.1 | global | training | 2 |"),
+        "{stdout}"
+    );
+    // A folder with no runs below it is named in the error.
+    std::fs::create_dir_all(tmp.path().join("empty")).unwrap();
+    let out = bin()
+        .arg("report")
+        .arg(tmp.path().join("empty"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("empty: no runs to report on: it is not a sweep folder"),
+        "{stderr}"
+    );
 }
 
 #[test]
