@@ -10,6 +10,7 @@
 
 use super::study::{read_csv_text, read_summary, text_column, RunRow};
 use super::ReportError;
+use crate::scenario::compact;
 use std::path::{Path, PathBuf};
 
 /// How deep below a given folder run and sweep folders are looked for.
@@ -252,8 +253,9 @@ fn plain_configs(paths: &[PathBuf]) -> Result<Vec<Vec<(String, String)>>, Report
         .collect())
 }
 
-/// A resolved scenario's fields as (dotted path, value) in file order, lists and the fields
-/// in [`NOT_CONFIG`] as whole values; `None` where the file does not exist.
+/// A resolved scenario's leaf fields as (dotted path, value) in file order, a list as one value
+/// written as `scenario::compact` writes it, the fields in [`NOT_CONFIG`] left out; `None`
+/// where the file does not exist.
 fn scenario_fields(path: &Path) -> Result<Option<Vec<(String, String)>>, ReportError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -280,7 +282,7 @@ fn flatten(prefix: &str, v: &serde_yaml::Value, out: &mut Vec<(String, String)>)
     match v {
         serde_yaml::Value::Mapping(m) => {
             for (k, v) in m {
-                let key = inline(k);
+                let key = compact(k);
                 let path = if prefix.is_empty() {
                     key
                 } else {
@@ -289,27 +291,7 @@ fn flatten(prefix: &str, v: &serde_yaml::Value, out: &mut Vec<(String, String)>)
                 flatten(&path, v, out);
             }
         }
-        _ => out.push((prefix.to_string(), inline(v))),
-    }
-}
-
-/// A YAML value on one line, as a `--set` would give it.
-fn inline(v: &serde_yaml::Value) -> String {
-    use serde_yaml::Value;
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => s.clone(),
-        Value::Sequence(s) => format!("[{}]", s.iter().map(inline).collect::<Vec<_>>().join(", ")),
-        Value::Mapping(m) => format!(
-            "{{{}}}",
-            m.iter()
-                .map(|(k, v)| format!("{}: {}", inline(k), inline(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Value::Tagged(t) => format!("!{} {}", t.tag, inline(&t.value)),
+        _ => out.push((prefix.to_string(), compact(v))),
     }
 }
 
