@@ -19,4 +19,5 @@ run scenarios/paper/dfedem_synthetic.yaml d_fedem
 run scenarios/paper/fedem_synthetic_fedem.yaml fedem
 run scenarios/paper/fedem_synthetic_fedavg.yaml fedavg
 mkdir -p results/dfedem_synthetic
-python3 analysis/summary_table.py "$out/d_fedem" "$out/fedem" "$out/fedavg" | tee results/dfedem_synthetic/table.md
+target/release/fedsim report "$out/d_fedem" "$out/fedem" "$out/fedavg" --out results/dfedem_synthetic \
+  | grep '^|' | tee results/dfedem_synthetic/table.md

@@ -36,4 +36,5 @@ for method in $methods; do
       "${extra[@]}" "$@" --out "$dir" --quiet >/dev/null
   done
 done
-python3 analysis/summary_table.py $(for m in $methods; do echo "$out/$m"; done) | tee "$out/table.md"
+target/release/fedsim report $(for m in $methods; do echo "$out/$m"; done) --out "$out/report" \
+  | grep '^|' | tee "$out/table.md"

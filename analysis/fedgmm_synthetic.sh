@@ -28,7 +28,7 @@ for setting in ${SETTINGS:-gaussian beta laplace beta_partial laplace_partial}; 
       run "$setting" "$method" "$seed" ${extra[@]+"${extra[@]}"}
     done
   done
-  python3 analysis/summary_table.py "$out/$setting" | tee "$out/$setting/table.md"
+  target/release/fedsim report "$out/$setting" | grep '^|' | tee "$out/$setting/table.md"
   # The ceilings, per seed (each seed draws its own data): the Bayes-optimal classifier (true
   # components, labelling functions and π) and novel-sample detection by the true densities.
   for seed in ${SEEDS:-1 2 3}; do

@@ -31,6 +31,6 @@ for model in ${MODELS:-mlr dnn}; do
     done
   done
   echo "## $model"
-  python3 analysis/summary_table.py "$out/$model/fedavg" "$out/$model/per_fedavg" \
-    "$out/$model/pfedme" | tee "$out/table_$model.md"
+  target/release/fedsim report "$out/$model/fedavg" "$out/$model/per_fedavg" \
+    "$out/$model/pfedme" --out "$out/$model/report" | grep '^|' | tee "$out/table_$model.md"
 done

@@ -17,4 +17,4 @@ for method in fedavg pfedme; do
       --out "$dir" --quiet >/dev/null
   done
 done
-python3 analysis/summary_table.py "$out/fedavg" "$out/pfedme" | tee "$out/table.md"
+target/release/fedsim report "$out/fedavg" "$out/pfedme" --out "$out/report" | grep '^|' | tee "$out/table.md"

@@ -21,7 +21,7 @@ for method in local fedavg fedprox fedavg_plus clustered pfedme apfl per_fedavg 
       >/dev/null
   done
 done
-python3 analysis/summary_table.py "$out" | tee "$out/table.md"
+target/release/fedsim report "$out" | grep '^|' | tee "$out/table.md"
 # The ceiling: the Bayes-optimal classifier on the same data (true components and mixture weights).
 target/release/fedsim describe scenarios/paper/fedem_synthetic_fedem.yaml \
   --set "split={kind: fractions, train: 0.6, val: 0.2, test: 0.2}" \

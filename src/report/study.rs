@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The summary columns a report aggregates, with their display names.
-pub const REPORT_METRICS: [(&str, &str); 11] = [
+pub const REPORT_METRICS: [(&str, &str); 14] = [
     ("test_acc_mean", "accuracy"),
     ("test_acc_bottom_decile", "bottom decile"),
     ("test_acc_p10", "p10"),
@@ -24,6 +24,9 @@ pub const REPORT_METRICS: [(&str, &str); 11] = [
     ("spectral_gap_mean", "spectral gap"),
     ("consensus_distance_final", "consensus distance"),
     ("sim_seconds", "simulated s"),
+    ("novelty_auroc", "novelty AUROC"),
+    ("novelty_ap", "novelty AP"),
+    ("novelty_max_f1", "novelty max-F1"),
 ];
 
 /// One summary row of one run.
@@ -203,7 +206,7 @@ fn config_value(r: &ReportRow, axis: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The report as a Markdown table (accuracies in %, mean ± std over seeds).
+/// The report as a Markdown table (accuracies and novelty scores in %, mean ± std over seeds).
 /// Metrics with no value in any row (time to target without a target, gossip figures of
 /// client-server runs) are left out.
 pub fn markdown(rows: &[ReportRow]) -> String {
@@ -244,7 +247,8 @@ pub fn markdown(rows: &[ReportRow]) -> String {
                 continue;
             }
             let (mean, std) = r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
-            let percent = m.starts_with("test_acc") && m != "test_acc_jain";
+            let percent =
+                (m.starts_with("test_acc") && m != "test_acc_jain") || m.starts_with("novelty");
             let k = if percent { 100.0 } else { 1.0 };
             cells.push(if mean.is_nan() {
                 "–".into()
@@ -641,6 +645,14 @@ mod tests {
             md.contains("| 0.1 | global | training | 3 | 72.00 ± 2.00 |"),
             "{md}"
         );
+        // Novelty scores have a column only where some run has them, in %.
+        assert!(!md.contains("novelty"), "{md}");
+        let mut scored = rows.clone();
+        scored[0].metrics.insert("novelty_auroc".into(), 0.9);
+        scored[2].metrics.insert("novelty_auroc".into(), 0.92);
+        let md = markdown(&aggregate(&scored));
+        assert!(md.contains("| novelty AUROC |"), "{md}");
+        assert!(md.contains("| 91.00 ± 1.41 |"), "{md}");
     }
 
     #[test]
