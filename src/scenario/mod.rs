@@ -141,6 +141,14 @@ impl Scenario {
                 ),
             });
         }
+        if tree.get("base").is_some() && tree.get("rounds").is_none() {
+            return Err(invalid(
+                "base".into(),
+                "this file is a sweep (it varies the scenario named in `base`), not a \
+                 scenario: run it with `fedsim sweep FILE`"
+                    .into(),
+            ));
+        }
         for arg in overrides {
             apply_override(&mut tree, arg)?;
         }

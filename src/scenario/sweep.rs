@@ -145,6 +145,16 @@ impl Sweep {
             file: file.to_path_buf(),
             message,
         };
+        let is_scenario = serde_yaml::from_str::<Value>(text)
+            .is_ok_and(|v| v.get("base").is_none() && v.get("rounds").is_some());
+        if is_scenario {
+            return Err(invalid(
+                "this file is a scenario, not a sweep: run it with `fedsim run FILE`, or \
+                 sweep it from a file that names it in `base` and varies it with `grid`, `zip` \
+                 or `seeds` (see scenarios/studies/)"
+                    .into(),
+            ));
+        }
         let raw: RawSweep = serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(
             text,
         ))

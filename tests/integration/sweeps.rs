@@ -126,6 +126,21 @@ fn bad_sweeps_name_the_problem() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("none.yaml"), "{e}");
+    // A scenario given as a sweep, and a sweep given as a scenario, say which command to use.
+    let e = fedsim::error_chain(&Sweep::load(&tmp.path().join("small.yaml")).unwrap_err());
+    assert!(
+        e.contains("small.yaml: this file is a scenario, not a sweep: run it with `fedsim run"),
+        "{e}"
+    );
+    let sweep_file = tmp.path().join("bad_sweep.yaml");
+    let e = fedsim::scenario::Scenario::load(&sweep_file, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("bad_sweep.yaml:1: field `base`: this file is a sweep")
+            && e.contains("`fedsim sweep FILE`"),
+        "{e}"
+    );
 }
 
 #[test]
