@@ -450,6 +450,7 @@ impl DatasetSpec {
         match self {
             // Rows made on demand are not held.
             DatasetSpec::FedemSynthetic(s) if s.on_demand => Some((0.0, s.dim)),
+            DatasetSpec::SyntheticAb(s) if s.on_demand => Some((0.0, s.dim)),
             DatasetSpec::FedemSynthetic(s) => {
                 Some((s.clients as f64 * s.min_samples as f64, s.dim))
             }

@@ -51,6 +51,10 @@ pub struct SyntheticAbSpec {
     /// extra rows right after each client's own, which their generator never does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numpy_seed: Option<u32>,
+    /// Make each client's rows when a job needs them instead of holding them all (the same
+    /// rows, so the same results): for populations too large to hold. Only the sizes are kept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_demand: bool,
 }
 
 fn d_clients() -> usize {
@@ -122,6 +126,14 @@ impl SyntheticAbSpec {
         if self.min_samples == 0 {
             return err("min_samples", "must be at least 1".into());
         }
+        if self.on_demand && self.numpy_seed.is_some() {
+            return err(
+                "on_demand",
+                "cannot be combined with numpy_seed (the authors' generator draws every client \
+                 from one stream, in order)"
+                    .into(),
+            );
+        }
         if self.numpy_seed.is_some() && self.max_samples.is_some() {
             return err(
                 "max_samples",
@@ -162,32 +174,63 @@ impl SyntheticAbSpec {
         if let Some(seed) = self.numpy_seed {
             return self.generate_numpy(split, seed);
         }
-        let (d, c) = (self.dim, self.classes);
         let sizes = self.sample_sizes(seeds);
-        let sd: Vec<f32> = (1..=d)
-            .map(|j| (j as f64).powf(-1.2).sqrt() as f32)
-            .collect();
+        if self.on_demand {
+            let rows = OnDemandAb {
+                spec: self.clone(),
+                split: split.clone(),
+                seeds: *seeds,
+                sizes,
+            };
+            return FederatedData {
+                layout: super::Layout::Flat,
+                dim: self.dim,
+                classes: self.classes,
+                features: Vec::new(),
+                labels: Vec::new(),
+                clients: Vec::new(),
+                truth: None,
+                novel: Vec::new(),
+                on_demand: Some(std::sync::Arc::new(rows)),
+                lead: 0,
+            };
+        }
         self.assemble(&sizes, split, |k, rows, features, labels| {
-            let mut rng = seeds.rng(Entity::Data, "synthetic_ab/client", k as u64);
-            let u = self.alpha * rng.sample::<f64, _>(StandardNormal);
-            let big_b = self.beta * rng.sample::<f64, _>(StandardNormal);
-            let around_u = Normal::new(u, 1.0).expect("finite");
-            let w: Vec<f64> = (0..d * c).map(|_| around_u.sample(&mut rng)).collect();
-            let b: Vec<f64> = (0..c).map(|_| around_u.sample(&mut rng)).collect();
-            let v: Vec<f64> = (0..d)
-                .map(|_| big_b + rng.sample::<f64, _>(StandardNormal))
-                .collect();
-            for _ in 0..rows {
-                let row = features.len();
-                features.extend(
-                    (0..d).map(|j| {
-                        (v[j] + sd[j] as f64 * rng.sample::<f64, _>(StandardNormal)) as f32
-                    }),
-                );
-                let x: Vec<f64> = features[row..].iter().map(|&v| v as f64).collect();
-                labels.push(argmax_affine(&x, &w, &b, c) as i64);
-            }
+            self.client_rows(seeds, k, rows, features, labels)
         })
+    }
+
+    /// Client k's `rows` rows from its own stream: its model and feature mean, then the rows.
+    fn client_rows(
+        &self,
+        seeds: &SeedTree,
+        k: usize,
+        rows: usize,
+        features: &mut Vec<f32>,
+        labels: &mut Vec<i64>,
+    ) {
+        let (d, c) = (self.dim, self.classes);
+        let mut rng = seeds.rng(Entity::Data, "synthetic_ab/client", k as u64);
+        let u = self.alpha * rng.sample::<f64, _>(StandardNormal);
+        let big_b = self.beta * rng.sample::<f64, _>(StandardNormal);
+        let around_u = Normal::new(u, 1.0).expect("finite");
+        let w: Vec<f64> = (0..d * c).map(|_| around_u.sample(&mut rng)).collect();
+        let b: Vec<f64> = (0..c).map(|_| around_u.sample(&mut rng)).collect();
+        let v: Vec<f64> = (0..d)
+            .map(|_| big_b + rng.sample::<f64, _>(StandardNormal))
+            .collect();
+        // √Σ_jj, Σ = diag(j^{−1.2}), rounded to f32 as it always was.
+        let sd: Vec<f64> = (1..=d)
+            .map(|j| (j as f64).powf(-1.2).sqrt() as f32 as f64)
+            .collect();
+        for _ in 0..rows {
+            let row = features.len();
+            features.extend(
+                (0..d).map(|j| (v[j] + sd[j] * rng.sample::<f64, _>(StandardNormal)) as f32),
+            );
+            let x: Vec<f64> = features[row..].iter().map(|&v| v as f64).collect();
+            labels.push(argmax_affine(&x, &w, &b, c) as i64);
+        }
     }
 
     /// Every client's rows, in client order: `draw(k, rows, features, labels)` appends client
@@ -270,6 +313,33 @@ impl SyntheticAbSpec {
     }
 }
 
+/// Synthetic(α, β) made per client (`on_demand: true`): exactly the rows the resident generator
+/// holds, from the same per-client streams.
+#[derive(Debug)]
+struct OnDemandAb {
+    spec: SyntheticAbSpec,
+    split: SplitSpec,
+    seeds: SeedTree,
+    /// n_k, each client's own samples.
+    sizes: Vec<usize>,
+}
+
+impl super::OnDemandRows for OnDemandAb {
+    fn num_clients(&self) -> usize {
+        self.sizes.len()
+    }
+
+    fn split_sizes(&self, client: usize) -> super::SplitSizes {
+        self.split.sizes(self.sizes[client])
+    }
+
+    fn make_rows(&self, client: usize, features: &mut Vec<f32>, labels: &mut Vec<i64>) {
+        let rows = self.sizes[client] + self.split.extra_samples();
+        self.spec
+            .client_rows(&self.seeds, client, rows, features, labels);
+    }
+}
+
 /// argmax over classes of b_c + Σ_j x_j W_jc (W row-major d × C; first maximum wins, as numpy's).
 fn argmax_affine(x: &[f64], w: &[f64], b: &[f64], c: usize) -> usize {
     (0..c)
@@ -319,6 +389,63 @@ mod tests {
         assert_eq!(spec.generate(&split, &seeds).features, data.features);
         let again = spec.generate(&split, &SeedTree::new(4));
         assert_ne!(again.labels, data.labels);
+    }
+
+    #[test]
+    fn rows_made_on_demand_are_the_resident_rows() {
+        use crate::data::Split;
+        let small = SyntheticAbSpec {
+            clients: 6,
+            min_samples: 4,
+            dim: 7,
+            classes: 3,
+            ..Default::default()
+        };
+        let seeds = SeedTree::new(5);
+        for split in [
+            SplitSpec::default(),
+            SplitSpec::ExtraTest {
+                test_samples: 3,
+                val: 0.25,
+            },
+        ] {
+            let resident = small.generate(&split, &seeds);
+            let lazy = SyntheticAbSpec {
+                on_demand: true,
+                ..small.clone()
+            }
+            .generate(&split, &seeds);
+            assert!(lazy.features.is_empty() && lazy.labels.is_empty());
+            assert_eq!(lazy.num_clients(), 6);
+            // Clients in any order, one of them twice.
+            let asked = [4u32, 0, 5, 0];
+            let rows = lazy.rows_for(&asked);
+            for (k, &c) in asked.iter().enumerate() {
+                for part in Split::ALL {
+                    let (a, b) = (
+                        resident.view(c as usize, part),
+                        rows.data().view(rows.index(k), part),
+                    );
+                    assert_eq!(lazy.split_len(c as usize, part), a.len());
+                    assert_eq!(
+                        (a.features, a.labels),
+                        (b.features, b.labels),
+                        "{c} {part:?}"
+                    );
+                }
+            }
+        }
+        let both = SyntheticAbSpec {
+            on_demand: true,
+            numpy_seed: Some(0),
+            ..small
+        };
+        assert_eq!(both.validate().unwrap_err().path, "on_demand");
+        // Nothing is held, so a million clients fit.
+        let many: crate::data::DatasetSpec =
+            serde_yaml::from_str("{kind: synthetic_ab, clients: 1000000, on_demand: true}")
+                .unwrap();
+        assert_eq!(many.least_rows(), Some((0.0, 60)));
     }
 
     #[test]

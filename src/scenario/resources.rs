@@ -75,7 +75,12 @@ pub fn check_fits(data: &DatasetSpec, available: Option<f64>) -> Result<(), Fiel
     } else {
         "no rows held: they are made on demand".into()
     };
-    let hint = if matches!(data, DatasetSpec::FedemSynthetic(s) if !s.on_demand) {
+    let can_make_on_demand = match data {
+        DatasetSpec::FedemSynthetic(s) => !s.on_demand,
+        DatasetSpec::SyntheticAb(s) => !s.on_demand,
+        _ => false,
+    };
+    let hint = if can_make_on_demand {
         ", or `data.on_demand: true` to make each client's rows only when a job needs them"
     } else {
         ""
