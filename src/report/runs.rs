@@ -2,9 +2,10 @@
 //!
 //! A folder given is a sweep folder (`cells.csv`: its finished `cell=<id>/` folders, labelled
 //! by the sweep's axes), a run folder (`summary.csv`), or a folder of such folders, searched in
-//! path order. Plain run folders are labelled by the fields of their resolved scenarios
-//! (`scenario.yaml`) that differ among them, the seed left out, so runs of one scenario with
-//! other seeds group as one configuration; where every field agrees, by the scenario's `name`.
+//! path order. Plain run folders are labelled by the fewest fields of their resolved scenarios
+//! (`scenario.yaml`) that tell apart the runs whose scenarios differ, the seed left out, so runs
+//! of one scenario with other seeds group as one configuration; where every field agrees, by
+//! the scenario's `name`.
 //! This module must not read anything but a folder's `cells.csv`, `summary.csv` and
 //! `scenario.yaml`; the tables and curves are `study`'s.
 
