@@ -100,9 +100,9 @@ pub fn gossip_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
 pub(super) fn client_columns(meta: &RunMeta, keys: &[(u32, u32, bool)]) -> Vec<Column> {
     vec![
         Column::new("run_id".into(), vec![meta.run_id.as_str(); keys.len()]),
-        column("round", &keys, |k| k.0),
-        column("client", &keys, |k| k.1),
-        column("unseen", &keys, |k| k.2),
+        column("round", keys, |k| k.0),
+        column("client", keys, |k| k.1),
+        column("unseen", keys, |k| k.2),
     ]
 }
 
@@ -278,44 +278,44 @@ impl ClientRows {
 /// One row per run and evaluated model.
 pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
     DataFrame::new_infer_height(vec![
-        column("run_id", &rows, |s| s.run_id.as_str()),
-        column("name", &rows, |s| s.name.as_str()),
-        column("algorithm", &rows, |s| s.algorithm.as_str()),
-        column("model", &rows, |s| s.model.as_str()),
-        column("unseen", &rows, |s| s.unseen),
-        column("seed", &rows, |s| s.seed),
-        column("clients", &rows, |s| s.clients),
-        column("final_round", &rows, |s| s.final_round),
-        column("test_acc_mean", &rows, |s| s.test.weighted_mean),
-        column("test_acc_bottom_decile", &rows, |s| s.test.bottom_decile),
-        column("test_acc_p10", &rows, |s| s.test.p10),
-        column("test_acc_worst10_mean", &rows, |s| s.test.worst10_mean),
-        column("test_acc_std", &rows, |s| s.test.std),
-        column("test_acc_jain", &rows, |s| s.test.jain),
-        column("test_loss_mean", &rows, |s| s.test_loss_mean),
-        column("time_to_target_s", &rows, |s| s.time_to_target_s),
-        column("spectral_gap_mean", &rows, |s| s.spectral_gap_mean),
-        column("consensus_distance_final", &rows, |s| {
+        column("run_id", rows, |s| s.run_id.as_str()),
+        column("name", rows, |s| s.name.as_str()),
+        column("algorithm", rows, |s| s.algorithm.as_str()),
+        column("model", rows, |s| s.model.as_str()),
+        column("unseen", rows, |s| s.unseen),
+        column("seed", rows, |s| s.seed),
+        column("clients", rows, |s| s.clients),
+        column("final_round", rows, |s| s.final_round),
+        column("test_acc_mean", rows, |s| s.test.weighted_mean),
+        column("test_acc_bottom_decile", rows, |s| s.test.bottom_decile),
+        column("test_acc_p10", rows, |s| s.test.p10),
+        column("test_acc_worst10_mean", rows, |s| s.test.worst10_mean),
+        column("test_acc_std", rows, |s| s.test.std),
+        column("test_acc_jain", rows, |s| s.test.jain),
+        column("test_loss_mean", rows, |s| s.test_loss_mean),
+        column("time_to_target_s", rows, |s| s.time_to_target_s),
+        column("spectral_gap_mean", rows, |s| s.spectral_gap_mean),
+        column("consensus_distance_final", rows, |s| {
             s.consensus_distance_final
         }),
-        column("sim_seconds", &rows, |s| s.sim_seconds),
-        column("wall_seconds", &rows, |s| s.wall_seconds),
-        column("diverged", &rows, |s| s.divergence.is_some()),
-        column("diverged_round", &rows, |s| {
+        column("sim_seconds", rows, |s| s.sim_seconds),
+        column("wall_seconds", rows, |s| s.wall_seconds),
+        column("diverged", rows, |s| s.divergence.is_some()),
+        column("diverged_round", rows, |s| {
             s.divergence.as_ref().map(|d| d.round)
         }),
-        column("diverged_stage", &rows, |s| {
+        column("diverged_stage", rows, |s| {
             s.divergence.as_ref().map(|d| d.stage.as_str())
         }),
-        column("diverged_client", &rows, |s| {
+        column("diverged_client", rows, |s| {
             s.divergence.as_ref().and_then(|d| d.client)
         }),
-        column("ended_early", &rows, |s| s.ended_early.is_some()),
-        column("novelty_auroc", &rows, |s| s.novelty.map(|n| n.auroc)),
-        column("novelty_ap", &rows, |s| {
+        column("ended_early", rows, |s| s.ended_early.is_some()),
+        column("novelty_auroc", rows, |s| s.novelty.map(|n| n.auroc)),
+        column("novelty_ap", rows, |s| {
             s.novelty.map(|n| n.average_precision)
         }),
-        column("novelty_max_f1", &rows, |s| s.novelty.map(|n| n.max_f1)),
+        column("novelty_max_f1", rows, |s| s.novelty.map(|n| n.max_f1)),
     ])
 }
 
