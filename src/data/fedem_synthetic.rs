@@ -645,7 +645,6 @@ impl super::OnDemandRows for OnDemandMixture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::Split;
 
     fn small() -> FedemSyntheticSpec {
         FedemSyntheticSpec {
@@ -671,26 +670,8 @@ mod tests {
                 ..small()
             }
             .generate(&split, &seeds);
-            assert!(lazy.features.is_empty() && lazy.labels.is_empty());
-            assert_eq!(lazy.num_clients(), 20);
             // Clients in any order, one of them twice.
-            let asked = [13u32, 2, 19, 2];
-            let rows = lazy.rows_for(&asked);
-            assert_eq!(rows.data().all_rows().features.as_ptr() as usize % 64, 0);
-            for (k, &c) in asked.iter().enumerate() {
-                for part in Split::ALL {
-                    let (a, b) = (
-                        resident.view(c as usize, part),
-                        rows.data().view(rows.index(k), part),
-                    );
-                    assert_eq!(lazy.split_len(c as usize, part), a.len());
-                    assert_eq!(
-                        (a.features, a.labels),
-                        (b.features, b.labels),
-                        "{c} {part:?}"
-                    );
-                }
-            }
+            lazy.assert_makes_the_rows_of(&resident, &[13, 2, 19, 2]);
         }
         let both = FedemSyntheticSpec {
             on_demand: true,

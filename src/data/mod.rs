@@ -267,6 +267,30 @@ impl FederatedData {
         }
     }
 
+    /// Test helper: `self`, whose rows are made on demand, gives `resident`'s rows for clients
+    /// asked in any order (one of them twice), on a 64-byte boundary.
+    #[cfg(test)]
+    pub(crate) fn assert_makes_the_rows_of(&self, resident: &FederatedData, asked: &[u32]) {
+        assert!(self.features.is_empty() && self.labels.is_empty());
+        assert_eq!(self.num_clients(), resident.num_clients());
+        let rows = self.rows_for(asked);
+        assert_eq!(rows.data().all_rows().features.as_ptr() as usize % 64, 0);
+        for (k, &c) in asked.iter().enumerate() {
+            for part in Split::ALL {
+                let (a, b) = (
+                    resident.view(c as usize, part),
+                    rows.data().view(rows.index(k), part),
+                );
+                assert_eq!(self.split_len(c as usize, part), a.len());
+                assert_eq!(
+                    (a.features, a.labels),
+                    (b.features, b.labels),
+                    "{c} {part:?}"
+                );
+            }
+        }
+    }
+
     /// The rows of `clients`, resident or made now (in that order, each once per mention).
     pub fn rows_for(&self, clients: &[u32]) -> ClientRows<'_> {
         let Some(source) = &self.on_demand else {

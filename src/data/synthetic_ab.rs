@@ -393,7 +393,6 @@ mod tests {
 
     #[test]
     fn rows_made_on_demand_are_the_resident_rows() {
-        use crate::data::Split;
         let small = SyntheticAbSpec {
             clients: 6,
             min_samples: 4,
@@ -415,25 +414,8 @@ mod tests {
                 ..small.clone()
             }
             .generate(&split, &seeds);
-            assert!(lazy.features.is_empty() && lazy.labels.is_empty());
-            assert_eq!(lazy.num_clients(), 6);
             // Clients in any order, one of them twice.
-            let asked = [4u32, 0, 5, 0];
-            let rows = lazy.rows_for(&asked);
-            for (k, &c) in asked.iter().enumerate() {
-                for part in Split::ALL {
-                    let (a, b) = (
-                        resident.view(c as usize, part),
-                        rows.data().view(rows.index(k), part),
-                    );
-                    assert_eq!(lazy.split_len(c as usize, part), a.len());
-                    assert_eq!(
-                        (a.features, a.labels),
-                        (b.features, b.labels),
-                        "{c} {part:?}"
-                    );
-                }
-            }
+            lazy.assert_makes_the_rows_of(&resident, &[4, 0, 5, 0]);
         }
         let both = SyntheticAbSpec {
             on_demand: true,
