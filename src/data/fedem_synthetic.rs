@@ -369,18 +369,7 @@ impl FedemSyntheticSpec {
             components,
             sizes: sizes.into_iter().map(|n| n as u32).collect(),
         };
-        FederatedData {
-            layout: super::Layout::Flat,
-            dim: self.dim,
-            classes: 2,
-            features: Vec::new(),
-            labels: Vec::new(),
-            clients: Vec::new(),
-            truth: None,
-            novel: Vec::new(),
-            on_demand: Some(std::sync::Arc::new(rows)),
-            lead: 0,
-        }
+        FederatedData::made_on_demand(super::Layout::Flat, self.dim, 2, rows)
     }
 
     fn label(&self, logit: f64, rng: &mut ChaCha20Rng) -> i64 {

@@ -267,6 +267,27 @@ impl FederatedData {
         }
     }
 
+    /// A data set that holds no rows: `rows` makes each client's when a job asks.
+    pub fn made_on_demand(
+        layout: Layout,
+        dim: usize,
+        classes: usize,
+        rows: impl OnDemandRows + 'static,
+    ) -> FederatedData {
+        FederatedData {
+            layout,
+            dim,
+            classes,
+            features: Vec::new(),
+            labels: Vec::new(),
+            clients: Vec::new(),
+            truth: None,
+            novel: Vec::new(),
+            on_demand: Some(Arc::new(rows)),
+            lead: 0,
+        }
+    }
+
     /// Test helper: `self`, whose rows are made on demand, gives `resident`'s rows for clients
     /// asked in any order (one of them twice), on a 64-byte boundary.
     #[cfg(test)]

@@ -182,18 +182,12 @@ impl SyntheticAbSpec {
                 seeds: *seeds,
                 sizes,
             };
-            return FederatedData {
-                layout: super::Layout::Flat,
-                dim: self.dim,
-                classes: self.classes,
-                features: Vec::new(),
-                labels: Vec::new(),
-                clients: Vec::new(),
-                truth: None,
-                novel: Vec::new(),
-                on_demand: Some(std::sync::Arc::new(rows)),
-                lead: 0,
-            };
+            return FederatedData::made_on_demand(
+                super::Layout::Flat,
+                self.dim,
+                self.classes,
+                rows,
+            );
         }
         self.assemble(&sizes, split, |k, rows, features, labels| {
             self.client_rows(seeds, k, rows, features, labels)

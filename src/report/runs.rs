@@ -12,6 +12,7 @@
 use super::study::{read_csv_text, read_summary, text_column, RunRow};
 use super::ReportError;
 use crate::scenario::compact;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// How deep below a given folder run and sweep folders are looked for.
@@ -198,40 +199,43 @@ fn plain_configs(paths: &[PathBuf]) -> Result<Vec<Vec<(String, String)>>, Report
             }
         }
     }
-    let value = |fields: &[(String, String)], key: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k == key)
-            .map_or_else(|| "–".to_string(), |(_, v)| v.clone())
-    };
-    let known: Vec<&Vec<(String, String)>> = scenarios.iter().flatten().collect();
+    let maps: Vec<Option<BTreeMap<&str, &str>>> = scenarios
+        .iter()
+        .map(|f| {
+            f.as_ref()
+                .map(|f| f.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
+        })
+        .collect();
+    let known: Vec<&BTreeMap<&str, &str>> = maps.iter().flatten().collect();
     let differing: Vec<&str> = keys
         .into_iter()
-        .filter(|k| known.iter().any(|f| value(f, k) != value(known[0], k)))
+        .filter(|k| known.iter().any(|m| value(m, k) != value(known[0], k)))
         .collect();
-    // The fewest fields, `name` and the algorithm's first, that tell the configurations apart.
-    let label_of = |f: &[(String, String)], label: &[&str]| -> Vec<String> {
-        label.iter().map(|k| value(f, k)).collect()
-    };
+    // The fewest fields, `name` and the algorithm's first, that tell the configurations apart:
+    // a field joins the label where it splits runs the label so far puts together.
     let groups = |label: &[&str]| {
-        let mut seen: Vec<Vec<String>> = known.iter().map(|f| label_of(f, label)).collect();
+        let mut seen: Vec<Vec<&str>> = known
+            .iter()
+            .map(|m| label.iter().map(|k| value(m, k)).collect())
+            .collect();
         seen.sort();
         seen.dedup();
         seen.len()
     };
     let wanted = groups(&differing);
     let mut label: Vec<&str> = Vec::new();
-    let order = ["name", "algorithm.name"]
+    let candidates = ["name", "algorithm.name"]
         .into_iter()
         .chain(differing.iter().copied())
         .filter(|k| differing.contains(k));
-    for k in order {
-        if groups(&label) == wanted {
+    for k in candidates {
+        let now = groups(&label);
+        if now == wanted {
             break;
         }
         let mut with = label.clone();
         with.push(k);
-        if !label.contains(&k) && groups(&with) > groups(&label) {
+        if !label.contains(&k) && groups(&with) > now {
             label = with;
         }
     }
@@ -240,9 +244,12 @@ fn plain_configs(paths: &[PathBuf]) -> Result<Vec<Vec<(String, String)>>, Report
     }
     Ok(paths
         .iter()
-        .zip(&scenarios)
+        .zip(&maps)
         .map(|(path, fields)| match fields {
-            Some(f) => label.iter().map(|k| (k.to_string(), value(f, k))).collect(),
+            Some(m) => label
+                .iter()
+                .map(|k| (k.to_string(), value(m, k).to_string()))
+                .collect(),
             None => {
                 let name = path.file_name().map_or_else(
                     || path.display().to_string(),
@@ -252,6 +259,11 @@ fn plain_configs(paths: &[PathBuf]) -> Result<Vec<Vec<(String, String)>>, Report
             }
         })
         .collect())
+}
+
+/// `key`'s value in a scenario's fields, `–` where it has none.
+fn value<'a>(fields: &BTreeMap<&'a str, &'a str>, key: &str) -> &'a str {
+    fields.get(key).copied().unwrap_or("–")
 }
 
 /// A resolved scenario's leaf fields as (dotted path, value) in file order, a list as one value

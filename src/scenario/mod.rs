@@ -141,7 +141,8 @@ impl Scenario {
                 ),
             });
         }
-        if tree.get("base").is_some() && tree.get("rounds").is_none() {
+        // No scenario field is called `base`; every sweep has one.
+        if tree.get("base").is_some() {
             return Err(invalid(
                 "base".into(),
                 "this file is a sweep (it varies the scenario named in `base`), not a \

@@ -1,12 +1,16 @@
-//! Large populations: data made on demand (`fedem_synthetic` with `on_demand: true`) and
-//! clients woken only while they have work give the results of the resident run (up to float
-//! rounding), the same bytes with any number of threads, and clear errors where they cannot.
+//! Large populations: data made on demand (`fedem_synthetic` and `synthetic_ab` with
+//! `on_demand: true`) and clients woken only while they have work give the results of the
+//! resident run (up to float rounding), the same bytes with any number of threads, and clear
+//! errors where they cannot.
 
 use crate::common::{scenario, SMALL};
 use fedsim::report::Record;
 use fedsim::run::simulate_scenario;
 
 const ON_DEMAND: &str = "data.on_demand=true";
+/// Synthetic(α, β) small enough for a test, in place of SMALL's FedEM data.
+const SYNTHETIC_AB: &str =
+    "data={kind: synthetic_ab, clients: 12, dim: 20, min_samples: 4, size_factor: 2, max_samples: 40}";
 
 fn records(overrides: &[&str], threads: usize) -> Vec<Record> {
     simulate_scenario(&scenario(SMALL, overrides), threads, |_| {})
@@ -40,6 +44,8 @@ fn rows_made_on_demand_give_the_resident_results_up_to_rounding() {
         vec!["algorithm={name: fedem, components: 3}"],
         vec!["training.cohorts=off"],
         vec!["algorithm={name: pfedme}", "rounds=2"],
+        vec![SYNTHETIC_AB],
+        vec![SYNTHETIC_AB, "algorithm={name: fedem, components: 2}"],
     ] {
         let resident = records(&settings, 2);
         let with: Vec<&str> = settings.iter().copied().chain([ON_DEMAND]).collect();
@@ -70,18 +76,23 @@ fn rows_made_on_demand_give_the_resident_results_up_to_rounding() {
 
 #[test]
 fn rows_made_on_demand_are_deterministic_across_threads() {
+    for data in [None, Some(SYNTHETIC_AB)] {
+        on_demand_files_are_identical_with_1_and_3_threads(data);
+    }
+}
+
+fn on_demand_files_are_identical_with_1_and_3_threads(data: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
     for threads in [1, 3] {
         let out = tmp.path().join(format!("t{threads}"));
-        let s = scenario(
-            SMALL,
-            &[
-                ON_DEMAND,
-                "evaluation={clients: 10, sample: fresh}",
-                "algorithm={name: fedem}",
-            ],
-        );
+        let mut settings = vec![
+            ON_DEMAND,
+            "evaluation={clients: 10, sample: fresh}",
+            "algorithm={name: fedem}",
+        ];
+        settings.extend(data);
+        let s = scenario(SMALL, &settings);
         let opts = fedsim::run::RunOptions {
             out_dir: out.clone(),
             threads,
@@ -100,7 +111,7 @@ fn rows_made_on_demand_are_deterministic_across_threads() {
     }
     assert!(
         files[0] == files[1],
-        "1 and 3 threads wrote different files"
+        "{data:?}: 1 and 3 threads wrote different files"
     );
 }
 

@@ -68,28 +68,19 @@ pub(super) fn load(spec: &ParquetSpec, split: &SplitSpec) -> Result<FederatedDat
         }
     }
     let (features, labels) = rows.finish().map_err(|e| content(e.to_string()))?;
-    Ok(FederatedData {
-        layout: match (spec.shape, spec.vocabulary) {
-            (Some(shape), _) => Layout::Image(shape),
-            (None, Some(vocab)) => Layout::Tokens { vocab },
-            (None, None) => Layout::Flat,
-        },
+    let layout = match (spec.shape, spec.vocabulary) {
+        (Some(shape), _) => Layout::Image(shape),
+        (None, Some(vocab)) => Layout::Tokens { vocab },
+        (None, None) => Layout::Flat,
+    };
+    let rows = ParquetRows {
+        path: spec.path.clone(),
         dim,
-        classes,
-        features: Vec::new(),
-        labels: Vec::new(),
-        clients: Vec::new(),
-        truth: None,
-        novel: Vec::new(),
-        on_demand: Some(std::sync::Arc::new(ParquetRows {
-            path: spec.path.clone(),
-            dim,
-            features,
-            labels,
-            index,
-        })),
-        lead: 0,
-    })
+        features,
+        labels,
+        index,
+    };
+    Ok(FederatedData::made_on_demand(layout, dim, classes, rows))
 }
 
 /// Where a client's rows are in the temporary files.
