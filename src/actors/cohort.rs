@@ -43,14 +43,11 @@ use tokio::sync::oneshot;
 
 /// A cohort is cut into at most this many shards: enough to keep a machine's cores busy.
 const SHARDS: usize = 8;
-/// Shards of local SGD runs ([`Algorithm::SGD_UPDATE`]) hold at least this many jobs where the
-/// cohort has them (a smaller cohort is one shard): fewer jobs per stacked computation would
-/// pay its fixed cost for little.
-const MIN_SHARD_JOBS: usize = 32;
-/// The same for updates by the algorithm's own rule ([`Algorithm::BATCHWISE_UPDATE`]): each
-/// of their minibatch steps asks for several gradients and moves every client's vectors in
-/// Rust, more work per job, so smaller shards pay (pFedMe's 20 MNIST clients: two shards).
-const MIN_BATCHWISE_SHARD_JOBS: usize = 8;
+/// Shards hold at least this many jobs where the cohort has them (a smaller cohort is one
+/// shard). Small shards pay on the CPU: with 60 FedEM jobs (180 runs of the linear model) in
+/// 7 shards instead of one, 200 rounds took 1.5 s against 1.9 s on 2 cores, and an MLP's 0.6 s
+/// a round against 0.8 s (2026-11-25); a lone cohort of 20 (pFedMe's MNIST clients) is two.
+const MIN_SHARD_JOBS: usize = 8;
 
 /// On the CPU, updates by the algorithm's own rule train in cohorts only with models of at most
 /// this many forward FLOPs per row. Stacking pays where libtorch's per-op cost outweighs the
@@ -84,15 +81,15 @@ fn stacking_evaluations_pays(cohorts: Cohorts, placement: &Placement) -> bool {
 }
 
 /// The sizes of the consecutive shards of a cohort whose jobs have `rows` training rows each
-/// (sorted, largest first): k = ⌊jobs / `min_jobs`⌋ shards (between 1 and 8), cut where the
+/// (sorted, largest first): k = ⌊jobs / 8⌋ shards (between 1 and 8), cut where the
 /// running total of rows first reaches i/k of the whole, so that shards carry about equal
 /// work, each at least one job. A function of the cohort alone.
-pub(super) fn shard_sizes(rows: &[usize], min_jobs: usize) -> Vec<usize> {
+pub(super) fn shard_sizes(rows: &[usize]) -> Vec<usize> {
     let jobs = rows.len();
     if jobs == 0 {
         return Vec::new();
     }
-    let k = (jobs / min_jobs).clamp(1, SHARDS);
+    let k = (jobs / MIN_SHARD_JOBS).clamp(1, SHARDS);
     let total: usize = rows.iter().sum::<usize>().max(1);
     let mut sizes = Vec::with_capacity(k);
     let (mut start, mut sum) = (0, 0);
@@ -384,11 +381,7 @@ impl<A: Algorithm> CohortQueue<A> {
         // Clients of similar sizes share a shard (largest first, ties in queue order): a
         // shard steps as long as its longest run, so fewer steps are mostly empty.
         let rows = |job: &TrainJob<A>| self.jobs.data.split_len(job.client as usize, Split::Train);
-        let min_jobs = match A::BATCHWISE_UPDATE {
-            Some(_) => MIN_BATCHWISE_SHARD_JOBS,
-            None => MIN_SHARD_JOBS,
-        };
-        self.start_shards(cohort, rows, min_jobs, train_cohort::<A>);
+        self.start_shards(cohort, rows, train_cohort::<A>);
     }
 
     /// Sorts `cohort` by its jobs' `rows` (largest first, ties in queue order), cuts it into
@@ -399,12 +392,11 @@ impl<A: Algorithm> CohortQueue<A> {
         &self,
         mut cohort: Vec<(J, Reply<R>)>,
         rows: impl Fn(&J) -> usize,
-        min_jobs: usize,
         work: ShardWork<A, J, R>,
     ) {
         cohort.sort_by_key(|(job, _)| std::cmp::Reverse(rows(job)));
         let rows: Vec<usize> = cohort.iter().map(|(job, _)| rows(job)).collect();
-        for (index, size) in shard_sizes(&rows, min_jobs).into_iter().enumerate() {
+        for (index, size) in shard_sizes(&rows).into_iter().enumerate() {
             let rest = cohort.split_off(size);
             let shard = std::mem::replace(&mut cohort, rest);
             let jobs = self.jobs.clone();
@@ -442,7 +434,7 @@ impl<A: Algorithm> CohortQueue<A> {
                 .map(|s| data.split_len(job.client as usize, s))
                 .sum::<usize>()
         };
-        self.start_shards(cohort, rows, MIN_SHARD_JOBS, evaluate_cohort::<A>);
+        self.start_shards(cohort, rows, evaluate_cohort::<A>);
     }
 }
 
@@ -695,25 +687,23 @@ mod tests {
 
     #[test]
     fn shards_depend_on_the_cohort_alone_and_carry_equal_rows() {
-        assert_eq!(shard_sizes(&[], 32), Vec::<usize>::new());
-        assert_eq!(shard_sizes(&[5; 10], 32), [10]);
-        assert_eq!(shard_sizes(&[5; 63], 32), [63]);
-        // Equal rows: equal counts.
-        assert_eq!(shard_sizes(&[7; 96], 32), [32, 32, 32]);
-        assert_eq!(shard_sizes(&[1; 300], 32), [38, 37, 38, 37, 38, 37, 38, 37]);
-        // 64 jobs, two shards: the big job alone carries half the rows.
-        let mut rows = vec![63];
-        rows.extend([1; 63]);
-        assert_eq!(shard_sizes(&rows, 32), [1, 63]);
+        assert_eq!(shard_sizes(&[]), Vec::<usize>::new());
+        assert_eq!(shard_sizes(&[5; 7]), [7]);
+        assert_eq!(shard_sizes(&[5; 15]), [15]);
+        // Equal rows: equal counts (pFedMe's 20 MNIST clients: two shards).
+        assert_eq!(shard_sizes(&[5; 20]), [10, 10]);
+        assert_eq!(shard_sizes(&[7; 24]), [8, 8, 8]);
+        assert_eq!(shard_sizes(&[1; 300]), [38, 37, 38, 37, 38, 37, 38, 37]);
+        // 16 jobs, two shards: the big job alone carries half the rows.
+        let mut rows = vec![15];
+        rows.extend([1; 15]);
+        assert_eq!(shard_sizes(&rows), [1, 15]);
         // Never an empty shard, whatever the sizes.
         let mut rows = vec![1000; 3];
-        rows.extend([0; 97]);
-        assert_eq!(shard_sizes(&rows, 32), [1, 1, 98]);
+        rows.extend([0; 21]);
+        assert_eq!(shard_sizes(&rows), [1, 1, 22]);
         let big: Vec<usize> = (0..1000).rev().collect();
-        let sizes = shard_sizes(&big, 32);
+        let sizes = shard_sizes(&big);
         assert_eq!((sizes.len(), sizes.iter().sum::<usize>()), (8, 1000));
-        // Batchwise updates: shards from 8 jobs (pFedMe's 20 MNIST clients: two).
-        assert_eq!(shard_sizes(&[5; 20], 8), [10, 10]);
-        assert_eq!(shard_sizes(&[5; 7], 8), [7]);
     }
 }

@@ -212,7 +212,7 @@ fn evaluations_in_cohorts_match_each_client_alone() {
 
 #[test]
 fn stacked_evaluations_are_identical_across_threads() {
-    // 200 clients evaluated in cohorts of 200 jobs, cut into 6 shards.
+    // 200 clients evaluated in cohorts of 200 jobs, cut into 8 shards.
     for alg in ["fedem", "pfedme", "fedgmm"] {
         let algorithm = algorithm_setting(alg);
         let settings = [
@@ -319,7 +319,7 @@ fn batchwise_cohorts_match_training_alone_over_rounds() {
 
 #[test]
 fn sharded_cohorts_are_identical_across_threads() {
-    // 200 clients, 100 sampled a round: a cohort of 100 jobs in 3 shards (FedEM: 300 runs;
+    // 200 clients, 100 sampled a round: a cohort of 100 jobs in 8 shards (FedEM: 300 runs;
     // FedGMM: its 3 classifiers per client, with the Gaussians fitted inside each shard;
     // Ditto: a global and a personal run per client; pFedMe, APFL and Per-FedAvg: minibatch
     // steps in lockstep, every client of pFedMe training each round).
