@@ -38,6 +38,87 @@ pub struct Sampling {
     pub over_selection: f64,
 }
 
+/// The clients a draw chooses from, in id order: the draw picks positions, so the same
+/// positions give the same clients however the list is held.
+pub trait Candidates {
+    fn len(&self) -> usize;
+    /// The client at position `i` (< `len`).
+    fn get(&self, i: usize) -> u32;
+    fn to_vec(&self) -> Vec<u32>;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Candidates for [u32] {
+    fn len(&self) -> usize {
+        <[u32]>::len(self)
+    }
+
+    fn get(&self, i: usize) -> u32 {
+        self[i]
+    }
+
+    fn to_vec(&self) -> Vec<u32> {
+        <[u32]>::to_vec(self)
+    }
+}
+
+/// Every client of a sorted list but a few, held as the list and the positions left out:
+/// the idle clients of a large population, never copied.
+pub struct AllBut<'a> {
+    clients: &'a [u32],
+    /// Positions in `clients` left out, ascending.
+    left_out: Vec<usize>,
+}
+
+impl<'a> AllBut<'a> {
+    /// `clients` without `left_out`, which must be among them (ascending or not).
+    pub fn new(clients: &'a [u32], left_out: impl IntoIterator<Item = u32>) -> Self {
+        let mut left_out: Vec<usize> = left_out
+            .into_iter()
+            .map(|c| {
+                clients
+                    .binary_search(&c)
+                    .expect("a client left out is in the list")
+            })
+            .collect();
+        left_out.sort_unstable();
+        left_out.dedup();
+        AllBut { clients, left_out }
+    }
+}
+
+impl Candidates for AllBut<'_> {
+    fn len(&self) -> usize {
+        self.clients.len() - self.left_out.len()
+    }
+
+    fn get(&self, i: usize) -> u32 {
+        // The i-th position kept: step over each left-out position at or before it.
+        let mut at = i;
+        for &gone in &self.left_out {
+            if gone > at {
+                break;
+            }
+            at += 1;
+        }
+        self.clients[at]
+    }
+
+    fn to_vec(&self) -> Vec<u32> {
+        let mut kept = Vec::with_capacity(self.len());
+        let mut from = 0;
+        for &gone in &self.left_out {
+            kept.extend_from_slice(&self.clients[from..gone]);
+            from = gone + 1;
+        }
+        kept.extend_from_slice(&self.clients[from..]);
+        kept
+    }
+}
+
 impl Sampling {
     /// Uniform selection of a fraction of the clients: the default.
     pub fn uniform(size: SampleSize) -> Sampling {
@@ -65,10 +146,11 @@ impl Sampling {
     }
 
     /// `count` of the `candidates` (or all of them, if there are no more), sorted by id.
-    /// `weight` gives n_t for the weighted strategy.
+    /// `weight` gives n_t for the weighted strategy. A uniform draw reads only the candidates
+    /// it draws, so it costs what the round draws, whatever the population.
     pub fn select(
         &self,
-        candidates: &[u32],
+        candidates: &(impl Candidates + ?Sized),
         count: usize,
         weight: impl Fn(u32) -> f64,
         rng: &mut impl Rng,
@@ -81,9 +163,10 @@ impl Sampling {
             _ if count >= n && !self.replacement => candidates.to_vec(),
             Strategy::Uniform => rand::seq::index::sample(rng, n, count)
                 .into_iter()
-                .map(|i| candidates[i])
+                .map(|i| candidates.get(i))
                 .collect(),
             Strategy::Weighted if self.replacement => {
+                let candidates = candidates.to_vec();
                 let weights: Vec<f64> = candidates.iter().map(|&c| weight(c)).collect();
                 match WeightedIndex::new(&weights) {
                     Ok(dist) => (0..count).map(|_| candidates[dist.sample(rng)]).collect(),
@@ -91,6 +174,7 @@ impl Sampling {
                 }
             }
             Strategy::Weighted => {
+                let candidates = candidates.to_vec();
                 rand::seq::index::sample_weighted(rng, n, |i| weight(candidates[i]), count)
                     .map(|ix| ix.into_iter().map(|i| candidates[i]).collect())
                     .unwrap_or_default()
@@ -124,11 +208,47 @@ mod tests {
         assert_eq!(over.to_select(5), 2);
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
         let all: Vec<u32> = (0..50).collect();
-        let s = frac(0.2).select(&all, 10, |_| 1.0, &mut rng);
+        let s = frac(0.2).select(all.as_slice(), 10, |_| 1.0, &mut rng);
         assert_eq!(s.len(), 10);
         assert!(s.windows(2).all(|w| w[0] < w[1]));
         assert!(s.iter().all(|&c| c < 50));
-        assert_eq!(frac(0.2).select(&[4, 9], 10, |_| 1.0, &mut rng), vec![4, 9]);
+        assert_eq!(
+            frac(0.2).select([4, 9].as_slice(), 10, |_| 1.0, &mut rng),
+            vec![4, 9]
+        );
+    }
+
+    #[test]
+    fn all_but_a_few_draws_what_the_copied_list_draws() {
+        let clients: Vec<u32> = (0..40).map(|c| 3 * c + 1).collect();
+        let left_out = [118, 1, 40, 43, 46, 100];
+        let view = AllBut::new(&clients, left_out);
+        let copied: Vec<u32> = clients
+            .iter()
+            .copied()
+            .filter(|c| !left_out.contains(c))
+            .collect();
+        assert_eq!(view.to_vec(), copied);
+        assert_eq!(view.len(), copied.len());
+        for (i, &c) in copied.iter().enumerate() {
+            assert_eq!(view.get(i), c, "position {i}");
+        }
+        for strategy in [Strategy::Uniform, Strategy::Weighted] {
+            for count in [1, 5, 34, 40] {
+                let s = Sampling {
+                    strategy,
+                    ..Sampling::uniform(SampleSize::Count(count))
+                };
+                let weight = |c: u32| (c % 7 + 1) as f64;
+                let mut a = rand_chacha::ChaCha20Rng::seed_from_u64(count as u64);
+                let mut b = a.clone();
+                assert_eq!(
+                    s.select(&view, count, weight, &mut a),
+                    s.select(copied.as_slice(), count, weight, &mut b)
+                );
+            }
+        }
+        assert_eq!(AllBut::new(&clients, []).to_vec(), clients);
     }
 
     #[test]
@@ -144,7 +264,7 @@ mod tests {
                 ..Sampling::uniform(SampleSize::Count(1))
             };
             let hits = (0..200)
-                .filter(|_| s.select(&all, 1, w, &mut rng) == vec![9])
+                .filter(|_| s.select(all.as_slice(), 1, w, &mut rng) == vec![9])
                 .count();
             assert!(hits > 170, "{hits}");
         }

@@ -481,6 +481,11 @@ impl SystemModel {
         self.availability.online_until(client, t)
     }
 
+    /// Whether every client is online all the time (no availability model).
+    pub fn always_online(&self) -> bool {
+        self.availability.is_always()
+    }
+
     /// The first time at or after `t` when `client` is online (`None`: never again).
     pub fn next_online(&self, client: u32, t: SimTime) -> Option<SimTime> {
         self.availability.next_online(client, t)

@@ -22,6 +22,7 @@ mod synchronous;
 
 use super::evaluation::EvaluatedClients;
 use super::policy::{staleness_factor, PolicySpec};
+use super::sampling::{AllBut, Candidates};
 use super::{
     Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, Sampling, Seen, ToClient,
     ToServer, TrainOrder,
@@ -32,7 +33,6 @@ use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
 use fedbuff::Fedbuff;
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use synchronous::Synchronous;
@@ -49,6 +49,37 @@ pub(super) struct ServerConfig<A: Algorithm> {
     pub policy: PolicySpec,
     pub system: Arc<SystemModel>,
     pub seeds: SeedTree,
+}
+
+/// The participants a draw may choose from ([`Core::candidates`]).
+enum Idle<'a> {
+    /// Every participant but those with a job in flight.
+    AllBut(AllBut<'a>),
+    /// The idle participants online now.
+    Online(Vec<u32>),
+}
+
+impl Candidates for Idle<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Idle::AllBut(idle) => idle.len(),
+            Idle::Online(online) => online.len(),
+        }
+    }
+
+    fn get(&self, i: usize) -> u32 {
+        match self {
+            Idle::AllBut(idle) => idle.get(i),
+            Idle::Online(online) => online[i],
+        }
+    }
+
+    fn to_vec(&self) -> Vec<u32> {
+        match self {
+            Idle::AllBut(idle) => idle.to_vec(),
+            Idle::Online(online) => online.clone(),
+        }
+    }
 }
 
 /// A job the server is waiting for.
@@ -99,6 +130,11 @@ impl<G> InFlightJobs<G> {
 
     fn len(&self) -> usize {
         self.jobs.len()
+    }
+
+    /// The clients with a job in flight, ascending.
+    fn clients(&self) -> impl Iterator<Item = u32> + '_ {
+        self.jobs.keys().copied()
     }
 
     fn is_empty(&self) -> bool {
@@ -258,19 +294,23 @@ impl<A: Algorithm> Core<A> {
         &self.cfg.algorithm.algorithm
     }
 
-    /// Idle participants (no job in flight), online at `now` if the sampling asks for it;
-    /// all participants, uncopied, when no job is out and availability does not matter.
-    fn candidates(&self, now: SimTime, online_only: bool) -> Cow<'_, [u32]> {
-        if self.in_flight.is_empty() && !online_only {
-            return Cow::Borrowed(&self.cfg.participants);
+    /// Idle participants (no job in flight), online at `now` if `online_only`. Where
+    /// availability does not matter (or every client is always online) they are the
+    /// participants less the busy ones, uncopied, so a draw costs what it draws; otherwise
+    /// each idle participant is asked.
+    fn candidates(&self, now: SimTime, online_only: bool) -> Idle<'_> {
+        let participants = &self.cfg.participants;
+        if !online_only || self.cfg.system.always_online() {
+            return Idle::AllBut(AllBut::new(participants, self.in_flight.clients()));
         }
-        self.cfg
-            .participants
-            .iter()
-            .copied()
-            .filter(|&c| !self.in_flight.is_busy(c))
-            .filter(|&c| !online_only || self.cfg.system.online_until(c, now).is_some())
-            .collect()
+        Idle::Online(
+            participants
+                .iter()
+                .copied()
+                .filter(|&c| !self.in_flight.is_busy(c))
+                .filter(|&c| self.cfg.system.online_until(c, now).is_some())
+                .collect(),
+        )
     }
 
     /// The earliest time after `now` when an idle participant comes online.
@@ -283,7 +323,12 @@ impl<A: Algorithm> Core<A> {
             .min()
     }
 
-    fn choose(&self, candidates: &[u32], count: usize, index: u64) -> Vec<u32> {
+    fn choose(
+        &self,
+        candidates: &(impl Candidates + ?Sized),
+        count: usize,
+        index: u64,
+    ) -> Vec<u32> {
         let mut rng = self.cfg.seeds.rng(Entity::Server, "sampling", index);
         let data = &self.cfg.algorithm.data;
         let n_train = |c: u32| data.split_len(c as usize, crate::data::Split::Train) as f64;

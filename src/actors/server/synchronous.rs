@@ -4,6 +4,7 @@
 
 use super::{Core, Held, InFlight, Report, RoundPolicy};
 use crate::actors::policy::LateUpdates;
+use crate::actors::sampling::Candidates;
 use crate::actors::{FlEffects, Outbox, ToServer};
 use crate::algorithms::Algorithm;
 use crate::report::{JobOutcome, RoundRecord};
@@ -195,7 +196,7 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
             round as u64,
         );
         let trainers = if core.alg().trains_unsampled() {
-            candidates.into_owned()
+            candidates.to_vec()
         } else {
             selected.clone()
         };
