@@ -35,8 +35,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a scenario and write its results (metrics.parquet, metrics.csv, rounds.parquet,
-    /// summary.csv, scenario.yaml) into the output folder.
+    /// Run a scenario and write its results into the output folder: scenario.yaml,
+    /// metrics.parquet/.csv, rounds.parquet, jobs.parquet, clients.parquet/.csv, summary.csv,
+    /// and where they apply gossip.parquet, mixtures.parquet, extras.parquet, novelty.parquet
+    /// (README, "Result files").
     Run {
         /// The scenario file (YAML).
         scenario: PathBuf,
