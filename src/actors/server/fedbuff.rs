@@ -52,9 +52,10 @@ impl<A: Algorithm> Fedbuff<A> {
         if core.finished || core.in_flight.len() >= concurrency {
             return Ok(());
         }
-        let candidates = core.candidates(now, true);
         let wanted = concurrency - core.in_flight.len();
-        let chosen = core.choose(&candidates, wanted, self.jobs_started);
+        let chosen = core
+            .draw(now, true, wanted, self.jobs_started)
+            .unwrap_or_default();
         let round = core.round + 1;
         let upload = true;
         for c in chosen {

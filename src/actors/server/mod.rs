@@ -18,6 +18,7 @@
 //! must not read another policy's settings, nor start a job except through [`Core::dispatch`].
 
 mod fedbuff;
+mod online;
 mod synchronous;
 
 use super::evaluation::EvaluatedClients;
@@ -33,6 +34,7 @@ use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
 use fedbuff::Fedbuff;
+use online::{OnlineIdle, OnlineIdleView};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use synchronous::Synchronous;
@@ -56,7 +58,7 @@ enum Idle<'a> {
     /// Every participant but those with a job in flight.
     AllBut(AllBut<'a>),
     /// The idle participants online now.
-    Online(Vec<u32>),
+    Online(OnlineIdleView<'a>),
 }
 
 impl Candidates for Idle<'_> {
@@ -70,14 +72,14 @@ impl Candidates for Idle<'_> {
     fn get(&self, i: usize) -> u32 {
         match self {
             Idle::AllBut(idle) => idle.get(i),
-            Idle::Online(online) => online[i],
+            Idle::Online(online) => online.get(i),
         }
     }
 
     fn to_vec(&self) -> Vec<u32> {
         match self {
             Idle::AllBut(idle) => idle.to_vec(),
-            Idle::Online(online) => online.clone(),
+            Idle::Online(online) => online.to_vec(),
         }
     }
 }
@@ -261,6 +263,8 @@ struct Core<A: Algorithm> {
     round_start: SimTime,
     in_flight: InFlightJobs<A::Global>,
     counts: RoundRecord,
+    /// Who of the idle participants is online, once a draw among online clients needs it.
+    online: Option<OnlineIdle>,
     /// The last round has been aggregated: start no more jobs.
     finished: bool,
     watch: DivergenceWatch,
@@ -281,6 +285,7 @@ impl<A: Algorithm> Server<A> {
                 round_start: SimTime::ZERO,
                 in_flight: InFlightJobs::new(cfg.num_clients as usize),
                 counts: RoundRecord::default(),
+                online: None,
                 finished: false,
                 watch: DivergenceWatch::new(cfg.algorithm.on_divergence),
                 cfg,
@@ -294,23 +299,66 @@ impl<A: Algorithm> Core<A> {
         &self.cfg.algorithm.algorithm
     }
 
-    /// Idle participants (no job in flight), online at `now` if `online_only`. Where
-    /// availability does not matter (or every client is always online) they are the
-    /// participants less the busy ones, uncopied, so a draw costs what it draws; otherwise
-    /// each idle participant is asked.
-    fn candidates(&self, now: SimTime, online_only: bool) -> Idle<'_> {
-        let participants = &self.cfg.participants;
-        if !online_only || self.cfg.system.always_online() {
-            return Idle::AllBut(AllBut::new(participants, self.in_flight.clients()));
+    /// Draws `count` of the idle participants (no job in flight; online at `now` if
+    /// `online_only`) from the server's sampling stream `index`; `None` when there are none.
+    fn draw(
+        &mut self,
+        now: SimTime,
+        online_only: bool,
+        count: usize,
+        index: u64,
+    ) -> Option<Vec<u32>> {
+        self.track_online(now, online_only);
+        let candidates = self.candidates(online_only);
+        if candidates.is_empty() {
+            return None;
         }
-        Idle::Online(
-            participants
-                .iter()
-                .copied()
-                .filter(|&c| !self.in_flight.is_busy(c))
-                .filter(|&c| self.cfg.system.online_until(c, now).is_some())
-                .collect(),
-        )
+        Some(self.choose(&candidates, count, index))
+    }
+
+    /// Every idle participant (online at `now` if `online_only`), in id order.
+    fn idle(&mut self, now: SimTime, online_only: bool) -> Vec<u32> {
+        self.track_online(now, online_only);
+        self.candidates(online_only).to_vec()
+    }
+
+    /// Brings the record of who is online up to `now`, where draws need it: made at the
+    /// first such draw (one question per participant), then moved by availability changes.
+    fn track_online(&mut self, now: SimTime, online_only: bool) {
+        if !online_only || self.cfg.system.always_online() {
+            return;
+        }
+        let (participants, system) = (&self.cfg.participants, &self.cfg.system);
+        match &mut self.online {
+            Some(online) => online.advance(participants, system, now),
+            None => {
+                let busy = |c| self.in_flight.is_busy(c);
+                self.online = Some(OnlineIdle::new(participants, system, now, busy));
+            }
+        }
+    }
+
+    /// The idle participants (online ones, as [`Core::track_online`] last left them, if
+    /// `online_only`): the participants less the busy ones where availability does not
+    /// matter, never copied, so a draw costs what it draws.
+    fn candidates(&self, online_only: bool) -> Idle<'_> {
+        let participants = &self.cfg.participants;
+        match &self.online {
+            Some(online) if online_only => Idle::Online(online.view(participants)),
+            _ => Idle::AllBut(AllBut::new(participants, self.in_flight.clients())),
+        }
+    }
+
+    /// Marks `client` busy (a job sent) or idle (its job back) for the record of who is online.
+    fn set_busy(&mut self, client: u32, busy: bool) {
+        if let Some(online) = &mut self.online {
+            let position = self
+                .cfg
+                .participants
+                .binary_search(&client)
+                .expect("jobs go to participants");
+            online.set_idle(position, !busy);
+        }
     }
 
     /// The earliest time after `now` when an idle participant comes online.
@@ -361,6 +409,7 @@ impl<A: Algorithm> Core<A> {
                 late: None,
             },
         );
+        self.set_busy(client, true);
         eff.to_member(
             client,
             download,
@@ -519,9 +568,11 @@ impl<A: Algorithm> Core<A> {
     }
 
     fn take_job(&mut self, client: u32) -> Result<InFlight<A::Global>, SimError> {
-        self.in_flight.remove(client).ok_or_else(|| {
+        let job = self.in_flight.remove(client).ok_or_else(|| {
             SimError::Internal(format!("client {client} reported a job it was never sent"))
-        })
+        })?;
+        self.set_busy(client, false);
+        Ok(job)
     }
 }
 

@@ -4,7 +4,6 @@
 
 use super::{Core, Held, InFlight, Report, RoundPolicy};
 use crate::actors::policy::LateUpdates;
-use crate::actors::sampling::Candidates;
 use crate::actors::{FlEffects, Outbox, ToServer};
 use crate::algorithms::Algorithm;
 use crate::report::{JobOutcome, RoundRecord};
@@ -176,8 +175,9 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
         core.round = round;
         self.start_when_idle = false;
         let total = core.cfg.participants.len();
-        let candidates = core.candidates(now, core.cfg.sampling.available_only);
-        if candidates.is_empty() {
+        let online_only = core.cfg.sampling.available_only;
+        let to_select = core.cfg.sampling.to_select(total);
+        let Some(selected) = core.draw(now, online_only, to_select, round as u64) else {
             if !core.in_flight.is_empty() {
                 // Every idle client is busy: start when one reports.
                 self.start_when_idle = true;
@@ -189,14 +189,9 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
             };
             eff.to_hub(at - now, ToServer::StartRound { round });
             return Ok(());
-        }
-        let selected = core.choose(
-            &candidates,
-            core.cfg.sampling.to_select(total),
-            round as u64,
-        );
+        };
         let trainers = if core.alg().trains_unsampled() {
-            candidates.to_vec()
+            core.idle(now, online_only)
         } else {
             selected.clone()
         };
