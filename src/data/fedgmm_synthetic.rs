@@ -64,6 +64,11 @@ pub struct FedgmmSyntheticSpec {
     /// Rows per client from a component no client trains on (novelty detection).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub novel_samples: usize,
+    /// Make each client's rows when a job needs them instead of holding them all (the same
+    /// rows, so the same results): for populations too large to hold. The true mixture is
+    /// not kept, so `describe` gives no Bayes or oracle figures.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_demand: bool,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -129,64 +134,31 @@ impl FedgmmSyntheticSpec {
     }
 
     pub fn generate(&self, split: &SplitSpec, seeds: &SeedTree) -> FederatedData {
-        let (d, m) = (self.dim, self.components);
-        // Families in use, each with M components; the novel component comes last.
-        let mut families = vec![self.family_of(0)];
-        if self.family_of(self.clients - 1) != families[0] {
-            families.push(self.family_of(self.clients - 1));
+        let laws = self.laws(seeds);
+        if self.on_demand {
+            let rows = OnDemandGmm {
+                spec: self.clone(),
+                split: split.clone(),
+                seeds: *seeds,
+                laws,
+            };
+            return FederatedData::made_on_demand(super::Layout::Flat, self.dim, 2, rows);
         }
-        let mut rng = seeds.rng(Entity::Data, "fedgmm_synthetic/components", 0);
-        let mut laws: Vec<ComponentLaw> = Vec::new();
-        for &family in &families {
-            let marginals: Vec<InputLaw> = (0..m)
-                .map(|_| InputLaw::draw(family, d, &mut rng))
-                .collect();
-            laws.extend(labelled(marginals, &mut rng));
-        }
-        let novel = (self.novel_samples > 0).then(|| {
-            let pair: Vec<InputLaw> = (0..2)
-                .map(|_| InputLaw::draw(Marginal::Gaussian, d, &mut rng))
-                .collect();
-            labelled(pair, &mut rng).swap_remove(0)
-        });
-        let k = laws.len();
-        let weights: Vec<Vec<f64>> = (0..self.clients)
-            .map(|t| {
-                let mut rng = seeds.rng(Entity::Data, "fedgmm_synthetic/mixture", t as u64);
-                let offset = if families.len() == 2 && self.family_of(t) == families[1] {
-                    m
-                } else {
-                    0
-                };
-                let pi = Dirichlet::new(&vec![self.alpha; m])
-                    .expect("validated")
-                    .sample(&mut rng);
-                let mut w = vec![0.0; k];
-                w[offset..offset + m].copy_from_slice(&pi);
-                w
-            })
-            .collect();
-        let n = self.samples;
-        let per_client = n + split.extra_samples() + self.novel_samples;
+        let d = self.dim;
+        let per_client = self.samples + split.extra_samples() + self.novel_samples;
         let mut features = Vec::with_capacity(self.clients * per_client * d);
         let mut labels = Vec::with_capacity(self.clients * per_client);
         let mut clients = Vec::with_capacity(self.clients);
         let mut novel_rows = Vec::new();
-        for (t, pi) in weights.iter().enumerate() {
-            let mut rng = seeds.rng(Entity::Data, "fedgmm_synthetic/samples", t as u64);
+        let mut weights = Vec::with_capacity(self.clients);
+        for t in 0..self.clients {
             let start = labels.len();
-            for _ in 0..n + split.extra_samples() {
-                let z = sample_categorical(pi, &mut rng);
-                laws[z].draw_row(&mut rng, &mut features, &mut labels);
+            let pi = laws.client_rows(self, split, seeds, t, &mut features, &mut labels);
+            clients.push(split.shard(start, self.samples));
+            if self.novel_samples > 0 {
+                novel_rows.push(labels.len() - self.novel_samples..labels.len());
             }
-            clients.push(split.shard(start, n));
-            if let Some(law) = &novel {
-                let first = labels.len();
-                for _ in 0..self.novel_samples {
-                    law.draw_row(&mut rng, &mut features, &mut labels);
-                }
-                novel_rows.push(first..labels.len());
-            }
+            weights.push(pi);
         }
         FederatedData {
             layout: super::Layout::Flat,
@@ -196,15 +168,125 @@ impl FedgmmSyntheticSpec {
             labels,
             clients,
             truth: Some(MixtureTruth {
-                components: laws.iter().map(|l| l.center.clone()).collect(),
+                components: laws.components.iter().map(|l| l.center.clone()).collect(),
                 weights,
                 labels: None,
-                inputs: Some(laws),
+                inputs: Some(laws.components),
             }),
             novel: novel_rows,
             on_demand: None,
             lead: 0,
         }
+    }
+
+    /// The components' laws, from the data set's own stream: M per family in use, then the
+    /// novel component.
+    fn laws(&self, seeds: &SeedTree) -> Laws {
+        let (d, m) = (self.dim, self.components);
+        let mut families = vec![self.family_of(0)];
+        if self.family_of(self.clients - 1) != families[0] {
+            families.push(self.family_of(self.clients - 1));
+        }
+        let mut rng = seeds.rng(Entity::Data, "fedgmm_synthetic/components", 0);
+        let mut components: Vec<ComponentLaw> = Vec::new();
+        for &family in &families {
+            let marginals: Vec<InputLaw> = (0..m)
+                .map(|_| InputLaw::draw(family, d, &mut rng))
+                .collect();
+            components.extend(labelled(marginals, &mut rng));
+        }
+        let novel = (self.novel_samples > 0).then(|| {
+            let pair: Vec<InputLaw> = (0..2)
+                .map(|_| InputLaw::draw(Marginal::Gaussian, d, &mut rng))
+                .collect();
+            labelled(pair, &mut rng).swap_remove(0)
+        });
+        Laws {
+            components,
+            novel,
+            second_family: families.get(1).copied(),
+        }
+    }
+}
+
+/// The laws rows are drawn from ([`FedgmmSyntheticSpec::laws`]).
+#[derive(Clone, Debug)]
+struct Laws {
+    components: Vec<ComponentLaw>,
+    novel: Option<ComponentLaw>,
+    /// With `gaussian_clients`, the family of the clients after them (components M..2M).
+    second_family: Option<Marginal>,
+}
+
+impl Laws {
+    /// Appends client `t`'s rows, its own and extra test rows then its novel rows, each
+    /// client from its own streams; returns its mixture weights over all components.
+    fn client_rows(
+        &self,
+        spec: &FedgmmSyntheticSpec,
+        split: &SplitSpec,
+        seeds: &SeedTree,
+        t: usize,
+        features: &mut Vec<f32>,
+        labels: &mut Vec<i64>,
+    ) -> Vec<f64> {
+        let m = spec.components;
+        let mut rng = seeds.rng(Entity::Data, "fedgmm_synthetic/mixture", t as u64);
+        let offset = match self.second_family {
+            Some(family) if spec.family_of(t) == family => m,
+            _ => 0,
+        };
+        let pi = Dirichlet::new(&vec![spec.alpha; m])
+            .expect("validated")
+            .sample(&mut rng);
+        let mut w = vec![0.0; self.components.len()];
+        w[offset..offset + m].copy_from_slice(&pi);
+        let mut rng = seeds.rng(Entity::Data, "fedgmm_synthetic/samples", t as u64);
+        for _ in 0..spec.samples + split.extra_samples() {
+            let z = sample_categorical(&w, &mut rng);
+            self.components[z].draw_row(&mut rng, features, labels);
+        }
+        if let Some(law) = &self.novel {
+            for _ in 0..spec.novel_samples {
+                law.draw_row(&mut rng, features, labels);
+            }
+        }
+        w
+    }
+}
+
+/// The FedGMM benchmark made per client (`on_demand: true`): exactly the rows the resident
+/// generator holds, from the same per-client streams.
+#[derive(Debug)]
+struct OnDemandGmm {
+    spec: FedgmmSyntheticSpec,
+    split: SplitSpec,
+    seeds: SeedTree,
+    laws: Laws,
+}
+
+impl super::OnDemandRows for OnDemandGmm {
+    fn num_clients(&self) -> usize {
+        self.spec.clients
+    }
+
+    fn split_sizes(&self, _client: usize) -> super::SplitSizes {
+        self.split.sizes(self.spec.samples)
+    }
+
+    fn novel_len(&self, _client: usize) -> usize {
+        self.spec.novel_samples
+    }
+
+    fn make_rows(&self, client: usize, features: &mut Vec<f32>, labels: &mut Vec<i64>) {
+        self.laws.client_rows(
+            &self.spec,
+            &self.split,
+            &self.seeds,
+            client,
+            features,
+            labels,
+        );
     }
 }
 
@@ -439,6 +521,33 @@ mod tests {
         let again = spec().generate(&SplitSpec::default(), &SeedTree::new(3));
         assert_eq!(again.features, data.features);
         assert_eq!(again.labels, data.labels);
+    }
+
+    #[test]
+    fn rows_made_on_demand_are_the_resident_rows() {
+        for marginal in ["gaussian", "beta"] {
+            let spec: FedgmmSyntheticSpec = serde_yaml::from_str(&format!(
+                "{{clients: 6, dim: 3, samples: 40, novel_samples: 5, marginal: {marginal}, \
+                 gaussian_clients: 3}}"
+            ))
+            .unwrap();
+            let split = SplitSpec::default();
+            let resident = spec.generate(&split, &SeedTree::new(7));
+            let lazy = FedgmmSyntheticSpec {
+                on_demand: true,
+                ..spec.clone()
+            }
+            .generate(&split, &SeedTree::new(7));
+            assert!(lazy.truth.is_none() && lazy.novel.is_empty());
+            lazy.assert_makes_the_rows_of(&resident, &[5, 0, 3, 0]);
+            let rows = lazy.rows_for(&[2]);
+            assert_eq!(rows.data().novel_view(0).len(), 5);
+        }
+        let plain: FedgmmSyntheticSpec = serde_yaml::from_str("{on_demand: true}").unwrap();
+        assert!(plain.on_demand);
+        let data = plain.generate(&SplitSpec::default(), &SeedTree::new(1));
+        let rows = data.rows_for(&[0]);
+        assert!(rows.data().novel.is_empty(), "no novel rows asked for");
     }
 
     #[test]

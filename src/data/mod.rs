@@ -206,7 +206,12 @@ pub trait OnDemandRows: Send + Sync + std::fmt::Debug {
     fn num_clients(&self) -> usize;
     /// Row counts of `client`'s splits.
     fn split_sizes(&self, client: usize) -> SplitSizes;
-    /// Appends `client`'s rows (train, val, test, in that order) to `features` and `labels`.
+    /// How many novel rows `client` has (rows of no split, for novelty detection).
+    fn novel_len(&self, _client: usize) -> usize {
+        0
+    }
+    /// Appends `client`'s rows (train, val, test, then its novel rows) to `features` and
+    /// `labels`.
     fn make_rows(&self, client: usize, features: &mut Vec<f32>, labels: &mut Vec<i64>);
 }
 
@@ -309,6 +314,11 @@ impl FederatedData {
                     "{c} {part:?}"
                 );
             }
+            let (a, b) = (
+                resident.novel_view(c as usize),
+                rows.data().novel_view(rows.index(k)),
+            );
+            assert_eq!((a.features, a.labels), (b.features, b.labels), "{c} novel");
         }
     }
 
@@ -320,11 +330,14 @@ impl FederatedData {
                 index: clients.iter().map(|&c| c as usize).collect(),
             };
         };
-        let sizes: Vec<SplitSizes> = clients
+        let sizes: Vec<(SplitSizes, usize)> = clients
             .iter()
-            .map(|&c| source.split_sizes(c as usize))
+            .map(|&c| (source.split_sizes(c as usize), source.novel_len(c as usize)))
             .collect();
-        let rows: usize = sizes.iter().map(|s| s.train + s.val + s.test).sum();
+        let rows: usize = sizes
+            .iter()
+            .map(|(s, n)| s.train + s.val + s.test + n)
+            .sum();
         const ALIGN_FLOATS: usize = 64 / std::mem::size_of::<f32>();
         let mut features: Vec<f32> = Vec::with_capacity(rows * self.dim + ALIGN_FLOATS);
         let base = features.as_ptr();
@@ -332,23 +345,28 @@ impl FederatedData {
         let lead = (ALIGN_FLOATS - misalign) % ALIGN_FLOATS;
         features.resize(lead, 0.0);
         let mut labels = Vec::with_capacity(rows);
+        let mut novel = Vec::new();
         let shards = clients
             .iter()
             .zip(&sizes)
-            .map(|(&c, s)| {
+            .map(|(&c, (s, novel_len))| {
                 let start = labels.len();
                 source.make_rows(c as usize, &mut features, &mut labels);
                 assert_eq!(
                     labels.len() - start,
-                    s.train + s.val + s.test,
+                    s.train + s.val + s.test + novel_len,
                     "client {c}'s rows"
                 );
                 let train = start..start + s.train;
                 let val = train.end..train.end + s.val;
                 let test = val.end..val.end + s.test;
+                novel.push(test.end..test.end + novel_len);
                 ClientShard { train, val, test }
             })
             .collect();
+        if sizes.iter().all(|&(_, novel_len)| novel_len == 0) {
+            novel.clear();
+        }
         assert_eq!(
             features.as_ptr(),
             base,
@@ -363,7 +381,7 @@ impl FederatedData {
                 labels,
                 clients: shards,
                 truth: None,
-                novel: Vec::new(),
+                novel,
                 on_demand: None,
                 lead,
             }),
@@ -496,6 +514,7 @@ impl DatasetSpec {
             // Rows made on demand are not held.
             DatasetSpec::FedemSynthetic(s) if s.on_demand => Some((0.0, s.dim)),
             DatasetSpec::SyntheticAb(s) if s.on_demand => Some((0.0, s.dim)),
+            DatasetSpec::FedgmmSynthetic(s) if s.on_demand => Some((0.0, s.dim)),
             DatasetSpec::FedemSynthetic(s) => {
                 Some((s.clients as f64 * s.min_samples as f64, s.dim))
             }

@@ -78,6 +78,7 @@ pub fn check_fits(data: &DatasetSpec, available: Option<f64>) -> Result<(), Fiel
     let can_make_on_demand = match data {
         DatasetSpec::FedemSynthetic(s) => !s.on_demand,
         DatasetSpec::SyntheticAb(s) => !s.on_demand,
+        DatasetSpec::FedgmmSynthetic(s) => !s.on_demand,
         _ => false,
     };
     let hint = if can_make_on_demand {

@@ -1,5 +1,6 @@
-//! Large populations: data made on demand (`fedem_synthetic` and `synthetic_ab` with
-//! `on_demand: true`) and clients woken only while they have work give the results of the
+//! Large populations: data made on demand (`fedem_synthetic`, `synthetic_ab` and
+//! `fedgmm_synthetic` with `on_demand: true`) and clients woken only while they have work give
+//! the results of the
 //! resident run (up to float rounding), the same bytes with any number of threads, and clear
 //! errors where they cannot.
 
@@ -11,6 +12,9 @@ const ON_DEMAND: &str = "data.on_demand=true";
 /// Synthetic(α, β) small enough for a test, in place of SMALL's FedEM data.
 const SYNTHETIC_AB: &str =
     "data={kind: synthetic_ab, clients: 12, dim: 20, min_samples: 4, size_factor: 2, max_samples: 40}";
+/// FedGMM's benchmark with novel rows, so the novelty scores are compared too.
+const FEDGMM: &str =
+    "data={kind: fedgmm_synthetic, clients: 12, dim: 4, samples: 60, novel_samples: 8}";
 
 fn records(overrides: &[&str], threads: usize) -> Vec<Record> {
     simulate_scenario(&scenario(SMALL, overrides), threads, |_| {})
@@ -46,6 +50,7 @@ fn rows_made_on_demand_give_the_resident_results_up_to_rounding() {
         vec!["algorithm={name: pfedme}", "rounds=2"],
         vec![SYNTHETIC_AB],
         vec![SYNTHETIC_AB, "algorithm={name: fedem, components: 2}"],
+        vec![FEDGMM, "algorithm={name: fedgmm}"],
     ] {
         let resident = records(&settings, 2);
         let with: Vec<&str> = settings.iter().copied().chain([ON_DEMAND]).collect();
@@ -71,12 +76,32 @@ fn rows_made_on_demand_give_the_resident_results_up_to_rounding() {
             );
             assert_eq!(x.6, y.6, "{settings:?}: accuracy");
         }
+        let novelty = |r: &[Record]| -> Vec<(u32, u32, usize, usize)> {
+            r.iter()
+                .filter_map(|r| match r {
+                    Record::Novelty(n) => Some((
+                        n.round,
+                        n.client,
+                        n.scores.typical.len(),
+                        n.scores.novel.len(),
+                    )),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(novelty(&resident), novelty(&lazy), "{settings:?}: novelty");
+        if settings.contains(&FEDGMM) {
+            assert!(
+                novelty(&lazy).iter().all(|n| n.3 == 8),
+                "every client's novel rows"
+            );
+        }
     }
 }
 
 #[test]
 fn rows_made_on_demand_are_deterministic_across_threads() {
-    for data in [None, Some(SYNTHETIC_AB)] {
+    for data in [None, Some(SYNTHETIC_AB), Some(FEDGMM)] {
         on_demand_files_are_identical_with_1_and_3_threads(data);
     }
 }
