@@ -4,7 +4,7 @@
 //! populations of 10⁴ to 10⁷ clients (`FEDSIM_SCALE_MAX=1e6` stops earlier;
 //! `FEDSIM_SCALE_RESIDENT=1` holds every row instead, for comparison;
 //! `FEDSIM_SCALE_AVAILABILITY=1` adds Markov availability (mean 600 s online, 1800 s offline)
-//! and samples among online clients only, which asks every client each round).
+//! and samples among online clients only: the server keeps who is online by their changes).
 //!
 //! Each figure is one `fedsim run` process, timed from outside, its peak memory read from
 //! the kernel (`wait4`), so every run's memory is its own:
