@@ -34,6 +34,9 @@ pub struct DataDescription {
     /// the clients' test and novel rows: the ceiling of a density score. `None` without novel
     /// rows or known input laws.
     pub oracle_novelty: Option<(super::NoveltyFigures, super::NoveltyFigures)>,
+    /// The rows are made when a job needs them (`data.on_demand`); synthetic data then keeps
+    /// no truth, so there are no Bayes-optimal or oracle figures.
+    pub made_on_demand: bool,
 }
 
 impl DataDescription {
@@ -89,6 +92,7 @@ impl DataDescription {
             splits,
             bayes_test,
             oracle_novelty: oracle_novelty(data),
+            made_on_demand: !data.is_resident(),
         }
     }
 }
@@ -176,6 +180,13 @@ impl fmt::Display for DataDescription {
                 s.rows,
                 format!("{} / {} / {}", s.min, s.median, s.max),
                 shares.join(" ")
+            )?;
+        }
+        if self.made_on_demand {
+            writeln!(
+                f,
+                "  rows made on demand (data.on_demand): only their sizes are held, and no true \
+                 mixture, so no Bayes-optimal or oracle figures"
             )?;
         }
         if let Some(b) = &self.bayes_test {

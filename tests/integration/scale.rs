@@ -159,6 +159,8 @@ fn describe_reads_rows_made_on_demand() {
         da.bayes_test.is_some() && db.bayes_test.is_none(),
         "no truth kept on demand"
     );
+    assert!(!da.made_on_demand && db.made_on_demand);
+    assert!(db.to_string().contains("rows made on demand"), "{db}");
     assert_eq!(
         fedsim::report::client_label_shares(&a),
         fedsim::report::client_label_shares(&b)
