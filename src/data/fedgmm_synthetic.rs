@@ -16,7 +16,8 @@
 //!
 //! `novel_samples: N` gives each client N extra rows from one more Gaussian component that no
 //! client trains on: the held-out novel samples of the novelty-detection study (Table 4).
-//! Every draw comes from the seed tree.
+//! Every draw comes from the seed tree: the components from one stream, each client's π and
+//! rows from its own, so `on_demand: true` can make a client's rows when a job needs them.
 
 use super::{FederatedData, MixtureTruth, SplitSpec};
 use crate::sim::{Entity, SeedTree};
