@@ -546,8 +546,8 @@ fn slowest_to_component(
     };
     let truth = truth.ok_or_else(|| {
         spec_err(
-            "needs data with known mixture weights (`data.kind: fedem_synthetic` without \
-             `on_demand`)"
+            "needs data with known mixture weights (`data.kind: fedem_synthetic` or \
+             `fedgmm_synthetic`, without `on_demand`)"
                 .into(),
         )
     })?;
