@@ -2,6 +2,8 @@
 //!
 //! Rooms, from the bottom up:
 //! - [`sim`]: virtual time, the event queue, the seed tree and the scheduler actor.
+//! - [`io`]: input files that are regular files; output folders fedsim shares with its users
+//!   (what it may replace, one writer at a time).
 //! - [`data`]: data sets held in contiguous buffers, clients as index ranges.
 //! - [`models`]: tch models, local SGD and evaluation, flat parameters.
 //! - [`system`]: devices, links and availability that turn work into simulated durations.
@@ -16,6 +18,7 @@
 pub mod actors;
 pub mod algorithms;
 pub mod data;
+pub mod io;
 pub mod models;
 pub mod report;
 pub mod run;

@@ -3,8 +3,8 @@
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use fedsim::report::{
-    aggregate, differing_files, markdown, read_curves, write_plots, write_report, DataDescription,
-    Runs, REPRODUCIBLE_FILES,
+    aggregate, differing_files, markdown, publish_report, read_curves, DataDescription, Runs,
+    REPRODUCIBLE_FILES,
 };
 use fedsim::run::{default_out_dir, default_threads, run_scenario, RunOptions};
 use fedsim::scenario::{parse_shard, Scenario, Sweep};
@@ -12,6 +12,31 @@ use fedsim::sim::{SeedTree, SimTime};
 use fedsim::sweep::{cell_dir, is_finished, run_sweep, SweepOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+
+/// `println!` that fails with an error instead of panicking when standard output cannot be
+/// written (closed, or a full disk behind it).
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($t)*).context("writing to standard output")?;
+    }};
+}
+
+/// `print!` that fails with an error instead of panicking (see [`outln`]).
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout(), $($t)*).context("writing to standard output")?;
+    }};
+}
+
+/// `eprintln!` that never panics: where standard error cannot be written, nothing can be said.
+macro_rules! errln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
 
 /// Exit codes (also in the README): 0 done; 1 a sweep had failed cells; 2 an error (bad
 /// input, unreadable data, a failed write); 3 `--check-determinism` found differing files;
@@ -57,6 +82,10 @@ enum Command {
         /// file is byte-identical (exit code 3 if not).
         #[arg(long)]
         check_determinism: bool,
+        /// Write into an output folder that holds files with result names that fedsim did not
+        /// write: they are moved aside (renamed to NAME.before-fedsim), never deleted.
+        #[arg(long)]
+        force: bool,
     },
     /// Run a sweep's cells (grid × zip × seeds over a base scenario) into OUT/cell=<id>/,
     /// skipping the finished ones. Rerun the same command to resume after a crash.
@@ -79,6 +108,10 @@ enum Command {
         /// No progress bars.
         #[arg(long, short)]
         quiet: bool,
+        /// Move a `cells.csv` (or cell results) that fedsim did not write aside
+        /// (NAME.before-fedsim) instead of refusing the folder; nothing is deleted.
+        #[arg(long)]
+        force: bool,
     },
     /// Tables and plots over runs: per configuration (a sweep's axis values, or a run folder),
     /// mean ± std over seeds of accuracy, bottom decile, p10, worst-10% mean, fairness, loss,
@@ -92,6 +125,14 @@ enum Command {
         /// Where to write report.csv and report.md [default: <first folder>/report].
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Report on the runs that can be read, leaving out (and naming) those whose results
+        /// cannot; without it such runs are an error (exit code 2).
+        #[arg(long)]
+        skip_unreadable: bool,
+        /// Move report files that fedsim did not write aside (NAME.before-fedsim) instead of
+        /// refusing the folder; nothing is deleted.
+        #[arg(long)]
+        force: bool,
     },
     /// Build a scenario's data set and describe it: rows and per-client sizes of each split,
     /// label shares and, for synthetic data whose truth is known, the Bayes-optimal test
@@ -163,7 +204,11 @@ impl Overrides {
         if let Some(device) = &self.device {
             all.push(format!("training.device={device}"));
         }
-        Ok(Scenario::load(file, &all)?)
+        let s = Scenario::load(file, &all)?;
+        for n in &s.notes {
+            errln!("note: {n}");
+        }
+        Ok(s)
     }
 }
 
@@ -178,13 +223,26 @@ fn main() {
     fedsim::tune_allocator();
     // Before any other thread exists (CUDA runs need it; CPU runs never read it).
     fedsim::models::set_cublas_workspace();
-    if let Err(e) = real_main() {
-        eprintln!("error: {e:#}");
-        std::process::exit(EXIT_ERROR);
-    }
+    let code = match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            errln!("error: {e:#}");
+            EXIT_ERROR
+        }
+    };
+    std::process::exit(code);
 }
 
-fn real_main() -> Result<()> {
+/// Flushes standard output (an error if it cannot be written), then gives `code`.
+fn finish(code: i32) -> Result<i32> {
+    use std::io::Write as _;
+    std::io::stdout()
+        .flush()
+        .context("writing to standard output")?;
+    Ok(code)
+}
+
+fn real_main() -> Result<i32> {
     match Cli::parse().command {
         Command::Sweep {
             sweep,
@@ -193,6 +251,7 @@ fn real_main() -> Result<()> {
             shard,
             list,
             quiet,
+            force,
         } => {
             let plan = Sweep::load(&sweep)?;
             let out = out.unwrap_or_else(|| Path::new("results").join(&plan.name));
@@ -205,26 +264,30 @@ fn real_main() -> Result<()> {
             if list {
                 for cell in plan.shard(shard.0, shard.1) {
                     let done = is_finished(&cell_dir(&out, cell), cell);
-                    println!(
+                    outln!(
                         "{}  {}  {}",
                         cell.id(),
                         if done { "finished" } else { "to run  " },
                         cell.label()
                     );
                 }
-                return Ok(());
+                return finish(0);
             }
             let opts = SweepOptions {
                 out: out.clone(),
                 jobs,
                 shard,
                 progress: !quiet && std::io::stderr().is_terminal(),
+                force,
             };
             let outcome =
                 run_sweep(&plan, &opts).with_context(|| format!("sweep {}", sweep.display()))?;
-            println!(
-                "{}: shard {}/{}: {} cells, {} already finished, {} run ({} diverged), {} failed; \
-                 results in {}/",
+            for n in &outcome.notes {
+                errln!("note: {n}");
+            }
+            outln!(
+                "{}: shard {}/{}: {} cells, {} already finished, {} run ({} diverged), {} failed, \
+                 {} left to another process; results in {}/",
                 plan.name,
                 shard.0,
                 shard.1,
@@ -233,40 +296,72 @@ fn real_main() -> Result<()> {
                 outcome.ran,
                 outcome.diverged.len(),
                 outcome.failed.len(),
+                outcome.busy.len(),
                 out.display()
             );
             for n in &outcome.diverged {
-                eprintln!("warning: cell {} diverged: {}", n.cell, n.what);
+                errln!("warning: cell {} diverged: {}", n.cell, n.what);
             }
             for n in &outcome.ended_early {
-                eprintln!("warning: cell {} ended early, {}", n.cell, n.what);
+                errln!("warning: cell {} ended early, {}", n.cell, n.what);
+            }
+            for n in &outcome.busy {
+                errln!(
+                    "note: cell {} is being run by another fedsim process ({}); left to it \
+                     (run this command again after it ends to pick up what it leaves)",
+                    n.cell,
+                    n.what
+                );
             }
             if !outcome.failed.is_empty() {
                 for n in &outcome.failed {
-                    eprintln!("error: cell {}: {}", n.cell, n.what);
+                    errln!("error: cell {}: {}", n.cell, n.what);
                 }
-                std::process::exit(EXIT_SWEEP_FAILED);
+                return finish(EXIT_SWEEP_FAILED);
             }
         }
-        Command::Report { dirs, out } => {
-            let runs = Runs::find(&dirs)?;
+        Command::Report {
+            dirs,
+            out,
+            skip_unreadable,
+            force,
+        } => {
+            let mut runs = Runs::find(&dirs)?;
             for u in &runs.unfinished {
-                eprintln!(
+                errln!(
                     "note: {}: {} cells have no results yet",
                     u.path.display(),
                     u.cells
                 );
             }
-            let rows = runs.rows()?;
+            let (rows, unreadable) = runs.rows();
+            for u in &unreadable {
+                let what = if skip_unreadable { "left out" } else { "error" };
+                errln!(
+                    "{what}: {}: {}",
+                    u.path.display(),
+                    fedsim::error_chain(&u.error)
+                );
+            }
+            if !unreadable.is_empty() && !skip_unreadable {
+                anyhow::bail!(
+                    "{} runs could not be read (named above); fix or remove them, or pass \
+                     --skip-unreadable to report on the others",
+                    unreadable.len()
+                );
+            }
+            runs.skip(&unreadable);
             anyhow::ensure!(!rows.is_empty(), "no finished runs under {:?}", dirs);
             let report = aggregate(&rows);
-            print!("{}", markdown(&report));
+            out!("{}", markdown(&report));
             let out = out.unwrap_or_else(|| dirs[0].join("report"));
             let curves = read_curves(&runs)?;
-            let mut files = write_report(&out, &report)?;
-            files.extend(write_plots(&out, &report, &curves)?);
+            let (files, notes) = publish_report(&out, &report, &curves, force)?;
+            for n in notes {
+                errln!("note: {n}");
+            }
             for f in files {
-                println!("wrote {}", f.display());
+                outln!("wrote {}", f.display());
             }
         }
         Command::Describe {
@@ -279,13 +374,13 @@ fn real_main() -> Result<()> {
                 .data
                 .build(&s.split, &SeedTree::new(s.data_seed))
                 .with_context(|| format!("building the data of {}", scenario.display()))?;
-            print!("{}: {}", s.name, DataDescription::of(&data));
+            out!("{}: {}", s.name, DataDescription::of(&data));
             let arch = fedsim::models::Architecture::for_input(
                 &s.run.model,
                 data.input_shape(),
                 data.classes,
             );
-            println!(
+            outln!(
                 "  model: {} parameters, {:.3} MFLOP per sample forward (about 3× that to \
                  train); {}",
                 arch.num_params(),
@@ -302,14 +397,14 @@ fn real_main() -> Result<()> {
             .with_context(|| format!("the system model of {}", scenario.display()))?;
             let clients = data.num_clients() as u32;
             if let Some((online, gone)) = system.availability_outlook(clients, SimTime::ZERO) {
-                print!("  availability: {online} of {clients} clients online at the start");
+                out!("  availability: {online} of {clients} clients online at the start");
                 match gone {
-                    Some(t) => println!(
+                    Some(t) => outln!(
                         "; none is online after {:.3} s (simulated): a run still going then \
                          trains no one (and ends early if it samples online clients only)",
                         t.as_secs_f64()
                     ),
-                    None => println!(),
+                    None => outln!(),
                 }
             }
             if let Some(path) = heatmap {
@@ -319,7 +414,7 @@ fn real_main() -> Result<()> {
                     &title,
                     &fedsim::report::client_label_shares(&data),
                 )?;
-                println!("  wrote {}", path.display());
+                outln!("  wrote {}", path.display());
             }
         }
         Command::Data { action } => {
@@ -328,37 +423,41 @@ fn real_main() -> Result<()> {
             match action {
                 DataAction::Fetch { name, force } => {
                     let set = registry::find(&name)?;
-                    let dir = set.fetch(&root, force, &mut |line| eprintln!("{line}"))?;
-                    println!("{name}: ready in {}", dir.display());
+                    let dir = set.fetch(&root, force, &mut |line| errln!("{line}"))?;
+                    outln!("{name}: ready in {}", dir.display());
                 }
                 DataAction::List => {
-                    println!("cache: {}", root.display());
+                    outln!("cache: {}", root.display());
                     for set in registry::SETS {
                         let st = set.status(&root);
                         let state = match st.bytes {
                             Some(b) => format!("fetched, {:.1} MB", b as f64 / 1e6),
                             None => "not fetched".to_string(),
                         };
-                        println!("{:<14} {:<22} {}", set.name, state, set.title);
+                        outln!("{:<14} {:<22} {}", set.name, state, set.title);
                     }
-                    println!(
+                    outln!(
                         "{:<14} {:<22} FEMNIST by writer: `data: {{kind: femnist, path: FILE}}` \
                          (LEAF's JSON: scripts/leaf_to_parquet.py)",
-                        "femnist", "a Parquet file"
+                        "femnist",
+                        "a Parquet file"
                     );
                 }
             }
         }
         Command::Algorithms => {
-            println!(
+            outln!(
                 "{:<12} {:<8} {:<6} {:<8} what it is",
-                "name", "runs on", "stale", "cohorts"
+                "name",
+                "runs on",
+                "stale",
+                "cohorts"
             );
             let yes = |b: bool| if b { "yes" } else { "no" };
             for r in fedsim::algorithms::registry::REGISTRY {
                 let c = r.capabilities;
                 let on = if c.decentralized { "peers" } else { "server" };
-                println!(
+                outln!(
                     "{:<12} {:<8} {:<6} {:<8} {}",
                     r.name,
                     on,
@@ -373,7 +472,7 @@ fn real_main() -> Result<()> {
             overrides,
         } => {
             let s = overrides.load(&scenario)?;
-            println!(
+            outln!(
                 "# {}: valid (run id {})\n{}",
                 scenario.display(),
                 s.run_id(),
@@ -387,17 +486,22 @@ fn real_main() -> Result<()> {
             threads,
             quiet,
             check_determinism,
+            force,
         } => {
             let s = overrides.load(&scenario)?;
             let opts = RunOptions {
                 out_dir: out.unwrap_or_else(|| default_out_dir(&s)),
                 threads: threads.unwrap_or_else(default_threads).max(1),
                 progress: !quiet && std::io::stderr().is_terminal(),
+                force,
             };
             let report = run_scenario(&s, &opts)
                 .with_context(|| format!("running {}", scenario.display()))?;
+            for n in &report.notes {
+                errln!("note: {n}");
+            }
             let pct = |v: f64| format!("{:6.2} %", 100.0 * v);
-            println!(
+            outln!(
                 "{} — {} (seed {}, run {})",
                 s.name,
                 s.run.algorithm.name(),
@@ -407,44 +511,44 @@ fn real_main() -> Result<()> {
             let devices = s.run.training.placement.devices();
             if devices.iter().any(|d| d.is_cuda()) {
                 // CUDA results are reproducible on the same GPU model: say which devices.
-                println!("  cohorts trained on       {devices:?}");
+                outln!("  cohorts trained on       {devices:?}");
             }
             if let Some(h) = report.headline() {
-                println!("  clients evaluated        {}", h.clients);
-                println!("  final round              {}", h.final_round);
+                outln!("  clients evaluated        {}", h.clients);
+                outln!("  final round              {}", h.final_round);
             }
             for m in &report.summaries {
                 let who = if m.unseen { " (unseen clients)" } else { "" };
-                println!("  {} model{who}, test data:", m.model);
-                println!("    accuracy, weighted     {}", pct(m.test.weighted_mean));
-                println!("    bottom decile          {}", pct(m.test.bottom_decile));
-                println!("    10th percentile        {}", pct(m.test.p10));
-                println!("    worst-10% mean         {}", pct(m.test.worst10_mean));
+                outln!("  {} model{who}, test data:", m.model);
+                outln!("    accuracy, weighted     {}", pct(m.test.weighted_mean));
+                outln!("    bottom decile          {}", pct(m.test.bottom_decile));
+                outln!("    10th percentile        {}", pct(m.test.p10));
+                outln!("    worst-10% mean         {}", pct(m.test.worst10_mean));
                 if let (Some(target), Some(t)) = (s.target_accuracy, m.time_to_target_s) {
-                    println!("    reached {} at        {t:.1} s (simulated)", pct(target));
+                    outln!("    reached {} at        {t:.1} s (simulated)", pct(target));
                 }
             }
-            println!("  simulated time           {:.1} s", report.sim_seconds);
-            println!("  wall time                {:.1} s", report.wall_seconds);
+            outln!("  simulated time           {:.1} s", report.sim_seconds);
+            outln!("  wall time                {:.1} s", report.wall_seconds);
             if let Some(bytes) = fedsim::scenario::peak_memory() {
-                println!("  peak memory              {:.2} GB", bytes / 1e9);
+                outln!("  peak memory              {:.2} GB", bytes / 1e9);
             }
-            println!("results in {}/", report.out_dir.display());
+            outln!("results in {}/", report.out_dir.display());
             for f in &report.files {
-                println!("  {}", f.file_name().unwrap_or_default().to_string_lossy());
+                outln!("  {}", f.file_name().unwrap_or_default().to_string_lossy());
             }
             if let Some(d) = &report.divergence {
                 let then = match s.run.on_divergence.is_stop() {
                     true => "stopped there (on_divergence: stop)",
                     false => "ran on (on_divergence: continue)",
                 };
-                eprintln!(
+                errln!(
                     "warning: the run diverged at {}; it {then}; summary.csv says diverged = true",
                     d.describe()
                 );
             }
             if let Some(e) = &report.ended_early {
-                eprintln!(
+                errln!(
                     "warning: the run ended early, {}; its results are those of round {} \
                      (summary.csv says ended_early = true)",
                     e.describe(),
@@ -457,30 +561,32 @@ fn real_main() -> Result<()> {
                     out_dir: rerun_dir.clone(),
                     threads: 1,
                     progress: opts.progress,
+                    force: false,
                 };
                 run_scenario(&s, &rerun).context("determinism check rerun")?;
                 let differing = differing_files(&opts.out_dir, &rerun_dir);
                 if differing.is_empty() {
-                    std::fs::remove_dir_all(&rerun_dir).ok();
-                    println!(
+                    fedsim::io::remove_owned_folder(&rerun_dir)
+                        .context("removing the determinism check's rerun")?;
+                    outln!(
                         "determinism check: {} identical with {} and 1 trainer threads",
                         REPRODUCIBLE_FILES.join(", "),
                         opts.threads
                     );
                 } else {
-                    eprintln!(
+                    errln!(
                         "error: determinism check failed: {} differ between {} and {} (kept for inspection)",
                         differing.join(", "),
                         opts.out_dir.display(),
                         rerun_dir.display()
                     );
-                    std::process::exit(EXIT_NOT_DETERMINISTIC);
+                    return finish(EXIT_NOT_DETERMINISTIC);
                 }
             }
             if report.divergence.is_some() {
-                std::process::exit(EXIT_DIVERGED);
+                return finish(EXIT_DIVERGED);
             }
         }
     }
-    Ok(())
+    finish(0)
 }

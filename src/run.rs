@@ -2,6 +2,7 @@
 
 use crate::actors::{simulate, SimOutput};
 use crate::data::DataError;
+use crate::io::OutputRules;
 use crate::report::{
     DivergenceRecord, EarlyEndRecord, Record, ReportError, RunFiles, RunIdentity, RunMeta, Summary,
 };
@@ -21,6 +22,9 @@ pub struct RunOptions {
     pub threads: usize,
     /// Draw a progress bar on stderr (only when it is a terminal).
     pub progress: bool,
+    /// Move foreign files with result names aside instead of refusing the folder (never
+    /// deleting them; see [`crate::io::folder`]).
+    pub force: bool,
 }
 
 #[derive(Debug)]
@@ -38,6 +42,8 @@ pub struct RunReport {
     pub divergence: Option<DivergenceRecord>,
     /// The run ended before its last round because no client would be online again.
     pub ended_early: Option<EarlyEndRecord>,
+    /// What claiming the output folder did beyond writing results (files moved aside).
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +54,11 @@ pub enum RunError {
     Report(#[from] ReportError),
     #[error("data")]
     Data(#[from] DataError),
+    #[error("{}: {error}", file.display())]
+    Fit {
+        file: PathBuf,
+        error: crate::FieldError,
+    },
     #[error("cannot create the output folder {}", path.display())]
     OutDir {
         path: PathBuf,
@@ -93,7 +104,14 @@ pub fn observe_scenario(
     threads: usize,
     observer: RecordObserver<Record>,
 ) -> Result<SimOutput, RunError> {
-    let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed))?);
+    let data = s.data.build(&s.split, &SeedTree::new(s.data_seed))?;
+    crate::scenario::check_run_fits(&s.run, &data, crate::scenario::machine_memory()).map_err(
+        |e| RunError::Fit {
+            file: s.file.clone(),
+            error: e,
+        },
+    )?;
+    let data = Arc::new(data);
     Ok(simulate(&s.run, data, threads, observer)?)
 }
 
@@ -141,13 +159,19 @@ pub fn run_scenario_with_bar(
         algorithm: s.run.algorithm.name().to_string(),
         seed: s.run.seed,
     };
-    let files = RunFiles::create(&opts.out_dir, meta, &s.resolved_yaml).map_err(|e| match e {
-        ReportError::Io { path, source } if path == opts.out_dir => {
-            RunError::OutDir { path, source }
-        }
-        e => RunError::Report(e),
-    })?;
+    let rules = OutputRules {
+        force: opts.force,
+        inputs: s.input_files(),
+    };
+    let files =
+        RunFiles::create(&opts.out_dir, meta, &s.resolved_yaml, &rules).map_err(|e| match e {
+            ReportError::Io { path, source } if path == opts.out_dir => {
+                RunError::OutDir { path, source }
+            }
+            e => RunError::Report(e),
+        })?;
     // The records stream into the result files as they are made; the run keeps none.
+    let notes = files.notes().to_vec();
     let files = Rc::new(RefCell::new(files));
     let (tick, sink) = (bar.clone(), files.clone());
     let output = observe_scenario(
@@ -189,5 +213,6 @@ pub fn run_scenario_with_bar(
         wall_seconds,
         divergence,
         ended_early,
+        notes,
     })
 }

@@ -4,10 +4,22 @@
 //! A cell runs into `OUT/.partial-cell=<id>-<pid>/` and is renamed to `OUT/cell=<id>/` once
 //! every result file is written, so a `cell=` folder is always complete: killing a sweep at any
 //! moment loses only the cells that were running, and the next run redoes exactly those (and
-//! removes their partial folders). `OUT/cells.csv` lists every cell of the sweep with its axis
+//! removes their partial folders). A cell is finished when its manifest's files are all there
+//! unchanged and its `summary.csv` reads (see [`is_finished`]).
+//!
+//! One writer per cell: a process runs a cell only while it holds the cell's lock
+//! (`OUT/.fedsim-locks/cell=<id>`), so shards, `--jobs` and a second copy of the same sweep
+//! share the cells instead of destroying each other's work; a cell another process holds is
+//! left to it and named. `cells.csv` is written under the folder's lock, and like every file
+//! fedsim writes it is replaced only while fedsim's manifest proves it wrote it. `OUT/cells.csv` lists every cell of the sweep with its axis
 //! values, so that the whole sweep reads as one table (hive partitioning on `cell`, joined with
 //! `cells.csv` on `run_id = cell`).
 
+use crate::io::{
+    folder::{aside_name, clear_staging, make_staging},
+    remove_owned_folder, FolderError, FolderLock, Manifest, OutputFolder, OutputRules,
+    STAGING_MARKER,
+};
 use crate::report::{write_text_table, ReportError};
 use crate::run::{default_threads, run_scenario_with_bar, RunError, RunOptions};
 use crate::scenario::{compact, Cell, Sweep};
@@ -15,6 +27,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 #[derive(Clone, Debug)]
 pub struct SweepOptions {
@@ -25,6 +38,8 @@ pub struct SweepOptions {
     pub shard: (usize, usize),
     /// Draw progress bars on stderr.
     pub progress: bool,
+    /// Move foreign files with result names aside instead of refusing (see [`RunOptions`]).
+    pub force: bool,
 }
 
 #[derive(Debug, Default)]
@@ -42,6 +57,10 @@ pub struct SweepOutcome {
     /// The cells run now that ended before their last round because no client would be
     /// online again, with when (finished too: their results say so).
     pub ended_early: Vec<CellNote>,
+    /// The cells another process was running (left to it), with that process.
+    pub busy: Vec<CellNote>,
+    /// What claiming the folder did beyond writing (files moved aside).
+    pub notes: Vec<String>,
 }
 
 /// A cell (by its label) and what happened to it, in words.
@@ -56,6 +75,8 @@ pub struct CellNote {
 struct CellRemarks {
     diverged: Option<String>,
     ended_early: Option<String>,
+    /// The cell's earlier folder, moved aside (what and where).
+    moved_aside: Option<String>,
 }
 
 /// Where a cell's results live.
@@ -63,19 +84,25 @@ pub fn cell_dir(out: &Path, cell: &Cell) -> PathBuf {
     out.join(format!("cell={}", cell.id()))
 }
 
-/// Whether `dir` holds the finished results of `cell` (its summary, and its resolved scenario
-/// with the cell's content hash).
+/// Whether `dir` holds the finished results of `cell`: its resolved scenario with the
+/// cell's content hash, a `summary.csv` with at least one readable row, and every file its
+/// manifest lists there unchanged (folders written before manifests have none, and count
+/// without it).
 pub fn is_finished(dir: &Path, cell: &Cell) -> bool {
     let scenario = std::fs::read_to_string(dir.join("scenario.yaml")).unwrap_or_default();
-    dir.join("summary.csv").exists()
+    let intact = !Manifest::exists_in(dir) || Manifest::read(dir).is_intact(dir);
+    intact
         && scenario
             .lines()
             .next()
             .is_some_and(|l| l.contains(&cell.scenario.content_hash))
+        && crate::report::summary_is_readable(&dir.join("summary.csv"))
 }
 
-/// Writes `OUT/cells.csv`: `cell, seed`, then one column per axis (values on one line).
-fn write_cells(out: &Path, sweep: &Sweep) -> Result<(), ReportError> {
+/// Writes `OUT/cells.csv`: `cell, seed`, then one column per axis (values on one line). Shards
+/// of one sweep write the same table, one at a time under the folder's lock; a `cells.csv`
+/// fedsim did not write is refused (or moved aside under `rules.force`: the notes say so).
+fn write_cells(out: &Path, sweep: &Sweep, rules: &OutputRules) -> Result<Vec<String>, ReportError> {
     let mut columns = vec![
         (
             "cell".to_string(),
@@ -92,7 +119,11 @@ fn write_cells(out: &Path, sweep: &Sweep) -> Result<(), ReportError> {
             sweep.cells.iter().map(|c| compact(&c.axes[i].1)).collect(),
         ));
     }
-    write_text_table(&out.join("cells.csv"), &columns)
+    let (mut folder, notes) =
+        OutputFolder::claim_within(out, &["cells.csv"], rules, Duration::from_secs(30))?;
+    write_text_table(&out.join("cells.csv"), &columns)?;
+    folder.adopt(&["cells.csv"])?;
+    Ok(notes)
 }
 
 fn io_error(path: &Path) -> impl Fn(std::io::Error) -> RunError + '_ {
@@ -102,51 +133,88 @@ fn io_error(path: &Path) -> impl Fn(std::io::Error) -> RunError + '_ {
     }
 }
 
-/// Removes partial folders a killed run left for `cell`.
-fn clear_partials(out: &Path, cell: &Cell) -> Result<(), RunError> {
-    let prefix = format!(".partial-cell={}-", cell.id());
-    for entry in std::fs::read_dir(out).map_err(io_error(out))?.flatten() {
-        if entry.file_name().to_string_lossy().starts_with(&prefix) {
-            std::fs::remove_dir_all(entry.path()).map_err(io_error(&entry.path()))?;
-        }
-    }
-    Ok(())
+/// The staging folders of `cell` start with this, then the process id.
+fn partial_prefix(cell: &Cell) -> String {
+    format!(".partial-cell={}-", cell.id())
 }
 
-/// Runs one cell; the remarks say whether (and where) it diverged or ended early.
+/// What became of a cell this process tried to run.
+enum CellRun {
+    Ran(CellRemarks),
+    /// Another process holds the cell's lock (its holder, in words).
+    Busy(String),
+    /// Another process finished it after this one listed it.
+    FinishedMeanwhile,
+}
+
+/// Runs one cell while holding its lock; the remarks say whether (and where) it diverged or
+/// ended early.
 fn run_cell(
     out: &Path,
     cell: &Cell,
     threads: usize,
+    force: bool,
     bar: ProgressBar,
-) -> Result<CellRemarks, RunError> {
-    clear_partials(out, cell)?;
-    let partial = out.join(format!(
-        ".partial-cell={}-{}",
-        cell.id(),
-        std::process::id()
-    ));
+) -> Result<CellRun, RunError> {
+    let locks = out.join(".fedsim-locks");
+    std::fs::create_dir_all(&locks).map_err(io_error(&locks))?;
+    let done = cell_dir(out, cell);
+    let _lock = match FolderLock::take(&locks.join(format!("cell={}", cell.id())), &done) {
+        Ok(lock) => lock,
+        Err(FolderError::Busy { holder, .. }) => return Ok(CellRun::Busy(holder)),
+        Err(e) => return Err(RunError::Report(e.into())),
+    };
+    if is_finished(&done, cell) {
+        return Ok(CellRun::FinishedMeanwhile);
+    }
+    let partial_name = |pid: u32| format!("{}{pid}", partial_prefix(cell));
+    clear_staging(out, &partial_prefix(cell)).map_err(|e| RunError::Report(e.into()))?;
+    let partial = make_staging(&out.join(partial_name(std::process::id())))
+        .map_err(|e| RunError::Report(e.into()))?;
     let opts = RunOptions {
         out_dir: partial.clone(),
         threads,
         progress: false,
+        force,
     };
     let report = run_scenario_with_bar(&cell.scenario, &opts, bar)?;
-    let done = cell_dir(out, cell);
-    if done.exists() {
-        std::fs::remove_dir_all(&done).map_err(io_error(&done))?;
+    let marker = partial.join(STAGING_MARKER);
+    std::fs::remove_file(&marker).map_err(io_error(&marker))?;
+    let mut moved_aside = None;
+    if std::fs::symlink_metadata(&done).is_ok() {
+        match remove_owned_folder(&done) {
+            Ok(()) => {}
+            // What fedsim cannot prove it wrote (a result file changed since, say) stays,
+            // with the rest of the folder, under another name.
+            Err(FolderError::NotOnlyOurs { names, .. }) => {
+                let aside = aside_name(out, &format!("cell={}", cell.id()));
+                std::fs::rename(&done, &aside).map_err(io_error(&done))?;
+                moved_aside = Some(format!(
+                    "its earlier folder held what fedsim cannot prove it wrote ({}): moved \
+                     aside to {}",
+                    names.join(", "),
+                    aside.display()
+                ));
+            }
+            Err(e) => return Err(RunError::Report(e.into())),
+        }
     }
     std::fs::rename(&partial, &done).map_err(io_error(&done))?;
-    Ok(CellRemarks {
+    Ok(CellRun::Ran(CellRemarks {
         diverged: report.divergence.map(|d| d.describe()),
         ended_early: report.ended_early.map(|e| e.describe()),
-    })
+        moved_aside,
+    }))
 }
 
 /// Runs this shard's unfinished cells of `sweep`.
 pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, RunError> {
     std::fs::create_dir_all(&opts.out).map_err(io_error(&opts.out))?;
-    write_cells(&opts.out, sweep)?;
+    let rules = OutputRules {
+        force: opts.force,
+        inputs: Vec::new(),
+    };
+    let notes = write_cells(&opts.out, sweep, &rules)?;
     let mine = sweep.shard(opts.shard.0, opts.shard.1);
     let todo: Vec<&Cell> = mine
         .iter()
@@ -156,6 +224,7 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
     let mut outcome = SweepOutcome {
         cells: mine.len(),
         skipped: mine.len() - todo.len(),
+        notes,
         ..Default::default()
     };
     let multi = MultiProgress::with_draw_target(if opts.progress {
@@ -177,7 +246,7 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
     let threads = (default_threads() / jobs).max(1);
     let next = AtomicUsize::new(0);
     // Per cell run: its index in `todo`, and what `run_cell` said (the error as text).
-    type CellResult = (usize, Result<CellRemarks, String>);
+    type CellResult = (usize, Result<CellRun, String>);
     let results: Mutex<Vec<CellResult>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(todo.len()) {
@@ -186,7 +255,7 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
                 let Some(cell) = todo.get(i) else { break };
                 let bar = multi.add(ProgressBar::new(0));
                 bar.set_prefix(cell.label());
-                let result = run_cell(&opts.out, cell, threads, bar.clone())
+                let result = run_cell(&opts.out, cell, threads, opts.force, bar.clone())
                     .map_err(|e| crate::error_chain(&e));
                 bar.finish_and_clear();
                 multi.remove(&bar);
@@ -207,11 +276,18 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
             what,
         };
         match r {
-            Ok(remarks) => {
+            Ok(CellRun::Ran(remarks)) => {
                 outcome.ran += 1;
                 outcome.diverged.extend(remarks.diverged.map(note));
                 outcome.ended_early.extend(remarks.ended_early.map(note));
+                outcome.notes.extend(
+                    remarks
+                        .moved_aside
+                        .map(|m| format!("cell {}: {m}", todo[i].label())),
+                );
             }
+            Ok(CellRun::Busy(holder)) => outcome.busy.push(note(holder)),
+            Ok(CellRun::FinishedMeanwhile) => outcome.skipped += 1,
             Err(e) => outcome.failed.push(note(e)),
         }
     }

@@ -88,6 +88,9 @@ fn mix(alpha: f64, v: &[f32], w: &[f32]) -> Vec<f32> {
 }
 
 impl Algorithm for Apfl {
+    /// The local model and a copy of the global one.
+    const CLIENT_MODELS: usize = 2;
+
     type Global = Vec<f32>;
     type ClientState = ApflClient;
     type Update = ModelUpdate;

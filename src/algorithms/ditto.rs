@@ -70,6 +70,9 @@ impl super::Finite for DittoClient {
 }
 
 impl Algorithm for Ditto {
+    /// The personal model.
+    const CLIENT_MODELS: usize = 1;
+
     type Global = Vec<f32>;
     type ClientState = DittoClient;
     type Update = ModelUpdate;

@@ -114,8 +114,8 @@ pub struct Projection {
 impl Projection {
     /// Reads `path`: numbers separated by commas (or spaces), one line per row.
     pub fn read(path: &str) -> Result<Projection, String> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+        let text = crate::io::read_text(std::path::Path::new(path))
+            .map_err(|e| format!("cannot read `{path}`: {e}"))?;
         let mut values = Vec::new();
         let (mut rows, mut cols) = (0, 0);
         for (i, line) in text.lines().enumerate() {

@@ -34,6 +34,9 @@ impl super::Finite for LocalModel {
 }
 
 impl Algorithm for Local {
+    /// Its own model.
+    const CLIENT_MODELS: usize = 1;
+
     /// The common initial model.
     type Global = Vec<f32>;
     type ClientState = LocalModel;

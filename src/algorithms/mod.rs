@@ -371,6 +371,11 @@ pub trait Algorithm: Send + Sync + 'static {
     /// algorithm has its own update rule and trains each client alone.
     const SGD_UPDATE: Option<SgdUpdate<Self>> = None;
 
+    /// How many model-sized vectors a client keeps between rounds once it has trained (a
+    /// personal model, a copy of the global one), at least: what the memory estimate charges
+    /// each client that trains. Momentum kept across rounds is not counted (it is optional).
+    const CLIENT_MODELS: usize = 0;
+
     /// The update as a rule applied minibatch by minibatch, if it is one (pFedMe, APFL,
     /// Per-FedAvg): declaring it lets a round's clients take each minibatch step together, their
     /// gradient queries answered by one stacked computation (`training.cohorts`).

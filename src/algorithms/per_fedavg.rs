@@ -72,6 +72,9 @@ impl super::Finite for PerFedAvgClient {
 }
 
 impl Algorithm for PerFedAvg {
+    /// A copy of the global model.
+    const CLIENT_MODELS: usize = 1;
+
     type Global = Vec<f32>;
     type ClientState = PerFedAvgClient;
     type Update = ModelUpdate;

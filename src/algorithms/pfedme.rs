@@ -107,6 +107,9 @@ impl super::Finite for PFedMeClient {
 }
 
 impl Algorithm for PFedMe {
+    /// The personalized model θ.
+    const CLIENT_MODELS: usize = 1;
+
     type Global = Vec<f32>;
     type ClientState = PFedMeClient;
     /// The local model w_i after R local rounds.

@@ -120,6 +120,8 @@ pub struct Capabilities {
     /// update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]) or of minibatch steps by its
     /// own rule ([`Algorithm::BATCHWISE_UPDATE`]), with a server or on peers.
     pub cohorts: bool,
+    /// Model-sized vectors each client that has trained keeps ([`Algorithm::CLIENT_MODELS`]).
+    pub client_models: usize,
 }
 
 /// Whether the algorithm declares an update that cohorts can train.
@@ -147,6 +149,7 @@ impl Registration {
                 decentralized: false,
                 stale_updates: <S::Algorithm as Algorithm>::STALE_UPDATES.is_some(),
                 cohorts: trains_in_cohorts::<S::Algorithm>(),
+                client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
             },
             parse: parse::<S>,
             launch: launch_server::<S>,
@@ -165,6 +168,7 @@ impl Registration {
                 decentralized: true,
                 stale_updates: false,
                 cohorts: trains_in_cohorts::<S::Algorithm>(),
+                client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
             },
             parse: parse::<S>,
             launch: launch_peers::<S>,

@@ -507,6 +507,18 @@ impl DatasetSpec {
         }
     }
 
+    /// The number of classes, when known without reading a file.
+    pub fn classes(&self) -> Option<usize> {
+        match self {
+            DatasetSpec::FedemSynthetic(_) | DatasetSpec::FedgmmSynthetic(_) => Some(2),
+            DatasetSpec::SyntheticAb(s) => Some(s.classes),
+            DatasetSpec::Mnist(_) | DatasetSpec::FashionMnist(_) => Some(10),
+            DatasetSpec::Femnist(_) => Some(62),
+            DatasetSpec::Shakespeare(_) => Some(PRINTABLE.chars().count()),
+            DatasetSpec::Parquet(s) => s.classes,
+        }
+    }
+
     /// A lower bound on the rows this spec generates (every client at its minimum size), with
     /// the number of features per row; `None` for a file (its size is what it is).
     pub fn least_rows(&self) -> Option<(f64, usize)> {

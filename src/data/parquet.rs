@@ -88,6 +88,10 @@ fn d_label() -> String {
     "label".into()
 }
 
+/// The most classes a data set may have (2²⁴): a label at or above it is not a class id
+/// (and its model's output layer would not fit in memory).
+pub const MAX_CLASSES: usize = 1 << 24;
+
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     #[error(transparent)]
@@ -132,9 +136,9 @@ impl ParquetSpec {
                 "must name at least one column".into(),
             )),
             _ => match self.classes {
-                Some(c) if c < 2 => Err(FieldError::new(
+                Some(c) if !(2..=MAX_CLASSES).contains(&c) => Err(FieldError::new(
                     "classes".into(),
-                    format!("must be at least 2, got {c}"),
+                    format!("must be in 2..={MAX_CLASSES}, got {c}"),
                 )),
                 _ => {
                     if self.shape.is_some() && self.vocabulary.is_some() {
@@ -235,6 +239,20 @@ impl ParquetSpec {
             return on_demand::load(self, split);
         }
         let mut table = read_client_table(&self.path, self.columns())?;
+        if table.labels.is_empty() {
+            return Err(content(
+                "the file has no rows; a data set needs at least one training row per client"
+                    .into(),
+            ));
+        }
+        let not_class = |&y: &i64| y < 0 || y as u64 >= MAX_CLASSES as u64;
+        if let Some(r) = table.labels.iter().position(not_class) {
+            return Err(content(format!(
+                "label column `{}`, row {r} (client `{}`): {} is not a class id; labels are \
+                 0 ≤ label < {MAX_CLASSES}",
+                self.label_column, table.client_names[table.client[r] as usize], table.labels[r]
+            )));
+        }
         let bad = table.non_finite_rows();
         if let Some(&first) = bad.first() {
             match self.non_finite {
@@ -259,11 +277,6 @@ impl ParquetSpec {
                     table.drop_rows(&bad);
                 }
             }
-        }
-        if let Some(bad) = table.labels.iter().find(|&&y| y < 0) {
-            return Err(content(format!(
-                "labels must be class ids ≥ 0, found {bad}"
-            )));
         }
         let top = table.labels.iter().copied().max().unwrap_or(0) as usize;
         let classes = self.classes.unwrap_or(top + 1).max(2);

@@ -84,7 +84,7 @@ impl ShakespeareSpec {
     pub fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
         let files =
             registry::cached_files("shakespeare").map_err(|e| DataError::Fetch(e.to_string()))?;
-        let text = std::fs::read_to_string(&files[0]).map_err(|e| DataError::Content {
+        let text = crate::io::read_text(&files[0]).map_err(|e| DataError::Content {
             path: files[0].clone(),
             message: e.to_string(),
         })?;

@@ -519,11 +519,41 @@ impl Architecture {
         }
     }
 
+    /// [`Architecture::num_params`] in floating point: never overflows, for memory estimates
+    /// of models too large to build.
+    pub fn num_params_f64(&self) -> f64 {
+        self.parameter_shapes()
+            .iter()
+            .map(|(s, _)| s.iter().map(|&d| d as f64).product::<f64>())
+            .sum()
+    }
+
     pub fn num_params(&self) -> usize {
         self.parameter_shapes()
             .iter()
             .map(|(s, _)| s.iter().product::<i64>() as usize)
             .sum()
+    }
+
+    /// The values one row's forward pass produces, layer by layer (what backpropagation keeps),
+    /// in floating point: for memory estimates. An LSTM's are counted once per time step.
+    pub fn activations_per_sample(&self) -> f64 {
+        let steps = match self.input {
+            InputShape::Tokens { len, .. } => len.max(1) as f64,
+            _ => 1.0,
+        };
+        let mut shape = self.input_shape();
+        let mut values = 0.0;
+        for l in &self.layers {
+            let next = Self::next_shape(l, &shape);
+            let per_row: f64 = next.iter().map(|&d| d as f64).product();
+            values += match l {
+                Layer::Lstm { .. } => per_row * steps,
+                _ => per_row,
+            };
+            shape = next;
+        }
+        values
     }
 
     /// Multiply-adds ×2 of one forward pass of one row (a training step costs about three

@@ -218,6 +218,9 @@ const OUTCOMES: [JobOutcome; 6] = [
 ];
 
 impl ClientRows {
+    /// The memory one client's row takes (without the map's own overhead): for estimates.
+    pub const ROW_BYTES: usize = std::mem::size_of::<ClientRow>() + std::mem::size_of::<u32>();
+
     /// Takes in the next record.
     pub fn see(&mut self, r: &Record) {
         let rows = &mut self.rows;

@@ -27,10 +27,11 @@ pub use records::{
     GossipRecord, JobOutcome, JobRecord, MixtureRecord, NoveltyRecord, Record, RoundRecord,
 };
 pub use run_files::{RunFiles, BUFFER_BYTES, ROW_GROUP};
-pub use runs::{Runs, UnfinishedSweep};
+pub use runs::{Runs, UnfinishedSweep, Unreadable};
 pub use study::{
-    aggregate, markdown, mean_std, read_curve, read_curves, report_frame, write_plots,
-    write_report, write_text_table, CurvePoint, ReportRow, RunCurve, RunRow, REPORT_METRICS,
+    aggregate, markdown, mean_std, publish_report, read_curve, read_curves, report_frame,
+    summary_is_readable, write_plots, write_report, write_text_table, CurvePoint, ReportRow,
+    RunCurve, RunRow, REPORT_METRICS,
 };
 pub use summary::{percentile, time_to_accuracy, Fairness, RunIdentity, Summary, SummaryInputs};
 pub use tables::{
@@ -86,13 +87,17 @@ pub enum ReportError {
     NoRuns { path: PathBuf, why: String },
     #[error("drawing {}: {message}", path.display())]
     Plot { path: PathBuf, message: String },
+    #[error(transparent)]
+    Folder(#[from] crate::io::FolderError),
+    #[error("reading {}: {message}", path.display())]
+    Corrupt { path: PathBuf, message: String },
 }
 
 /// Writes `path` through a temporary file in the same folder and a rename, so that a reader
 /// (or a killed run) never sees a half-written file.
 pub fn write_atomic(
     path: &Path,
-    write: impl FnOnce(&mut File) -> Result<(), PolarsError>,
+    write: impl FnOnce(&mut DiskFile) -> Result<(), PolarsError>,
 ) -> Result<(), ReportError> {
     let io = |source| ReportError::Io {
         path: path.to_path_buf(),
@@ -104,18 +109,88 @@ pub fn write_atomic(
         .unwrap_or("result");
     let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     let result = (|| {
-        let mut file = File::create(&tmp).map_err(io)?;
-        write(&mut file).map_err(|source| ReportError::Polars {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        file.sync_all().map_err(io)?;
+        let mut file = DiskFile::new(File::create(&tmp).map_err(io)?);
+        let written = write(&mut file);
+        written.map_err(|source| file.error_of(path, source))?;
+        file.file.sync_all().map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// A file being written that remembers the first error the disk gave: polars reports some of
+/// them (a full disk while writing Parquet) as errors of its own ("Invalid thrift: transport
+/// error"), and the disk's own error is what a user must read.
+pub struct DiskFile {
+    file: File,
+    error: std::sync::Arc<std::sync::Mutex<Option<(std::io::ErrorKind, String)>>>,
+}
+
+impl DiskFile {
+    pub fn new(file: File) -> DiskFile {
+        DiskFile {
+            file,
+            error: Default::default(),
+        }
+    }
+
+    /// A second handle on the same file that records into the same place (for writers that
+    /// take their file by value).
+    pub fn try_clone(&self) -> std::io::Result<DiskFile> {
+        Ok(DiskFile {
+            file: self.file.try_clone()?,
+            error: self.error.clone(),
+        })
+    }
+
+    pub fn sync_all(&self) -> std::io::Result<()> {
+        self.file.sync_all()
+    }
+
+    /// The error to report for a failed write of `path`: the disk's, where it gave one.
+    pub fn error_of(&self, path: &Path, source: PolarsError) -> ReportError {
+        match self.error.lock().ok().and_then(|e| e.clone()) {
+            Some((kind, text)) => ReportError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(kind, text),
+            },
+            None => ReportError::Polars {
+                path: path.to_path_buf(),
+                source,
+            },
+        }
+    }
+
+    fn keep<T>(&self, r: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &r {
+            if let Ok(mut slot) = self.error.lock() {
+                slot.get_or_insert_with(|| (e.kind(), e.to_string()));
+            }
+        }
+        r
+    }
+}
+
+impl std::io::Write for DiskFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let r = self.file.write(buf);
+        self.keep(r)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let r = self.file.flush();
+        self.keep(r)
+    }
+}
+
+impl std::io::Seek for DiskFile {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        let r = self.file.seek(pos);
+        self.keep(r)
+    }
 }
 
 pub fn write_parquet(path: &Path, df: &mut DataFrame) -> Result<(), ReportError> {
@@ -147,6 +222,15 @@ pub const OPTIONAL_REPRODUCIBLE_FILES: [&str; 4] = [
     "extras.parquet",
     "novelty.parquet",
 ];
+
+/// Every file a run may write into its folder, `summary.csv` first (the order in which an
+/// earlier run's files are removed: without its summary a folder holds no complete run).
+pub fn result_files() -> Vec<&'static str> {
+    std::iter::once("summary.csv")
+        .chain(REPRODUCIBLE_FILES)
+        .chain(OPTIONAL_REPRODUCIBLE_FILES)
+        .collect()
+}
 
 /// The reproducible files that differ (or are missing) between two result folders; an optional
 /// file counts when either folder has it.

@@ -13,7 +13,9 @@
 //! files in with `summary.csv` last. So whenever `out` has a `summary.csv`, its result files are
 //! one run's complete set; a failed write (a full or read-only disk) removes the staging folder
 //! and leaves no `summary.csv`, and a killed run leaves either the old complete set or no
-//! `summary.csv`. Staging folders of earlier killed runs are removed when a run starts.
+//! `summary.csv`. The folder is claimed through [`crate::io::OutputFolder`]: locked for this
+//! run, and only files fedsim's manifest proves it wrote (and its own staging folders of
+//! killed runs) are ever removed or replaced.
 //!
 //! This room writes what it is given in the order given; it must not reorder or drop records.
 
@@ -21,9 +23,10 @@ use super::frames::ClientRows;
 use super::novelty::novelty_frame;
 use super::{
     extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame, rounds_frame,
-    summary_frame, write_atomic, write_csv, Record, ReportError, RunMeta, Summary, SummaryInputs,
-    OPTIONAL_REPRODUCIBLE_FILES, REPRODUCIBLE_FILES,
+    summary_frame, write_atomic, write_csv, DiskFile, Record, ReportError, RunMeta, Summary,
+    SummaryInputs,
 };
+use crate::io::{OutputFolder, OutputRules};
 use polars::io::csv::write::BatchedWriter as CsvBatches;
 use polars::io::parquet::write::BatchedWriter as ParquetBatches;
 use polars::prelude::*;
@@ -49,7 +52,7 @@ fn record_bytes(r: &Record) -> usize {
 }
 
 /// The name of a staging folder inside a run's output folder, before the process id.
-const STAGING_PREFIX: &str = ".partial-";
+pub const STAGING_PREFIX: &str = ".partial-";
 
 type Frame = fn(&RunMeta, &[Record]) -> PolarsResult<DataFrame>;
 
@@ -130,7 +133,7 @@ const TABLES: [TableKind; 7] = [
 /// An open file and the polars writer that appends to it (through a second handle, so that
 /// the file can be synced once the writer is done).
 struct Sink<W> {
-    file: File,
+    file: DiskFile,
     path: PathBuf,
     writer: W,
 }
@@ -138,28 +141,20 @@ struct Sink<W> {
 impl<W> Sink<W> {
     fn open(
         path: PathBuf,
-        make: impl FnOnce(File) -> PolarsResult<W>,
+        make: impl FnOnce(DiskFile) -> PolarsResult<W>,
     ) -> Result<Self, ReportError> {
-        let file = File::create(&path).map_err(|source| ReportError::Io {
+        let io = |source| ReportError::Io {
             path: path.clone(),
             source,
-        })?;
-        let handle = file.try_clone().map_err(|source| ReportError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let writer = make(handle).map_err(|source| ReportError::Polars {
-            path: path.clone(),
-            source,
-        })?;
+        };
+        let file = DiskFile::new(File::create(&path).map_err(io)?);
+        let handle = file.try_clone().map_err(io)?;
+        let writer = make(handle).map_err(|source| file.error_of(&path, source))?;
         Ok(Sink { file, path, writer })
     }
 
     fn polars<T>(&self, result: PolarsResult<T>) -> Result<T, ReportError> {
-        result.map_err(|source| ReportError::Polars {
-            path: self.path.clone(),
-            source,
-        })
+        result.map_err(|source| self.file.error_of(&self.path, source))
     }
 
     fn sync(self) -> Result<PathBuf, ReportError> {
@@ -182,8 +177,8 @@ struct Table {
     seen: bool,
     /// Outgrew the buffer: written in row groups as it goes.
     streaming: bool,
-    parquet: Option<Sink<ParquetBatches<File>>>,
-    csv: Option<Sink<CsvBatches<File>>>,
+    parquet: Option<Sink<ParquetBatches<DiskFile>>>,
+    csv: Option<Sink<CsvBatches<DiskFile>>>,
 }
 
 impl Table {
@@ -308,38 +303,33 @@ struct Place {
 
 /// A run's result files while it goes (see the module docs).
 pub struct RunFiles {
-    out: PathBuf,
+    folder: OutputFolder,
     at: Place,
     tables: Vec<Table>,
     clients: ClientRows,
     summary: SummaryInputs,
     /// The first write that failed: reported by [`RunFiles::finish`].
     failed: Option<ReportError>,
+    notes: Vec<String>,
 }
 
 impl RunFiles {
-    /// Starts a run's files in `out` (created if missing): removes staging folders of earlier
-    /// killed runs, makes this run's, and writes `scenario.yaml` (the resolved scenario under
-    /// a header naming the run) there.
-    pub fn create(out: &Path, meta: RunMeta, resolved_yaml: &str) -> Result<RunFiles, ReportError> {
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| ReportError::Io { path, source }
-        };
-        std::fs::create_dir_all(out).map_err(io(out))?;
-        for entry in std::fs::read_dir(out).map_err(io(out))?.flatten() {
-            if entry
-                .file_name()
-                .to_string_lossy()
-                .starts_with(STAGING_PREFIX)
-            {
-                std::fs::remove_dir_all(entry.path()).map_err(io(&entry.path()))?;
-            }
-        }
-        let staging = out.join(format!("{STAGING_PREFIX}{}", std::process::id()));
-        std::fs::create_dir(&staging).map_err(io(&staging))?;
+    /// Starts a run's files in `out` (created if missing): claims the folder (see
+    /// [`OutputFolder::claim`]; `rules` say whether foreign files are moved aside and which
+    /// inputs must not be results), removes staging folders of earlier killed runs, makes this
+    /// run's, and writes `scenario.yaml` (the resolved scenario under a header naming the run)
+    /// there. What the claim had to say (files moved aside) is in [`RunFiles::notes`].
+    pub fn create(
+        out: &Path,
+        meta: RunMeta,
+        resolved_yaml: &str,
+        rules: &OutputRules,
+    ) -> Result<RunFiles, ReportError> {
+        let (folder, notes) = OutputFolder::claim(out, &super::result_files(), rules)?;
+        let staging = folder.staging(STAGING_PREFIX)?;
         let files = RunFiles {
-            out: out.to_path_buf(),
+            folder,
+            notes,
             at: Place {
                 dir: staging,
                 meta,
@@ -425,32 +415,15 @@ impl RunFiles {
         self.publish(staged)
     }
 
-    /// Removes the earlier run's result files and moves `staged` in, in order.
-    fn publish(&self, staged: Vec<PathBuf>) -> Result<Vec<PathBuf>, ReportError> {
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| ReportError::Io { path, source }
-        };
-        let summary = self.out.join("summary.csv");
-        if summary.exists() {
-            std::fs::remove_file(&summary).map_err(io(&summary))?;
-        }
-        for name in REPRODUCIBLE_FILES
-            .iter()
-            .chain(&OPTIONAL_REPRODUCIBLE_FILES)
-        {
-            let old = self.out.join(name);
-            if old.exists() {
-                std::fs::remove_file(&old).map_err(io(&old))?;
-            }
-        }
-        let mut published = Vec::with_capacity(staged.len());
-        for file in staged {
-            let to = self.out.join(file.file_name().expect("a result file"));
-            std::fs::rename(&file, &to).map_err(io(&to))?;
-            published.push(to);
-        }
-        Ok(published)
+    /// Removes the earlier run's result files (those fedsim wrote) and moves `staged` in, in
+    /// order.
+    fn publish(&mut self, staged: Vec<PathBuf>) -> Result<Vec<PathBuf>, ReportError> {
+        Ok(self.folder.publish(&staged, &super::result_files())?)
+    }
+
+    /// What claiming the folder did beyond the run's own files (foreign files moved aside).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 }
 
@@ -514,7 +487,7 @@ mod tests {
     }
 
     fn write(dir: &Path, (bytes, row_group): (usize, usize)) -> Vec<PathBuf> {
-        let mut files = RunFiles::create(dir, meta(), "rounds: 5\n")
+        let mut files = RunFiles::create(dir, meta(), "rounds: 5\n", &OutputRules::default())
             .unwrap()
             .with_limits(bytes, row_group);
         records().iter().for_each(|r| files.record(r));
@@ -573,7 +546,8 @@ mod tests {
         write(&out, (0, 4));
         let before = std::fs::read(out.join("metrics.parquet")).unwrap();
         {
-            let mut files = RunFiles::create(&out, meta(), "rounds: 5\n").unwrap();
+            let mut files =
+                RunFiles::create(&out, meta(), "rounds: 5\n", &OutputRules::default()).unwrap();
             records()[..10].iter().for_each(|r| files.record(r));
             // Dropped without finishing: a failed simulation.
         }

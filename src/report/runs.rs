@@ -47,10 +47,19 @@ pub struct UnfinishedSweep {
     pub cells: usize,
 }
 
+/// A run whose results could not be read, and why.
+#[derive(Debug)]
+pub struct Unreadable {
+    pub path: PathBuf,
+    pub error: ReportError,
+}
+
 /// The finished runs under some folders (see the module docs).
 pub struct Runs {
     pub(super) dirs: Vec<RunDir>,
     pub unfinished: Vec<UnfinishedSweep>,
+    /// Runs left out of the rows and curves (unreadable, and skipped on request).
+    pub(super) skipped: Vec<PathBuf>,
 }
 
 impl Runs {
@@ -92,16 +101,30 @@ impl Runs {
         Ok(Runs {
             dirs: runs,
             unfinished: found.unfinished,
+            skipped: Vec::new(),
         })
     }
 
-    /// Every summary row of the runs, sweep cells first, then plain runs, each in path order.
-    pub fn rows(&self) -> Result<Vec<RunRow>, ReportError> {
+    /// Every summary row of the runs, sweep cells first, then plain runs, each in path order;
+    /// and every run whose summary could not be read, with why (never left out silently).
+    pub fn rows(&self) -> (Vec<RunRow>, Vec<Unreadable>) {
         let mut rows = Vec::new();
-        for run in &self.dirs {
-            rows.extend(run.summary()?);
+        let mut unreadable = Vec::new();
+        for run in self.dirs.iter().filter(|r| !self.skipped.contains(&r.path)) {
+            match run.summary() {
+                Ok(r) => rows.extend(r),
+                Err(error) => unreadable.push(Unreadable {
+                    path: run.path.clone(),
+                    error,
+                }),
+            }
         }
-        Ok(rows)
+        (rows, unreadable)
+    }
+
+    /// Leaves these runs out of the rows and curves from now on.
+    pub fn skip(&mut self, runs: &[Unreadable]) {
+        self.skipped.extend(runs.iter().map(|u| u.path.clone()));
     }
 }
 

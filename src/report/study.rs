@@ -7,6 +7,7 @@
 use super::frames::column;
 use super::runs::Runs;
 use super::{write_atomic, ReportError};
+use crate::io::{OutputFolder, OutputRules};
 use polars::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -105,6 +106,7 @@ pub(super) fn read_summary(
     seed: Option<&str>,
 ) -> Result<Vec<RunRow>, ReportError> {
     let cols = read_csv_text(path)?;
+    check_summary_columns(path, &cols)?;
     let n = cols.first().map_or(0, |c| c.1.len());
     let text = |name: &str, i: usize| {
         text_column(&cols, name)
@@ -125,6 +127,86 @@ pub(super) fn read_summary(
                 .collect(),
         })
         .collect())
+}
+
+/// The columns every `summary.csv` has; a file without them is not a run's summary.
+const SUMMARY_COLUMNS: [&str; 4] = ["run_id", "model", "seed", "test_acc_mean"];
+
+/// Refuses a summary that lacks its columns or holds a figure that is not a number (an empty
+/// field is a figure that does not apply).
+fn check_summary_columns(path: &Path, cols: &[TextColumn]) -> Result<(), ReportError> {
+    let corrupt = |message: String| ReportError::Corrupt {
+        path: path.to_path_buf(),
+        message,
+    };
+    let missing: Vec<&str> = SUMMARY_COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| text_column(cols, c).is_none())
+        .collect();
+    if !missing.is_empty() {
+        return Err(corrupt(format!(
+            "not a run's summary: no column {}",
+            missing.join(", ")
+        )));
+    }
+    for (metric, _) in REPORT_METRICS {
+        let Some(values) = text_column(cols, metric) else {
+            continue;
+        };
+        for (row, v) in values.iter().enumerate() {
+            if let Some(v) = v.as_deref().filter(|v| !v.is_empty()) {
+                if v.parse::<f64>().is_err() {
+                    return Err(corrupt(format!(
+                        "row {}, column `{metric}`: `{v}` is not a number",
+                        row + 1
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` is a summary that [`read_summary`] reads (what makes a run finished).
+pub fn summary_is_readable(path: &Path) -> bool {
+    path.is_file() && read_summary(path, &[], None).is_ok()
+}
+
+/// Whether `name` is a file `fedsim report` writes (its tables and charts).
+fn is_report_file(name: &str) -> bool {
+    name == "report.csv" || name == "report.md" || name.ends_with(".png") || name.ends_with(".svg")
+}
+
+/// Writes `report.csv`, `report.md` and the charts into `out` through a staging folder, and
+/// publishes them replacing only the report files fedsim wrote there before (see
+/// [`crate::io::folder`]); returns the files and what `force` moved aside.
+pub fn publish_report(
+    out: &Path,
+    rows: &[ReportRow],
+    curves: &[RunCurve],
+    force: bool,
+) -> Result<(Vec<PathBuf>, Vec<String>), ReportError> {
+    let (mut folder, _) = OutputFolder::claim(out, &[], &OutputRules::default())?;
+    let staging = folder.staging(".partial-")?;
+    let result = (|| {
+        let mut files = write_report(&staging, rows)?;
+        files.extend(write_plots(&staging, rows, curves)?);
+        let names: Vec<&str> = files
+            .iter()
+            .filter_map(|p| p.file_name()?.to_str())
+            .collect();
+        let notes = folder.make_way(&names, force)?;
+        let old: Vec<String> = folder
+            .owned()
+            .into_iter()
+            .filter(|n| is_report_file(n))
+            .collect();
+        let retire: Vec<&str> = old.iter().map(String::as_str).collect();
+        Ok((folder.publish(&files, &retire)?, notes))
+    })();
+    let _ = std::fs::remove_dir_all(&staging);
+    result
 }
 
 /// Groups rows by (configuration, model, client group), in order of first appearance.
@@ -407,7 +489,7 @@ pub fn read_curve(
 /// The learning curves of `runs`, each of its most client-specific model.
 pub fn read_curves(runs: &Runs) -> Result<Vec<RunCurve>, ReportError> {
     let mut out = Vec::new();
-    for run in &runs.dirs {
+    for run in runs.dirs.iter().filter(|r| !runs.skipped.contains(&r.path)) {
         if !run.path.join("metrics.parquet").exists() {
             continue;
         }

@@ -86,7 +86,7 @@ pub struct TableError {
 }
 
 pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTable, TableError> {
-    table_of_frame(path, read_frame(path, None)?, cols)
+    table_of_frame(path, read_frame(path, None)?, cols, 0)
 }
 
 /// Reads `path` (rows `slice = (offset, len)` only, if given), reporting unreadable files as
@@ -96,7 +96,7 @@ fn read_frame(path: &Path, slice: Option<(usize, usize)>) -> Result<DataFrame, T
         path: path.to_path_buf(),
         message,
     };
-    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let file = crate::io::open_regular(path).map_err(|e| fail(format!("cannot open: {e}")))?;
     without_panics(|| ParquetReader::new(file).with_slice(slice).finish())
         .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
         .map_err(|e| fail(format!("not a readable Parquet file: {e}")))
@@ -108,7 +108,7 @@ fn row_groups(path: &Path) -> Result<Vec<usize>, TableError> {
         path: path.to_path_buf(),
         message,
     };
-    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let file = crate::io::open_regular(path).map_err(|e| fail(format!("cannot open: {e}")))?;
     let mut reader = ParquetReader::new(file);
     let groups = without_panics(|| {
         reader
@@ -129,7 +129,7 @@ pub fn scan_client_table(
 ) -> Result<usize, TableError> {
     let mut first = 0;
     for rows in row_groups(path)? {
-        let table = table_of_frame(path, read_frame(path, Some((first, rows)))?, cols)?;
+        let table = table_of_frame(path, read_frame(path, Some((first, rows)))?, cols, first)?;
         each(&table, first).map_err(|message| TableError {
             path: path.to_path_buf(),
             message,
@@ -144,6 +144,7 @@ fn table_of_frame(
     path: &Path,
     df: DataFrame,
     cols: TableColumns<'_>,
+    first_row: usize,
 ) -> Result<ClientTable, TableError> {
     let fail = |message: String| TableError {
         path: path.to_path_buf(),
@@ -202,11 +203,14 @@ fn table_of_frame(
             (names, client, numeric_ids)
         }
     };
-    // Rows of clients left out go before anything else is read.
+    // Rows of clients left out go before anything else is read; `kept` maps the rows read
+    // back to the frame's rows (for messages).
+    let mut kept: Option<Vec<usize>> = None;
     let (df, client_names, client) = match cols.keep_rows {
         None => (df, client_names, client),
         Some(keep) => {
             let mask = keep(&client, client_names.len());
+            kept = Some((0..mask.len()).filter(|&r| mask[r]).collect());
             let rows: BooleanChunked = mask.iter().map(|&k| Some(k)).collect();
             let df = df
                 .filter(&rows)
@@ -233,6 +237,7 @@ fn table_of_frame(
         }
     };
 
+    let file_row = |r: usize| first_row + kept.as_ref().map_or(r, |k| k[r]);
     let split = match cols.split {
         None => None,
         Some(name) => {
@@ -257,9 +262,19 @@ fn table_of_frame(
             label_col.dtype()
         )));
     }
-    let labels: Vec<i64> = label_col
+    let as_i64 = label_col
         .cast(&DataType::Int64)
-        .map_err(|e| polars_err(cols.label, e))?
+        .map_err(|e| polars_err(cols.label, e))?;
+    if let Some(r) = first_null(&as_i64.as_materialized_series().clone()) {
+        return Err(fail(format!(
+            "label column `{}`, row {}: {} is not a class id (it does not fit a 64-bit signed \
+             integer)",
+            cols.label,
+            file_row(r),
+            label_col.get(r).map(|v| v.to_string()).unwrap_or_default()
+        )));
+    }
+    let labels: Vec<i64> = as_i64
         .i64()
         .map_err(|e| polars_err(cols.label, e))?
         .into_no_null_iter()
@@ -272,6 +287,14 @@ fn table_of_frame(
             for name in names {
                 let c = column(&df, name, "feature")?;
                 no_nulls(name, &c)?;
+                if !c.dtype().is_primitive_numeric() {
+                    return Err(fail(format!(
+                        "feature column `{name}` must hold numbers (any float or integer type), \
+                         it holds {}",
+                        c.dtype()
+                    )));
+                }
+                check_fits_f32(&c, name, &file_row).map_err(fail)?;
                 let c = c
                     .cast(&DataType::Float32)
                     .map_err(|e| polars_err(name, e))?;
@@ -294,6 +317,9 @@ fn table_of_frame(
             no_nulls(name, &c)?;
             match c.dtype().clone() {
                 DataType::Array(inner, width) if inner.is_primitive_numeric() => {
+                    let values = c.array().map_err(|e| polars_err(name, e))?.get_inner();
+                    let per_row = |i: usize| file_row(i / width.max(1));
+                    check_fits_f32(&values.into_column(), name, &per_row).map_err(fail)?;
                     let c = c
                         .cast(&DataType::Array(Box::new(DataType::Float32), width))
                         .map_err(|e| polars_err(name, e))?
@@ -389,9 +415,41 @@ fn without_panics<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
+/// Refuses a float64 column whose finite values do not all fit a 32-bit float (they would
+/// become infinite); `row` maps a value's index to its file row, for the message.
+fn check_fits_f32(c: &Column, name: &str, row: &dyn Fn(usize) -> usize) -> Result<(), String> {
+    if c.dtype() != &DataType::Float64 {
+        return Ok(());
+    }
+    let values = c.f64().map_err(|e| format!("column `{name}`: {e}"))?;
+    let too_big = values
+        .iter()
+        .position(|v| v.is_some_and(|v| v.is_finite() && v.abs() > f32::MAX as f64));
+    match too_big {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "column `{name}`, row {}: {:e} does not fit a 32-bit float (at most ±{:e}); scale \
+             the column down",
+            row(i),
+            values.get(i).unwrap_or_default(),
+            f32::MAX
+        )),
+    }
+}
+
 /// The features of a list column whose rows must all have the same length: row-major values
 /// and that length. Errors are messages about `name`.
 fn list_features(c: &Column, name: &str) -> Result<(Vec<f32>, usize), String> {
+    if let DataType::List(inner) = c.dtype() {
+        if **inner == DataType::Float64 {
+            let lists = c.list().map_err(|e| format!("column `{name}`: {e}"))?;
+            for r in 0..lists.len() {
+                if let Some(row) = lists.get_as_series(r) {
+                    check_fits_f32(&row.into_column(), name, &|_| r)?;
+                }
+            }
+        }
+    }
     let c = c
         .cast(&DataType::List(Box::new(DataType::Float32)))
         .map_err(|e| format!("column `{name}`: {e}"))?;
@@ -461,7 +519,7 @@ pub fn read_population_column(
         path: path.to_path_buf(),
         message,
     };
-    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let file = crate::io::open_regular(path).map_err(|e| fail(format!("cannot open: {e}")))?;
     let mut reader = ParquetReader::new(file);
     let names: Vec<String> = without_panics(|| reader.schema())
         .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?

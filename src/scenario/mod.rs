@@ -10,7 +10,7 @@ mod resources;
 mod sweep;
 
 pub use raw::{RawEvaluation, RawLrSchedule, RawSampling, RawScenario, RawTraining};
-pub use resources::{least_bytes, machine_memory, peak_memory};
+pub use resources::{check_run_fits, least_bytes, machine_memory, peak_memory};
 pub use sweep::{compact, parse_shard, Cell, Sweep, SweepError};
 
 use crate::actors::{
@@ -84,6 +84,10 @@ pub struct Scenario {
     pub resolved_yaml: String,
     /// SHA-256 of `resolved_yaml`, hex.
     pub content_hash: String,
+    /// The file it was read from (for messages, and so that no run writes over it).
+    pub file: PathBuf,
+    /// What the overrides did beyond setting a value (a whole section replaced), for the user.
+    pub notes: Vec<String>,
 }
 
 impl Scenario {
@@ -92,9 +96,38 @@ impl Scenario {
         &self.content_hash[..12]
     }
 
+    /// The files the run reads: the scenario file, then every `path` (data, traces, graphs),
+    /// `fedscale_devices` and `projection` field of the resolved scenario, relative to the
+    /// working folder.
+    pub fn input_files(&self) -> Vec<PathBuf> {
+        fn walk(v: &Value, out: &mut Vec<PathBuf>) {
+            match v {
+                Value::Mapping(m) => {
+                    for (k, v) in m {
+                        match (k.as_str(), v) {
+                            (
+                                Some("path" | "fedscale_devices" | "projection"),
+                                Value::String(p),
+                            ) => out.push(PathBuf::from(p)),
+                            _ => walk(v, out),
+                        }
+                    }
+                }
+                Value::Sequence(items) => items.iter().for_each(|v| walk(v, out)),
+                Value::Tagged(t) => walk(&t.value, out),
+                _ => {}
+            }
+        }
+        let mut out = vec![self.file.clone()];
+        if let Ok(tree) = serde_yaml::from_str::<Value>(&self.resolved_yaml) {
+            walk(&tree, &mut out);
+        }
+        out
+    }
+
     /// Reads, overrides and validates a scenario file.
     pub fn load(file: &Path, overrides: &[String]) -> Result<Scenario, ScenarioError> {
-        let text = std::fs::read_to_string(file).map_err(|source| ScenarioError::Read {
+        let text = crate::io::read_text(file).map_err(|source| ScenarioError::Read {
             file: file.to_path_buf(),
             source,
         })?;
@@ -150,8 +183,9 @@ impl Scenario {
                     .into(),
             ));
         }
+        let mut notes = Vec::new();
         for arg in overrides {
-            apply_override(&mut tree, arg)?;
+            notes.extend(apply_override(&mut tree, arg)?);
         }
         let raw: RawScenario = serde_path_to_error::deserialize(tree).map_err(|e| {
             let path = e.path().to_string();
@@ -168,7 +202,35 @@ impl Scenario {
                 message,
             }
         })?;
-        validate(raw).map_err(|e| invalid(e.path, e.message))
+        let mut scenario = validate(raw).map_err(|e| invalid(e.path, e.message))?;
+        scenario.file = file.to_path_buf();
+        scenario.notes = notes;
+        Ok(scenario)
+    }
+}
+
+/// Refuses a name that is not one plain folder name: the default output folder is
+/// `results/<name>/…`, which must stay inside `results/`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let why = if name.is_empty() {
+        Some("is empty")
+    } else if name.contains(['/', '\\']) {
+        Some("holds a path separator (`/` or `\\`)")
+    } else if name == "." || name == ".." {
+        Some("is `.` or `..`")
+    } else if name.starts_with('.') {
+        Some("starts with `.` (hidden folders are fedsim's own)")
+    } else if name.chars().any(|c| c.is_control()) {
+        Some("holds a control character")
+    } else {
+        None
+    };
+    match why {
+        None => Ok(()),
+        Some(why) => Err(format!(
+            "`{name}` {why}; a name is one folder name (the default output folder is \
+             results/<name>/), e.g. `fedem-mnist`; to write elsewhere use --out"
+        )),
     }
 }
 
@@ -195,8 +257,10 @@ fn explain(msg: &str) -> String {
 }
 
 /// Sets `a.b.c=VALUE` in the YAML tree (VALUE is parsed as YAML; maps are created as needed;
-/// a numeric segment indexes a list).
-pub fn apply_override(tree: &mut Value, arg: &str) -> Result<(), ScenarioError> {
+/// a numeric segment indexes a list). An empty VALUE is an error (it would silently mean the
+/// default). A mapping VALUE replaces the whole section, never merges into it: the note
+/// returned then names the fields it reset.
+pub fn apply_override(tree: &mut Value, arg: &str) -> Result<Option<String>, ScenarioError> {
     let err = |message: String| ScenarioError::Override {
         arg: arg.to_string(),
         message,
@@ -208,6 +272,11 @@ pub fn apply_override(tree: &mut Value, arg: &str) -> Result<(), ScenarioError> 
         return Err(err(
             "the path must be dot-separated field names, e.g. training.lr".into(),
         ));
+    }
+    if value.trim().is_empty() {
+        return Err(err(format!(
+            "the value is empty; give one (e.g. {path}=0.1), or `{path}=null` for the default"
+        )));
     }
     let value: Value = serde_yaml::from_str(value)
         .map_err(|e| err(format!("the value is not valid YAML: {e}")))?;
@@ -235,12 +304,31 @@ pub fn apply_override(tree: &mut Value, arg: &str) -> Result<(), ScenarioError> 
             }
         };
     }
+    let note = match (&*node, &value) {
+        (Value::Mapping(old), Value::Mapping(new)) => {
+            let reset: Vec<String> = old
+                .keys()
+                .filter(|k| !new.contains_key(*k))
+                .map(compact)
+                .collect();
+            (!reset.is_empty()).then(|| {
+                format!(
+                    "--set {path}=…: replaced the whole `{path}` section, so {} went back to \
+                     {}default; to change one field keep the rest with --set {path}.FIELD=VALUE",
+                    reset.join(", "),
+                    if reset.len() == 1 { "its " } else { "their " }
+                )
+            })
+        }
+        _ => None,
+    };
     *node = value;
-    Ok(())
+    Ok(note)
 }
 
 fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     let bad = |path: &str, message: String| Err(FieldError::new(path.to_string(), message));
+    check_name(&raw.name).map_err(|m| FieldError::new("name".into(), m))?;
     if raw.rounds == 0 {
         return bad("rounds", "must be at least 1".into());
     }
@@ -300,31 +388,52 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     if let Some(clients) = raw.data.num_clients() {
         check_client_counts(clients, unseen_fraction, &sampling, &evaluation)?;
     }
-    resources::check_fits(&raw.data, resources::machine_memory())?;
+    let memory = resources::machine_memory();
+    resources::check_fits(&raw.data, memory)?;
     let resolved_yaml = serde_yaml::to_string(&raw).expect("a scenario always serialises");
     let content_hash = format!("{:x}", Sha256::digest(resolved_yaml.as_bytes()));
+    let run = RunSpec {
+        seed: raw.seed,
+        rounds: raw.rounds,
+        evaluation,
+        model: raw.model,
+        algorithm: raw.algorithm,
+        training,
+        sampling,
+        policy: raw.policy,
+        system: raw.system,
+        unseen_fraction,
+        topology: raw.topology,
+        on_divergence: raw.on_divergence,
+    };
+    // Where the data's size, shape and classes are known without reading a file, the whole
+    // estimate now (else in the run's pre-flight, once the data is built).
+    if let (Some(input), Some(classes), Some(clients), Some((_, data_bytes))) = (
+        raw.data.input_shape(),
+        raw.data.classes(),
+        raw.data.num_clients(),
+        resources::least_bytes(&raw.data),
+    ) {
+        let shape = resources::DataShape {
+            input,
+            classes,
+            clients,
+            least_train_rows: 1,
+            data_bytes,
+        };
+        resources::check_terms(&resources::run_terms(&run, &shape), memory)?;
+    }
     Ok(Scenario {
         name: raw.name.clone(),
         data: raw.data.clone(),
         split: raw.split.clone(),
         data_seed: raw.data_seed.unwrap_or(raw.seed),
         target_accuracy: raw.target_accuracy,
-        run: RunSpec {
-            seed: raw.seed,
-            rounds: raw.rounds,
-            evaluation,
-            model: raw.model,
-            algorithm: raw.algorithm,
-            training,
-            sampling,
-            policy: raw.policy,
-            system: raw.system,
-            unseen_fraction,
-            topology: raw.topology,
-            on_divergence: raw.on_divergence,
-        },
+        run,
         resolved_yaml,
         content_hash,
+        file: PathBuf::new(),
+        notes: Vec::new(),
     })
 }
 

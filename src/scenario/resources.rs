@@ -3,7 +3,7 @@
 //! of exhausting memory an hour later. The estimate is a lower bound (every client at its
 //! minimum size, a small fixed cost per client), so a run that could fit is never refused.
 
-use crate::data::DatasetSpec;
+use crate::data::{DatasetSpec, InputShape};
 use crate::FieldError;
 
 /// Bytes per client that any run spends at least beside the data (its drawn device, its id,
@@ -44,6 +44,186 @@ pub fn machine_memory() -> Option<f64> {
         (Some(c), Some(t)) => Some(c.min(t)),
         (c, t) => c.or(t),
     }
+}
+
+/// What a memory estimate of a run needs to know of its data.
+#[derive(Clone, Copy, Debug)]
+pub struct DataShape {
+    pub input: InputShape,
+    pub classes: usize,
+    pub clients: usize,
+    /// The fewest training rows a client holds (1 where not known: still a lower bound).
+    pub least_train_rows: usize,
+    /// Bytes of data held (0 for rows made on demand), and whether rows are made on demand.
+    pub data_bytes: f64,
+}
+
+/// One part of a run's least memory: the field that sets it, what it is, and its bytes.
+#[derive(Clone, Debug)]
+pub struct MemoryTerm {
+    pub field: &'static str,
+    pub what: String,
+    pub bytes: f64,
+}
+
+/// The least memory a run of `run` on data of `shape` takes, part by part (each a lower
+/// bound, so a run that could fit is never refused):
+/// - the data held, and [`LEAST_BYTES_PER_CLIENT`] for each client;
+/// - the model, twice (the global parameters and a trainer's copy, 4 bytes a value);
+/// - one batch's activations, twice (forward values kept for backpropagation, and their
+///   gradients);
+/// - the models the clients of the first round keep ([`Capabilities::client_models`]);
+/// - one job's batch plan: its shuffled passes over the smallest client's rows (8 bytes a row,
+///   16 a batch);
+/// - the results kept of each evaluated client until the end (its row of `clients.parquet`
+///   and its last test evaluation; every other record is streamed to the files).
+///
+/// [`Capabilities::client_models`]: crate::algorithms::Capabilities::client_models
+pub fn run_terms(run: &crate::actors::RunSpec, shape: &DataShape) -> Vec<MemoryTerm> {
+    use crate::models::LocalWork;
+    let arch = crate::models::Architecture::for_input(&run.model, shape.input, shape.classes);
+    let params = arch.num_params_f64();
+    let plan = run.training.plan;
+    let batch = plan.batch_size.max(1) as f64;
+    let keeping = run.algorithm.capabilities().client_models as f64;
+    let first_round = match (
+        &run.policy,
+        run.sampling.replacement || run.sampling.available_only,
+    ) {
+        (crate::actors::PolicySpec::Fedbuff { .. }, _) | (_, true) => 1.0,
+        _ => run.sampling.per_round(shape.clients.max(1)) as f64,
+    };
+    let n = shape.least_train_rows.max(1) as f64;
+    let batches_per_pass = (n / batch).ceil();
+    let (passes, work_field) = match plan.work {
+        LocalWork::Epochs(e) => (e as f64, "training.local_epochs"),
+        LocalWork::Steps(s) => ((s as f64 / batches_per_pass).ceil(), "training.local_steps"),
+    };
+    let mut terms = vec![
+        MemoryTerm {
+            field: "data.clients",
+            what: format!(
+                "{} clients: {} of data and {} bytes each",
+                shape.clients,
+                human_bytes(shape.data_bytes),
+                LEAST_BYTES_PER_CLIENT
+            ),
+            bytes: shape.data_bytes + shape.clients as f64 * LEAST_BYTES_PER_CLIENT,
+        },
+        MemoryTerm {
+            field: "model",
+            what: format!(
+                "the model ({params:.3e} parameters for {} classes and inputs of {} values), \
+                 held twice",
+                shape.classes,
+                shape.input.len()
+            ),
+            bytes: 2.0 * 4.0 * params,
+        },
+        MemoryTerm {
+            field: "training.batch_size",
+            what: format!(
+                "one batch of {} rows through the model ({:.3e} values a row), forward and \
+                 back",
+                plan.batch_size,
+                arch.activations_per_sample()
+            ),
+            bytes: 2.0 * 4.0 * batch * arch.activations_per_sample(),
+        },
+        MemoryTerm {
+            field: work_field,
+            what: format!(
+                "one client's local work: {passes:.3e} shuffled passes over its rows (batches \
+                 of {}), planned before it trains",
+                plan.batch_size
+            ),
+            bytes: passes * (8.0 * n + 16.0 * batches_per_pass),
+        },
+    ];
+    // What the result files keep of each evaluated client until the end: its row of
+    // `clients.parquet` and its last test evaluation (every other record is streamed).
+    let evaluated = run.evaluation.clients.count(shape.clients) as f64;
+    let per_client =
+        crate::report::ClientRows::ROW_BYTES + std::mem::size_of::<crate::report::EvalRecord>();
+    terms.push(MemoryTerm {
+        field: "evaluation.clients",
+        what: format!(
+            "the results kept of {evaluated} evaluated clients ({per_client} bytes each)"
+        ),
+        bytes: evaluated * per_client as f64,
+    });
+    if keeping > 0.0 {
+        terms.push(MemoryTerm {
+            field: "algorithm",
+            what: format!(
+                "`{}` keeps {keeping} model(s) per client that trains: {first_round} of them \
+                 in the first round",
+                run.algorithm.name()
+            ),
+            bytes: keeping * first_round * 4.0 * params,
+        });
+    }
+    terms
+}
+
+/// Refuses `terms` whose sum exceeds `available`, at the field of the largest term, listing
+/// every term.
+pub fn check_terms(terms: &[MemoryTerm], available: Option<f64>) -> Result<(), FieldError> {
+    let Some(available) = available else {
+        return Ok(());
+    };
+    let total: f64 = terms.iter().map(|t| t.bytes).sum();
+    if total <= available {
+        return Ok(());
+    }
+    let largest = terms
+        .iter()
+        .max_by(|a, b| a.bytes.total_cmp(&b.bytes))
+        .expect("at least one term");
+    let parts: Vec<String> = terms
+        .iter()
+        .filter(|t| t.bytes > 0.0)
+        .map(|t| format!("{} ({})", human_bytes(t.bytes), t.field))
+        .collect();
+    Err(FieldError::new(
+        largest.field.into(),
+        format!(
+            "{}: at least {}; the run needs at least {} ({}), more than this machine's {}; \
+             make it smaller here",
+            largest.what,
+            human_bytes(largest.bytes),
+            human_bytes(total),
+            parts.join(" + "),
+            human_bytes(available)
+        ),
+    ))
+}
+
+/// [`run_terms`] and [`check_terms`] for a built data set (the pre-flight of a run: a
+/// file's class count and shape are known only once it is read).
+pub fn check_run_fits(
+    run: &crate::actors::RunSpec,
+    data: &crate::data::FederatedData,
+    available: Option<f64>,
+) -> Result<(), FieldError> {
+    let on_demand = data.on_demand.is_some();
+    let least_train_rows = if on_demand {
+        1
+    } else {
+        (0..data.num_clients())
+            .map(|c| data.split_len(c, crate::data::Split::Train))
+            .filter(|&n| n > 0)
+            .min()
+            .unwrap_or(1)
+    };
+    let shape = DataShape {
+        input: data.input_shape(),
+        classes: data.classes,
+        clients: data.num_clients(),
+        least_train_rows,
+        data_bytes: (data.features.len() * 4 + data.labels.len() * 8) as f64,
+    };
+    check_terms(&run_terms(run, &shape), available)
 }
 
 /// Bytes for people: `12.3 GiB`.
@@ -137,6 +317,59 @@ mod tests {
         assert!(
             check_fits(&fedem(100_000_000_000), None).is_ok(),
             "unknown: not refused"
+        );
+    }
+
+    fn run_of(extra: &str) -> crate::actors::RunSpec {
+        let text = format!(
+            "rounds: 1\ndata: {{kind: fedem_synthetic, clients: 10, dim: 20}}\n\
+             algorithm: {{name: ditto, lambda: 0.1}}\nsampling: {{count: 3}}\n{extra}"
+        );
+        crate::scenario::Scenario::from_yaml(&text, std::path::Path::new("t.yaml"), &[])
+            .unwrap()
+            .run
+    }
+
+    #[test]
+    fn run_terms_by_hand() {
+        let shape = DataShape {
+            input: InputShape::Flat(20),
+            classes: 2,
+            clients: 10,
+            least_train_rows: 7,
+            data_bytes: 1000.0,
+        };
+        let run = run_of("training: {local_steps: 10, batch_size: 3}\n");
+        let per_client = (crate::report::ClientRows::ROW_BYTES
+            + std::mem::size_of::<crate::report::EvalRecord>()) as f64;
+        let bytes: Vec<(&str, f64)> = run_terms(&run, &shape)
+            .iter()
+            .map(|t| (t.field, t.bytes))
+            .collect();
+        // A linear model of 20 inputs and one output (two classes): 21 parameters.
+        // Steps: 7 rows in batches of 3 is 3 batches a pass, so 10 steps take 4 passes of
+        // 7 row indices (8 bytes) and 3 batches (16 bytes).
+        // Ditto keeps one personal model for each of the 3 clients of the first round.
+        assert_eq!(
+            bytes,
+            [
+                ("data.clients", 1000.0 + 10.0 * 32.0),
+                ("model", 2.0 * 4.0 * 21.0),
+                ("training.batch_size", 2.0 * 4.0 * 3.0 * 1.0),
+                ("training.local_steps", 4.0 * (7.0 * 8.0 + 3.0 * 16.0)),
+                ("evaluation.clients", 10.0 * per_client),
+                ("algorithm", 3.0 * 4.0 * 21.0),
+            ]
+        );
+        let terms = run_terms(&run, &shape);
+        let total: f64 = bytes.iter().map(|b| b.1).sum();
+        assert!(check_terms(&terms, Some(total)).is_ok());
+        let e = check_terms(&terms, Some(total - 1.0)).unwrap_err();
+        assert_eq!(e.path, "data.clients", "the largest term names the field");
+        assert!(
+            e.message.contains("+ 168.0 B (model) +"),
+            "every term is listed: {}",
+            e.message
         );
     }
 

@@ -133,7 +133,7 @@ fn override_arg(path: &str, v: &Value) -> Result<String, String> {
 
 impl Sweep {
     pub fn load(file: &Path) -> Result<Sweep, SweepError> {
-        let text = std::fs::read_to_string(file).map_err(|source| SweepError::Read {
+        let text = crate::io::read_text(file).map_err(|source| SweepError::Read {
             file: file.to_path_buf(),
             source,
         })?;
@@ -168,7 +168,7 @@ impl Sweep {
             invalid(format!("field `{path}`{line}: {}", e.into_inner()))
         })?;
         let base_file = file.parent().unwrap_or(Path::new(".")).join(&raw.base);
-        let base_text = std::fs::read_to_string(&base_file).map_err(|e| {
+        let base_text = crate::io::read_text(&base_file).map_err(|e| {
             invalid(format!(
                 "field `base`: cannot read {}: {e}",
                 base_file.display()
@@ -227,6 +227,7 @@ impl Sweep {
             .clone()
             .or_else(|| file.file_stem().map(|s| s.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "sweep".into());
+        super::check_name(&name).map_err(|m| invalid(format!("field `name`: {m}")))?;
         // The grid's combinations (first axis outermost), each with every zip entry.
         let mut combos: Vec<Vec<(String, Value)>> = vec![Vec::new()];
         for (path, values) in &grid {

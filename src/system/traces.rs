@@ -34,7 +34,7 @@ struct Csv {
 
 impl Csv {
     fn read(path: &Path) -> Result<Csv, SystemError> {
-        let text = std::fs::read_to_string(path).map_err(|e| content(path, e.to_string()))?;
+        let text = crate::io::read_text(path).map_err(|e| content(path, e.to_string()))?;
         let (header_index, head) = text
             .lines()
             .enumerate()
@@ -273,7 +273,7 @@ pub struct FedScaleBehavior {
 }
 
 fn read_pickle<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<BTreeMap<i64, T>, SystemError> {
-    let file = std::fs::File::open(path).map_err(|e| content(path, e.to_string()))?;
+    let file = crate::io::open_regular(path).map_err(|e| content(path, e.to_string()))?;
     serde_pickle::from_reader(
         std::io::BufReader::new(file),
         serde_pickle::DeOptions::new(),

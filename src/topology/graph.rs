@@ -102,7 +102,7 @@ impl Graph {
     /// Reads an edge list: one `a,b` pair of peer ids per line; an optional header line
     /// (anything not starting with a digit) and blank lines are skipped.
     pub fn read_edge_list(path: &Path, n: usize) -> Result<Graph, TopologyError> {
-        let text = std::fs::read_to_string(path).map_err(|e| TopologyError::File {
+        let text = crate::io::read_text(path).map_err(|e| TopologyError::File {
             file: path.to_path_buf(),
             line: None,
             message: e.to_string(),

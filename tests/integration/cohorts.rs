@@ -287,6 +287,7 @@ fn assert_reruns_identical(what: &str, settings: &[&str], threads: &[usize]) {
                 out_dir: dir.clone(),
                 threads,
                 progress: false,
+                force: false,
             };
             fedsim::run::run_scenario(&scenario(SMALL, settings), &opts).expect("run succeeds");
             dir
@@ -356,6 +357,7 @@ fn fedem_synthetic_full_run_agrees_with_training_alone() {
             out_dir: tmp.path().to_path_buf(),
             threads: 2,
             progress: false,
+            force: false,
         };
         let r = fedsim::run::run_scenario(&s, &opts).unwrap();
         let h = r.headline().expect("evaluated").test;

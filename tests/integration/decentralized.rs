@@ -288,6 +288,7 @@ fn run_to(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
         out_dir: dir.to_path_buf(),
         threads,
         progress: false,
+        force: false,
     };
     run_scenario(&scenario(text, overrides), &opts).expect("run succeeds");
 }
@@ -357,7 +358,7 @@ fn decentralized_runs_are_deterministic_across_threads_and_reruns() {
         let runs = fedsim::report::Runs::find(std::slice::from_ref(&a))
             .unwrap()
             .rows()
-            .unwrap();
+            .0;
         let m = &runs[0].metrics;
         let mean_gap = gaps.iter().flatten().sum::<f64>() / 4.0;
         assert!((m["spectral_gap_mean"] - mean_gap).abs() < 1e-12, "{m:?}");

@@ -10,6 +10,7 @@ fn run(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<u8> {
         out_dir: dir.to_path_buf(),
         threads,
         progress: false,
+        force: false,
     };
     run_scenario(&s, &opts).expect("run succeeds");
     std::fs::read(dir.join("metrics.parquet")).expect("metrics.parquet written")

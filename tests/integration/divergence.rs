@@ -67,6 +67,7 @@ fn on_divergence_continue_runs_every_round_and_still_says_when() {
         out_dir: tmp.path().join("out"),
         threads: 2,
         progress: false,
+        force: false,
     };
     let report = run_scenario(&s, &opts).unwrap();
     let d = report.divergence.clone().expect("diverged");
@@ -168,6 +169,7 @@ fn where_a_run_diverges_does_not_depend_on_threads() {
             out_dir: tmp.path().join(format!("t{threads}")),
             threads,
             progress: false,
+            force: false,
         };
         run_scenario(&s, &opts).unwrap();
         opts.out_dir

@@ -34,6 +34,7 @@ fn run(s: &Scenario, dir: &Path) -> DataFrame {
         out_dir: dir.to_path_buf(),
         threads: 2,
         progress: false,
+        force: false,
     };
     run_scenario(s, &opts).expect("run succeeds");
     CsvReadOptions::default()
@@ -266,6 +267,7 @@ fn a_projection_file_shapes_the_gaussians() {
         out_dir: tmp.path().join("bad"),
         threads: 1,
         progress: false,
+        force: false,
     };
     let e = fedsim::error_chain(&run_scenario(&s, &opts).unwrap_err());
     assert!(

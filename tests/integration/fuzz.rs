@@ -1,5 +1,8 @@
-//! The parsers never panic: scenario text, `--set` overrides, sweep files and Parquet data
-//! files, fed arbitrary and mutated input, give `Ok` or a clean error that says where.
+//! The parsers never panic: scenario text, `--set` overrides, sweep files, Parquet data files
+//! (corrupted, and with random schemas, types, sizes and values) and CSV files, fed arbitrary
+//! and mutated input, give `Ok` or a clean error that says where; result folders in any state
+//! (foreign files, fedsim's own, staging folders, a held lock) give results or a clear error and
+//! keep every foreign file.
 //!
 //! Cases are drawn from a seeded ChaCha stream; `FEDSIM_FUZZ_CASES` (default 5000 per target)
 //! and `FEDSIM_FUZZ_SEED` (default 1) change how many and which. A longer search:
@@ -404,4 +407,300 @@ fn truncated_and_corrupted_parquet_files_give_errors_not_panics() {
         }
     }
     eprintln!("corrupted Parquet: {ok} still readable, {refused} refused");
+}
+
+/// A random column of `rows` values named `name`: integers of every width and sign (edges
+/// included), floats (NaN, infinities, past f32's range), text, booleans, lists, or nulls.
+fn random_column(rng: &mut ChaCha8Rng, name: &str, rows: usize) -> polars::prelude::Column {
+    use polars::prelude::*;
+    let name: PlSmallStr = name.into();
+    let int = |rng: &mut ChaCha8Rng| -> i64 {
+        match rng.gen_range(0..6) {
+            0 => rng.gen_range(-3..12),
+            1 => i64::MAX,
+            2 => i64::MIN,
+            3 => 1 << rng.gen_range(20..63),
+            _ => rng.gen_range(0..4),
+        }
+    };
+    let float = |rng: &mut ChaCha8Rng| -> f64 {
+        match rng.gen_range(0..8) {
+            0 => f64::NAN,
+            1 => f64::INFINITY,
+            2 => 1e300,
+            3 => -1e39,
+            4 => f64::MIN_POSITIVE,
+            _ => rng.gen_range(-2.0..2.0),
+        }
+    };
+    match rng.gen_range(0..9) {
+        0 => Column::new(name, (0..rows).map(|_| int(rng)).collect::<Vec<i64>>()),
+        1 => Column::new(
+            name,
+            (0..rows).map(|_| int(rng) as u64).collect::<Vec<u64>>(),
+        ),
+        2 => Column::new(name, (0..rows).map(|_| int(rng) as i8).collect::<Vec<i8>>()),
+        3 => Column::new(name, (0..rows).map(|_| float(rng)).collect::<Vec<f64>>()),
+        4 => Column::new(
+            name,
+            (0..rows).map(|_| float(rng) as f32).collect::<Vec<f32>>(),
+        ),
+        5 => Column::new(
+            name,
+            (0..rows)
+                .map(|_| random_text(rng, 4))
+                .collect::<Vec<String>>(),
+        ),
+        6 => Column::new(
+            name,
+            (0..rows).map(|_| rng.gen_bool(0.5)).collect::<Vec<bool>>(),
+        ),
+        7 => {
+            let width = rng.gen_range(0..4);
+            let lists: Vec<Series> = (0..rows)
+                .map(|_| {
+                    let n = if rng.gen_bool(0.9) { width } else { width + 1 };
+                    Series::new("".into(), (0..n).map(|_| float(rng)).collect::<Vec<f64>>())
+                })
+                .collect();
+            Column::new(name, lists)
+        }
+        _ => Column::new(
+            name,
+            (0..rows)
+                .map(|_| rng.gen_bool(0.7).then(|| int(rng)))
+                .collect::<Vec<Option<i64>>>(),
+        ),
+    }
+}
+
+/// The data path never panics: Parquet files with random schemas, types, sizes and values, read
+/// whole or on demand, give data (whose model then passes or fails the memory check) or an
+/// error about the file.
+#[test]
+fn random_parquet_schemas_give_data_or_an_error_never_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("random.parquet");
+    let mut rng = rng(6);
+    let (mut ok, mut refused) = (0, 0);
+    for i in 0..(cases() / 25).max(20) {
+        let rows = [0, 1, 3, 8, 40][rng.gen_range(0..5)];
+        let mut cols = Vec::new();
+        for name in ["c", "y", "x", "s"] {
+            if rng.gen_bool(0.05) {
+                continue;
+            }
+            // Mostly a column as the documented layout has it, else anything.
+            cols.push(match (rng.gen_bool(0.7), name) {
+                (true, "c") => polars::prelude::Column::new(
+                    "c".into(),
+                    (0..rows).map(|r| (r % 3) as i64).collect::<Vec<_>>(),
+                ),
+                (true, "y") => polars::prelude::Column::new(
+                    "y".into(),
+                    (0..rows).map(|r| (r % 2) as i64).collect::<Vec<_>>(),
+                ),
+                (true, "x") => polars::prelude::Column::new(
+                    "x".into(),
+                    (0..rows).map(|r| r as f64 / 7.0).collect::<Vec<_>>(),
+                ),
+                (true, "s") => polars::prelude::Column::new(
+                    "s".into(),
+                    (0..rows)
+                        .map(|r| ["train", "test", "val", "train"][r % 4])
+                        .collect::<Vec<_>>(),
+                ),
+                _ => random_column(&mut rng, name, rows),
+            });
+        }
+        let Ok(mut df) = polars::prelude::DataFrame::new_infer_height(cols) else {
+            continue;
+        };
+        if fedsim::report::write_parquet(&path, &mut df).is_err() {
+            continue;
+        }
+        let features = if rng.gen_bool(0.7) {
+            "feature_columns: [x]"
+        } else {
+            "features_column: x"
+        };
+        let extra = [
+            "",
+            ", split_column: s",
+            ", on_demand: true",
+            ", classes: 3",
+            ", non_finite: drop",
+        ][rng.gen_range(0..5)];
+        let text = format!(
+            "name: fuzz\nrounds: 1\ndata: {{kind: parquet, path: '{}', client_column: c, \
+             label_column: y, {features}{extra}}}\nalgorithm: {{name: fedavg}}\n",
+            path.display()
+        );
+        let Ok(s) = Scenario::from_yaml(&text, Path::new("fuzz.yaml"), &[]) else {
+            continue;
+        };
+        let input = (i, rows, df.dtypes(), extra);
+        match no_panic("the Parquet loader", &input, || {
+            s.data
+                .build(&s.split, &SeedTree::new(1))
+                .map(|data| fedsim::scenario::check_run_fits(&s.run, &data, Some(24e9)).is_ok())
+        }) {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                refused += 1;
+                let msg = fedsim::error_chain(&e);
+                assert!(msg.contains(&path.display().to_string()), "{msg}");
+            }
+        }
+    }
+    eprintln!("random Parquet schemas: {ok} read, {refused} refused");
+    assert!(ok > 0 && refused > 0, "{ok} read, {refused} refused");
+}
+
+/// CSV traces and per-client columns with random headers, cells and lengths give values or an
+/// error about the file, never a panic.
+#[test]
+fn random_csv_files_give_values_or_an_error_never_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("random.csv");
+    let mut rng = rng(7);
+    let cells = [
+        "client", "x", "3", "-1", "1e999", "NaN", "", "0.5", "abc", "7", "2",
+    ];
+    let (mut ok, mut refused) = (0, 0);
+    for i in 0..(cases() / 5).max(100) {
+        let mut text = String::new();
+        if rng.gen_bool(0.5) {
+            text.push_str("client,x\n");
+            for c in 0..rng.gen_range(0..5) {
+                text.push_str(&format!("{c},{}\n", cells[rng.gen_range(1..cells.len())]));
+            }
+        }
+        for _ in 0..rng.gen_range(0..4) {
+            let n = rng.gen_range(0..5);
+            let line: Vec<&str> = (0..n)
+                .map(|_| cells[rng.gen_range(0..cells.len())])
+                .collect();
+            text.push_str(&line.join(if rng.gen_bool(0.9) { "," } else { ";" }));
+            text.push('\n');
+        }
+        if rng.gen_bool(0.2) {
+            text = String::from_utf8_lossy(&mutate(&mut rng, text.as_bytes())).into_owned();
+        }
+        std::fs::write(&path, &text).unwrap();
+        let clients = rng.gen_range(0..4);
+        match no_panic("the CSV reader", &(i, &text), || {
+            fedsim::system::per_client_column(&path, "x", clients)
+        }) {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                refused += 1;
+                assert!(e.to_string().contains("random.csv"), "{e}");
+            }
+        }
+    }
+    eprintln!("random CSV files: {ok} read, {refused} refused");
+    assert!(ok > 0 && refused > 0, "{ok} read, {refused} refused");
+}
+
+/// Result folders as users leave them: any mix of foreign files with result names, fedsim's own
+/// files, changed files, staging folders (marked or not) and a held lock. A run gives results
+/// or a clear error; never a foreign file deleted or changed.
+#[test]
+fn result_folders_in_any_state_keep_every_foreign_file() {
+    use fedsim::io::{OutputFolder, OutputRules};
+    use fedsim::report::result_files;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = rng(8);
+    let names = result_files();
+    for i in 0..(cases() / 50).max(40) {
+        let dir = tmp.path().join(format!("case{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        // First, perhaps, an earlier run of fedsim's own.
+        if rng.gen_bool(0.5) {
+            let (mut folder, _) = OutputFolder::claim(&dir, &names, &OutputRules::default())
+                .expect("an empty folder is fedsim's to use");
+            let staging = folder.staging(".partial-").unwrap();
+            let staged: Vec<_> = names[..rng.gen_range(1..names.len())]
+                .iter()
+                .rev()
+                .map(|n| {
+                    std::fs::write(staging.join(n), format!("fedsim's {n}")).unwrap();
+                    staging.join(n)
+                })
+                .collect();
+            folder.publish(&staged, &names).unwrap();
+            std::fs::remove_dir_all(&staging).unwrap();
+        }
+        // Then the user's files, some over fedsim's (changed), and folders.
+        let mut foreign = std::collections::BTreeMap::new();
+        for _ in 0..rng.gen_range(0..4) {
+            let name = if rng.gen_bool(0.7) {
+                names[rng.gen_range(0..names.len())].to_string()
+            } else {
+                random_text(&mut rng, 8).replace(['/', '\0', '.'], "_") + ".txt"
+            };
+            if name.is_empty() || name == "_" || name.starts_with(".fedsim") {
+                continue;
+            }
+            let text = format!("user {i} {name}");
+            if std::fs::write(dir.join(&name), &text).is_ok() {
+                foreign.insert(name, text);
+            }
+        }
+        if rng.gen_bool(0.3) {
+            fedsim::io::folder::make_staging(&dir.join(".partial-77777777")).unwrap();
+        }
+        let user_partial = rng.gen_bool(0.3);
+        if user_partial {
+            std::fs::create_dir_all(dir.join(".partial-user")).unwrap();
+        }
+        let force = rng.gen_bool(0.5);
+        let held = rng
+            .gen_bool(0.2)
+            .then(|| OutputFolder::claim(&dir, &[], &OutputRules::default()).unwrap());
+        let rules = OutputRules {
+            force,
+            inputs: Vec::new(),
+        };
+        let result = no_panic("claiming a folder", &(i, &foreign), || {
+            OutputFolder::claim(&dir, &names, &rules).map(|(mut folder, _)| {
+                let staging = folder.staging(".partial-").unwrap();
+                let staged: Vec<_> = names
+                    .iter()
+                    .rev()
+                    .map(|n| {
+                        std::fs::write(staging.join(n), "new").unwrap();
+                        staging.join(n)
+                    })
+                    .collect();
+                folder.publish(&staged, &names)
+            })
+        });
+        let text = match &result {
+            Ok(Ok(_)) => String::new(),
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        match (
+            &held,
+            force,
+            foreign.keys().any(|n| names.contains(&n.as_str())),
+        ) {
+            (Some(_), _, _) => assert!(text.contains("being written by another"), "{text}"),
+            (None, false, true) => assert!(text.contains("fedsim did not write"), "{text}"),
+            _ => assert!(text.is_empty(), "case {i}: {text}"),
+        }
+        // Every foreign file is where it was, or moved aside, and unchanged.
+        for (name, text) in &foreign {
+            let here = std::fs::read_to_string(dir.join(name)).ok();
+            let aside = std::fs::read_to_string(dir.join(format!("{name}.before-fedsim"))).ok();
+            assert!(
+                here.as_ref() == Some(text) || aside.as_ref() == Some(text),
+                "case {i}: {name} lost ({here:?}, {aside:?})"
+            );
+        }
+        assert_eq!(dir.join(".partial-user").is_dir(), user_partial, "case {i}");
+        drop(held);
+    }
 }

@@ -9,6 +9,7 @@ mod divergence;
 mod evaluation;
 mod fedgmm;
 mod fuzz;
+mod hardening;
 mod paper;
 mod parquet_data;
 mod population;

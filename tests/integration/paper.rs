@@ -28,6 +28,7 @@ fn run_paper_all(file: &str, overrides: &[String]) -> Vec<Summary> {
         out_dir: tmp.path().to_path_buf(),
         threads: 2,
         progress: false,
+        force: false,
     };
     let r = run_scenario(&s, &opts).unwrap();
     let h = r.headline().expect("paper runs evaluate their clients");

@@ -97,6 +97,7 @@ fn split_column_and_feature_columns() {
         out_dir: out.clone(),
         threads: 2,
         progress: false,
+        force: false,
     };
     run_scenario(&s, &opts).unwrap();
     let rows = test_rows_per_client(&out);

@@ -46,6 +46,7 @@ fn run_in(s: &Scenario, threads: usize, dir: &Path) {
         out_dir: dir.to_path_buf(),
         threads,
         progress: false,
+        force: false,
     };
     run_scenario(s, &opts).unwrap_or_else(|e| panic!("{}", fedsim::error_chain(&e)));
 }

@@ -122,6 +122,7 @@ fn on_demand_files_are_identical_with_1_and_3_threads(data: Option<&str>) {
             out_dir: out.clone(),
             threads,
             progress: false,
+            force: false,
         };
         fedsim::run::run_scenario(&s, &opts).unwrap();
         files.push(

@@ -203,6 +203,7 @@ fn a_killed_sweep_resumes_and_shards_give_the_same_files() {
     );
     let whole = tmp.path().join("whole");
     let opts = |out: &Path, shard| SweepOptions {
+        force: false,
         out: out.to_path_buf(),
         jobs: 2,
         shard,
@@ -220,6 +221,8 @@ fn a_killed_sweep_resumes_and_shards_give_the_same_files() {
     let partial = whole.join(format!(".partial-cell={}-99999", b.id()));
     std::fs::rename(cell_dir(&whole, b), &partial).unwrap();
     std::fs::remove_file(partial.join("summary.csv")).unwrap();
+    // fedsim's own staging folders carry its marker (only those are ever removed).
+    std::fs::write(partial.join(fedsim::io::STAGING_MARKER), "").unwrap();
     let untouched = std::fs::metadata(cell_dir(&whole, &s.cells[2]).join("summary.csv"))
         .unwrap()
         .modified()
@@ -254,7 +257,8 @@ fn a_killed_sweep_resumes_and_shards_give_the_same_files() {
     // The report sees every cell, grouped over the two seeds.
     let runs = Runs::find(std::slice::from_ref(&whole)).unwrap();
     assert!(runs.unfinished.is_empty());
-    let rows = runs.rows().unwrap();
+    let (rows, unreadable) = runs.rows();
+    assert!(unreadable.is_empty(), "{unreadable:?}");
     let report = aggregate(&rows);
     assert_eq!(report.len(), 2);
     assert!(report.iter().all(|r| r.seeds == 2));
@@ -282,7 +286,8 @@ fn report_numbers_on_hand_made_results() {
     }
     // `ddd` has no results yet.
     let runs = Runs::find(&[dir.to_path_buf()]).unwrap();
-    let rows = runs.rows().unwrap();
+    let (rows, unreadable) = runs.rows();
+    assert!(unreadable.is_empty(), "{unreadable:?}");
     assert_eq!(rows.len(), 3);
     assert_eq!(
         runs.unfinished,
@@ -355,7 +360,8 @@ fn a_report_over_a_folder_of_runs_groups_the_seeds_of_each_scenario() {
         );
     }
     let runs = Runs::find(std::slice::from_ref(&results)).unwrap();
-    let rows = runs.rows().unwrap();
+    let (rows, unreadable) = runs.rows();
+    assert!(unreadable.is_empty(), "{unreadable:?}");
     let lr = |r: &fedsim::report::RunRow| r.config.clone();
     assert_eq!(
         rows.iter().map(lr).collect::<Vec<_>>(),

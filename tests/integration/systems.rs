@@ -460,6 +460,7 @@ fn files(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<Vec<
         out_dir: dir.to_path_buf(),
         threads,
         progress: false,
+        force: false,
     };
     run_scenario(&s, &opts).unwrap();
     REPRODUCIBLE_FILES

@@ -9,7 +9,7 @@
 //! This room reads the user's table and serves rows; it must not reorder rows within a client
 //! beyond grouping them by split (as the resident loader does).
 
-use super::{DataError, ParquetSpec};
+use super::{DataError, ParquetSpec, MAX_CLASSES};
 use crate::data::{FederatedData, Layout, OnDemandRows, SplitSizes, SplitSpec};
 use crate::report::{scan_client_table, ClientTable};
 use std::cmp::Ordering;
@@ -147,9 +147,10 @@ impl Scan<'_> {
                 self.current = Some((id.clone(), t.numeric_ids));
             }
             let y = t.labels[r];
-            if y < 0 {
+            if y < 0 || y as u64 >= MAX_CLASSES as u64 {
                 return Err(format!(
-                    "labels must be class ids ≥ 0, found {y} (row {row})"
+                    "row {row} (client `{id}`): label {y} is not a class id; labels are \
+                     0 ≤ label < {MAX_CLASSES}"
                 ));
             }
             self.top = self.top.max(Some(y));

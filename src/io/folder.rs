@@ -1,0 +1,693 @@
+//! Output folders fedsim shares with its users: what it may remove or replace, and one writer
+//! at a time.
+//!
+//! - **Ownership.** A folder fedsim writes results into holds [`MANIFEST`]: the name, size and
+//!   modification time of every file fedsim put there, replaced atomically. fedsim removes or
+//!   replaces a file only when the manifest lists it with its current size and time. Any other
+//!   entry with the name of a result is *foreign*: the folder is refused, naming them; with
+//!   `force` they are moved aside to `NAME.before-fedsim` (never deleted).
+//! - **One writer.** [`LOCK`] is held with an advisory lock (`flock`) while a process writes;
+//!   a second writer is refused with the holder's process id and command line. The lock goes
+//!   with its process, so the lock of a killed run is taken over by the next writer.
+//! - **Staging.** A staging folder holds [`STAGING_MARKER`]; only such folders, left behind by
+//!   killed runs, are removed.
+//! - **Inputs.** An input file (a scenario, a data file, a trace) is never an output: a run
+//!   whose input is one of its result paths is refused.
+//!
+//! This room must not remove anything it cannot prove fedsim wrote.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+/// The manifest of the files fedsim wrote into a folder.
+pub const MANIFEST: &str = ".fedsim-manifest";
+/// The lock file of a folder's one writer.
+pub const LOCK: &str = ".fedsim-lock";
+/// The marker file inside fedsim's own staging folders.
+pub const STAGING_MARKER: &str = ".fedsim-staging";
+/// What a foreign file is renamed to under `force` (with `-2`, `-3`, … when taken).
+const ASIDE_SUFFIX: &str = ".before-fedsim";
+const MANIFEST_HEADER: &str = "# fedsim manifest v1: name, size, modified (ns); do not edit";
+
+#[derive(Debug, thiserror::Error)]
+pub enum FolderError {
+    #[error("writing {}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{} is being written by another fedsim process ({holder}); wait for it to end, or \
+         choose another output folder (--out)",
+        dir.display()
+    )]
+    Busy { dir: PathBuf, holder: String },
+    #[error(
+        "{} holds {} that fedsim did not write but would replace: {}; choose another output \
+         folder (--out), or pass --force to move them aside (renamed to NAME{ASIDE_SUFFIX}; \
+         fedsim never deletes them)",
+        dir.display(),
+        if names.len() == 1 { "a file" } else { "files" },
+        names.join(", ")
+    )]
+    Foreign { dir: PathBuf, names: Vec<String> },
+    #[error(
+        "{} holds what fedsim did not write ({}); it removes only its own files, so move \
+         those out (or choose another output folder) and run again",
+        dir.display(),
+        names.join(", ")
+    )]
+    NotOnlyOurs { dir: PathBuf, names: Vec<String> },
+    #[error(
+        "{} is an input of this run and also one of its results ({}); choose another output \
+         folder (--out)",
+        input.display(),
+        output.display()
+    )]
+    InputIsOutput { input: PathBuf, output: PathBuf },
+}
+
+fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> FolderError + '_ {
+    move |source| FolderError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What fedsim may do in an output folder beyond its own files.
+#[derive(Clone, Debug, Default)]
+pub struct OutputRules {
+    /// Move foreign files with result names aside instead of refusing the folder.
+    pub force: bool,
+    /// The run's input files: none may be a result path.
+    pub inputs: Vec<PathBuf>,
+}
+
+/// A file's size and modification time: what the manifest proves ownership by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    size: u64,
+    modified_ns: i128,
+}
+
+impl Stamp {
+    /// The stamp of a regular file (`None`: missing, a link, a folder or anything else).
+    fn of(path: &Path) -> Option<Stamp> {
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        if !meta.file_type().is_file() {
+            return None;
+        }
+        let modified = meta.modified().ok()?;
+        let modified_ns = match modified.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => d.as_nanos() as i128,
+            Err(e) => -(e.duration().as_nanos() as i128),
+        };
+        Some(Stamp {
+            size: meta.len(),
+            modified_ns,
+        })
+    }
+}
+
+/// The files fedsim wrote into one folder (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Manifest {
+    entries: BTreeMap<String, Stamp>,
+}
+
+impl Manifest {
+    /// The manifest of `dir`; empty (nothing proven) when it is missing or unreadable.
+    pub fn read(dir: &Path) -> Manifest {
+        let Ok(text) = std::fs::read_to_string(dir.join(MANIFEST)) else {
+            return Manifest::default();
+        };
+        let mut entries = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let mut parts = line.split('\t');
+            let (Some(name), Some(size), Some(time), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                return Manifest::default();
+            };
+            let (Ok(size), Ok(modified_ns)) = (size.parse(), time.parse()) else {
+                return Manifest::default();
+            };
+            entries.insert(name.to_string(), Stamp { size, modified_ns });
+        }
+        Manifest { entries }
+    }
+
+    /// Whether `dir` has a manifest at all (folders written before manifests have none).
+    pub fn exists_in(dir: &Path) -> bool {
+        dir.join(MANIFEST).is_file()
+    }
+
+    /// Whether `dir/name` is a regular file that fedsim wrote and nobody changed since.
+    pub fn owns(&self, dir: &Path, name: &str) -> bool {
+        self.entries
+            .get(name)
+            .is_some_and(|s| Stamp::of(&dir.join(name)) == Some(*s))
+    }
+
+    /// Every listed file is there, unchanged.
+    pub fn is_intact(&self, dir: &Path) -> bool {
+        !self.entries.is_empty() && self.entries.keys().all(|n| self.owns(dir, n))
+    }
+
+    /// The names it lists.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// Lists `dir/name` as it is now (a regular file).
+    fn add(&mut self, dir: &Path, name: &str) -> Result<(), FolderError> {
+        let path = dir.join(name);
+        let stamp = Stamp::of(&path).ok_or_else(|| FolderError::Io {
+            path: path.clone(),
+            source: std::io::Error::other("fedsim's own file went missing"),
+        })?;
+        self.entries.insert(name.to_string(), stamp);
+        Ok(())
+    }
+
+    /// Keeps only the entries that still prove ownership.
+    fn prune(&mut self, dir: &Path) {
+        let owned: Vec<String> = self
+            .entries
+            .keys()
+            .filter(|n| self.owns(dir, n))
+            .cloned()
+            .collect();
+        self.entries.retain(|n, _| owned.contains(n));
+    }
+
+    /// Replaces `dir`'s manifest atomically (temporary file, sync, rename).
+    fn write(&self, dir: &Path) -> Result<(), FolderError> {
+        let path = dir.join(MANIFEST);
+        let tmp = dir.join(format!("{MANIFEST}.{}.tmp", std::process::id()));
+        let mut text = format!("{MANIFEST_HEADER}\n");
+        for (name, s) in &self.entries {
+            text.push_str(&format!("{name}\t{}\t{}\n", s.size, s.modified_ns));
+        }
+        let result = (|| {
+            let mut f = File::create(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result.map_err(io_at(&path))
+    }
+}
+
+/// An advisory lock on a file, held until dropped (or until the process ends).
+#[derive(Debug)]
+pub struct FolderLock {
+    _file: File,
+}
+
+impl FolderLock {
+    /// Takes the lock of `path` (created if missing) without waiting; a live holder is
+    /// [`FolderError::Busy`] for `dir`, naming its process.
+    pub fn take(path: &Path, dir: &Path) -> Result<FolderLock, FolderError> {
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io_at(path))?;
+        if !try_lock(&file).map_err(io_at(path))? {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => "a process that has not yet said which".to_string(),
+                h => h.to_string(),
+            };
+            return Err(FolderError::Busy {
+                dir: dir.to_path_buf(),
+                holder,
+            });
+        }
+        let me = format!(
+            "pid {}: {}",
+            std::process::id(),
+            std::env::args().collect::<Vec<_>>().join(" ")
+        );
+        let wrote = file
+            .set_len(0)
+            .and_then(|_| file.rewind())
+            .and_then(|_| file.write_all(me.as_bytes()));
+        wrote.map_err(io_at(path))?;
+        Ok(FolderLock { _file: file })
+    }
+
+    /// [`FolderLock::take`], trying again for up to `patience` while another holds it.
+    pub fn wait(
+        path: &Path,
+        dir: &Path,
+        patience: std::time::Duration,
+    ) -> Result<FolderLock, FolderError> {
+        let start = std::time::Instant::now();
+        loop {
+            match FolderLock::take(path, dir) {
+                Err(FolderError::Busy { .. }) if start.elapsed() < patience => {
+                    std::thread::sleep(std::time::Duration::from_millis(50))
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// `Ok(false)`: another open file holds the lock.
+#[cfg(unix)]
+fn try_lock(file: &File) -> std::io::Result<bool> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: a valid open file descriptor; flock has no other preconditions.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+#[cfg(not(unix))]
+fn try_lock(_: &File) -> std::io::Result<bool> {
+    Ok(true)
+}
+
+/// A folder fedsim writes results into, locked for this process (see the module docs).
+#[derive(Debug)]
+pub struct OutputFolder {
+    dir: PathBuf,
+    manifest: Manifest,
+    _lock: FolderLock,
+}
+
+impl OutputFolder {
+    /// Creates `dir` if missing and takes its lock; refuses it when an input is one of
+    /// `names` there, or when a foreign entry has one of `names` (under `rules.force` those
+    /// are moved aside, and each move is returned as a note).
+    pub fn claim(
+        dir: &Path,
+        names: &[&str],
+        rules: &OutputRules,
+    ) -> Result<(OutputFolder, Vec<String>), FolderError> {
+        OutputFolder::claim_within(dir, names, rules, std::time::Duration::ZERO)
+    }
+
+    /// [`OutputFolder::claim`], waiting up to `patience` for another writer's lock (for
+    /// short writes that several processes make in turn).
+    pub fn claim_within(
+        dir: &Path,
+        names: &[&str],
+        rules: &OutputRules,
+        patience: std::time::Duration,
+    ) -> Result<(OutputFolder, Vec<String>), FolderError> {
+        std::fs::create_dir_all(dir).map_err(io_at(dir))?;
+        let lock_path = dir.join(LOCK);
+        let lock_was_there = std::fs::symlink_metadata(&lock_path).is_ok();
+        let lock = FolderLock::wait(&lock_path, dir, patience)?;
+        let folder = OutputFolder {
+            dir: dir.to_path_buf(),
+            manifest: Manifest::read(dir),
+            _lock: lock,
+        };
+        let claimed = folder
+            .refuse_inputs(names, &rules.inputs)
+            .and_then(|_| folder.make_way(names, rules.force));
+        match claimed {
+            Ok(notes) => Ok((folder, notes)),
+            Err(e) => {
+                // A refused folder keeps nothing of fedsim's that was not there before.
+                if !lock_was_there {
+                    let _ = std::fs::remove_file(&lock_path);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Refuses the folder when a foreign entry has one of `names`; with `force`, moves such
+    /// entries aside instead and returns a note for each.
+    pub fn make_way(&self, names: &[&str], force: bool) -> Result<Vec<String>, FolderError> {
+        let foreign = self.foreign(names);
+        if foreign.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !force {
+            return Err(FolderError::Foreign {
+                dir: self.dir.clone(),
+                names: foreign,
+            });
+        }
+        foreign.iter().map(|name| self.move_aside(name)).collect()
+    }
+
+    /// The files fedsim wrote here and nobody changed since.
+    pub fn owned(&self) -> Vec<String> {
+        self.manifest
+            .names()
+            .filter(|n| self.manifest.owns(&self.dir, n))
+            .map(str::to_string)
+            .collect()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The entries of `names` in the folder that fedsim cannot prove it wrote.
+    pub fn foreign(&self, names: &[&str]) -> Vec<String> {
+        names
+            .iter()
+            .filter(|n| std::fs::symlink_metadata(self.dir.join(n)).is_ok())
+            .filter(|n| !self.manifest.owns(&self.dir, n))
+            .map(|n| n.to_string())
+            .collect()
+    }
+
+    fn refuse_inputs(&self, names: &[&str], inputs: &[PathBuf]) -> Result<(), FolderError> {
+        let Ok(dir) = self.dir.canonicalize() else {
+            return Ok(());
+        };
+        for input in inputs {
+            let Ok(real) = input.canonicalize() else {
+                continue;
+            };
+            let name = real.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if real.parent() == Some(&dir) && names.contains(&name) {
+                return Err(FolderError::InputIsOutput {
+                    input: input.clone(),
+                    output: self.dir.join(name),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Renames a foreign entry to `NAME.before-fedsim` (or `-2`, `-3`, …); says so.
+    fn move_aside(&self, name: &str) -> Result<String, FolderError> {
+        let from = self.dir.join(name);
+        let to = aside_name(&self.dir, name);
+        std::fs::rename(&from, &to).map_err(io_at(&from))?;
+        Ok(format!(
+            "{} was not written by fedsim: moved aside to {} (--force)",
+            from.display(),
+            to.display()
+        ))
+    }
+
+    /// Makes a staging folder `prefix<pid>` inside, marked as fedsim's, after removing the
+    /// marked staging folders `prefix<digits>` that killed runs left (the lock proves no live
+    /// writer uses them). Unmarked folders are left alone.
+    pub fn staging(&self, prefix: &str) -> Result<PathBuf, FolderError> {
+        clear_staging(&self.dir, prefix)?;
+        make_staging(&self.dir.join(format!("{prefix}{}", std::process::id())))
+    }
+
+    /// Publishes `staged` (files of a staging folder; moved in, in order) as the folder's
+    /// results: first removes the owned files among `retire` (in order), so that a file
+    /// last in `staged` (a summary) marks a complete set. The manifest covers every file
+    /// fedsim may have placed at every moment, and keeps the owned files not retired.
+    /// Returns the published paths.
+    pub fn publish(
+        &mut self,
+        staged: &[PathBuf],
+        retire: &[&str],
+    ) -> Result<Vec<PathBuf>, FolderError> {
+        let names: Vec<&str> = staged
+            .iter()
+            .map(|p| p.file_name().and_then(|n| n.to_str()).unwrap_or(""))
+            .collect();
+        let all: Vec<&str> = names.iter().chain(retire).copied().collect();
+        let foreign = self.foreign(&all);
+        if !foreign.is_empty() {
+            return Err(FolderError::Foreign {
+                dir: self.dir.clone(),
+                names: foreign,
+            });
+        }
+        // Before anything moves: the owned files and the staged ones (a rename keeps a file's
+        // size and modification time).
+        self.manifest.prune(&self.dir);
+        let mut next = self.manifest.clone();
+        for (file, name) in staged.iter().zip(&names) {
+            let stamp = Stamp::of(file).ok_or_else(|| FolderError::Io {
+                path: file.clone(),
+                source: std::io::Error::other("a staged result file went missing"),
+            })?;
+            next.entries.insert(name.to_string(), stamp);
+        }
+        next.write(&self.dir)?;
+        for name in retire {
+            if self.manifest.owns(&self.dir, name) {
+                let path = self.dir.join(name);
+                std::fs::remove_file(&path).map_err(io_at(&path))?;
+            }
+        }
+        let mut published = Vec::with_capacity(staged.len());
+        for (file, name) in staged.iter().zip(&names) {
+            let to = self.dir.join(name);
+            std::fs::rename(file, &to).map_err(io_at(&to))?;
+            published.push(to);
+        }
+        // Owned files that stay (not retired), and the published ones.
+        let mut done = self.manifest.clone();
+        done.entries.retain(|n, _| !retire.contains(&n.as_str()));
+        for name in &names {
+            done.add(&self.dir, name)?;
+        }
+        done.write(&self.dir)?;
+        self.manifest = done;
+        Ok(published)
+    }
+
+    /// Adds files written in place (atomically, by the caller) to the manifest.
+    pub fn adopt(&mut self, names: &[&str]) -> Result<(), FolderError> {
+        self.manifest.prune(&self.dir);
+        for name in names {
+            self.manifest.add(&self.dir, name)?;
+        }
+        self.manifest.write(&self.dir)
+    }
+}
+
+/// Where an entry `name` of `dir` goes when moved aside: `dir/NAME.before-fedsim`, or with
+/// `-2`, `-3`, … where that is taken.
+pub fn aside_name(dir: &Path, name: &str) -> PathBuf {
+    let mut path = dir.join(format!("{name}{ASIDE_SUFFIX}"));
+    let mut k = 2;
+    while std::fs::symlink_metadata(&path).is_ok() {
+        path = dir.join(format!("{name}{ASIDE_SUFFIX}-{k}"));
+        k += 1;
+    }
+    path
+}
+
+/// Whether `name` is `prefix` followed by a process id.
+fn is_staging_name(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Removes the staging folders `prefix<pid>` in `dir` that carry fedsim's marker. The caller
+/// holds the lock that their writers held.
+pub fn clear_staging(dir: &Path, prefix: &str) -> Result<(), FolderError> {
+    let entries = std::fs::read_dir(dir).map_err(io_at(dir))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let path = entry.path();
+        if is_staging_name(&name.to_string_lossy(), prefix)
+            && entry.file_type().is_ok_and(|t| t.is_dir())
+            && path.join(STAGING_MARKER).is_file()
+        {
+            std::fs::remove_dir_all(&path).map_err(io_at(&path))?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates the staging folder `path` with fedsim's marker in it.
+pub fn make_staging(path: &Path) -> Result<PathBuf, FolderError> {
+    std::fs::create_dir_all(path).map_err(io_at(path))?;
+    let marker = path.join(STAGING_MARKER);
+    File::create(&marker).map_err(io_at(&marker))?;
+    Ok(path.to_path_buf())
+}
+
+/// Removes a folder of fedsim's results (a finished run or sweep cell): the files its
+/// manifest owns, its marked staging folders, its manifest, lock and marker, then the folder.
+/// Anything else in it is left in place and named, and the folder stays.
+pub fn remove_owned_folder(dir: &Path) -> Result<(), FolderError> {
+    let lock = FolderLock::take(&dir.join(LOCK), dir)?;
+    let manifest = Manifest::read(dir);
+    for name in manifest.names() {
+        if manifest.owns(dir, name) {
+            let path = dir.join(name);
+            std::fs::remove_file(&path).map_err(io_at(&path))?;
+        }
+    }
+    clear_staging(dir, ".partial-")?;
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io_at(dir))?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if ![MANIFEST, LOCK, STAGING_MARKER].contains(&name.as_str()) {
+            left.push(name);
+        }
+    }
+    if !left.is_empty() {
+        left.sort();
+        return Err(FolderError::NotOnlyOurs {
+            dir: dir.to_path_buf(),
+            names: left,
+        });
+    }
+    for name in [MANIFEST, STAGING_MARKER, LOCK] {
+        let path = dir.join(name);
+        if path.exists() {
+            std::fs::remove_file(&path).map_err(io_at(&path))?;
+        }
+    }
+    drop(lock);
+    std::fs::remove_dir(dir).map_err(io_at(dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn stage(folder: &OutputFolder, files: &[(&str, &str)]) -> Vec<PathBuf> {
+        let staging = folder.staging(".partial-").unwrap();
+        files
+            .iter()
+            .map(|(n, text)| {
+                let p = staging.join(n);
+                std::fs::write(&p, text).unwrap();
+                p
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fedsim_replaces_only_what_its_manifest_proves_it_wrote() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("out");
+        let rules = OutputRules::default();
+        let results = ["a.csv", "b.csv", "summary.csv"];
+        let (mut folder, notes) = OutputFolder::claim(&dir, &results, &rules).unwrap();
+        assert!(notes.is_empty());
+        let staged = stage(&folder, &[("a.csv", "1"), ("summary.csv", "s")]);
+        folder.publish(&staged, &results).unwrap();
+        std::fs::remove_dir_all(dir.join(format!(".partial-{}", std::process::id()))).unwrap();
+        drop(folder);
+        // A second run replaces them: they are fedsim's.
+        let (mut folder, _) = OutputFolder::claim(&dir, &results, &rules).unwrap();
+        let staged = stage(&folder, &[("b.csv", "2"), ("summary.csv", "t")]);
+        let published = folder.publish(&staged, &results).unwrap();
+        assert_eq!(published, [dir.join("b.csv"), dir.join("summary.csv")]);
+        assert!(
+            !dir.join("a.csv").exists(),
+            "an owned file of the earlier run"
+        );
+        drop(folder);
+        // A file the user changed is no longer fedsim's: refused, then moved aside.
+        std::fs::write(dir.join("b.csv"), "the user's own").unwrap();
+        let e = OutputFolder::claim(&dir, &results, &rules).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("would replace: b.csv; choose another"),
+            "{e}"
+        );
+        let force = OutputRules {
+            force: true,
+            ..Default::default()
+        };
+        let (_, notes) = OutputFolder::claim(&dir, &results, &force).unwrap();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("b.csv.before-fedsim")).unwrap(),
+            "the user's own"
+        );
+    }
+
+    #[test]
+    fn a_second_writer_is_refused_with_the_holder_and_a_dropped_lock_is_taken_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        let rules = OutputRules::default();
+        let (first, _) = OutputFolder::claim(tmp.path(), &["x"], &rules).unwrap();
+        let e = OutputFolder::claim(tmp.path(), &["x"], &rules).unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, FolderError::Busy { .. }), "{text}");
+        assert!(
+            text.contains(&format!("pid {}", std::process::id())),
+            "{text}"
+        );
+        drop(first);
+        assert!(OutputFolder::claim(tmp.path(), &["x"], &rules).is_ok());
+    }
+
+    #[test]
+    fn only_marked_staging_folders_of_the_prefix_are_cleared() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        make_staging(&dir.join(".partial-123")).unwrap();
+        std::fs::create_dir(dir.join(".partial-456")).unwrap(); // a user's, unmarked
+        make_staging(&dir.join(".partial-mine")).unwrap(); // not a process id
+        clear_staging(dir, ".partial-").unwrap();
+        assert_eq!(names(dir), [".partial-456", ".partial-mine"]);
+    }
+
+    #[test]
+    fn an_input_that_is_a_result_path_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let scenario = tmp.path().join("scenario.yaml");
+        std::fs::write(&scenario, "rounds: 1\n").unwrap();
+        let rules = OutputRules {
+            force: true,
+            inputs: vec![scenario.clone()],
+        };
+        let e = OutputFolder::claim(tmp.path(), &["scenario.yaml"], &rules).unwrap_err();
+        assert!(matches!(e, FolderError::InputIsOutput { .. }), "{e}");
+        assert_eq!(std::fs::read_to_string(&scenario).unwrap(), "rounds: 1\n");
+    }
+
+    #[test]
+    fn an_owned_folder_is_removed_but_never_what_else_it_holds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cell");
+        let rules = OutputRules::default();
+        let (mut folder, _) = OutputFolder::claim(&dir, &["r.csv"], &rules).unwrap();
+        let staged = stage(&folder, &[("r.csv", "1")]);
+        folder.publish(&staged, &["r.csv"]).unwrap();
+        drop(folder);
+        std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+        let e = remove_owned_folder(&dir).unwrap_err();
+        assert!(e.to_string().contains("(notes.txt)"), "{e}");
+        assert_eq!(
+            names(&dir),
+            [".fedsim-lock", ".fedsim-manifest", "notes.txt"]
+        );
+        std::fs::remove_file(dir.join("notes.txt")).unwrap();
+        remove_owned_folder(&dir).unwrap();
+        assert!(!dir.exists());
+    }
+}

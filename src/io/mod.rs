@@ -1,0 +1,85 @@
+//! The file system as fedsim may use it: input files that are regular files, and output
+//! folders it shares with its users ([`folder`]).
+//!
+//! This room knows files and folders, not what is in them; it must not remove or replace
+//! anything it cannot prove fedsim wrote.
+
+pub mod folder;
+
+pub use folder::{
+    remove_owned_folder, FolderError, FolderLock, Manifest, OutputFolder, OutputRules, LOCK,
+    MANIFEST, STAGING_MARKER,
+};
+
+use std::path::Path;
+
+/// Refuses what is not a regular file (a FIFO, a device, a socket or a folder), which reading
+/// could block on or never finish; symbolic links are followed. The error says what it is.
+pub fn check_regular(path: &Path) -> std::io::Result<()> {
+    let meta = std::fs::metadata(path)?;
+    if meta.is_file() {
+        return Ok(());
+    }
+    let what = if meta.is_dir() {
+        "a folder"
+    } else {
+        special_kind(&meta)
+    };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("it is {what}, not a regular file; fedsim reads only regular files"),
+    ))
+}
+
+#[cfg(unix)]
+fn special_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_fifo() {
+        "a named pipe (FIFO)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_kind(_: &std::fs::Metadata) -> &'static str {
+    "not a regular file"
+}
+
+/// Reads a regular file as text (see [`check_regular`]).
+pub fn read_text(path: &Path) -> std::io::Result<String> {
+    check_regular(path)?;
+    std::fs::read_to_string(path)
+}
+
+/// Opens a regular file for reading (see [`check_regular`]).
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    check_regular(path)?;
+    std::fs::File::open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("pipe");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_text(&fifo).unwrap_err();
+        assert!(e.to_string().contains("named pipe (FIFO)"), "{e}");
+        let e = read_text(tmp.path()).unwrap_err();
+        assert!(e.to_string().contains("a folder"), "{e}");
+        std::fs::write(tmp.path().join("f"), "x").unwrap();
+        assert_eq!(read_text(&tmp.path().join("f")).unwrap(), "x");
+    }
+}
