@@ -1,7 +1,27 @@
 #!/usr/bin/env bash
 # Sets up (if needed) and runs the whole test suite: unit tests, the integration tests
 # (tests/integration/) and the doc tests, in release mode (the build the CLI uses).
+# With CI=true (as .ci/run runs it) it first checks what a review would: formatting, clippy
+# with warnings denied, the API docs with warnings denied, and the mdBook in docs/ (mdbook is
+# installed from crates.io once, into ~/.cargo/bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+if [ "${CI:-}" = true ]; then
+  say() { echo "test: $*" >&2; }
+  say "cargo fmt --check"
+  cargo fmt --check
+  say "cargo clippy --all-targets -- -D warnings"
+  cargo clippy --release --locked --all-targets -- -D warnings
+  say "cargo doc --no-deps (warnings denied)"
+  RUSTDOCFLAGS="-D warnings" cargo doc --release --locked --no-deps --lib
+  MDBOOK_VERSION=0.4.52
+  export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+  if ! command -v mdbook >/dev/null 2>&1 || ! mdbook --version | grep -q "v$MDBOOK_VERSION"; then
+    say "installing mdbook $MDBOOK_VERSION from crates.io (about 3 minutes, once)"
+    cargo install --locked --no-default-features --version "$MDBOOK_VERSION" mdbook
+  fi
+  say "mdbook build docs"
+  mdbook build docs
+fi
 cargo test --release --locked "$@"

@@ -247,7 +247,7 @@ type FlEffects<A> = Effects<Msg<A>, Record>;
 
 /// A message of a world with a hub (rank 0: the server, or a decentralized run's monitor) and
 /// members (rank `c + 1`: clients, or peers), in its recipient's own type. Entities send
-/// through [`Outbox`], which pairs each type with its ranks, so each handler matches only its
+/// through `Outbox`, which pairs each type with its ranks, so each handler matches only its
 /// own messages; the world's `deliver` is the one place that checks a rank against a kind.
 pub enum Routed<H, M> {
     Hub(H),

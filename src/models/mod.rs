@@ -646,7 +646,7 @@ impl Architecture {
         parts.join(", ")
     }
 
-    /// The initial parameters, drawn from `rng` in parameter order (see [`InitScheme`]).
+    /// The initial parameters, drawn from `rng` in parameter order (see `InitScheme`).
     pub fn init(&self, rng: &mut impl Rng) -> Vec<f32> {
         let mut flat = Vec::with_capacity(self.num_params());
         for (shape, init) in self.parameter_shapes() {

@@ -168,7 +168,7 @@ fn check_summary_columns(path: &Path, cols: &[TextColumn]) -> Result<(), ReportE
     Ok(())
 }
 
-/// Whether `path` is a summary that [`read_summary`] reads (what makes a run finished).
+/// Whether `path` is a summary that `fedsim report` reads (what makes a run finished).
 pub fn summary_is_readable(path: &Path) -> bool {
     path.is_file() && read_summary(path, &[], None).is_ok()
 }

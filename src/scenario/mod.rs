@@ -10,7 +10,10 @@ mod resources;
 mod sweep;
 
 pub use raw::{RawEvaluation, RawLrSchedule, RawSampling, RawScenario, RawTraining};
-pub use resources::{check_run_fits, least_bytes, machine_memory, peak_memory};
+pub use resources::{
+    check_run_fits, check_terms, least_bytes, machine_memory, peak_memory, run_terms, DataShape,
+    MemoryTerm,
+};
 pub use sweep::{compact, parse_shard, Cell, Sweep, SweepError};
 
 use crate::actors::{

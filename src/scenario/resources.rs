@@ -68,7 +68,7 @@ pub struct MemoryTerm {
 
 /// The least memory a run of `run` on data of `shape` takes, part by part (each a lower
 /// bound, so a run that could fit is never refused):
-/// - the data held, and [`LEAST_BYTES_PER_CLIENT`] for each client;
+/// - the data held, and `LEAST_BYTES_PER_CLIENT` (32 bytes) for each client;
 /// - the model, twice (the global parameters and a trainer's copy, 4 bytes a value);
 /// - one batch's activations, twice (forward values kept for backpropagation, and their
 ///   gradients);
