@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fedsim on a lent GPU machine (the `device` tool; see README "GPU"). That machine has
+# fedsim on a lent GPU machine (the `device` tool; see docs/src/guide/gpu.md). That machine has
 # PyTorch 2.11 with CUDA 13 but no Rust toolchain and no network, and a call carries at most
 # 64 MiB; tch 0.26 needs LibTorch 2.13 and does not compile against 2.11's headers. So fedsim
 # is built here with `--features cuda`, packed with LibTorch 2.13's own libraries, cut into

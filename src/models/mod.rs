@@ -665,7 +665,7 @@ impl Architecture {
 
     /// Whether the model trains stacked in a cohort ([`train_sgd_stacked`]): every layer has a
     /// form over `[R, …]` parameters. Not batch norm (a short batch's padding rows would enter
-    /// its statistics; see the README on a masked version).
+    /// its statistics; see docs/src/design/cohorts.md on a masked version).
     pub fn stacks(&self) -> bool {
         self.layers.iter().all(|l| match l {
             Layer::Norm { kind, .. } => *kind == Normalization::Group,

@@ -174,7 +174,7 @@ fn fedem_with_20_percent_sampling_stays_4_points_above_fedavg() {
 /// 77.62, and pFedMe's personalized model beats it by at least 3 points (paper: 83.20 vs 77.62).
 /// pFedMe's 600 rounds take about 45 s on 2 cores; its personalized model is at its level long
 /// before (82.46 after 50 rounds, 82.81 after 600), so the test runs 50 of them: a harder test
-/// of the same claim. The full run is in the README.
+/// of the same claim. The full run is in docs/src/validation/pfedme.md.
 #[test]
 fn pfedme_personalized_model_beats_fedavg_by_three_points() {
     let fedavg = run_paper("scenarios/paper/pfedme_synthetic_fedavg.yaml");
@@ -318,7 +318,7 @@ fn one_hot_recovery(m: usize, seed: u64) -> Recovery {
 /// component, and ≤ 1e-8 between Π* and Π̌, up to a relabelling), and assigning each client to
 /// its largest mixture weight recovers the clusters exactly. The paper's synthetic protocol
 /// (200 rounds): after only 100, some starts have not yet separated their components. Seed 1
-/// for both M; the README reports seeds 1 to 8 (`one_hot_recovery_across_seeds`).
+/// for both M; docs/src/validation/fedem.md reports seeds 1 to 8 (`one_hot_recovery_across_seeds`).
 #[test]
 fn fedem_recovers_one_hot_components() {
     for m in [2, 3] {
@@ -333,7 +333,7 @@ fn fedem_recovers_one_hot_components() {
 /// holds the mean component distance to 1e-2 (the worst one is printed):
 /// `cargo test --release --test integration -- --ignored one_hot_recovery_across_seeds --nocapture`.
 #[test]
-#[ignore = "16 minutes; the README's J.4 table"]
+#[ignore = "16 minutes; the J.4 table of docs/src/validation/fedem.md"]
 fn one_hot_recovery_across_seeds() {
     let mut failures = Vec::new();
     for m in [2, 3] {

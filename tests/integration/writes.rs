@@ -21,7 +21,11 @@ impl SmallFs {
             .output()
             .is_ok_and(|o| o.status.success());
         if !ok {
-            eprintln!("note: cannot mount a tmpfs here (not root?); skipping this check");
+            let test = std::thread::current()
+                .name()
+                .unwrap_or("a test")
+                .to_string();
+            crate::common::skipped(&test, "cannot mount a tmpfs here (not root?)");
         }
         ok.then(|| SmallFs {
             dir: dir.to_path_buf(),
