@@ -150,6 +150,7 @@ fn main() {
         x_label: "clients".into(),
         y_label: "rounds per second".into(),
         log_x: true,
+        x_ticks: Some(rows.iter().map(|r| r.clients as f64).collect()),
         y_from_zero: true,
         series: vec![fedsim::report::Series {
             label: "fedsim (2 cores)".into(),

@@ -21,58 +21,72 @@ use std::fmt;
 pub static REGISTRY: &[Registration] = &[
     Registration::server::<super::fedavg::FedAvgSpec>(
         "fedavg",
+        "FedAvg",
         "FedAvg (McMahan et al. 2017): local SGD, weighted average of the models",
     ),
     Registration::server::<super::fedavg::FedProxSpec>(
         "fedprox",
+        "FedProx",
         "FedProx (Li et al. 2020): FedAvg with a proximal term (μ/2)‖θ − θ_global‖²",
     ),
     Registration::server::<super::fedavg::FedAvgPlusSpec>(
         "fedavg_plus",
+        "FedAvg+",
         "FedAvg+ (Jiang et al. 2019): FedAvg, then local fine-tuning before each test",
     ),
     Registration::server::<super::local::LocalSpec>(
         "local",
+        "Local",
         "every client trains alone on its own data; nothing is communicated",
     ),
     Registration::server::<super::fedem::FedEmSpec>(
         "fedem",
+        "FedEM",
         "FedEM (Marfoq et al. 2021): a mixture of M shared components, learned by federated EM",
     ),
     Registration::server::<super::pfedme::PFedMeSpec>(
         "pfedme",
+        "pFedMe",
         "pFedMe (Dinh et al. 2020): personalized models through Moreau envelopes",
     ),
     Registration::server::<super::clustered::ClusteredSpec>(
         "clustered",
+        "Clustered FL",
         "Clustered FL (Sattler et al. 2020): clusters split by the cosine similarity of updates",
     ),
     Registration::server::<super::apfl::ApflSpec>(
         "apfl",
+        "APFL",
         "APFL (Deng et al. 2020): a local model mixed with the global one",
     ),
     Registration::server::<super::per_fedavg::PerFedAvgSpec>(
         "per_fedavg",
+        "Per-FedAvg",
         "Per-FedAvg (Fallah et al. 2020), first-order MAML: one adaptation step before testing",
     ),
     Registration::server::<super::ditto::DittoSpec>(
         "ditto",
+        "Ditto",
         "Ditto (Li et al. 2021): personal models pulled towards the global one",
     ),
     Registration::server::<super::fedgmm::FedGmmSpec>(
         "fedgmm",
+        "FedGMM",
         "FedGMM (Wu et al. 2023): Gaussian mixtures over inputs times shared classifiers",
     ),
     Registration::server::<super::noop::NoopSpec>(
         "noop",
+        "no training",
         "no training: only the system is simulated (round times, participation)",
     ),
     Registration::peers::<super::fedavg::DPsgdSpec>(
         "d_psgd",
+        "D-PSGD",
         "D-PSGD (Lian et al. 2017): FedAvg without a server, averaging with neighbours",
     ),
     Registration::peers::<super::fedem::DFedEmSpec>(
         "d_fedem",
+        "D-FedEM",
         "D-FedEM (Marfoq et al. 2021, Alg. 4): FedEM without a server, mixing with neighbours",
     ),
 ];
@@ -133,6 +147,8 @@ pub const fn trains_in_cohorts<A: Algorithm>() -> bool {
 /// how a run starts.
 pub struct Registration {
     pub name: &'static str,
+    /// How papers and plots write it (`FedAvg+`, `pFedMe`).
+    pub title: &'static str,
     pub summary: &'static str,
     pub capabilities: Capabilities,
     parse: fn(Value) -> Result<Box<dyn Settings>, String>,
@@ -141,9 +157,14 @@ pub struct Registration {
 
 impl Registration {
     /// An algorithm that runs with a server.
-    pub const fn server<S: AlgorithmSettings>(name: &'static str, summary: &'static str) -> Self {
+    pub const fn server<S: AlgorithmSettings>(
+        name: &'static str,
+        title: &'static str,
+        summary: &'static str,
+    ) -> Self {
         Registration {
             name,
+            title,
             summary,
             capabilities: Capabilities {
                 decentralized: false,
@@ -157,12 +178,17 @@ impl Registration {
     }
 
     /// An algorithm that runs on peers over a topology.
-    pub const fn peers<S: AlgorithmSettings>(name: &'static str, summary: &'static str) -> Self
+    pub const fn peers<S: AlgorithmSettings>(
+        name: &'static str,
+        title: &'static str,
+        summary: &'static str,
+    ) -> Self
     where
         S::Algorithm: Gossip,
     {
         Registration {
             name,
+            title,
             summary,
             capabilities: Capabilities {
                 decentralized: true,

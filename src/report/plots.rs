@@ -30,6 +30,9 @@ pub struct Chart {
     pub x_label: String,
     pub y_label: String,
     pub log_x: bool,
+    /// Ticks on a log x axis at these values (a sweep's values), where given; a linear axis
+    /// has evenly spaced ticks.
+    pub x_ticks: Option<Vec<f64>>,
     /// Start the y axis at zero (else it spans the values).
     pub y_from_zero: bool,
     pub series: Vec<Series>,
@@ -100,6 +103,8 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Resu
             let mut ctx = $ctx;
             ctx.configure_mesh()
                 .x_labels(10)
+                .bold_line_style(RGBColor(215, 215, 215))
+                .light_line_style(WHITE.mix(0.0))
                 .x_label_formatter(&|x| short(*x))
                 .x_desc(chart.x_label.as_str())
                 .y_desc(chart.y_label.as_str())
@@ -142,10 +147,15 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Resu
                 .map_err(e)?;
         }};
     }
+    let ticks = chart.x_ticks.clone().filter(|t| !t.is_empty());
     if chart.log_x && x0 > 0.0 {
-        body!(builder
-            .build_cartesian_2d((x0 * 0.9..x1 * 1.1).log_scale(), y0..y1)
-            .map_err(e)?);
+        let x = (x0 * 0.9..x1 * 1.1).log_scale();
+        match ticks {
+            Some(t) => body!(builder
+                .build_cartesian_2d(x.with_key_points(t), y0..y1)
+                .map_err(e)?),
+            None => body!(builder.build_cartesian_2d(x, y0..y1).map_err(e)?),
+        }
     } else {
         let pad_x = ((x1 - x0) * 0.02).max(1e-9);
         body!(builder
@@ -203,15 +213,24 @@ fn write_drawing(
     std::fs::rename(&tmp, path).map_err(|e| fail(e.to_string()))
 }
 
+/// The heat map's colour of a share in [0, 1]: white to dark blue (matplotlib's `Blues`
+/// ends).
+fn share_colour(share: f64) -> RGBColor {
+    let t = share.clamp(0.0, 1.0);
+    let mix = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
+    RGBColor(mix(255.0, 8.0), mix(255.0, 48.0), mix(255.0, 107.0))
+}
+
 /// A `clients × labels` heat map (PNG) of each client's label shares (`shares[c][y]`, rows
-/// summing to 1): darker is a larger share.
+/// summing to 1): darker is a larger share, with its colour scale on the right and each
+/// label's tick at the middle of its column.
 pub fn write_label_heatmap(
     path: &Path,
     title: &str,
     shares: &[Vec<f64>],
 ) -> Result<(), ReportError> {
     write_drawing(path, |tmp| {
-        let root = BitMapBackend::new(tmp, (960, 720)).into_drawing_area();
+        let root = BitMapBackend::new(tmp, (1040, 720)).into_drawing_area();
         fn e<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> String {
             e.to_string()
         }
@@ -220,16 +239,23 @@ pub fn write_label_heatmap(
         if clients == 0 || labels == 0 {
             return Err("nothing to plot".into());
         }
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 22))
+        let root = root.titled(title, ("sans-serif", 22)).map_err(e)?;
+        let (main, scale) = root.split_horizontally(920);
+        let mut chart = ChartBuilder::on(&main)
             .margin(16)
             .x_label_area_size(40)
             .y_label_area_size(60)
-            .build_cartesian_2d(0..labels, 0..clients)
+            // Segments 0..=last: one column a label, its tick in the middle.
+            .build_cartesian_2d((0..labels - 1).into_segmented(), 0..clients)
             .map_err(e)?;
         chart
             .configure_mesh()
             .disable_mesh()
+            .x_labels(labels.min(62))
+            .x_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(y) => y.to_string(),
+                _ => String::new(),
+            })
             .x_desc("label")
             .y_desc("client")
             .label_style(("sans-serif", 14))
@@ -237,11 +263,39 @@ pub fn write_label_heatmap(
             .map_err(e)?;
         let cells = shares.iter().enumerate().flat_map(|(c, row)| {
             row.iter().enumerate().map(move |(y, &share)| {
-                let v = (255.0 * (1.0 - share.clamp(0.0, 1.0))) as u8;
-                Rectangle::new([(y, c), (y + 1, c + 1)], RGBColor(v, v, 255).filled())
+                Rectangle::new(
+                    [
+                        (SegmentValue::Exact(y), c),
+                        (SegmentValue::Exact(y + 1), c + 1),
+                    ],
+                    share_colour(share).filled(),
+                )
             })
         });
         chart.draw_series(cells).map_err(e)?;
+        // The colour scale: share 0 at the bottom to 1 at the top.
+        let mut bar = ChartBuilder::on(&scale)
+            .margin_top(16)
+            .margin_bottom(56)
+            .margin_right(24)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..1.0, 0.0..1.0)
+            .map_err(e)?;
+        bar.configure_mesh()
+            .disable_mesh()
+            .disable_x_axis()
+            .y_labels(6)
+            .y_desc("share")
+            .label_style(("sans-serif", 13))
+            .draw()
+            .map_err(e)?;
+        let steps = 100;
+        bar.draw_series((0..steps).map(|i| {
+            let (lo, hi) = (i as f64 / steps as f64, (i + 1) as f64 / steps as f64);
+            // The right part of the area: its left keeps clear of the tick labels.
+            Rectangle::new([(0.35, lo), (1.0, hi)], share_colour(lo).filled())
+        }))
+        .map_err(e)?;
         root.present().map_err(e)
     })
 }
@@ -267,6 +321,7 @@ mod tests {
             x_label: "sampling.fraction".into(),
             y_label: "test accuracy (%)".into(),
             log_x: true,
+            x_ticks: None,
             y_from_zero: false,
             series: vec![Series {
                 label: "fedem".into(),

@@ -512,12 +512,62 @@ fn config_label(config: &[(String, String)], skip: &[String]) -> String {
     let parts: Vec<String> = config
         .iter()
         .filter(|(a, _)| !skip.contains(a))
-        .map(|(_, v)| v.clone())
+        .map(|(a, v)| readable(a, v))
         .collect();
     if parts.is_empty() {
         "all".into()
     } else {
-        parts.join(" ")
+        parts.join(", ")
+    }
+}
+
+/// Symbols that stand for an algorithm's settings in legends.
+const SYMBOLS: [(&str, &str); 6] = [
+    ("components", "M"),
+    ("mu", "μ"),
+    ("lambda", "λ"),
+    ("alpha", "α"),
+    ("beta", "β"),
+    ("clusters", "K"),
+];
+
+/// An axis value as a legend shows it: an algorithm by its title and settings
+/// (`{name: fedem, components: 3}` → `FedEM (M = 3)`), any other value as `field = value`
+/// (the last part of the field's path).
+fn readable(axis: &str, value: &str) -> String {
+    let title =
+        |name: &str| crate::algorithms::Registration::find(name).map(|r| r.title.to_string());
+    let parsed: Option<serde_yaml::Value> = serde_yaml::from_str(value).ok();
+    if let Some(serde_yaml::Value::Mapping(m)) = &parsed {
+        let name = m.get("name").and_then(|n| n.as_str());
+        if let Some(t) = name.and_then(title) {
+            let settings: Vec<String> = m
+                .iter()
+                .filter(|(k, _)| k.as_str() != Some("name"))
+                .map(|(k, v)| {
+                    let k = crate::scenario::compact(k);
+                    let symbol = SYMBOLS
+                        .iter()
+                        .find(|(f, _)| *f == k)
+                        .map_or(k.as_str(), |s| s.1);
+                    format!("{symbol} = {}", crate::scenario::compact(v))
+                })
+                .collect();
+            return match settings.is_empty() {
+                true => t,
+                false => format!("{t} ({})", settings.join(", ")),
+            };
+        }
+    }
+    if axis == "algorithm" || axis.ends_with("algorithm.name") || axis == "algorithm.name" {
+        if let Some(t) = title(value) {
+            return t;
+        }
+    }
+    let field = axis.rsplit('.').next().unwrap_or(axis);
+    match field {
+        "run" | "name" => value.to_string(),
+        _ => format!("{field} = {value}"),
     }
 }
 
@@ -559,7 +609,7 @@ pub fn write_plots(
             .collect();
         let mut series: Vec<Series> = Vec::new();
         for r in &training {
-            let label = format!("{} {}", config_label(&r.config, &partners), r.model);
+            let label = format!("{} · {}", config_label(&r.config, &partners), r.model);
             let (m, s) = r
                 .stats
                 .get("test_acc_mean")
@@ -586,6 +636,7 @@ pub fn write_plots(
                 x_label: a.clone(),
                 y_label: "weighted mean test accuracy (%)".into(),
                 log_x: positive && distinct.len() > 2,
+                x_ticks: Some(distinct.iter().filter_map(|v| v.parse().ok()).collect()),
                 y_from_zero: false,
                 series,
             },
@@ -594,7 +645,7 @@ pub fn write_plots(
     // Convergence: mean ± std over seeds at each evaluated round.
     let mut groups: Vec<(String, Vec<&RunCurve>)> = Vec::new();
     for c in curves {
-        let label = format!("{} {}", config_label(&c.config, &[]), c.model);
+        let label = format!("{} · {}", config_label(&c.config, &[]), c.model);
         match groups.iter_mut().find(|(l, _)| *l == label) {
             Some((_, g)) => g.push(c),
             None => groups.push((label, vec![c])),
@@ -641,6 +692,7 @@ pub fn write_plots(
                     x_label: x_name.into(),
                     y_label: y_label.into(),
                     log_x: false,
+                    x_ticks: None,
                     y_from_zero: false,
                     series,
                 },
@@ -674,6 +726,7 @@ pub fn write_plots(
             x_label: "test accuracy (%)".into(),
             y_label: "fraction of clients".into(),
             log_x: false,
+            x_ticks: None,
             y_from_zero: false,
             series,
         },

@@ -337,7 +337,7 @@ mod tests {
             classes: 2,
             clients: 10,
             least_train_rows: 7,
-            data_bytes: 1000.0,
+            data_bytes: 100_000.0,
         };
         let run = run_of("training: {local_steps: 10, batch_size: 3}\n");
         let per_client = (crate::report::ClientRows::ROW_BYTES
@@ -353,7 +353,7 @@ mod tests {
         assert_eq!(
             bytes,
             [
-                ("data.clients", 1000.0 + 10.0 * 32.0),
+                ("data.clients", 100_000.0 + 10.0 * 32.0),
                 ("model", 2.0 * 4.0 * 21.0),
                 ("training.batch_size", 2.0 * 4.0 * 3.0 * 1.0),
                 ("training.local_steps", 4.0 * (7.0 * 8.0 + 3.0 * 16.0)),
