@@ -24,11 +24,13 @@ differ=0
 skipped=0
 for f in scenarios/quickstart.yaml scenarios/paper/*.yaml scenarios/studies/*.yaml; do
   grep -q '^base:' "$f" && continue
+  [[ "$f" =~ ${FEDSIM_COMPARE_MATCH:-.} ]] || continue
   name=$(basename "$f" .yaml)
   args=(run "$f" -q --threads 2 --set "rounds=$rounds" --set "eval_every=$rounds" "${extra[@]}")
   # Real data sets cut to a few minutes: 5 % of FEMNIST's writers, 5 % of the image sets.
   grep -q 'kind: femnist' "$f" && args+=(--set data.partition.fraction=0.05)
   grep -qE 'kind: (mnist|fashion_mnist)' "$f" && args+=(--set data.fraction=0.05)
+  grep -q 'kind: shakespeare' "$f" && args+=(--set data.fraction=0.02 --set data.max_samples=50)
   if ! "$old" "${args[@]}" --out "$out/$name/old" >"$out/$name.old.log" 2>&1; then
     if grep -qE 'not in the cache|No such file|cannot open' "$out/$name.old.log"; then
       echo "skipped  $name (its data is not here)"
@@ -38,6 +40,8 @@ for f in scenarios/quickstart.yaml scenarios/paper/*.yaml scenarios/studies/*.ya
   fi
   "$new" "${args[@]}" --out "$out/$name/new" >"$out/$name.new.log" 2>&1 || true
   bad=()
+  # Both runs failing alike is no comparison.
+  [ -e "$out/$name/new/summary.csv" ] || bad+=("no results (see $out/$name.new.log)")
   for file in scenario.yaml metrics.parquet metrics.csv rounds.parquet jobs.parquet \
     clients.parquet clients.csv gossip.parquet mixtures.parquet extras.parquet novelty.parquet; do
     a="$out/$name/old/$file"
