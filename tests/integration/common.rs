@@ -47,7 +47,7 @@ pub fn column_names(df: &polars::prelude::DataFrame) -> Vec<String> {
 /// root, with `../shared` beside the clone) nothing may be skipped, so it fails instead.
 pub fn skipped(check: &str, why: &str) {
     assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
+        std::env::var_os("CI").is_none(),
         "{check} cannot run under CI: {why}"
     );
     eprintln!("SKIPPED {check}: {why}");
