@@ -15,7 +15,8 @@
 
 use criterion::{criterion_group, BatchSize, Criterion, Throughput};
 use fedsim::actors::simulate;
-use fedsim::run::default_threads;
+use fedsim::records::Split;
+use fedsim::results::default_threads;
 use fedsim::scenario::Scenario;
 use fedsim::sim::{EventQueue, RecordObserver, SeedTree, SimTime};
 use rand::Rng;
@@ -401,7 +402,6 @@ fn own_rules(c: &mut Criterion) {
 /// the machine's matmul rate. Throughput is in FLOP/s: 3× the forward FLOPs per training row
 /// (forward, and backward at twice the forward), 2·1024³ for the product.
 fn cohort_epoch(c: &mut Criterion) {
-    use fedsim::data::Split;
     use fedsim::models::{
         dropout_stream, train_sgd, train_sgd_stacked, Architecture, LocalPlan, LocalWork,
         ModelSpec, StackedRun,

@@ -145,14 +145,14 @@ fn main() {
             r.rounds_per_second
         );
     }
-    let chart = fedsim::report::Chart {
+    let chart = fedsim::studies::Chart {
         title: "FedAvg, 100 clients per round: rounds per second against the population".into(),
         x_label: "clients".into(),
         y_label: "rounds per second".into(),
         log_x: true,
         x_ticks: Some(rows.iter().map(|r| r.clients as f64).collect()),
         y_from_zero: true,
-        series: vec![fedsim::report::Series {
+        series: vec![fedsim::studies::Series {
             label: "fedsim (2 cores)".into(),
             points: rows
                 .iter()
@@ -160,7 +160,7 @@ fn main() {
                 .collect(),
         }],
     };
-    fedsim::report::write_chart(&out.join("rounds_per_second"), &chart).unwrap();
+    fedsim::studies::write_chart(&out.join("rounds_per_second"), &chart).unwrap();
     println!(
         "\nwrote {}/scale.csv and rounds_per_second.png",
         out.display()

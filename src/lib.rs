@@ -1,30 +1,56 @@
 //! fedsim: a deterministic discrete-event simulator for federated learning research.
 //!
-//! Rooms, from the bottom up:
-//! - [`sim`]: virtual time, the event queue, the seed tree and the scheduler actor.
-//! - [`io`]: input files that are regular files; output folders fedsim shares with its users
-//!   (what it may replace, one writer at a time).
-//! - [`data`]: data sets held in contiguous buffers, clients as index ranges.
-//! - [`models`]: tch models, local SGD and evaluation, flat parameters.
-//! - [`system`]: devices, links and availability that turn work into simulated durations.
-//! - [`topology`]: communication graphs and mixing matrices of decentralized runs.
-//! - [`algorithms`]: federated algorithms behind one trait.
-//! - [`actors`]: the server, the clients, the peers and the trainer pool as actix actors.
-//! - [`scenario`]: YAML scenarios, overrides and validation; sweep files expanded into cells.
-//! - [`report`]: polars frames, Parquet/CSV writers, summaries and reports over many runs.
-//! - [`run`]: one scenario end to end.
-//! - [`sweep`]: a sweep's cells, in parallel, resumable and shardable.
+//! # Layers
+//!
+//! The modules form layers, declared in [`LAYERS`]; a module imports only from its own layer
+//! and the layers below it, and no two modules import each other (a unit test reads `src/`
+//! and fails on any climbing import or cycle). From the bottom up:
+//!
+//! 1. The kernel and what everything shares, importing nothing above:
+//!    - [`sim`]: virtual time, the event queue, the seed tree and the scheduler actor.
+//!    - [`spec`]: the run settings that belong to no catalogue (sampling, round policy,
+//!      evaluation, divergence) and [`spec::FieldError`]; pure validation, no host.
+//!    - [`io`]: input files that are regular files, the readers of data tables and
+//!      per-client files, and output folders fedsim shares with its users.
+//!    - [`records`]: what the entities emit, in event order.
+//! 2. The catalogues of the world a run simulates:
+//!    - [`data`]: data sets held in contiguous buffers, clients as index ranges.
+//!    - [`models`]: tch models, local SGD and evaluation, flat parameters.
+//!    - [`topology`]: communication graphs and mixing matrices of decentralized runs.
+//!    - [`system`]: devices, links and availability that turn work into simulated durations.
+//! 3. [`algorithms`]: federated algorithms behind one trait, and their registry.
+//! 4. [`scenario`]: a YAML scenario read, overridden and validated into a run's settings.
+//! 5. [`actors`]: the server, the clients, the peers and the trainer pool as actix actors.
+//! 6. [`results`]: one run end to end, its pre-flight, its result files and summary.
+//! 7. [`studies`]: sweeps (resumable, shardable) and reports over many runs, with plots.
+//!
+//! The command line (`src/main.rs`) sits on top and uses only the library's public items.
+
+/// The layers, bottom first: a module may import from its own layer and the ones below.
+pub const LAYERS: &[&[&str]] = &[
+    &["sim", "spec", "io", "records"],
+    &["data", "models", "topology", "system"],
+    &["algorithms"],
+    &["scenario"],
+    &["actors"],
+    &["results"],
+    &["studies"],
+];
+
+#[cfg(test)]
+mod layering;
 
 pub mod actors;
 pub mod algorithms;
 pub mod data;
 pub mod io;
 pub mod models;
-pub mod report;
-pub mod run;
+pub mod records;
+pub mod results;
 pub mod scenario;
 pub mod sim;
-pub mod sweep;
+pub mod spec;
+pub mod studies;
 pub mod system;
 pub mod topology;
 
@@ -52,30 +78,5 @@ pub fn tune_allocator() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
-    }
-}
-
-/// A problem with one field of a scenario section: the dotted path below the section that
-/// holds it, and what is wrong and what is allowed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("field `{path}`: {message}")]
-pub struct FieldError {
-    pub path: String,
-    pub message: String,
-}
-
-impl FieldError {
-    pub fn new(path: String, message: String) -> Self {
-        FieldError { path, message }
-    }
-
-    /// The same error, found inside the section `prefix`: its path then starts there.
-    pub fn within(self, prefix: &str) -> FieldError {
-        let path = if self.path.is_empty() {
-            prefix.to_string()
-        } else {
-            format!("{prefix}.{}", self.path)
-        };
-        FieldError { path, ..self }
     }
 }

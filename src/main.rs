@@ -2,14 +2,13 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use fedsim::report::{
-    aggregate, differing_files, markdown, publish_report, read_curves, DataDescription, Runs,
-    REPRODUCIBLE_FILES,
-};
-use fedsim::run::{default_out_dir, default_threads, run_scenario, RunOptions};
-use fedsim::scenario::{parse_shard, Scenario, Sweep};
+use fedsim::results::{default_out_dir, default_threads, run_scenario, RunOptions};
+use fedsim::results::{differing_files, DataDescription, REPRODUCIBLE_FILES};
+use fedsim::scenario::Scenario;
 use fedsim::sim::{SeedTree, SimTime};
-use fedsim::sweep::{cell_dir, is_finished, run_sweep, SweepOptions};
+use fedsim::studies::{aggregate, markdown, publish_report, read_curves, Runs};
+use fedsim::studies::{cell_dir, is_finished, run_sweep, SweepOptions};
+use fedsim::studies::{parse_shard, Sweep};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -254,6 +253,11 @@ fn real_main() -> Result<i32> {
             force,
         } => {
             let plan = Sweep::load(&sweep)?;
+            if !list {
+                for cell in &plan.cells {
+                    fedsim::results::preflight(&cell.scenario)?;
+                }
+            }
             let out = out.unwrap_or_else(|| Path::new("results").join(&plan.name));
             let shard = match shard {
                 Some(arg) => {
@@ -409,10 +413,10 @@ fn real_main() -> Result<i32> {
             }
             if let Some(path) = heatmap {
                 let title = format!("{}: label shares of {} clients", s.name, data.num_clients());
-                fedsim::report::write_label_heatmap(
+                fedsim::studies::write_label_heatmap(
                     &path,
                     &title,
-                    &fedsim::report::client_label_shares(&data),
+                    &fedsim::results::client_label_shares(&data),
                 )?;
                 outln!("  wrote {}", path.display());
             }
@@ -472,6 +476,7 @@ fn real_main() -> Result<i32> {
             overrides,
         } => {
             let s = overrides.load(&scenario)?;
+            fedsim::results::preflight(&s)?;
             outln!(
                 "# {}: valid (run id {})\n{}",
                 scenario.display(),
@@ -508,7 +513,8 @@ fn real_main() -> Result<i32> {
                 s.run.seed,
                 s.run_id()
             );
-            let devices = s.run.training.placement.devices();
+            let placement = s.run.training.device.resolve_here().unwrap_or_default();
+            let devices = placement.devices();
             if devices.iter().any(|d| d.is_cuda()) {
                 // CUDA results are reproducible on the same GPU model: say which devices.
                 outln!("  cohorts trained on       {devices:?}");
@@ -530,7 +536,7 @@ fn real_main() -> Result<i32> {
             }
             outln!("  simulated time           {:.1} s", report.sim_seconds);
             outln!("  wall time                {:.1} s", report.wall_seconds);
-            if let Some(bytes) = fedsim::scenario::peak_memory() {
+            if let Some(bytes) = fedsim::results::peak_memory() {
                 outln!("  peak memory              {:.2} GB", bytes / 1e9);
             }
             outln!("results in {}/", report.out_dir.display());

@@ -8,8 +8,8 @@ use super::{
     Seen, ToClient, ToServer, TrainOrder,
 };
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
-use crate::data::Split;
-use crate::report::DivergenceStage;
+use crate::records::DivergenceStage;
+use crate::records::Split;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
@@ -386,9 +386,9 @@ impl<A: Algorithm> Client<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actors::OnDivergence;
     use crate::algorithms::{FedAvg, ModelUpdate};
-    use crate::report::Record;
+    use crate::records::Record;
+    use crate::spec::OnDivergence;
 
     /// Client 0 of a tiny FedAvg run, with `overrides` on the scenario. Needs a running actix
     /// system (for its trainer pool).
@@ -535,7 +535,7 @@ mod tests {
                 accuracy: 0.8,
             };
             let results = vec![Evaluation {
-                model: crate::algorithms::ModelKind::Global,
+                model: crate::records::ModelKind::Global,
                 split: Split::Test,
                 stats,
             }];

@@ -28,13 +28,15 @@
 use super::{JobContext, TrainerPool};
 use crate::algorithms::{
     Algorithm, BatchwiseClient, BatchwiseUpdate, ClientReport, Cohorts, Evaluation, LocalContext,
-    NoveltyScores, SgdRun, Tested,
+    SgdRun, Tested,
 };
-use crate::data::{ClientRows, Split};
+use crate::data::ClientRows;
 use crate::models::{
     dropout_stream, evaluate_stacked, for_each_stacked_batch, train_sgd_stacked, Architecture,
     BatchwiseRun, DeviceRows, EvalRequest, Placement, StackedRun,
 };
+use crate::records::NoveltyScores;
+use crate::records::Split;
 use crate::sim::Pending;
 use rand_chacha::ChaCha20Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -233,14 +235,14 @@ impl<A: Algorithm> Dispatch<A> {
     pub fn new(pool: TrainerPool, jobs: Arc<JobContext<A>>) -> Self {
         let can = crate::algorithms::trains_in_cohorts::<A>() && jobs.arch.stacks();
         let wanted = match jobs.training.cohorts {
-            Cohorts::Auto => stacking_pays::<A>(&jobs.arch, &jobs.training.placement),
+            Cohorts::Auto => stacking_pays::<A>(&jobs.arch, &jobs.placement),
             Cohorts::Always => true,
             Cohorts::Off => false,
         };
         if can && wanted {
-            jobs.training.placement.prepare();
+            jobs.placement.prepare();
             let stacks_evaluations =
-                stacking_evaluations_pays(jobs.training.cohorts, &jobs.training.placement);
+                stacking_evaluations_pays(jobs.training.cohorts, &jobs.placement);
             Dispatch::Cohorts(Arc::new(CohortQueue {
                 pool,
                 jobs,
@@ -400,7 +402,7 @@ impl<A: Algorithm> CohortQueue<A> {
             let rest = cohort.split_off(size);
             let shard = std::mem::replace(&mut cohort, rest);
             let jobs = self.jobs.clone();
-            let device = jobs.training.placement.device_of(index);
+            let device = jobs.placement.device_of(index);
             let resident = self.resident_on(device);
             self.pool.spawn(move || {
                 let (shard, replies): (Vec<_>, Vec<_>) = shard.into_iter().unzip();

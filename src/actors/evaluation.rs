@@ -5,128 +5,8 @@
 //! `evaluation_clients` stream; this room draws, it sends nothing.
 
 use crate::sim::{Entity, SeedTree};
-use serde::de::{self, Visitor};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use std::fmt;
+use crate::spec::{EvalSample, EvaluationPlan};
 use std::sync::{Arc, Mutex};
-
-/// How many clients an evaluation tests: `all`, a count, or a fraction of the population.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub enum EvalClients {
-    #[default]
-    All,
-    /// `count` clients, 1 ≤ `count` ≤ T (checked when the scenario is validated).
-    Count(usize),
-    /// `max(1, ⌊fraction · T⌋)` of the T clients, with `fraction` in (0, 1].
-    Fraction(f64),
-}
-
-impl EvalClients {
-    pub fn is_all(&self) -> bool {
-        *self == EvalClients::All
-    }
-
-    /// How many of `total` clients are evaluated.
-    pub fn count(&self, total: usize) -> usize {
-        match *self {
-            EvalClients::All => total,
-            EvalClients::Count(k) => k.min(total),
-            EvalClients::Fraction(f) => ((f * total as f64).floor() as usize).clamp(1, total),
-        }
-    }
-
-    /// The problem with these settings, if any.
-    pub fn check(&self) -> Result<(), String> {
-        match *self {
-            EvalClients::Count(0) => Err("a count of clients must be at least 1".into()),
-            EvalClients::Fraction(f) if !(f > 0.0 && f <= 1.0) => Err(format!(
-                "a fraction of the clients must be in (0, 1], got {f}"
-            )),
-            _ => Ok(()),
-        }
-    }
-}
-
-const EVAL_CLIENTS_ALLOWED: &str =
-    "`all`, a number of clients (an integer ≥ 1) or a fraction of them in (0, 1]";
-
-impl Serialize for EvalClients {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match *self {
-            EvalClients::All => s.serialize_str("all"),
-            EvalClients::Count(k) => s.serialize_u64(k as u64),
-            EvalClients::Fraction(f) => s.serialize_f64(f),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for EvalClients {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = EvalClients;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str(EVAL_CLIENTS_ALLOWED)
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<EvalClients, E> {
-                match v {
-                    "all" => Ok(EvalClients::All),
-                    _ => Err(E::custom(format!(
-                        "expected {EVAL_CLIENTS_ALLOWED}, got `{v}`"
-                    ))),
-                }
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<EvalClients, E> {
-                Ok(EvalClients::Count(v as usize))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<EvalClients, E> {
-                usize::try_from(v)
-                    .map(EvalClients::Count)
-                    .map_err(|_| E::custom(format!("expected {EVAL_CLIENTS_ALLOWED}, got {v}")))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<EvalClients, E> {
-                Ok(EvalClients::Fraction(v))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// Whether a sample of clients is drawn once for the whole run or anew at each evaluation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EvalSample {
-    /// The same clients at every evaluation: curves over rounds follow the same population.
-    #[default]
-    Fixed,
-    /// A fresh draw at every evaluation.
-    Fresh,
-}
-
-/// When and on whom a run evaluates.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct EvaluationPlan {
-    /// Evaluate after every this many rounds (and always after the last one).
-    pub every: u32,
-    pub clients: EvalClients,
-    pub sample: EvalSample,
-}
-
-impl EvaluationPlan {
-    /// Every client after every `every` rounds.
-    pub fn all_every(every: u32) -> EvaluationPlan {
-        EvaluationPlan {
-            every,
-            clients: EvalClients::All,
-            sample: EvalSample::Fixed,
-        }
-    }
-
-    /// Whether the run evaluates after `round` of `rounds`.
-    pub fn is_due(&self, round: u32, rounds: u32) -> bool {
-        round % self.every == 0 || round == rounds
-    }
-}
 
 /// The clients an evaluation tests, drawn lazily and kept for the latest round asked about
 /// (shared by peers, which ask one at a time).
@@ -195,6 +75,7 @@ impl EvaluatedClients {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::EvalClients;
 
     fn plan(clients: EvalClients, sample: EvalSample) -> EvaluationPlan {
         EvaluationPlan {

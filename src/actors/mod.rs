@@ -16,73 +16,35 @@ mod sampling;
 mod server;
 mod trainer;
 
-pub use evaluation::{EvalClients, EvalSample, EvaluationPlan};
+use crate::algorithms::Launcher;
 pub use peer::{consensus_distance, PeerMsg};
-pub use policy::{staleness_factor, LateUpdates, PolicySpec};
-pub use sampling::{SampleSize, Sampling, Strategy};
+pub use policy::staleness_factor;
 pub use trainer::TrainerPool;
 
 use crate::algorithms::{
-    Algorithm, AlgorithmSpec, ClientReport, Evaluation, Gossip, Population, Registration, Training,
+    Algorithm, ClientReport, Evaluation, Gossip, Population, Registration, Training,
 };
-use crate::data::{ClientRows, FederatedData, Split};
-use crate::models::{Architecture, ModelSpec};
-use crate::report::{
+use crate::data::{ClientRows, FederatedData};
+use crate::models::Architecture;
+use crate::models::Placement;
+use crate::records::Split;
+use crate::records::{
     DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, MixtureRecord,
     NoveltyRecord, Record,
 };
+use crate::scenario::RunSpec;
 use crate::sim::{
     Delivery, Effects, Entity, EntityId, Pending, RecordObserver, Scheduler, SeedTree, SimDuration,
     SimError, SimTime, World,
 };
-use crate::system::{Link, SampleCost, SystemModel, SystemSpec};
-use crate::topology::TopologySpec;
+use crate::spec::OnDivergence;
+use crate::system::{Link, SampleCost, SystemModel};
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use client::Client;
 use server::Server;
 use std::marker::PhantomData;
 use std::sync::Arc;
-
-/// What a client-server run needs besides its data.
-#[derive(Clone, Debug)]
-pub struct RunSpec {
-    pub seed: u64,
-    pub rounds: u32,
-    /// When to evaluate (and always after the last round), and on which clients.
-    pub evaluation: EvaluationPlan,
-    pub model: ModelSpec,
-    pub algorithm: AlgorithmSpec,
-    pub training: Training,
-    pub sampling: Sampling,
-    pub policy: PolicySpec,
-    pub system: SystemSpec,
-    /// Fraction of the clients held out of training (chosen from the seed; see
-    /// [`unseen_clients`]).
-    pub unseen_fraction: f64,
-    /// Peers and their graph, for decentralized algorithms (no server then).
-    pub topology: Option<TopologySpec>,
-    /// What a run does when its numbers stop being finite.
-    pub on_divergence: OnDivergence,
-}
-
-/// What a run does when a client, a peer or the server first sees NaN or infinite numbers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnDivergence {
-    /// End the run there; the results so far are written, marked as diverged.
-    #[default]
-    Stop,
-    /// Record it and run on (every later figure may be NaN).
-    Continue,
-}
-
-impl OnDivergence {
-    /// The default, left out of the resolved scenario so that run ids stay as they were.
-    pub fn is_stop(&self) -> bool {
-        *self == OnDivergence::Stop
-    }
-}
 
 /// One entity's watch for non-finite numbers: the first time it sees some, it records a
 /// [`DivergenceRecord`] (later ones are not recorded again) and, under
@@ -493,17 +455,26 @@ pub(crate) struct JobContext<A: Algorithm> {
     algorithm: A,
     arch: Architecture,
     training: Training,
+    /// Where cohorts train: `training.device` resolved on this machine.
+    placement: Placement,
     data: Arc<FederatedData>,
     on_divergence: OnDivergence,
 }
 
 impl<A: Algorithm> JobContext<A> {
     /// The context of `spec`'s jobs: `algorithm` training `arch` on `data`.
-    fn new(algorithm: A, arch: Architecture, spec: &RunSpec, data: Arc<FederatedData>) -> Self {
+    fn new(
+        algorithm: A,
+        arch: Architecture,
+        spec: &RunSpec,
+        placement: Placement,
+        data: Arc<FederatedData>,
+    ) -> Self {
         JobContext {
             algorithm,
             arch,
             training: spec.training.clone(),
+            placement,
             data,
             on_divergence: spec.on_divergence,
         }
@@ -539,31 +510,38 @@ pub fn simulate(
     threads: usize,
     observer: RecordObserver<Record>,
 ) -> Result<SimOutput, SimError> {
-    crate::scenario::check_client_counts(
+    crate::spec::check_client_counts(
         data.num_clients(),
         spec.unseen_fraction,
         &spec.sampling,
         &spec.evaluation,
     )
     .map_err(SimError::Scenario)?;
+    let placement = spec.training.device.resolve_here().map_err(|m| {
+        SimError::Scenario(crate::spec::FieldError::new("training.device".into(), m))
+    })?;
     let held_out_count = (spec.unseen_fraction * data.num_clients() as f64).floor() as usize;
     let unseen = unseen_clients(
         &SeedTree::new(spec.seed),
         data.num_clients(),
         held_out_count,
     );
-    spec.algorithm.launch(Launch {
-        spec,
-        data,
-        threads,
-        unseen,
-        observer,
-    })
+    spec.algorithm
+        .launch(Launch {
+            spec,
+            placement,
+            data,
+            threads,
+            unseen,
+            observer,
+        })
+        .map_err(SimError::Scenario)?
 }
 
 /// Everything a run needs but its algorithm: what the registry hands the algorithm it builds.
 pub struct Launch<'a> {
     spec: &'a RunSpec,
+    placement: Placement,
     data: Arc<FederatedData>,
     threads: usize,
     /// The held-out clients (sorted).
@@ -571,9 +549,10 @@ pub struct Launch<'a> {
     observer: RecordObserver<Record>,
 }
 
-impl Launch<'_> {
-    /// The clients as the algorithm sees them when it is built.
-    pub fn population(&self) -> Population {
+impl Launcher for Launch<'_> {
+    type Output = Result<SimOutput, SimError>;
+
+    fn population(&self) -> Population {
         let participants_train = (0..self.data.num_clients())
             .filter(|&c| self.unseen.binary_search(&(c as u32)).is_err())
             .map(|c| self.data.split_len(c, Split::Train))
@@ -585,10 +564,9 @@ impl Launch<'_> {
         }
     }
 
-    /// Runs `algorithm` with a server and clients.
-    pub fn with_server<A: Algorithm>(self, algorithm: A) -> Result<SimOutput, SimError> {
+    fn server<A: Algorithm>(self, algorithm: A) -> Result<SimOutput, SimError> {
         if self.spec.topology.is_some() {
-            return Err(SimError::Scenario(crate::FieldError::new(
+            return Err(SimError::Scenario(crate::spec::FieldError::new(
                 "topology".into(),
                 format!(
                     "`{}` needs a server; a topology takes {}",
@@ -600,10 +578,10 @@ impl Launch<'_> {
         simulate_with(algorithm, self)
     }
 
-    /// Runs `algorithm` on peers over the scenario's topology.
-    pub fn with_peers<A: Gossip>(self, algorithm: A) -> Result<SimOutput, SimError> {
+    /// On peers over the scenario's topology.
+    fn peers<A: Gossip>(self, algorithm: A) -> Result<SimOutput, SimError> {
         if self.spec.topology.is_none() {
-            return Err(SimError::Scenario(crate::FieldError::new(
+            return Err(SimError::Scenario(crate::spec::FieldError::new(
                 "topology".into(),
                 format!(
                     "`{}` runs on peers and needs a `topology`",
@@ -611,7 +589,14 @@ impl Launch<'_> {
                 ),
             )));
         }
-        peer::simulate_peers(algorithm, self.spec, self.data, self.threads, self.observer)
+        peer::simulate_peers(
+            algorithm,
+            self.spec,
+            self.placement,
+            self.data,
+            self.threads,
+            self.observer,
+        )
     }
 }
 
@@ -629,6 +614,7 @@ fn device_record(system: &SystemModel, c: u32) -> Record {
 fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput, SimError> {
     let Launch {
         spec,
+        placement,
         data,
         threads,
         unseen,
@@ -641,7 +627,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
         let arch = Architecture::for_input(&spec.model, data.input_shape(), data.classes);
         let global = algorithm.init_global(&arch, &mut seeds.rng(Entity::Run, "model_init", 0));
         let num_clients = data.num_clients() as u32;
-        let jobs = Arc::new(JobContext::new(algorithm, arch, &spec, data));
+        let jobs = Arc::new(JobContext::new(algorithm, arch, &spec, placement, data));
         let pool = TrainerPool::start(threads);
         let _drain = pool.drain_on_drop();
         let dispatch = cohort::Dispatch::new(pool, jobs.clone());
@@ -721,7 +707,7 @@ async fn run_world<W: World<Record = Record>>(
 pub(crate) mod testkit {
     use super::JobContext;
     use crate::algorithms::FedAvg;
-    use crate::models::Architecture;
+    use crate::models::{Architecture, Placement};
     use crate::scenario::Scenario;
     use crate::sim::SeedTree;
     use crate::system::SystemModel;
@@ -746,7 +732,13 @@ pub(crate) mod testkit {
         let arch = Architecture::for_input(&s.run.model, data.input_shape(), data.classes);
         let cost = crate::system::SampleCost::of(&arch, batch);
         let system = SystemModel::build(&s.run.system, &seeds, 2, cost, None).unwrap();
-        let jobs = Arc::new(JobContext::new(FedAvg::plain(), arch, &s.run, data));
+        let jobs = Arc::new(JobContext::new(
+            FedAvg::plain(),
+            arch,
+            &s.run,
+            Placement::default(),
+            data,
+        ));
         (s, jobs, Arc::new(system))
     }
 }

@@ -36,8 +36,11 @@ use super::{
     EvalContext, HubWorld, JobContext, Outbox, Routed, Seen, TrainerPool,
 };
 use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip};
-use crate::data::{FederatedData, Split};
-use crate::report::{DivergenceStage, GossipRecord, Record};
+use crate::data::FederatedData;
+use crate::models::Placement;
+use crate::records::Split;
+use crate::records::{DivergenceStage, GossipRecord, Record};
+use crate::scenario::RunSpec;
 use crate::sim::{Effects, Entity, RecordObserver, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, SystemModel};
 use crate::topology::{StepWeights, Topology};
@@ -45,7 +48,7 @@ use actix::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{RunSpec, SimOutput};
+use super::SimOutput;
 
 /// A peer's messages.
 pub enum PeerMsg<A: Gossip> {
@@ -551,13 +554,14 @@ impl<A: Gossip> Handler<Deliver<Mixed<A>, GossipMsg<A>>> for Monitor<A> {
 pub(super) fn simulate_peers<A: Gossip>(
     algorithm: A,
     spec: &RunSpec,
+    placement: Placement,
     data: Arc<FederatedData>,
     threads: usize,
     observer: RecordObserver<Record>,
 ) -> Result<SimOutput, SimError> {
     let spec = spec.clone();
     let topology_spec = spec.topology.clone().ok_or_else(|| {
-        SimError::Scenario(crate::FieldError::new(
+        SimError::Scenario(crate::spec::FieldError::new(
             "topology".into(),
             "a decentralized run needs a topology".into(),
         ))
@@ -596,7 +600,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             }
             _ => vec![1.0; peers],
         };
-        let jobs = Arc::new(JobContext::new(algorithm, arch, &spec, data));
+        let jobs = Arc::new(JobContext::new(algorithm, arch, &spec, placement, data));
         let dispatch = Dispatch::new(TrainerPool::start(threads), jobs.clone());
         let shared = Arc::new(Shared {
             jobs,

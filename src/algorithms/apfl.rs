@@ -6,11 +6,11 @@
 //! Clients are evaluated with α·v + (1 − α)·w_global. Plain SGD: momentum is not used.
 
 use super::{
-    descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, ModelKind,
-    Tested,
+    descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, Tested,
 };
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
 use crate::models::{Architecture, LocalPlan};
+use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -39,16 +39,16 @@ impl super::AlgorithmSettings for ApflSpec {
         Apfl { spec: self.clone() }
     }
 
-    fn validate(&self) -> Result<(), crate::FieldError> {
+    fn validate(&self) -> Result<(), crate::spec::FieldError> {
         if !(0.0..=1.0).contains(&self.alpha) {
-            return Err(crate::FieldError::new(
+            return Err(crate::spec::FieldError::new(
                 "alpha".into(),
                 format!("must be in [0, 1], got {}", self.alpha),
             ));
         }
         if let Some(lr) = self.alpha_lr {
             if !(lr > 0.0 && lr.is_finite()) {
-                return Err(crate::FieldError::new(
+                return Err(crate::spec::FieldError::new(
                     "alpha_lr".into(),
                     format!("must be a positive number, got {lr}"),
                 ));

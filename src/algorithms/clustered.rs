@@ -13,8 +13,9 @@
 //! client id keeps the cluster's id while the other gets the next free id. Cluster ids appear
 //! in the results (`cluster` column).
 
-use super::{weighted_average, Algorithm, LocalContext, ModelKind, SgdRun, SgdUpdate, Tested};
+use super::{weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, Tested};
 use crate::models::Architecture;
+use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -46,10 +47,10 @@ impl super::AlgorithmSettings for ClusteredSpec {
         }
     }
 
-    fn validate(&self) -> Result<(), crate::FieldError> {
+    fn validate(&self) -> Result<(), crate::spec::FieldError> {
         for (f, v) in [("tol1", self.tol1), ("tol2", self.tol2)] {
             if !(v >= 0.0 && v.is_finite()) {
-                return Err(crate::FieldError::new(
+                return Err(crate::spec::FieldError::new(
                     f.into(),
                     format!("must be a non-negative number, got {v}"),
                 ));

@@ -7,9 +7,10 @@
 //! from its own shuffle of the client's rows. Both are local SGD runs, so Ditto trains in
 //! cohorts.
 
-use super::{Algorithm, LocalContext, ModelKind, SgdRun, SgdUpdate, Tested};
+use super::{Algorithm, LocalContext, SgdRun, SgdUpdate, Tested};
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
 use crate::models::{Architecture, LocalPlan};
+use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -31,16 +32,16 @@ impl super::AlgorithmSettings for DittoSpec {
         Ditto { spec: self.clone() }
     }
 
-    fn validate(&self) -> Result<(), crate::FieldError> {
+    fn validate(&self) -> Result<(), crate::spec::FieldError> {
         if !(self.lambda >= 0.0 && self.lambda.is_finite()) {
-            return Err(crate::FieldError::new(
+            return Err(crate::spec::FieldError::new(
                 "lambda".into(),
                 format!("must be a non-negative number, got {}", self.lambda),
             ));
         }
         if let Some(lr) = self.personal_lr {
             if !(lr > 0.0 && lr.is_finite()) {
-                return Err(crate::FieldError::new(
+                return Err(crate::spec::FieldError::new(
                     "personal_lr".into(),
                     format!("must be a positive number, got {lr}"),
                 ));

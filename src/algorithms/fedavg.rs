@@ -6,10 +6,11 @@
 //!   of the global model for a few local epochs and is tested on it.
 
 use super::{
-    stale_delta_average, weighted_average, Algorithm, LocalContext, ModelKind, SgdRun, SgdUpdate,
-    StaleUpdate, Tested,
+    stale_delta_average, weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, StaleUpdate,
+    Tested,
 };
 use crate::models::Architecture;
+use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -52,9 +53,9 @@ impl super::AlgorithmSettings for FedProxSpec {
         FedAvg::prox(self)
     }
 
-    fn validate(&self) -> Result<(), crate::FieldError> {
+    fn validate(&self) -> Result<(), crate::spec::FieldError> {
         if !(self.mu >= 0.0 && self.mu.is_finite()) {
-            return Err(crate::FieldError::new(
+            return Err(crate::spec::FieldError::new(
                 "mu".into(),
                 format!("must be a non-negative number, got {}", self.mu),
             ));
@@ -86,16 +87,16 @@ impl super::AlgorithmSettings for FedAvgPlusSpec {
         FedAvg::plus(self)
     }
 
-    fn validate(&self) -> Result<(), crate::FieldError> {
+    fn validate(&self) -> Result<(), crate::spec::FieldError> {
         if self.finetune_epochs == 0 {
-            return Err(crate::FieldError::new(
+            return Err(crate::spec::FieldError::new(
                 "finetune_epochs".into(),
                 "must be at least 1".into(),
             ));
         }
         if let Some(lr) = self.finetune_lr {
             if !(lr > 0.0 && lr.is_finite()) {
-                return Err(crate::FieldError::new(
+                return Err(crate::spec::FieldError::new(
                     "finetune_lr".into(),
                     format!("must be a positive number, got {lr}"),
                 ));

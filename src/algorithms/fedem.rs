@@ -7,11 +7,12 @@
 
 use super::{
     stale_delta_average, weighted_average, AggregateStale, Algorithm, ClientReport, LocalContext,
-    ModelKind, SgdRun, SgdUpdate, StaleUpdate, Tested,
+    SgdRun, SgdUpdate, StaleUpdate, Tested,
 };
 use crate::models::{
     confidence, sample_losses, Architecture, Gates, LocalPlan, MixtureGates, Predictor,
 };
+use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -73,21 +74,21 @@ impl super::AlgorithmSettings for FedEmSpec {
         FedEm::new(self.clone(), population.participants_train)
     }
 
-    fn validate(&self) -> Result<(), crate::FieldError> {
+    fn validate(&self) -> Result<(), crate::spec::FieldError> {
         if self.components == 0 {
-            return Err(crate::FieldError::new(
+            return Err(crate::spec::FieldError::new(
                 "components".into(),
                 "must be at least 1".into(),
             ));
         }
         if self.unseen_em_iterations == 0 {
-            return Err(crate::FieldError::new(
+            return Err(crate::spec::FieldError::new(
                 "unseen_em_iterations".into(),
                 "must be at least 1".into(),
             ));
         }
         if !(self.unseen_em_tolerance >= 0.0 && self.unseen_em_tolerance.is_finite()) {
-            return Err(crate::FieldError::new(
+            return Err(crate::spec::FieldError::new(
                 "unseen_em_tolerance".into(),
                 format!(
                     "must be a non-negative number, got {}",
@@ -111,7 +112,7 @@ impl super::AlgorithmSettings for DFedEmSpec {
         self.0.build(population)
     }
 
-    fn validate(&self) -> Result<(), crate::FieldError> {
+    fn validate(&self) -> Result<(), crate::spec::FieldError> {
         self.0.validate()
     }
 }

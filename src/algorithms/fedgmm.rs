@@ -19,11 +19,12 @@
 
 use super::fedem::{trained_models, weighted_runs};
 use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, LocalContext, Tested};
-use super::{ModelKind, SgdUpdate, MIN_MIXTURE_WEIGHT};
+use super::{SgdUpdate, MIN_MIXTURE_WEIGHT};
 use crate::data::SplitView;
 use crate::models::{
     sample_losses, Architecture, GaussianInputs, LocalPlan, MixtureGates, Predictor,
 };
+use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
@@ -175,9 +176,9 @@ impl<'de> Deserialize<'de> for Projection {
 impl super::AlgorithmSettings for FedGmmSpec {
     type Algorithm = FedGmm;
 
-    fn check_data(&self, population: &super::Population) -> Result<(), crate::FieldError> {
+    fn check_data(&self, population: &super::Population) -> Result<(), crate::spec::FieldError> {
         match &self.projection {
-            Some(p) if p.rows != population.input_dim => Err(crate::FieldError::new(
+            Some(p) if p.rows != population.input_dim => Err(crate::spec::FieldError::new(
                 "projection".into(),
                 format!(
                     "`{}` has {} rows; it needs one per input feature ({})",
@@ -192,8 +193,8 @@ impl super::AlgorithmSettings for FedGmmSpec {
         FedGmm { spec: self.clone() }
     }
 
-    fn validate(&self) -> Result<(), crate::FieldError> {
-        let err = |f: &str, m: String| Err(crate::FieldError::new(f.into(), m));
+    fn validate(&self) -> Result<(), crate::spec::FieldError> {
+        let err = |f: &str, m: String| Err(crate::spec::FieldError::new(f.into(), m));
         if self.gaussians == 0 {
             return err("gaussians", "must be at least 1".into());
         }

@@ -1,8 +1,9 @@
 //! Local training: every client trains its own model on its own data and nothing is
 //! communicated. All clients start from the same initial model.
 
-use super::{AggregateStale, Algorithm, LocalContext, ModelKind, SgdRun, SgdUpdate, Tested};
+use super::{AggregateStale, Algorithm, LocalContext, SgdRun, SgdUpdate, Tested};
 use crate::models::Architecture;
+use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 

@@ -33,44 +33,21 @@ pub use noop::{Noop, NoopSpec};
 pub use per_fedavg::{PerFedAvg, PerFedAvgSpec};
 pub use pfedme::{PFedMe, PFedMeSpec};
 pub use registry::{
-    trains_in_cohorts, AlgorithmSettings, AlgorithmSpec, Capabilities, Population, Registration,
+    trains_in_cohorts, AlgorithmSettings, AlgorithmSpec, Capabilities, Launcher, Population,
+    Registration,
 };
 
-use crate::data::Split;
 use crate::data::{FederatedData, SplitView};
+use crate::models::DeviceChoice;
 use crate::models::{
     for_each_batch, train_sgd, Architecture, Batch, EvalStats, LocalPlan, LocalWork, Objective,
-    Placement, Predictor, StackedBatch,
+    Predictor, StackedBatch,
 };
+use crate::records::ModelKind;
+use crate::records::NoveltyScores;
+use crate::records::Split;
 use rand_chacha::ChaCha20Rng;
 use std::borrow::Cow;
-
-/// Which model an evaluation row measured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ModelKind {
-    /// The server's model.
-    Global,
-    /// The model of the client's cluster.
-    Cluster,
-    /// A model trained by the client alone.
-    Local,
-    /// A client-specific model derived from the global one.
-    Personalized,
-    /// A client-specific mixture of global components.
-    Mixture,
-}
-
-impl ModelKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ModelKind::Global => "global",
-            ModelKind::Cluster => "cluster",
-            ModelKind::Local => "local",
-            ModelKind::Personalized => "personalized",
-            ModelKind::Mixture => "mixture",
-        }
-    }
-}
 
 /// One evaluation of one of a client's models on one of its splits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -103,8 +80,9 @@ pub struct Training {
     pub keep_momentum: bool,
     /// Whether a round's clients train as one stacked computation where they can.
     pub cohorts: Cohorts,
-    /// The devices cohorts train on (`training.device`); each client alone trains on the CPU.
-    pub placement: Placement,
+    /// The devices cohorts train on (`training.device`; each client alone trains on the CPU),
+    /// resolved on the machine that runs the scenario ([`DeviceChoice::resolve_here`]).
+    pub device: DeviceChoice,
 }
 
 /// Whether clients train in cohorts (`training.cohorts`): a round's training jobs as one
@@ -171,7 +149,8 @@ pub struct LocalContext<'a> {
 
 impl LocalContext<'_> {
     pub fn train_view(&self) -> SplitView<'_> {
-        self.data.view(self.data_index, crate::data::Split::Train)
+        self.data
+            .view(self.data_index, crate::records::Split::Train)
     }
 
     /// Trains one of an update's local SGD runs alone (see [`SgdUpdate`]) with this round's
@@ -565,15 +544,6 @@ pub struct ClientReport {
     pub novelty: Option<NoveltyScores>,
 }
 
-/// Typicality scores (higher: more like the training data) of a client's rows.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct NoveltyScores {
-    /// The test split's rows (in distribution).
-    pub typical: Vec<f64>,
-    /// The novel rows.
-    pub novel: Vec<f64>,
-}
-
 /// An algorithm that also runs without a server (D-PSGD from FedAvg, D-FedEM from FedEM):
 /// each peer holds its own copy of what a server would hold, runs the same local work on it,
 /// and averages the result with its neighbours' copies.
@@ -705,7 +675,7 @@ pub(crate) mod testkit {
                     schedule: LrSchedule::Constant,
                     keep_momentum: false,
                     cohorts: Cohorts::Off,
-                    placement: Placement::default(),
+                    device: DeviceChoice::Cpu,
                 },
             }
         }
@@ -781,7 +751,7 @@ mod tests {
             },
             keep_momentum: true,
             cohorts: Cohorts::Auto,
-            placement: Placement::default(),
+            device: DeviceChoice::Cpu,
         };
         assert_eq!(t.lr_at(1), 0.1);
         assert_eq!(t.lr_at(50), 0.1);

@@ -9,11 +9,11 @@
 //! (an odd last one is left out). Plain SGD: momentum is not used.
 
 use super::{
-    descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, ModelKind,
-    Tested,
+    descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, Tested,
 };
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
 use crate::models::{for_each_batch, Architecture, LocalPlan, LocalWork};
+use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -32,9 +32,9 @@ impl super::AlgorithmSettings for PerFedAvgSpec {
         PerFedAvg { spec: self.clone() }
     }
 
-    fn validate(&self) -> Result<(), crate::FieldError> {
+    fn validate(&self) -> Result<(), crate::spec::FieldError> {
         if !(self.inner_lr > 0.0 && self.inner_lr.is_finite()) {
-            return Err(crate::FieldError::new(
+            return Err(crate::spec::FieldError::new(
                 "inner_lr".into(),
                 format!("must be a positive number, got {}", self.inner_lr),
             ));

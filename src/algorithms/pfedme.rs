@@ -12,9 +12,10 @@
 
 use super::{
     descend, weighted_average, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients,
-    LocalContext, ModelKind, Tested,
+    LocalContext, Tested,
 };
 use crate::models::{Architecture, LocalPlan};
+use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -63,12 +64,12 @@ impl super::AlgorithmSettings for PFedMeSpec {
         PFedMe { spec: self.clone() }
     }
 
-    fn validate(&self) -> Result<(), crate::FieldError> {
+    fn validate(&self) -> Result<(), crate::spec::FieldError> {
         let positive = |f: &str, v: f64| {
             if v > 0.0 && v.is_finite() {
                 Ok(())
             } else {
-                Err(crate::FieldError::new(
+                Err(crate::spec::FieldError::new(
                     f.to_string(),
                     format!("must be a positive number, got {v}"),
                 ))
@@ -78,7 +79,7 @@ impl super::AlgorithmSettings for PFedMeSpec {
         positive("personal_lr", self.personal_lr)?;
         positive("beta", self.beta)?;
         if self.inner_steps == 0 {
-            return Err(crate::FieldError::new(
+            return Err(crate::spec::FieldError::new(
                 "inner_steps".into(),
                 "must be at least 1".into(),
             ));

@@ -1,95 +1,117 @@
 //! The algorithms a scenario can name, one line each in [`REGISTRY`].
 //!
 //! An algorithm is its file (its settings type, implementing [`AlgorithmSettings`], and its
-//! [`Algorithm`]) plus one [`Registration`] line here. What it can do is declared by the
+//! [`Algorithm`]) plus one entry in the `registry!` list here. What it can do is declared by the
 //! algorithm itself: whether it runs on peers follows from the registration it uses
 //! ([`Registration::peers`] needs a [`Gossip`] algorithm), whether it takes stale updates from
 //! its [`Algorithm::STALE_UPDATES`]. Validation and the run read only this registry: no name
-//! lists elsewhere. This room parses settings and starts runs; it holds no algorithm's logic.
+//! lists elsewhere. This room parses settings and builds algorithms; it holds no algorithm's
+//! logic, and it runs nothing itself: a run passes in its [`Launcher`], which gets the built
+//! algorithm as its own type.
 
 use super::{Algorithm, Gossip};
-use crate::actors::{Launch, SimOutput};
-use crate::sim::SimError;
-use crate::FieldError;
+use crate::spec::FieldError;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_yaml::{Mapping, Value};
 use std::any::Any;
 use std::fmt;
 
-/// The registry: every algorithm a scenario can name, in the order `fedsim` lists them.
-pub static REGISTRY: &[Registration] = &[
-    Registration::server::<super::fedavg::FedAvgSpec>(
+/// Writes [`REGISTRY`] and the function that starts a run of its `index`-th algorithm, from one
+/// list: `server|peers settings-type { name, title, summary }` per algorithm.
+macro_rules! registry {
+    ($($how:ident $settings:ty { $name:expr, $title:expr, $summary:expr $(,)? })*) => {
+        /// The registry: every algorithm a scenario can name, in the order `fedsim` lists them.
+        pub static REGISTRY: &[Registration] = &[
+            $(Registration::$how::<$settings>($name, $title, $summary),)*
+        ];
+
+        /// Builds the `index`-th registered algorithm from `settings` and hands it to
+        /// `launcher`, with a server or on peers as it is registered.
+        fn start_registered<L: Launcher>(
+            index: usize,
+            settings: &dyn Any,
+            launcher: L,
+        ) -> Result<L::Output, FieldError> {
+            let starts: &[fn(&dyn Any, L) -> Result<L::Output, FieldError>] =
+                &[$(start::$how::<$settings, L>,)*];
+            starts[index](settings, launcher)
+        }
+    };
+}
+
+registry! {
+    server super::fedavg::FedAvgSpec {
         "fedavg",
         "FedAvg",
         "FedAvg (McMahan et al. 2017): local SGD, weighted average of the models",
-    ),
-    Registration::server::<super::fedavg::FedProxSpec>(
+    }
+    server super::fedavg::FedProxSpec {
         "fedprox",
         "FedProx",
         "FedProx (Li et al. 2020): FedAvg with a proximal term (μ/2)‖θ − θ_global‖²",
-    ),
-    Registration::server::<super::fedavg::FedAvgPlusSpec>(
+    }
+    server super::fedavg::FedAvgPlusSpec {
         "fedavg_plus",
         "FedAvg+",
         "FedAvg+ (Jiang et al. 2019): FedAvg, then local fine-tuning before each test",
-    ),
-    Registration::server::<super::local::LocalSpec>(
+    }
+    server super::local::LocalSpec {
         "local",
         "Local",
         "every client trains alone on its own data; nothing is communicated",
-    ),
-    Registration::server::<super::fedem::FedEmSpec>(
+    }
+    server super::fedem::FedEmSpec {
         "fedem",
         "FedEM",
         "FedEM (Marfoq et al. 2021): a mixture of M shared components, learned by federated EM",
-    ),
-    Registration::server::<super::pfedme::PFedMeSpec>(
+    }
+    server super::pfedme::PFedMeSpec {
         "pfedme",
         "pFedMe",
         "pFedMe (Dinh et al. 2020): personalized models through Moreau envelopes",
-    ),
-    Registration::server::<super::clustered::ClusteredSpec>(
+    }
+    server super::clustered::ClusteredSpec {
         "clustered",
         "Clustered FL",
         "Clustered FL (Sattler et al. 2020): clusters split by the cosine similarity of updates",
-    ),
-    Registration::server::<super::apfl::ApflSpec>(
+    }
+    server super::apfl::ApflSpec {
         "apfl",
         "APFL",
         "APFL (Deng et al. 2020): a local model mixed with the global one",
-    ),
-    Registration::server::<super::per_fedavg::PerFedAvgSpec>(
+    }
+    server super::per_fedavg::PerFedAvgSpec {
         "per_fedavg",
         "Per-FedAvg",
         "Per-FedAvg (Fallah et al. 2020), first-order MAML: one adaptation step before testing",
-    ),
-    Registration::server::<super::ditto::DittoSpec>(
+    }
+    server super::ditto::DittoSpec {
         "ditto",
         "Ditto",
         "Ditto (Li et al. 2021): personal models pulled towards the global one",
-    ),
-    Registration::server::<super::fedgmm::FedGmmSpec>(
+    }
+    server super::fedgmm::FedGmmSpec {
         "fedgmm",
         "FedGMM",
         "FedGMM (Wu et al. 2023): Gaussian mixtures over inputs times shared classifiers",
-    ),
-    Registration::server::<super::noop::NoopSpec>(
+    }
+    server super::noop::NoopSpec {
         "noop",
         "no training",
         "no training: only the system is simulated (round times, participation)",
-    ),
-    Registration::peers::<super::fedavg::DPsgdSpec>(
+    }
+    peers super::fedavg::DPsgdSpec {
         "d_psgd",
         "D-PSGD",
         "D-PSGD (Lian et al. 2017): FedAvg without a server, averaging with neighbours",
-    ),
-    Registration::peers::<super::fedem::DFedEmSpec>(
+    }
+    peers super::fedem::DFedEmSpec {
         "d_fedem",
         "D-FedEM",
         "D-FedEM (Marfoq et al. 2021, Alg. 4): FedEM without a server, mixing with neighbours",
-    ),
-];
+    }
+}
 
 /// What the run knows of its clients when it builds the algorithm.
 #[derive(Clone, Copy, Debug)]
@@ -152,7 +174,6 @@ pub struct Registration {
     pub summary: &'static str,
     pub capabilities: Capabilities,
     parse: fn(Value) -> Result<Box<dyn Settings>, String>,
-    launch: fn(&dyn Any, Launch) -> Result<SimOutput, SimError>,
 }
 
 impl Registration {
@@ -173,7 +194,6 @@ impl Registration {
                 client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
             },
             parse: parse::<S>,
-            launch: launch_server::<S>,
         }
     }
 
@@ -197,7 +217,6 @@ impl Registration {
                 client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
             },
             parse: parse::<S>,
-            launch: launch_peers::<S>,
         }
     }
 
@@ -234,39 +253,59 @@ fn parse<S: AlgorithmSettings>(fields: Value) -> Result<Box<dyn Settings>, Strin
     Ok(Box::new(settings))
 }
 
+/// What runs an algorithm once the registry has built it: the simulation (with a server or
+/// on peers), or anything else that wants the algorithm as its own type. The registry calls
+/// down into nothing: whoever starts a run passes its launcher in.
+pub trait Launcher {
+    type Output;
+    /// The clients as the algorithm sees them when it is built.
+    fn population(&self) -> Population;
+    /// Runs `algorithm` with a server and clients.
+    fn server<A: Algorithm>(self, algorithm: A) -> Self::Output;
+    /// Runs `algorithm` on peers.
+    fn peers<A: Gossip>(self, algorithm: A) -> Self::Output;
+}
+
 /// The settings as their own type, checked against the data of `population`.
 fn settings_of<'a, S: AlgorithmSettings>(
     settings: &'a dyn Any,
     population: &Population,
-) -> Result<&'a S, SimError> {
+) -> Result<&'a S, FieldError> {
     let settings = settings
         .downcast_ref::<S>()
-        .ok_or_else(|| SimError::Internal("algorithm settings of another type".into()))?;
+        .expect("an algorithm's settings are parsed by its own registration");
     settings
         .check_data(population)
-        .map_err(|e| SimError::Scenario(e.within("algorithm")))?;
+        .map_err(|e| e.within("algorithm"))?;
     Ok(settings)
 }
 
-fn launch_server<S: AlgorithmSettings>(
-    settings: &dyn Any,
-    launch: Launch,
-) -> Result<SimOutput, SimError> {
-    let population = launch.population();
-    let algorithm = settings_of::<S>(settings, &population)?.build(&population);
-    launch.with_server(algorithm)
-}
+/// How a registered algorithm starts, by the way it is registered.
+mod start {
+    use super::{settings_of, AlgorithmSettings, Gossip, Launcher};
+    use crate::spec::FieldError;
+    use std::any::Any;
 
-fn launch_peers<S: AlgorithmSettings>(
-    settings: &dyn Any,
-    launch: Launch,
-) -> Result<SimOutput, SimError>
-where
-    S::Algorithm: Gossip,
-{
-    let population = launch.population();
-    let algorithm = settings_of::<S>(settings, &population)?.build(&population);
-    launch.with_peers(algorithm)
+    pub(super) fn server<S: AlgorithmSettings, L: Launcher>(
+        settings: &dyn Any,
+        launcher: L,
+    ) -> Result<L::Output, FieldError> {
+        let population = launcher.population();
+        let algorithm = settings_of::<S>(settings, &population)?.build(&population);
+        Ok(launcher.server(algorithm))
+    }
+
+    pub(super) fn peers<S: AlgorithmSettings, L: Launcher>(
+        settings: &dyn Any,
+        launcher: L,
+    ) -> Result<L::Output, FieldError>
+    where
+        S::Algorithm: Gossip,
+    {
+        let population = launcher.population();
+        let algorithm = settings_of::<S>(settings, &population)?.build(&population);
+        Ok(launcher.peers(algorithm))
+    }
 }
 
 /// Settings of some registered algorithm, their type erased.
@@ -344,9 +383,14 @@ impl AlgorithmSpec {
         self.settings.validate()
     }
 
-    /// Builds the algorithm and runs it.
-    pub fn launch(&self, launch: Launch) -> Result<SimOutput, SimError> {
-        (self.registration.launch)(self.settings.as_any(), launch)
+    /// Builds the algorithm for `launcher`'s population and hands it over; an error says
+    /// why the settings do not suit that population.
+    pub fn launch<L: Launcher>(&self, launcher: L) -> Result<L::Output, FieldError> {
+        let index = REGISTRY
+            .iter()
+            .position(|r| std::ptr::eq(r, self.registration))
+            .expect("a registration is an item of the registry");
+        start_registered(index, self.settings.as_any(), launcher)
     }
 
     /// `name` first, then the settings (the resolved scenario's layout).

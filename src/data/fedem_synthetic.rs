@@ -17,7 +17,7 @@
 
 use super::{DataError, FederatedData, MixtureTruth, NumpyRandomState, SplitSpec};
 use crate::sim::{Entity, SeedTree};
-use crate::FieldError;
+use crate::spec::FieldError;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Dirichlet, Distribution, LogNormal, Normal};
@@ -250,11 +250,8 @@ impl FedemSyntheticSpec {
             path: file.path.clone(),
             message: format!("data.sizes_from: {message}"),
         };
-        let sizes = crate::system::per_client_column(&file.path, &file.column, self.clients)
-            .map_err(|e| match e {
-                crate::system::SystemError::File { message, .. } => content(message),
-                other => content(other.to_string()),
-            })?
+        let sizes = crate::io::per_client_column(&file.path, &file.column, self.clients)
+            .map_err(|e| content(e.message))?
             .into_iter()
             .enumerate()
             .map(|(c, n)| {

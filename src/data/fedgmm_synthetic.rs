@@ -21,7 +21,7 @@
 
 use super::{FederatedData, MixtureTruth, SplitSpec};
 use crate::sim::{Entity, SeedTree};
-use crate::FieldError;
+use crate::spec::FieldError;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;

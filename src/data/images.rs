@@ -10,9 +10,9 @@
 use super::partition::PartitionSpec;
 use super::registry::{self, FetchError};
 use super::{ClientShard, DataError, FederatedData, SplitSpec};
-use crate::report::{read_client_table, FeatureColumns, TableColumns};
+use crate::io::{read_client_table, FeatureColumns, TableColumns};
 use crate::sim::{Entity, SeedTree};
-use crate::FieldError;
+use crate::spec::FieldError;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 use std::path::Path;

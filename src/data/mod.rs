@@ -27,33 +27,13 @@ pub use shakespeare::{ShakespeareSpec, PRINTABLE};
 pub use split::{SplitSizes, SplitSpec};
 pub use synthetic_ab::SyntheticAbSpec;
 
+use crate::records::Split;
 use crate::sim::SeedTree;
-use crate::FieldError;
+use crate::spec::FieldError;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
-
-/// Which part of a client's data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Split {
-    Train,
-    Val,
-    Test,
-}
-
-impl Split {
-    pub const ALL: [Split; 3] = [Split::Train, Split::Val, Split::Test];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Split::Train => "train",
-            Split::Val => "val",
-            Split::Test => "test",
-        }
-    }
-}
 
 /// One client's rows in the shared buffers. The three ranges are contiguous and disjoint.
 #[derive(Clone, Debug, PartialEq, Eq)]

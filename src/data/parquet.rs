@@ -6,12 +6,13 @@
 //! left out with `non_finite: drop`. Clients are numbered in the order of their ids
 //! (numerically for integer ids). Or, with `partition:`, the rows are one pool (no client
 //! column) dealt to clients by a partitioner, as the built-in image sets are. The file is read
-//! by `report::read_client_table` (all polars code lives there).
+//! by `io::read_client_table` (all polars reading code lives there).
 
-use super::{ClientShard, FederatedData, PartitionSpec, Split, SplitSpec};
-use crate::report::{read_client_table, FeatureColumns, TableColumns, TableError};
+use super::{ClientShard, FederatedData, PartitionSpec, SplitSpec};
+use crate::io::{read_client_table, FeatureColumns, TableColumns, TableError};
+use crate::records::Split;
 use crate::sim::{Entity, SeedTree};
-use crate::FieldError;
+use crate::spec::FieldError;
 
 mod on_demand;
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,7 @@
 //! This room decides which rows each client gets; it neither reads files nor splits a client's
 //! rows into train / val / test (that is [`super::SplitSpec`]).
 
-use crate::FieldError;
+use crate::spec::FieldError;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
@@ -650,7 +650,7 @@ mod tests {
             beta: 10.0,
             coarse: Some(vec![0, 1, 1_000_000_000]),
         };
-        let crate::FieldError {
+        let crate::spec::FieldError {
             path: field,
             message,
         } = bad.validate().unwrap_err();

@@ -14,7 +14,7 @@
 use super::registry;
 use super::{DataError, FederatedData, Layout, SplitSpec};
 use crate::sim::{Entity, SeedTree};
-use crate::FieldError;
+use crate::spec::FieldError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -13,7 +13,7 @@
 
 use super::{FederatedData, NumpyRandomState, SplitSpec};
 use crate::sim::{Entity, SeedTree};
-use crate::FieldError;
+use crate::spec::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, LogNormal, Normal, StandardNormal};
 use serde::{Deserialize, Serialize};

@@ -1,14 +1,24 @@
-//! The file system as fedsim may use it: input files that are regular files, and output
-//! folders it shares with its users ([`folder`]).
+//! The file system as fedsim may use it: input files that are regular files, the readers of
+//! data tables and per-client files ([`tables`], [`population`]), and output folders it
+//! shares with its users ([`folder`]).
 //!
 //! This room knows files and folders, not what is in them; it must not remove or replace
 //! anything it cannot prove fedsim wrote.
 
 pub mod folder;
+pub mod population;
+pub mod tables;
 
 pub use folder::{
     remove_owned_folder, FolderError, FolderLock, Manifest, OutputFolder, OutputRules, LOCK,
     MANIFEST, STAGING_MARKER,
+};
+pub use population::{
+    per_client_column, per_client_text, FedScaleBehavior, FedScaleDevice, FileError,
+};
+pub use tables::{
+    read_client_table, read_population_column, scan_client_table, ClientTable, FeatureColumns,
+    PopulationValues, TableColumns, TableError,
 };
 
 use std::path::Path;

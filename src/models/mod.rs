@@ -26,7 +26,7 @@ pub use stacked::{
 
 pub use crate::data::InputShape;
 
-use crate::FieldError;
+use crate::spec::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};

@@ -6,23 +6,19 @@
 
 mod locate;
 mod raw;
-mod resources;
-mod sweep;
 
 pub use raw::{RawEvaluation, RawLrSchedule, RawSampling, RawScenario, RawTraining};
-pub use resources::{
-    check_run_fits, check_terms, least_bytes, machine_memory, peak_memory, run_terms, DataShape,
-    MemoryTerm,
-};
-pub use sweep::{compact, parse_shard, Cell, Sweep, SweepError};
 
-use crate::actors::{
-    EvalClients, EvaluationPlan, PolicySpec, RunSpec, SampleSize, Sampling, Strategy,
-};
+use crate::algorithms::AlgorithmSpec;
 use crate::algorithms::{LrSchedule, Registration, Training};
 use crate::data::{DatasetSpec, InputShape, SplitSpec};
+use crate::models::ModelSpec;
 use crate::models::{LocalPlan, LocalWork};
-use crate::FieldError;
+use crate::spec::FieldError;
+use crate::spec::{check_client_counts, OnDivergence};
+use crate::spec::{EvaluationPlan, PolicySpec, SampleSize, Sampling, Strategy};
+use crate::system::SystemSpec;
+use crate::topology::TopologySpec;
 use serde_yaml::Value;
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -73,6 +69,28 @@ impl fmt::Display for Located<'_> {
     }
 }
 
+/// What a client-server run needs besides its data.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    pub seed: u64,
+    pub rounds: u32,
+    /// When to evaluate (and always after the last round), and on which clients.
+    pub evaluation: EvaluationPlan,
+    pub model: ModelSpec,
+    pub algorithm: AlgorithmSpec,
+    pub training: Training,
+    pub sampling: Sampling,
+    pub policy: PolicySpec,
+    pub system: SystemSpec,
+    /// Fraction of the clients held out of training (chosen from the seed; see
+    /// [`unseen_clients`]).
+    pub unseen_fraction: f64,
+    /// Peers and their graph, for decentralized algorithms (no server then).
+    pub topology: Option<TopologySpec>,
+    /// What a run does when its numbers stop being finite.
+    pub on_divergence: OnDivergence,
+}
+
 /// A checked scenario, ready to run.
 #[derive(Clone, Debug)]
 pub struct Scenario {
@@ -89,6 +107,8 @@ pub struct Scenario {
     pub content_hash: String,
     /// The file it was read from (for messages, and so that no run writes over it).
     pub file: PathBuf,
+    /// The file's text as read (for the line of an error found later).
+    pub text: String,
     /// What the overrides did beyond setting a value (a whole section replaced), for the user.
     pub notes: Vec<String>,
 }
@@ -126,6 +146,17 @@ impl Scenario {
             walk(&tree, &mut out);
         }
         out
+    }
+
+    /// An error found in this scenario after it was read (by the pre-flight, say), located in
+    /// its file like the errors of reading it.
+    pub fn locate(&self, e: FieldError) -> ScenarioError {
+        ScenarioError::Invalid {
+            file: self.file.clone(),
+            line: locate::line_of(&self.text, &e.path),
+            path: e.path,
+            message: e.message,
+        }
     }
 
     /// Reads, overrides and validates a scenario file.
@@ -207,8 +238,33 @@ impl Scenario {
         })?;
         let mut scenario = validate(raw).map_err(|e| invalid(e.path, e.message))?;
         scenario.file = file.to_path_buf();
+        scenario.text = text.to_string();
         scenario.notes = notes;
         Ok(scenario)
+    }
+}
+
+/// A value on one line (flow style), for labels and tables.
+pub fn compact(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.clone(),
+        Value::Sequence(items) => {
+            format!(
+                "[{}]",
+                items.iter().map(compact).collect::<Vec<_>>().join(", ")
+            )
+        }
+        Value::Mapping(m) => format!(
+            "{{{}}}",
+            m.iter()
+                .map(|(k, v)| format!("{}: {}", compact(k), compact(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Value::Tagged(t) => compact(&t.value),
     }
 }
 
@@ -391,8 +447,6 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     if let Some(clients) = raw.data.num_clients() {
         check_client_counts(clients, unseen_fraction, &sampling, &evaluation)?;
     }
-    let memory = resources::machine_memory();
-    resources::check_fits(&raw.data, memory)?;
     let resolved_yaml = serde_yaml::to_string(&raw).expect("a scenario always serialises");
     let content_hash = format!("{:x}", Sha256::digest(resolved_yaml.as_bytes()));
     let run = RunSpec {
@@ -409,23 +463,6 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         topology: raw.topology,
         on_divergence: raw.on_divergence,
     };
-    // Where the data's size, shape and classes are known without reading a file, the whole
-    // estimate now (else in the run's pre-flight, once the data is built).
-    if let (Some(input), Some(classes), Some(clients), Some((_, data_bytes))) = (
-        raw.data.input_shape(),
-        raw.data.classes(),
-        raw.data.num_clients(),
-        resources::least_bytes(&raw.data),
-    ) {
-        let shape = resources::DataShape {
-            input,
-            classes,
-            clients,
-            least_train_rows: 1,
-            data_bytes,
-        };
-        resources::check_terms(&resources::run_terms(&run, &shape), memory)?;
-    }
     Ok(Scenario {
         name: raw.name.clone(),
         data: raw.data.clone(),
@@ -436,6 +473,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         resolved_yaml,
         content_hash,
         file: PathBuf::new(),
+        text: String::new(),
         notes: Vec::new(),
     })
 }
@@ -481,46 +519,6 @@ fn validate_decentralized(raw: &RawScenario) -> Result<(), FieldError> {
             "unseen",
             "held-out clients are not supported in decentralized runs".into(),
         );
-    }
-    Ok(())
-}
-
-/// Whether `clients` clients can hold out `⌊unseen_fraction · clients⌋` and still give
-/// `sampling` its clients.
-pub fn check_client_counts(
-    clients: usize,
-    unseen_fraction: f64,
-    sampling: &Sampling,
-    evaluation: &EvaluationPlan,
-) -> Result<(), FieldError> {
-    if let EvalClients::Count(k) = evaluation.clients {
-        if k > clients {
-            return Err(FieldError::new(
-                "evaluation.clients".into(),
-                format!("must be at most the number of clients ({clients}), got {k}"),
-            ));
-        }
-    }
-    let held_out = (unseen_fraction * clients as f64).floor() as usize;
-    if unseen_fraction > 0.0 && (held_out == 0 || held_out >= clients) {
-        return Err(FieldError::new(
-            "unseen.fraction".into(),
-            format!(
-                "{unseen_fraction} holds out {held_out} of {clients} clients; it must leave at \
-                 least one client on each side"
-            ),
-        ));
-    }
-    if let SampleSize::Count(k) = sampling.size {
-        if k > clients - held_out {
-            return Err(FieldError::new(
-                "sampling.count".into(),
-                format!(
-                    "must be at most the number of training clients ({}), got {k}",
-                    clients - held_out
-                ),
-            ));
-        }
     }
     Ok(())
 }
@@ -660,9 +658,6 @@ fn validate_training(t: &RawTraining) -> Result<Training, FieldError> {
         schedule,
         keep_momentum: t.keep_momentum,
         cohorts: t.cohorts,
-        placement: match t.device.resolve_here() {
-            Ok(placement) => placement,
-            Err(message) => return bad("device", message),
-        },
+        device: t.device,
     })
 }

@@ -1,10 +1,10 @@
 //! The scenario file as written: serde structs that reject unknown fields. Defaults are filled
 //! here so that the resolved scenario written next to the results states every setting.
 
-use crate::actors::{EvalClients, EvalSample, OnDivergence, PolicySpec, Strategy};
 use crate::algorithms::{AlgorithmSpec, Cohorts};
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::{DeviceChoice, ModelSpec};
+use crate::spec::{EvalClients, EvalSample, OnDivergence, PolicySpec, Strategy};
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
 use serde::{Deserialize, Serialize};

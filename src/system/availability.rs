@@ -4,7 +4,7 @@
 //! lazily from each client's own stream, so the order of the questions does not change the
 //! answers.
 
-use super::traces::FedScaleBehavior;
+use crate::io::FedScaleBehavior;
 use crate::sim::{Entity, SeedTree, SimDuration, SimTime};
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;

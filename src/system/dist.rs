@@ -1,9 +1,9 @@
 //! Per-client quantities of the system model (speeds, bandwidths, latencies): a constant, or a
 //! distribution each client draws its value from once, from its own seeded stream.
 
-use super::{traces, SystemError};
+use super::SystemError;
 use crate::sim::{Entity, SeedTree};
-use crate::FieldError;
+use crate::spec::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, LogNormal};
 use serde::de::{self, MapAccess, Visitor};
@@ -95,7 +95,7 @@ impl Dist {
                 draw(&|rng| ln.sample(rng))
             }
             Dist::Drawn(DrawnDist::File { path, column }) => {
-                traces::per_client_column(path, column, clients)?
+                crate::io::per_client_column(path, column, clients)?
             }
         })
     }

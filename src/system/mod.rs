@@ -8,15 +8,13 @@
 
 mod availability;
 mod dist;
-mod traces;
 
 pub use availability::{AvailabilityModel, Intervals, OnOff};
 pub use dist::{Dist, DrawnDist};
-pub use traces::{per_client_column, FedScaleBehavior, FedScaleDevice};
 
 use crate::data::MixtureTruth;
 use crate::sim::{Entity, SeedTree, SimDuration, SimTime};
-use crate::FieldError;
+use crate::spec::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
@@ -29,6 +27,15 @@ pub enum SystemError {
     File { path: PathBuf, message: String },
     #[error("system.{field}: {message}")]
     Spec { field: String, message: String },
+}
+
+impl From<crate::io::FileError> for SystemError {
+    fn from(e: crate::io::FileError) -> Self {
+        SystemError::File {
+            path: e.path,
+            message: e.message,
+        }
+    }
 }
 
 /// Device compute speed. Give `samples_per_second`, `seconds_per_batch` or `flops_per_second`
@@ -346,7 +353,7 @@ impl SystemModel {
             .uplink_mbps
             .per_client(seeds, "network/uplink", clients)?;
         if let Some(path) = &spec.fedscale_devices {
-            for (c, d) in traces::fedscale_devices(path, clients)?
+            for (c, d) in crate::io::population::fedscale_devices(path, clients)?
                 .into_iter()
                 .enumerate()
             {
@@ -371,7 +378,7 @@ impl SystemModel {
                 mean_offline_s,
             } => AvailabilityModel::markov(*mean_online_s, *mean_offline_s, seeds),
             AvailabilitySpec::Csv { path, period_s } => AvailabilityModel::Traces(
-                traces::online_intervals(path, clients)?
+                crate::io::population::online_intervals(path, clients)?
                     .into_iter()
                     .map(|spans| Intervals::new(spans, *period_s))
                     .collect(),
@@ -382,7 +389,7 @@ impl SystemModel {
                 classes,
             } => {
                 let names: Vec<&String> = classes.keys().collect();
-                let class_of = traces::per_client_text(path, column, clients)?
+                let class_of = crate::io::population::per_client_text(path, column, clients)?
                     .iter()
                     .enumerate()
                     .map(|(c, name)| {
@@ -411,7 +418,7 @@ impl SystemModel {
                 AvailabilityModel::classes(laws, class_of, seeds)
             }
             AvailabilitySpec::Fedscale { path } => AvailabilityModel::Traces(
-                traces::fedscale_behavior(path)?
+                crate::io::population::fedscale_behavior(path)?
                     .iter()
                     .map(Intervals::fedscale)
                     .collect(),

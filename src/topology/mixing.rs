@@ -4,7 +4,7 @@
 //! spectral gap 1 − |λ₂| is computed once.
 
 use super::{Graph, TopologyError};
-use crate::FieldError;
+use crate::spec::FieldError;
 use nalgebra::{DMatrix, SymmetricEigen};
 use serde::{Deserialize, Serialize};
 

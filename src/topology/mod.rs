@@ -13,7 +13,7 @@ pub use graph::Graph;
 pub use mixing::{Mixing, MixingRule, MIXING_TOLERANCE};
 
 use crate::sim::{Entity, SeedTree};
-use crate::FieldError;
+use crate::spec::FieldError;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

@@ -4,8 +4,8 @@
 
 use crate::common::{scenario, SMALL};
 use crate::real_data::{check_deterministic, femnist_available, FEMNIST_CNN};
-use fedsim::report::Record;
-use fedsim::run::simulate_scenario;
+use fedsim::records::Record;
+use fedsim::results::simulate_scenario;
 use std::path::Path;
 
 /// A run's final server models, its evaluation rows (client, split, model, loss) and their
@@ -283,18 +283,18 @@ fn assert_reruns_identical(what: &str, settings: &[&str], threads: &[usize]) {
         .enumerate()
         .map(|(k, &threads)| {
             let dir = tmp.path().join(format!("run-{k}"));
-            let opts = fedsim::run::RunOptions {
+            let opts = fedsim::results::RunOptions {
                 out_dir: dir.clone(),
                 threads,
                 progress: false,
                 force: false,
             };
-            fedsim::run::run_scenario(&scenario(SMALL, settings), &opts).expect("run succeeds");
+            fedsim::results::run_scenario(&scenario(SMALL, settings), &opts).expect("run succeeds");
             dir
         })
         .collect();
     for other in &dirs[1..] {
-        let differ = fedsim::report::differing_files(&dirs[0], other);
+        let differ = fedsim::results::differing_files(&dirs[0], other);
         assert!(differ.is_empty(), "{what}: {differ:?} differ");
     }
 }
@@ -353,13 +353,13 @@ fn fedem_synthetic_full_run_agrees_with_training_alone() {
         let s = fedsim::scenario::Scenario::load(&file, &[format!("training.cohorts={cohorts}")])
             .unwrap();
         let tmp = tempfile::tempdir().unwrap();
-        let opts = fedsim::run::RunOptions {
+        let opts = fedsim::results::RunOptions {
             out_dir: tmp.path().to_path_buf(),
             threads: 2,
             progress: false,
             force: false,
         };
-        let r = fedsim::run::run_scenario(&s, &opts).unwrap();
+        let r = fedsim::results::run_scenario(&s, &opts).unwrap();
         let h = r.headline().expect("evaluated").test;
         eprintln!(
             "cohorts {cohorts}: mean {:.3} p10 {:.3} ({:.1} s wall)",
@@ -422,8 +422,12 @@ fn a_device_that_cannot_be_had_names_the_field_and_what_is_allowed() {
     // `auto` takes the CPU where libtorch sees no GPU; `cuda` asks for one.
     let s = load("auto").expect("auto always resolves");
     if tch::Cuda::device_count() == 0 {
-        assert_eq!(s.run.training.placement.devices(), [tch::Device::Cpu]);
-        let err = load("cuda:0").unwrap_err().to_string();
+        let placement = s.run.training.device.resolve_here().unwrap();
+        assert_eq!(placement.devices(), [tch::Device::Cpu]);
+        // A scenario validates the same on every machine; the pre-flight of `run` and `check`
+        // says that this one has no GPU, pointing into the file.
+        let cuda = load("cuda:0").expect("valid on any machine");
+        let err = fedsim::results::preflight(&cuda).unwrap_err().to_string();
         for part in [
             "d.yaml:4",
             "training.device",

@@ -30,6 +30,18 @@ pub fn error(text: &str, overrides: &[&str]) -> String {
     }
 }
 
+/// The message the pre-flight (this machine's memory and devices) refuses `text` with; the
+/// scenario itself validates, as it does on any machine.
+pub fn preflight_error(text: &str, overrides: &[&str]) -> String {
+    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    let s = Scenario::from_yaml(text, Path::new("bad.yaml"), &o)
+        .unwrap_or_else(|e| panic!("valid on any machine, but: {e}"));
+    match fedsim::results::preflight(&s) {
+        Ok(()) => panic!("the pre-flight should refuse:\n{text}\nwith {overrides:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
 pub fn bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_fedsim"))
 }

@@ -2,8 +2,9 @@
 //! hand-computed times, and for determinism.
 
 use crate::common::{column_names, scenario};
-use fedsim::report::{differing_files, read_parquet, Record};
-use fedsim::run::{run_scenario, simulate_scenario, RunOptions};
+use fedsim::records::Record;
+use fedsim::results::{differing_files, read_parquet};
+use fedsim::results::{run_scenario, simulate_scenario, RunOptions};
 use std::path::Path;
 
 /// Eight clients of exactly 60 training samples (so that FedAvg's n_t weights are uniform).
@@ -45,8 +46,8 @@ fn test_rows(records: &[Record]) -> Vec<(u32, u32, String, usize, f64, f64)> {
     rows
 }
 
-fn gossip(records: &[Record]) -> Vec<fedsim::report::GossipRecord> {
-    fedsim::report::GossipRecord::all(records)
+fn gossip(records: &[Record]) -> Vec<fedsim::records::GossipRecord> {
+    fedsim::records::GossipRecord::all(records)
         .into_iter()
         .cloned()
         .collect()
@@ -355,7 +356,7 @@ fn decentralized_runs_are_deterministic_across_threads_and_reruns() {
         let gaps = g.column("spectral_gap").unwrap().f64().unwrap();
         assert!(gaps.iter().flatten().all(|x| (0.0..=1.0).contains(&x)));
         // The summary carries the mean gap and the final consensus distance (for reports).
-        let runs = fedsim::report::Runs::find(std::slice::from_ref(&a))
+        let runs = fedsim::studies::Runs::find(std::slice::from_ref(&a))
             .unwrap()
             .rows()
             .0;

@@ -1,7 +1,7 @@
 //! Same scenario and seed ⇒ identical result files, whatever the number of trainer threads.
 
 use crate::common::{column_names, scenario, SMALL};
-use fedsim::run::{run_scenario, RunOptions};
+use fedsim::results::{run_scenario, RunOptions};
 use std::path::Path;
 
 fn run(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<u8> {
@@ -39,7 +39,7 @@ fn check_algorithm_with(name: &str, settings: &[&str]) {
     assert_eq!(one, four, "{name}: 1 and 4 threads differ");
     for other in ["b", "c", "d"] {
         let differ =
-            fedsim::report::differing_files(&tmp.path().join("a"), &tmp.path().join(other));
+            fedsim::results::differing_files(&tmp.path().join("a"), &tmp.path().join(other));
         assert!(
             differ.is_empty(),
             "{name}: {differ:?} differ (a vs {other})"
@@ -92,7 +92,7 @@ fn fedem_writes_every_clients_mixture_weights() {
         2,
         tmp.path(),
     );
-    let df = fedsim::report::read_parquet(&tmp.path().join("mixtures.parquet")).unwrap();
+    let df = fedsim::results::read_parquet(&tmp.path().join("mixtures.parquet")).unwrap();
     assert_eq!(
         column_names(&df),
         ["run_id", "round", "client", "unseen", "component", "weight"]
@@ -142,7 +142,7 @@ fn fedavg_plus_is_deterministic_and_evaluates_fine_tuned_models() {
     check_algorithm("fedavg_plus");
     let tmp = tempfile::tempdir().unwrap();
     run(SMALL, &["algorithm.name=fedavg_plus"], 2, tmp.path());
-    let df = fedsim::report::read_parquet(&tmp.path().join("metrics.parquet")).unwrap();
+    let df = fedsim::results::read_parquet(&tmp.path().join("metrics.parquet")).unwrap();
     let models = df.column("model").unwrap().str().unwrap();
     assert!(models.iter().all(|m| m == Some("personalized")));
 }
@@ -150,7 +150,7 @@ fn fedavg_plus_is_deterministic_and_evaluates_fine_tuned_models() {
 fn metrics(settings: &[&str]) -> polars::prelude::DataFrame {
     let tmp = tempfile::tempdir().unwrap();
     run(SMALL, settings, 2, tmp.path());
-    fedsim::report::read_parquet(&tmp.path().join("metrics.parquet")).unwrap()
+    fedsim::results::read_parquet(&tmp.path().join("metrics.parquet")).unwrap()
 }
 
 fn distinct_strings(df: &polars::prelude::DataFrame, col: &str) -> Vec<String> {
@@ -223,7 +223,7 @@ fn ditto_is_deterministic_across_threads_and_reruns() {
 fn results_have_the_documented_shape() {
     let tmp = tempfile::tempdir().unwrap();
     run(SMALL, &[], 2, tmp.path());
-    let df = fedsim::report::read_parquet(&tmp.path().join("metrics.parquet")).unwrap();
+    let df = fedsim::results::read_parquet(&tmp.path().join("metrics.parquet")).unwrap();
     assert_eq!(
         column_names(&df),
         [
@@ -284,7 +284,7 @@ system:
   network: {latency_ms: 10, downlink_mbps: 8, uplink_mbps: 1}
 ";
     let s = scenario(text, &[]);
-    let out = fedsim::run::simulate_scenario(&s, 2, |_| {}).unwrap();
+    let out = fedsim::results::simulate_scenario(&s, 2, |_| {}).unwrap();
     // Per round: down 10 ms + 604 µs, compute 100 ms, up 10 ms + 4832 µs.
     let round_us = 10_000 + 604 + 100_000 + 10_000 + 4_832;
     assert_eq!(out.end_time.micros(), 2 * round_us);
@@ -292,7 +292,7 @@ system:
         .records
         .iter()
         .filter_map(|r| {
-            if let fedsim::report::Record::Round(r) = r {
+            if let fedsim::records::Record::Round(r) = r {
                 Some(r.clone())
             } else {
                 None
@@ -311,7 +311,7 @@ fn unseen_clients_never_train_and_are_reported_apart() {
     check_algorithm_with("fedem", &settings);
     let tmp = tempfile::tempdir().unwrap();
     run(SMALL, &["algorithm.name=fedem", settings[0]], 2, tmp.path());
-    let df = fedsim::report::read_parquet(&tmp.path().join("metrics.parquet")).unwrap();
+    let df = fedsim::results::read_parquet(&tmp.path().join("metrics.parquet")).unwrap();
     let unseen = df.column("unseen").unwrap().bool().unwrap();
     let sampled = df.column("sampled").unwrap().bool().unwrap();
     let clients = df.column("client").unwrap().u32().unwrap();
@@ -325,7 +325,7 @@ fn unseen_clients_never_train_and_are_reported_apart() {
     held_out.sort();
     held_out.dedup();
     assert_eq!(held_out.len(), 6);
-    let rounds = fedsim::report::read_parquet(&tmp.path().join("rounds.parquet")).unwrap();
+    let rounds = fedsim::results::read_parquet(&tmp.path().join("rounds.parquet")).unwrap();
     let selected = rounds.column("selected").unwrap().u32().unwrap();
     assert!(selected.iter().all(|k| k == Some(9)));
     let summary = std::fs::read_to_string(tmp.path().join("summary.csv")).unwrap();

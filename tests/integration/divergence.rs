@@ -2,8 +2,9 @@
 //! there (or runs on), the results so far say so, and the command line exits with code 4.
 
 use crate::common::{bin, scenario, SMALL};
-use fedsim::report::{differing_files, read_parquet, DivergenceRecord, DivergenceStage, Record};
-use fedsim::run::{run_scenario, simulate_scenario, RunOptions};
+use fedsim::records::{DivergenceRecord, DivergenceStage, Record};
+use fedsim::results::{differing_files, read_parquet};
+use fedsim::results::{run_scenario, simulate_scenario, RunOptions};
 
 /// What `summary.csv` says of the divergence: (diverged, round, stage, client) per row.
 fn summary_divergence(dir: &std::path::Path) -> Vec<String> {

@@ -2,8 +2,8 @@
 //! evaluated, that the summary is computed on them, and how bad settings are reported.
 
 use crate::common::{error, scenario, SMALL};
-use fedsim::report::Record;
-use fedsim::run::simulate_scenario;
+use fedsim::records::Record;
+use fedsim::results::simulate_scenario;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The clients evaluated (on the test split) after each evaluated round.
@@ -11,7 +11,7 @@ fn evaluated(records: &[Record]) -> BTreeMap<u32, BTreeSet<u32>> {
     let mut by_round: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
     for r in records {
         if let Record::Eval(e) = r {
-            if e.split == fedsim::data::Split::Test {
+            if e.split == fedsim::records::Split::Test {
                 by_round.entry(e.round).or_default().insert(e.client);
             }
         }
@@ -74,7 +74,7 @@ fn training_is_the_same_and_the_summary_counts_the_sample() {
             .collect()
     };
     assert_eq!(rows(&all), rows(&sampled));
-    let run = fedsim::report::RunIdentity {
+    let run = fedsim::results::RunIdentity {
         run_id: "id",
         name: "small",
         algorithm: "fedavg",
@@ -82,7 +82,7 @@ fn training_is_the_same_and_the_summary_counts_the_sample() {
         sim_seconds: 0.0,
         wall_seconds: 0.0,
     };
-    let summary = fedsim::report::Summary::from_records(run, &sampled.records);
+    let summary = fedsim::results::Summary::from_records(run, &sampled.records);
     assert_eq!(summary.clients, 5);
 }
 

@@ -2,8 +2,8 @@
 //! it refuses, and the ordering of the paper's synthetic table on a small setting.
 
 use crate::common::{column_names, scenario, SMALL};
-use fedsim::report::read_parquet;
-use fedsim::run::{run_scenario, RunOptions};
+use fedsim::results::read_parquet;
+use fedsim::results::{run_scenario, RunOptions};
 use fedsim::scenario::Scenario;
 use polars::prelude::*;
 use std::collections::BTreeMap;
@@ -247,12 +247,12 @@ fn a_projection_file_shapes_the_gaussians() {
         .collect();
     std::fs::write(&path, lines.join("\n")).unwrap();
     let alg = format!("{{name: fedgmm, projection: {}}}", path.display());
-    let out = fedsim::run::simulate_scenario(&gmm(&alg, 2, 1), 2, |_| {}).unwrap();
+    let out = fedsim::results::simulate_scenario(&gmm(&alg, 2, 1), 2, |_| {}).unwrap();
     let models = out
         .records
         .iter()
         .find_map(|r| match r {
-            fedsim::report::Record::FinalModels(m) => Some(m.clone()),
+            fedsim::records::Record::FinalModels(m) => Some(m.clone()),
             _ => None,
         })
         .unwrap();
@@ -296,7 +296,7 @@ fn describe_gives_the_ceilings_of_accuracy_and_novelty_detection() {
         .data
         .build(&s.split, &fedsim::sim::SeedTree::new(s.data_seed))
         .unwrap();
-    let d = fedsim::report::DataDescription::of(&data);
+    let d = fedsim::results::DataDescription::of(&data);
     let bayes = d.bayes_test.expect("the generator knows the truth");
     assert!(bayes.weighted_mean > 0.95, "{bayes:?}");
     let (input, joint) = d.oracle_novelty.expect("novel rows and known densities");

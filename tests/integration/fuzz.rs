@@ -9,8 +9,9 @@
 //!   FEDSIM_FUZZ_CASES=200000 cargo test --release --test integration fuzz -- --nocapture
 
 use fedsim::data::SplitSpec;
-use fedsim::scenario::{Scenario, ScenarioError, Sweep};
+use fedsim::scenario::{Scenario, ScenarioError};
 use fedsim::sim::SeedTree;
+use fedsim::studies::Sweep;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_yaml::Value;
@@ -516,7 +517,7 @@ fn random_parquet_schemas_give_data_or_an_error_never_a_panic() {
         let Ok(mut df) = polars::prelude::DataFrame::new_infer_height(cols) else {
             continue;
         };
-        if fedsim::report::write_parquet(&path, &mut df).is_err() {
+        if fedsim::results::write_parquet(&path, &mut df).is_err() {
             continue;
         }
         let features = if rng.gen_bool(0.7) {
@@ -543,7 +544,7 @@ fn random_parquet_schemas_give_data_or_an_error_never_a_panic() {
         match no_panic("the Parquet loader", &input, || {
             s.data
                 .build(&s.split, &SeedTree::new(1))
-                .map(|data| fedsim::scenario::check_run_fits(&s.run, &data, Some(24e9)).is_ok())
+                .map(|data| fedsim::results::check_run_fits(&s.run, &data, Some(24e9)).is_ok())
         }) {
             Ok(_) => ok += 1,
             Err(e) => {
@@ -590,7 +591,7 @@ fn random_csv_files_give_values_or_an_error_never_a_panic() {
         std::fs::write(&path, &text).unwrap();
         let clients = rng.gen_range(0..4);
         match no_panic("the CSV reader", &(i, &text), || {
-            fedsim::system::per_client_column(&path, "x", clients)
+            fedsim::io::per_client_column(&path, "x", clients)
         }) {
             Ok(_) => ok += 1,
             Err(e) => {
@@ -609,7 +610,7 @@ fn random_csv_files_give_values_or_an_error_never_a_panic() {
 #[test]
 fn result_folders_in_any_state_keep_every_foreign_file() {
     use fedsim::io::{OutputFolder, OutputRules};
-    use fedsim::report::result_files;
+    use fedsim::results::result_files;
     let tmp = tempfile::tempdir().unwrap();
     let mut rng = rng(8);
     let names = result_files();

@@ -3,8 +3,9 @@
 //! corrected), FedEM App. J.4 (one-hot mixtures), D-FedEM (Table 6) and pFedMe's Table 1 on the
 //! pFedMe paper's own Synthetic(0.5, 0.5) data (numpy seed 0).
 
-use fedsim::report::Summary;
-use fedsim::run::{run_scenario, RunOptions};
+use fedsim::records::Record;
+use fedsim::results::Summary;
+use fedsim::results::{run_scenario, RunOptions};
 use fedsim::scenario::Scenario;
 use std::path::Path;
 
@@ -113,14 +114,14 @@ fn fedem_matches_the_authors_code_over_three_seeds() {
 }
 
 /// The Bayes-optimal classifier's test accuracy on a scenario's data (`fedsim describe`).
-fn bayes_ceiling(file: &str) -> fedsim::report::Fairness {
+fn bayes_ceiling(file: &str) -> fedsim::results::Fairness {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let s = Scenario::load(&root.join(file), &[]).unwrap();
     let data = s
         .data
         .build(&s.split, &fedsim::sim::SeedTree::new(s.data_seed))
         .unwrap();
-    fedsim::report::DataDescription::of(&data)
+    fedsim::results::DataDescription::of(&data)
         .bayes_test
         .expect("the FedEM synthetic data knows its truth")
 }
@@ -242,7 +243,6 @@ struct Recovery {
 /// Runs `scenarios/paper/fedem_one_hot.yaml` (200 rounds, the paper's synthetic protocol) with
 /// M components and `seed` (which also draws the data), and scores the recovery.
 fn one_hot_recovery(m: usize, seed: u64) -> Recovery {
-    use fedsim::report::Record;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let overrides = [
         format!("seed={seed}"),
@@ -256,7 +256,7 @@ fn one_hot_recovery(m: usize, seed: u64) -> Recovery {
         .unwrap()
         .truth
         .unwrap();
-    let out = fedsim::run::simulate_scenario(&s, 2, |_| {}).unwrap();
+    let out = fedsim::results::simulate_scenario(&s, 2, |_| {}).unwrap();
     let (mut learned, mut mixtures) = (Vec::new(), vec![Vec::new(); truth.weights.len()]);
     for r in out.records {
         match r {

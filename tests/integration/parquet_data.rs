@@ -1,9 +1,10 @@
 //! Bring-your-own data: federated data sets read from Parquet files in the documented layout.
 
 use crate::common::scenario;
-use fedsim::data::Split;
-use fedsim::report::{read_parquet, write_parquet, Record};
-use fedsim::run::{run_scenario, simulate_scenario, RunOptions};
+use fedsim::records::Record;
+use fedsim::records::Split;
+use fedsim::results::{read_parquet, write_parquet};
+use fedsim::results::{run_scenario, simulate_scenario, RunOptions};
 use polars::prelude::*;
 use std::path::Path;
 
@@ -134,7 +135,7 @@ fn list_column_and_fractions_give_the_same_model_inputs() {
         .records
         .iter()
         .filter_map(|r| match r {
-            fedsim::report::Record::Eval(e) if e.client == 0 && e.round == 3 => Some(e.n_samples),
+            fedsim::records::Record::Eval(e) if e.client == 0 && e.round == 3 => Some(e.n_samples),
             _ => None,
         })
         .collect();
@@ -195,7 +196,7 @@ training: {{local_epochs: 1, batch_size: 4, lr: 0.1}}
 
 #[test]
 fn every_list_layout_pyarrow_writes_reads_as_the_same_features() {
-    let mut first: Option<(Vec<f32>, Vec<fedsim::report::Record>)> = None;
+    let mut first: Option<(Vec<f32>, Vec<fedsim::records::Record>)> = None;
     for column in [
         "fsl_f32",
         "fsl_f64",
@@ -274,9 +275,9 @@ fn nan_and_infinite_features_are_refused_or_dropped() {
     assert!(data.features.iter().all(|x| x.is_finite()));
     let rows = |c: usize| {
         [
-            fedsim::data::Split::Train,
-            fedsim::data::Split::Val,
-            fedsim::data::Split::Test,
+            fedsim::records::Split::Train,
+            fedsim::records::Split::Val,
+            fedsim::records::Split::Test,
         ]
         .into_iter()
         .map(|sp| data.split_len(c, sp))

@@ -2,8 +2,9 @@
 //! availability class and data size, a column each.
 
 use crate::common::{scenario, SMALL};
-use fedsim::report::{write_parquet, Record};
-use fedsim::run::simulate_scenario;
+use fedsim::records::Record;
+use fedsim::results::simulate_scenario;
+use fedsim::results::write_parquet;
 use polars::prelude::*;
 use std::path::Path;
 
@@ -121,7 +122,7 @@ fn one_file_describes_devices_links_availability_and_sizes() {
                 );
             }
             // Train, val and test rows of a client add up to its `samples`.
-            Record::Eval(e) if e.round == 4 && e.split == fedsim::data::Split::Test => {
+            Record::Eval(e) if e.round == 4 && e.split == fedsim::records::Split::Test => {
                 let n = population(e.client as usize).5 as f64;
                 assert_eq!(
                     e.n_samples,
@@ -131,7 +132,7 @@ fn one_file_describes_devices_links_availability_and_sizes() {
                 );
             }
             // Only the `phone` class goes offline.
-            Record::Job(j) if j.outcome == fedsim::report::JobOutcome::Failed => {
+            Record::Job(j) if j.outcome == fedsim::records::JobOutcome::Failed => {
                 assert_eq!(j.client % 2, 1, "{j:?}");
             }
             _ => {}

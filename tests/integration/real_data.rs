@@ -3,8 +3,8 @@
 //! the LSTM, and the refusals that go with them.
 
 use crate::common::{bin, scenario};
-use fedsim::report::differing_files;
-use fedsim::run::{run_scenario, RunOptions};
+use fedsim::results::differing_files;
+use fedsim::results::{run_scenario, RunOptions};
 use fedsim::scenario::Scenario;
 use fedsim::sim::SeedTree;
 use std::path::{Path, PathBuf};
@@ -87,8 +87,8 @@ fn femnist_writers_are_clients_of_28x28_images() {
     assert!(data.labels.iter().all(|&y| (0..62).contains(&y)));
     for c in 0..7 {
         let (train, test) = (
-            data.split_len(c, fedsim::data::Split::Train),
-            data.split_len(c, fedsim::data::Split::Test),
+            data.split_len(c, fedsim::records::Split::Train),
+            data.split_len(c, fedsim::records::Split::Test),
         );
         let n = (train + test) as f64;
         assert!(
@@ -159,7 +159,7 @@ fn transformed_test_images_are_scored_as_novel() {
     );
     let data = s.data.build(&s.split, &SeedTree::new(1)).unwrap();
     for c in 0..data.num_clients() {
-        let test = data.split_len(c, fedsim::data::Split::Test);
+        let test = data.split_len(c, fedsim::records::Split::Test);
         assert_eq!(data.novel[c].len(), test, "one novel row per test image");
     }
     run_in(&s, 2, tmp.path());
@@ -590,7 +590,7 @@ fn lstm_cohorts_match_training_alone() {
         let differ = differing_files(&dir("1"), &dir("2"));
         assert!(differ.is_empty(), "{name}: {differ:?} differ");
         let loss = |what: &str| -> Vec<f64> {
-            let df = fedsim::report::read_parquet(&dir(what).join("metrics.parquet")).unwrap();
+            let df = fedsim::results::read_parquet(&dir(what).join("metrics.parquet")).unwrap();
             let column = df.column("loss").unwrap().f64().unwrap();
             column.into_no_null_iter().collect()
         };

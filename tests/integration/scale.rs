@@ -5,8 +5,8 @@
 //! errors where they cannot.
 
 use crate::common::{scenario, SMALL};
-use fedsim::report::Record;
-use fedsim::run::simulate_scenario;
+use fedsim::records::Record;
+use fedsim::results::simulate_scenario;
 
 const ON_DEMAND: &str = "data.on_demand=true";
 /// Synthetic(α, β) small enough for a test, in place of SMALL's FedEM data.
@@ -118,13 +118,13 @@ fn on_demand_files_are_identical_with_1_and_3_threads(data: Option<&str>) {
         ];
         settings.extend(data);
         let s = scenario(SMALL, &settings);
-        let opts = fedsim::run::RunOptions {
+        let opts = fedsim::results::RunOptions {
             out_dir: out.clone(),
             threads,
             progress: false,
             force: false,
         };
-        fedsim::run::run_scenario(&s, &opts).unwrap();
+        fedsim::results::run_scenario(&s, &opts).unwrap();
         files.push(
             [
                 "metrics.parquet",
@@ -152,8 +152,8 @@ fn describe_reads_rows_made_on_demand() {
     };
     let (a, b) = (build(&resident), build(&lazy));
     let (da, db) = (
-        fedsim::report::DataDescription::of(&a),
-        fedsim::report::DataDescription::of(&b),
+        fedsim::results::DataDescription::of(&a),
+        fedsim::results::DataDescription::of(&b),
     );
     assert_eq!(da.splits, db.splits, "the same sizes and label shares");
     assert!(
@@ -163,8 +163,8 @@ fn describe_reads_rows_made_on_demand() {
     assert!(!da.made_on_demand && db.made_on_demand);
     assert!(db.to_string().contains("rows made on demand"), "{db}");
     assert_eq!(
-        fedsim::report::client_label_shares(&a),
-        fedsim::report::client_label_shares(&b)
+        fedsim::results::client_label_shares(&a),
+        fedsim::results::client_label_shares(&b)
     );
 }
 

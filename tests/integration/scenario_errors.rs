@@ -3,7 +3,7 @@
 use fedsim::scenario::{Scenario, ScenarioError};
 use std::path::Path;
 
-use crate::common::error;
+use crate::common::{error, preflight_error};
 
 const BASE: &str = "\
 rounds: 3
@@ -275,7 +275,9 @@ fn a_missing_trace_file_is_named_when_the_run_starts() {
         &["system.availability={kind: csv, path: no/such/trace.csv}".to_string()],
     )
     .unwrap();
-    let e = fedsim::run::simulate_scenario(&s, 1, |_| {}).err().unwrap();
+    let e = fedsim::results::simulate_scenario(&s, 1, |_| {})
+        .err()
+        .unwrap();
     let e = fedsim::error_chain(&e);
     assert!(e.contains("no/such/trace.csv"), "{e}");
 }
@@ -352,7 +354,7 @@ fn topology_errors_that_need_the_peers_are_named_when_the_run_starts() {
         let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
         let s = Scenario::from_yaml(PEERS, Path::new("ok.yaml"), &o).unwrap();
         fedsim::error_chain(
-            &fedsim::run::simulate_scenario(&s, 1, |_| {})
+            &fedsim::results::simulate_scenario(&s, 1, |_| {})
                 .err()
                 .expect("the run is refused"),
         )
@@ -386,7 +388,7 @@ fn topology_errors_that_need_the_peers_are_named_when_the_run_starts() {
 
 #[test]
 fn sizes_that_cannot_fit_in_memory_are_refused_with_the_estimate() {
-    let e = error(BASE, &["data.clients=100000000000"]);
+    let e = preflight_error(BASE, &["data.clients=100000000000"]);
     assert!(
         e.starts_with(
             "bad.yaml:4: field `data.clients`: 100000000000 clients need at least 2.7 PiB of \
@@ -402,14 +404,15 @@ fn sizes_that_cannot_fit_in_memory_are_refused_with_the_estimate() {
         "{e}"
     );
     // Made on demand, the rows cost nothing up front: only 32 bytes per client are counted.
-    let e = error(BASE, &["data.clients=1000000000000", "data.on_demand=true"]);
+    let e = preflight_error(BASE, &["data.clients=1000000000000", "data.on_demand=true"]);
     assert!(
         e.contains("need at least 29.1 TiB of memory (no rows held: they are made on demand, and"),
         "{e}"
     );
     assert!(!e.contains("on_demand"), "{e}");
-    crate::common::scenario(BASE, &["data.clients=10000000", "data.on_demand=true"]);
-    let e = error(
+    let fits = crate::common::scenario(BASE, &["data.clients=10000000", "data.on_demand=true"]);
+    fedsim::results::preflight(&fits).expect("10⁷ clients on demand fit");
+    let e = preflight_error(
         &BASE.replace("kind: fedem_synthetic\n  clients: 10", "kind: synthetic_ab"),
         &["data.clients=1000000000000", "sampling.fraction=0.0001"],
     );

@@ -2,9 +2,9 @@
 //! crash, shards that partition the sweep, and reports on hand-made result folders.
 
 use crate::common::{bin, SMALL};
-use fedsim::report::{aggregate, Runs, UnfinishedSweep};
-use fedsim::scenario::{parse_shard, Sweep};
-use fedsim::sweep::{cell_dir, is_finished, run_sweep, SweepOptions};
+use fedsim::studies::{aggregate, Runs, UnfinishedSweep};
+use fedsim::studies::{cell_dir, is_finished, run_sweep, SweepOptions};
+use fedsim::studies::{parse_shard, Sweep};
 use std::path::Path;
 
 /// A sweep file over `SMALL` (written next to it) with the given body.
@@ -245,7 +245,7 @@ fn a_killed_sweep_resumes_and_shards_give_the_same_files() {
         .sum();
     assert_eq!(n, 4);
     for c in &s.cells {
-        for f in fedsim::report::REPRODUCIBLE_FILES {
+        for f in fedsim::results::REPRODUCIBLE_FILES {
             assert_eq!(
                 std::fs::read(cell_dir(&whole, c).join(f)).unwrap(),
                 std::fs::read(cell_dir(&sharded, c).join(f)).unwrap(),
@@ -362,7 +362,7 @@ fn a_report_over_a_folder_of_runs_groups_the_seeds_of_each_scenario() {
     let runs = Runs::find(std::slice::from_ref(&results)).unwrap();
     let (rows, unreadable) = runs.rows();
     assert!(unreadable.is_empty(), "{unreadable:?}");
-    let lr = |r: &fedsim::report::RunRow| r.config.clone();
+    let lr = |r: &fedsim::studies::RunRow| r.config.clone();
     assert_eq!(
         rows.iter().map(lr).collect::<Vec<_>>(),
         [

@@ -2,10 +2,9 @@
 //! staleness, failures and availability, and determinism under every policy.
 
 use crate::common::scenario;
-use fedsim::report::{
-    read_parquet, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundRecord, REPRODUCIBLE_FILES,
-};
-use fedsim::run::{run_scenario, simulate_scenario, RunOptions};
+use fedsim::records::{EarlyEndRecord, JobOutcome, JobRecord, Record, RoundRecord};
+use fedsim::results::{read_parquet, REPRODUCIBLE_FILES};
+use fedsim::results::{run_scenario, simulate_scenario, RunOptions};
 use fedsim::sim::{SeedTree, SimDuration, SimTime};
 use fedsim::system::SystemModel;
 use std::path::Path;

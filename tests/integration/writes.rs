@@ -2,7 +2,7 @@
 //! `summary.csv`; `kill -9` while a run writes leaves the old complete files or no summary.
 
 use crate::common::{bin, SMALL};
-use fedsim::report::REPRODUCIBLE_FILES;
+use fedsim::results::REPRODUCIBLE_FILES;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

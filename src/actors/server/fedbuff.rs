@@ -6,7 +6,7 @@
 use super::{Core, Held, InFlight, Report, RoundPolicy};
 use crate::actors::{FlEffects, Outbox, ToServer};
 use crate::algorithms::Algorithm;
-use crate::report::JobOutcome;
+use crate::records::JobOutcome;
 use crate::sim::{SimError, SimTime};
 
 /// FedBuff's settings, as the scenario's `policy` gives them.

@@ -22,15 +22,17 @@ mod online;
 mod synchronous;
 
 use super::evaluation::EvaluatedClients;
-use super::policy::{staleness_factor, PolicySpec};
+use super::policy::staleness_factor;
 use super::sampling::{AllBut, Candidates};
 use super::{
-    Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, Sampling, Seen, ToClient,
-    ToServer, TrainOrder,
+    Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, Seen, ToClient, ToServer,
+    TrainOrder,
 };
 use crate::algorithms::{Algorithm, Finite, StaleUpdate};
-use crate::report::{DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundRecord};
+use crate::records::{DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundRecord};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
+use crate::spec::PolicySpec;
+use crate::spec::Sampling;
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
 use fedbuff::Fedbuff;
@@ -379,7 +381,7 @@ impl<A: Algorithm> Core<A> {
     ) -> Vec<u32> {
         let mut rng = self.cfg.seeds.rng(Entity::Server, "sampling", index);
         let data = &self.cfg.algorithm.data;
-        let n_train = |c: u32| data.split_len(c as usize, crate::data::Split::Train) as f64;
+        let n_train = |c: u32| data.split_len(c as usize, crate::records::Split::Train) as f64;
         self.cfg
             .sampling
             .select(candidates, count, n_train, &mut rng)
@@ -450,7 +452,7 @@ impl<A: Algorithm> Core<A> {
                 })
                 .collect();
             let Some(aggregate_stale) = A::STALE_UPDATES else {
-                return Err(SimError::Scenario(crate::FieldError::new(
+                return Err(SimError::Scenario(crate::spec::FieldError::new(
                     "policy".into(),
                     "this algorithm cannot take stale updates; use a synchronous policy without \
                      late updates"
@@ -628,10 +630,9 @@ impl<A: Algorithm> Server<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actors::evaluation::EvaluationPlan;
     use crate::actors::Routed;
     use crate::algorithms::{FedAvg, ModelUpdate};
-    use crate::report::DivergenceStage;
+    use crate::spec::EvaluationPlan;
 
     /// A FedAvg server over two clients of a tiny data set, under `policy`, for 3 rounds.
     fn server(policy: &str) -> Server<FedAvg> {

@@ -3,11 +3,11 @@
 //! straggler (dropped, or held for the next aggregation with its staleness) or discarded.
 
 use super::{Core, Held, InFlight, Report, RoundPolicy};
-use crate::actors::policy::LateUpdates;
 use crate::actors::{FlEffects, Outbox, ToServer};
 use crate::algorithms::Algorithm;
-use crate::report::{JobOutcome, RoundRecord};
+use crate::records::{JobOutcome, RoundRecord};
 use crate::sim::{SimDuration, SimError, SimTime};
+use crate::spec::LateUpdates;
 
 pub(super) struct Synchronous<A: Algorithm> {
     /// How long after its start a round stops waiting.

@@ -11,7 +11,7 @@
 
 use super::{DataError, ParquetSpec, MAX_CLASSES};
 use crate::data::{FederatedData, Layout, OnDemandRows, SplitSizes, SplitSpec};
-use crate::report::{scan_client_table, ClientTable};
+use crate::io::{scan_client_table, ClientTable};
 use std::cmp::Ordering;
 use std::fs::File;
 use std::io::{BufWriter, Write};

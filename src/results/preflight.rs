@@ -1,10 +1,45 @@
-//! What a scenario needs in memory, estimated before anything is built, and checked against
+//! The pre-flight of `fedsim run`, `check` and `sweep`: what only the machine that runs a
+//! scenario can answer, asked before anything is built ([`preflight`]). A scenario validates
+//! the same on every machine; whether this one has the memory and the devices it asks for is
+//! checked here.
+//!
+//! What a scenario needs in memory is estimated before anything is built, and checked against
 //! the machine: a run that cannot fit is refused by `fedsim check` with the estimate, instead
 //! of exhausting memory an hour later. The estimate is a lower bound (every client at its
 //! minimum size, a small fixed cost per client), so a run that could fit is never refused.
 
 use crate::data::{DatasetSpec, InputShape};
-use crate::FieldError;
+use crate::scenario::{Scenario, ScenarioError};
+use crate::spec::FieldError;
+
+/// Checks `s` against this machine: its training devices exist here, and where the data's
+/// size is known without reading it, the run fits this machine's memory (after the data is
+/// built, [`check_run_fits`] checks again with the real sizes). Errors point into the file.
+pub fn preflight(s: &Scenario) -> Result<(), ScenarioError> {
+    s.run
+        .training
+        .device
+        .resolve_here()
+        .map_err(|m| s.locate(FieldError::new("training.device".into(), m)))?;
+    let memory = machine_memory();
+    check_fits(&s.data, memory).map_err(|e| s.locate(e))?;
+    if let (Some(input), Some(classes), Some(clients), Some((_, data_bytes))) = (
+        s.data.input_shape(),
+        s.data.classes(),
+        s.data.num_clients(),
+        least_bytes(&s.data),
+    ) {
+        let shape = DataShape {
+            input,
+            classes,
+            clients,
+            least_train_rows: 1,
+            data_bytes,
+        };
+        check_terms(&run_terms(&s.run, &shape), memory).map_err(|e| s.locate(e))?;
+    }
+    Ok(())
+}
 
 /// Bytes per client that any run spends at least beside the data (its drawn device, its id,
 /// its size), whatever the model: measured at about 39 bytes with rows made on demand and
@@ -79,7 +114,7 @@ pub struct MemoryTerm {
 ///   and its last test evaluation; every other record is streamed to the files).
 ///
 /// [`Capabilities::client_models`]: crate::algorithms::Capabilities::client_models
-pub fn run_terms(run: &crate::actors::RunSpec, shape: &DataShape) -> Vec<MemoryTerm> {
+pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<MemoryTerm> {
     use crate::models::LocalWork;
     let arch = crate::models::Architecture::for_input(&run.model, shape.input, shape.classes);
     let params = arch.num_params_f64();
@@ -90,7 +125,7 @@ pub fn run_terms(run: &crate::actors::RunSpec, shape: &DataShape) -> Vec<MemoryT
         &run.policy,
         run.sampling.replacement || run.sampling.available_only,
     ) {
-        (crate::actors::PolicySpec::Fedbuff { .. }, _) | (_, true) => 1.0,
+        (crate::spec::PolicySpec::Fedbuff { .. }, _) | (_, true) => 1.0,
         _ => run.sampling.per_round(shape.clients.max(1)) as f64,
     };
     let n = shape.least_train_rows.max(1) as f64;
@@ -144,7 +179,7 @@ pub fn run_terms(run: &crate::actors::RunSpec, shape: &DataShape) -> Vec<MemoryT
     // `clients.parquet` and its last test evaluation (every other record is streamed).
     let evaluated = run.evaluation.clients.count(shape.clients) as f64;
     let per_client =
-        crate::report::ClientRows::ROW_BYTES + std::mem::size_of::<crate::report::EvalRecord>();
+        crate::results::ClientRows::ROW_BYTES + std::mem::size_of::<crate::records::EvalRecord>();
     terms.push(MemoryTerm {
         field: "evaluation.clients",
         what: format!(
@@ -202,7 +237,7 @@ pub fn check_terms(terms: &[MemoryTerm], available: Option<f64>) -> Result<(), F
 /// [`run_terms`] and [`check_terms`] for a built data set (the pre-flight of a run: a
 /// file's class count and shape are known only once it is read).
 pub fn check_run_fits(
-    run: &crate::actors::RunSpec,
+    run: &crate::scenario::RunSpec,
     data: &crate::data::FederatedData,
     available: Option<f64>,
 ) -> Result<(), FieldError> {
@@ -211,7 +246,7 @@ pub fn check_run_fits(
         1
     } else {
         (0..data.num_clients())
-            .map(|c| data.split_len(c, crate::data::Split::Train))
+            .map(|c| data.split_len(c, crate::records::Split::Train))
             .filter(|&n| n > 0)
             .min()
             .unwrap_or(1)
@@ -302,7 +337,7 @@ mod tests {
 
     #[test]
     fn refuses_what_cannot_fit_and_says_how_much() {
-        let crate::FieldError { path, message } =
+        let crate::spec::FieldError { path, message } =
             check_fits(&fedem(100_000_000_000), Some(24.0 * 1024f64.powi(3))).unwrap_err();
         assert_eq!(path, "data.clients");
         assert!(
@@ -320,7 +355,7 @@ mod tests {
         );
     }
 
-    fn run_of(extra: &str) -> crate::actors::RunSpec {
+    fn run_of(extra: &str) -> crate::scenario::RunSpec {
         let text = format!(
             "rounds: 1\ndata: {{kind: fedem_synthetic, clients: 10, dim: 20}}\n\
              algorithm: {{name: ditto, lambda: 0.1}}\nsampling: {{count: 3}}\n{extra}"
@@ -340,8 +375,8 @@ mod tests {
             data_bytes: 100_000.0,
         };
         let run = run_of("training: {local_steps: 10, batch_size: 3}\n");
-        let per_client = (crate::report::ClientRows::ROW_BYTES
-            + std::mem::size_of::<crate::report::EvalRecord>()) as f64;
+        let per_client = (crate::results::ClientRows::ROW_BYTES
+            + std::mem::size_of::<crate::records::EvalRecord>()) as f64;
         let bytes: Vec<(&str, f64)> = run_terms(&run, &shape)
             .iter()
             .map(|t| (t.field, t.bytes))

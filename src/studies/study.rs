@@ -4,10 +4,10 @@
 //! A sweep folder holds `cells.csv` (one row per cell: `cell`, `seed`, one column per axis)
 //! and one `cell=<id>/` folder per finished cell; a plain run folder holds `summary.csv`.
 
-use super::frames::column;
 use super::runs::Runs;
-use super::{write_atomic, ReportError};
 use crate::io::{OutputFolder, OutputRules};
+use crate::results::column;
+use crate::results::{write_atomic, ReportError};
 use polars::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -379,7 +379,7 @@ pub fn write_report(out: &Path, rows: &[ReportRow]) -> Result<Vec<PathBuf>, Repo
         path: csv.clone(),
         source,
     })?;
-    super::write_csv(&csv, &mut df)?;
+    crate::results::write_csv(&csv, &mut df)?;
     let md = out.join("report.md");
     let text = markdown(rows);
     write_atomic(&md, |f| {
@@ -402,7 +402,7 @@ pub fn write_text_table(path: &Path, columns: &[(String, Vec<String>)]) -> Resul
         path: path.to_path_buf(),
         source,
     })?;
-    super::write_csv(path, &mut df)
+    crate::results::write_csv(path, &mut df)
 }
 
 /// One evaluation of a learning curve: test accuracy and loss weighted by test samples.
@@ -435,7 +435,7 @@ pub fn read_curve(
         path: path.clone(),
         source,
     };
-    let df = super::read_parquet(&path).map_err(err)?;
+    let df = crate::results::read_parquet(&path).map_err(err)?;
     let col = |name: &str| df.column(name).map_err(err);
     let u32s = |name: &str| col(name)?.u32().cloned().map_err(err);
     let f64s = |name: &str| col(name)?.f64().cloned().map_err(err);

@@ -1,4 +1,5 @@
-//! Readers of the files a system model can take its per-client values from.
+//! Readers of per-client files: the values a data set or a system model can take for each
+//! client, and the availability traces of a population.
 //!
 //! - Our CSV files (a header row, comma-separated, `#` comments): per-client value columns
 //!   (`client,<column>,...`: one file can describe a whole population), and online intervals
@@ -11,14 +12,22 @@
 //!   ...}}` (other keys ignored). Client `c` of a run takes the entry at position `c mod len` of
 //!   the ids in ascending order (FedScale has far more ids than a run has clients).
 
-use super::SystemError;
-use crate::report::{read_population_column, PopulationValues};
+use super::tables::{read_population_column, PopulationValues};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-fn content(path: &Path, message: impl Into<String>) -> SystemError {
-    SystemError::File {
+/// A per-client file that cannot be used: which file, and what is wrong with it (with the line
+/// or row where one is to blame).
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {message}", path.display())]
+pub struct FileError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+fn content(path: &Path, message: impl Into<String>) -> FileError {
+    FileError {
         path: path.to_path_buf(),
         message: message.into(),
     }
@@ -33,7 +42,7 @@ struct Csv {
 }
 
 impl Csv {
-    fn read(path: &Path) -> Result<Csv, SystemError> {
+    fn read(path: &Path) -> Result<Csv, FileError> {
         let text = crate::io::read_text(path).map_err(|e| content(path, e.to_string()))?;
         let (header_index, head) = text
             .lines()
@@ -54,8 +63,8 @@ impl Csv {
     fn for_each_row(
         &self,
         path: &Path,
-        mut each: impl FnMut(usize, &[&str]) -> Result<(), SystemError>,
-    ) -> Result<(), SystemError> {
+        mut each: impl FnMut(usize, &[&str]) -> Result<(), FileError>,
+    ) -> Result<(), FileError> {
         let mut cells = Vec::with_capacity(self.header.len());
         for (i, l) in self.text.lines().enumerate().skip(self.header_index + 1) {
             let l = l.trim();
@@ -80,7 +89,7 @@ impl Csv {
         Ok(())
     }
 
-    fn column(&self, path: &Path, name: &str) -> Result<usize, SystemError> {
+    fn column(&self, path: &Path, name: &str) -> Result<usize, FileError> {
         self.header.iter().position(|h| h == name).ok_or_else(|| {
             content(
                 path,
@@ -93,13 +102,7 @@ impl Csv {
     }
 
     /// Cell `k` of a row at `line` as a number.
-    fn number(
-        &self,
-        path: &Path,
-        line: usize,
-        cells: &[&str],
-        k: usize,
-    ) -> Result<f64, SystemError> {
+    fn number(&self, path: &Path, line: usize, cells: &[&str], k: usize) -> Result<f64, FileError> {
         cells[k].parse::<f64>().map_err(|_| {
             content(
                 path,
@@ -113,7 +116,7 @@ impl Csv {
 }
 
 /// A client id `v` (at `place`: a line or a row) checked against the number of clients.
-fn client_id(path: &Path, place: &str, v: f64, clients: usize) -> Result<usize, SystemError> {
+fn client_id(path: &Path, place: &str, v: f64, clients: usize) -> Result<usize, FileError> {
     if v.fract() != 0.0 || v < 0.0 || v >= clients as f64 {
         return Err(content(
             path,
@@ -125,15 +128,15 @@ fn client_id(path: &Path, place: &str, v: f64, clients: usize) -> Result<usize, 
 
 /// Hands each row `(place, client id, value)` of a file to its argument.
 type RowFeed<'a, T> = &'a mut dyn FnMut(
-    &mut dyn FnMut(String, f64, T) -> Result<(), SystemError>,
-) -> Result<(), SystemError>;
+    &mut dyn FnMut(String, f64, T) -> Result<(), FileError>,
+) -> Result<(), FileError>;
 
 /// Puts `(place, client id, value)` rows in client order; every client must have exactly one.
 fn one_per_client<T>(
     path: &Path,
     clients: usize,
     rows: RowFeed<'_, T>,
-) -> Result<Vec<T>, SystemError> {
+) -> Result<Vec<T>, FileError> {
     let mut out: Vec<Option<T>> = (0..clients).map(|_| None).collect();
     rows(&mut |place, id, value| {
         let c = client_id(path, &place, id, clients)?;
@@ -162,8 +165,8 @@ fn per_client_values<T>(
     clients: usize,
     text: bool,
     from_parquet: impl Fn(PopulationValues) -> Vec<T>,
-    from_csv: impl Fn(&Csv, usize, &[&str], usize) -> Result<T, SystemError>,
-) -> Result<Vec<T>, SystemError> {
+    from_csv: impl Fn(&Csv, usize, &[&str], usize) -> Result<T, FileError>,
+) -> Result<Vec<T>, FileError> {
     if is_parquet(path) {
         let (ids, values) =
             read_population_column(path, column, text).map_err(|e| content(path, e.message))?;
@@ -186,11 +189,7 @@ fn per_client_values<T>(
 /// One value per client from a file with a `client` column and `column` (a CSV file with a
 /// header, or a Parquet file); every client must have exactly one row. One file can describe
 /// a whole population, a column per quantity.
-pub fn per_client_column(
-    path: &Path,
-    column: &str,
-    clients: usize,
-) -> Result<Vec<f64>, SystemError> {
+pub fn per_client_column(path: &Path, column: &str, clients: usize) -> Result<Vec<f64>, FileError> {
     per_client_values(
         path,
         column,
@@ -209,7 +208,7 @@ pub fn per_client_text(
     path: &Path,
     column: &str,
     clients: usize,
-) -> Result<Vec<String>, SystemError> {
+) -> Result<Vec<String>, FileError> {
     per_client_values(
         path,
         column,
@@ -225,7 +224,7 @@ pub fn per_client_text(
 
 /// Online intervals `[start_s, end_s)` per client from `client,start_s,end_s` rows (a client
 /// without rows is never online).
-pub fn online_intervals(path: &Path, clients: usize) -> Result<Vec<Vec<(f64, f64)>>, SystemError> {
+pub fn online_intervals(path: &Path, clients: usize) -> Result<Vec<Vec<(f64, f64)>>, FileError> {
     let csv = Csv::read(path)?;
     let cols = [
         csv.column(path, "client")?,
@@ -272,7 +271,7 @@ pub struct FedScaleBehavior {
     pub finish_time: f64,
 }
 
-fn read_pickle<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<BTreeMap<i64, T>, SystemError> {
+fn read_pickle<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<BTreeMap<i64, T>, FileError> {
     let file = crate::io::open_regular(path).map_err(|e| content(path, e.to_string()))?;
     serde_pickle::from_reader(
         std::io::BufReader::new(file),
@@ -285,7 +284,7 @@ fn assign<T: Clone>(
     path: &Path,
     map: BTreeMap<i64, T>,
     clients: usize,
-) -> Result<Vec<T>, SystemError> {
+) -> Result<Vec<T>, FileError> {
     if map.is_empty() {
         return Err(content(path, "the trace has no clients"));
     }
@@ -296,7 +295,7 @@ fn assign<T: Clone>(
 }
 
 /// FedScale's `client_device_capacity`, one entry per client.
-pub fn fedscale_devices(path: &Path, clients: usize) -> Result<Vec<FedScaleDevice>, SystemError> {
+pub fn fedscale_devices(path: &Path, clients: usize) -> Result<Vec<FedScaleDevice>, FileError> {
     let devices = assign(path, read_pickle::<FedScaleDevice>(path)?, clients)?;
     for d in &devices {
         if !(d.computation > 0.0 && d.communication > 0.0) {
@@ -311,7 +310,7 @@ pub fn fedscale_devices(path: &Path, clients: usize) -> Result<Vec<FedScaleDevic
 
 /// FedScale's `client_behave_trace`: its entries in ascending id order (client `c` of a run
 /// takes entry `c mod len`; the entries are not copied per client).
-pub fn fedscale_behavior(path: &Path) -> Result<Vec<FedScaleBehavior>, SystemError> {
+pub fn fedscale_behavior(path: &Path) -> Result<Vec<FedScaleBehavior>, FileError> {
     let map = read_pickle::<FedScaleBehavior>(path)?;
     if map.is_empty() {
         return Err(content(path, "the trace has no clients"));

@@ -1,7 +1,7 @@
 //! Line charts as PNG and SVG (plotters), for `fedsim report`: each series a mean line with a
 //! ±std band. Text is drawn with the bundled DejaVu Sans, so no system font is needed.
 
-use super::ReportError;
+use crate::results::ReportError;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};

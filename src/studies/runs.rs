@@ -10,7 +10,7 @@
 //! `scenario.yaml`; the tables and curves are `study`'s.
 
 use super::study::{read_csv_text, read_summary, text_column, RunRow};
-use super::ReportError;
+use crate::results::ReportError;
 use crate::scenario::compact;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,10 +1,11 @@
 //! Tidy polars frames of a run's records.
 
-use super::{
-    DeviceRecord, ExtraRecord, GossipRecord, JobOutcome, JobRecord, MixtureRecord, Record, Summary,
+use super::Summary;
+use crate::records::ModelKind;
+use crate::records::Split;
+use crate::records::{
+    DeviceRecord, ExtraRecord, GossipRecord, JobOutcome, JobRecord, MixtureRecord, Record,
 };
-use crate::algorithms::ModelKind;
-use crate::data::Split;
 use polars::prelude::*;
 use std::path::Path;
 
@@ -323,7 +324,7 @@ pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
 }
 
 /// A column named `name` with one value per row: `value(row)`.
-pub(super) fn column<'a, R, T>(name: &str, rows: &'a [R], value: impl Fn(&'a R) -> T) -> Column
+pub fn column<'a, R, T>(name: &str, rows: &'a [R], value: impl Fn(&'a R) -> T) -> Column
 where
     Series: NamedFrom<Vec<T>, [T]>,
 {

@@ -1,43 +1,35 @@
-//! Results: records from the simulation → polars frames → Parquet and CSV, written atomically
-//! (temporary file, then rename), plus the run summary (fairness figures included).
+//! One run's results: the scenario run end to end ([`run_scenario`]), its records → polars
+//! frames → Parquet and CSV written atomically (temporary file, then rename) into a folder
+//! published whole, and its summary (fairness figures included); [`DataDescription`] is the
+//! same view of a data set before anything trains.
 //!
-//! This is the only room that uses polars. It does not simulate and does not decide what is
-//! measured, only how it is tabulated and stored.
+//! This room does not decide what is measured, only how it is tabulated and stored; reading
+//! many runs back is `studies`' business.
 
 mod describe;
 mod frames;
 mod novelty;
-mod plots;
-mod records;
+mod preflight;
+mod run;
 mod run_files;
-mod runs;
-mod study;
 mod summary;
-mod tables;
 
 pub use describe::{client_label_shares, DataDescription, SplitSizes};
 pub use frames::{
-    clients_frame, extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame,
+    clients_frame, column, extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame,
     read_parquet, rounds_frame, summary_frame, ClientRows, RunMeta,
 };
 pub use novelty::{novelty_frame, NoveltyFigures};
-pub use plots::{write_chart, write_label_heatmap, Chart, Series};
-pub use records::{
-    DeviceRecord, DivergenceRecord, DivergenceStage, EarlyEndRecord, EvalRecord, ExtraRecord,
-    GossipRecord, JobOutcome, JobRecord, MixtureRecord, NoveltyRecord, Record, RoundRecord,
+pub use preflight::{
+    check_run_fits, check_terms, human_bytes, least_bytes, machine_memory, peak_memory, preflight,
+    run_terms, DataShape, MemoryTerm,
+};
+pub use run::{
+    default_out_dir, default_threads, observe_scenario, run_scenario, run_scenario_with_bar,
+    simulate_scenario, style_run_bar, RunError, RunOptions, RunReport,
 };
 pub use run_files::{RunFiles, BUFFER_BYTES, ROW_GROUP};
-pub use runs::{Runs, UnfinishedSweep, Unreadable};
-pub use study::{
-    aggregate, markdown, mean_std, publish_report, read_curve, read_curves, report_frame,
-    summary_is_readable, write_plots, write_report, write_text_table, CurvePoint, ReportRow,
-    RunCurve, RunRow, REPORT_METRICS,
-};
 pub use summary::{percentile, time_to_accuracy, Fairness, RunIdentity, Summary, SummaryInputs};
-pub use tables::{
-    read_client_table, read_population_column, scan_client_table, ClientTable, FeatureColumns,
-    PopulationValues, TableColumns, TableError,
-};
 
 use polars::prelude::*;
 use std::fs::File;

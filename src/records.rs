@@ -1,8 +1,59 @@
-//! Plain result records, as the simulation emits them in event order.
+//! What the entities emit, in event order: plain result records, and the two words they are
+//! labelled with (which [`Split`] of a client's data, which [`ModelKind`] of model).
+//!
+//! This room sits at the bottom: it imports only the kernel's time types. It holds data, no
+//! behaviour; how records become tables is `results`' business.
 
-use crate::algorithms::ModelKind;
-use crate::data::Split;
 use crate::sim::{SimDuration, SimTime};
+use serde::{Deserialize, Serialize};
+
+/// Which part of a client's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    Train,
+    Val,
+    Test,
+}
+
+impl Split {
+    pub const ALL: [Split; 3] = [Split::Train, Split::Val, Split::Test];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Val => "val",
+            Split::Test => "test",
+        }
+    }
+}
+
+/// Which model an evaluation row measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ModelKind {
+    /// The server's model.
+    Global,
+    /// The model of the client's cluster.
+    Cluster,
+    /// A model trained by the client alone.
+    Local,
+    /// A client-specific model derived from the global one.
+    Personalized,
+    /// A client-specific mixture of global components.
+    Mixture,
+}
+
+impl ModelKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelKind::Global => "global",
+            ModelKind::Cluster => "cluster",
+            ModelKind::Local => "local",
+            ModelKind::Personalized => "personalized",
+            ModelKind::Mixture => "mixture",
+        }
+    }
+}
 
 /// One evaluation of one client's model on one split.
 #[derive(Clone, Debug, PartialEq)]
@@ -160,7 +211,7 @@ pub struct NoveltyRecord {
     pub round: u32,
     pub client: u32,
     pub unseen: bool,
-    pub scores: crate::algorithms::NoveltyScores,
+    pub scores: NoveltyScores,
 }
 
 /// Where a run's numbers first stopped being finite.
@@ -262,4 +313,13 @@ pub enum Record {
     Diverged(DivergenceRecord),
     /// The run ended before its last round: no client will be online again.
     EndedEarly(EarlyEndRecord),
+}
+
+/// Typicality scores (higher: more like the training data) of a client's rows.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NoveltyScores {
+    /// The test split's rows (in distribution).
+    pub typical: Vec<f64>,
+    /// The novel rows.
+    pub novel: Vec<f64>,
 }

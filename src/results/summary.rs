@@ -1,8 +1,8 @@
 //! One row per run: accuracy and fairness of the final evaluation on the clients' test data.
 
-use super::{DivergenceRecord, EarlyEndRecord, EvalRecord, NoveltyRecord, Record};
-use crate::algorithms::ModelKind;
-use crate::data::Split;
+use crate::records::ModelKind;
+use crate::records::Split;
+use crate::records::{DivergenceRecord, EarlyEndRecord, EvalRecord, NoveltyRecord, Record};
 use std::collections::BTreeMap;
 
 /// Fairness figures over per-client accuracies.
@@ -338,7 +338,6 @@ mod tests {
 
     #[test]
     fn time_to_accuracy_by_hand() {
-        use crate::algorithms::ModelKind;
         use crate::sim::SimTime;
         let eval = |round: u32, secs: u64, accuracy: f64, n: usize| {
             Record::Eval(EvalRecord {

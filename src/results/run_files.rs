@@ -23,10 +23,10 @@ use super::frames::ClientRows;
 use super::novelty::novelty_frame;
 use super::{
     extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame, rounds_frame,
-    summary_frame, write_atomic, write_csv, DiskFile, Record, ReportError, RunMeta, Summary,
-    SummaryInputs,
+    summary_frame, write_atomic, write_csv, DiskFile, ReportError, RunMeta, Summary, SummaryInputs,
 };
 use crate::io::{OutputFolder, OutputRules};
+use crate::records::Record;
 use polars::io::csv::write::BatchedWriter as CsvBatches;
 use polars::io::parquet::write::BatchedWriter as ParquetBatches;
 use polars::prelude::*;
@@ -439,9 +439,8 @@ impl Drop for RunFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::ModelKind;
-    use crate::data::Split;
-    use crate::report::{read_parquet, EvalRecord, JobOutcome, JobRecord};
+    use crate::records::{EvalRecord, JobOutcome, JobRecord, ModelKind, Split};
+    use crate::results::read_parquet;
     use crate::sim::{SimDuration, SimTime};
 
     fn meta() -> RunMeta {

@@ -20,9 +20,11 @@ use crate::io::{
     remove_owned_folder, FolderError, FolderLock, Manifest, OutputFolder, OutputRules,
     STAGING_MARKER,
 };
-use crate::report::{write_text_table, ReportError};
-use crate::run::{default_threads, run_scenario_with_bar, RunError, RunOptions};
-use crate::scenario::{compact, Cell, Sweep};
+use crate::results::ReportError;
+use crate::results::{default_threads, run_scenario_with_bar, RunError, RunOptions};
+use crate::scenario::compact;
+use crate::studies::write_text_table;
+use crate::studies::{Cell, Sweep};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -96,7 +98,7 @@ pub fn is_finished(dir: &Path, cell: &Cell) -> bool {
             .lines()
             .next()
             .is_some_and(|l| l.contains(&cell.scenario.content_hash))
-        && crate::report::summary_is_readable(&dir.join("summary.csv"))
+        && crate::studies::summary_is_readable(&dir.join("summary.csv"))
 }
 
 /// Writes `OUT/cells.csv`: `cell, seed`, then one column per axis (values on one line). Shards

@@ -17,7 +17,7 @@
 //! validated like a scenario file; its id is its run id (the hash of its resolved scenario), so
 //! it does not depend on the order of the axes or on the other cells.
 
-use super::{Scenario, ScenarioError};
+use crate::scenario::{check_name, compact, Scenario, ScenarioError};
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 use std::path::{Path, PathBuf};
@@ -85,30 +85,6 @@ pub struct Sweep {
     pub axis_paths: Vec<String>,
     /// Cells in expansion order.
     pub cells: Vec<Cell>,
-}
-
-/// A value on one line (flow style), for labels and tables.
-pub fn compact(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => s.clone(),
-        Value::Sequence(items) => {
-            format!(
-                "[{}]",
-                items.iter().map(compact).collect::<Vec<_>>().join(", ")
-            )
-        }
-        Value::Mapping(m) => format!(
-            "{{{}}}",
-            m.iter()
-                .map(|(k, v)| format!("{}: {}", compact(k), compact(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Value::Tagged(t) => compact(&t.value),
-    }
 }
 
 fn label(axes: &[(String, Value)], seed: u64) -> String {
@@ -227,7 +203,7 @@ impl Sweep {
             .clone()
             .or_else(|| file.file_stem().map(|s| s.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "sweep".into());
-        super::check_name(&name).map_err(|m| invalid(format!("field `name`: {m}")))?;
+        check_name(&name).map_err(|m| invalid(format!("field `name`: {m}")))?;
         // The grid's combinations (first axis outermost), each with every zip entry.
         let mut combos: Vec<Vec<(String, Value)>> = vec![Vec::new()];
         for (path, values) in &grid {

@@ -3,7 +3,8 @@
 //! ceiling of any method on that data, with the same fairness figures as a run's summary).
 
 use super::Fairness;
-use crate::data::{FederatedData, Split};
+use crate::data::FederatedData;
+use crate::records::Split;
 use std::fmt;
 
 /// Sizes of one split over the clients.

@@ -3,9 +3,8 @@
 use crate::actors::{simulate, SimOutput};
 use crate::data::DataError;
 use crate::io::OutputRules;
-use crate::report::{
-    DivergenceRecord, EarlyEndRecord, Record, ReportError, RunFiles, RunIdentity, RunMeta, Summary,
-};
+use crate::records::{DivergenceRecord, EarlyEndRecord, Record};
+use crate::results::{ReportError, RunFiles, RunIdentity, RunMeta, Summary};
 use crate::scenario::Scenario;
 use crate::sim::{RecordObserver, SeedTree, SimError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -54,10 +53,12 @@ pub enum RunError {
     Report(#[from] ReportError),
     #[error("data")]
     Data(#[from] DataError),
+    #[error(transparent)]
+    Preflight(#[from] crate::scenario::ScenarioError),
     #[error("{}: {error}", file.display())]
     Fit {
         file: PathBuf,
-        error: crate::FieldError,
+        error: crate::spec::FieldError,
     },
     #[error("cannot create the output folder {}", path.display())]
     OutDir {
@@ -104,8 +105,9 @@ pub fn observe_scenario(
     threads: usize,
     observer: RecordObserver<Record>,
 ) -> Result<SimOutput, RunError> {
+    crate::results::preflight(s)?;
     let data = s.data.build(&s.split, &SeedTree::new(s.data_seed))?;
-    crate::scenario::check_run_fits(&s.run, &data, crate::scenario::machine_memory()).map_err(
+    crate::results::check_run_fits(&s.run, &data, crate::results::machine_memory()).map_err(
         |e| RunError::Fit {
             file: s.file.clone(),
             error: e,

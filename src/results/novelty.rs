@@ -7,7 +7,8 @@
 //! F1 move past all tied rows at once (scikit-learn's definitions).
 
 use super::frames::{client_columns, column};
-use super::{NoveltyRecord, Record, RunMeta};
+use super::RunMeta;
+use crate::records::{NoveltyRecord, Record};
 use polars::prelude::*;
 
 /// The detection figures of one run's last evaluation.

@@ -1,0 +1,253 @@
+//! The layering test: reads `src/` and fails on any `crate::` import that climbs [`LAYERS`],
+//! and on any cycle between top-level modules (within a layer too).
+
+use crate::LAYERS;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The layer of a top-level module, or `None` for what is not one (items of `lib.rs`).
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&module))
+}
+
+/// Source text without comments (line comments, doc comments and block comments).
+fn without_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix("//") {
+            rest = after.find('\n').map_or("", |i| &after[i..]);
+        } else if let Some(after) = rest.strip_prefix("/*") {
+            rest = after.find("*/").map_or("", |i| &after[i + 2..]);
+        } else {
+            let c = rest.chars().next().expect("not empty");
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
+/// The top-level modules a file's code names through `crate::`: `crate::a::…` and each
+/// first segment of a group `crate::{a::…, b}`.
+fn modules_named(code: &str) -> BTreeSet<String> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::") {
+        let before = code[..i].chars().next_back();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '$') {
+            continue; // `$crate::`, `fedsim_crate::`, `super::crate` are not ours
+        }
+        let rest = code[i + "crate::".len()..].trim_start();
+        if let Some(group) = rest.strip_prefix('{') {
+            // Top-level items of the group: split on commas at depth 0.
+            let mut depth = 0;
+            let mut start = 0;
+            for (k, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        out.insert(ident(group[start..k].trim_start()));
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        out.insert(ident(group[start..k].trim_start()));
+                        start = k + 1;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            out.insert(ident(rest));
+        }
+    }
+    out.retain(|m| !m.is_empty());
+    out
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("src/ is readable") {
+        let path = entry.expect("src/ is readable").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Imports between top-level modules: `(from, to) → files`.
+fn imports(src: &Path) -> BTreeMap<(String, String), BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut edges: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let rel = file.strip_prefix(src).expect("below src/");
+        let first = rel.components().next().expect("a path");
+        let module = first.as_os_str().to_string_lossy();
+        let module = module.trim_end_matches(".rs").to_string();
+        if module == "lib" || module == "main" || module == "layering" {
+            continue;
+        }
+        let code = without_comments(&std::fs::read_to_string(&file).expect("readable"));
+        for named in modules_named(&code) {
+            if named != module && layer_of(&named).is_some() {
+                edges
+                    .entry((module.clone(), named))
+                    .or_default()
+                    .insert(rel.display().to_string());
+            }
+        }
+    }
+    edges
+}
+
+/// The top-level modules of `src/` (folders with a `mod.rs` and single files).
+fn top_modules(src: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(src)
+        .expect("src/ is readable")
+        .map(|e| e.expect("readable").path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_string_lossy().to_string();
+            if p.is_dir() {
+                p.join("mod.rs").exists().then_some(name)
+            } else {
+                name.strip_suffix(".rs").map(str::to_string)
+            }
+        })
+        .filter(|m| !["lib", "main", "layering"].contains(&m.as_str()))
+        .collect()
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+#[test]
+fn every_module_has_a_layer() {
+    let missing: Vec<String> = top_modules(&src())
+        .into_iter()
+        .filter(|m| layer_of(m).is_none())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "modules missing from LAYERS: {missing:?}"
+    );
+    for layer in LAYERS {
+        for m in *layer {
+            assert!(
+                top_modules(&src()).contains(*m),
+                "LAYERS names `{m}`, not in src/"
+            );
+        }
+    }
+}
+
+#[test]
+fn no_import_climbs_the_layers() {
+    let climbing: Vec<String> = imports(&src())
+        .into_iter()
+        .filter(|((from, to), _)| layer_of(to) > layer_of(from))
+        .map(|((from, to), files)| {
+            let files: Vec<String> = files.into_iter().collect();
+            format!("{from} → {to} ({})", files.join(", "))
+        })
+        .collect();
+    assert!(
+        climbing.is_empty(),
+        "imports that climb the layers:\n{}",
+        climbing.join("\n")
+    );
+}
+
+#[test]
+fn no_cycle_between_modules() {
+    let edges = imports(&src());
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (from, to) in edges.keys() {
+        next.entry(from).or_default().push(to);
+    }
+    // Depth-first search from every module; a path back to a module on the stack is a cycle.
+    fn visit<'a>(
+        m: &'a str,
+        next: &BTreeMap<&'a str, Vec<&'a str>>,
+        stack: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<&'a str>> {
+        if let Some(at) = stack.iter().position(|s| *s == m) {
+            let mut cycle = stack[at..].to_vec();
+            cycle.push(m);
+            return Some(cycle);
+        }
+        if !done.insert(m) {
+            return None;
+        }
+        stack.push(m);
+        for n in next.get(m).into_iter().flatten() {
+            if let Some(c) = visit(n, next, stack, done) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    for m in next.keys() {
+        if let Some(cycle) = visit(m, &next, &mut Vec::new(), &mut done) {
+            panic!("import cycle: {}", cycle.join(" → "));
+        }
+    }
+}
+
+/// The scanner itself, on hand-written text: groups, nested groups, comments, `$crate`.
+#[test]
+fn the_scanner_finds_what_a_file_imports() {
+    let code = without_comments(
+        "use crate::{a::X, b::{Y, Z}, c};\n\
+         // use crate::commented;\n\
+         /* crate::blocked */ let v = crate::d::f();\n\
+         $crate::e::g(); fedsim_crate::h;",
+    );
+    let found: Vec<String> = modules_named(&code).into_iter().collect();
+    assert_eq!(found, ["a", "b", "c", "d"]);
+    // A climbing import and a cycle are seen.
+    let dir = std::env::temp_dir().join(format!("fedsim-layers-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("sim")).unwrap();
+    std::fs::write(dir.join("sim/mod.rs"), "use crate::studies::X;").unwrap();
+    std::fs::write(dir.join("studies.rs"), "use crate::{sim::Y};").unwrap();
+    let edges = imports(&dir);
+    let keys: Vec<(String, String)> = edges.into_keys().collect();
+    assert_eq!(
+        keys,
+        [
+            ("sim".to_string(), "studies".to_string()),
+            ("studies".to_string(), "sim".to_string())
+        ]
+    );
+    assert!(layer_of("studies") > layer_of("sim"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The README's layout table names every top-level module, in the layer `LAYERS` gives it.
+#[test]
+fn the_readme_layout_matches_the_tree() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md is readable");
+    for m in top_modules(&src()) {
+        let layer = layer_of(&m).expect("every module has a layer") + 1;
+        let named = [format!("`src/{m}/`"), format!("`src/{m}.rs`")];
+        let row = readme
+            .lines()
+            .find(|l| named.iter().any(|n| l.contains(n.as_str())))
+            .unwrap_or_else(|| panic!("README's layout table does not name `{m}`"));
+        assert!(
+            row.starts_with(&format!("| {layer} |")),
+            "README puts `{m}` in another layer than {layer}: {row}"
+        );
+    }
+}

@@ -1,0 +1,99 @@
+//! The settings of a run that belong to no catalogue: who is sampled, when the server
+//! aggregates, what is evaluated, what a diverged run does; and [`FieldError`], how every
+//! section says what is wrong with it.
+//!
+//! This room sits at the bottom with the kernel: serde types and their pure validation. It
+//! must not read files, ask the machine anything (memory, devices) or touch libtorch, so that
+//! a scenario validates the same everywhere. Behaviour that uses these settings (drawing a
+//! sample, running a policy) lives with the entities that do it.
+
+mod evaluation;
+mod policy;
+mod sampling;
+
+pub use evaluation::{EvalClients, EvalSample, EvaluationPlan};
+pub use policy::{LateUpdates, PolicySpec};
+pub use sampling::{SampleSize, Sampling, Strategy};
+
+/// A problem with one field of a scenario section: the dotted path below the section that
+/// holds it, and what is wrong and what is allowed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("field `{path}`: {message}")]
+pub struct FieldError {
+    pub path: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(path: String, message: String) -> Self {
+        FieldError { path, message }
+    }
+
+    /// The same error, found inside the section `prefix`: its path then starts there.
+    pub fn within(self, prefix: &str) -> FieldError {
+        let path = if self.path.is_empty() {
+            prefix.to_string()
+        } else {
+            format!("{prefix}.{}", self.path)
+        };
+        FieldError { path, ..self }
+    }
+}
+
+/// What a run does when a client, a peer or the server first sees NaN or infinite numbers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDivergence {
+    /// End the run there; the results so far are written, marked as diverged.
+    #[default]
+    Stop,
+    /// Record it and run on (every later figure may be NaN).
+    Continue,
+}
+
+impl OnDivergence {
+    /// The default, left out of the resolved scenario so that run ids stay as they were.
+    pub fn is_stop(&self) -> bool {
+        *self == OnDivergence::Stop
+    }
+}
+
+/// Whether `clients` clients can hold out `⌊unseen_fraction · clients⌋` and still give
+/// `sampling` its clients.
+pub fn check_client_counts(
+    clients: usize,
+    unseen_fraction: f64,
+    sampling: &Sampling,
+    evaluation: &EvaluationPlan,
+) -> Result<(), FieldError> {
+    if let EvalClients::Count(k) = evaluation.clients {
+        if k > clients {
+            return Err(FieldError::new(
+                "evaluation.clients".into(),
+                format!("must be at most the number of clients ({clients}), got {k}"),
+            ));
+        }
+    }
+    let held_out = (unseen_fraction * clients as f64).floor() as usize;
+    if unseen_fraction > 0.0 && (held_out == 0 || held_out >= clients) {
+        return Err(FieldError::new(
+            "unseen.fraction".into(),
+            format!(
+                "{unseen_fraction} holds out {held_out} of {clients} clients; it must leave at \
+                 least one client on each side"
+            ),
+        ));
+    }
+    if let SampleSize::Count(k) = sampling.size {
+        if k > clients - held_out {
+            return Err(FieldError::new(
+                "sampling.count".into(),
+                format!(
+                    "must be at most the number of training clients ({}), got {k}",
+                    clients - held_out
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
