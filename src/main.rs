@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use fedsim::data::Source;
 use fedsim::results::{default_out_dir, default_threads, run_scenario, RunOptions};
 use fedsim::results::{differing_files, DataDescription, REPRODUCIBLE_FILES};
 use fedsim::scenario::Scenario;
@@ -162,6 +163,10 @@ enum Command {
     /// List the algorithms a scenario can name (`algorithm: {name: ...}`), what each can do
     /// (run on peers; take stale updates under FedBuff or late-update policies) and what it is.
     Algorithms,
+    /// List the data sets a scenario can name (`data: {kind: ...}`), where each one's rows
+    /// come from (generated from the seed, fetched from a package registry, or a file) and
+    /// whether it can make rows on demand.
+    Datasets,
 }
 
 #[derive(Subcommand)]
@@ -440,12 +445,11 @@ fn real_main() -> Result<i32> {
                         };
                         outln!("{:<14} {:<22} {}", set.name, state, set.title);
                     }
-                    outln!(
-                        "{:<14} {:<22} FEMNIST by writer: `data: {{kind: femnist, path: FILE}}` \
-                         (LEAF's JSON: scripts/leaf_to_parquet.py)",
-                        "femnist",
-                        "a Parquet file"
-                    );
+                    for r in fedsim::data::DATASETS {
+                        if r.source == Source::File {
+                            outln!("{:<14} {:<22} {}", r.kind, "a file (`path`)", r.summary);
+                        }
+                    }
                 }
             }
         }
@@ -467,6 +471,29 @@ fn real_main() -> Result<i32> {
                     on,
                     yes(c.stale_updates),
                     yes(c.cohorts),
+                    r.summary
+                );
+            }
+        }
+        Command::Datasets => {
+            outln!(
+                "{:<18} {:<26} {:<10} what it is",
+                "kind",
+                "rows",
+                "on demand"
+            );
+            for r in fedsim::data::DATASETS {
+                let rows = match r.source {
+                    Source::Generated => "generated from the seed".to_string(),
+                    Source::Fetched(name) => format!("fedsim data fetch {name}"),
+                    Source::File => "a file (`path`)".to_string(),
+                };
+                let on_demand = if r.on_demand { "yes" } else { "no" };
+                outln!(
+                    "{:<18} {:<26} {:<10} {}",
+                    r.kind,
+                    rows,
+                    on_demand,
                     r.summary
                 );
             }

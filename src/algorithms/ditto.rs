@@ -26,6 +26,8 @@ pub struct DittoSpec {
 }
 
 impl super::AlgorithmSettings for DittoSpec {
+    const EXAMPLE: &'static str = "{lambda: 0.1}";
+
     type Algorithm = Ditto;
 
     fn build(&self, _: &super::Population) -> Ditto {

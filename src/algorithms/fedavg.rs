@@ -47,6 +47,8 @@ pub struct FedProxSpec {
 }
 
 impl super::AlgorithmSettings for FedProxSpec {
+    const EXAMPLE: &'static str = "{mu: 0.1}";
+
     type Algorithm = FedAvg;
 
     fn build(&self, _: &super::Population) -> FedAvg {

@@ -26,6 +26,8 @@ pub struct PerFedAvgSpec {
 }
 
 impl super::AlgorithmSettings for PerFedAvgSpec {
+    const EXAMPLE: &'static str = "{inner_lr: 0.01}";
+
     type Algorithm = PerFedAvg;
 
     fn build(&self, _: &super::Population) -> PerFedAvg {

@@ -131,6 +131,10 @@ pub trait AlgorithmSettings:
     /// The algorithm these settings configure.
     type Algorithm: Algorithm;
 
+    /// The smallest settings that run (YAML flow mapping, without `name`): what the test
+    /// suites run every registered algorithm with, so a new one is tested without a list.
+    const EXAMPLE: &'static str = "{}";
+
     /// Checks the settings; a path is below `algorithm`.
     fn validate(&self) -> Result<(), FieldError> {
         Ok(())
@@ -173,6 +177,8 @@ pub struct Registration {
     pub title: &'static str,
     pub summary: &'static str,
     pub capabilities: Capabilities,
+    /// The smallest settings that run ([`AlgorithmSettings::EXAMPLE`]).
+    pub example: &'static str,
     parse: fn(Value) -> Result<Box<dyn Settings>, String>,
 }
 
@@ -193,6 +199,7 @@ impl Registration {
                 cohorts: trains_in_cohorts::<S::Algorithm>(),
                 client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
             },
+            example: S::EXAMPLE,
             parse: parse::<S>,
         }
     }
@@ -216,8 +223,19 @@ impl Registration {
                 cohorts: trains_in_cohorts::<S::Algorithm>(),
                 client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
             },
+            example: S::EXAMPLE,
             parse: parse::<S>,
         }
+    }
+
+    /// `{name: …}` with the example settings, as a scenario's `algorithm:` section (flow style).
+    pub fn example_section(&self) -> String {
+        let mut section = Mapping::new();
+        section.insert("name".into(), self.name.into());
+        if let Ok(Value::Mapping(fields)) = serde_yaml::from_str::<Value>(self.example) {
+            section.extend(fields);
+        }
+        crate::spec::compact(&Value::Mapping(section))
     }
 
     /// The registered algorithm called `name`.
@@ -466,13 +484,7 @@ mod tests {
     #[test]
     fn every_algorithm_parses_its_defaults_and_round_trips() {
         for r in REGISTRY {
-            // Settings with required fields are given one here.
-            let fields: Value = match r.name {
-                "fedprox" => serde_yaml::from_str("{mu: 0.1}").unwrap(),
-                "per_fedavg" => serde_yaml::from_str("{inner_lr: 0.01}").unwrap(),
-                "ditto" => serde_yaml::from_str("{lambda: 0.1}").unwrap(),
-                _ => Value::Null,
-            };
+            let fields: Value = serde_yaml::from_str(r.example).unwrap();
             let spec =
                 AlgorithmSpec::parse(r.name, fields).unwrap_or_else(|e| panic!("{}: {e}", r.name));
             let text = serde_yaml::to_string(&spec).unwrap();

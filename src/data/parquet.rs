@@ -9,6 +9,7 @@
 //! by `io::read_client_table` (all polars reading code lives there).
 
 use super::{ClientShard, FederatedData, PartitionSpec, SplitSpec};
+use super::{DatasetSettings, InputShape};
 use crate::io::{read_client_table, FeatureColumns, TableColumns, TableError};
 use crate::records::Split;
 use crate::sim::{Entity, SeedTree};
@@ -384,5 +385,31 @@ impl ParquetSpec {
             data.clients.push(shard);
         }
         Ok(data)
+    }
+}
+
+impl DatasetSettings for ParquetSpec {
+    const EXAMPLE: &'static str = "{path: data.parquet, features_column: x}";
+
+    fn validate(&self) -> Result<(), FieldError> {
+        ParquetSpec::validate(self)
+    }
+    fn num_clients(&self) -> Option<usize> {
+        self.partition.as_ref().and_then(PartitionSpec::clients)
+    }
+    /// The window length of token rows is known once the file is read; the check only needs to
+    /// know they are tokens.
+    fn input_shape(&self) -> Option<InputShape> {
+        match (self.shape, self.vocabulary) {
+            (Some(shape), _) => Some(InputShape::Image(shape)),
+            (None, Some(vocab)) => Some(InputShape::Tokens { len: 0, vocab }),
+            (None, None) => None,
+        }
+    }
+    fn classes(&self) -> Option<usize> {
+        self.classes
+    }
+    fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
+        self.load(split, seeds)
     }
 }

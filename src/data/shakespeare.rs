@@ -13,6 +13,7 @@
 
 use super::registry;
 use super::{DataError, FederatedData, Layout, SplitSpec};
+use super::{DatasetSettings, InputShape};
 use crate::sim::{Entity, SeedTree};
 use crate::spec::FieldError;
 use serde::{Deserialize, Serialize};
@@ -218,6 +219,24 @@ pub fn role_texts(plays: &str) -> Vec<(String, String)> {
         .into_iter()
         .map(|((play, role), text)| (format!("{play}/{role}"), text))
         .collect()
+}
+
+impl DatasetSettings for ShakespeareSpec {
+    fn validate(&self) -> Result<(), FieldError> {
+        ShakespeareSpec::validate(self)
+    }
+    fn input_shape(&self) -> Option<InputShape> {
+        Some(InputShape::Tokens {
+            len: self.window,
+            vocab: PRINTABLE.chars().count(),
+        })
+    }
+    fn classes(&self) -> Option<usize> {
+        Some(PRINTABLE.chars().count())
+    }
+    fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
+        ShakespeareSpec::build(self, split, seeds)
+    }
 }
 
 #[cfg(test)]

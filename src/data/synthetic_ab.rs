@@ -11,6 +11,7 @@
 //! `RandomState(numpy_seed)` in the order of pFedMe's `generate_synthetic_05_05.py`. Its seed 0
 //! is the paper's data set (client sizes 250 to 25 810, as the paper states).
 
+use super::{DataError, DatasetSettings, InputShape};
 use super::{FederatedData, NumpyRandomState, SplitSpec};
 use crate::sim::{Entity, SeedTree};
 use crate::spec::FieldError;
@@ -353,6 +354,36 @@ fn argmax_affine(x: &[f64], w: &[f64], b: &[f64], c: usize) -> usize {
             }
         })
         .0
+}
+
+impl DatasetSettings for SyntheticAbSpec {
+    fn validate(&self) -> Result<(), FieldError> {
+        SyntheticAbSpec::validate(self)
+    }
+    fn num_clients(&self) -> Option<usize> {
+        Some(self.clients)
+    }
+    fn input_shape(&self) -> Option<InputShape> {
+        Some(InputShape::Flat(self.dim))
+    }
+    fn classes(&self) -> Option<usize> {
+        Some(self.classes)
+    }
+    fn least_rows(&self) -> Option<(f64, usize)> {
+        let rows = if self.on_demand {
+            0.0
+        } else {
+            self.clients as f64 * self.min_samples as f64 * self.size_factor as f64
+        };
+        Some((rows, self.dim))
+    }
+    const ON_DEMAND: bool = true;
+    fn asks_on_demand(&self) -> bool {
+        self.on_demand
+    }
+    fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
+        Ok(self.generate(split, seeds))
+    }
 }
 
 #[cfg(test)]

@@ -290,12 +290,8 @@ pub fn check_fits(data: &DatasetSpec, available: Option<f64>) -> Result<(), Fiel
     } else {
         "no rows held: they are made on demand".into()
     };
-    let can_make_on_demand = match data {
-        DatasetSpec::FedemSynthetic(s) => !s.on_demand,
-        DatasetSpec::SyntheticAb(s) => !s.on_demand,
-        DatasetSpec::FedgmmSynthetic(s) => !s.on_demand,
-        _ => false,
-    };
+    // A data set that can make rows on demand and is not asked to.
+    let can_make_on_demand = data.on_demand() == Some(false);
     let hint = if can_make_on_demand {
         ", or `data.on_demand: true` to make each client's rows only when a job needs them"
     } else {

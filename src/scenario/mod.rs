@@ -7,6 +7,7 @@
 mod locate;
 mod raw;
 
+use crate::spec::compact;
 pub use raw::{RawEvaluation, RawLrSchedule, RawSampling, RawScenario, RawTraining};
 
 use crate::algorithms::AlgorithmSpec;
@@ -224,7 +225,8 @@ impl Scenario {
         let raw: RawScenario = serde_path_to_error::deserialize(tree).map_err(|e| {
             let path = e.path().to_string();
             let path = if path == "." { String::new() } else { path };
-            let message = explain(&e.into_inner().to_string());
+            let (path, message) = within_catalogue_section(path, e.into_inner().to_string());
+            let message = explain(&message);
             // An unknown field is best shown on its own line.
             let line = unknown_field(&message)
                 .and_then(|f| locate::line_of(text, &join(&path, f)))
@@ -241,30 +243,6 @@ impl Scenario {
         scenario.text = text.to_string();
         scenario.notes = notes;
         Ok(scenario)
-    }
-}
-
-/// A value on one line (flow style), for labels and tables.
-pub fn compact(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => s.clone(),
-        Value::Sequence(items) => {
-            format!(
-                "[{}]",
-                items.iter().map(compact).collect::<Vec<_>>().join(", ")
-            )
-        }
-        Value::Mapping(m) => format!(
-            "{{{}}}",
-            m.iter()
-                .map(|(k, v)| format!("{}: {}", compact(k), compact(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Value::Tagged(t) => compact(&t.value),
     }
 }
 
@@ -295,6 +273,26 @@ pub fn check_name(name: &str) -> Result<(), String> {
 
 fn unknown_field(message: &str) -> Option<&str> {
     message.strip_prefix("unknown field `")?.split('`').next()
+}
+
+/// A catalogue's section (`data`, `algorithm`) reads its item's own fields and puts their path
+/// first (`` `a.b`: message ``): the error's path then goes down to that field. For an unknown
+/// field the path stays at its parent, as elsewhere.
+fn within_catalogue_section(path: String, message: String) -> (String, String) {
+    let Some((inner, rest)) = message.strip_prefix('`').and_then(|m| m.split_once("`: ")) else {
+        return (path, message);
+    };
+    let inner = match (unknown_field(rest), inner.rsplit_once('.')) {
+        (Some(f), Some((parent, last))) if f == last => parent,
+        (Some(f), None) if f == inner => "",
+        _ => inner,
+    };
+    let path = if inner.is_empty() {
+        path
+    } else {
+        join(&path, inner)
+    };
+    (path, rest.to_string())
 }
 
 fn join(path: &str, field: &str) -> String {

@@ -97,3 +97,27 @@ pub fn check_client_counts(
     }
     Ok(())
 }
+
+/// A value on one line (flow style), for labels and tables.
+pub fn compact(v: &serde_yaml::Value) -> String {
+    match v {
+        serde_yaml::Value::Null => "null".into(),
+        serde_yaml::Value::Bool(b) => b.to_string(),
+        serde_yaml::Value::Number(n) => n.to_string(),
+        serde_yaml::Value::String(s) => s.clone(),
+        serde_yaml::Value::Sequence(items) => {
+            format!(
+                "[{}]",
+                items.iter().map(compact).collect::<Vec<_>>().join(", ")
+            )
+        }
+        serde_yaml::Value::Mapping(m) => format!(
+            "{{{}}}",
+            m.iter()
+                .map(|(k, v)| format!("{}: {}", compact(k), compact(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        serde_yaml::Value::Tagged(t) => compact(&t.value),
+    }
+}

@@ -545,12 +545,12 @@ fn readable(axis: &str, value: &str) -> String {
                 .iter()
                 .filter(|(k, _)| k.as_str() != Some("name"))
                 .map(|(k, v)| {
-                    let k = crate::scenario::compact(k);
+                    let k = crate::spec::compact(k);
                     let symbol = SYMBOLS
                         .iter()
                         .find(|(f, _)| *f == k)
                         .map_or(k.as_str(), |s| s.1);
-                    format!("{symbol} = {}", crate::scenario::compact(v))
+                    format!("{symbol} = {}", crate::spec::compact(v))
                 })
                 .collect();
             return match settings.is_empty() {

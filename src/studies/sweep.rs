@@ -22,7 +22,7 @@ use crate::io::{
 };
 use crate::results::ReportError;
 use crate::results::{default_threads, run_scenario_with_bar, RunError, RunOptions};
-use crate::scenario::compact;
+use crate::spec::compact;
 use crate::studies::write_text_table;
 use crate::studies::{Cell, Sweep};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};

@@ -17,7 +17,8 @@
 //! validated like a scenario file; its id is its run id (the hash of its resolved scenario), so
 //! it does not depend on the order of the axes or on the other cells.
 
-use crate::scenario::{check_name, compact, Scenario, ScenarioError};
+use crate::scenario::{check_name, Scenario, ScenarioError};
+use crate::spec::compact;
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 use std::path::{Path, PathBuf};

@@ -433,11 +433,10 @@ fn new_hardening_fields_name_what_is_allowed() {
     );
     let parquet = "rounds: 3\ndata: {kind: parquet, path: x.parquet, features_column: x}\n\
                    algorithm: {name: fedavg}\n";
-    // Inside the internally tagged `data` enum serde reports the section, not the sub-field
-    // (as for every data setting); the message still names the value and what is allowed.
+    // The data set reads its own fields, and the error names the field inside `data`.
     let e = error(parquet, &["data.non_finite=keep"]);
     assert!(
-        e.contains("field `data`: unknown variant `keep`, expected `reject` or `drop`"),
+        e.contains("field `data.non_finite`: unknown variant `keep`, expected `reject` or `drop`"),
         "{e}"
     );
 }
