@@ -65,7 +65,7 @@ fn local_sgd(c: &mut Criterion) {
         labels: &y,
         dim: d,
     };
-    let arch = Architecture::new(&ModelSpec::Linear, d, 2);
+    let arch = Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), d, 2);
     let plan = LocalPlan {
         work: LocalWork::Epochs(1),
         batch_size: 128,
@@ -144,7 +144,11 @@ fn cnn_on_random_images(
     fedsim::models::LocalPlan,
 ) {
     use fedsim::models::{Architecture, InputShape, LocalPlan, LocalWork, ModelSpec};
-    let arch = Architecture::for_input(&ModelSpec::Cnn, InputShape::Image([1, 28, 28]), 10);
+    let arch = Architecture::for_input(
+        &ModelSpec::from_yaml("{kind: cnn}").unwrap(),
+        InputShape::Image([1, 28, 28]),
+        10,
+    );
     let x = (0..n * arch.input_dim)
         .map(|_| rng.gen_range(0.0..1.0))
         .collect();
@@ -426,8 +430,11 @@ fn cohort_epoch(c: &mut Criterion) {
     let mut g = c.benchmark_group("cohort_epoch");
     g.sample_size(10);
     for (name, spec) in [
-        ("linear", ModelSpec::Linear),
-        ("mlp_64", ModelSpec::Mlp { hidden: vec![64] }),
+        ("linear", ModelSpec::from_yaml("{kind: linear}").unwrap()),
+        (
+            "mlp_64",
+            ModelSpec::from_yaml("{kind: mlp, hidden: [64]}").unwrap(),
+        ),
     ] {
         let arch = Architecture::for_input(&spec, data.input_shape(), data.classes);
         let init = arch.init(&mut seeds.rng(fedsim::sim::Entity::Run, "bench", 2));

@@ -3,6 +3,7 @@
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use fedsim::data::Source;
+use fedsim::models::Inputs;
 use fedsim::results::{default_out_dir, default_threads, run_scenario, RunOptions};
 use fedsim::results::{differing_files, DataDescription, REPRODUCIBLE_FILES};
 use fedsim::scenario::Scenario;
@@ -167,6 +168,9 @@ enum Command {
     /// come from (generated from the seed, fetched from a package registry, or a file) and
     /// whether it can make rows on demand.
     Datasets,
+    /// List the model families a scenario can name (`model: {kind: ...}`), the inputs each
+    /// takes and what it is.
+    Models,
 }
 
 #[derive(Subcommand)]
@@ -496,6 +500,17 @@ fn real_main() -> Result<i32> {
                     on_demand,
                     r.summary
                 );
+            }
+        }
+        Command::Models => {
+            outln!("{:<14} {:<22} what it is", "kind", "inputs");
+            for r in fedsim::models::MODELS {
+                let inputs = match r.inputs {
+                    Inputs::Any => "any (flattened)".to_string(),
+                    Inputs::Images { min_side } => format!("images ≥ {min_side}×{min_side}"),
+                    Inputs::Tokens => "token windows".to_string(),
+                };
+                outln!("{:<14} {:<22} {}", r.kind, inputs, r.summary);
             }
         }
         Command::Check {

@@ -662,7 +662,7 @@ pub(crate) mod testkit {
                 lead: 0,
             };
             Kit {
-                arch: Architecture::new(&ModelSpec::Linear, dim, 2),
+                arch: Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), dim, 2),
                 data,
                 training: Training {
                     plan: LocalPlan {

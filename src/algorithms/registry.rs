@@ -10,6 +10,7 @@
 //! algorithm as its own type.
 
 use super::{Algorithm, Gossip};
+use crate::spec::catalogue::{read_settings, split_tag, tagged, unknown};
 use crate::spec::FieldError;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -259,16 +260,7 @@ impl Registration {
 }
 
 fn parse<S: AlgorithmSettings>(fields: Value) -> Result<Box<dyn Settings>, String> {
-    let settings: S = serde_path_to_error::deserialize(fields).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.into_inner().to_string();
-        if path == "." {
-            message
-        } else {
-            format!("`{path}`: {message}")
-        }
-    })?;
-    Ok(Box::new(settings))
+    Ok(Box::new(read_settings::<S>(fields)?))
 }
 
 /// What runs an algorithm once the registry has built it: the simulation (with a server or
@@ -361,17 +353,8 @@ pub struct AlgorithmSpec {
 impl AlgorithmSpec {
     /// The algorithm `name` with `fields` (a mapping of its settings, without `name`).
     pub fn parse(name: &str, fields: Value) -> Result<AlgorithmSpec, String> {
-        let registration = Registration::find(name).ok_or_else(|| {
-            let known: Vec<String> = REGISTRY.iter().map(|r| format!("`{}`", r.name)).collect();
-            format!(
-                "unknown variant `{name}`, expected one of {}",
-                known.join(", ")
-            )
-        })?;
-        let fields = match fields {
-            Value::Null => Value::Mapping(Mapping::new()),
-            other => other,
-        };
+        let registration = Registration::find(name)
+            .ok_or_else(|| unknown(name, REGISTRY.iter().map(|r| r.name)))?;
         Ok(AlgorithmSpec {
             registration,
             settings: (registration.parse)(fields)?,
@@ -410,16 +393,6 @@ impl AlgorithmSpec {
             .expect("a registration is an item of the registry");
         start_registered(index, self.settings.as_any(), launcher)
     }
-
-    /// `name` first, then the settings (the resolved scenario's layout).
-    fn to_mapping(&self) -> Mapping {
-        let mut map = Mapping::new();
-        map.insert("name".into(), self.name().into());
-        if let Value::Mapping(fields) = self.settings.fields() {
-            map.extend(fields);
-        }
-        map
-    }
 }
 
 impl Clone for AlgorithmSpec {
@@ -439,33 +412,21 @@ impl fmt::Debug for AlgorithmSpec {
 
 impl PartialEq for AlgorithmSpec {
     fn eq(&self, other: &Self) -> bool {
-        self.to_mapping() == other.to_mapping()
+        self.name() == other.name() && self.settings.fields() == other.settings.fields()
     }
 }
 
 impl Serialize for AlgorithmSpec {
     fn serialize<Z: Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
-        self.to_mapping().serialize(serializer)
+        tagged("name", self.name(), &self.settings.fields()).serialize(serializer)
     }
 }
 
 impl<'de> Deserialize<'de> for AlgorithmSpec {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let Value::Mapping(mut map) = Value::deserialize(deserializer)? else {
-            return Err(D::Error::custom(
-                "expected a mapping with the algorithm's `name`, e.g. {name: fedavg}",
-            ));
-        };
-        let name = match map.remove("name") {
-            None => return Err(D::Error::missing_field("name")),
-            Some(Value::String(name)) => name,
-            Some(other) => {
-                return Err(D::Error::custom(format!(
-                    "`name` must be a string naming the algorithm, got {other:?}"
-                )))
-            }
-        };
-        AlgorithmSpec::parse(&name, Value::Mapping(map)).map_err(D::Error::custom)
+        let (name, fields) = split_tag(Value::deserialize(deserializer)?, "name", "{name: fedavg}")
+            .map_err(D::Error::custom)?;
+        AlgorithmSpec::parse(&name, fields).map_err(D::Error::custom)
     }
 }
 

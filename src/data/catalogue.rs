@@ -8,10 +8,11 @@
 
 use super::{DataError, FederatedData, InputShape, SplitSpec};
 use crate::sim::SeedTree;
+use crate::spec::catalogue::{read_settings, split_tag, tagged, unknown};
 use crate::spec::FieldError;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_yaml::{Mapping, Value};
+use serde_yaml::Value;
 use std::any::Any;
 use std::fmt;
 
@@ -151,16 +152,7 @@ impl Registration {
 }
 
 fn parse<S: DatasetSettings>(fields: Value) -> Result<Box<dyn Settings>, String> {
-    let settings: S = serde_path_to_error::deserialize(fields).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.into_inner().to_string();
-        if path == "." {
-            message
-        } else {
-            format!("`{path}`: {message}")
-        }
-    })?;
-    Ok(Box::new(settings))
+    Ok(Box::new(read_settings::<S>(fields)?))
 }
 
 /// Settings of some registered data set, their type erased.
@@ -230,17 +222,8 @@ pub struct DatasetSpec {
 impl DatasetSpec {
     /// The data set `kind` with `fields` (a mapping of its settings, without `kind`).
     pub fn parse(kind: &str, fields: Value) -> Result<DatasetSpec, String> {
-        let registration = Registration::find(kind).ok_or_else(|| {
-            let known: Vec<String> = DATASETS.iter().map(|r| format!("`{}`", r.kind)).collect();
-            format!(
-                "unknown variant `{kind}`, expected one of {}",
-                known.join(", ")
-            )
-        })?;
-        let fields = match fields {
-            Value::Null => Value::Mapping(Mapping::new()),
-            other => other,
-        };
+        let registration = Registration::find(kind)
+            .ok_or_else(|| unknown(kind, DATASETS.iter().map(|r| r.kind)))?;
         Ok(DatasetSpec {
             registration,
             settings: (registration.parse)(fields)?,
@@ -297,16 +280,6 @@ impl DatasetSpec {
     pub fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
         self.settings.item().build(split, seeds)
     }
-
-    /// `kind` first, then the settings (the resolved scenario's layout).
-    fn to_mapping(&self) -> Mapping {
-        let mut map = Mapping::new();
-        map.insert("kind".into(), self.kind().into());
-        if let Value::Mapping(fields) = self.settings.fields() {
-            map.extend(fields);
-        }
-        map
-    }
 }
 
 impl Clone for DatasetSpec {
@@ -332,27 +305,19 @@ impl PartialEq for DatasetSpec {
 
 impl Serialize for DatasetSpec {
     fn serialize<Z: Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
-        self.to_mapping().serialize(serializer)
+        tagged("kind", self.kind(), &self.settings.fields()).serialize(serializer)
     }
 }
 
 impl<'de> Deserialize<'de> for DatasetSpec {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let Value::Mapping(mut map) = Value::deserialize(deserializer)? else {
-            return Err(D::Error::custom(
-                "expected a mapping with the data set's `kind`, e.g. {kind: mnist, ...}",
-            ));
-        };
-        let kind = match map.remove("kind") {
-            None => return Err(D::Error::missing_field("kind")),
-            Some(Value::String(kind)) => kind,
-            Some(other) => {
-                return Err(D::Error::custom(format!(
-                    "`kind` must be a string naming the data set, got {other:?}"
-                )))
-            }
-        };
-        DatasetSpec::parse(&kind, Value::Mapping(map)).map_err(D::Error::custom)
+        let (name, fields) = split_tag(
+            Value::deserialize(deserializer)?,
+            "kind",
+            "{kind: mnist, partition: {kind: iid, clients: 10}}",
+        )
+        .map_err(D::Error::custom)?;
+        DatasetSpec::parse(&name, fields).map_err(D::Error::custom)
     }
 }
 

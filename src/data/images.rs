@@ -11,6 +11,7 @@ use super::partition::PartitionSpec;
 use super::registry::{self, FetchError};
 use super::{ClientShard, DataError, FederatedData, SplitSpec};
 use super::{DatasetSettings, InputShape};
+use crate::data::NaturalSpec;
 use crate::io::{read_client_table, FeatureColumns, TableColumns};
 use crate::sim::{Entity, SeedTree};
 use crate::spec::FieldError;
@@ -130,7 +131,7 @@ fn one() -> f64 {
 }
 
 fn natural() -> PartitionSpec {
-    PartitionSpec::Natural { fraction: 1.0 }
+    PartitionSpec::of(NaturalSpec { fraction: 1.0 })
 }
 
 fn check_fraction(fraction: f64) -> Result<(), FieldError> {
@@ -152,7 +153,7 @@ impl RegistryImagesSpec {
         self.partition
             .validate()
             .map_err(|e| e.within("partition"))?;
-        if let PartitionSpec::Natural { .. } = self.partition {
+        if self.partition.natural_fraction().is_some() {
             return Err(FieldError::new(
                 "partition.kind".into(),
                 "this data set has no natural clients; use iid, dirichlet, shards or pfedme".into(),
@@ -222,12 +223,12 @@ impl FemnistSpec {
         // images are read in full.
         let keep = |row_client: &[u32], writers: usize| -> Vec<bool> {
             let mut rng = seeds.rng(Entity::Data, "selection", 0);
-            match self.partition {
-                PartitionSpec::Natural { fraction } => {
+            match self.partition.natural_fraction() {
+                Some(fraction) => {
                     let chosen = subsample(writers, fraction, &mut rng);
                     row_client.iter().map(|&c| chosen[c as usize]).collect()
                 }
-                _ => subsample(row_client.len(), self.fraction, &mut rng),
+                None => subsample(row_client.len(), self.fraction, &mut rng),
             }
         };
         let table = read_client_table(
@@ -249,7 +250,7 @@ impl FemnistSpec {
         if let Some(&bad) = table.labels.iter().find(|&&y| !(0..62).contains(&y)) {
             return Err(content(format!("label {bad} is outside FEMNIST's 0–61")));
         }
-        let natural = matches!(self.partition, PartitionSpec::Natural { .. });
+        let natural = self.partition.natural_fraction().is_some();
         let pool = Pool {
             clients: natural.then(|| table.client.clone()),
             features: table.features,
@@ -321,8 +322,8 @@ impl Pool {
             );
         }
         let dim: usize = self.shape.iter().product();
-        let members: Vec<Vec<usize>> = match (&self.clients, partition) {
-            (Some(own), PartitionSpec::Natural { .. }) => {
+        let members: Vec<Vec<usize>> = match (&self.clients, partition.natural_fraction()) {
+            (Some(own), Some(_)) => {
                 let count = own.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
                 let mut out = vec![Vec::new(); count];
                 own.iter()

@@ -26,7 +26,10 @@ pub use fedgmm_synthetic::{ComponentLaw, FedgmmSyntheticSpec, InputLaw, Marginal
 pub use images::{FashionMnistSpec, FemnistSpec, MnistSpec, Pixels, RegistryImagesSpec};
 pub use numpy_rng::NumpyRandomState;
 pub use parquet::{DataError, NonFinite, ParquetSpec};
-pub use partition::PartitionSpec;
+pub use partition::{
+    DirichletSpec, IidSpec, NaturalSpec, PachinkoSpec, PartitionRegistration, PartitionSettings,
+    PartitionSpec, PfedmeSpec, ShardsSpec, PARTITIONS,
+};
 pub use shakespeare::{ShakespeareSpec, PRINTABLE};
 pub use split::{SplitSizes, SplitSpec};
 pub use synthetic_ab::SyntheticAbSpec;

@@ -108,7 +108,7 @@ pub enum DataError {
 impl ParquetSpec {
     pub fn validate(&self) -> Result<(), FieldError> {
         if let Some(partition) = &self.partition {
-            if let PartitionSpec::Natural { .. } = partition {
+            if partition.natural_fraction().is_some() {
                 return Err(FieldError::new(
                     "partition".into(),
                     "`natural` keeps the file's own clients: leave `partition` out and name \

@@ -5,7 +5,65 @@
 //! trains it from its initialisation). This room only lists layers; the forward pass is the
 //! model module's.
 
-use super::{Layer, Normalization};
+use super::catalogue::{Inputs, ModelSettings, Network};
+use super::{InitScheme, InputShape, Layer, Normalization};
+use crate::spec::FieldError;
+use serde::{Deserialize, Serialize};
+
+/// MobileNet-v2 as torchvision builds it (inverted residual blocks, ReLU6, global average
+/// pooling, dropout, dense classifier), with its width multiplier and initialisation; for
+/// colour images such as CIFAR. Normalisation layers hold no running statistics (see
+/// [`Normalization`]), so every parameter is a trained one and every algorithm works on it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MobilenetV2Spec {
+    #[serde(default = "default_width")]
+    pub width: f64,
+    #[serde(default)]
+    pub norm: Normalization,
+    #[serde(default = "default_dropout")]
+    pub dropout: f64,
+}
+
+fn default_width() -> f64 {
+    1.0
+}
+fn default_dropout() -> f64 {
+    0.2
+}
+
+impl ModelSettings for MobilenetV2Spec {
+    const INPUTS: Inputs = Inputs::Images { min_side: 1 };
+
+    fn validate(&self) -> Result<(), FieldError> {
+        let (width, dropout) = (self.width, self.dropout);
+        if !(width > 0.0 && width <= 4.0) {
+            return Err(FieldError::new(
+                "width".into(),
+                format!("must be in (0, 4] (torchvision's width multiplier), got {width}"),
+            ));
+        }
+        if !(0.0..1.0).contains(&dropout) {
+            return Err(FieldError::new(
+                "dropout".into(),
+                format!("must be in [0, 1), got {dropout}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn network(&self, input: InputShape, outputs: usize) -> Network {
+        let InputShape::Image([c, ..]) = input else {
+            panic!("a convolutional model needs image inputs (checked by the scenario)");
+        };
+        let layers = layers(c, self.width, self.norm, self.dropout, outputs);
+        Network {
+            name: Some(summary(self.width, self.norm, self.dropout, &layers)),
+            layers,
+            init: InitScheme::Torchvision,
+        }
+    }
+}
 
 /// torchvision's inverted-residual settings: expansion t, channels c, repeats n, first stride s.
 const BLOCKS: [(usize, usize, usize, usize); 7] = [
@@ -148,11 +206,11 @@ mod tests {
     use tch::Tensor;
 
     fn spec(width: f64, norm: Normalization) -> ModelSpec {
-        ModelSpec::MobilenetV2 {
+        ModelSpec::of(MobilenetV2Spec {
             width,
             norm,
             dropout: 0.2,
-        }
+        })
     }
 
     #[test]
@@ -246,11 +304,11 @@ mod tests {
             ),
         ];
         for (norm, expected) in cases {
-            let model = ModelSpec::MobilenetV2 {
+            let model = ModelSpec::of(MobilenetV2Spec {
                 width: 0.25,
                 norm,
                 dropout: 0.0,
-            };
+            });
             let arch = Architecture::for_input(&model, InputShape::Image([3, 32, 32]), 4);
             let mut flat = Vec::with_capacity(arch.num_params());
             for (shape, init) in arch.parameter_shapes() {
@@ -306,11 +364,11 @@ mod tests {
         // unsteady at higher rates).
         for norm in [Normalization::Batch, Normalization::Group] {
             let arch = Architecture::for_input(
-                &ModelSpec::MobilenetV2 {
+                &ModelSpec::of(MobilenetV2Spec {
                     width: 0.25,
                     norm,
                     dropout: 0.2,
-                },
+                }),
                 InputShape::Image([1, 32, 32]),
                 2,
             );

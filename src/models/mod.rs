@@ -7,14 +7,25 @@
 //! libtorch's global RNG. This module (and the trainer pool that calls it) is the only place
 //! that uses tch.
 
+mod catalogue;
+mod conv;
+mod dense;
 mod device;
 mod gaussian;
+mod lstm;
 mod mobilenet;
 mod sgd;
 mod stacked;
 
+pub use catalogue::{
+    Inputs, ModelSettings, ModelSpec, Network, Registration as ModelRegistration, MODELS,
+};
+pub use conv::{CnnSpec, SmallCnnSpec};
+pub use dense::{LinearSpec, MlpSpec};
 pub use device::{set_cublas_workspace, DeviceChoice, DeviceRows, Placement, DEVICE_ALLOWED};
 pub use gaussian::{Gaussian, GaussianInputs};
+pub use lstm::LstmSpec;
+pub use mobilenet::MobilenetV2Spec;
 pub use sgd::{
     confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch,
     EvalStats, Gates, LocalPlan, LocalWork, MixtureGates, Objective, Pass, Predictor, TrainStats,
@@ -26,55 +37,10 @@ pub use stacked::{
 
 pub use crate::data::InputShape;
 
-use crate::spec::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
-
-/// The model family, as a scenario names it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum ModelSpec {
-    /// Logistic regression for two classes (one output), softmax regression otherwise.
-    #[default]
-    Linear,
-    /// Fully connected ReLU network with the given hidden widths.
-    Mlp { hidden: Vec<usize> },
-    /// The FedEM authors' `FemnistCNN` (their EMNIST and FEMNIST experiments): conv 5×5 32 →
-    /// ReLU → max-pool 2 → conv 5×5 64 → ReLU → max-pool 2 → dense 2048 → ReLU → dense.
-    Cnn,
-    /// The small CNN of the FedEM paper's App. I.1 (Keras' MNIST example): conv 3×3 32 → ReLU
-    /// → conv 3×3 64 → ReLU → max-pool 2 → dropout → dense 128 → ReLU → dropout (twice the
-    /// rate) → dense.
-    SmallCnn {
-        #[serde(default = "default_small_cnn_dropout")]
-        dropout: f64,
-    },
-    /// The FedEM authors' next-character model for token windows: embedding → stacked LSTM →
-    /// dense decoder of the last step's hidden state (their Shakespeare model: embedding 8, two
-    /// layers of 256).
-    Lstm {
-        #[serde(default = "default_embedding")]
-        embedding: usize,
-        #[serde(default = "default_lstm_hidden")]
-        hidden: usize,
-        #[serde(default = "default_lstm_layers")]
-        layers: usize,
-    },
-    /// MobileNet-v2 as torchvision builds it (inverted residual blocks, ReLU6, global average
-    /// pooling, dropout, dense classifier), with its width multiplier and initialisation; for
-    /// colour images such as CIFAR. Normalisation layers hold no running statistics (see
-    /// [`Normalization`]), so every parameter is a trained one and every algorithm works on it.
-    MobilenetV2 {
-        #[serde(default = "default_width")]
-        width: f64,
-        #[serde(default)]
-        norm: Normalization,
-        #[serde(default = "default_mobilenet_dropout")]
-        dropout: f64,
-    },
-}
 
 /// The normalisation layers of a model that has them (MobileNet-v2).
 ///
@@ -95,113 +61,9 @@ pub enum Normalization {
     Group,
 }
 
-fn default_small_cnn_dropout() -> f64 {
-    0.25
-}
-fn default_embedding() -> usize {
-    8
-}
-fn default_lstm_hidden() -> usize {
-    256
-}
-fn default_lstm_layers() -> usize {
-    2
-}
-fn default_width() -> f64 {
-    1.0
-}
-fn default_mobilenet_dropout() -> f64 {
-    0.2
-}
-
-impl ModelSpec {
-    pub fn validate(&self) -> Result<(), FieldError> {
-        match self {
-            ModelSpec::Mlp { hidden } if hidden.is_empty() || hidden.contains(&0) => {
-                Err(FieldError::new(
-                    "hidden".into(),
-                    "must list at least one layer width, each at least 1".into(),
-                ))
-            }
-            ModelSpec::SmallCnn { dropout } if !(0.0..0.5).contains(dropout) => {
-                Err(FieldError::new(
-                    "dropout".into(),
-                    format!(
-                        "must be in [0, 0.5) (the second dropout layer uses twice the rate), got \
-                     {dropout}"
-                    ),
-                ))
-            }
-            ModelSpec::Lstm {
-                embedding,
-                hidden,
-                layers,
-            } => [
-                ("embedding", embedding),
-                ("hidden", hidden),
-                ("layers", layers),
-            ]
-            .into_iter()
-            .find(|(_, &v)| v == 0)
-            .map_or(Ok(()), |(field, _)| {
-                Err(FieldError::new(field.into(), "must be at least 1".into()))
-            }),
-            ModelSpec::MobilenetV2 { width, .. } if !(*width > 0.0 && *width <= 4.0) => {
-                Err(FieldError::new(
-                    "width".into(),
-                    format!("must be in (0, 4] (torchvision's width multiplier), got {width}"),
-                ))
-            }
-            ModelSpec::MobilenetV2 { dropout, .. } if !(0.0..1.0).contains(dropout) => {
-                Err(FieldError::new(
-                    "dropout".into(),
-                    format!("must be in [0, 1), got {dropout}"),
-                ))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Whether this model can take inputs of `shape`; the message says why not.
-    pub fn check_input(&self, shape: InputShape) -> Result<(), String> {
-        let name = match self {
-            ModelSpec::Linear | ModelSpec::Mlp { .. } => return Ok(()),
-            ModelSpec::Lstm { .. } => {
-                return match shape {
-                    InputShape::Tokens { .. } => Ok(()),
-                    _ => Err(
-                        "`lstm` needs token data (a text data set such as `shakespeare`)".into(),
-                    ),
-                }
-            }
-            ModelSpec::Cnn => "cnn",
-            ModelSpec::SmallCnn { .. } => "small_cnn",
-            ModelSpec::MobilenetV2 { .. } => "mobilenet_v2",
-        };
-        let InputShape::Image(image) = shape else {
-            return Err(format!(
-                "`{name}` needs image data ([channels, height, width]); this data set has flat \
-                 features (a Parquet file declares its image shape with `data.shape`)"
-            ));
-        };
-        let needed = match self {
-            ModelSpec::Cnn => 16,
-            ModelSpec::MobilenetV2 { .. } => 1,
-            _ => 6,
-        };
-        if image[1] < needed || image[2] < needed {
-            return Err(format!(
-                "`{name}` needs images of at least {needed}×{needed} pixels, the data has {}×{}",
-                image[1], image[2]
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// One layer of a network, in forward order.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Layer {
+pub enum Layer {
     /// Affine map; a 4-D activation is flattened per row first.
     Dense {
         inputs: usize,
@@ -266,7 +128,7 @@ enum Init {
 
 /// Which initialisation a model's layers follow.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum InitScheme {
+pub enum InitScheme {
     /// PyTorch's layer defaults: U(−1/√fan_in, 1/√fan_in) for dense and conv weights and
     /// biases, U(−1/√hidden, 1/√hidden) for LSTM tensors, N(0, 1) for embeddings.
     LayerDefaults,
@@ -296,99 +158,11 @@ impl Architecture {
     /// A model of inputs of `input` (checked beforehand with [`ModelSpec::check_input`]).
     pub fn for_input(spec: &ModelSpec, input: InputShape, classes: usize) -> Self {
         let outputs = if classes == 2 { 1 } else { classes };
-        let dense = |inputs, outputs| Layer::Dense { inputs, outputs };
-        let conv = |inputs, outputs, kernel| Layer::Conv {
-            inputs,
-            outputs,
-            kernel,
-            stride: 1,
-            padding: 0,
-            groups: 1,
-            bias: true,
-        };
-        let mut layers = Vec::new();
-        let (mut init, mut name) = (InitScheme::LayerDefaults, None);
-        match spec {
-            ModelSpec::Linear | ModelSpec::Mlp { .. } => {
-                let mut widths = vec![input.len()];
-                if let ModelSpec::Mlp { hidden } = spec {
-                    widths.extend(hidden);
-                }
-                widths.push(outputs);
-                for (l, w) in widths.windows(2).enumerate() {
-                    if l > 0 {
-                        layers.push(Layer::Relu);
-                    }
-                    layers.push(dense(w[0], w[1]));
-                }
-            }
-            ModelSpec::Lstm {
-                embedding,
-                hidden,
-                layers: depth,
-            } => {
-                let InputShape::Tokens { vocab, .. } = input else {
-                    panic!("an LSTM needs token inputs (checked by the scenario)");
-                };
-                layers.extend([
-                    Layer::Embedding {
-                        vocab,
-                        dim: *embedding,
-                    },
-                    Layer::Lstm {
-                        inputs: *embedding,
-                        hidden: *hidden,
-                        layers: *depth,
-                    },
-                    dense(*hidden, outputs),
-                ]);
-            }
-            ModelSpec::Cnn | ModelSpec::SmallCnn { .. } => {
-                let InputShape::Image([c, h, w]) = input else {
-                    panic!("a convolutional model needs image inputs (checked by the scenario)");
-                };
-                if let ModelSpec::SmallCnn { dropout } = *spec {
-                    let (h, w) = ((h - 4) / 2, (w - 4) / 2);
-                    layers.extend([
-                        conv(c, 32, 3),
-                        Layer::Relu,
-                        conv(32, 64, 3),
-                        Layer::Relu,
-                        Layer::MaxPool,
-                        Layer::Dropout { p: dropout },
-                        dense(64 * h * w, 128),
-                        Layer::Relu,
-                        Layer::Dropout { p: 2.0 * dropout },
-                        dense(128, outputs),
-                    ]);
-                } else {
-                    let (h, w) = (((h - 4) / 2 - 4) / 2, ((w - 4) / 2 - 4) / 2);
-                    layers.extend([
-                        conv(c, 32, 5),
-                        Layer::Relu,
-                        Layer::MaxPool,
-                        conv(32, 64, 5),
-                        Layer::Relu,
-                        Layer::MaxPool,
-                        dense(64 * h * w, 2048),
-                        Layer::Relu,
-                        dense(2048, outputs),
-                    ]);
-                }
-            }
-            &ModelSpec::MobilenetV2 {
-                width,
-                norm,
-                dropout,
-            } => {
-                let InputShape::Image([c, ..]) = input else {
-                    panic!("a convolutional model needs image inputs (checked by the scenario)");
-                };
-                layers = mobilenet::layers(c, width, norm, dropout, outputs);
-                init = InitScheme::Torchvision;
-                name = Some(mobilenet::summary(width, norm, dropout, &layers));
-            }
-        }
+        let Network {
+            mut layers,
+            init,
+            name,
+        } = spec.network(input, outputs);
         layers.retain(|l| !matches!(l, Layer::Dropout { p } if *p == 0.0));
         Architecture {
             input_dim: input.len(),
@@ -983,14 +757,14 @@ mod tests {
 
     #[test]
     fn shapes_and_parameter_counts() {
-        let lin = Architecture::new(&ModelSpec::Linear, 150, 2);
+        let lin = Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 150, 2);
         assert_eq!(lin.num_params(), 151);
-        let soft = Architecture::new(&ModelSpec::Linear, 60, 10);
+        let soft = Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 60, 10);
         assert_eq!(soft.num_params(), 610);
         let mlp = Architecture::new(
-            &ModelSpec::Mlp {
+            &ModelSpec::of(MlpSpec {
                 hidden: vec![64, 32],
-            },
+            }),
             10,
             3,
         );
@@ -1002,7 +776,7 @@ mod tests {
         // FedEM's FemnistCNN on 28×28 grey images, 62 classes: conv1 1·32·25 + 32, conv2
         // 32·64·25 + 64, fc1 1024·2048 + 2048, output 2048·62 + 62 (what PyTorch counts).
         let image = InputShape::Image([1, 28, 28]);
-        let cnn = Architecture::for_input(&ModelSpec::Cnn, image, 62);
+        let cnn = Architecture::for_input(&ModelSpec::from_yaml("{kind: cnn}").unwrap(), image, 62);
         assert_eq!(cnn.num_params(), 832 + 51_264 + 2_099_200 + 127_038);
         // Forward flops: 2·(25·32·24·24 + 32·25·64·8·8 + 1024·2048 + 2048·62).
         assert_eq!(
@@ -1010,31 +784,48 @@ mod tests {
             2 * (25 * 32 * 576 + 800 * 64 * 64 + 1024 * 2048 + 2048 * 62)
         );
         // The App. I.1 small CNN, 10 classes: 32·9 + 32, 32·64·9 + 64, 9216·128 + 128, 1290.
-        let small = Architecture::for_input(&ModelSpec::SmallCnn { dropout: 0.25 }, image, 10);
+        let small = Architecture::for_input(
+            &ModelSpec::from_yaml("{kind: small_cnn, dropout: 0.25}").unwrap(),
+            image,
+            10,
+        );
         assert_eq!(small.num_params(), 320 + 18_496 + 1_179_776 + 1_290);
         assert!(small.summary().contains("dropout 0.5"));
     }
 
     #[test]
     fn cnn_checks_its_input() {
-        assert!(ModelSpec::Cnn.check_input(InputShape::Flat(784)).is_err());
-        assert!(ModelSpec::Cnn
+        assert!(ModelSpec::from_yaml("{kind: cnn}")
+            .unwrap()
+            .check_input(InputShape::Flat(784))
+            .is_err());
+        assert!(ModelSpec::from_yaml("{kind: cnn}")
+            .unwrap()
             .check_input(InputShape::Image([1, 8, 8]))
             .is_err());
-        assert!(ModelSpec::Cnn
+        assert!(ModelSpec::from_yaml("{kind: cnn}")
+            .unwrap()
             .check_input(InputShape::Image([3, 32, 32]))
             .is_ok());
-        assert!(ModelSpec::Linear
+        assert!(ModelSpec::from_yaml("{kind: linear}")
+            .unwrap()
             .check_input(InputShape::Image([1, 8, 8]))
             .is_ok());
-        assert!(ModelSpec::SmallCnn { dropout: 0.6 }.validate().is_err());
+        assert!(ModelSpec::from_yaml("{kind: small_cnn, dropout: 0.6}")
+            .unwrap()
+            .validate()
+            .is_err());
     }
 
     #[test]
     fn cnn_gradients_match_finite_differences() {
         // A tiny image (1×16×16, so the FemnistCNN shapes work out to 1×1 after two pools),
         // 3 classes: the autograd gradient of one conv weight against a central difference.
-        let arch = Architecture::for_input(&ModelSpec::Cnn, InputShape::Image([1, 16, 16]), 3);
+        let arch = Architecture::for_input(
+            &ModelSpec::from_yaml("{kind: cnn}").unwrap(),
+            InputShape::Image([1, 16, 16]),
+            3,
+        );
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
         let flat: Vec<f64> = arch.init(&mut rng).iter().map(|&v| v as f64).collect();
         let xs: Vec<f32> = (0..2 * 256).map(|_| rng.gen_range(0.0..1.0)).collect();
@@ -1069,7 +860,7 @@ mod tests {
     #[test]
     fn dropout_masks_are_seeded_and_scaled() {
         let arch = Architecture::for_input(
-            &ModelSpec::SmallCnn { dropout: 0.25 },
+            &ModelSpec::from_yaml("{kind: small_cnn, dropout: 0.25}").unwrap(),
             InputShape::Image([1, 10, 10]),
             10,
         );
@@ -1102,7 +893,7 @@ mod tests {
 
     #[test]
     fn init_is_bounded_and_seeded() {
-        let arch = Architecture::new(&ModelSpec::Linear, 100, 2);
+        let arch = Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 100, 2);
         let mut r = rand_chacha::ChaCha20Rng::seed_from_u64(1);
         let p = arch.init(&mut r);
         assert!(p.iter().all(|v| v.abs() <= 0.1));
@@ -1113,8 +904,12 @@ mod tests {
     #[test]
     fn flat_round_trip() {
         for arch in [
-            Architecture::new(&ModelSpec::Mlp { hidden: vec![4] }, 3, 3),
-            Architecture::new(&ModelSpec::Linear, 3, 4),
+            Architecture::new(
+                &ModelSpec::from_yaml("{kind: mlp, hidden: [4]}").unwrap(),
+                3,
+                3,
+            ),
+            Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 3, 4),
         ] {
             let flat: Vec<f32> = (0..arch.num_params()).map(|i| i as f32 * 0.5).collect();
             let t = arch.params(&flat);
@@ -1129,7 +924,8 @@ mod tests {
         // Binary (logistic) and 4-class (softmax) linear models, random data and sample weights.
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(9);
         for classes in [2usize, 4] {
-            let arch = Architecture::new(&ModelSpec::Linear, 5, classes);
+            let arch =
+                Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 5, classes);
             let flat: Vec<f32> = (0..arch.num_params())
                 .map(|_| rng.gen_range(-1.0..1.0))
                 .collect();

@@ -634,7 +634,7 @@ mod tests {
     #[test]
     fn one_step_matches_hand_computed_logistic_gradient() {
         // One sample x = (1, 2), y = 1, w = 0, b = 0: sigmoid(0) = 0.5, dL/dw = (0.5 − 1)·x.
-        let arch = Architecture::new(&ModelSpec::Linear, 2, 2);
+        let arch = Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 2, 2);
         let mut p = vec![0.0f32; 3];
         let (x, y) = (vec![1.0f32, 2.0], vec![1i64]);
         let view = SplitView {
@@ -665,7 +665,7 @@ mod tests {
     fn proximal_term_pulls_towards_the_anchor() {
         // As above (logistic gradient (−0.5, −1, −0.5)), plus μ(θ − a) with μ = 0.5 and
         // a = (0.2, 0.2, 0.2): −0.1 each. One step of lr 0.1: θ = (0.06, 0.11, 0.06).
-        let arch = Architecture::new(&ModelSpec::Linear, 2, 2);
+        let arch = Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 2, 2);
         let (x, y) = (vec![1.0f32, 2.0], vec![1i64]);
         let view = SplitView {
             features: &x,
@@ -697,7 +697,7 @@ mod tests {
     #[test]
     fn momentum_and_weight_decay_follow_pytorch() {
         // Two steps on the same sample with momentum 0.9 and weight decay 0.5.
-        let arch = Architecture::new(&ModelSpec::Linear, 1, 2);
+        let arch = Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 1, 2);
         let (x, y) = (vec![1.0f32], vec![0i64]);
         let view = SplitView {
             features: &x,
@@ -774,7 +774,11 @@ mod tests {
     #[test]
     fn mlp_training_lowers_the_loss() {
         // Autograd path: a small MLP on a problem no linear model separates.
-        let arch = Architecture::new(&ModelSpec::Mlp { hidden: vec![16] }, 2, 2);
+        let arch = Architecture::new(
+            &ModelSpec::from_yaml("{kind: mlp, hidden: [16]}").unwrap(),
+            2,
+            2,
+        );
         let mut rng = ChaCha20Rng::seed_from_u64(1);
         let xs: Vec<f32> = (0..200 * 2).map(|_| rng.gen_range(-1.0..1.0)).collect();
         let ys: Vec<i64> = xs.chunks(2).map(|p| (p[0] * p[1] > 0.0) as i64).collect();
@@ -808,7 +812,7 @@ mod tests {
 
     #[test]
     fn evaluate_counts_hits() {
-        let arch = Architecture::new(&ModelSpec::Linear, 1, 2);
+        let arch = Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 1, 2);
         let (x, y) = (vec![1.0f32, -1.0, 2.0], vec![1i64, 0, 0]);
         let view = SplitView {
             features: &x,

@@ -903,6 +903,8 @@ fn stacked_lstm(x: &Tensor, tensors: &[&Tensor], hidden: i64) -> Tensor {
 mod tests {
     use super::*;
     use crate::data::InputShape;
+    use crate::models::LstmSpec;
+    use crate::models::MobilenetV2Spec;
     use crate::models::{train_sgd, LocalWork, MixtureGates, ModelSpec, Objective};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
@@ -1039,11 +1041,11 @@ mod tests {
 
     #[test]
     fn stacked_runs_train_as_each_would_alone() {
-        let mlp = ModelSpec::Mlp { hidden: vec![5, 4] };
+        let mlp = ModelSpec::from_yaml("{kind: mlp, hidden: [5, 4]}").unwrap();
         let flat = InputShape::Flat(6);
         for (spec, classes) in [
-            (ModelSpec::Linear, 2),
-            (ModelSpec::Linear, 4),
+            (ModelSpec::from_yaml("{kind: linear}").unwrap(), 2),
+            (ModelSpec::from_yaml("{kind: linear}").unwrap(), 4),
             (mlp.clone(), 2),
             (mlp, 3),
         ] {
@@ -1081,7 +1083,7 @@ mod tests {
     /// of its scale between the grouped and the plain convolution, against 5e-6 here.
     #[test]
     fn stacked_convolutions_train_as_each_would_alone() {
-        let small = ModelSpec::SmallCnn { dropout: 0.25 };
+        let small = ModelSpec::from_yaml("{kind: small_cnn, dropout: 0.25}").unwrap();
         check(
             small.clone(),
             InputShape::Image([2, 8, 8]),
@@ -1097,17 +1099,17 @@ mod tests {
             1e-5,
         );
         check(
-            ModelSpec::Cnn,
+            ModelSpec::from_yaml("{kind: cnn}").unwrap(),
             InputShape::Image([1, 16, 16]),
             5,
             plan(LocalWork::Epochs(1), 0.5, 0.0),
             1e-5,
         );
-        let mobilenet = ModelSpec::MobilenetV2 {
+        let mobilenet = ModelSpec::of(MobilenetV2Spec {
             width: 0.25,
             norm: Normalization::Group,
             dropout: 0.2,
-        };
+        });
         check(
             mobilenet,
             InputShape::Image([3, 64, 64]),
@@ -1121,11 +1123,11 @@ mod tests {
     /// tables one after another: two layers over windows of 6 tokens.
     #[test]
     fn stacked_lstms_train_as_each_would_alone() {
-        let lstm = ModelSpec::Lstm {
+        let lstm = ModelSpec::of(LstmSpec {
             embedding: 4,
             hidden: 6,
             layers: 2,
-        };
+        });
         let tokens = InputShape::Tokens { len: 6, vocab: 7 };
         check(
             lstm.clone(),
@@ -1140,7 +1142,7 @@ mod tests {
     #[test]
     fn dropout_streams_leave_the_client_stream_where_training_alone_does() {
         let arch = Architecture::for_input(
-            &ModelSpec::SmallCnn { dropout: 0.3 },
+            &ModelSpec::from_yaml("{kind: small_cnn, dropout: 0.3}").unwrap(),
             InputShape::Image([1, 8, 8]),
             3,
         );
@@ -1176,18 +1178,24 @@ mod tests {
         let plan = plan(LocalWork::Epochs(1), 0.0, 0.01);
         let mut rng = ChaCha20Rng::seed_from_u64(4);
         for (spec, input) in [
-            (ModelSpec::Linear, InputShape::Flat(6)),
-            (ModelSpec::Mlp { hidden: vec![5] }, InputShape::Flat(6)),
             (
-                ModelSpec::SmallCnn { dropout: 0.25 },
+                ModelSpec::from_yaml("{kind: linear}").unwrap(),
+                InputShape::Flat(6),
+            ),
+            (
+                ModelSpec::from_yaml("{kind: mlp, hidden: [5]}").unwrap(),
+                InputShape::Flat(6),
+            ),
+            (
+                ModelSpec::from_yaml("{kind: small_cnn, dropout: 0.25}").unwrap(),
                 InputShape::Image([1, 8, 8]),
             ),
             (
-                ModelSpec::Lstm {
+                ModelSpec::of(LstmSpec {
                     embedding: 4,
                     hidden: 6,
                     layers: 2,
-                },
+                }),
                 InputShape::Tokens { len: 6, vocab: 7 },
             ),
         ] {
@@ -1249,26 +1257,43 @@ mod tests {
     fn models_without_batch_statistics_stack() {
         let image = InputShape::Image([3, 32, 32]);
         let tokens = InputShape::Tokens { len: 10, vocab: 20 };
-        let lstm = ModelSpec::Lstm {
+        let lstm = ModelSpec::of(LstmSpec {
             embedding: 8,
             hidden: 16,
             layers: 2,
-        };
-        let mobilenet = |norm| ModelSpec::MobilenetV2 {
-            width: 0.25,
-            norm,
-            dropout: 0.2,
+        });
+        let mobilenet = |norm| {
+            ModelSpec::of(MobilenetV2Spec {
+                width: 0.25,
+                norm,
+                dropout: 0.2,
+            })
         };
         for (spec, input, stacks, dense) in [
-            (ModelSpec::Linear, image, true, true),
             (
-                ModelSpec::Mlp { hidden: vec![5] },
+                ModelSpec::from_yaml("{kind: linear}").unwrap(),
+                image,
+                true,
+                true,
+            ),
+            (
+                ModelSpec::from_yaml("{kind: mlp, hidden: [5]}").unwrap(),
                 InputShape::Flat(3),
                 true,
                 true,
             ),
-            (ModelSpec::Cnn, image, true, false),
-            (ModelSpec::SmallCnn { dropout: 0.25 }, image, true, false),
+            (
+                ModelSpec::from_yaml("{kind: cnn}").unwrap(),
+                image,
+                true,
+                false,
+            ),
+            (
+                ModelSpec::from_yaml("{kind: small_cnn, dropout: 0.25}").unwrap(),
+                image,
+                true,
+                false,
+            ),
             (mobilenet(Normalization::Group), image, true, false),
             (mobilenet(Normalization::Batch), image, false, false),
             (lstm, tokens, true, false),
@@ -1288,26 +1313,31 @@ mod tests {
         // mixtures under fixed and per-row gates; 70 requests of the small models (two stacks
         // of parameter vectors), a few of the others.
         let mut rng = ChaCha20Rng::seed_from_u64(21);
-        let mobilenet = ModelSpec::MobilenetV2 {
+        let mobilenet = ModelSpec::of(MobilenetV2Spec {
             width: 0.25,
             norm: Normalization::Group,
             dropout: 0.2,
-        };
-        let lstm = ModelSpec::Lstm {
+        });
+        let lstm = ModelSpec::of(LstmSpec {
             embedding: 4,
             hidden: 6,
             layers: 2,
-        };
+        });
         for (spec, input, classes, requests) in [
-            (ModelSpec::Linear, InputShape::Flat(6), 2, 70),
             (
-                ModelSpec::Mlp { hidden: vec![5] },
+                ModelSpec::from_yaml("{kind: linear}").unwrap(),
+                InputShape::Flat(6),
+                2,
+                70,
+            ),
+            (
+                ModelSpec::from_yaml("{kind: mlp, hidden: [5]}").unwrap(),
                 InputShape::Flat(6),
                 4,
                 70,
             ),
             (
-                ModelSpec::SmallCnn { dropout: 0.25 },
+                ModelSpec::from_yaml("{kind: small_cnn, dropout: 0.25}").unwrap(),
                 InputShape::Image([1, 8, 8]),
                 3,
                 6,

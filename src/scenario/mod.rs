@@ -278,21 +278,24 @@ fn unknown_field(message: &str) -> Option<&str> {
 /// A catalogue's section (`data`, `algorithm`) reads its item's own fields and puts their path
 /// first (`` `a.b`: message ``): the error's path then goes down to that field. For an unknown
 /// field the path stays at its parent, as elsewhere.
-fn within_catalogue_section(path: String, message: String) -> (String, String) {
-    let Some((inner, rest)) = message.strip_prefix('`').and_then(|m| m.split_once("`: ")) else {
-        return (path, message);
-    };
-    let inner = match (unknown_field(rest), inner.rsplit_once('.')) {
-        (Some(f), Some((parent, last))) if f == last => parent,
-        (Some(f), None) if f == inner => "",
-        _ => inner,
-    };
-    let path = if inner.is_empty() {
-        path
-    } else {
-        join(&path, inner)
-    };
-    (path, rest.to_string())
+fn within_catalogue_section(mut path: String, mut message: String) -> (String, String) {
+    // Sections nest (`data.partition`): each level puts its own path first.
+    while let Some((inner, rest)) = message
+        .strip_prefix('`')
+        .and_then(|m| m.split_once("`: "))
+        .map(|(i, r)| (i.to_string(), r.to_string()))
+    {
+        let inner = match (unknown_field(&rest), inner.rsplit_once('.')) {
+            (Some(f), Some((parent, last))) if f == last => parent.to_string(),
+            (Some(f), None) if f == inner => String::new(),
+            _ => inner,
+        };
+        if !inner.is_empty() {
+            path = join(&path, &inner);
+        }
+        message = rest;
+    }
+    (path, message)
 }
 
 fn join(path: &str, field: &str) -> String {

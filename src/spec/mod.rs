@@ -7,6 +7,7 @@
 //! a scenario validates the same everywhere. Behaviour that uses these settings (drawing a
 //! sample, running a policy) lives with the entities that do it.
 
+pub mod catalogue;
 mod evaluation;
 mod policy;
 mod sampling;

@@ -284,7 +284,7 @@ fn a_projection_file_shapes_the_gaussians() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("field `algorithm`") && e.contains("cannot read"),
+        e.contains("field `algorithm.projection`") && e.contains("cannot read"),
         "{e}"
     );
 }

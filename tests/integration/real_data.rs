@@ -268,7 +268,7 @@ fn convolutional_models_refuse_data_without_images() {
         ),
         (
             "data.pixels=gray",
-            "field `data`: unknown variant `gray`, expected one of `unit`, `standardize`, `raw`",
+            "field `data.pixels`: unknown variant `gray`, expected one of `unit`, `standardize`, `raw`",
         ),
         (
             "data.novel=[blur]",

@@ -63,8 +63,12 @@ fn secs(s: u64) -> SimDuration {
 /// Transfer times of the noop model of `timed` (linear, 5 features, 2 classes): latency
 /// 10 ms plus 4 bytes per parameter over 8 (down) or 2 (up) Mbit/s, rounded up to a µs.
 fn transfers() -> (SimDuration, SimDuration) {
-    let params =
-        fedsim::models::Architecture::new(&fedsim::models::ModelSpec::Linear, 5, 2).num_params();
+    let params = fedsim::models::Architecture::new(
+        &fedsim::models::ModelSpec::from_yaml("{kind: linear}").unwrap(),
+        5,
+        2,
+    )
+    .num_params();
     let bits = 32.0 * params as f64;
     let t = |mbps: f64| {
         SimDuration::from_millis(10) + SimDuration::from_secs_f64_ceil(bits / (mbps * 1e6))

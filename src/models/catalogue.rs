@@ -1,0 +1,332 @@
+//! The model families a scenario can name (`model: {kind: ...}`), one entry each in [`MODELS`].
+//!
+//! A model family is its file (its settings type, implementing [`ModelSettings`]: the inputs it
+//! takes and the [`Network`] it is for an input shape and a number of outputs) plus one entry
+//! here. Everything else — parameter shapes and initialisation, the forward pass, stacking for
+//! cohorts, FLOPs and the memory estimate — follows from the layers, so a new family needs
+//! nothing more. Validation and `fedsim models` read only this catalogue.
+
+use super::{InitScheme, InputShape, Layer};
+use crate::spec::catalogue::{read_settings, split_tag, tagged, unknown};
+use crate::spec::FieldError;
+use serde::de::{DeserializeOwned, Error as _};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_yaml::{Mapping, Value};
+use std::any::{Any, TypeId};
+use std::fmt;
+
+/// The catalogue: every model family a scenario can name, in the order `fedsim models` lists
+/// them. The first is the default (`model:` left out).
+pub static MODELS: &[Registration] = &[
+    Registration::of::<super::dense::LinearSpec>(
+        "linear",
+        "logistic regression for two classes, softmax regression otherwise",
+    ),
+    Registration::of::<super::dense::MlpSpec>(
+        "mlp",
+        "fully connected ReLU network with the given hidden widths",
+    ),
+    Registration::of::<super::conv::CnnSpec>(
+        "cnn",
+        "the FedEM authors' FemnistCNN: two 5×5 convolutions with max-pooling, dense 2048",
+    ),
+    Registration::of::<super::conv::SmallCnnSpec>(
+        "small_cnn",
+        "the small CNN of FedEM's App. I.1 (Keras' MNIST example), with dropout",
+    ),
+    Registration::of::<super::lstm::LstmSpec>(
+        "lstm",
+        "embedding → stacked LSTM → dense decoder: the FedEM authors' next-character model",
+    ),
+    Registration::of::<super::mobilenet::MobilenetV2Spec>(
+        "mobilenet_v2",
+        "MobileNet-v2 as torchvision builds it, normalisation without running statistics",
+    ),
+];
+
+/// The inputs a model family takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inputs {
+    /// Any row: it is flattened.
+    Any,
+    /// Images `[channels, height, width]` at least `min_side` pixels high and wide.
+    Images { min_side: usize },
+    /// Windows of token ids.
+    Tokens,
+}
+
+/// A model for one input shape: its layers in forward order, how they are initialised, and
+/// what [`super::Architecture::summary`] says instead of listing them (a deep network's name).
+pub struct Network {
+    pub layers: Vec<Layer>,
+    pub init: InitScheme,
+    pub name: Option<String>,
+}
+
+impl Network {
+    /// Layers with PyTorch's default initialisation.
+    pub fn of(layers: Vec<Layer>) -> Network {
+        Network {
+            layers,
+            init: InitScheme::LayerDefaults,
+            name: None,
+        }
+    }
+}
+
+/// A model family's settings, as its `model:` section holds them (besides `kind`).
+pub trait ModelSettings:
+    Serialize + DeserializeOwned + Clone + fmt::Debug + PartialEq + Send + Sync + 'static
+{
+    /// The inputs it takes: checked against the data before anything is built.
+    const INPUTS: Inputs;
+
+    /// The smallest valid settings (YAML flow mapping, without `kind`), for tests and docs.
+    const EXAMPLE: &'static str = "{}";
+
+    /// Checks the settings; a path is below `model`.
+    fn validate(&self) -> Result<(), FieldError> {
+        Ok(())
+    }
+
+    /// The network for inputs of `input` (of the kind [`Self::INPUTS`] says) and `outputs`
+    /// output units.
+    fn network(&self, input: InputShape, outputs: usize) -> Network;
+}
+
+/// One entry of the catalogue: a kind, the inputs it takes, and how its settings are read.
+pub struct Registration {
+    pub kind: &'static str,
+    pub inputs: Inputs,
+    pub summary: &'static str,
+    /// The smallest valid settings ([`ModelSettings::EXAMPLE`]).
+    pub example: &'static str,
+    parse: fn(Value) -> Result<Box<dyn Settings>, String>,
+    settings_type: fn() -> TypeId,
+}
+
+impl Registration {
+    pub const fn of<S: ModelSettings>(kind: &'static str, summary: &'static str) -> Self {
+        Registration {
+            kind,
+            inputs: S::INPUTS,
+            summary,
+            example: S::EXAMPLE,
+            parse: parse::<S>,
+            settings_type: TypeId::of::<S>,
+        }
+    }
+
+    /// The registered model family called `kind`.
+    pub fn find(kind: &str) -> Option<&'static Registration> {
+        MODELS.iter().find(|r| r.kind == kind)
+    }
+
+    /// `{kind: …}` with the example settings, as a scenario's `model:` section (flow style).
+    pub fn example_section(&self) -> String {
+        let mut section = Mapping::new();
+        section.insert("kind".into(), self.kind.into());
+        if let Ok(Value::Mapping(fields)) = serde_yaml::from_str::<Value>(self.example) {
+            section.extend(fields);
+        }
+        crate::spec::compact(&Value::Mapping(section))
+    }
+}
+
+fn parse<S: ModelSettings>(fields: Value) -> Result<Box<dyn Settings>, String> {
+    Ok(Box::new(read_settings::<S>(fields)?))
+}
+
+/// Settings of some registered model family, their type erased.
+trait Settings: fmt::Debug + Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+    fn fields(&self) -> Value;
+    fn clone_box(&self) -> Box<dyn Settings>;
+    fn validate(&self) -> Result<(), FieldError>;
+    fn network(&self, input: InputShape, outputs: usize) -> Network;
+}
+
+impl<S: ModelSettings> Settings for S {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn fields(&self) -> Value {
+        serde_yaml::to_value(self).unwrap_or(Value::Null)
+    }
+    fn clone_box(&self) -> Box<dyn Settings> {
+        Box::new(self.clone())
+    }
+    fn validate(&self) -> Result<(), FieldError> {
+        ModelSettings::validate(self)
+    }
+    fn network(&self, input: InputShape, outputs: usize) -> Network {
+        ModelSettings::network(self, input, outputs)
+    }
+}
+
+/// The model family, as a scenario names it: `model: {kind: mlp, hidden: [64]}`.
+pub struct ModelSpec {
+    registration: &'static Registration,
+    settings: Box<dyn Settings>,
+}
+
+impl ModelSpec {
+    /// The family `kind` with `fields` (a mapping of its settings, without `kind`).
+    pub fn parse(kind: &str, fields: Value) -> Result<ModelSpec, String> {
+        let registration =
+            Registration::find(kind).ok_or_else(|| unknown(kind, MODELS.iter().map(|r| r.kind)))?;
+        Ok(ModelSpec {
+            registration,
+            settings: (registration.parse)(fields)?,
+        })
+    }
+
+    /// The registered family whose settings are `settings`.
+    pub fn of<S: ModelSettings>(settings: S) -> ModelSpec {
+        let registration = MODELS
+            .iter()
+            .find(|r| (r.settings_type)() == TypeId::of::<S>())
+            .expect("a model's settings type has its entry in the catalogue");
+        ModelSpec {
+            registration,
+            settings: Box::new(settings),
+        }
+    }
+
+    /// A model section written as YAML, e.g. `{kind: mlp, hidden: [16, 8]}`.
+    pub fn from_yaml(text: &str) -> Result<ModelSpec, String> {
+        serde_yaml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    pub fn kind(&self) -> &'static str {
+        self.registration.kind
+    }
+
+    pub fn registration(&self) -> &'static Registration {
+        self.registration
+    }
+
+    /// The settings as their own type, where they are of type `S`.
+    pub fn settings<S: ModelSettings>(&self) -> Option<&S> {
+        self.settings.as_any().downcast_ref()
+    }
+
+    /// Checks the settings; an error's path is below `model`.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        self.settings.validate()
+    }
+
+    /// The network for inputs of `input` and `outputs` outputs (after [`Self::check_input`]).
+    pub fn network(&self, input: InputShape, outputs: usize) -> Network {
+        self.settings.network(input, outputs)
+    }
+
+    /// Whether this model can take inputs of `shape`; the message says why not.
+    pub fn check_input(&self, shape: InputShape) -> Result<(), String> {
+        let name = self.kind();
+        match (self.registration.inputs, shape) {
+            (Inputs::Any, _) | (Inputs::Tokens, InputShape::Tokens { .. }) => Ok(()),
+            (Inputs::Tokens, _) => Err(format!(
+                "`{name}` needs token data (a text data set such as `shakespeare`)"
+            )),
+            (Inputs::Images { .. }, InputShape::Flat(_) | InputShape::Tokens { .. }) => {
+                Err(format!(
+                    "`{name}` needs image data ([channels, height, width]); this data set has \
+                     flat features (a Parquet file declares its image shape with `data.shape`)"
+                ))
+            }
+            (Inputs::Images { min_side }, InputShape::Image(image)) => {
+                if image[1] < min_side || image[2] < min_side {
+                    return Err(format!(
+                        "`{name}` needs images of at least {min_side}×{min_side} pixels, the \
+                         data has {}×{}",
+                        image[1], image[2]
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The first family of the catalogue (`linear`) with its defaults.
+impl Default for ModelSpec {
+    fn default() -> Self {
+        ModelSpec::parse(MODELS[0].kind, Value::Null).expect("the default model has defaults")
+    }
+}
+
+impl Clone for ModelSpec {
+    fn clone(&self) -> Self {
+        ModelSpec {
+            registration: self.registration,
+            settings: self.settings.clone_box(),
+        }
+    }
+}
+
+impl fmt::Debug for ModelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {:?}", self.kind(), self.settings)
+    }
+}
+
+impl PartialEq for ModelSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind() == other.kind() && self.settings.fields() == other.settings.fields()
+    }
+}
+
+impl Serialize for ModelSpec {
+    fn serialize<Z: Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
+        tagged("kind", self.kind(), &self.settings.fields()).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let (name, fields) = split_tag(
+            Value::deserialize(deserializer)?,
+            "kind",
+            "{kind: mlp, hidden: [64]}",
+        )
+        .map_err(D::Error::custom)?;
+        ModelSpec::parse(&name, fields).map_err(D::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_unique_and_found() {
+        for (i, r) in MODELS.iter().enumerate() {
+            assert!(MODELS[..i].iter().all(|o| o.kind != r.kind), "{}", r.kind);
+            assert_eq!(Registration::find(r.kind).unwrap().kind, r.kind);
+        }
+        assert_eq!(ModelSpec::default().kind(), "linear");
+    }
+
+    /// Every family reads its example, writes it back `kind` first, reads that again, and
+    /// builds a network for an input it takes.
+    #[test]
+    fn every_model_round_trips_and_builds() {
+        for r in MODELS {
+            let spec = ModelSpec::from_yaml(&r.example_section())
+                .unwrap_or_else(|e| panic!("{}: {e}", r.kind));
+            let text = serde_yaml::to_string(&spec).unwrap();
+            assert!(text.starts_with(&format!("kind: {}\n", r.kind)), "{text}");
+            assert_eq!(ModelSpec::from_yaml(&text).unwrap(), spec);
+            spec.validate()
+                .unwrap_or_else(|e| panic!("{}: example invalid: {e:?}", r.kind));
+            let input = match r.inputs {
+                Inputs::Any => InputShape::Flat(6),
+                Inputs::Images { min_side } => InputShape::Image([1, min_side, min_side]),
+                Inputs::Tokens => InputShape::Tokens { len: 5, vocab: 7 },
+            };
+            spec.check_input(input).unwrap();
+            assert!(!spec.network(input, 3).layers.is_empty(), "{}", r.kind);
+        }
+    }
+}
