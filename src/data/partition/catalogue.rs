@@ -27,6 +27,10 @@ pub static PARTITIONS: &[Registration] = &[
         "pfedme",
         "client u holds labels u, u + 1, … (pFedMe's MNIST split)",
     ),
+    Registration::of::<super::QuantitySkewSpec>(
+        "quantity_skew",
+        "shuffled rows, clients' shares of them drawn from Dir(α) (quantity skew)",
+    ),
     Registration::of::<super::PachinkoSpec>(
         "pachinko",
         "Pachinko allocation over coarse and fine labels (CIFAR-100 in FedEM)",

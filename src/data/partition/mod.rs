@@ -10,6 +10,7 @@ mod iid;
 mod natural;
 mod pachinko;
 mod pfedme;
+mod quantity_skew;
 mod shards;
 
 pub use catalogue::{
@@ -20,6 +21,7 @@ pub use iid::IidSpec;
 pub use natural::NaturalSpec;
 pub use pachinko::PachinkoSpec;
 pub use pfedme::PfedmeSpec;
+pub use quantity_skew::QuantitySkewSpec;
 pub use shards::ShardsSpec;
 
 use crate::spec::FieldError;
