@@ -34,6 +34,10 @@ pub static MODELS: &[Registration] = &[
         "small_cnn",
         "the small CNN of FedEM's App. I.1 (Keras' MNIST example), with dropout",
     ),
+    Registration::of::<super::lenet::Lenet5Spec>(
+        "lenet5",
+        "LeNet-5 (LeCun et al. 1998) with ReLU and max-pooling",
+    ),
     Registration::of::<super::lstm::LstmSpec>(
         "lstm",
         "embedding → stacked LSTM → dense decoder: the FedEM authors' next-character model",

@@ -12,6 +12,7 @@ mod conv;
 mod dense;
 mod device;
 mod gaussian;
+mod lenet;
 mod lstm;
 mod mobilenet;
 mod sgd;
@@ -24,6 +25,7 @@ pub use conv::{CnnSpec, SmallCnnSpec};
 pub use dense::{LinearSpec, MlpSpec};
 pub use device::{set_cublas_workspace, DeviceChoice, DeviceRows, Placement, DEVICE_ALLOWED};
 pub use gaussian::{Gaussian, GaussianInputs};
+pub use lenet::Lenet5Spec;
 pub use lstm::LstmSpec;
 pub use mobilenet::MobilenetV2Spec;
 pub use sgd::{
