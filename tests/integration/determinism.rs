@@ -24,12 +24,12 @@ fn check_algorithm_with(name: &str, settings: &[&str]) {
     let overrides: Vec<String> = std::iter::once(format!("algorithm.name={name}"))
         .chain(settings.iter().map(|s| s.to_string()))
         .collect();
-    check_overrides(name, &overrides);
+    check_overrides(SMALL, name, &overrides);
 }
 
-/// SMALL with `overrides`: identical result files with 1, 2 and 4 threads and on a rerun, and
+/// `text` with `overrides`: identical result files with 1, 2 and 4 threads and on a rerun, and
 /// other results with another seed.
-fn check_overrides(name: &str, overrides: &[String]) {
+fn check_overrides(text: &str, name: &str, overrides: &[String]) {
     let tmp = tempfile::tempdir().unwrap();
     let with = |extra: &[&'static str]| -> Vec<String> {
         overrides
@@ -40,10 +40,10 @@ fn check_overrides(name: &str, overrides: &[String]) {
     };
     let base = with(&[]);
     let base: Vec<&str> = base.iter().map(String::as_str).collect();
-    let one = run(SMALL, &base, 1, &tmp.path().join("a"));
-    let again = run(SMALL, &base, 1, &tmp.path().join("b"));
-    let two = run(SMALL, &base, 2, &tmp.path().join("c"));
-    let four = run(SMALL, &base, 4, &tmp.path().join("d"));
+    let one = run(text, &base, 1, &tmp.path().join("a"));
+    let again = run(text, &base, 1, &tmp.path().join("b"));
+    let two = run(text, &base, 2, &tmp.path().join("c"));
+    let four = run(text, &base, 4, &tmp.path().join("d"));
     assert_eq!(one, again, "{name}: two runs with the same seed differ");
     assert_eq!(one, two, "{name}: 1 and 2 threads differ");
     assert_eq!(one, four, "{name}: 1 and 4 threads differ");
@@ -57,7 +57,7 @@ fn check_overrides(name: &str, overrides: &[String]) {
     }
     let reseeded = with(&["seed=8"]);
     let reseeded: Vec<&str> = reseeded.iter().map(String::as_str).collect();
-    run(SMALL, &reseeded, 2, &tmp.path().join("e"));
+    run(text, &reseeded, 2, &tmp.path().join("e"));
     // Which clients are sampled follows the seed, whatever else the algorithm draws.
     let differ = fedsim::results::differing_files(&tmp.path().join("a"), &tmp.path().join("e"));
     assert!(
@@ -70,13 +70,18 @@ fn check_overrides(name: &str, overrides: &[String]) {
 /// over a ring where it is decentralized): a new algorithm is checked without editing a list.
 #[test]
 fn every_registered_algorithm_is_deterministic_across_threads_and_reruns() {
+    // Every peer trains each round: SMALL's sampling goes for decentralized algorithms.
+    let peers = SMALL.replace("sampling: {fraction: 0.5}\n", "");
     for r in fedsim::algorithms::registry::REGISTRY {
         let mut overrides = vec![format!("algorithm={}", r.example_section())];
-        if r.capabilities.decentralized {
+        let text = if r.capabilities.decentralized {
             overrides
                 .push("topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}".into());
-        }
-        check_overrides(r.name, &overrides);
+            peers.as_str()
+        } else {
+            SMALL
+        };
+        check_overrides(text, r.name, &overrides);
     }
 }
 
