@@ -33,6 +33,11 @@ pub static DATASETS: &[Registration] = &[
         Source::Generated,
         "FedGMM's benchmark (Wu et al. 2023, Sec. 4.1): input components with their own labels",
     ),
+    Registration::of::<super::BlobsSpec>(
+        "blobs",
+        Source::Generated,
+        "Gaussian blobs, one per class, each client with its own label shares",
+    ),
     Registration::of::<super::MnistSpec>(
         "mnist",
         Source::Fetched("mnist"),

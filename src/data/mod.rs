@@ -6,6 +6,7 @@
 //! This module generates and splits data; it does not train, and it holds no tch tensors
 //! (tensors are not `Sync`; the trainer makes zero-copy views of these buffers instead).
 
+mod blobs;
 mod catalogue;
 mod fedem_synthetic;
 mod fedgmm_synthetic;
@@ -18,6 +19,7 @@ mod shakespeare;
 mod split;
 mod synthetic_ab;
 
+pub use blobs::BlobsSpec;
 pub use catalogue::{
     DatasetSettings, DatasetSpec, Registration as DatasetRegistration, Source, DATASETS,
 };
