@@ -388,11 +388,10 @@ fn real_main() -> Result<i32> {
                 .build(&s.split, &SeedTree::new(s.data_seed))
                 .with_context(|| format!("building the data of {}", scenario.display()))?;
             out!("{}: {}", s.name, DataDescription::of(&data));
-            let arch = fedsim::models::Architecture::for_input(
-                &s.run.model,
-                data.input_shape(),
-                data.classes,
-            );
+            let data = std::sync::Arc::new(data);
+            let parts = fedsim::actors::SimInit::new(&s.run, data.clone())
+                .with_context(|| format!("the system model of {}", scenario.display()))?;
+            let (arch, system) = (&parts.arch, &parts.system);
             outln!(
                 "  model: {} parameters, {:.3} MFLOP per sample forward (about 3× that to \
                  train); {}",
@@ -400,14 +399,6 @@ fn real_main() -> Result<i32> {
                 arch.flops_per_sample() as f64 / 1e6,
                 arch.summary()
             );
-            let system = fedsim::system::SystemModel::build(
-                &s.run.system,
-                &SeedTree::new(s.run.seed),
-                data.num_clients(),
-                fedsim::system::SampleCost::of(&arch, s.run.training.plan.batch_size),
-                data.truth.as_ref(),
-            )
-            .with_context(|| format!("the system model of {}", scenario.display()))?;
             let clients = data.num_clients() as u32;
             if let Some((online, gone)) = system.availability_outlook(clients, SimTime::ZERO) {
                 out!("  availability: {online} of {clients} clients online at the start");

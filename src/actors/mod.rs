@@ -10,6 +10,7 @@ mod client;
 mod cohort;
 mod evaluation;
 mod gossip;
+mod init;
 mod peer;
 mod policy;
 mod sampling;
@@ -17,6 +18,7 @@ mod server;
 mod trainer;
 
 use crate::algorithms::Launcher;
+pub use init::SimInit;
 pub use peer::{consensus_distance, PeerMsg};
 pub use policy::staleness_factor;
 pub use trainer::TrainerPool;
@@ -38,7 +40,7 @@ use crate::sim::{
     SimError, SimTime, World,
 };
 use crate::spec::OnDivergence;
-use crate::system::{Link, SampleCost, SystemModel};
+use crate::system::{Link, SystemModel};
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use client::Client;
@@ -623,23 +625,15 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
     let spec = spec.clone();
     let system = actix::System::new();
     system.block_on(async move {
-        let seeds = SeedTree::new(spec.seed);
-        let arch = Architecture::for_input(&spec.model, data.input_shape(), data.classes);
-        let global = algorithm.init_global(&arch, &mut seeds.rng(Entity::Run, "model_init", 0));
         let num_clients = data.num_clients() as u32;
-        let jobs = Arc::new(JobContext::new(algorithm, arch, &spec, placement, data));
-        let pool = TrainerPool::start(threads);
-        let _drain = pool.drain_on_drop();
-        let dispatch = cohort::Dispatch::new(pool, jobs.clone());
-        let system_model = SystemModel::build(
-            &spec.system,
-            &seeds,
-            num_clients as usize,
-            SampleCost::of(&jobs.arch, spec.training.plan.batch_size),
-            jobs.data.truth.as_ref(),
-        )
-        .map_err(|e| SimError::Setup(e.into()))?;
-        let system_model = Arc::new(system_model);
+        let init::Started {
+            seeds,
+            global,
+            jobs,
+            dispatch,
+            system: system_model,
+        } = SimInit::new(&spec, data)?.start(algorithm, &spec, placement, threads);
+        let _drain = dispatch.pool().drain_on_drop();
         let global = Arc::new(global);
         let clients = client::Roster::new(client::RosterParts {
             jobs: jobs.clone(),
@@ -707,7 +701,7 @@ async fn run_world<W: World<Record = Record>>(
 pub(crate) mod testkit {
     use super::JobContext;
     use crate::algorithms::FedAvg;
-    use crate::models::{Architecture, Placement};
+    use crate::models::Placement;
     use crate::scenario::Scenario;
     use crate::sim::SeedTree;
     use crate::system::SystemModel;
@@ -726,20 +720,16 @@ pub(crate) mod testkit {
         );
         let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
         let s = Scenario::from_yaml(&text, Path::new("t.yaml"), &overrides).unwrap();
-        let seeds = SeedTree::new(1);
-        let data = Arc::new(s.data.build(&s.split, &seeds).unwrap());
-        let batch = s.run.training.plan.batch_size;
-        let arch = Architecture::for_input(&s.run.model, data.input_shape(), data.classes);
-        let cost = crate::system::SampleCost::of(&arch, batch);
-        let system = SystemModel::build(&s.run.system, &seeds, 2, cost, None).unwrap();
+        let data = Arc::new(s.data.build(&s.split, &SeedTree::new(1)).unwrap());
+        let parts = super::SimInit::new(&s.run, data).unwrap();
         let jobs = Arc::new(JobContext::new(
             FedAvg::plain(),
-            arch,
+            parts.arch,
             &s.run,
             Placement::default(),
-            data,
+            parts.data,
         ));
-        (s, jobs, Arc::new(system))
+        (s, jobs, Arc::new(parts.system))
     }
 }
 

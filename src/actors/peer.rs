@@ -33,7 +33,7 @@ use super::evaluation::EvaluatedClients;
 use super::gossip::{Complete, Inbox};
 use super::{
     device_record, evaluation_records, member_entity, run_world, Deliver, DivergenceWatch,
-    EvalContext, HubWorld, JobContext, Outbox, Routed, Seen, TrainerPool,
+    EvalContext, HubWorld, JobContext, Outbox, Routed, Seen,
 };
 use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip};
 use crate::data::FederatedData;
@@ -568,30 +568,27 @@ pub(super) fn simulate_peers<A: Gossip>(
     })?;
     let system = actix::System::new();
     system.block_on(async move {
-        let seeds = SeedTree::new(spec.seed);
         let peers = data.num_clients();
-        let topology =
-            Topology::build(&topology_spec, peers, seeds).map_err(|e| SimError::Setup(e.into()))?;
-        let arch =
-            crate::models::Architecture::for_input(&spec.model, data.input_shape(), data.classes);
-        let init =
-            Arc::new(algorithm.init_global(&arch, &mut seeds.rng(Entity::Run, "model_init", 0)));
-        let states: Vec<A::ClientState> = (0..peers as u32)
-            .map(|p| algorithm.init_client(&init, p))
-            .collect();
-        let system_model = SystemModel::build(
-            &spec.system,
-            &seeds,
-            peers,
-            crate::system::SampleCost::of(&arch, spec.training.plan.batch_size),
-            data.truth.as_ref(),
-        )
-        .map_err(|e| SimError::Setup(e.into()))?;
-        let devices = (0..peers as u32)
-            .map(|p| device_record(&system_model, p))
-            .collect();
         let n_train: Vec<f64> = (0..peers)
             .map(|p| data.split_len(p, Split::Train) as f64)
+            .collect();
+        let parts = super::SimInit::new(&spec, data)?;
+        let seeds = parts.seeds;
+        let topology =
+            Topology::build(&topology_spec, peers, seeds).map_err(|e| SimError::Setup(e.into()))?;
+        let devices = (0..peers as u32)
+            .map(|p| device_record(&parts.system, p))
+            .collect();
+        let super::init::Started {
+            global,
+            jobs,
+            dispatch,
+            system: system_model,
+            ..
+        } = parts.start(algorithm, &spec, placement, threads);
+        let init = Arc::new(global);
+        let states: Vec<A::ClientState> = (0..peers as u32)
+            .map(|p| jobs.algorithm.init_client(&init, p))
             .collect();
         let total: f64 = n_train.iter().sum();
         let step_weights = match topology_spec.step_weights {
@@ -600,12 +597,10 @@ pub(super) fn simulate_peers<A: Gossip>(
             }
             _ => vec![1.0; peers],
         };
-        let jobs = Arc::new(JobContext::new(algorithm, arch, &spec, placement, data));
-        let dispatch = Dispatch::new(TrainerPool::start(threads), jobs.clone());
         let shared = Arc::new(Shared {
             jobs,
             dispatch,
-            system: Arc::new(system_model),
+            system: system_model,
             topology: Arc::new(topology),
             seeds,
             rounds: spec.rounds,

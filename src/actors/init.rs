@@ -1,0 +1,85 @@
+//! Setting a simulation up, in one place for server runs, peer runs, `fedsim describe` and the
+//! actors' tests (in the spirit of nexosim's `SimInit`): from a run's settings and its data,
+//! the seed tree, the model's architecture and the system model ([`SimInit::new`]); with an
+//! algorithm, its initial global model, the jobs' shared context and the trainer pool
+//! ([`SimInit::start`]).
+//!
+//! Every random draw here comes from its own keyed stream of the run's seed (`model_init`, the
+//! system model's streams), so the order in which parts are built changes nothing.
+
+use super::cohort::Dispatch;
+use super::{JobContext, TrainerPool};
+use crate::algorithms::Algorithm;
+use crate::data::FederatedData;
+use crate::models::{Architecture, Placement};
+use crate::scenario::RunSpec;
+use crate::sim::{Entity, SeedTree, SimError};
+use crate::system::{SampleCost, SystemModel};
+use std::sync::Arc;
+
+/// The parts of a simulation that do not depend on its algorithm.
+pub struct SimInit {
+    pub seeds: SeedTree,
+    pub arch: Architecture,
+    pub system: SystemModel,
+    pub data: Arc<FederatedData>,
+}
+
+/// What an algorithm's run starts from.
+pub(super) struct Started<A: Algorithm> {
+    pub(super) seeds: SeedTree,
+    /// The initial global model (every client's and peer's first model).
+    pub(super) global: A::Global,
+    pub(super) jobs: Arc<JobContext<A>>,
+    pub(super) dispatch: Dispatch<A>,
+    pub(super) system: Arc<SystemModel>,
+}
+
+impl SimInit {
+    /// The seed tree of `spec.seed`, the architecture of `spec.model` for `data`, and the
+    /// system model of its clients (one per client of `data`, held-out ones included).
+    pub fn new(spec: &RunSpec, data: Arc<FederatedData>) -> Result<SimInit, SimError> {
+        let seeds = SeedTree::new(spec.seed);
+        let arch = Architecture::for_input(&spec.model, data.input_shape(), data.classes);
+        let system = SystemModel::build(
+            &spec.system,
+            &seeds,
+            data.num_clients(),
+            SampleCost::of(&arch, spec.training.plan.batch_size),
+            data.truth.as_ref(),
+        )
+        .map_err(|e| SimError::Setup(e.into()))?;
+        Ok(SimInit {
+            seeds,
+            arch,
+            system,
+            data,
+        })
+    }
+
+    /// `algorithm`'s initial global model (from the run's `model_init` stream), its jobs'
+    /// context on `placement`, and a trainer pool of `threads` threads.
+    pub(super) fn start<A: Algorithm>(
+        self,
+        algorithm: A,
+        spec: &RunSpec,
+        placement: Placement,
+        threads: usize,
+    ) -> Started<A> {
+        let global = algorithm.init_global(
+            &self.arch,
+            &mut self.seeds.rng(Entity::Run, "model_init", 0),
+        );
+        let jobs = Arc::new(JobContext::new(
+            algorithm, self.arch, spec, placement, self.data,
+        ));
+        let dispatch = Dispatch::new(TrainerPool::start(threads), jobs.clone());
+        Started {
+            seeds: self.seeds,
+            global,
+            jobs,
+            dispatch,
+            system: Arc::new(self.system),
+        }
+    }
+}
