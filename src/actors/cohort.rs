@@ -1,8 +1,8 @@
 //! Cohort training: the training jobs the scheduler has dispatched and not yet had to wait
 //! for, trained as one stacked computation (clients' and peers' alike), and their evaluations.
 //!
-//! Where the algorithm's update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]) or of
-//! minibatch steps by its own rule ([`Algorithm::BATCHWISE_UPDATE`]), the model stacks
+//! Where the algorithm's update is made of local SGD runs ([`LocalUpdate::Sgd`]) or of
+//! minibatch steps by its own rule ([`LocalUpdate::Batchwise`]), the model stacks
 //! ([`Architecture::stacks`]) and `training.cohorts` asks for it where it pays
 //! ([`stacking_pays`]), clients (and peers) queue their training jobs here instead of on the
 //! trainer pool. The scheduler
@@ -26,6 +26,7 @@
 //! [`World::flush`]: crate::sim::World::flush
 
 use super::{JobContext, TrainerPool};
+use crate::algorithms::LocalUpdate;
 use crate::algorithms::{
     Algorithm, BatchwiseClient, BatchwiseUpdate, ClientReport, Cohorts, Evaluation, LocalContext,
     SgdRun, Tested,
@@ -69,7 +70,7 @@ const BATCHWISE_MAX_FLOPS_PER_ROW: u64 = 50_000;
 fn stacking_pays<A: Algorithm>(arch: &Architecture, placement: &Placement) -> bool {
     placement.on_gpu()
         || arch.is_dense()
-            && (A::BATCHWISE_UPDATE.is_none()
+            && (!matches!(A::UPDATE, LocalUpdate::Batchwise(_))
                 || arch.flops_per_sample() <= BATCHWISE_MAX_FLOPS_PER_ROW)
 }
 
@@ -534,10 +535,13 @@ fn train_cohort<A: Algorithm>(
     device: tch::Device,
     resident: Option<DeviceRows>,
 ) -> Vec<Trained<A>> {
-    if let Some(batchwise) = A::BATCHWISE_UPDATE {
-        return train_batchwise_cohort(jobs, batchwise, shard, device, resident);
-    }
-    let sgd = A::SGD_UPDATE.expect("cohorts are formed only for algorithms that declare them");
+    let sgd = match A::UPDATE {
+        LocalUpdate::Batchwise(batchwise) => {
+            return train_batchwise_cohort(jobs, batchwise, shard, device, resident)
+        }
+        LocalUpdate::Sgd(sgd) => sgd,
+        LocalUpdate::Own(_) => unreachable!("cohorts are formed only for updates that stack"),
+    };
     let plan = &jobs.training.plan;
     let clients: Vec<u32> = shard.iter().map(|job| job.client).collect();
     let rows = jobs.data.rows_for(&clients);

@@ -5,6 +5,7 @@
 //! α ← α − η_α·⟨v − w, ∇f(v̄)⟩, kept in [0, 1]. The server averages the w's (weights n_t).
 //! Clients are evaluated with α·v + (1 − α)·w_global. Plain SGD: momentum is not used.
 
+use super::LocalUpdate;
 use super::{
     descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, Tested,
 };
@@ -126,7 +127,7 @@ impl Algorithm for Apfl {
 
     /// w starts from the global model and v from the client's last one (the global model at
     /// first); each minibatch moves both, and α.
-    const BATCHWISE_UPDATE: Option<BatchwiseUpdate<Self>> = Some(BatchwiseUpdate {
+    const UPDATE: LocalUpdate<Self> = LocalUpdate::Batchwise(BatchwiseUpdate {
         plan: |_, plan| *plan,
         begin: |_, _, global, client| {
             client.global_copy = global.clone();

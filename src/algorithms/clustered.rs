@@ -13,6 +13,7 @@
 //! client id keeps the cluster's id while the other gets the next free id. Cluster ids appear
 //! in the results (`cluster` column).
 
+use super::LocalUpdate;
 use super::{weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, Tested};
 use crate::models::Architecture;
 use crate::records::ModelKind;
@@ -209,7 +210,7 @@ impl Algorithm for Clustered {
     }
 
     /// One run from the client's cluster model; the update is the change.
-    const SGD_UPDATE: Option<SgdUpdate<Self>> = Some(SgdUpdate {
+    const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
         begin: |_, ctx, global, momentum, _| {
             vec![SgdRun {
                 params: global.models[global.of_client[ctx.client as usize] as usize].clone(),

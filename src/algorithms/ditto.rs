@@ -7,6 +7,7 @@
 //! from its own shuffle of the client's rows. Both are local SGD runs, so Ditto trains in
 //! cohorts.
 
+use super::LocalUpdate;
 use super::{Algorithm, LocalContext, SgdRun, SgdUpdate, Tested};
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
 use crate::models::{Architecture, LocalPlan};
@@ -107,7 +108,7 @@ impl Algorithm for Ditto {
 
     /// Two runs: the global model's (FedAvg's, with the client's momentum), then the personal
     /// model's (plain SGD at `personal_lr`, pulled towards the received global model by λ).
-    const SGD_UPDATE: Option<SgdUpdate<Self>> = Some(SgdUpdate {
+    const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
         begin: |alg, ctx, global, state, _| {
             let personal = if state.personal.is_empty() {
                 global.clone()

@@ -5,6 +5,7 @@
 //! - FedAvg+ (Jiang et al. 2019) trains like FedAvg; at evaluation each client fine-tunes a copy
 //!   of the global model for a few local epochs and is tested on it.
 
+use super::LocalUpdate;
 use super::{
     stale_delta_average, weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, StaleUpdate,
     Tested,
@@ -235,7 +236,7 @@ impl Algorithm for FedAvg {
 
     /// One run from the global model with the client's momentum (FedProx: anchored at the
     /// global model).
-    const SGD_UPDATE: Option<SgdUpdate<Self>> = Some(SgdUpdate {
+    const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
         begin: |alg, _, global, momentum, _| {
             vec![SgdRun {
                 params: global.clone(),

@@ -5,6 +5,7 @@
 //! q(i, m). The server averages each component with weights p_t = n_t / n. A client predicts with
 //! Σ_m π_m · p(y | x; θ_m).
 
+use super::LocalUpdate;
 use super::{
     stale_delta_average, weighted_average, AggregateStale, Algorithm, ClientReport, LocalContext,
     SgdRun, SgdUpdate, StaleUpdate, Tested,
@@ -330,7 +331,7 @@ impl Algorithm for FedEm {
     }
 
     /// E-step (the client's π moves), then one weighted run per component.
-    const SGD_UPDATE: Option<SgdUpdate<Self>> = Some(SgdUpdate {
+    const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
         begin: |_, ctx, global, state, _| {
             let view = ctx.train_view();
             let losses = sample_losses(ctx.arch, global, view);

@@ -18,6 +18,7 @@
 //! closed-form statistics of older models do not combine by deltas.
 
 use super::fedem::{trained_models, weighted_runs};
+use super::LocalUpdate;
 use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, LocalContext, Tested};
 use super::{SgdUpdate, MIN_MIXTURE_WEIGHT};
 use crate::data::SplitView;
@@ -258,7 +259,7 @@ impl super::Finite for GmmGlobal {
 
 /// A client's joint weights π(k, m) (index k·M + m) and one momentum buffer per classifier
 /// (FedEM's client state over pairs); while its classifiers train, the Gaussians its E-step
-/// fitted (see [`FedGmm::SGD_UPDATE`]).
+/// fitted (see its [`LocalUpdate::Sgd`]).
 #[derive(Clone, Debug)]
 pub struct GmmClient {
     pub pi: Vec<f64>,
@@ -521,7 +522,7 @@ impl Algorithm for FedGmm {
 
     /// E-step over all pairs (π moves) and the Gaussians' closed-form M-step, then one
     /// weighted run per classifier (rows weighted by Σ_k r), alone or stacked in a cohort.
-    const SGD_UPDATE: Option<SgdUpdate<Self>> = Some(SgdUpdate {
+    const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
         begin: |alg, ctx, global, state, _| {
             let view = ctx.train_view();
             let inputs = alg.inputs(view);

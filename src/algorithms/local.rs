@@ -1,6 +1,7 @@
 //! Local training: every client trains its own model on its own data and nothing is
 //! communicated. All clients start from the same initial model.
 
+use super::LocalUpdate;
 use super::{AggregateStale, Algorithm, LocalContext, SgdRun, SgdUpdate, Tested};
 use crate::models::Architecture;
 use crate::records::ModelKind;
@@ -67,7 +68,7 @@ impl Algorithm for Local {
     }
 
     /// One run of the client's own model.
-    const SGD_UPDATE: Option<SgdUpdate<Self>> = Some(SgdUpdate {
+    const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
         begin: |_, _, _, state, _| {
             vec![SgdRun {
                 params: std::mem::take(&mut state.params),

@@ -87,7 +87,7 @@ pub struct Training {
 
 /// Whether clients train in cohorts (`training.cohorts`): a round's training jobs as one
 /// stacked computation, where the algorithm declares an update cohorts can train
-/// ([`Algorithm::SGD_UPDATE`], [`Algorithm::BATCHWISE_UPDATE`]) and the model stacks
+/// ([`LocalUpdate::Sgd`], [`LocalUpdate::Batchwise`]) and the model stacks
 /// ([`crate::models::Architecture::stacks`]). Results match training each client alone up to
 /// float rounding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -309,10 +309,15 @@ pub trait Algorithm: Send + Sync + 'static {
     /// Number of f32 values in an update (0: no message).
     fn update_len(&self, update: &Self::Update) -> usize;
 
-    /// A client's local work for one round. Runs on the trainer pool; must depend only on its
-    /// arguments. An algorithm whose update is made of local SGD runs declares
-    /// [`Algorithm::SGD_UPDATE`] instead and keeps this default, which trains the runs one
-    /// after another; one with its own update rule (pFedMe, APFL, ...) writes this.
+    /// How a client's update for one round is computed: the one choice every algorithm
+    /// makes, at compile time (an algorithm without it does not compile). Local SGD runs
+    /// ([`LocalUpdate::Sgd`]) and minibatch rules ([`LocalUpdate::Batchwise`]) let a round's
+    /// clients train as one stacked computation (`training.cohorts`); [`LocalUpdate::Own`]
+    /// trains each client alone.
+    const UPDATE: LocalUpdate<Self>;
+
+    /// A client's local work for one round, alone, as [`Algorithm::UPDATE`] says. Runs on the
+    /// trainer pool; depends only on its arguments.
     fn local_update(
         &self,
         ctx: &LocalContext<'_>,
@@ -320,45 +325,34 @@ pub trait Algorithm: Send + Sync + 'static {
         state: &mut Self::ClientState,
         rng: &mut ChaCha20Rng,
     ) -> Self::Update {
-        if let Some(batchwise) = Self::BATCHWISE_UPDATE {
-            (batchwise.begin)(self, ctx, global, state);
-            let plan = (batchwise.plan)(self, &ctx.training.plan);
-            for_each_batch(ctx.arch, ctx.train_view(), &plan, rng, |batch| {
-                let mut alone = [BatchwiseClient {
-                    state: &mut *state,
-                    lr: ctx.lr,
-                }];
-                (batchwise.step)(self, &mut alone, batch);
-            });
-            return (batchwise.finish)(self, ctx, global, state);
+        match Self::UPDATE {
+            LocalUpdate::Own(update) => update(self, ctx, global, state, rng),
+            LocalUpdate::Batchwise(batchwise) => {
+                (batchwise.begin)(self, ctx, global, state);
+                let plan = (batchwise.plan)(self, &ctx.training.plan);
+                for_each_batch(ctx.arch, ctx.train_view(), &plan, rng, |batch| {
+                    let mut alone = [BatchwiseClient {
+                        state: &mut *state,
+                        lr: ctx.lr,
+                    }];
+                    (batchwise.step)(self, &mut alone, batch);
+                });
+                (batchwise.finish)(self, ctx, global, state)
+            }
+            LocalUpdate::Sgd(sgd) => {
+                let mut runs = (sgd.begin)(self, ctx, global, state, rng);
+                for run in &mut runs {
+                    ctx.train_run(run, rng);
+                }
+                (sgd.finish)(self, ctx, global, state, runs)
+            }
         }
-        let Some(sgd) = Self::SGD_UPDATE else {
-            unreachable!(
-                "an algorithm implements `local_update` or declares `SGD_UPDATE` or \
-                 `BATCHWISE_UPDATE`"
-            )
-        };
-        let mut runs = (sgd.begin)(self, ctx, global, state, rng);
-        for run in &mut runs {
-            ctx.train_run(run, rng);
-        }
-        (sgd.finish)(self, ctx, global, state, runs)
     }
-
-    /// The update split around its local SGD runs, if it is made of them: declaring it lets
-    /// a round's clients train as one stacked computation (`training.cohorts`). `None`: the
-    /// algorithm has its own update rule and trains each client alone.
-    const SGD_UPDATE: Option<SgdUpdate<Self>> = None;
 
     /// How many model-sized vectors a client keeps between rounds once it has trained (a
     /// personal model, a copy of the global one), at least: what the memory estimate charges
     /// each client that trains. Momentum kept across rounds is not counted (it is optional).
     const CLIENT_MODELS: usize = 0;
-
-    /// The update as a rule applied minibatch by minibatch, if it is one (pFedMe, APFL,
-    /// Per-FedAvg): declaring it lets a round's clients take each minibatch step together, their
-    /// gradient queries answered by one stacked computation (`training.cohorts`).
-    const BATCHWISE_UPDATE: Option<BatchwiseUpdate<Self>> = None;
 
     /// Samples a client's local work processes (what the device model charges time for), for
     /// `n_train` training rows. One pass of the plan unless the algorithm does more.
@@ -449,6 +443,34 @@ pub struct SgdRun {
     /// personal model).
     pub plain_sgd: bool,
 }
+
+/// How an algorithm computes a client's update ([`Algorithm::UPDATE`]).
+pub enum LocalUpdate<A: Algorithm + ?Sized> {
+    /// Local SGD runs, with the work before and after them (FedAvg, FedEM, Ditto, ...):
+    /// cohorts stack the runs.
+    Sgd(SgdUpdate<A>),
+    /// A rule applied minibatch by minibatch (pFedMe, APFL, Per-FedAvg): cohorts take each
+    /// step together, their gradient queries answered by one stacked computation.
+    Batchwise(BatchwiseUpdate<A>),
+    /// The algorithm's own function, for each client alone.
+    Own(OwnUpdate<A>),
+}
+
+impl<A: Algorithm + ?Sized> LocalUpdate<A> {
+    /// Whether a round's clients can train as one stacked computation.
+    pub const fn stacks(&self) -> bool {
+        !matches!(self, LocalUpdate::Own(_))
+    }
+}
+
+/// See [`LocalUpdate::Own`].
+pub type OwnUpdate<A> = fn(
+    &A,
+    &LocalContext<'_>,
+    &<A as Algorithm>::Global,
+    &mut <A as Algorithm>::ClientState,
+    &mut ChaCha20Rng,
+) -> <A as Algorithm>::Update;
 
 /// A client's update made of local SGD runs on its training split, with this round's plan and
 /// learning rate. `begin` says which runs the update needs (it may change the client's state

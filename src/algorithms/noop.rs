@@ -3,6 +3,7 @@
 //! times, participation, stragglers) at scales where training would dominate, and for
 //! measuring the simulator's own overhead.
 
+use super::LocalUpdate;
 use super::{AggregateStale, Algorithm, LocalContext, Tested};
 use crate::models::Architecture;
 use rand_chacha::ChaCha20Rng;
@@ -43,15 +44,8 @@ impl Algorithm for Noop {
         *update
     }
 
-    fn local_update(
-        &self,
-        _: &LocalContext<'_>,
-        global: &usize,
-        _: &mut (),
-        _: &mut ChaCha20Rng,
-    ) -> usize {
-        *global
-    }
+    /// Nothing is trained: the "update" is the global model's size, for the system model.
+    const UPDATE: LocalUpdate<Self> = LocalUpdate::Own(|_, _, global, _, _| *global);
 
     fn models(&self, _: &usize) -> Vec<Vec<f32>> {
         Vec::new()

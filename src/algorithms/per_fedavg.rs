@@ -8,6 +8,7 @@
 //! pairs (2R minibatches); with local epochs, consecutive minibatches of each pass are paired
 //! (an odd last one is left out). Plain SGD: momentum is not used.
 
+use super::LocalUpdate;
 use super::{
     descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, Tested,
 };
@@ -106,7 +107,7 @@ impl Algorithm for PerFedAvg {
     }
 
     /// Minibatches in pairs: the first makes the trial step, the second moves w.
-    const BATCHWISE_UPDATE: Option<BatchwiseUpdate<Self>> = Some(BatchwiseUpdate {
+    const UPDATE: LocalUpdate<Self> = LocalUpdate::Batchwise(BatchwiseUpdate {
         plan: |_, plan| paired(plan),
         begin: |_, _, global, client| {
             client.global_copy = global.clone();

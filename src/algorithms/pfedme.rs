@@ -10,6 +10,7 @@
 //! Settings: R = `training.local_steps`, |D| = `training.batch_size`, η = `training.lr` (and
 //! its schedule), S = `sampling`; λ, K, η_p and β here. Plain SGD: momentum is not used.
 
+use super::LocalUpdate;
 use super::{
     descend, weighted_average, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients,
     LocalContext, Tested,
@@ -145,7 +146,7 @@ impl Algorithm for PFedMe {
     }
 
     /// θ and w_i start from w; each minibatch, K steps on θ then one on w_i.
-    const BATCHWISE_UPDATE: Option<BatchwiseUpdate<Self>> = Some(BatchwiseUpdate {
+    const UPDATE: LocalUpdate<Self> = LocalUpdate::Batchwise(BatchwiseUpdate {
         plan: |_, plan| *plan,
         begin: |_, _, global, client| {
             client.theta = global.clone();

@@ -158,8 +158,8 @@ pub struct Capabilities {
     /// Combines updates computed from older models (FedBuff, late updates).
     pub stale_updates: bool,
     /// Its clients can train in cohorts, as one stacked computation (`training.cohorts`): its
-    /// update is made of local SGD runs ([`Algorithm::SGD_UPDATE`]) or of minibatch steps by its
-    /// own rule ([`Algorithm::BATCHWISE_UPDATE`]), with a server or on peers.
+    /// update is made of local SGD runs ([`LocalUpdate::Sgd`](super::LocalUpdate::Sgd)) or of minibatch steps by its
+    /// own rule ([`LocalUpdate::Batchwise`](super::LocalUpdate::Batchwise)), with a server or on peers.
     pub cohorts: bool,
     /// Model-sized vectors each client that has trained keeps ([`Algorithm::CLIENT_MODELS`]).
     pub client_models: usize,
@@ -167,7 +167,7 @@ pub struct Capabilities {
 
 /// Whether the algorithm declares an update that cohorts can train.
 pub const fn trains_in_cohorts<A: Algorithm>() -> bool {
-    A::SGD_UPDATE.is_some() || A::BATCHWISE_UPDATE.is_some()
+    A::UPDATE.stacks()
 }
 
 /// One line of the registry: a name, what the algorithm can do, how its settings are read and

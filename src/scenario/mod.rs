@@ -84,7 +84,7 @@ pub struct RunSpec {
     pub policy: PolicySpec,
     pub system: SystemSpec,
     /// Fraction of the clients held out of training (chosen from the seed; see
-    /// [`unseen_clients`]).
+    /// [`crate::actors::unseen_clients`]).
     pub unseen_fraction: f64,
     /// Peers and their graph, for decentralized algorithms (no server then).
     pub topology: Option<TopologySpec>,
