@@ -70,6 +70,17 @@ fn modules_named(code: &str) -> BTreeSet<String> {
     out
 }
 
+/// The modules of the binary (`mod x;` in `main.rs`): the command line, above every layer,
+/// which reaches the library through `fedsim::` only.
+fn binary_modules(src: &Path) -> BTreeSet<String> {
+    let main = std::fs::read_to_string(src.join("main.rs")).unwrap_or_default();
+    without_comments(&main)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("mod ")?.strip_suffix(';'))
+        .map(|m| m.trim().to_string())
+        .collect()
+}
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("src/ is readable") {
         let path = entry.expect("src/ is readable").path();
@@ -86,12 +97,13 @@ fn imports(src: &Path) -> BTreeMap<(String, String), BTreeSet<String>> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
     let mut edges: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    let binary = binary_modules(src);
     for file in files {
         let rel = file.strip_prefix(src).expect("below src/");
         let first = rel.components().next().expect("a path");
         let module = first.as_os_str().to_string_lossy();
         let module = module.trim_end_matches(".rs").to_string();
-        if module == "lib" || module == "main" || module == "layering" {
+        if module == "lib" || module == "main" || module == "layering" || binary.contains(&module) {
             continue;
         }
         let code = without_comments(&std::fs::read_to_string(&file).expect("readable"));
@@ -121,6 +133,7 @@ fn top_modules(src: &Path) -> BTreeSet<String> {
             }
         })
         .filter(|m| !["lib", "main", "layering"].contains(&m.as_str()))
+        .filter(|m| !binary_modules(src).contains(m))
         .collect()
 }
 

@@ -1,0 +1,68 @@
+//! `fedsim algorithms | datasets | models`: what a scenario can name, from the catalogues.
+
+use crate::finish;
+use anyhow::{Context, Result};
+use fedsim::data::Source;
+use fedsim::models::Inputs;
+
+pub fn algorithms() -> Result<i32> {
+    outln!(
+        "{:<12} {:<8} {:<6} {:<8} what it is",
+        "name",
+        "runs on",
+        "stale",
+        "cohorts"
+    );
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    for r in fedsim::algorithms::registry::REGISTRY {
+        let c = r.capabilities;
+        let on = if c.decentralized { "peers" } else { "server" };
+        outln!(
+            "{:<12} {:<8} {:<6} {:<8} {}",
+            r.name,
+            on,
+            yes(c.stale_updates),
+            yes(c.cohorts),
+            r.summary
+        );
+    }
+    finish(0)
+}
+
+pub fn datasets() -> Result<i32> {
+    outln!(
+        "{:<18} {:<26} {:<10} what it is",
+        "kind",
+        "rows",
+        "on demand"
+    );
+    for r in fedsim::data::DATASETS {
+        let rows = match r.source {
+            Source::Generated => "generated from the seed".to_string(),
+            Source::Fetched(name) => format!("fedsim data fetch {name}"),
+            Source::File => "a file (`path`)".to_string(),
+        };
+        let on_demand = if r.on_demand { "yes" } else { "no" };
+        outln!(
+            "{:<18} {:<26} {:<10} {}",
+            r.kind,
+            rows,
+            on_demand,
+            r.summary
+        );
+    }
+    finish(0)
+}
+
+pub fn models() -> Result<i32> {
+    outln!("{:<14} {:<22} what it is", "kind", "inputs");
+    for r in fedsim::models::MODELS {
+        let inputs = match r.inputs {
+            Inputs::Any => "any (flattened)".to_string(),
+            Inputs::Images { min_side } => format!("images ≥ {min_side}×{min_side}"),
+            Inputs::Tokens => "token windows".to_string(),
+        };
+        outln!("{:<14} {:<22} {}", r.kind, inputs, r.summary);
+    }
+    finish(0)
+}

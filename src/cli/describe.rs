@@ -1,0 +1,66 @@
+//! `fedsim describe`: a scenario's data, model and availability, before anything trains.
+
+use crate::{finish, Overrides};
+use anyhow::{Context, Result};
+use fedsim::results::DataDescription;
+use fedsim::sim::{SeedTree, SimTime};
+use std::path::PathBuf;
+
+/// The arguments of `fedsim describe`.
+#[derive(clap::Args)]
+pub struct DescribeArgs {
+    /// The scenario file (YAML).
+    pub scenario: PathBuf,
+    #[command(flatten)]
+    pub overrides: Overrides,
+    /// Also draw a `clients × labels` heat map of the label shares (PNG) into this file.
+    #[arg(long, value_name = "FILE.png")]
+    pub heatmap: Option<PathBuf>,
+}
+
+pub fn describe(args: DescribeArgs) -> Result<i32> {
+    let DescribeArgs {
+        scenario,
+        overrides,
+        heatmap,
+    } = args;
+    let s = overrides.load(&scenario)?;
+    let data = s
+        .data
+        .build(&s.split, &SeedTree::new(s.data_seed))
+        .with_context(|| format!("building the data of {}", scenario.display()))?;
+    out!("{}: {}", s.name, DataDescription::of(&data));
+    let data = std::sync::Arc::new(data);
+    let parts = fedsim::actors::SimInit::new(&s.run, data.clone())
+        .with_context(|| format!("the system model of {}", scenario.display()))?;
+    let (arch, system) = (&parts.arch, &parts.system);
+    outln!(
+        "  model: {} parameters, {:.3} MFLOP per sample forward (about 3× that to \
+         train); {}",
+        arch.num_params(),
+        arch.flops_per_sample() as f64 / 1e6,
+        arch.summary()
+    );
+    let clients = data.num_clients() as u32;
+    if let Some((online, gone)) = system.availability_outlook(clients, SimTime::ZERO) {
+        out!("  availability: {online} of {clients} clients online at the start");
+        match gone {
+            Some(t) => outln!(
+                "; none is online after {:.3} s (simulated): a run still going then \
+                 trains no one (and ends early if it samples online clients only)",
+                t.as_secs_f64()
+            ),
+            None => outln!(),
+        }
+    }
+    if let Some(path) = heatmap {
+        let title = format!("{}: label shares of {} clients", s.name, data.num_clients());
+        fedsim::studies::write_label_heatmap(
+            &path,
+            &title,
+            &fedsim::results::client_label_shares(&data),
+        )?;
+        outln!("  wrote {}", path.display());
+    }
+    finish(0)
+}
