@@ -10,10 +10,10 @@
 //! algorithm as its own type.
 
 use super::{Algorithm, Gossip};
-use crate::spec::catalogue::{read_settings, split_tag, tagged, unknown};
+use crate::spec::catalogue::{read_settings, unknown};
 use crate::spec::FieldError;
-use serde::de::{DeserializeOwned, Error as _};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 use std::any::Any;
 use std::fmt;
@@ -395,40 +395,7 @@ impl AlgorithmSpec {
     }
 }
 
-impl Clone for AlgorithmSpec {
-    fn clone(&self) -> Self {
-        AlgorithmSpec {
-            registration: self.registration,
-            settings: self.settings.clone_box(),
-        }
-    }
-}
-
-impl fmt::Debug for AlgorithmSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {:?}", self.name(), self.settings)
-    }
-}
-
-impl PartialEq for AlgorithmSpec {
-    fn eq(&self, other: &Self) -> bool {
-        self.name() == other.name() && self.settings.fields() == other.settings.fields()
-    }
-}
-
-impl Serialize for AlgorithmSpec {
-    fn serialize<Z: Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
-        tagged("name", self.name(), &self.settings.fields()).serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for AlgorithmSpec {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let (name, fields) = split_tag(Value::deserialize(deserializer)?, "name", "{name: fedavg}")
-            .map_err(D::Error::custom)?;
-        AlgorithmSpec::parse(&name, fields).map_err(D::Error::custom)
-    }
-}
+crate::spec::catalogue::section_traits!(AlgorithmSpec, name, "name", "{name: fedavg}");
 
 #[cfg(test)]
 mod tests {

@@ -8,10 +8,10 @@
 
 use super::{DataError, FederatedData, InputShape, SplitSpec};
 use crate::sim::SeedTree;
-use crate::spec::catalogue::{read_settings, split_tag, tagged, unknown};
+use crate::spec::catalogue::{read_settings, unknown};
 use crate::spec::FieldError;
-use serde::de::{DeserializeOwned, Error as _};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_yaml::Value;
 use std::any::Any;
 use std::fmt;
@@ -287,44 +287,12 @@ impl DatasetSpec {
     }
 }
 
-impl Clone for DatasetSpec {
-    fn clone(&self) -> Self {
-        DatasetSpec {
-            registration: self.registration,
-            settings: self.settings.clone_box(),
-        }
-    }
-}
-
-impl fmt::Debug for DatasetSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {:?}", self.kind(), self.settings)
-    }
-}
-
-impl PartialEq for DatasetSpec {
-    fn eq(&self, other: &Self) -> bool {
-        self.kind() == other.kind() && self.settings.fields() == other.settings.fields()
-    }
-}
-
-impl Serialize for DatasetSpec {
-    fn serialize<Z: Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
-        tagged("kind", self.kind(), &self.settings.fields()).serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for DatasetSpec {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let (name, fields) = split_tag(
-            Value::deserialize(deserializer)?,
-            "kind",
-            "{kind: mnist, partition: {kind: iid, clients: 10}}",
-        )
-        .map_err(D::Error::custom)?;
-        DatasetSpec::parse(&name, fields).map_err(D::Error::custom)
-    }
-}
+crate::spec::catalogue::section_traits!(
+    DatasetSpec,
+    kind,
+    "kind",
+    "{kind: mnist, partition: {kind: iid, clients: 10}}"
+);
 
 #[cfg(test)]
 mod tests {

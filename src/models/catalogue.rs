@@ -7,10 +7,10 @@
 //! nothing more. Validation and `fedsim models` read only this catalogue.
 
 use super::{InitScheme, InputShape, Layer};
-use crate::spec::catalogue::{read_settings, split_tag, tagged, unknown};
+use crate::spec::catalogue::{read_settings, unknown};
 use crate::spec::FieldError;
-use serde::de::{DeserializeOwned, Error as _};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 use std::any::{Any, TypeId};
 use std::fmt;
@@ -260,44 +260,7 @@ impl Default for ModelSpec {
     }
 }
 
-impl Clone for ModelSpec {
-    fn clone(&self) -> Self {
-        ModelSpec {
-            registration: self.registration,
-            settings: self.settings.clone_box(),
-        }
-    }
-}
-
-impl fmt::Debug for ModelSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {:?}", self.kind(), self.settings)
-    }
-}
-
-impl PartialEq for ModelSpec {
-    fn eq(&self, other: &Self) -> bool {
-        self.kind() == other.kind() && self.settings.fields() == other.settings.fields()
-    }
-}
-
-impl Serialize for ModelSpec {
-    fn serialize<Z: Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
-        tagged("kind", self.kind(), &self.settings.fields()).serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for ModelSpec {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let (name, fields) = split_tag(
-            Value::deserialize(deserializer)?,
-            "kind",
-            "{kind: mlp, hidden: [64]}",
-        )
-        .map_err(D::Error::custom)?;
-        ModelSpec::parse(&name, fields).map_err(D::Error::custom)
-    }
-}
+crate::spec::catalogue::section_traits!(ModelSpec, kind, "kind", "{kind: mlp, hidden: [64]}");
 
 #[cfg(test)]
 mod tests {

@@ -55,3 +55,51 @@ pub fn unknown(name: &str, known: impl Iterator<Item = &'static str>) -> String 
         known.join(", ")
     )
 }
+
+/// The traits a catalogue's section type shares, written once. The type is
+/// `$spec { registration, settings: Box<dyn ...> }` with a `parse(name, fields)` constructor
+/// and the accessor `$name` of its item's name; its settings trait object has `fields()` and
+/// `clone_box()`. The section is written and read as `{$tag: <name>, <settings>...}`.
+macro_rules! section_traits {
+    ($spec:ident, $name:ident, $tag:literal, $example:literal) => {
+        impl Clone for $spec {
+            fn clone(&self) -> Self {
+                $spec {
+                    registration: self.registration,
+                    settings: self.settings.clone_box(),
+                }
+            }
+        }
+
+        impl std::fmt::Debug for $spec {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{} {:?}", self.$name(), self.settings)
+            }
+        }
+
+        impl PartialEq for $spec {
+            fn eq(&self, other: &Self) -> bool {
+                self.$name() == other.$name() && self.settings.fields() == other.settings.fields()
+            }
+        }
+
+        impl serde::Serialize for $spec {
+            fn serialize<Z: serde::Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
+                let section =
+                    $crate::spec::catalogue::tagged($tag, self.$name(), &self.settings.fields());
+                serde::Serialize::serialize(&section, serializer)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $spec {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                use serde::de::Error as _;
+                let section = <serde_yaml::Value as serde::Deserialize>::deserialize(deserializer)?;
+                let (name, fields) = $crate::spec::catalogue::split_tag(section, $tag, $example)
+                    .map_err(D::Error::custom)?;
+                $spec::parse(&name, fields).map_err(D::Error::custom)
+            }
+        }
+    };
+}
+pub(crate) use section_traits;

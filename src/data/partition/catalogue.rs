@@ -2,11 +2,11 @@
 //! each in [`PARTITIONS`]. A partitioner is its file (its settings type, implementing
 //! [`PartitionSettings`]) plus one entry here.
 
-use crate::spec::catalogue::{read_settings, split_tag, tagged, unknown};
+use crate::spec::catalogue::{read_settings, unknown};
 use crate::spec::FieldError;
 use rand_chacha::ChaCha20Rng;
-use serde::de::{DeserializeOwned, Error as _};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_yaml::Value;
 use std::any::{Any, TypeId};
 use std::fmt;
@@ -207,44 +207,12 @@ impl PartitionSpec {
     }
 }
 
-impl Clone for PartitionSpec {
-    fn clone(&self) -> Self {
-        PartitionSpec {
-            registration: self.registration,
-            settings: self.settings.clone_box(),
-        }
-    }
-}
-
-impl fmt::Debug for PartitionSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {:?}", self.kind(), self.settings)
-    }
-}
-
-impl PartialEq for PartitionSpec {
-    fn eq(&self, other: &Self) -> bool {
-        self.kind() == other.kind() && self.settings.fields() == other.settings.fields()
-    }
-}
-
-impl Serialize for PartitionSpec {
-    fn serialize<Z: Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
-        tagged("kind", self.kind(), &self.settings.fields()).serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for PartitionSpec {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let (kind, fields) = split_tag(
-            Value::deserialize(deserializer)?,
-            "kind",
-            "{kind: dirichlet, clients: 100, alpha: 0.5}",
-        )
-        .map_err(D::Error::custom)?;
-        PartitionSpec::parse(&kind, fields).map_err(D::Error::custom)
-    }
-}
+crate::spec::catalogue::section_traits!(
+    PartitionSpec,
+    kind,
+    "kind",
+    "{kind: dirichlet, clients: 100, alpha: 0.5}"
+);
 
 #[cfg(test)]
 mod tests {
