@@ -27,6 +27,7 @@
 
 use super::{JobContext, TrainerPool};
 use crate::algorithms::LocalUpdate;
+use crate::algorithms::ProximalTerm;
 use crate::algorithms::{
     Algorithm, BatchwiseClient, BatchwiseUpdate, ClientReport, Cohorts, Evaluation, LocalContext,
     SgdRun, Tested,
@@ -586,7 +587,7 @@ fn train_cohort<A: Algorithm>(
                 params,
                 momentum: (!*plain_sgd).then_some(momentum),
                 sample_weights: sample_weights.as_deref(),
-                proximal: proximal.as_ref().map(|(anchor, mu)| (&anchor[..], *mu)),
+                proximal: proximal.as_ref().map(ProximalTerm::borrow),
                 first_row,
                 passes,
                 dropout,

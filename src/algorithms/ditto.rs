@@ -8,6 +8,7 @@
 //! cohorts.
 
 use super::LocalUpdate;
+use super::ProximalTerm;
 use super::{Algorithm, LocalContext, SgdRun, SgdUpdate, Tested};
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
 use crate::models::{Architecture, LocalPlan};
@@ -123,7 +124,10 @@ impl Algorithm for Ditto {
                 },
                 SgdRun {
                     params: personal,
-                    proximal: Some((global.clone(), alg.spec.lambda)),
+                    proximal: Some(ProximalTerm {
+                        anchor: global.clone(),
+                        mu: alg.spec.lambda,
+                    }),
                     lr: Some(alg.spec.personal_lr.unwrap_or(ctx.lr)),
                     plain_sgd: true,
                     ..SgdRun::default()

@@ -6,6 +6,7 @@
 //!   of the global model for a few local epochs and is tested on it.
 
 use super::LocalUpdate;
+use super::ProximalTerm;
 use super::{
     stale_delta_average, weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, StaleUpdate,
     Tested,
@@ -242,7 +243,10 @@ impl Algorithm for FedAvg {
                 params: global.clone(),
                 momentum: std::mem::take(momentum),
                 sample_weights: None,
-                proximal: (alg.proximal_mu > 0.0).then(|| (global.clone(), alg.proximal_mu)),
+                proximal: (alg.proximal_mu > 0.0).then(|| ProximalTerm {
+                    anchor: global.clone(),
+                    mu: alg.proximal_mu,
+                }),
                 ..SgdRun::default()
             }]
         },

@@ -38,14 +38,11 @@ pub use registry::{
 };
 
 use crate::data::{FederatedData, SplitView};
-use crate::models::DeviceChoice;
 use crate::models::{
-    for_each_batch, train_sgd, Architecture, Batch, EvalStats, LocalPlan, LocalWork, Objective,
-    Predictor, StackedBatch,
+    for_each_batch, train_sgd, Architecture, Batch, DeviceChoice, EvalStats, LocalPlan, LocalWork,
+    Objective, Predictor, Proximal, StackedBatch,
 };
-use crate::records::ModelKind;
-use crate::records::NoveltyScores;
-use crate::records::Split;
+use crate::records::{ModelKind, NoveltyScores, Split};
 use rand_chacha::ChaCha20Rng;
 use std::borrow::Cow;
 
@@ -158,7 +155,7 @@ impl LocalContext<'_> {
     pub fn train_run(&self, run: &mut SgdRun, rng: &mut ChaCha20Rng) {
         let objective = Objective {
             sample_weights: run.sample_weights.as_deref(),
-            proximal: run.proximal.as_ref().map(|(anchor, mu)| (&anchor[..], *mu)),
+            proximal: run.proximal.as_ref().map(ProximalTerm::borrow),
         };
         let plan = LocalPlan {
             momentum: if run.plain_sgd {
@@ -427,6 +424,22 @@ pub trait Algorithm: Send + Sync + 'static {
     ) -> Vec<Tested<'a>>;
 }
 
+/// The proximal term (μ/2)·‖θ − anchor‖² of an [`SgdRun`], owning its anchor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProximalTerm {
+    pub anchor: Vec<f32>,
+    pub mu: f64,
+}
+
+impl ProximalTerm {
+    pub fn borrow(&self) -> Proximal<'_> {
+        Proximal {
+            anchor: &self.anchor,
+            mu: self.mu,
+        }
+    }
+}
+
 /// One local SGD run of a client's update: the parameters it starts from (trained in place),
 /// their momentum buffer (empty: none yet) and what the loss adds to the plain per-row loss.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -435,8 +448,8 @@ pub struct SgdRun {
     pub momentum: Vec<f32>,
     /// One weight per training row: a batch's loss is Σᵢ wᵢ·ℓᵢ / batch size (FedEM's M-step).
     pub sample_weights: Option<Vec<f32>>,
-    /// `(anchor, μ)`: adds (μ/2)·‖θ − anchor‖² to the loss (FedProx).
-    pub proximal: Option<(Vec<f32>, f64)>,
+    /// Adds (μ/2)·‖θ − anchor‖² to the loss (FedProx, Ditto).
+    pub proximal: Option<ProximalTerm>,
     /// The run's learning rate [default: the round's].
     pub lr: Option<f64>,
     /// Plain SGD: the plan's momentum is not used and `momentum` stays empty (Ditto's

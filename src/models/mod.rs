@@ -30,7 +30,8 @@ pub use lstm::LstmSpec;
 pub use mobilenet::MobilenetV2Spec;
 pub use sgd::{
     confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch,
-    EvalStats, Gates, LocalPlan, LocalWork, MixtureGates, Objective, Pass, Predictor, TrainStats,
+    EvalStats, Gates, LocalPlan, LocalWork, MixtureGates, Objective, Pass, Predictor, Proximal,
+    TrainStats,
 };
 pub use stacked::{
     dropout_stream, evaluate_stacked, for_each_stacked_batch, train_sgd_stacked, BatchwiseRun,

@@ -79,8 +79,15 @@ pub type Pass = (Vec<i64>, Vec<(usize, usize)>);
 pub struct Objective<'a> {
     /// One weight per row: a batch's loss is Σᵢ wᵢ·ℓᵢ / batch size (FedEM's M-step).
     pub sample_weights: Option<&'a [f32]>,
-    /// `(anchor, μ)`: adds (μ/2)·‖θ − anchor‖² to the loss (FedProx).
-    pub proximal: Option<(&'a [f32], f64)>,
+    /// Adds (μ/2)·‖θ − anchor‖² to the loss (FedProx, Ditto).
+    pub proximal: Option<Proximal<'a>>,
+}
+
+/// The proximal term (μ/2)·‖θ − anchor‖² a run adds to its loss.
+#[derive(Clone, Copy, Debug)]
+pub struct Proximal<'a> {
+    pub anchor: &'a [f32],
+    pub mu: f64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -175,9 +182,12 @@ pub fn train_sgd(
     });
     let ps = arch.params(params);
     let layers = arch.layers(&ps);
-    let anchor: Option<(Vec<Tensor>, f64)> = objective
-        .proximal
-        .map(|(a, mu)| (arch.params(a).iter().map(Tensor::detach).collect(), mu));
+    let anchor: Option<(Vec<Tensor>, f64)> = objective.proximal.map(|p| {
+        (
+            arch.params(p.anchor).iter().map(Tensor::detach).collect(),
+            p.mu,
+        )
+    });
     let mut bufs: Option<Vec<Tensor>> = (plan.momentum != 0.0 && !momentum.is_empty())
         .then(|| arch.params(momentum).iter().map(Tensor::detach).collect());
     let mut stats = TrainStats::default();
@@ -675,7 +685,10 @@ mod tests {
         let mut p = vec![0.0f32; 3];
         let anchor = [0.2f32; 3];
         let objective = Objective {
-            proximal: Some((&anchor, 0.5)),
+            proximal: Some(Proximal {
+                anchor: &anchor,
+                mu: 0.5,
+            }),
             ..Default::default()
         };
         let pl = plan(LocalWork::Steps(1), 0.0, 0.0);

@@ -21,7 +21,7 @@
 //! run's own stream; the passes come in.
 
 use super::device::DeviceRows;
-use super::sgd::{EvalStats, LocalPlan, Pass, Predictor};
+use super::sgd::{EvalStats, LocalPlan, Pass, Predictor, Proximal};
 use super::{mobilenet, Architecture, Layer, Normalization};
 use crate::data::{InputShape, SplitView};
 use rand_chacha::ChaCha20Rng;
@@ -35,8 +35,8 @@ pub struct StackedRun<'a> {
     pub momentum: Option<&'a mut Vec<f32>>,
     /// One weight per training row of the run (FedEM's M-step).
     pub sample_weights: Option<&'a [f32]>,
-    /// `(anchor, μ)`: adds (μ/2)·‖θ − anchor‖² to the loss (FedProx).
-    pub proximal: Option<(&'a [f32], f64)>,
+    /// Adds (μ/2)·‖θ − anchor‖² to the loss (FedProx, Ditto).
+    pub proximal: Option<Proximal<'a>>,
     /// Index of the run's first training row among the rows given to [`train_sgd_stacked`].
     pub first_row: usize,
     /// The run's shuffled passes over its rows ([`LocalPlan::passes`], drawn from its client's
@@ -130,12 +130,12 @@ pub fn train_sgd_stacked(
         let anchors = stack(
             sorted
                 .iter()
-                .map(|run| run.proximal.map(|(a, _)| a))
+                .map(|run| run.proximal.map(|p| p.anchor))
                 .collect(),
         );
         let mu: Vec<f32> = sorted
             .iter()
-            .map(|run| run.proximal.map_or(0.0, |(_, mu)| mu as f32))
+            .map(|run| run.proximal.map_or(0.0, |p| p.mu as f32))
             .collect();
         (anchors, mu)
     });
@@ -905,6 +905,7 @@ mod tests {
     use crate::data::InputShape;
     use crate::models::LstmSpec;
     use crate::models::MobilenetV2Spec;
+    use crate::models::Proximal;
     use crate::models::{train_sgd, LocalWork, MixtureGates, ModelSpec, Objective};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
@@ -961,7 +962,10 @@ mod tests {
         let momenta = [Vec::new(), buffer.clone(), Vec::new()];
         let objective = |k: usize| Objective {
             sample_weights: (k == 1).then_some(&weights[..]),
-            proximal: (k == 2).then_some((&anchor[..], 0.3)),
+            proximal: (k == 2).then_some(Proximal {
+                anchor: &anchor[..],
+                mu: 0.3,
+            }),
         };
         // Alone.
         let mut alone = start.clone();

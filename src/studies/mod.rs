@@ -13,8 +13,8 @@ pub use plots::{write_chart, write_label_heatmap, Chart, Series};
 pub use runs::{Runs, UnfinishedSweep, Unreadable};
 pub use study::{
     aggregate, markdown, mean_std, publish_report, read_curve, read_curves, report_frame,
-    summary_is_readable, write_plots, write_report, write_text_table, CurvePoint, ReportRow,
-    RunCurve, RunRow, REPORT_METRICS,
+    summary_is_readable, write_plots, write_report, write_text_table, CurvePoint, ReportMetric,
+    ReportRow, RunCurve, RunRow, REPORT_METRICS,
 };
 pub use sweep::{cell_dir, is_finished, run_sweep, CellNote, SweepOptions, SweepOutcome};
 pub use sweep_file::{parse_shard, Cell, Sweep, SweepError};

@@ -12,22 +12,35 @@ use polars::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The summary columns a report aggregates, with their display names.
-pub const REPORT_METRICS: [(&str, &str); 14] = [
-    ("test_acc_mean", "accuracy"),
-    ("test_acc_bottom_decile", "bottom decile"),
-    ("test_acc_p10", "p10"),
-    ("test_acc_worst10_mean", "worst-10% mean"),
-    ("test_acc_std", "std across clients"),
-    ("test_acc_jain", "Jain"),
-    ("test_loss_mean", "loss"),
-    ("time_to_target_s", "time to target (s)"),
-    ("spectral_gap_mean", "spectral gap"),
-    ("consensus_distance_final", "consensus distance"),
-    ("sim_seconds", "simulated s"),
-    ("novelty_auroc", "novelty AUROC"),
-    ("novelty_ap", "novelty AP"),
-    ("novelty_max_f1", "novelty max-F1"),
+/// A `summary.csv` column a report aggregates, and how tables and plots name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReportMetric {
+    /// The column of `summary.csv`.
+    pub column: &'static str,
+    /// Its name in `report.md` and the charts.
+    pub title: &'static str,
+}
+
+const fn metric(column: &'static str, title: &'static str) -> ReportMetric {
+    ReportMetric { column, title }
+}
+
+/// The summary columns a report aggregates, in the order of its tables.
+pub const REPORT_METRICS: [ReportMetric; 14] = [
+    metric("test_acc_mean", "accuracy"),
+    metric("test_acc_bottom_decile", "bottom decile"),
+    metric("test_acc_p10", "p10"),
+    metric("test_acc_worst10_mean", "worst-10% mean"),
+    metric("test_acc_std", "std across clients"),
+    metric("test_acc_jain", "Jain"),
+    metric("test_loss_mean", "loss"),
+    metric("time_to_target_s", "time to target (s)"),
+    metric("spectral_gap_mean", "spectral gap"),
+    metric("consensus_distance_final", "consensus distance"),
+    metric("sim_seconds", "simulated s"),
+    metric("novelty_auroc", "novelty AUROC"),
+    metric("novelty_ap", "novelty AP"),
+    metric("novelty_max_f1", "novelty max-F1"),
 ];
 
 /// One summary row of one run.
@@ -123,7 +136,10 @@ pub(super) fn read_summary(
             ended_early: text("ended_early", i) == "true",
             metrics: REPORT_METRICS
                 .iter()
-                .map(|(m, _)| (m.to_string(), text(m, i).parse().unwrap_or(f64::NAN)))
+                .map(|m| {
+                    let value = text(m.column, i).parse().unwrap_or(f64::NAN);
+                    (m.column.to_string(), value)
+                })
                 .collect(),
         })
         .collect())
@@ -150,7 +166,7 @@ fn check_summary_columns(path: &Path, cols: &[TextColumn]) -> Result<(), ReportE
             missing.join(", ")
         )));
     }
-    for (metric, _) in REPORT_METRICS {
+    for ReportMetric { column: metric, .. } in REPORT_METRICS {
         let Some(values) = text_column(cols, metric) else {
             continue;
         };
@@ -303,14 +319,14 @@ pub fn markdown(rows: &[ReportRow]) -> String {
     if any_ended_early {
         head.push("ended early".into());
     }
-    let metrics: Vec<(&str, &str)> = REPORT_METRICS
+    let metrics: Vec<ReportMetric> = REPORT_METRICS
         .into_iter()
-        .filter(|(m, _)| {
+        .filter(|m| {
             rows.iter()
-                .any(|r| r.stats.get(*m).is_some_and(|v| !v.0.is_nan()))
+                .any(|r| r.stats.get(m.column).is_some_and(|v| !v.0.is_nan()))
         })
         .collect();
-    head.extend(metrics.iter().map(|(_, d)| d.to_string()));
+    head.extend(metrics.iter().map(|m| m.title.to_string()));
     let mut s = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
     for r in rows {
         let mut cells: Vec<String> = axes.iter().map(|a| config_value(r, a)).collect();
@@ -323,7 +339,7 @@ pub fn markdown(rows: &[ReportRow]) -> String {
         if any_ended_early {
             cells.push(r.ended_early.to_string());
         }
-        for &(m, _) in &metrics {
+        for &ReportMetric { column: m, .. } in &metrics {
             if r.diverged == r.seeds {
                 cells.push("diverged".into());
                 continue;
@@ -360,7 +376,7 @@ pub fn report_frame(rows: &[ReportRow]) -> PolarsResult<DataFrame> {
     columns.push(column("seeds", rows, |r| r.seeds as u32));
     columns.push(column("diverged", rows, |r| r.diverged as u32));
     columns.push(column("ended_early", rows, |r| r.ended_early as u32));
-    for (m, _) in REPORT_METRICS {
+    for ReportMetric { column: m, .. } in REPORT_METRICS {
         let get = |r: &ReportRow| r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
         columns.push(column(&format!("{m}_mean"), rows, |r| get(r).0));
         columns.push(column(&format!("{m}_std"), rows, |r| get(r).1));
