@@ -26,7 +26,10 @@ for f in scenarios/quickstart.yaml scenarios/paper/*.yaml scenarios/studies/*.ya
   grep -q '^base:' "$f" && continue
   [[ "$f" =~ ${FEDSIM_COMPARE_MATCH:-.} ]] || continue
   name=$(basename "$f" .yaml)
-  args=(run "$f" -q --threads 2 --set "rounds=$rounds" --set "eval_every=$rounds" "${extra[@]}")
+  # A scenario that states `evaluation.every` takes the evaluation period there.
+  every=eval_every
+  grep -qE '^evaluation:.*every:' "$f" && every=evaluation.every
+  args=(run "$f" -q --threads 2 --set "rounds=$rounds" --set "$every=$rounds" "${extra[@]}")
   # Real data sets cut to a few minutes: 5 % of FEMNIST's writers, 5 % of the image sets.
   grep -q 'kind: femnist' "$f" && args+=(--set data.partition.fraction=0.05)
   grep -qE 'kind: (mnist|fashion_mnist)' "$f" && args+=(--set data.fraction=0.05)
