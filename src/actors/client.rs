@@ -4,8 +4,8 @@
 
 use super::cohort::{Dispatch, EvalJob, TrainJob};
 use super::{
-    Deliver, DivergenceWatch, EvalContext, FlEffects, JobContext, LocalWork, Msg, Outbox, Routed,
-    Seen, ToClient, ToServer, TrainOrder,
+    Deliver, DivergenceWatch, EvalContext, FinishedWork, FlEffects, JobContext, Msg, Outbox,
+    Routed, Seen, ToClient, ToServer, TrainOrder,
 };
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::records::DivergenceStage;
@@ -117,7 +117,7 @@ impl<A: Algorithm> Client<A> {
             rng: self.seeds.rng(Entity::Client(self.id), "train", job),
         };
         let pending = self.dispatch.train(job, move |t| {
-            Routed::Member(ToClient::Trained(LocalWork {
+            Routed::Member(ToClient::Trained(FinishedWork {
                 round,
                 finite: t.update.is_finite() && t.state.is_finite(),
                 update: t.update,
@@ -142,8 +142,8 @@ impl<A: Algorithm> Client<A> {
         );
     }
 
-    fn trained(&mut self, now: SimTime, work: LocalWork<A>, eff: &mut FlEffects<A>) {
-        let LocalWork {
+    fn trained(&mut self, now: SimTime, work: FinishedWork<A>, eff: &mut FlEffects<A>) {
+        let FinishedWork {
             round,
             update,
             state,
@@ -401,7 +401,7 @@ mod tests {
     }
 
     fn trained(finite: bool) -> ToClient<FedAvg> {
-        ToClient::Trained(LocalWork {
+        ToClient::Trained(FinishedWork {
             round: 1,
             update: ModelUpdate {
                 params: vec![if finite { 0.5 } else { f32::NAN }; 4],

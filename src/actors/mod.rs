@@ -171,7 +171,7 @@ pub enum ToClient<A: Algorithm> {
     /// Train, as the order says.
     Train(TrainOrder<A>),
     /// (From its own training job) Local work is done.
-    Trained(LocalWork<A>),
+    Trained(FinishedWork<A>),
     /// Evaluate your model after `round`.
     Evaluate { round: u32, global: Arc<A::Global> },
     /// (From its own evaluation job) Results per model and split, and what the algorithm
@@ -196,7 +196,7 @@ pub struct TrainOrder<A: Algorithm> {
 }
 
 /// A client's local work for `round`, done after `compute` of simulated time.
-pub struct LocalWork<A: Algorithm> {
+pub struct FinishedWork<A: Algorithm> {
     pub round: u32,
     pub update: A::Update,
     pub state: A::ClientState,

@@ -9,7 +9,7 @@ use std::fmt;
 
 /// Sizes of one split over the clients.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SplitSizes {
+pub struct SplitStats {
     pub split: Split,
     pub rows: usize,
     pub min: usize,
@@ -27,7 +27,7 @@ pub struct DataDescription {
     pub layout: crate::data::Layout,
     pub classes: usize,
     /// Splits that hold at least one row.
-    pub splits: Vec<SplitSizes>,
+    pub splits: Vec<SplitStats>,
     /// The Bayes-optimal classifier's accuracy on every client's test rows (true components
     /// and mixture weights); `None` unless the data's truth is known and its labels follow it.
     pub bayes_test: Option<Fairness>,
@@ -61,7 +61,7 @@ impl DataDescription {
                     .collect();
                 sizes.sort_unstable();
                 let rows: usize = sizes.iter().sum();
-                SplitSizes {
+                SplitStats {
                     split,
                     rows,
                     min: sizes.first().copied().unwrap_or(0),
@@ -270,7 +270,7 @@ mod tests {
         assert_eq!(d.splits.len(), 2);
         assert_eq!(
             d.splits[1],
-            SplitSizes {
+            SplitStats {
                 split: Split::Test,
                 rows: 4,
                 min: 2,

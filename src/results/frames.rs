@@ -187,7 +187,7 @@ pub fn jobs_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame>
 /// One row per client: its device, its jobs by outcome, its time computing and
 /// communicating, and its last test accuracy (of the most client-specific model evaluated).
 pub fn clients_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
-    let mut rows = ClientRows::default();
+    let mut rows = ClientsFileRows::default();
     records.iter().for_each(|r| rows.see(r));
     rows.frame(meta)
 }
@@ -195,7 +195,7 @@ pub fn clients_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
 /// The rows of `clients.parquet` as a run's records go past: one per client that has a
 /// device, a job or a test evaluation (memory follows those clients, not the records).
 #[derive(Clone, Debug, Default)]
-pub struct ClientRows {
+pub struct ClientsFileRows {
     rows: std::collections::BTreeMap<u32, ClientRow>,
 }
 
@@ -218,7 +218,7 @@ const OUTCOMES: [JobOutcome; 6] = [
     JobOutcome::Unsampled,
 ];
 
-impl ClientRows {
+impl ClientsFileRows {
     /// The memory one client's row takes (without the map's own overhead): for estimates.
     pub const ROW_BYTES: usize = std::mem::size_of::<ClientRow>() + std::mem::size_of::<u32>();
 

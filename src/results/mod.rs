@@ -14,10 +14,10 @@ mod run;
 mod run_files;
 mod summary;
 
-pub use describe::{client_label_shares, DataDescription, SplitSizes};
+pub use describe::{client_label_shares, DataDescription, SplitStats};
 pub use frames::{
     clients_frame, column, extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame,
-    read_parquet, rounds_frame, summary_frame, ClientRows, RunMeta,
+    read_parquet, rounds_frame, summary_frame, ClientsFileRows, RunMeta,
 };
 pub use novelty::{novelty_frame, NoveltyFigures};
 pub use preflight::{

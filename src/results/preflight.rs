@@ -178,8 +178,8 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
     // What the result files keep of each evaluated client until the end: its row of
     // `clients.parquet` and its last test evaluation (every other record is streamed).
     let evaluated = run.evaluation.clients.count(shape.clients) as f64;
-    let per_client =
-        crate::results::ClientRows::ROW_BYTES + std::mem::size_of::<crate::records::EvalRecord>();
+    let per_client = crate::results::ClientsFileRows::ROW_BYTES
+        + std::mem::size_of::<crate::records::EvalRecord>();
     terms.push(MemoryTerm {
         field: "evaluation.clients",
         what: format!(
@@ -371,7 +371,7 @@ mod tests {
             data_bytes: 100_000.0,
         };
         let run = run_of("training: {local_steps: 10, batch_size: 3}\n");
-        let per_client = (crate::results::ClientRows::ROW_BYTES
+        let per_client = (crate::results::ClientsFileRows::ROW_BYTES
             + std::mem::size_of::<crate::records::EvalRecord>()) as f64;
         let bytes: Vec<(&str, f64)> = run_terms(&run, &shape)
             .iter()

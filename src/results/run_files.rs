@@ -6,7 +6,7 @@
 //! written in one piece at the end, byte for byte what writing the whole table did before
 //! (streamed tables hold the same rows, in row groups of another size). `clients.parquet` has
 //! one row per client and the summary needs only the last evaluation, so those two keep
-//! accumulators ([`ClientRows`], [`SummaryInputs`]) instead of records.
+//! accumulators ([`ClientsFileRows`], [`SummaryInputs`]) instead of records.
 //!
 //! Everything goes into the staging folder `out/.partial-<pid>/`. [`RunFiles::finish`] then
 //! removes the old `summary.csv` and the other result files of an earlier run, and moves the new
@@ -19,7 +19,7 @@
 //!
 //! This room writes what it is given in the order given; it must not reorder or drop records.
 
-use super::frames::ClientRows;
+use super::frames::ClientsFileRows;
 use super::novelty::novelty_frame;
 use super::{
     extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame, rounds_frame,
@@ -306,7 +306,7 @@ pub struct RunFiles {
     folder: OutputFolder,
     at: Place,
     tables: Vec<Table>,
-    clients: ClientRows,
+    clients: ClientsFileRows,
     summary: SummaryInputs,
     /// The first write that failed: reported by [`RunFiles::finish`].
     failed: Option<ReportError>,
@@ -337,7 +337,7 @@ impl RunFiles {
                 buffer_bytes: BUFFER_BYTES,
             },
             tables: TABLES.iter().map(Table::new).collect(),
-            clients: ClientRows::default(),
+            clients: ClientsFileRows::default(),
             summary: SummaryInputs::default(),
             failed: None,
         };
