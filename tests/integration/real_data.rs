@@ -208,6 +208,22 @@ fn every_algorithm_trains_a_cnn_and_mobilenet_v2() {
     }
 }
 
+/// Every model family of the catalogue that takes images, from its example settings, trains
+/// FEMNIST writers the same with 1 and 2 threads (and otherwise with another seed): a new
+/// image model is checked without editing a list.
+#[test]
+fn every_image_model_is_deterministic_across_threads() {
+    if !femnist_available() {
+        return;
+    }
+    for r in fedsim::models::MODELS {
+        if matches!(r.inputs, fedsim::models::Inputs::Images { .. }) {
+            let model = format!("model={}", r.example_section());
+            check_deterministic(&[&model, "rounds=1", "training.local_steps=1"]);
+        }
+    }
+}
+
 #[test]
 fn convolutional_models_refuse_data_without_images() {
     let base = "rounds: 1\ndata: {kind: fedem_synthetic, clients: 4, dim: 5}\n\

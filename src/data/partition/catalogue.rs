@@ -54,6 +54,12 @@ pub trait PartitionSettings:
         None
     }
 
+    /// For a partitioner that keeps the data's own clients instead of dealing a pool: the
+    /// fraction of them kept. `None` (the default) for one that deals a pool.
+    fn keeps_own_clients(&self) -> Option<f64> {
+        None
+    }
+
     /// Deals `labels` (one per row of the pool, `classes` of them) to clients: each client's
     /// rows, in the order dealt; every draw from `rng`.
     fn assign(
@@ -98,6 +104,7 @@ trait Settings: fmt::Debug + Send + Sync {
     fn clone_box(&self) -> Box<dyn Settings>;
     fn validate(&self) -> Result<(), FieldError>;
     fn clients(&self) -> Option<usize>;
+    fn keeps_own_clients(&self) -> Option<f64>;
     fn assign(
         &self,
         labels: &[i64],
@@ -121,6 +128,9 @@ impl<S: PartitionSettings> Settings for S {
     }
     fn clients(&self) -> Option<usize> {
         PartitionSettings::clients(self)
+    }
+    fn keeps_own_clients(&self) -> Option<f64> {
+        PartitionSettings::keeps_own_clients(self)
     }
     fn assign(
         &self,
@@ -170,10 +180,10 @@ impl PartitionSpec {
         self.settings.as_any().downcast_ref()
     }
 
-    /// The fraction of the data's own clients kept, for `natural`; `None` for a partitioner
-    /// that deals a pool.
+    /// The fraction of the data's own clients kept, for a partitioner that keeps them
+    /// (`natural`); `None` for one that deals a pool.
     pub fn natural_fraction(&self) -> Option<f64> {
-        self.settings::<super::NaturalSpec>().map(|n| n.fraction)
+        self.settings.keeps_own_clients()
     }
 
     /// Checks the parameters; an error's path is below `partition`.

@@ -30,6 +30,10 @@ impl PartitionSettings for NaturalSpec {
         Ok(())
     }
 
+    fn keeps_own_clients(&self) -> Option<f64> {
+        Some(self.fraction)
+    }
+
     fn assign(
         &self,
         _labels: &[i64],
