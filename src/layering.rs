@@ -1,5 +1,6 @@
 //! The layering test: reads `src/` and fails on any `crate::` import that climbs [`LAYERS`],
-//! and on any cycle between top-level modules (within a layer too).
+//! on any cycle between top-level modules (within a layer too), and on any cycle between the
+//! child modules of one folder (`super::x` or `crate::a::x` from its direct children).
 
 use crate::LAYERS;
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,18 +32,24 @@ fn without_comments(text: &str) -> String {
 /// The top-level modules a file's code names through `crate::`: `crate::a::…` and each
 /// first segment of a group `crate::{a::…, b}`.
 fn modules_named(code: &str) -> BTreeSet<String> {
+    names_after(code, "crate::")
+}
+
+/// The first segments named after `prefix` (`crate::`, `super::`, `crate::a::`): `prefix x::…`
+/// and each first segment of a group `prefix {x::…, y}`.
+fn names_after(code: &str, prefix: &str) -> BTreeSet<String> {
     let ident = |s: &str| -> String {
         s.chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
             .collect()
     };
     let mut out = BTreeSet::new();
-    for (i, _) in code.match_indices("crate::") {
+    for (i, _) in code.match_indices(prefix) {
         let before = code[..i].chars().next_back();
         if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '$') {
             continue; // `$crate::`, `fedsim_crate::`, `super::crate` are not ours
         }
-        let rest = code[i + "crate::".len()..].trim_start();
+        let rest = code[i + prefix.len()..].trim_start();
         if let Some(group) = rest.strip_prefix('{') {
             // Top-level items of the group: split on commas at depth 0.
             let mut depth = 0;
@@ -178,11 +185,10 @@ fn no_import_climbs_the_layers() {
     );
 }
 
-#[test]
-fn no_cycle_between_modules() {
-    let edges = imports(&src());
+/// A cycle in the graph of `edges` (`from → to`), as the modules along it, if there is one.
+fn find_cycle<'a>(edges: impl Iterator<Item = (&'a str, &'a str)>) -> Option<Vec<&'a str>> {
     let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for (from, to) in edges.keys() {
+    for (from, to) in edges {
         next.entry(from).or_default().push(to);
     }
     // Depth-first search from every module; a path back to a module on the stack is a cycle.
@@ -210,9 +216,75 @@ fn no_cycle_between_modules() {
         None
     }
     let mut done = BTreeSet::new();
-    for m in next.keys() {
-        if let Some(cycle) = visit(m, &next, &mut Vec::new(), &mut done) {
-            panic!("import cycle: {}", cycle.join(" → "));
+    next.keys()
+        .find_map(|m| visit(m, &next, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_cycle_between_modules() {
+    let edges = imports(&src());
+    if let Some(cycle) = find_cycle(edges.keys().map(|(a, b)| (a.as_str(), b.as_str()))) {
+        panic!("import cycle: {}", cycle.join(" → "));
+    }
+}
+
+/// Imports between the child modules of the folder `dir` (a module with a `mod.rs`), read
+/// from each child's own file (`x.rs` or `x/mod.rs`): `super::y` and `crate::<dir>::y`.
+fn sibling_imports(src: &Path, dir: &Path) -> BTreeSet<(String, String)> {
+    let children: BTreeMap<String, PathBuf> = std::fs::read_dir(dir)
+        .expect("readable")
+        .map(|e| e.expect("readable").path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_string_lossy().to_string();
+            if p.is_dir() {
+                let file = p.join("mod.rs");
+                file.exists().then_some((name, file))
+            } else {
+                let name = name.strip_suffix(".rs")?.to_string();
+                (name != "mod").then_some((name, p))
+            }
+        })
+        .collect();
+    let module_path: Vec<String> = dir
+        .strip_prefix(src)
+        .expect("below src/")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().to_string())
+        .collect();
+    let absolute = format!("crate::{}::", module_path.join("::"));
+    let mut edges = BTreeSet::new();
+    for (child, file) in &children {
+        let code = without_comments(&std::fs::read_to_string(file).expect("readable"));
+        let named = names_after(&code, "super::")
+            .into_iter()
+            .chain(names_after(&code, &absolute));
+        for other in named {
+            if other != *child && children.contains_key(&other) {
+                edges.insert((child.clone(), other));
+            }
+        }
+    }
+    edges
+}
+
+#[test]
+fn no_cycle_between_the_modules_of_a_folder() {
+    fn folders(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("readable") {
+            let path = entry.expect("readable").path();
+            if path.is_dir() && path.join("mod.rs").exists() {
+                out.push(path.clone());
+                folders(&path, out);
+            }
+        }
+    }
+    let mut dirs = Vec::new();
+    folders(&src(), &mut dirs);
+    assert!(dirs.len() >= 10, "read the folders of src/: {dirs:?}");
+    for dir in dirs {
+        let edges = sibling_imports(&src(), &dir);
+        if let Some(cycle) = find_cycle(edges.iter().map(|(a, b)| (a.as_str(), b.as_str()))) {
+            panic!("import cycle in {}: {}", dir.display(), cycle.join(" → "));
         }
     }
 }
@@ -243,6 +315,12 @@ fn the_scanner_finds_what_a_file_imports() {
         ]
     );
     assert!(layer_of("studies") > layer_of("sim"));
+    // Two children of one folder that import each other, by `super::` and by `crate::`.
+    std::fs::write(dir.join("sim/a.rs"), "use super::{b::X};").unwrap();
+    std::fs::write(dir.join("sim/b.rs"), "fn f() { crate::sim::a::g() }").unwrap();
+    let siblings = sibling_imports(&dir, &dir.join("sim"));
+    let cycle = find_cycle(siblings.iter().map(|(a, b)| (a.as_str(), b.as_str())));
+    assert_eq!(cycle, Some(vec!["a", "b", "a"]));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -88,6 +88,9 @@ enum Command {
     /// List the model families a scenario can name (`model: {kind: ...}`), the inputs each
     /// takes and what it is.
     Models,
+    /// Print the JSON Schema of a scenario file (draft 7: point a YAML editor's language
+    /// server at it), or with --markdown the field reference it makes (the book's page).
+    Schema(cli::schema::SchemaArgs),
 }
 
 #[derive(clap::Args)]
@@ -163,5 +166,6 @@ fn real_main() -> Result<i32> {
         Command::Algorithms => cli::catalogues::algorithms(),
         Command::Datasets => cli::catalogues::datasets(),
         Command::Models => cli::catalogues::models(),
+        Command::Schema(args) => cli::schema::schema(args),
     }
 }

@@ -15,7 +15,7 @@ use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApflSpec {
     /// The initial (or, without `adaptive`, fixed) mixing weight α of the local model.

@@ -20,7 +20,7 @@ use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusteredSpec {
     /// Split only when the cluster's mean update norm is below this.

@@ -16,7 +16,7 @@ use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DittoSpec {
     /// λ, the pull of the personal model towards the global one (the Ditto paper tunes it in

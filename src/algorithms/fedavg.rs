@@ -16,7 +16,7 @@ use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FedAvgSpec {}
 
@@ -29,7 +29,7 @@ impl super::AlgorithmSettings for FedAvgSpec {
 }
 
 /// D-PSGD (Lian et al. 2017) has FedAvg's settings: none.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DPsgdSpec {}
 
@@ -41,7 +41,7 @@ impl super::AlgorithmSettings for DPsgdSpec {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FedProxSpec {
     /// μ, the weight of the proximal term (the FedEM authors used 1, 0.1 or 0.05).
@@ -68,7 +68,7 @@ impl super::AlgorithmSettings for FedProxSpec {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FedAvgPlusSpec {
     /// Local epochs of fine-tuning before each evaluation.

@@ -18,7 +18,7 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 /// What the server does with the clients it did not sample this round.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Unsampled {
     /// They count with their weight p_t and the previous global components (the FedEM
@@ -29,7 +29,7 @@ pub enum Unsampled {
     Renormalize,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FedEmSpec {
     /// M, the number of mixture components.
@@ -102,7 +102,7 @@ impl super::AlgorithmSettings for FedEmSpec {
 }
 
 /// D-FedEM (Marfoq et al. 2021, Alg. 4) has FedEM's settings.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct DFedEmSpec(pub FedEmSpec);
 

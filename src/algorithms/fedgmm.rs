@@ -29,9 +29,10 @@ use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
+use std::sync::{Arc, OnceLock};
 
 /// The shape of each Gaussian's covariance.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Covariance {
     /// A full d × d matrix (the authors' default).
@@ -41,7 +42,7 @@ pub enum Covariance {
     Diagonal,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FedGmmSpec {
     /// K (the paper's M1), the Gaussian components over the inputs.
@@ -92,7 +93,7 @@ fn d_unseen_tolerance() -> f64 {
 }
 
 /// What FedGMM's novelty score measures.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NoveltyScore {
     /// log p(x, y) = log Σ_{k,m} π(k, m) N(z; μ_k, Σ_k) p(y | x; θ_m).
@@ -102,20 +103,57 @@ pub enum NoveltyScore {
     Input,
 }
 
-/// A fixed projection matrix P (input features × z dimensions) read from a CSV file when the
-/// scenario is read; written back as its path.
-#[derive(Clone, Debug, PartialEq)]
+/// A fixed projection matrix P (input features × z dimensions) from a CSV file. The scenario
+/// holds its path (and writes it back); the file is read once, when the pre-flight or the run
+/// first asks for it, never while the scenario is read.
+#[derive(Clone, Debug)]
 pub struct Projection {
     pub path: String,
+    /// Shared by the clones of one scenario's settings.
+    matrix: Arc<OnceLock<Result<Matrix, String>>>,
+}
+
+/// The numbers of a projection file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Matrix {
     pub rows: usize,
     pub cols: usize,
     /// Row-major.
     pub values: Vec<f64>,
 }
 
+impl PartialEq for Projection {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+    }
+}
+
 impl Projection {
+    pub fn new(path: String) -> Projection {
+        Projection {
+            path,
+            matrix: Arc::default(),
+        }
+    }
+
+    /// The matrix, read from the file the first time it is asked for.
+    pub fn matrix(&self) -> Result<&Matrix, String> {
+        self.matrix
+            .get_or_init(|| Matrix::read(&self.path))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The matrix of a run, whose pre-flight and start have read it.
+    fn read_already(&self) -> &Matrix {
+        self.matrix()
+            .expect("a run reads its projection before it starts (check_data)")
+    }
+}
+
+impl Matrix {
     /// Reads `path`: numbers separated by commas (or spaces), one line per row.
-    pub fn read(path: &str) -> Result<Projection, String> {
+    pub fn read(path: &str) -> Result<Matrix, String> {
         let text = crate::io::read_text(std::path::Path::new(path))
             .map_err(|e| format!("cannot read `{path}`: {e}"))?;
         let mut values = Vec::new();
@@ -152,11 +190,23 @@ impl Projection {
         if rows == 0 || cols == 0 {
             return Err(format!("`{path}` holds no matrix"));
         }
-        Ok(Projection {
-            path: path.to_string(),
+        Ok(Matrix {
             rows,
             cols,
             values,
+        })
+    }
+}
+
+impl schemars::JsonSchema for Projection {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Projection".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A CSV file of a matrix with one row per input feature (no header).",
         })
     }
 }
@@ -169,23 +219,37 @@ impl Serialize for Projection {
 
 impl<'de> Deserialize<'de> for Projection {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let path = String::deserialize(d)?;
-        Projection::read(&path).map_err(serde::de::Error::custom)
+        Ok(Projection::new(String::deserialize(d)?))
     }
 }
 
 impl super::AlgorithmSettings for FedGmmSpec {
     type Algorithm = FedGmm;
 
-    fn check_data(&self, population: &super::Population) -> Result<(), crate::spec::FieldError> {
+    fn check_files(&self) -> Result<(), crate::spec::FieldError> {
         match &self.projection {
-            Some(p) if p.rows != population.input_dim => Err(crate::spec::FieldError::new(
-                "projection".into(),
-                format!(
-                    "`{}` has {} rows; it needs one per input feature ({})",
-                    p.path, p.rows, population.input_dim
-                ),
-            )),
+            Some(p) => p
+                .matrix()
+                .map(|_| ())
+                .map_err(|e| crate::spec::FieldError::new("projection".into(), e)),
+            None => Ok(()),
+        }
+    }
+
+    fn check_data(&self, population: &super::Population) -> Result<(), crate::spec::FieldError> {
+        self.check_files()?;
+        match &self.projection {
+            Some(p) if p.read_already().rows != population.input_dim => {
+                Err(crate::spec::FieldError::new(
+                    "projection".into(),
+                    format!(
+                        "`{}` has {} rows; it needs one per input feature ({})",
+                        p.path,
+                        p.read_already().rows,
+                        population.input_dim
+                    ),
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -305,7 +369,7 @@ impl super::Finite for GmmUpdate {
 impl FedGmm {
     /// The rows of `view` as the Gaussians see them (projected when the spec says so).
     fn inputs(&self, view: SplitView<'_>) -> GaussianInputs {
-        let projection = self.spec.projection.as_ref().map(|p| p.values.as_slice());
+        let projection = (self.spec.projection.as_ref()).map(|p| p.read_already().values.as_slice());
         GaussianInputs::new(&view, projection)
     }
 
@@ -433,7 +497,7 @@ impl Algorithm for FedGmm {
             .spec
             .projection
             .as_ref()
-            .map_or(arch.input_dim, |p| p.cols);
+            .map_or(arch.input_dim, |p| p.read_already().cols);
         let diagonal = self.spec.covariance == Covariance::Diagonal;
         let gaussians = (0..self.spec.gaussians)
             .map(|_| {
@@ -763,26 +827,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.csv");
         std::fs::write(&path, "# z = x0 + x1\n1.0\n1\n").unwrap();
-        let p = Projection::read(path.to_str().unwrap()).unwrap();
-        assert_eq!((p.rows, p.cols, p.values.clone()), (2, 1, vec![1.0, 1.0]));
+        let p = Projection::new(path.to_str().unwrap().to_string());
+        let m = p.matrix().unwrap();
+        assert_eq!((m.rows, m.cols, m.values.clone()), (2, 1, vec![1.0, 1.0]));
         // x = (1, 2) → z = 3: log N(3; 0, 1).
         let g = Gaussian {
             mean: vec![0.0],
             cov: vec![1.0],
         };
-        let got = GaussianInputs::new(&view(&[1.0, 2.0], &[0], 2), Some(&p.values))
+        let got = GaussianInputs::new(&view(&[1.0, 2.0], &[0], 2), Some(&m.values))
             .log_densities(std::slice::from_ref(&g))[0][0];
         let want = -0.5 * (9.0 + (2.0 * std::f64::consts::PI).ln());
         assert!((got - want).abs() < 1e-5);
         std::fs::write(&path, "1, 2\n3\n").unwrap();
-        let e = Projection::read(path.to_str().unwrap()).unwrap_err();
+        let e = Matrix::read(path.to_str().unwrap()).unwrap_err();
         assert!(e.contains("line 2: 1 values, the first row has 2"), "{e}");
         std::fs::write(&path, "1, x\n").unwrap();
-        let e = Projection::read(path.to_str().unwrap()).unwrap_err();
+        let e = Matrix::read(path.to_str().unwrap()).unwrap_err();
         assert!(e.contains("`x` is not a finite number"), "{e}");
         let mut spec: FedGmmSpec = serde_yaml::from_str("{}").unwrap();
-        let missing = Projection::read(dir.path().join("none.csv").to_str().unwrap());
-        assert!(missing.unwrap_err().contains("cannot read"));
+        let missing = Projection::new(dir.path().join("none.csv").display().to_string());
+        assert!(missing.matrix().unwrap_err().contains("cannot read"));
         spec.projection = Some(p);
         let population = crate::algorithms::Population {
             clients: 1,

@@ -20,7 +20,7 @@ use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PFedMeSpec {
     /// λ, the weight of (λ/2)‖θ − w‖² (the paper: 15 on MNIST, 20 on Synthetic with MLR).

@@ -10,7 +10,7 @@
 //! algorithm as its own type.
 
 use super::{Algorithm, Gossip};
-use crate::spec::catalogue::{read_settings, unknown};
+use crate::spec::catalogue::{read_settings, unknown, SchemaOf};
 use crate::spec::FieldError;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -127,7 +127,15 @@ pub struct Population {
 
 /// An algorithm's settings, as its `algorithm:` section holds them (besides `name`).
 pub trait AlgorithmSettings:
-    Serialize + DeserializeOwned + Clone + fmt::Debug + PartialEq + Send + Sync + 'static
+    Serialize
+    + DeserializeOwned
+    + schemars::JsonSchema
+    + Clone
+    + fmt::Debug
+    + PartialEq
+    + Send
+    + Sync
+    + 'static
 {
     /// The algorithm these settings configure.
     type Algorithm: Algorithm;
@@ -138,6 +146,13 @@ pub trait AlgorithmSettings:
 
     /// Checks the settings; a path is below `algorithm`.
     fn validate(&self) -> Result<(), FieldError> {
+        Ok(())
+    }
+
+    /// Reads the files the settings name, before anything runs (the pre-flight of `fedsim
+    /// check`, `run` and `sweep`; never while a scenario is read); a path is below
+    /// `algorithm`.
+    fn check_files(&self) -> Result<(), FieldError> {
         Ok(())
     }
 
@@ -180,6 +195,8 @@ pub struct Registration {
     pub capabilities: Capabilities,
     /// The smallest settings that run ([`AlgorithmSettings::EXAMPLE`]).
     pub example: &'static str,
+    /// The JSON Schema of its settings.
+    pub schema: SchemaOf,
     parse: fn(Value) -> Result<Box<dyn Settings>, String>,
 }
 
@@ -201,6 +218,7 @@ impl Registration {
                 client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
             },
             example: S::EXAMPLE,
+            schema: S::json_schema,
             parse: parse::<S>,
         }
     }
@@ -225,6 +243,7 @@ impl Registration {
                 client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
             },
             example: S::EXAMPLE,
+            schema: S::json_schema,
             parse: parse::<S>,
         }
     }
@@ -323,6 +342,7 @@ trait Settings: fmt::Debug + Send + Sync {
     fn as_any(&self) -> &dyn Any;
     fn fields(&self) -> Value;
     fn validate(&self) -> Result<(), FieldError>;
+    fn check_files(&self) -> Result<(), FieldError>;
     fn clone_box(&self) -> Box<dyn Settings>;
 }
 
@@ -337,6 +357,10 @@ impl<S: AlgorithmSettings> Settings for S {
 
     fn validate(&self) -> Result<(), FieldError> {
         AlgorithmSettings::validate(self)
+    }
+
+    fn check_files(&self) -> Result<(), FieldError> {
+        AlgorithmSettings::check_files(self)
     }
 
     fn clone_box(&self) -> Box<dyn Settings> {
@@ -384,6 +408,11 @@ impl AlgorithmSpec {
         self.settings.validate()
     }
 
+    /// Reads the files the settings name (the pre-flight); a path is below `algorithm`.
+    pub fn check_files(&self) -> Result<(), FieldError> {
+        self.settings.check_files()
+    }
+
     /// Builds the algorithm for `launcher`'s population and hands it over; an error says
     /// why the settings do not suit that population.
     pub fn launch<L: Launcher>(&self, launcher: L) -> Result<L::Output, FieldError> {
@@ -395,7 +424,13 @@ impl AlgorithmSpec {
     }
 }
 
-crate::spec::catalogue::section_traits!(AlgorithmSpec, name, "name", "{name: fedavg}");
+crate::spec::catalogue::section_traits!(
+    AlgorithmSpec,
+    name,
+    "name",
+    "{name: fedavg}",
+    REGISTRY
+);
 
 #[cfg(test)]
 mod tests {

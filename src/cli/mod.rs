@@ -7,4 +7,5 @@ pub mod data;
 pub mod describe;
 pub mod report;
 pub mod run;
+pub mod schema;
 pub mod sweep;

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 /// Class `c` is the blob N(μ_c, I) in `dim` dimensions, its centre μ_c drawn once from
 /// N(0, separation²·I). Client k draws its label shares from Dir(α·1) (`alpha` left out: every
 /// class alike), then each of its `samples` rows: a label, then a point of that label's blob.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BlobsSpec {
     #[serde(default = "ten")]

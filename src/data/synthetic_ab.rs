@@ -19,7 +19,7 @@ use rand::Rng;
 use rand_distr::{Distribution, LogNormal, Normal, StandardNormal};
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SyntheticAbSpec {
     #[serde(default = "d_clients")]

@@ -254,7 +254,7 @@ pub fn online_intervals(path: &Path, clients: usize) -> Result<Vec<Vec<(f64, f64
 }
 
 /// One FedScale device: inference latency and bandwidth.
-#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize, schemars::JsonSchema)]
 pub struct FedScaleDevice {
     /// Milliseconds per sample for inference (FedScale multiplies by 3 for training).
     pub computation: f64,
@@ -264,7 +264,7 @@ pub struct FedScaleDevice {
 
 /// One FedScale availability trace: online during `[active[i], inactive[i]]`, repeating every
 /// `finish_time` seconds.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, schemars::JsonSchema)]
 pub struct FedScaleBehavior {
     pub active: Vec<f64>,
     pub inactive: Vec<f64>,

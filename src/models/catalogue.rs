@@ -7,7 +7,7 @@
 //! nothing more. Validation and `fedsim models` read only this catalogue.
 
 use super::{InitScheme, InputShape, Layer};
-use crate::spec::catalogue::{read_settings, unknown};
+use crate::spec::catalogue::{read_settings, unknown, SchemaOf};
 use crate::spec::FieldError;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -80,7 +80,15 @@ impl Network {
 
 /// A model family's settings, as its `model:` section holds them (besides `kind`).
 pub trait ModelSettings:
-    Serialize + DeserializeOwned + Clone + fmt::Debug + PartialEq + Send + Sync + 'static
+    Serialize
+    + DeserializeOwned
+    + schemars::JsonSchema
+    + Clone
+    + fmt::Debug
+    + PartialEq
+    + Send
+    + Sync
+    + 'static
 {
     /// The inputs it takes: checked against the data before anything is built.
     const INPUTS: Inputs;
@@ -105,6 +113,8 @@ pub struct Registration {
     pub summary: &'static str,
     /// The smallest valid settings ([`ModelSettings::EXAMPLE`]).
     pub example: &'static str,
+    /// The JSON Schema of its settings.
+    pub schema: SchemaOf,
     parse: fn(Value) -> Result<Box<dyn Settings>, String>,
     settings_type: fn() -> TypeId,
 }
@@ -116,6 +126,7 @@ impl Registration {
             inputs: S::INPUTS,
             summary,
             example: S::EXAMPLE,
+            schema: S::json_schema,
             parse: parse::<S>,
             settings_type: TypeId::of::<S>,
         }
@@ -260,7 +271,13 @@ impl Default for ModelSpec {
     }
 }
 
-crate::spec::catalogue::section_traits!(ModelSpec, kind, "kind", "{kind: mlp, hidden: [64]}");
+crate::spec::catalogue::section_traits!(
+    ModelSpec,
+    kind,
+    "kind",
+    "{kind: mlp, hidden: [64]}",
+    MODELS
+);
 
 #[cfg(test)]
 mod tests {

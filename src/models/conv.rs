@@ -8,14 +8,14 @@ use serde::{Deserialize, Serialize};
 
 /// The FedEM authors' `FemnistCNN` (their EMNIST and FEMNIST experiments): conv 5×5 32 → ReLU
 /// → max-pool 2 → conv 5×5 64 → ReLU → max-pool 2 → dense 2048 → ReLU → dense.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CnnSpec {}
 
 /// The small CNN of the FedEM paper's App. I.1 (Keras' MNIST example): conv 3×3 32 → ReLU →
 /// conv 3×3 64 → ReLU → max-pool 2 → dropout → dense 128 → ReLU → dropout (twice the rate) →
 /// dense.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SmallCnnSpec {
     #[serde(default = "default_dropout")]

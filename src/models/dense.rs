@@ -6,12 +6,12 @@ use crate::spec::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// Logistic regression for two classes (one output), softmax regression otherwise.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LinearSpec {}
 
 /// Fully connected ReLU network with the given hidden widths.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MlpSpec {
     pub hidden: Vec<usize>,

@@ -26,6 +26,21 @@ pub enum DeviceChoice {
 
 pub const DEVICE_ALLOWED: &str = "`cpu`, `cuda` (every visible GPU), `cuda:N` or `auto`";
 
+impl schemars::JsonSchema for DeviceChoice {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DeviceChoice".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^(cpu|auto|cuda(:[0-9]+)?)$",
+            "description": format!("Where cohorts train: {DEVICE_ALLOWED}."),
+            "default": "cpu",
+        })
+    }
+}
+
 impl DeviceChoice {
     pub fn is_cpu(&self) -> bool {
         *self == DeviceChoice::Cpu

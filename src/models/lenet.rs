@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// conv 5×5 6 → ReLU → max-pool 2 → conv 5×5 16 → ReLU → max-pool 2 → dense 120 → ReLU →
 /// dense 84 → ReLU → dense.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Lenet5Spec {}
 

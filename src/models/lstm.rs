@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// Embedding → stacked LSTM → dense decoder of the last step's hidden state (their Shakespeare
 /// model: embedding 8, two layers of 256).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LstmSpec {
     #[serde(default = "default_embedding")]

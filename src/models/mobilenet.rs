@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// pooling, dropout, dense classifier), with its width multiplier and initialisation; for
 /// colour images such as CIFAR. Normalisation layers hold no running statistics (see
 /// [`Normalization`]), so every parameter is a trained one and every algorithm works on it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MobilenetV2Spec {
     #[serde(default = "default_width")]

@@ -17,6 +17,7 @@ mod lstm;
 mod mobilenet;
 mod sgd;
 mod stacked;
+mod walk;
 
 pub use catalogue::{
     Inputs, ModelSettings, ModelSpec, Network, Registration as ModelRegistration, MODELS,
@@ -51,7 +52,7 @@ use tch::{Kind, Tensor};
 /// gradient trains; held among the parameters, every algorithm's own arithmetic (proximal
 /// terms, pFedMe's personal update, Clustered FL's update similarities, momentum, weight decay)
 /// would have to treat them apart, and the FedEM authors' code averages them like weights.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Normalization {
     /// Batch norm with the batch's statistics in training and evaluation alike (PyTorch's
@@ -589,93 +590,10 @@ impl Architecture {
 
     /// Logits `[batch, outputs]`. `weights` are [`Architecture::layers`] of the parameters;
     /// `masks`: dropout masks in training (see [`Architecture::dropout_masks`]), empty when
-    /// evaluating. `stacked::stacked_logits` walks the same layers for a cohort's runs at once
-    /// (another layout, so its own ops): a new layer needs both, and both matches are
-    /// exhaustive, so it does not compile until it has them.
+    /// evaluating. The layers are walked by [`walk::forward`], which a cohort's stacked runs
+    /// share.
     fn forward(&self, weights: &[Tensor], x: &Tensor, masks: &[Tensor]) -> Tensor {
-        let mut h = match self.input {
-            InputShape::Image([c, hh, w]) => x.view([-1, c as i64, hh as i64, w as i64]),
-            InputShape::Flat(_) => x.shallow_clone(),
-            InputShape::Tokens { .. } => x.to_kind(Kind::Int64),
-        };
-        let (mut weights, mut masks) = (weights.iter(), masks.iter());
-        let mut next = || weights.next().expect("one tensor per parameter");
-        let mut saved: Option<Tensor> = None;
-        for l in &self.layers {
-            h = match *l {
-                Layer::Dense { .. } => {
-                    let (wt, b) = (next(), next());
-                    if h.dim() > 2 {
-                        h = h.flatten(1, -1);
-                    }
-                    b.addmm(&h, wt)
-                }
-                Layer::Conv {
-                    stride,
-                    padding,
-                    groups,
-                    bias,
-                    ..
-                } => {
-                    let w = next();
-                    let b = bias.then(&mut next);
-                    let (s, p) = (stride as i64, padding as i64);
-                    h.conv2d(w, b, [s, s], [p, p], [1, 1], groups as i64)
-                }
-                Layer::Norm { channels, kind } => {
-                    let (scale, shift) = (Some(next()), Some(next()));
-                    match kind {
-                        Normalization::Batch => h.batch_norm(
-                            scale,
-                            shift,
-                            None::<&Tensor>,
-                            None::<&Tensor>,
-                            true,
-                            0.1,
-                            1e-5,
-                            true,
-                        ),
-                        Normalization::Group => {
-                            let groups = mobilenet::norm_groups(channels) as i64;
-                            h.group_norm(groups, scale, shift, 1e-5, true)
-                        }
-                    }
-                }
-                Layer::Relu => h.relu(),
-                Layer::Relu6 => h.relu6(),
-                Layer::Save => {
-                    saved = Some(h.shallow_clone());
-                    h
-                }
-                Layer::AddSaved => h + saved.take().expect("a residual starts before it ends"),
-                Layer::GlobalAvgPool => h.adaptive_avg_pool2d([1, 1]),
-                Layer::MaxPool => h.max_pool2d([2, 2], [2, 2], [0, 0], [1, 1], false),
-                Layer::Dropout { .. } => match masks.next() {
-                    Some(m) => h * m,
-                    None => h,
-                },
-                Layer::Embedding { .. } => Tensor::embedding(next(), &h, -1, false, false),
-                Layer::Lstm { hidden, layers, .. } => {
-                    let tensors: Vec<&Tensor> = (0..4 * layers).map(|_| next()).collect();
-                    let zeros = Tensor::zeros(
-                        [layers as i64, h.size()[0], hidden as i64],
-                        (Kind::Float, h.device()),
-                    );
-                    let (out, _, _) = h.lstm(
-                        &[&zeros, &zeros],
-                        &tensors,
-                        true,
-                        layers as i64,
-                        0.0,
-                        true,
-                        false,
-                        true,
-                    );
-                    out.select(1, -1)
-                }
-            };
-        }
-        h
+        walk::forward(self, &mut walk::Single, weights, x, masks)
     }
 
     /// Gradients of the minibatch loss Σᵢ wᵢ·ℓᵢ / B (wᵢ = 1 without weights), one per tensor of

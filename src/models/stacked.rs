@@ -22,7 +22,8 @@
 
 use super::device::DeviceRows;
 use super::sgd::{EvalStats, LocalPlan, Pass, Predictor, Proximal};
-use super::{mobilenet, Architecture, Layer, Normalization};
+use super::walk::{self, Conv, LayerOps, Norm};
+use super::{mobilenet, Architecture, Normalization};
 use crate::data::{InputShape, SplitView};
 use rand_chacha::ChaCha20Rng;
 use tch::{Device, Kind, Reduction, Tensor};
@@ -758,100 +759,106 @@ fn autograd_gradients(arch: &Architecture, ps: &[Tensor], batch: &StepBatch) -> 
 /// F]`; images are `[B, A·C, H, W]`, each run's channels side by side, so that a convolution
 /// is one grouped convolution (A times the layer's groups), a normalisation over groups of
 /// channels one group norm (A times the groups), and pooling is per channel as alone. Without
-/// masks, dropout layers pass everything (evaluation). The stacked twin of
-/// `Architecture::forward`: the two walk the same layers.
+/// masks, dropout layers pass everything (evaluation). The layers are walked by
+/// [`walk::forward`], as a model alone walks them, with the [`Stacked`] layout.
 fn stacked_logits(arch: &Architecture, ps: &[Tensor], x: &Tensor, masks: &[Tensor]) -> Tensor {
-    let (a, b) = (x.size()[0], x.size()[1]);
-    // `[A, B, C, H, W]` → `[B, A·C, H, W]`.
-    let side_by_side = |t: &Tensor| {
+    let (runs, batch) = (x.size()[0], x.size()[1]);
+    let mut ops = Stacked {
+        runs,
+        batch,
+        images: false,
+    };
+    walk::forward(arch, &mut ops, ps, x, masks)
+}
+
+/// A cohort's runs side by side: `A` runs of `B` rows each. Images travel as `[B, A·C, H, W]`
+/// (each run's channels one group of a grouped convolution) until the first dense layer,
+/// which turns them into `[A, B, features]`; everything else is `[A, B, …]`.
+struct Stacked {
+    runs: i64,
+    batch: i64,
+    /// The activations are images side by side (`[B, A·C, H, W]`).
+    images: bool,
+}
+
+impl Stacked {
+    /// `[A, B, C, H, W]` → `[B, A·C, H, W]`.
+    fn side_by_side(&self, t: &Tensor) -> Tensor {
         let s = t.size();
-        t.transpose(0, 1).reshape([b, a * s[2], s[3], s[4]])
-    };
-    let mut images = false;
-    let mut h = match arch.input {
-        InputShape::Image([c, hh, w]) => {
-            images = true;
-            side_by_side(&x.view([a, b, c as i64, hh as i64, w as i64]))
-        }
-        InputShape::Flat(_) => x.shallow_clone(),
-        // Token ids `[A, B, L]`.
-        InputShape::Tokens { .. } => x.to_kind(Kind::Int64),
-    };
-    let (mut params, mut masks) = (ps.iter(), masks.iter());
-    let mut next = || params.next().expect("one tensor per parameter");
-    let mut saved: Option<Tensor> = None;
-    for l in &arch.layers {
-        h = match *l {
-            Layer::Dense { .. } => {
-                let (w, bias) = (next(), next());
-                if images {
-                    h = h.view([b, a, -1]).transpose(0, 1);
-                    images = false;
-                }
-                bias.unsqueeze(1).baddbmm(&h, &w.transpose(1, 2), 1.0, 1.0)
-            }
-            Layer::Conv {
-                stride,
-                padding,
-                groups,
-                bias,
-                ..
-            } => {
-                let w = next();
-                let s = w.size();
-                let w = w.reshape([a * s[1], s[2], s[3], s[4]]);
-                let bias = bias.then(|| next().reshape([-1]));
-                let (st, p) = (stride as i64, padding as i64);
-                h.conv2d(
-                    &w,
-                    bias.as_ref(),
-                    [st, st],
-                    [p, p],
-                    [1, 1],
-                    a * groups as i64,
-                )
-            }
-            Layer::Norm { channels, kind } => {
-                assert_eq!(kind, Normalization::Group, "batch norm does not stack");
-                let (scale, shift) = (next().reshape([-1]), next().reshape([-1]));
-                let groups = a * mobilenet::norm_groups(channels) as i64;
-                h.group_norm(groups, Some(&scale), Some(&shift), 1e-5, true)
-            }
-            Layer::Relu => h.relu(),
-            Layer::Relu6 => h.relu6(),
-            Layer::Save => {
-                saved = Some(h.shallow_clone());
-                h
-            }
-            Layer::AddSaved => h + saved.take().expect("a residual starts before it ends"),
-            Layer::GlobalAvgPool => h.adaptive_avg_pool2d([1, 1]),
-            Layer::MaxPool => h.max_pool2d([2, 2], [2, 2], [0, 0], [1, 1], false),
-            // No masks: evaluation, as alone.
-            Layer::Dropout { .. } => match (masks.next(), images) {
-                (Some(m), true) => h * side_by_side(m),
-                (Some(m), false) => h * m,
-                (None, _) => h,
-            },
-            Layer::Embedding { vocab, .. } => {
-                // Run k's token t is row k·vocab + t of the runs' tables one after another.
-                let table = next();
-                let offsets = Tensor::arange(a, (Kind::Int64, h.device())) * vocab as i64;
-                let rows = &h + offsets.view([a, 1, 1]);
-                Tensor::embedding(
-                    &table.reshape([a * vocab as i64, -1]),
-                    &rows,
-                    -1,
-                    false,
-                    false,
-                )
-            }
-            Layer::Lstm { hidden, layers, .. } => {
-                let tensors: Vec<&Tensor> = (0..4 * layers).map(|_| next()).collect();
-                stacked_lstm(&h, &tensors, hidden as i64)
-            }
-        };
+        t.transpose(0, 1)
+            .reshape([self.batch, self.runs * s[2], s[3], s[4]])
     }
-    h
+}
+
+impl LayerOps for Stacked {
+    fn input(&mut self, x: &Tensor, shape: InputShape) -> Tensor {
+        match shape {
+            InputShape::Image([c, hh, w]) => {
+                self.images = true;
+                let (a, b) = (self.runs, self.batch);
+                self.side_by_side(&x.view([a, b, c as i64, hh as i64, w as i64]))
+            }
+            InputShape::Flat(_) => x.shallow_clone(),
+            // Token ids `[A, B, L]`.
+            InputShape::Tokens { .. } => x.to_kind(Kind::Int64),
+        }
+    }
+
+    fn dense(&mut self, mut h: Tensor, weight: &Tensor, bias: &Tensor) -> Tensor {
+        if self.images {
+            h = h.view([self.batch, self.runs, -1]).transpose(0, 1);
+            self.images = false;
+        }
+        bias.unsqueeze(1)
+            .baddbmm(&h, &weight.transpose(1, 2), 1.0, 1.0)
+    }
+
+    fn conv(&mut self, h: Tensor, conv: Conv, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
+        let s = weight.size();
+        let w = weight.reshape([self.runs * s[1], s[2], s[3], s[4]]);
+        let bias = bias.map(|b| b.reshape([-1]));
+        let (st, p) = (conv.stride as i64, conv.padding as i64);
+        h.conv2d(
+            &w,
+            bias.as_ref(),
+            [st, st],
+            [p, p],
+            [1, 1],
+            self.runs * conv.groups as i64,
+        )
+    }
+
+    fn norm(&mut self, h: Tensor, norm: Norm, scale: &Tensor, shift: &Tensor) -> Tensor {
+        assert_eq!(norm.kind, Normalization::Group, "batch norm does not stack");
+        let (scale, shift) = (scale.reshape([-1]), shift.reshape([-1]));
+        let groups = self.runs * mobilenet::norm_groups(norm.channels) as i64;
+        h.group_norm(groups, Some(&scale), Some(&shift), 1e-5, true)
+    }
+
+    fn dropout(&mut self, h: Tensor, mask: &Tensor) -> Tensor {
+        if self.images {
+            h * self.side_by_side(mask)
+        } else {
+            h * mask
+        }
+    }
+
+    fn embedding(&mut self, h: Tensor, table: &Tensor, vocab: usize) -> Tensor {
+        // Run k's token t is row k·vocab + t of the runs' tables one after another.
+        let offsets = Tensor::arange(self.runs, (Kind::Int64, h.device())) * vocab as i64;
+        let rows = &h + offsets.view([self.runs, 1, 1]);
+        Tensor::embedding(
+            &table.reshape([self.runs * vocab as i64, -1]),
+            &rows,
+            -1,
+            false,
+            false,
+        )
+    }
+
+    fn lstm(&mut self, h: Tensor, tensors: &[&Tensor], hidden: usize, _layers: usize) -> Tensor {
+        stacked_lstm(&h, tensors, hidden as i64)
+    }
 }
 
 /// PyTorch's `nn.LSTM` (batch first, gates in the order input, forget, cell, output, zero

@@ -12,10 +12,15 @@ use crate::data::{DatasetSpec, InputShape};
 use crate::scenario::{Scenario, ScenarioError};
 use crate::spec::FieldError;
 
-/// Checks `s` against this machine: its training devices exist here, and where the data's
+/// Checks `s` against this machine: the files its algorithm names read (a FedGMM
+/// projection), its training devices exist here, and where the data's
 /// size is known without reading it, the run fits this machine's memory (after the data is
 /// built, [`check_run_fits`] checks again with the real sizes). Errors point into the file.
 pub fn preflight(s: &Scenario) -> Result<(), ScenarioError> {
+    s.run
+        .algorithm
+        .check_files()
+        .map_err(|e| s.locate(e.within("algorithm")))?;
     s.run
         .training
         .device

@@ -6,9 +6,11 @@
 
 mod locate;
 mod raw;
+mod reference;
 
 use crate::spec::compact;
 pub use raw::{RawEvaluation, RawLrSchedule, RawSampling, RawScenario, RawTraining};
+pub use reference::{json_schema, json_schema_text, reference_page, REFERENCE_PAGE, SCHEMA_FILE};
 
 use crate::algorithms::AlgorithmSpec;
 use crate::algorithms::{LrSchedule, Registration, Training};

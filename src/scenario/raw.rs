@@ -9,12 +9,13 @@ use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawScenario {
     /// A short name; the default output folder is `results/<name>/seed-<seed>`.
     #[serde(default = "default_name")]
     pub name: String,
+    /// Free text about the scenario, kept in the resolved scenario.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// Root of every random stream of the run.
@@ -33,20 +34,27 @@ pub struct RawScenario {
     /// Which clients an evaluation tests (all of them unless this says otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evaluation: Option<RawEvaluation>,
+    /// The data set and how its rows are dealt to clients (`fedsim datasets` lists them).
     pub data: DatasetSpec,
+    /// How each client's rows are split into training, validation and test rows.
     #[serde(default)]
     pub split: SplitSpec,
+    /// The model family every client trains (`fedsim models` lists them).
     #[serde(default)]
     pub model: ModelSpec,
+    /// The federated algorithm (`fedsim algorithms` lists them).
     pub algorithm: AlgorithmSpec,
+    /// The local solver: minibatch SGD.
     #[serde(default)]
     pub training: RawTraining,
+    /// Which clients a round selects, and how many (all of them unless this says otherwise).
     #[serde(default)]
     pub sampling: RawSampling,
     /// When the server aggregates: synchronous rounds (optionally with a deadline) or
     /// asynchronous buffered aggregation.
     #[serde(default)]
     pub policy: PolicySpec,
+    /// How long work and transfers take in simulated time: devices, links, availability.
     #[serde(default)]
     pub system: SystemSpec,
     /// Report the simulated time at which the weighted mean test accuracy first reaches this.
@@ -68,7 +76,7 @@ pub struct RawScenario {
 
 /// Clients held out of training: after each evaluated round they adapt to the trained model
 /// with their own training data (as their algorithm does it) and are tested.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawUnseen {
     /// Fraction of the clients held out, drawn from the run's seed.
@@ -87,7 +95,7 @@ fn default_seed() -> u64 {
     1
 }
 /// Evaluation on a sample of the clients, for large populations.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawEvaluation {
     /// Same as the top-level `eval_every` (give one of them).
@@ -102,7 +110,7 @@ pub struct RawEvaluation {
 }
 
 /// The local solver: minibatch SGD.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawTraining {
     /// Local epochs per round (give this or `local_steps`).
@@ -111,17 +119,22 @@ pub struct RawTraining {
     /// Local SGD steps per round (give this or `local_epochs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_steps: Option<u32>,
+    /// Rows per minibatch (a client's last batch of an epoch may be shorter).
     #[serde(default = "default_batch")]
     pub batch_size: usize,
+    /// The learning rate of local SGD.
     #[serde(default = "default_lr")]
     pub lr: f64,
+    /// SGD momentum (PyTorch's form: the buffer accumulates gradients).
     #[serde(default)]
     pub momentum: f64,
+    /// L2 weight decay, added to the gradient as PyTorch's SGD does.
     #[serde(default)]
     pub weight_decay: f64,
     /// Keep each client's momentum buffer between rounds (as the FedEM authors' code does).
     #[serde(default = "default_true")]
     pub keep_momentum: bool,
+    /// How the learning rate changes over rounds: `constant` or `multi_step`.
     #[serde(default)]
     pub lr_schedule: RawLrSchedule,
     /// Train a round's clients as one stacked computation where possible (`auto`) or each
@@ -161,9 +174,10 @@ impl Default for RawTraining {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum RawLrSchedule {
+    /// The same learning rate every round.
     #[default]
     Constant,
     /// Multiply the learning rate by `gamma` after each milestone round.
@@ -180,11 +194,14 @@ fn default_gamma() -> f64 {
 
 /// Clients per round: a fraction of the training clients or a count (K), and how they are
 /// drawn.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawSampling {
+    /// The fraction of the training clients a round selects, in (0, 1] (give this or
+    /// `count`; all clients when neither is given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fraction: Option<f64>,
+    /// The number of clients a round selects, K (give this or `fraction`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<usize>,
     /// `uniform` (without replacement) or `weighted` (by training-set size n_t).

@@ -56,12 +56,73 @@ pub fn unknown(name: &str, known: impl Iterator<Item = &'static str>) -> String 
     )
 }
 
+/// How a registration keeps the JSON Schema of its item's settings (`S::json_schema`).
+pub type SchemaOf = fn(&mut schemars::SchemaGenerator) -> schemars::Schema;
+
+/// The schema of a catalogue section: one of its items, each an object with the `tag` field
+/// fixed to the item's name, titled by the name and described by its summary. An item whose
+/// settings are empty is an object with the tag alone.
+pub fn section_schema(
+    tag: &str,
+    generator: &mut schemars::SchemaGenerator,
+    items: impl Iterator<Item = (&'static str, &'static str, SchemaOf)>,
+) -> schemars::Schema {
+    use serde_json::{json, Map, Value as Json};
+    let variants: Vec<Json> = items
+        .map(|(name, summary, schema_of)| {
+            let mut item = match schema_of(generator).to_value() {
+                Json::Object(m) if m.get("type") == Some(&json!("object")) => m,
+                _ => Map::from_iter([("type".into(), json!("object"))]),
+            };
+            let mut properties = Map::from_iter([(
+                tag.to_string(),
+                json!({"const": name, "description": summary}),
+            )]);
+            if let Some(Json::Object(own)) = item.remove("properties") {
+                properties.extend(own);
+            }
+            let mut required = vec![json!(tag)];
+            if let Some(Json::Array(own)) = item.remove("required") {
+                required.extend(own);
+            }
+            let mut out = Map::new();
+            out.insert("title".into(), json!(name));
+            out.insert("description".into(), json!(summary));
+            out.insert("type".into(), json!("object"));
+            out.insert("properties".into(), Json::Object(properties));
+            out.insert("required".into(), Json::Array(required));
+            out.insert("additionalProperties".into(), json!(false));
+            Json::Object(out)
+        })
+        .collect();
+    schemars::json_schema!({
+        "description": format!("One of the items below, named by `{tag}`."),
+        "oneOf": variants,
+    })
+}
+
 /// The traits a catalogue's section type shares, written once. The type is
 /// `$spec { registration, settings: Box<dyn ...> }` with a `parse(name, fields)` constructor
 /// and the accessor `$name` of its item's name; its settings trait object has `fields()` and
-/// `clone_box()`. The section is written and read as `{$tag: <name>, <settings>...}`.
+/// `clone_box()`. The section is written and read as `{$tag: <name>, <settings>...}`; its
+/// JSON Schema is one of the items of `$catalogue` (registrations with `$name`, `summary` and
+/// `schema`).
 macro_rules! section_traits {
-    ($spec:ident, $name:ident, $tag:literal, $example:literal) => {
+    ($spec:ident, $name:ident, $tag:literal, $example:literal, $catalogue:expr) => {
+        impl schemars::JsonSchema for $spec {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($spec).into()
+            }
+
+            fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                $crate::spec::catalogue::section_schema(
+                    $tag,
+                    generator,
+                    $catalogue.iter().map(|r| (r.$name, r.summary, r.schema)),
+                )
+            }
+        }
+
         impl Clone for $spec {
             fn clone(&self) -> Self {
                 $spec {

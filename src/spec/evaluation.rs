@@ -44,6 +44,23 @@ impl EvalClients {
 const EVAL_CLIENTS_ALLOWED: &str =
     "`all`, a number of clients (an integer ≥ 1) or a fraction of them in (0, 1]";
 
+impl schemars::JsonSchema for EvalClients {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "EvalClients".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": format!("{EVAL_CLIENTS_ALLOWED}."),
+            "anyOf": [
+                {"const": "all"},
+                {"type": "integer", "minimum": 1},
+                {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            ],
+        })
+    }
+}
+
 impl Serialize for EvalClients {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match *self {
@@ -87,7 +104,7 @@ impl<'de> Deserialize<'de> for EvalClients {
 }
 
 /// Whether a sample of clients is drawn once for the whole run or anew at each evaluation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EvalSample {
     /// The same clients at every evaluation: curves over rounds follow the same population.

@@ -42,7 +42,7 @@ impl FieldError {
 }
 
 /// What a run does when a client, a peer or the server first sees NaN or infinite numbers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OnDivergence {
     /// End the run there; the results so far are written, marked as diverged.

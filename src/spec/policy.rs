@@ -4,7 +4,7 @@ use super::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// What happens to an update that arrives after its round's deadline.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LateUpdates {
     /// Stragglers are dropped.
@@ -15,7 +15,7 @@ pub enum LateUpdates {
     NextRound,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum PolicySpec {
     /// Rounds one after the other. A round ends when every selected client has reported

@@ -12,7 +12,7 @@ pub enum SampleSize {
 }
 
 /// Which clients are drawn.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Uniformly, without replacement.

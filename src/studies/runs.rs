@@ -9,7 +9,7 @@
 //! This module must not read anything but a folder's `cells.csv`, `summary.csv` and
 //! `scenario.yaml`; the tables and curves are `study`'s.
 
-use super::study::{read_csv_text, read_summary, text_column, RunRow};
+use super::summaries::{read_csv_text, read_summary, text_column, RunRow};
 use crate::results::ReportError;
 use crate::spec::compact;
 use std::collections::BTreeMap;

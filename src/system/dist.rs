@@ -19,7 +19,7 @@ pub enum Dist {
     Drawn(DrawnDist),
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "dist", rename_all = "snake_case", deny_unknown_fields)]
 pub enum DrawnDist {
     /// Uniform on [low, high].
@@ -97,6 +97,21 @@ impl Dist {
             Dist::Drawn(DrawnDist::File { path, column }) => {
                 crate::io::per_client_column(path, column, clients)?
             }
+        })
+    }
+}
+
+impl schemars::JsonSchema for Dist {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Dist".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let drawn = generator.subschema_for::<DrawnDist>();
+        schemars::json_schema!({
+            "description": "A number (the same for every client), or a map with `dist: \
+                            uniform | lognormal | file` each client draws its value from.",
+            "anyOf": [{"type": "number"}, drawn],
         })
     }
 }

@@ -40,7 +40,7 @@ impl From<crate::io::FileError> for SystemError {
 
 /// Device compute speed. Give `samples_per_second`, `seconds_per_batch` or `flops_per_second`
 /// (default: 1000 samples per second for every device).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ComputeSpec {
     /// Training throughput, in samples per second.
@@ -64,7 +64,7 @@ pub struct ComputeSpec {
 }
 
 /// Links between server and clients.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkSpec {
     /// One-way latency of every message, in milliseconds.
@@ -79,7 +79,7 @@ pub struct NetworkSpec {
 }
 
 /// When clients are online.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum AvailabilitySpec {
     #[default]
@@ -110,7 +110,7 @@ pub enum AvailabilitySpec {
 }
 
 /// How the clients of one availability class come and go.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum AvailabilityClass {
     Always,
@@ -137,7 +137,7 @@ fn check_means(at: &str, online: f64, offline: f64) -> Result<(), FieldError> {
     Ok(())
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SystemSpec {
     #[serde(default)]

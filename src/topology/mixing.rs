@@ -9,7 +9,7 @@ use nalgebra::{DMatrix, SymmetricEigen};
 use serde::{Deserialize, Serialize};
 
 /// How a round's mixing weights are set.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "rule", rename_all = "snake_case", deny_unknown_fields)]
 pub enum MixingRule {
     /// W_ij = 1 / (1 + max(d_i, d_j)) on each link; the rest on the diagonal. Symmetric.

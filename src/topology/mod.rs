@@ -34,7 +34,7 @@ pub enum TopologyError {
 }
 
 /// The `topology:` section of a scenario: its presence makes the run decentralized.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TopologySpec {
     pub graph: GraphSpec,
@@ -53,7 +53,7 @@ pub struct TopologySpec {
 }
 
 /// ω_t, the factor on peer t's local learning rate.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepWeights {
     /// ω_t = T·n_t/n: the n_t/n of D-FedEM's Alg. 4 (line 18), with the number of peers T
@@ -66,7 +66,7 @@ pub enum StepWeights {
 }
 
 /// The graph families.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum GraphSpec {
     Complete,
@@ -98,7 +98,7 @@ pub enum GraphSpec {
 }
 
 /// How the graph changes between rounds.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum TimeVarying {
     /// One graph for the whole run.
@@ -110,7 +110,7 @@ pub enum TimeVarying {
     DropLinks { p: f64 },
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Disconnected {
     /// Draw again until the graph is connected (a fixed disconnected graph is an error).
@@ -121,7 +121,7 @@ pub enum Disconnected {
 }
 
 /// When a peer mixes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum GossipMode {
     /// After its local work, a peer waits for every neighbour's model of the same round.

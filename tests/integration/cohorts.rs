@@ -75,19 +75,44 @@ fn assert_close(what: &str, a: &Outcome, b: &Outcome, tol: f64) {
     }
 }
 
-const COHORT_ALGORITHMS: [&[&str]; 11] = [
-    &["algorithm={name: fedavg}"],
-    &["algorithm={name: fedprox, mu: 0.1}"],
-    &["algorithm={name: fedavg_plus}"],
-    &["algorithm={name: local}"],
-    &["algorithm={name: fedem, components: 3}"],
-    &["algorithm={name: clustered, tol1: 1000, tol2: 0}"],
-    &["algorithm={name: fedgmm, gaussians: 2, classifiers: 2}"],
-    &["algorithm={name: ditto, lambda: 0.5, personal_lr: 0.03}"],
-    &["algorithm={name: pfedme, lambda: 15, inner_steps: 3, personal_lr: 0.05}"],
-    &["algorithm={name: apfl, adaptive: true}"],
-    &["algorithm={name: per_fedavg, inner_lr: 0.02}"],
-];
+/// Every registered algorithm that trains in cohorts (`peers`: the decentralized ones, else
+/// those with a server), as `algorithm={...}` with its example settings. Read from the
+/// registry, so that a new algorithm is tested here without a list to edit.
+fn cohort_algorithms(peers: bool) -> Vec<String> {
+    let found: Vec<String> = fedsim::algorithms::registry::REGISTRY
+        .iter()
+        .filter(|r| r.capabilities.cohorts && r.capabilities.decentralized == peers)
+        .map(|r| format!("algorithm={}", r.example_section()))
+        .collect();
+    assert!(found.len() >= if peers { 2 } else { 11 }, "{found:?}");
+    found
+}
+
+/// Every model family of the catalogue that takes flat rows, as `model={...}` with its
+/// example settings.
+fn flat_models() -> Vec<String> {
+    let found: Vec<String> = fedsim::models::MODELS
+        .iter()
+        .filter(|r| r.inputs == fedsim::models::Inputs::Any)
+        .map(|r| format!("model={}", r.example_section()))
+        .collect();
+    assert!(found.len() >= 2, "{found:?}");
+    found
+}
+
+/// Every algorithm × flat model pair of the catalogues, and Clustered FL with tolerances that
+/// split its clusters at once (its example never splits in the rounds tested here).
+fn cohort_matrix() -> Vec<[String; 2]> {
+    let mut algorithms = cohort_algorithms(false);
+    algorithms.push("algorithm={name: clustered, tol1: 1000, tol2: 0}".into());
+    let mut pairs = Vec::new();
+    for alg in &algorithms {
+        for model in flat_models() {
+            pairs.push([alg.clone(), model]);
+        }
+    }
+    pairs
+}
 
 fn compare(settings: &[&str], what: &str, tol: f64) {
     compare_on(SMALL, settings, what, tol)
@@ -113,22 +138,28 @@ fn convolutions_in_cohorts_match_training_alone() {
     // with two components on FEMNIST's CNN, FedAvg and pFedMe in lockstep on the small CNN (two
     // dropout layers); one round on 7 writers, half of them sampled: parameters and losses
     // within 1e-5 (relative).
+    // Every image model of the catalogue that stacks on FEMNIST's 28×28 images, from its
+    // example, with FedAvg.
     if !femnist_available() {
         return;
     }
-    for (model, alg) in [
-        ("model={kind: cnn}", "algorithm={name: fedavg}"),
+    let mut pairs: Vec<(String, String)> = image_models_that_stack()
+        .into_iter()
+        .map(|m| (m, "algorithm={name: fedavg}".to_string()))
+        .collect();
+    assert!(pairs.len() >= 3, "{pairs:?}");
+    pairs.extend([
         (
-            "model={kind: cnn}",
-            "algorithm={name: fedem, components: 2}",
+            "model={kind: cnn}".to_string(),
+            "algorithm={name: fedem, components: 2}".to_string(),
         ),
-        ("model={kind: small_cnn}", "algorithm={name: fedavg}"),
         (
-            "model={kind: small_cnn}",
-            "algorithm={name: pfedme, lambda: 15, inner_steps: 2}",
+            "model={kind: small_cnn}".to_string(),
+            "algorithm={name: pfedme, lambda: 15, inner_steps: 2}".to_string(),
         ),
-    ] {
-        let settings = [model, alg, "rounds=1"];
+    ]);
+    for (model, alg) in &pairs {
+        let settings = [model.as_str(), alg.as_str(), "rounds=1"];
         let what = format!("{model} {alg}");
         compare_with(
             FEMNIST_CNN,
@@ -141,6 +172,23 @@ fn convolutions_in_cohorts_match_training_alone() {
     // `auto` on the CPU trains convolutions alone (stacked, they were slower): the same bits.
     let settings = ["model={kind: small_cnn}", "rounds=1"];
     compare_with(FEMNIST_CNN, &settings, "training.cohorts=auto", "auto", 0.0);
+}
+
+/// The image models of the catalogue (example settings) whose layers all stack on FEMNIST's
+/// 28×28 single-channel images, as `model={...}`.
+fn image_models_that_stack() -> Vec<String> {
+    use fedsim::models::{Architecture, InputShape, Inputs, ModelSpec, MODELS};
+    let input = InputShape::Image([1, 28, 28]);
+    MODELS
+        .iter()
+        .filter(|r| matches!(r.inputs, Inputs::Images { .. }))
+        .filter_map(|r| {
+            let spec = ModelSpec::from_yaml(&r.example_section()).expect("examples read");
+            let fits = spec.check_input(input).is_ok();
+            (fits && Architecture::for_input(&spec, input, 62).stacks())
+                .then(|| format!("model={}", r.example_section()))
+        })
+        .collect()
 }
 
 #[test]
@@ -164,13 +212,10 @@ fn cohorts_match_training_alone_after_a_round_on_every_cohort_algorithm() {
     // One round with evaluation: parameters within 1e-5 (relative), linear and MLP models,
     // full and partial participation (SMALL samples half of its 24 clients; clients of 8 to
     // 60 rows, so batches of 16 leave short last batches and runs of different lengths).
-    for alg in COHORT_ALGORITHMS {
-        for model in ["model={kind: linear}", "model={kind: mlp, hidden: [16, 8]}"] {
-            for sampling in ["sampling.fraction=0.5", "sampling.fraction=1.0"] {
-                let mut settings = alg.to_vec();
-                settings.extend([model, sampling, "rounds=1", "eval_every=1"]);
-                compare(&settings, &format!("{alg:?} {model} {sampling}"), 1e-5);
-            }
+    for [alg, model] in cohort_matrix() {
+        for sampling in ["sampling.fraction=0.5", "sampling.fraction=1.0"] {
+            let settings = [alg.as_str(), model.as_str(), sampling, "rounds=1", "eval_every=1"];
+            compare(&settings, &format!("{alg} {model} {sampling}"), 1e-5);
         }
     }
 }
@@ -191,22 +236,25 @@ fn evaluations_in_cohorts_match_each_client_alone() {
         assert_eq!(alone.accuracies, stacked.accuracies, "{what}: accuracies");
         alone
     };
-    for alg in COHORT_ALGORITHMS {
-        for model in ["model={kind: linear}", "model={kind: mlp, hidden: [16, 8]}"] {
-            let mut settings = alg.to_vec();
-            settings.extend([model, "rounds=2", "eval_every=1", "unseen={fraction: 0.25}"]);
-            let what = format!("{alg:?} {model}");
-            let alone = check(SMALL, &settings, &what);
-            assert!(
-                alone.losses.iter().any(|l| l.1.contains("unseen true")),
-                "{what}"
-            );
-        }
+    for [alg, model] in cohort_matrix() {
+        let settings = [
+            alg.as_str(),
+            model.as_str(),
+            "rounds=2",
+            "eval_every=1",
+            "unseen={fraction: 0.25}",
+        ];
+        let what = format!("{alg} {model}");
+        let alone = check(SMALL, &settings, &what);
+        assert!(
+            alone.losses.iter().any(|l| l.1.contains("unseen true")),
+            "{what}"
+        );
     }
     let peers = SMALL.replace("sampling: {fraction: 0.5}\n", "");
-    for alg in ["algorithm={name: d_psgd}", "algorithm={name: d_fedem}"] {
+    for alg in cohort_algorithms(true) {
         let topology = "topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}";
-        check(&peers, &[alg, topology, "rounds=2", "eval_every=1"], alg);
+        check(&peers, &[alg.as_str(), topology, "rounds=2", "eval_every=1"], &alg);
     }
 }
 
@@ -228,13 +276,13 @@ fn stacked_evaluations_are_identical_across_threads() {
 #[test]
 fn peers_train_in_cohorts_as_they_would_alone() {
     // D-PSGD and D-FedEM, synchronous and asynchronous gossip, two rounds.
-    for alg in ["algorithm={name: d_psgd}", "algorithm={name: d_fedem}"] {
+    for alg in cohort_algorithms(true) {
         for gossip in ["synchronous", "asynchronous"] {
             let topology = format!(
                 "topology={{graph: {{kind: ring}}, mixing: {{rule: metropolis_hastings}}, \
                  gossip: {gossip}}}"
             );
-            let settings = [alg, topology.as_str(), "rounds=2", "eval_every=1"];
+            let settings = [alg.as_str(), topology.as_str(), "rounds=2", "eval_every=1"];
             // Every peer trains each round: SMALL without its client sampling.
             let peers = SMALL.replace("sampling: {fraction: 0.5}\n", "");
             compare_on(&peers, &settings, &format!("{alg} {gossip}"), 1e-5);

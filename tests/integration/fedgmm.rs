@@ -275,14 +275,14 @@ fn a_projection_file_shapes_the_gaussians() {
             && e.contains("needs one per input feature (32)"),
         "{e}"
     );
-    // A missing file is refused when the scenario is read.
+    // A missing file is refused by the pre-flight (`fedsim check`, `run`, `sweep`), naming
+    // the field; reading the scenario opens no file.
     let o = vec![format!(
         "algorithm={{name: fedgmm, projection: {}/none.csv}}",
         tmp.path().display()
     )];
-    let e = Scenario::from_yaml(SMALL, Path::new("g.yaml"), &o)
-        .unwrap_err()
-        .to_string();
+    let s = Scenario::from_yaml(SMALL, Path::new("g.yaml"), &o).expect("reads without files");
+    let e = fedsim::results::preflight(&s).unwrap_err().to_string();
     assert!(
         e.contains("field `algorithm.projection`") && e.contains("cannot read"),
         "{e}"

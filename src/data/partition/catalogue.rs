@@ -2,7 +2,7 @@
 //! each in [`PARTITIONS`]. A partitioner is its file (its settings type, implementing
 //! [`PartitionSettings`]) plus one entry here.
 
-use crate::spec::catalogue::{read_settings, unknown};
+use crate::spec::catalogue::{read_settings, unknown, SchemaOf};
 use crate::spec::FieldError;
 use rand_chacha::ChaCha20Rng;
 use serde::de::DeserializeOwned;
@@ -39,7 +39,15 @@ pub static PARTITIONS: &[Registration] = &[
 
 /// A partitioner's settings, as its `partition:` section holds them (besides `kind`).
 pub trait PartitionSettings:
-    Serialize + DeserializeOwned + Clone + fmt::Debug + PartialEq + Send + Sync + 'static
+    Serialize
+    + DeserializeOwned
+    + schemars::JsonSchema
+    + Clone
+    + fmt::Debug
+    + PartialEq
+    + Send
+    + Sync
+    + 'static
 {
     /// The smallest valid settings (YAML flow mapping, without `kind`), for tests and docs.
     const EXAMPLE: &'static str = "{}";
@@ -76,6 +84,8 @@ pub struct Registration {
     pub summary: &'static str,
     /// The smallest valid settings ([`PartitionSettings::EXAMPLE`]).
     pub example: &'static str,
+    /// The JSON Schema of its settings.
+    pub schema: SchemaOf,
     parse: fn(Value) -> Result<Box<dyn Settings>, String>,
     settings_type: fn() -> TypeId,
 }
@@ -86,6 +96,7 @@ impl Registration {
             kind,
             summary,
             example: S::EXAMPLE,
+            schema: S::json_schema,
             parse: |fields| Ok(Box::new(read_settings::<S>(fields)?)),
             settings_type: TypeId::of::<S>,
         }
@@ -221,7 +232,8 @@ crate::spec::catalogue::section_traits!(
     PartitionSpec,
     kind,
     "kind",
-    "{kind: dirichlet, clients: 100, alpha: 0.5}"
+    "{kind: dirichlet, clients: 100, alpha: 0.5}",
+    PARTITIONS
 );
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 /// FedEM's `split_dataset_by_labels`: labels are grouped into `groups` groups (default: each
 /// label its own group); each group's rows go to clients in proportions drawn from Dir(α·1),
 /// counts drawn from the multinomial.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DirichletSpec {
     pub clients: usize,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The data's own clients (FEMNIST's writers): `fraction` of them, drawn. Only a data set that
 /// has clients of its own takes it; it deals no pool.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NaturalSpec {
     #[serde(default = "one")]

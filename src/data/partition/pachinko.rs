@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// label not dealt yet. A fine label whose rows run out leaves its coarse label's weights, a
 /// coarse label whose rows run out leaves the client's (both renormalised), as in FedEM's
 /// `pachinko_allocation_split`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PachinkoSpec {
     pub clients: usize,

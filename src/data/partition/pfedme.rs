@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// pFedMe's MNIST split: client u holds labels u, u + 1, … (mod classes), `labels_per_client`
 /// of them; each label's rows are shared among its holders in proportions ∝ U(1, 3), drawn.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PfedmeSpec {
     #[serde(default = "twenty")]

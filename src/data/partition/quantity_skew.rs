@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// shuffled, so every client sees the same label mix, but the clients' shares of the rows are
 /// drawn from Dir(α·1) (counts from the multinomial): a small α makes a few clients hold most
 /// of the data.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuantitySkewSpec {
     pub clients: usize,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// McMahan et al.'s pathological split: rows sorted by label, cut into
 /// `clients × shards_per_client` equal shards, each client `shards_per_client` at random.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShardsSpec {
     pub clients: usize,
