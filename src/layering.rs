@@ -1,6 +1,8 @@
 //! The layering test: reads `src/` and fails on any `crate::` import that climbs [`LAYERS`],
 //! on any cycle between top-level modules (within a layer too), and on any cycle between the
-//! child modules of one folder (`super::x` or `crate::a::x` from its direct children).
+//! child modules of one folder (`super::x` or `crate::a::x` from its direct children). A
+//! catalogue's list (`catalogue.rs`, `registry.rs`) names its items, which implement its trait:
+//! that one loop is what a catalogue is, so the list's own imports are not counted.
 
 use crate::LAYERS;
 use std::collections::{BTreeMap, BTreeSet};
@@ -228,6 +230,9 @@ fn no_cycle_between_modules() {
     }
 }
 
+/// The modules that list a catalogue's items (each item imports the catalogue's trait).
+const CATALOGUE_LISTS: [&str; 2] = ["catalogue", "registry"];
+
 /// Imports between the child modules of the folder `dir` (a module with a `mod.rs`), read
 /// from each child's own file (`x.rs` or `x/mod.rs`): `super::y` and `crate::<dir>::y`.
 fn sibling_imports(src: &Path, dir: &Path) -> BTreeSet<(String, String)> {
@@ -254,6 +259,9 @@ fn sibling_imports(src: &Path, dir: &Path) -> BTreeSet<(String, String)> {
     let absolute = format!("crate::{}::", module_path.join("::"));
     let mut edges = BTreeSet::new();
     for (child, file) in &children {
+        if CATALOGUE_LISTS.contains(&child.as_str()) {
+            continue;
+        }
         let code = without_comments(&std::fs::read_to_string(file).expect("readable"));
         let named = names_after(&code, "super::")
             .into_iter()

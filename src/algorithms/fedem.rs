@@ -18,7 +18,9 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 /// What the server does with the clients it did not sample this round.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Unsampled {
     /// They count with their weight p_t and the previous global components (the FedEM
@@ -35,6 +37,7 @@ pub struct FedEmSpec {
     /// M, the number of mixture components.
     #[serde(default = "default_components")]
     pub components: usize,
+    /// How the aggregate counts the clients a round did not sample.
     #[serde(default)]
     pub unsampled: Unsampled,
     /// Unseen clients fit their mixture weights by EM with the components frozen, starting

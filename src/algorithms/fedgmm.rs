@@ -32,7 +32,9 @@ use serde::{Deserialize, Serialize};
 use std::sync::{Arc, OnceLock};
 
 /// The shape of each Gaussian's covariance.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Covariance {
     /// A full d × d matrix (the authors' default).
@@ -51,6 +53,7 @@ pub struct FedGmmSpec {
     /// M (the paper's M2), the shared classifiers.
     #[serde(default = "d_three")]
     pub classifiers: usize,
+    /// The shape of each Gaussian's covariance.
     #[serde(default)]
     pub covariance: Covariance,
     /// ε, added to each covariance's diagonal after the local M-step (the authors: 0.1).
@@ -93,7 +96,9 @@ fn d_unseen_tolerance() -> f64 {
 }
 
 /// What FedGMM's novelty score measures.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum NoveltyScore {
     /// log p(x, y) = log Σ_{k,m} π(k, m) N(z; μ_k, Σ_k) p(y | x; θ_m).
@@ -190,11 +195,7 @@ impl Matrix {
         if rows == 0 || cols == 0 {
             return Err(format!("`{path}` holds no matrix"));
         }
-        Ok(Matrix {
-            rows,
-            cols,
-            values,
-        })
+        Ok(Matrix { rows, cols, values })
     }
 }
 
@@ -369,7 +370,8 @@ impl super::Finite for GmmUpdate {
 impl FedGmm {
     /// The rows of `view` as the Gaussians see them (projected when the spec says so).
     fn inputs(&self, view: SplitView<'_>) -> GaussianInputs {
-        let projection = (self.spec.projection.as_ref()).map(|p| p.read_already().values.as_slice());
+        let projection =
+            (self.spec.projection.as_ref()).map(|p| p.read_already().values.as_slice());
         GaussianInputs::new(&view, projection)
     }
 

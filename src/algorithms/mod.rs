@@ -87,7 +87,17 @@ pub struct Training {
 /// ([`LocalUpdate::Sgd`], [`LocalUpdate::Batchwise`]) and the model stacks
 /// ([`crate::models::Architecture::stacks`]). Results match training each client alone up to
 /// float rounding.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Cohorts {
     /// Cohorts wherever the algorithm and the model allow and stacking pays on the devices

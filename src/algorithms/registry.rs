@@ -10,10 +10,8 @@
 //! algorithm as its own type.
 
 use super::{Algorithm, Gossip};
-use crate::spec::catalogue::{read_settings, unknown, SchemaOf};
+use crate::spec::catalogue::{read_settings, unknown, ItemSettings, SchemaOf};
 use crate::spec::FieldError;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 use std::any::Any;
 use std::fmt;
@@ -126,17 +124,7 @@ pub struct Population {
 }
 
 /// An algorithm's settings, as its `algorithm:` section holds them (besides `name`).
-pub trait AlgorithmSettings:
-    Serialize
-    + DeserializeOwned
-    + schemars::JsonSchema
-    + Clone
-    + fmt::Debug
-    + PartialEq
-    + Send
-    + Sync
-    + 'static
-{
+pub trait AlgorithmSettings: ItemSettings {
     /// The algorithm these settings configure.
     type Algorithm: Algorithm;
 
@@ -424,13 +412,7 @@ impl AlgorithmSpec {
     }
 }
 
-crate::spec::catalogue::section_traits!(
-    AlgorithmSpec,
-    name,
-    "name",
-    "{name: fedavg}",
-    REGISTRY
-);
+crate::spec::catalogue::section_traits!(AlgorithmSpec, name, "name", "{name: fedavg}", REGISTRY);
 
 #[cfg(test)]
 mod tests {

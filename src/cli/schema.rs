@@ -1,7 +1,7 @@
 //! `fedsim schema`: the scenario's JSON Schema, or the book's field reference made from it.
 
 use crate::finish;
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 /// The arguments of `fedsim schema`.
 #[derive(clap::Args)]

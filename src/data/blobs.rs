@@ -15,10 +15,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BlobsSpec {
+    /// The number of clients.
     #[serde(default = "ten")]
     pub clients: usize,
+    /// Features per row.
     #[serde(default = "two")]
     pub dim: usize,
+    /// The number of classes, one blob each.
     #[serde(default = "three")]
     pub classes: usize,
     /// Rows per client.

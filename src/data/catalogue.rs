@@ -8,10 +8,8 @@
 
 use super::{DataError, FederatedData, InputShape, SplitSpec};
 use crate::sim::SeedTree;
-use crate::spec::catalogue::{read_settings, unknown, SchemaOf};
+use crate::spec::catalogue::{read_settings, unknown, ItemSettings, SchemaOf};
 use crate::spec::FieldError;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_yaml::Value;
 use std::any::Any;
 use std::fmt;
@@ -77,17 +75,7 @@ pub enum Source {
 }
 
 /// A data set's settings, as its `data:` section holds them (besides `kind`).
-pub trait DatasetSettings:
-    Serialize
-    + DeserializeOwned
-    + schemars::JsonSchema
-    + Clone
-    + fmt::Debug
-    + PartialEq
-    + Send
-    + Sync
-    + 'static
-{
+pub trait DatasetSettings: ItemSettings {
     /// The smallest valid settings (YAML flow mapping, without `kind`), for tests and docs.
     const EXAMPLE: &'static str = "{}";
 

@@ -25,7 +25,9 @@ use rand_distr::{Dirichlet, Distribution, LogNormal, Normal};
 use serde::{Deserialize, Serialize};
 
 /// How a label follows from the noisy logit v = ⟨x, θ_z⟩ + ε.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum LabelRule {
     /// y = round(sigmoid(v)) = 1{v > 0}: what the authors' generator does (default).
@@ -53,8 +55,10 @@ pub struct FedemSyntheticSpec {
     /// Standard deviation of the logit noise ε.
     #[serde(default = "d_noise")]
     pub noise: f64,
+    /// The fewest rows a client has (before the split).
     #[serde(default = "d_min_samples")]
     pub min_samples: usize,
+    /// The most rows a client has (before the split).
     #[serde(default = "d_max_samples")]
     pub max_samples: usize,
     /// μ of the log-normal law of extra samples per client.
@@ -63,6 +67,7 @@ pub struct FedemSyntheticSpec {
     /// σ of the log-normal law of extra samples per client.
     #[serde(default = "d_ln_sigma")]
     pub lognormal_sigma: f64,
+    /// How a label follows from the noisy logit v = ⟨x, θ_z⟩ + ε.
     #[serde(default)]
     pub labels: LabelRule,
     /// Reproduce the authors' label bug (off by default).
@@ -92,7 +97,9 @@ pub struct FedemSyntheticSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ColumnFile {
+    /// The population file (CSV or Parquet), relative to the working directory.
     pub path: std::path::PathBuf,
+    /// The column that holds each client's value.
     pub column: String,
 }
 

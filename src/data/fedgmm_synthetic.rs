@@ -30,7 +30,9 @@ use rand_distr::{Beta, Dirichlet, Distribution, Gamma, Normal};
 use serde::{Deserialize, Serialize};
 
 /// The family of the components' input distributions.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Marginal {
     #[default]
@@ -57,6 +59,7 @@ pub struct FedgmmSyntheticSpec {
     /// Rows per client (before the split).
     #[serde(default = "d_samples")]
     pub samples: usize,
+    /// The family of the components' input distributions.
     #[serde(default)]
     pub marginal: Marginal,
     /// The first this many clients draw from Gaussian components whatever `marginal` says

@@ -21,7 +21,9 @@ use std::path::Path;
 use std::path::PathBuf;
 
 /// How pixel values (0–255) become features.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Pixels {
     /// value / 255, in [0, 1] (what FedEM feeds its CNN).
@@ -92,11 +94,13 @@ impl NovelTransform {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryImagesSpec {
+    /// How the pooled images are dealt to clients (`data.partition`; `fedsim datasets` and the items below).
     pub partition: PartitionSpec,
     /// Fraction of the pooled images used, drawn before partitioning (FedEM uses 10 % of
     /// EMNIST).
     #[serde(default = "one")]
     pub fraction: f64,
+    /// How pixel values (0–255) become features.
     #[serde(default)]
     pub pixels: Pixels,
     /// Novel rows for novelty detection: each test image again, transformed by one of these
@@ -119,6 +123,7 @@ pub struct FemnistSpec {
     /// Fraction of the images used when the partition is not natural, drawn.
     #[serde(default = "one")]
     pub fraction: f64,
+    /// How pixel values (0–255) become features.
     #[serde(default)]
     pub pixels: Pixels,
     /// Novel rows, as for MNIST.

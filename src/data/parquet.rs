@@ -24,11 +24,13 @@ use std::path::PathBuf;
 pub struct ParquetSpec {
     /// The file, relative to the working directory.
     pub path: PathBuf,
+    /// The column of client ids (whole numbers); without it a `partition` deals the rows.
     #[serde(default = "d_client")]
     pub client_column: String,
     /// Column of `train` / `val` / `test` [default: none, the `split` fractions apply].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_column: Option<String>,
+    /// The column of labels (whole numbers from 0).
     #[serde(default = "d_label")]
     pub label_column: String,
     /// One numeric column per feature ...
@@ -69,7 +71,9 @@ pub struct ParquetSpec {
 }
 
 /// What to do with rows whose features are NaN or infinite.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum NonFinite {
     #[default]

@@ -10,10 +10,13 @@ use serde::{Deserialize, Serialize};
 pub enum SplitSpec {
     /// Split each client's samples by fractions (the FedEM paper: 0.6 / 0.2 / 0.2).
     Fractions {
+        /// The fraction of each client's rows for training.
         #[serde(default = "default_train")]
         train: f64,
+        /// The fraction of each client's rows for validation.
         #[serde(default = "default_val")]
         val: f64,
+        /// The fraction of each client's rows for testing.
         #[serde(default = "default_test")]
         test: f64,
     },
@@ -21,7 +24,9 @@ pub enum SplitSpec {
     /// test set is `test_samples` extra samples drawn from the client's distribution
     /// (the FedEM authors' generator draws 5000).
     ExtraTest {
+        /// Extra test rows drawn per client.
         test_samples: usize,
+        /// The fraction of each client's rows for validation.
         #[serde(default)]
         val: f64,
     },

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SyntheticAbSpec {
+    /// The number of clients.
     #[serde(default = "d_clients")]
     pub clients: usize,
     /// α: how much the clients' models differ.
@@ -30,17 +31,22 @@ pub struct SyntheticAbSpec {
     /// β: how much the clients' feature distributions differ.
     #[serde(default = "d_half")]
     pub beta: f64,
+    /// Features per row.
     #[serde(default = "d_dim")]
     pub dim: usize,
+    /// The number of classes.
     #[serde(default = "d_classes")]
     pub classes: usize,
     /// n_k = (min_samples + ⌊LogNormal(lognormal_mean, lognormal_sigma)⌋) · size_factor.
     #[serde(default = "d_min_samples")]
     pub min_samples: usize,
+    /// μ of the log-normal law of extra rows per client.
     #[serde(default = "d_ln_mean")]
     pub lognormal_mean: f64,
+    /// σ of the log-normal law of extra rows per client.
     #[serde(default = "d_ln_sigma")]
     pub lognormal_sigma: f64,
+    /// Multiplies each client's row count.
     #[serde(default = "d_size_factor")]
     pub size_factor: usize,
     /// Cap on n_k [default: none].

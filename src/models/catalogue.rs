@@ -7,10 +7,8 @@
 //! nothing more. Validation and `fedsim models` read only this catalogue.
 
 use super::{InitScheme, InputShape, Layer};
-use crate::spec::catalogue::{read_settings, unknown, SchemaOf};
+use crate::spec::catalogue::{read_settings, unknown, ItemSettings, SchemaOf};
 use crate::spec::FieldError;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 use std::any::{Any, TypeId};
 use std::fmt;
@@ -79,17 +77,7 @@ impl Network {
 }
 
 /// A model family's settings, as its `model:` section holds them (besides `kind`).
-pub trait ModelSettings:
-    Serialize
-    + DeserializeOwned
-    + schemars::JsonSchema
-    + Clone
-    + fmt::Debug
-    + PartialEq
-    + Send
-    + Sync
-    + 'static
-{
+pub trait ModelSettings: ItemSettings {
     /// The inputs it takes: checked against the data before anything is built.
     const INPUTS: Inputs;
 

@@ -18,6 +18,7 @@ pub struct CnnSpec {}
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SmallCnnSpec {
+    /// The first dropout layer's rate (the second drops twice as many).
     #[serde(default = "default_dropout")]
     pub dropout: f64,
 }

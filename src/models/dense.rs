@@ -14,6 +14,7 @@ pub struct LinearSpec {}
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MlpSpec {
+    /// The widths of the hidden layers, input side first.
     pub hidden: Vec<usize>,
 }
 

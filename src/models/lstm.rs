@@ -10,10 +10,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LstmSpec {
+    /// The width of a character's embedding.
     #[serde(default = "default_embedding")]
     pub embedding: usize,
+    /// The width of each LSTM layer's hidden state.
     #[serde(default = "default_hidden")]
     pub hidden: usize,
+    /// Stacked LSTM layers.
     #[serde(default = "default_layers")]
     pub layers: usize,
 }

@@ -17,10 +17,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MobilenetV2Spec {
+    /// The width multiplier of torchvision's MobileNet-v2 (channels scaled by it).
     #[serde(default = "default_width")]
     pub width: f64,
+    /// The normalisation layers (group norm stacks in cohorts, batch norm does not).
     #[serde(default)]
     pub norm: Normalization,
+    /// Dropout before the classifier.
     #[serde(default = "default_dropout")]
     pub dropout: f64,
 }
@@ -362,6 +365,9 @@ mod tests {
         // passes nothing on at 1×1 pixel, which smaller images reach with this width) of two classes (bright or dark left half): a few SGD steps
         // fit them, with both normalisations (plain SGD, lr 0.01: batch norm over 6 rows is
         // unsteady at higher rates).
+        // One intra-op thread, as the trainer pool sets it (a global of libtorch that another
+        // test may already have set): the losses then do not depend on the order tests run in.
+        tch::set_num_threads(1);
         for norm in [Normalization::Batch, Normalization::Group] {
             let arch = Architecture::for_input(
                 &ModelSpec::of(MobilenetV2Spec {
@@ -387,7 +393,7 @@ mod tests {
             let mut params = arch.init(&mut rng);
             let before = sgd::evaluate(&arch, &params, view).loss;
             let plan = sgd::LocalPlan {
-                work: sgd::LocalWork::Steps(60),
+                work: sgd::LocalWork::Steps(120),
                 batch_size: 6,
                 momentum: 0.0,
                 weight_decay: 0.0,

@@ -52,7 +52,9 @@ use tch::{Kind, Tensor};
 /// gradient trains; held among the parameters, every algorithm's own arithmetic (proximal
 /// terms, pFedMe's personal update, Clustered FL's update similarities, momentum, weight decay)
 /// would have to treat them apart, and the FedEM authors' code averages them like weights.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Normalization {
     /// Batch norm with the batch's statistics in training and evaluation alike (PyTorch's

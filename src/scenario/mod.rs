@@ -9,7 +9,7 @@ mod raw;
 mod reference;
 
 use crate::spec::compact;
-pub use raw::{RawEvaluation, RawLrSchedule, RawSampling, RawScenario, RawTraining};
+pub use raw::{RawLrSchedule, RawScenario, RawTraining};
 pub use reference::{json_schema, json_schema_text, reference_page, REFERENCE_PAGE, SCHEMA_FILE};
 
 use crate::algorithms::AlgorithmSpec;
@@ -19,7 +19,7 @@ use crate::models::ModelSpec;
 use crate::models::{LocalPlan, LocalWork};
 use crate::spec::FieldError;
 use crate::spec::{check_client_counts, OnDivergence};
-use crate::spec::{EvaluationPlan, PolicySpec, SampleSize, Sampling, Strategy};
+use crate::spec::{EvaluationPlan, PolicySpec, RawEvaluation, RawSampling, Sampling};
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
 use serde_yaml::Value;
@@ -408,7 +408,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         .validate()
         .map_err(|e| e.within("algorithm"))?;
     let training = validate_training(&raw.training).map_err(|e| e.within("training"))?;
-    let sampling = validate_sampling(&raw.sampling).map_err(|e| e.within("sampling"))?;
+    let sampling = raw.sampling.resolve().map_err(|e| e.within("sampling"))?;
     raw.policy.validate().map_err(|e| e.within("policy"))?;
     // Decentralized runs take no server policy at all (checked with the topology below).
     let server_policy = !raw.algorithm.is_decentralized();
@@ -530,73 +530,19 @@ fn validate_decentralized(raw: &RawScenario) -> Result<(), FieldError> {
 /// `evaluation`; leaves `raw` in its resolved form: `eval_every` always stated, `evaluation`
 /// only when it samples clients (so scenarios that do not are written as before).
 fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, FieldError> {
-    let mut section = raw.evaluation.take().unwrap_or_default();
-    let (every, path) = match (raw.eval_every, section.every.take()) {
-        (Some(_), Some(_)) => {
-            return Err(FieldError::new(
-                "evaluation.every".into(),
-                "give either `eval_every` or `evaluation.every`, not both".into(),
-            ))
-        }
-        (Some(e), None) => (e, "eval_every"),
-        (None, Some(e)) => (e, "evaluation.every"),
-        (None, None) => (1, "eval_every"),
-    };
-    if every == 0 {
-        return Err(FieldError::new(
-            path.into(),
-            "must be at least 1 (the last round is always evaluated)".into(),
-        ));
-    }
-    section
-        .clients
-        .check()
-        .map_err(|m| FieldError::new("evaluation.clients".into(), m))?;
-    raw.eval_every = Some(every);
-    let plan = EvaluationPlan {
-        every,
-        clients: section.clients,
-        sample: section.sample,
-    };
-    if !section.clients.is_all() {
-        raw.evaluation = Some(section);
+    let section = raw.evaluation.take().unwrap_or_default();
+    let plan = section.resolve(raw.eval_every)?;
+    // The resolved scenario states the period at the top level, and a sample of the clients
+    // (if any) under `evaluation`.
+    raw.eval_every = Some(plan.every);
+    if !plan.clients.is_all() {
+        raw.evaluation = Some(RawEvaluation {
+            every: None,
+            clients: plan.clients,
+            sample: plan.sample,
+        });
     }
     Ok(plan)
-}
-
-fn validate_sampling(s: &RawSampling) -> Result<Sampling, FieldError> {
-    let bad = |path: &str, message: String| Err(FieldError::new(path.to_string(), message));
-    let size = match (s.fraction, s.count) {
-        (Some(_), Some(_)) => {
-            return bad(
-                "fraction",
-                "give either `fraction` or `count`, not both".into(),
-            )
-        }
-        (Some(f), None) if !(f > 0.0 && f <= 1.0) => {
-            return bad("fraction", format!("must be in (0, 1], got {f}"))
-        }
-        (Some(f), None) => SampleSize::Fraction(f),
-        (None, Some(0)) => return bad("count", "must be at least 1".into()),
-        (None, Some(k)) => SampleSize::Count(k),
-        (None, None) => SampleSize::Fraction(1.0),
-    };
-    if s.replacement && s.strategy != Strategy::Weighted {
-        return bad("replacement", "applies to `strategy: weighted` only".into());
-    }
-    if !(s.over_selection >= 0.0 && s.over_selection.is_finite()) {
-        return bad(
-            "over_selection",
-            format!("must be a non-negative number, got {}", s.over_selection),
-        );
-    }
-    Ok(Sampling {
-        size,
-        strategy: s.strategy,
-        replacement: s.replacement,
-        available_only: s.available_only,
-        over_selection: s.over_selection,
-    })
 }
 
 fn validate_training(t: &RawTraining) -> Result<Training, FieldError> {

@@ -4,7 +4,7 @@
 use crate::algorithms::{AlgorithmSpec, Cohorts};
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::{DeviceChoice, ModelSpec};
-use crate::spec::{EvalClients, EvalSample, OnDivergence, PolicySpec, Strategy};
+use crate::spec::{OnDivergence, PolicySpec, RawEvaluation, RawSampling};
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
 use serde::{Deserialize, Serialize};
@@ -94,21 +94,6 @@ fn default_name() -> String {
 fn default_seed() -> u64 {
     1
 }
-/// Evaluation on a sample of the clients, for large populations.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RawEvaluation {
-    /// Same as the top-level `eval_every` (give one of them).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub every: Option<u32>,
-    /// `all`, a number of clients, or a fraction of them.
-    #[serde(default, skip_serializing_if = "EvalClients::is_all")]
-    pub clients: EvalClients,
-    /// `fixed`: the same sample at every evaluation; `fresh`: a new one each time.
-    #[serde(default)]
-    pub sample: EvalSample,
-}
-
 /// The local solver: minibatch SGD.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -182,7 +167,9 @@ pub enum RawLrSchedule {
     Constant,
     /// Multiply the learning rate by `gamma` after each milestone round.
     MultiStep {
+        /// The rounds after which the rate is multiplied by `gamma`.
         milestones: Vec<u32>,
+        /// The factor applied at each milestone.
         #[serde(default = "default_gamma")]
         gamma: f64,
     },
@@ -190,30 +177,4 @@ pub enum RawLrSchedule {
 
 fn default_gamma() -> f64 {
     0.1
-}
-
-/// Clients per round: a fraction of the training clients or a count (K), and how they are
-/// drawn.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RawSampling {
-    /// The fraction of the training clients a round selects, in (0, 1] (give this or
-    /// `count`; all clients when neither is given).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fraction: Option<f64>,
-    /// The number of clients a round selects, K (give this or `fraction`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub count: Option<usize>,
-    /// `uniform` (without replacement) or `weighted` (by training-set size n_t).
-    #[serde(default)]
-    pub strategy: Strategy,
-    /// Weighted draws with replacement (duplicates train once).
-    #[serde(default)]
-    pub replacement: bool,
-    /// Draw only among clients online at selection time.
-    #[serde(default)]
-    pub available_only: bool,
-    /// Select ⌈(1 + o)·K⌉ clients and aggregate the first K updates to arrive.
-    #[serde(default)]
-    pub over_selection: f64,
 }

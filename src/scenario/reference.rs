@@ -78,7 +78,11 @@ impl<'a> Page<'a> {
                 return d;
             }
         }
-        match schema.get("allOf").and_then(Json::as_array).map(Vec::as_slice) {
+        match schema
+            .get("allOf")
+            .and_then(Json::as_array)
+            .map(Vec::as_slice)
+        {
             Some([one]) => self.resolve(one),
             _ => schema,
         }
@@ -181,8 +185,7 @@ impl<'a> Page<'a> {
                 format!("{} or {mapping}", others.join(" or "))
             };
         }
-        if let Some(Json::Array(alternatives)) = value.get("oneOf").or_else(|| value.get("anyOf"))
-        {
+        if let Some(Json::Array(alternatives)) = value.get("oneOf").or_else(|| value.get("anyOf")) {
             return alternatives
                 .iter()
                 .map(|a| self.kind_of(a))
@@ -225,10 +228,17 @@ impl<'a> Page<'a> {
         if let Some(Json::Array(alternatives)) = value.get("oneOf") {
             for a in alternatives {
                 if let (Some(c), Some(d)) = (a.get("const"), a.get("description")) {
+                    if text.contains(&format!("`{}`", plain(c))) {
+                        continue; // the field's own text says what it means
+                    }
                     if !text.is_empty() {
                         text.push(' ');
                     }
-                    text.push_str(&format!("`{}`: {}", plain(c), one_line(d.as_str().unwrap_or(""))));
+                    text.push_str(&format!(
+                        "`{}`: {}",
+                        plain(c),
+                        one_line(d.as_str().unwrap_or(""))
+                    ));
                 }
             }
         }
@@ -277,8 +287,10 @@ impl<'a> Page<'a> {
         skip: Option<&str>,
         suffix: &str,
     ) -> Vec<(String, String, &'a Json)> {
-        let empty = Map::new();
-        let properties = object["properties"].as_object().unwrap_or(&empty);
+        let Some(properties) = object["properties"].as_object() else {
+            self.out.push_str("No settings of its own.\n");
+            return Vec::new();
+        };
         let required: Vec<&str> = object["required"]
             .as_array()
             .into_iter()
@@ -302,7 +314,7 @@ impl<'a> Page<'a> {
             } else {
                 format!("{path}.{name}")
             };
-            let default = match field.get("default") {
+            let default = match field.get("default").filter(|d| !d.is_null()) {
                 Some(d) => format!("`{}`", plain(d)),
                 None if required.contains(&name.as_str()) => "*required*".into(),
                 None => "*optional*".into(),
@@ -370,17 +382,12 @@ mod tests {
     #[test]
     fn the_schema_names_every_catalogue_item() {
         let text = json_schema_text();
-        for r in crate::algorithms::registry::REGISTRY {
-            assert!(text.contains(&format!("\"const\": \"{}\"", r.name)), "{}", r.name);
-        }
-        for r in crate::data::DATASETS {
-            assert!(text.contains(&format!("\"const\": \"{}\"", r.kind)), "{}", r.kind);
-        }
-        for r in crate::models::MODELS {
-            assert!(text.contains(&format!("\"const\": \"{}\"", r.kind)), "{}", r.kind);
-        }
-        for r in crate::data::PARTITIONS {
-            assert!(text.contains(&format!("\"const\": \"{}\"", r.kind)), "{}", r.kind);
+        let names = (crate::algorithms::registry::REGISTRY.iter().map(|r| r.name))
+            .chain(crate::data::DATASETS.iter().map(|r| r.kind))
+            .chain(crate::models::MODELS.iter().map(|r| r.kind))
+            .chain(crate::data::PARTITIONS.iter().map(|r| r.kind));
+        for name in names {
+            assert!(text.contains(&format!("\"const\": \"{name}\"")), "{name}");
         }
     }
 
@@ -388,8 +395,14 @@ mod tests {
     #[test]
     fn the_page_has_a_table_per_section_and_item() {
         let page = reference_page();
-        assert!(page.contains("| `rounds` | integer ≥ 0 | *required* |"), "{page}");
-        assert!(page.contains("### `algorithm` with `name: fedem`"), "{page}");
+        assert!(
+            page.contains("| `rounds` | integer ≥ 0 | *required* |"),
+            "{page}"
+        );
+        assert!(
+            page.contains("### `algorithm` with `name: fedem`"),
+            "{page}"
+        );
         assert!(page.contains("### `data` with `kind: mnist`"), "{page}");
         assert!(page.contains("`data.partition` (`kind: mnist`)"), "{page}");
         assert!(page.contains("| `lr` |"), "{page}");

@@ -56,6 +56,34 @@ pub fn unknown(name: &str, known: impl Iterator<Item = &'static str>) -> String 
     )
 }
 
+/// What every item's settings type is, whatever its catalogue: read and written by serde
+/// (`deny_unknown_fields`), described by its JSON Schema, compared, and shared across threads.
+pub trait ItemSettings:
+    Serialize
+    + DeserializeOwned
+    + schemars::JsonSchema
+    + Clone
+    + std::fmt::Debug
+    + PartialEq
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> ItemSettings for S where
+    S: Serialize
+        + DeserializeOwned
+        + schemars::JsonSchema
+        + Clone
+        + std::fmt::Debug
+        + PartialEq
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// How a registration keeps the JSON Schema of its item's settings (`S::json_schema`).
 pub type SchemaOf = fn(&mut schemars::SchemaGenerator) -> schemars::Schema;
 
@@ -70,7 +98,13 @@ pub fn section_schema(
     use serde_json::{json, Map, Value as Json};
     let variants: Vec<Json> = items
         .map(|(name, summary, schema_of)| {
-            let mut item = match schema_of(generator).to_value() {
+            let mut item = schema_of(generator).to_value();
+            // Settings that wrap another type (`#[serde(transparent)]`) are a reference to it.
+            if let Some(Json::String(r)) = item.get("$ref") {
+                let name = r.rsplit('/').next().unwrap_or(r);
+                item = generator.definitions().get(name).cloned().unwrap_or(item);
+            }
+            let mut item = match item {
                 Json::Object(m) if m.get("type") == Some(&json!("object")) => m,
                 _ => Map::from_iter([("type".into(), json!("object"))]),
             };

@@ -1,5 +1,6 @@
 //! `eval_every` and `evaluation:`: which rounds are evaluated, and on how many clients.
 
+use super::FieldError;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -104,7 +105,9 @@ impl<'de> Deserialize<'de> for EvalClients {
 }
 
 /// Whether a sample of clients is drawn once for the whole run or anew at each evaluation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum EvalSample {
     /// The same clients at every evaluation: curves over rounds follow the same population.
@@ -136,5 +139,52 @@ impl EvaluationPlan {
     /// Whether the run evaluates after `round` of `rounds`.
     pub fn is_due(&self, round: u32, rounds: u32) -> bool {
         round % self.every == 0 || round == rounds
+    }
+}
+
+/// Evaluation on a sample of the clients, for large populations.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawEvaluation {
+    /// Same as the top-level `eval_every` (give one of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<u32>,
+    /// `all`, a number of clients, or a fraction of them.
+    #[serde(default, skip_serializing_if = "EvalClients::is_all")]
+    pub clients: EvalClients,
+    /// `fixed`: the same sample at every evaluation; `fresh`: a new one each time.
+    #[serde(default)]
+    pub sample: EvalSample,
+}
+
+impl RawEvaluation {
+    /// The plan these settings and the top-level `eval_every` ask for (give the period in one
+    /// of the two places; 1 when neither says); an error's path is from the scenario's top.
+    pub fn resolve(&self, eval_every: Option<u32>) -> Result<EvaluationPlan, FieldError> {
+        let (every, path) = match (eval_every, self.every) {
+            (Some(_), Some(_)) => {
+                return Err(FieldError::new(
+                    "evaluation.every".into(),
+                    "give either `eval_every` or `evaluation.every`, not both".into(),
+                ))
+            }
+            (Some(e), None) => (e, "eval_every"),
+            (None, Some(e)) => (e, "evaluation.every"),
+            (None, None) => (1, "eval_every"),
+        };
+        if every == 0 {
+            return Err(FieldError::new(
+                path.into(),
+                "must be at least 1 (the last round is always evaluated)".into(),
+            ));
+        }
+        self.clients
+            .check()
+            .map_err(|m| FieldError::new("evaluation.clients".into(), m))?;
+        Ok(EvaluationPlan {
+            every,
+            clients: self.clients,
+            sample: self.sample,
+        })
     }
 }

@@ -1,6 +1,7 @@
-//! The settings of a run that belong to no catalogue: who is sampled, when the server
-//! aggregates, what is evaluated, what a diverged run does; and [`FieldError`], how every
-//! section says what is wrong with it.
+//! The settings of a run that belong to no catalogue: who is sampled (`sampling:`, as written
+//! in [`RawSampling`], resolved to [`Sampling`]), when the server aggregates, what is evaluated
+//! (`evaluation:` and `eval_every`, resolved to an [`EvaluationPlan`]), what a diverged run
+//! does; and [`FieldError`], how every section says what is wrong with it.
 //!
 //! This room sits at the bottom with the kernel: serde types and their pure validation. It
 //! must not read files, ask the machine anything (memory, devices) or touch libtorch, so that
@@ -12,9 +13,9 @@ mod evaluation;
 mod policy;
 mod sampling;
 
-pub use evaluation::{EvalClients, EvalSample, EvaluationPlan};
+pub use evaluation::{EvalClients, EvalSample, EvaluationPlan, RawEvaluation};
 pub use policy::{LateUpdates, PolicySpec};
-pub use sampling::{SampleSize, Sampling, Strategy};
+pub use sampling::{RawSampling, SampleSize, Sampling, Strategy};
 
 /// A problem with one field of a scenario section: the dotted path below the section that
 /// holds it, and what is wrong and what is allowed.
@@ -42,7 +43,17 @@ impl FieldError {
 }
 
 /// What a run does when a client, a peer or the server first sees NaN or infinite numbers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OnDivergence {
     /// End the run there; the results so far are written, marked as diverged.

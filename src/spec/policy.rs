@@ -4,7 +4,9 @@ use super::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// What happens to an update that arrives after its round's deadline.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum LateUpdates {
     /// Stragglers are dropped.
@@ -25,6 +27,7 @@ pub enum PolicySpec {
         /// Seconds after the round's start when the server stops waiting.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         deadline_s: Option<f64>,
+        /// What happens to updates that arrive after the deadline.
         #[serde(default)]
         late_updates: LateUpdates,
         /// With `late_updates: next_round`: older updates are dropped.
@@ -38,7 +41,9 @@ pub enum PolicySpec {
     /// clients train at any time, each starting as soon as a slot is free and it is online;
     /// the server aggregates every `buffer_size` arrivals (one "round" per aggregation).
     Fedbuff {
+        /// Arrivals per aggregation.
         buffer_size: usize,
+        /// Clients training at any time.
         concurrency: usize,
         /// Updates trained from a model more than this many aggregations old are dropped.
         #[serde(default = "default_async_staleness")]

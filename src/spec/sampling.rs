@@ -1,5 +1,7 @@
-//! `sampling:`: which clients a round selects, and how many.
+//! `sampling:`: which clients a round selects, and how many: the section as written
+//! ([`RawSampling`]) and the selection it resolves to ([`Sampling`]).
 
+use super::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// How many clients a round wants (K).
@@ -12,7 +14,9 @@ pub enum SampleSize {
 }
 
 /// Which clients are drawn.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Uniformly, without replacement.
@@ -60,5 +64,70 @@ impl Sampling {
     pub fn to_select(&self, total: usize) -> usize {
         let k = self.per_round(total);
         ((k as f64 * (1.0 + self.over_selection)).ceil() as usize).clamp(k, total)
+    }
+}
+
+/// Clients per round: a fraction of the training clients or a count (K), and how they are
+/// drawn.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawSampling {
+    /// The fraction of the training clients a round selects, in (0, 1] (give this or
+    /// `count`; all clients when neither is given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fraction: Option<f64>,
+    /// The number of clients a round selects, K (give this or `fraction`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<usize>,
+    /// `uniform` (without replacement) or `weighted` (by training-set size n_t).
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Weighted draws with replacement (duplicates train once).
+    #[serde(default)]
+    pub replacement: bool,
+    /// Draw only among clients online at selection time.
+    #[serde(default)]
+    pub available_only: bool,
+    /// Select ⌈(1 + o)·K⌉ clients and aggregate the first K updates to arrive.
+    #[serde(default)]
+    pub over_selection: f64,
+}
+
+impl RawSampling {
+    /// The selection these settings ask for; an error's path is below `sampling`.
+    pub fn resolve(&self) -> Result<Sampling, FieldError> {
+        let s = self;
+        let bad = |path: &str, message: String| Err(FieldError::new(path.to_string(), message));
+        let size = match (s.fraction, s.count) {
+            (Some(_), Some(_)) => {
+                return bad(
+                    "fraction",
+                    "give either `fraction` or `count`, not both".into(),
+                )
+            }
+            (Some(f), None) if !(f > 0.0 && f <= 1.0) => {
+                return bad("fraction", format!("must be in (0, 1], got {f}"))
+            }
+            (Some(f), None) => SampleSize::Fraction(f),
+            (None, Some(0)) => return bad("count", "must be at least 1".into()),
+            (None, Some(k)) => SampleSize::Count(k),
+            (None, None) => SampleSize::Fraction(1.0),
+        };
+        if s.replacement && s.strategy != Strategy::Weighted {
+            return bad("replacement", "applies to `strategy: weighted` only".into());
+        }
+        if !(s.over_selection >= 0.0 && s.over_selection.is_finite()) {
+            return bad(
+                "over_selection",
+                format!("must be a non-negative number, got {}", s.over_selection),
+            );
+        }
+        Ok(Sampling {
+            size,
+            strategy: s.strategy,
+            replacement: s.replacement,
+            available_only: s.available_only,
+            over_selection: s.over_selection,
+        })
     }
 }

@@ -5,7 +5,7 @@
 //! and one `cell=<id>/` folder per finished cell; a plain run folder holds `summary.csv`.
 
 use super::runs::Runs;
-use super::summaries::{RunRow, ReportMetric, REPORT_METRICS};
+use super::summaries::{ReportMetric, RunRow, REPORT_METRICS};
 use crate::io::{OutputFolder, OutputRules};
 use crate::results::column;
 use crate::results::{write_atomic, ReportError};

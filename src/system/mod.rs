@@ -86,13 +86,17 @@ pub enum AvailabilitySpec {
     Always,
     /// On/off two-state Markov process with exponential durations of these means.
     Markov {
+        /// The mean of the exponential online durations, in seconds.
         mean_online_s: f64,
+        /// The mean of the exponential offline durations, in seconds.
         mean_offline_s: f64,
     },
     /// Our CSV of online intervals: `client,start_s,end_s` (a client without rows is never
     /// online), repeating every `period_s` if given.
     Csv {
+        /// The file, relative to the working directory.
         path: PathBuf,
+        /// The intervals repeat with this period, in seconds [default: no repetition].
         #[serde(default, skip_serializing_if = "Option::is_none")]
         period_s: Option<f64>,
     },
@@ -102,9 +106,12 @@ pub enum AvailabilitySpec {
     /// `client` column and `column`, default `availability`), each class always online or an
     /// on/off Markov chain.
     Classes {
+        /// The file, relative to the working directory.
         path: PathBuf,
+        /// The column of each client's class name.
         #[serde(default = "d_class_column")]
         column: String,
+        /// How each class named in the file comes and goes.
         classes: BTreeMap<String, AvailabilityClass>,
     },
 }
@@ -115,7 +122,9 @@ pub enum AvailabilitySpec {
 pub enum AvailabilityClass {
     Always,
     Markov {
+        /// The mean of the exponential online durations, in seconds.
         mean_online_s: f64,
+        /// The mean of the exponential offline durations, in seconds.
         mean_offline_s: f64,
     },
 }
@@ -140,10 +149,13 @@ fn check_means(at: &str, online: f64, offline: f64) -> Result<(), FieldError> {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SystemSpec {
+    /// How fast devices train.
     #[serde(default)]
     pub compute: ComputeSpec,
+    /// How long transfers take.
     #[serde(default)]
     pub network: NetworkSpec,
+    /// When clients are online.
     #[serde(default)]
     pub availability: AvailabilitySpec,
     /// Probability that a client drops out during a training job (its update never arrives).

@@ -25,6 +25,7 @@ pub enum MixingRule {
     /// the projected subgradient method of their §5 started from Metropolis–Hastings weights;
     /// the best iterate is kept, so it never mixes slower than Metropolis–Hastings.
     Fmmc {
+        /// Subgradient iterations.
         #[serde(default = "default_fmmc_iterations")]
         iterations: u32,
         /// Step length of iteration k is `step / √k` (along the normalised subgradient).

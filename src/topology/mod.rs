@@ -37,14 +37,18 @@ pub enum TopologyError {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TopologySpec {
+    /// The peers' communication graph.
     pub graph: GraphSpec,
+    /// How mixing weights W are made from the graph.
     #[serde(default)]
     pub mixing: MixingRule,
+    /// Whether the graph is drawn again over time.
     #[serde(default)]
     pub time_varying: TimeVarying,
     /// What to do with a disconnected draw (or a disconnected user graph).
     #[serde(default)]
     pub disconnected: Disconnected,
+    /// When a peer mixes its neighbours' models.
     #[serde(default)]
     pub gossip: GossipMode,
     /// How each peer's local learning rate is scaled (ω_t of Alg. 5).
@@ -53,7 +57,9 @@ pub struct TopologySpec {
 }
 
 /// ω_t, the factor on peer t's local learning rate.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum StepWeights {
     /// ω_t = T·n_t/n: the n_t/n of D-FedEM's Alg. 4 (line 18), with the number of peers T
@@ -73,26 +79,32 @@ pub enum GraphSpec {
     Ring,
     /// A `rows × cols` grid with wrap-around; rows·cols must equal the number of peers.
     Torus {
+        /// Rows of the grid.
         rows: usize,
+        /// Columns of the grid.
         cols: usize,
     },
     /// Every peer linked to `center` only.
     Star {
+        /// The peer at the centre.
         #[serde(default)]
         center: u32,
     },
     /// Erdős–Rényi G(n, p).
     ErdosRenyi {
+        /// The probability of each link.
         p: f64,
     },
     /// Peers uniform in the unit square, linked when at most `radius` apart.
     Geometric {
+        /// The distance within which peers are linked.
         radius: f64,
     },
     /// Peer i linked to i + 2^k (mod n) for every 2^k < n.
     Exponential,
     /// A CSV file of links, one `a,b` pair of peer ids per line (an optional header line).
     EdgeList {
+        /// The CSV file, relative to the working directory.
         path: PathBuf,
     },
 }
@@ -110,7 +122,9 @@ pub enum TimeVarying {
     DropLinks { p: f64 },
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Disconnected {
     /// Draw again until the graph is connected (a fixed disconnected graph is an error).
@@ -121,7 +135,9 @@ pub enum Disconnected {
 }
 
 /// When a peer mixes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum GossipMode {
     /// After its local work, a peer waits for every neighbour's model of the same round.

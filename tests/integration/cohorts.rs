@@ -214,7 +214,13 @@ fn cohorts_match_training_alone_after_a_round_on_every_cohort_algorithm() {
     // 60 rows, so batches of 16 leave short last batches and runs of different lengths).
     for [alg, model] in cohort_matrix() {
         for sampling in ["sampling.fraction=0.5", "sampling.fraction=1.0"] {
-            let settings = [alg.as_str(), model.as_str(), sampling, "rounds=1", "eval_every=1"];
+            let settings = [
+                alg.as_str(),
+                model.as_str(),
+                sampling,
+                "rounds=1",
+                "eval_every=1",
+            ];
             compare(&settings, &format!("{alg} {model} {sampling}"), 1e-5);
         }
     }
@@ -254,7 +260,11 @@ fn evaluations_in_cohorts_match_each_client_alone() {
     let peers = SMALL.replace("sampling: {fraction: 0.5}\n", "");
     for alg in cohort_algorithms(true) {
         let topology = "topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}";
-        check(&peers, &[alg.as_str(), topology, "rounds=2", "eval_every=1"], &alg);
+        check(
+            &peers,
+            &[alg.as_str(), topology, "rounds=2", "eval_every=1"],
+            &alg,
+        );
     }
 }
 

@@ -2,11 +2,9 @@
 //! each in [`PARTITIONS`]. A partitioner is its file (its settings type, implementing
 //! [`PartitionSettings`]) plus one entry here.
 
-use crate::spec::catalogue::{read_settings, unknown, SchemaOf};
+use crate::spec::catalogue::{read_settings, unknown, ItemSettings, SchemaOf};
 use crate::spec::FieldError;
 use rand_chacha::ChaCha20Rng;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_yaml::Value;
 use std::any::{Any, TypeId};
 use std::fmt;
@@ -38,17 +36,7 @@ pub static PARTITIONS: &[Registration] = &[
 ];
 
 /// A partitioner's settings, as its `partition:` section holds them (besides `kind`).
-pub trait PartitionSettings:
-    Serialize
-    + DeserializeOwned
-    + schemars::JsonSchema
-    + Clone
-    + fmt::Debug
-    + PartialEq
-    + Send
-    + Sync
-    + 'static
-{
+pub trait PartitionSettings: ItemSettings {
     /// The smallest valid settings (YAML flow mapping, without `kind`), for tests and docs.
     const EXAMPLE: &'static str = "{}";
 

@@ -13,8 +13,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DirichletSpec {
+    /// The number of clients.
     pub clients: usize,
+    /// α of Dir(α·1): small values give each client few labels.
     pub alpha: f64,
+    /// Labels grouped into this many groups, each dealt as one [default: each label its own group].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub groups: Option<usize>,
 }

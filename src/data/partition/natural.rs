@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NaturalSpec {
+    /// The fraction of the data's own clients kept, drawn from the data seed.
     #[serde(default = "one")]
     pub fraction: f64,
 }

@@ -17,9 +17,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PachinkoSpec {
+    /// The number of clients.
     pub clients: usize,
+    /// α of each client's Dir(α) weights over the coarse labels.
     #[serde(default = "d_pachinko_alpha")]
     pub alpha: f64,
+    /// β of each client's Dir(β) weights over a coarse label's fine labels.
     #[serde(default = "d_pachinko_beta")]
     pub beta: f64,
     /// Fine label i's coarse label [default: CIFAR-100's 20 superclasses].

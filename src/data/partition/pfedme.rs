@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PfedmeSpec {
+    /// The number of clients.
     #[serde(default = "twenty")]
     pub clients: usize,
+    /// How many labels each client holds.
     #[serde(default = "two")]
     pub labels_per_client: usize,
 }

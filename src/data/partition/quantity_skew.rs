@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuantitySkewSpec {
+    /// The number of clients.
     pub clients: usize,
+    /// α of Dir(α·1), the clients' shares of the rows: small values give very unequal sizes.
     #[serde(default = "half")]
     pub alpha: f64,
 }

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShardsSpec {
+    /// The number of clients.
     pub clients: usize,
+    /// Shards of label-sorted rows per client.
     #[serde(default = "two")]
     pub shards_per_client: usize,
 }
