@@ -8,7 +8,11 @@
 # The scenarios: the quickstart, every scenarios/paper/*.yaml and scenarios/studies/*.yaml
 # scenario (sweeps are skipped), with rounds cut to FEDSIM_COMPARE_ROUNDS (default 5) and real
 # data cut to 5 % so the set runs in minutes on 2 cores; FEMNIST and the registry data sets run
-# only where their data is present. Extra `--set` arguments for every run: FEDSIM_COMPARE_SET (space-separated).
+# only where their data is present. Extra `--set` arguments for every run: FEDSIM_COMPARE_SET
+# (space-separated); only the scenarios whose path matches FEDSIM_COMPARE_MATCH (a regex).
+# With FEDSIM_COMPARE_VARIANTS=1, the variants below run instead: the quickstart under FedBuff,
+# with rows on demand, with Markov availability and `available_only`, with a deadline and late
+# updates, and FedGMM with a projection file (4 and 3 rounds).
 set -euo pipefail
 old=$(realpath "$1")
 new=$(realpath "$2")
@@ -22,44 +26,37 @@ for s in ${FEDSIM_COMPARE_SET:-}; do extra+=(--set "$s"); done
 same=0
 differ=0
 skipped=0
-for f in scenarios/quickstart.yaml scenarios/paper/*.yaml scenarios/studies/*.yaml; do
-  grep -q '^base:' "$f" && continue
-  [[ "$f" =~ ${FEDSIM_COMPARE_MATCH:-.} ]] || continue
-  name=$(basename "$f" .yaml)
-  # A scenario that states `evaluation.every` takes the evaluation period there.
-  every=eval_every
-  grep -qE '^evaluation:.*every:' "$f" && every=evaluation.every
-  args=(run "$f" -q --threads 2 --set "rounds=$rounds" --set "$every=$rounds" "${extra[@]}")
-  # Real data sets cut to a few minutes: 5 % of FEMNIST's writers, 5 % of the image sets.
-  grep -q 'kind: femnist' "$f" && args+=(--set data.partition.fraction=0.05)
-  grep -qE 'kind: (mnist|fashion_mnist)' "$f" && args+=(--set data.fraction=0.05)
-  grep -q 'kind: shakespeare' "$f" && args+=(--set data.fraction=0.02 --set data.max_samples=50)
-  if ! "$old" "${args[@]}" --out "$out/$name/old" >"$out/$name.old.log" 2>&1; then
-    if grep -qE 'not in the cache|No such file|cannot open' "$out/$name.old.log"; then
-      echo "skipped  $name (its data is not here)"
-      skipped=$((skipped + 1))
-      continue
-    fi
-  fi
-  "$new" "${args[@]}" --out "$out/$name/new" >"$out/$name.new.log" 2>&1 || true
-  bad=()
-  # Both runs failing alike is no comparison.
-  [ -e "$out/$name/new/summary.csv" ] || bad+=("no results (see $out/$name.new.log)")
-  for file in scenario.yaml metrics.parquet metrics.csv rounds.parquet jobs.parquet \
-    clients.parquet clients.csv gossip.parquet mixtures.parquet extras.parquet novelty.parquet; do
-    a="$out/$name/old/$file"
-    b="$out/$name/new/$file"
-    if [ -e "$a" ] || [ -e "$b" ]; then
-      cmp -s "$a" "$b" || bad+=("$file")
-    fi
-  done
-  # summary.csv: every column but wall_seconds.
-  strip() { python3 -c '
+
+# summary.csv without its wall_seconds column.
+strip() { python3 -c '
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
 drop = rows[0].index("wall_seconds") if rows and "wall_seconds" in rows[0] else None
 for r in rows:
     print(",".join(v for i, v in enumerate(r) if i != drop))' "$1"; }
+
+# compare NAME ARGS...: `fedsim ARGS` with both binaries into $out/NAME/{old,new}.
+compare() {
+  local name=$1
+  shift
+  if ! "$old" "$@" --out "$out/$name/old" >"$out/$name.old.log" 2>&1; then
+    if grep -qE 'not in the cache|No such file|cannot open' "$out/$name.old.log"; then
+      echo "skipped  $name (its data is not here)"
+      skipped=$((skipped + 1))
+      return
+    fi
+  fi
+  "$new" "$@" --out "$out/$name/new" >"$out/$name.new.log" 2>&1 || true
+  local bad=()
+  # Both runs failing alike is no comparison.
+  [ -e "$out/$name/new/summary.csv" ] || bad+=("no results (see $out/$name.new.log)")
+  for file in scenario.yaml metrics.parquet metrics.csv rounds.parquet jobs.parquet \
+    clients.parquet clients.csv gossip.parquet mixtures.parquet extras.parquet novelty.parquet; do
+    local a="$out/$name/old/$file" b="$out/$name/new/$file"
+    if [ -e "$a" ] || [ -e "$b" ]; then
+      cmp -s "$a" "$b" || bad+=("$file")
+    fi
+  done
   if [ -e "$out/$name/old/summary.csv" ] || [ -e "$out/$name/new/summary.csv" ]; then
     if ! diff -q <(strip "$out/$name/old/summary.csv" 2>/dev/null) \
       <(strip "$out/$name/new/summary.csv" 2>/dev/null) >/dev/null; then
@@ -73,6 +70,38 @@ for r in rows:
     echo "DIFFER   $name: ${bad[*]}"
     differ=$((differ + 1))
   fi
-done
+}
+
+if [ "${FEDSIM_COMPARE_VARIANTS:-0}" = 1 ]; then
+  q=(run scenarios/quickstart.yaml -q --threads 2 --set rounds=4 "${extra[@]}")
+  compare fedbuff "${q[@]}" --set 'policy={kind: fedbuff, concurrency: 10, buffer_size: 5}' \
+    --set 'sampling={}'
+  compare on_demand "${q[@]}" --set data.on_demand=true
+  compare markov "${q[@]}" --set sampling.available_only=true \
+    --set 'system.availability={kind: markov, mean_online_s: 60, mean_offline_s: 30}'
+  compare deadline "${q[@]}" \
+    --set 'policy={kind: synchronous, deadline_s: 20, late_updates: next_round}'
+  # A projection of FedGMM's 32 features onto 2: the sums of the first and the last 16.
+  python3 -c "print('\n'.join('1,0' if i < 16 else '0,1' for i in range(32)))" \
+    >"$out/projection.csv"
+  compare fedgmm_projection run scenarios/paper/fedgmm_synthetic_fedgmm.yaml -q --threads 2 \
+    --set rounds=3 --set eval_every=3 --set "algorithm.projection=$out/projection.csv" \
+    "${extra[@]}"
+else
+  for f in scenarios/quickstart.yaml scenarios/paper/*.yaml scenarios/studies/*.yaml; do
+    grep -q '^base:' "$f" && continue
+    [[ "$f" =~ ${FEDSIM_COMPARE_MATCH:-.} ]] || continue
+    name=$(basename "$f" .yaml)
+    # A scenario that states `evaluation.every` takes the evaluation period there.
+    every=eval_every
+    grep -qE '^evaluation:.*every:' "$f" && every=evaluation.every
+    args=(run "$f" -q --threads 2 --set "rounds=$rounds" --set "$every=$rounds" "${extra[@]}")
+    # Real data sets cut to a few minutes: 5 % of FEMNIST's writers, 5 % of the image sets.
+    grep -q 'kind: femnist' "$f" && args+=(--set data.partition.fraction=0.05)
+    grep -qE 'kind: (mnist|fashion_mnist)' "$f" && args+=(--set data.fraction=0.05)
+    grep -q 'kind: shakespeare' "$f" && args+=(--set data.fraction=0.02 --set data.max_samples=50)
+    compare "$name" "${args[@]}"
+  done
+fi
 echo "$same identical, $differ differ, $skipped skipped (results in $out)"
 [ "$differ" -eq 0 ]

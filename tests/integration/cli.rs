@@ -281,3 +281,51 @@ fn errors_are_printed_once_with_their_causes() {
         );
     }
 }
+
+#[test]
+fn every_committed_scenario_validates_against_the_schema() {
+    // `fedsim schema` is what an editor's language server checks a scenario with: every
+    // scenario in scenarios/ (sweeps aside) passes it, and mistakes a reader makes fail it.
+    let out = bin().arg("schema").output().unwrap();
+    assert!(out.status.success());
+    let schema: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
+    let validator = jsonschema::validator_for(&schema).expect("a valid draft-7 schema");
+    let as_json = |text: &str| -> serde_json::Value {
+        let yaml: serde_yaml::Value = serde_yaml::from_str(text).unwrap();
+        serde_json::to_value(yaml).unwrap()
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    for dir in ["scenarios", "scenarios/paper", "scenarios/studies"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            if text.lines().any(|l| l.starts_with("base:")) {
+                continue; // a sweep
+            }
+            let errors: Vec<String> = validator
+                .iter_errors(&as_json(&text))
+                .map(|e| format!("{}: {e}", e.instance_path()))
+                .collect();
+            assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 30, "{checked} scenarios");
+    let quickstart = std::fs::read_to_string(root.join("scenarios/quickstart.yaml")).unwrap();
+    for (wrong, with) in [
+        ("  kind: linear", "  kind: resnet"),
+        ("  name: fedavg", "  name: fedavg\n  mu: 0.1"),
+        ("  lr: 0.1", "  lrr: 0.1"),
+        ("  fraction: 0.1", "  fraction: many"),
+        ("  clients: 100", "  clients: -3"),
+    ] {
+        assert!(quickstart.contains(wrong), "{wrong}");
+        let bad = as_json(&quickstart.replacen(wrong, with, 1));
+        assert!(!validator.is_valid(&bad), "{with} passes the schema");
+    }
+}
