@@ -239,20 +239,19 @@ impl super::AlgorithmSettings for FedGmmSpec {
 
     fn check_data(&self, population: &super::Population) -> Result<(), crate::spec::FieldError> {
         self.check_files()?;
-        match &self.projection {
-            Some(p) if p.read_already().rows != population.input_dim => {
-                Err(crate::spec::FieldError::new(
+        if let Some(p) = &self.projection {
+            let rows = p.read_already().rows;
+            if rows != population.input_dim {
+                return Err(crate::spec::FieldError::new(
                     "projection".into(),
                     format!(
-                        "`{}` has {} rows; it needs one per input feature ({})",
-                        p.path,
-                        p.read_already().rows,
-                        population.input_dim
+                        "`{}` has {rows} rows; it needs one per input feature ({})",
+                        p.path, population.input_dim
                     ),
-                ))
+                ));
             }
-            _ => Ok(()),
         }
+        Ok(())
     }
 
     fn build(&self, _: &super::Population) -> FedGmm {

@@ -12,7 +12,7 @@
 use super::{Algorithm, Gossip};
 use crate::spec::catalogue::{read_settings, unknown, ItemSettings, SchemaOf};
 use crate::spec::FieldError;
-use serde_yaml::{Mapping, Value};
+use serde_yaml::Value;
 use std::any::Any;
 use std::fmt;
 
@@ -238,12 +238,7 @@ impl Registration {
 
     /// `{name: …}` with the example settings, as a scenario's `algorithm:` section (flow style).
     pub fn example_section(&self) -> String {
-        let mut section = Mapping::new();
-        section.insert("name".into(), self.name.into());
-        if let Ok(Value::Mapping(fields)) = serde_yaml::from_str::<Value>(self.example) {
-            section.extend(fields);
-        }
-        crate::spec::compact(&Value::Mapping(section))
+        crate::spec::catalogue::example_section("name", self.name, self.example)
     }
 
     /// The registered algorithm called `name`.

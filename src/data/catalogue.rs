@@ -153,6 +153,11 @@ impl Registration {
     pub fn find(kind: &str) -> Option<&'static Registration> {
         DATASETS.iter().find(|r| r.kind == kind)
     }
+
+    /// `{kind: …}` with the example settings, as a scenario's `data:` section (flow style).
+    pub fn example_section(&self) -> String {
+        crate::spec::catalogue::example_section("kind", self.kind, self.example)
+    }
 }
 
 fn parse<S: DatasetSettings>(fields: Value) -> Result<Box<dyn Settings>, String> {

@@ -445,51 +445,40 @@ fn registry_images(
     spec.build(name, split, seeds)
 }
 
-impl DatasetSettings for MnistSpec {
-    const EXAMPLE: &'static str = "{partition: {kind: iid, clients: 4}}";
+/// MNIST and Fashion-MNIST are the same item but for the registry set they read.
+macro_rules! registry_image_set {
+    ($spec:ident, $name:literal) => {
+        impl DatasetSettings for $spec {
+            const EXAMPLE: &'static str = "{partition: {kind: iid, clients: 4}}";
 
-    fn validate(&self) -> Result<(), FieldError> {
-        self.0.validate()
-    }
-    fn num_clients(&self) -> Option<usize> {
-        self.0.partition.clients()
-    }
-    fn input_shape(&self) -> Option<InputShape> {
-        Some(InputShape::Image(MNIST_SHAPE))
-    }
-    fn classes(&self) -> Option<usize> {
-        Some(10)
-    }
-    fn least_rows(&self) -> Option<(f64, usize)> {
-        Some((70_000.0 * self.0.fraction, 784))
-    }
-    fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
-        registry_images("mnist", &self.0, split, seeds)
-    }
+            fn validate(&self) -> Result<(), FieldError> {
+                self.0.validate()
+            }
+            fn num_clients(&self) -> Option<usize> {
+                self.0.partition.clients()
+            }
+            fn input_shape(&self) -> Option<InputShape> {
+                Some(InputShape::Image(MNIST_SHAPE))
+            }
+            fn classes(&self) -> Option<usize> {
+                Some(10)
+            }
+            fn least_rows(&self) -> Option<(f64, usize)> {
+                Some((70_000.0 * self.0.fraction, 784))
+            }
+            fn build(
+                &self,
+                split: &SplitSpec,
+                seeds: &SeedTree,
+            ) -> Result<FederatedData, DataError> {
+                registry_images($name, &self.0, split, seeds)
+            }
+        }
+    };
 }
 
-impl DatasetSettings for FashionMnistSpec {
-    const EXAMPLE: &'static str = "{partition: {kind: iid, clients: 4}}";
-
-    fn validate(&self) -> Result<(), FieldError> {
-        self.0.validate()
-    }
-    fn num_clients(&self) -> Option<usize> {
-        self.0.partition.clients()
-    }
-    fn input_shape(&self) -> Option<InputShape> {
-        Some(InputShape::Image(MNIST_SHAPE))
-    }
-    fn classes(&self) -> Option<usize> {
-        Some(10)
-    }
-    fn least_rows(&self) -> Option<(f64, usize)> {
-        Some((70_000.0 * self.0.fraction, 784))
-    }
-    fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
-        registry_images("fashion_mnist", &self.0, split, seeds)
-    }
-}
+registry_image_set!(MnistSpec, "mnist");
+registry_image_set!(FashionMnistSpec, "fashion_mnist");
 
 impl DatasetSettings for FemnistSpec {
     const EXAMPLE: &'static str = "{path: femnist.parquet}";

@@ -9,7 +9,7 @@
 use super::{InitScheme, InputShape, Layer};
 use crate::spec::catalogue::{read_settings, unknown, ItemSettings, SchemaOf};
 use crate::spec::FieldError;
-use serde_yaml::{Mapping, Value};
+use serde_yaml::Value;
 use std::any::{Any, TypeId};
 use std::fmt;
 
@@ -127,12 +127,7 @@ impl Registration {
 
     /// `{kind: …}` with the example settings, as a scenario's `model:` section (flow style).
     pub fn example_section(&self) -> String {
-        let mut section = Mapping::new();
-        section.insert("kind".into(), self.kind.into());
-        if let Ok(Value::Mapping(fields)) = serde_yaml::from_str::<Value>(self.example) {
-            section.extend(fields);
-        }
-        crate::spec::compact(&Value::Mapping(section))
+        crate::spec::catalogue::example_section("kind", self.kind, self.example)
     }
 }
 

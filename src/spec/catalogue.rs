@@ -47,6 +47,17 @@ pub fn tagged(tag: &str, name: &str, settings: &impl Serialize) -> Mapping {
     map
 }
 
+/// `{tag: name}` with an item's `example` settings (a YAML flow mapping), as a scenario's
+/// section of that item (flow style).
+pub fn example_section(tag: &str, name: &str, example: &str) -> String {
+    let mut section = Mapping::new();
+    section.insert(tag.into(), name.into());
+    if let Ok(Value::Mapping(fields)) = serde_yaml::from_str::<Value>(example) {
+        section.extend(fields);
+    }
+    super::compact(&Value::Mapping(section))
+}
+
 /// The message for a name that is not in a catalogue: the known ones, as serde says it.
 pub fn unknown(name: &str, known: impl Iterator<Item = &'static str>) -> String {
     let known: Vec<String> = known.map(|k| format!("`{k}`")).collect();
@@ -88,8 +99,9 @@ impl<S> ItemSettings for S where
 pub type SchemaOf = fn(&mut schemars::SchemaGenerator) -> schemars::Schema;
 
 /// The schema of a catalogue section: one of its items, each an object with the `tag` field
-/// fixed to the item's name, titled by the name and described by its summary. An item whose
-/// settings are empty is an object with the tag alone.
+/// fixed to the item's name, titled by the name and described by its summary. Every item's
+/// settings are a struct (a mapping, maybe empty); anything else panics here, which the schema
+/// tests reach.
 pub fn section_schema(
     tag: &str,
     generator: &mut schemars::SchemaGenerator,
@@ -104,10 +116,14 @@ pub fn section_schema(
                 let name = r.rsplit('/').next().unwrap_or(r);
                 item = generator.definitions().get(name).cloned().unwrap_or(item);
             }
-            let mut item = match item {
-                Json::Object(m) if m.get("type") == Some(&json!("object")) => m,
-                _ => Map::from_iter([("type".into(), json!("object"))]),
+            let Json::Object(mut item) = item else {
+                panic!("`{name}`: an item's settings are a struct (a mapping)");
             };
+            assert_eq!(
+                item.get("type"),
+                Some(&json!("object")),
+                "`{name}`: an item's settings are a struct (a mapping)"
+            );
             let mut properties = Map::from_iter([(
                 tag.to_string(),
                 json!({"const": name, "description": summary}),

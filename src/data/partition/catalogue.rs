@@ -94,6 +94,11 @@ impl Registration {
     pub fn find(kind: &str) -> Option<&'static Registration> {
         PARTITIONS.iter().find(|r| r.kind == kind)
     }
+
+    /// `{kind: …}` with the example settings, as a `partition:` section (flow style).
+    pub fn example_section(&self) -> String {
+        crate::spec::catalogue::example_section("kind", self.kind, self.example)
+    }
 }
 
 /// Settings of some registered partitioner, their type erased.
