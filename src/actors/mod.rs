@@ -563,6 +563,8 @@ impl Launcher for Launch<'_> {
             clients: self.data.num_clients(),
             participants_train,
             input_dim: self.data.dim,
+            data: Arc::clone(&self.data),
+            unseen: self.unseen.clone(),
         }
     }
 

@@ -267,12 +267,7 @@ impl Algorithm for FedAvg {
         _: &Vec<f32>,
         view: crate::data::SplitView<'_>,
     ) -> Option<Vec<f64>> {
-        Some(crate::models::confidence(
-            ctx.arch,
-            &[global],
-            crate::models::Gates::Fixed(&[1.0]),
-            view,
-        ))
+        Some(super::confidence_of(ctx, global, view))
     }
 
     fn tested_models<'a>(

@@ -13,8 +13,9 @@
 //! not copy), and scores novelty by log p(x) = log Σ_{k,m} π(k, m) N(x; μ_k, Σ_k).
 //!
 //! The Gaussians model an input representation z: the raw features (default), or z = x·P for a
-//! fixed matrix P read from a CSV file (`projection:`; the paper modelled ResNet-18 embeddings
-//! reduced by PCA to 48 dimensions). It cannot take stale updates (FedBuff, late updates):
+//! matrix P read from a CSV file or fitted by PCA on the participants' training rows before
+//! the run (`projection:`; the paper modelled ResNet-18 embeddings reduced by PCA to 48
+//! dimensions). It cannot take stale updates (FedBuff, late updates):
 //! closed-form statistics of older models do not combine by deltas.
 
 use super::fedem::{trained_models, weighted_runs};
@@ -62,8 +63,10 @@ pub struct FedGmmSpec {
     /// The Gaussians start at μ_k ~ N(0, I) and Σ_k = this · I (the authors used 100).
     #[serde(default = "d_init_variance")]
     pub init_variance: f64,
-    /// A fixed projection z = x·P for the Gaussians, from a CSV file (one line per input
-    /// feature, one column per z dimension; a path relative to the working directory).
+    /// A projection z = x·P for the Gaussians: a CSV file (one line per input feature, one
+    /// column per z dimension; a path relative to the working directory), or `{kind: pca,
+    /// dims: 48}`, the principal axes of the participants' training rows, fitted centrally
+    /// before the run (the paper's PCA, on the raw features).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection: Option<Projection>,
     /// How rows are scored for novelty: `joint`, log p(x, y) (the row's label counts too, as
@@ -108,11 +111,21 @@ pub enum NoveltyScore {
     Input,
 }
 
+/// The Gaussians' projection z = x·P (`projection:`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Projection {
+    /// A fixed matrix from a CSV file (`projection: FILE.csv`).
+    File(ProjectionFile),
+    /// The `dims` principal axes of the participants' training rows (`projection: {kind:
+    /// pca, dims: 48}`), fitted when the run starts.
+    Pca { dims: usize },
+}
+
 /// A fixed projection matrix P (input features × z dimensions) from a CSV file. The scenario
 /// holds its path (and writes it back); the file is read once, when the pre-flight or the run
 /// first asks for it, never while the scenario is read.
 #[derive(Clone, Debug)]
-pub struct Projection {
+pub struct ProjectionFile {
     pub path: String,
     /// Shared by the clones of one scenario's settings.
     matrix: Arc<OnceLock<Result<Matrix, String>>>,
@@ -127,15 +140,15 @@ pub struct Matrix {
     pub values: Vec<f64>,
 }
 
-impl PartialEq for Projection {
+impl PartialEq for ProjectionFile {
     fn eq(&self, other: &Self) -> bool {
         self.path == other.path
     }
 }
 
-impl Projection {
-    pub fn new(path: String) -> Projection {
-        Projection {
+impl ProjectionFile {
+    pub fn new(path: String) -> ProjectionFile {
+        ProjectionFile {
             path,
             matrix: Arc::default(),
         }
@@ -206,21 +219,65 @@ impl schemars::JsonSchema for Projection {
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
-            "type": "string",
-            "description": "A CSV file of a matrix with one row per input feature (no header).",
+            "anyOf": [
+                {
+                    "type": "string",
+                    "description": "A CSV file of a matrix with one row per input feature (no header).",
+                },
+                {
+                    "type": "object",
+                    "description": "The principal axes of the participants' training rows.",
+                    "properties": {
+                        "kind": {"const": "pca"},
+                        "dims": {"type": "integer", "minimum": 1, "description": "How many axes (the paper: 48)."},
+                    },
+                    "required": ["kind", "dims"],
+                    "additionalProperties": false,
+                },
+            ],
         })
     }
 }
 
+/// `projection: {kind: pca, dims: N}` as written.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PcaFields {
+    kind: PcaKind,
+    dims: usize,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum PcaKind {
+    Pca,
+}
+
 impl Serialize for Projection {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.path)
+        match self {
+            Projection::File(f) => s.serialize_str(&f.path),
+            Projection::Pca { dims } => PcaFields {
+                kind: PcaKind::Pca,
+                dims: *dims,
+            }
+            .serialize(s),
+        }
     }
 }
 
 impl<'de> Deserialize<'de> for Projection {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Projection::new(String::deserialize(d)?))
+        use serde::de::Error;
+        match serde_yaml::Value::deserialize(d)? {
+            serde_yaml::Value::String(path) => Ok(Projection::File(ProjectionFile::new(path))),
+            v @ serde_yaml::Value::Mapping(_) => serde_yaml::from_value::<PcaFields>(v)
+                .map(|f| Projection::Pca { dims: f.dims })
+                .map_err(|e| D::Error::custom(format!("{e} (`{{kind: pca, dims: N}}`)"))),
+            _ => Err(D::Error::custom(
+                "expected a CSV file's path or `{kind: pca, dims: N}`",
+            )),
+        }
     }
 }
 
@@ -229,33 +286,50 @@ impl super::AlgorithmSettings for FedGmmSpec {
 
     fn check_files(&self) -> Result<(), crate::spec::FieldError> {
         match &self.projection {
-            Some(p) => p
+            Some(Projection::File(p)) => p
                 .matrix()
                 .map(|_| ())
                 .map_err(|e| crate::spec::FieldError::new("projection".into(), e)),
-            None => Ok(()),
+            _ => Ok(()),
         }
     }
 
     fn check_data(&self, population: &super::Population) -> Result<(), crate::spec::FieldError> {
         self.check_files()?;
-        if let Some(p) = &self.projection {
-            let rows = p.read_already().rows;
-            if rows != population.input_dim {
-                return Err(crate::spec::FieldError::new(
-                    "projection".into(),
-                    format!(
-                        "`{}` has {rows} rows; it needs one per input feature ({})",
-                        p.path, population.input_dim
-                    ),
-                ));
-            }
-        }
-        Ok(())
+        let input_dim = population.input_dim;
+        let problem = match &self.projection {
+            Some(Projection::File(p)) if p.read_already().rows != input_dim => format!(
+                "`{}` has {} rows; it needs one per input feature ({input_dim})",
+                p.path,
+                p.read_already().rows
+            ),
+            Some(Projection::Pca { dims }) if *dims > input_dim => format!(
+                "`dims: {dims}` is more than the {input_dim} input features; at most {input_dim}"
+            ),
+            _ => return Ok(()),
+        };
+        Err(crate::spec::FieldError::new("projection".into(), problem))
     }
 
-    fn build(&self, _: &super::Population) -> FedGmm {
-        FedGmm { spec: self.clone() }
+    fn build(&self, population: &super::Population) -> FedGmm {
+        let projection = match &self.projection {
+            None => None,
+            Some(Projection::File(p)) => Some(p.read_already().clone()),
+            Some(Projection::Pca { dims }) => {
+                let mut moments = crate::models::Moments::new(population.input_dim);
+                population.for_each_training_view(|v| moments.add(v.features));
+                let (values, _) = moments.principal_axes(*dims);
+                Some(Matrix {
+                    rows: population.input_dim,
+                    cols: *dims,
+                    values,
+                })
+            }
+        };
+        FedGmm {
+            spec: self.clone(),
+            projection: projection.map(Arc::new),
+        }
     }
 
     fn validate(&self) -> Result<(), crate::spec::FieldError> {
@@ -281,6 +355,9 @@ impl super::AlgorithmSettings for FedGmmSpec {
                 format!("must be a positive number, got {}", self.init_variance),
             );
         }
+        if let Some(Projection::Pca { dims: 0 }) = self.projection {
+            return err("projection.dims", "must be at least 1".into());
+        }
         if self.unseen_em_iterations == 0 {
             return err("unseen_em_iterations", "must be at least 1".into());
         }
@@ -300,6 +377,8 @@ impl super::AlgorithmSettings for FedGmmSpec {
 #[derive(Clone, Debug)]
 pub struct FedGmm {
     spec: FedGmmSpec,
+    /// The Gaussians' projection P, read or fitted when the run starts.
+    projection: Option<Arc<Matrix>>,
 }
 
 pub use crate::models::Gaussian;
@@ -369,8 +448,7 @@ impl super::Finite for GmmUpdate {
 impl FedGmm {
     /// The rows of `view` as the Gaussians see them (projected when the spec says so).
     fn inputs(&self, view: SplitView<'_>) -> GaussianInputs {
-        let projection =
-            (self.spec.projection.as_ref()).map(|p| p.read_already().values.as_slice());
+        let projection = self.projection.as_ref().map(|p| p.values.as_slice());
         GaussianInputs::new(&view, projection)
     }
 
@@ -494,11 +572,7 @@ impl Algorithm for FedGmm {
     type Update = GmmUpdate;
 
     fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> GmmGlobal {
-        let d = self
-            .spec
-            .projection
-            .as_ref()
-            .map_or(arch.input_dim, |p| p.read_already().cols);
+        let d = self.projection.as_ref().map_or(arch.input_dim, |p| p.cols);
         let diagonal = self.spec.covariance == Covariance::Diagonal;
         let gaussians = (0..self.spec.gaussians)
             .map(|_| {
@@ -828,7 +902,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.csv");
         std::fs::write(&path, "# z = x0 + x1\n1.0\n1\n").unwrap();
-        let p = Projection::new(path.to_str().unwrap().to_string());
+        let p = ProjectionFile::new(path.to_str().unwrap().to_string());
         let m = p.matrix().unwrap();
         assert_eq!((m.rows, m.cols, m.values.clone()), (2, 1, vec![1.0, 1.0]));
         // x = (1, 2) → z = 3: log N(3; 0, 1).
@@ -847,14 +921,10 @@ mod tests {
         let e = Matrix::read(path.to_str().unwrap()).unwrap_err();
         assert!(e.contains("`x` is not a finite number"), "{e}");
         let mut spec: FedGmmSpec = serde_yaml::from_str("{}").unwrap();
-        let missing = Projection::new(dir.path().join("none.csv").display().to_string());
+        let missing = ProjectionFile::new(dir.path().join("none.csv").display().to_string());
         assert!(missing.matrix().unwrap_err().contains("cannot read"));
-        spec.projection = Some(p);
-        let population = crate::algorithms::Population {
-            clients: 1,
-            participants_train: 1,
-            input_dim: 3,
-        };
+        spec.projection = Some(Projection::File(p));
+        let population = three_feature_population();
         use crate::algorithms::AlgorithmSettings;
         let e = spec.check_data(&population).unwrap_err();
         assert_eq!(e.path, "projection");
@@ -862,6 +932,78 @@ mod tests {
             e.message
                 .contains("has 2 rows; it needs one per input feature (3)"),
             "{e:?}"
+        );
+    }
+
+    /// Two clients of 2 training rows of three features: rows (3, 1, 0),
+    /// (−3, −1, 0) and (3, −1, 0), (−3, 1, 0); client 1 held out when `unseen`.
+    fn three_feature_population() -> crate::algorithms::Population {
+        let data = crate::data::FederatedData {
+            layout: crate::data::Layout::Flat,
+            dim: 3,
+            classes: 2,
+            features: vec![3., 1., 0., -3., -1., 0., 3., -1., 0., -3., 1., 0.],
+            labels: vec![0, 1, 0, 1],
+            clients: vec![
+                crate::data::ClientShard {
+                    train: 0..2,
+                    val: 2..2,
+                    test: 2..2,
+                },
+                crate::data::ClientShard {
+                    train: 2..4,
+                    val: 4..4,
+                    test: 4..4,
+                },
+            ],
+            truth: None,
+            novel: Vec::new(),
+            on_demand: None,
+            lead: 0,
+        };
+        crate::algorithms::Population {
+            clients: 2,
+            participants_train: 4,
+            input_dim: 3,
+            data: Arc::new(data),
+            unseen: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_pca_projection_is_parsed_checked_and_fitted_on_participants_training_rows() {
+        use crate::algorithms::AlgorithmSettings;
+        let spec: FedGmmSpec = serde_yaml::from_str("{projection: {kind: pca, dims: 1}}").unwrap();
+        assert_eq!(spec.projection, Some(Projection::Pca { dims: 1 }));
+        let text = serde_yaml::to_string(&spec).unwrap();
+        assert!(
+            text.contains("projection:\n  kind: pca\n  dims: 1\n"),
+            "{text}"
+        );
+        let file: FedGmmSpec = serde_yaml::from_str("{projection: p.csv}").unwrap();
+        assert!(matches!(file.projection, Some(Projection::File(ref f)) if f.path == "p.csv"));
+        let e = serde_yaml::from_str::<FedGmmSpec>("{projection: {kind: pca, dim: 4}}");
+        assert!(e.unwrap_err().to_string().contains("unknown field `dim`"));
+        let zero: FedGmmSpec = serde_yaml::from_str("{projection: {kind: pca, dims: 0}}").unwrap();
+        assert_eq!(zero.validate().unwrap_err().path, "projection.dims");
+        let mut population = three_feature_population();
+        let wide: FedGmmSpec = serde_yaml::from_str("{projection: {kind: pca, dims: 4}}").unwrap();
+        let e = wide.check_data(&population).unwrap_err();
+        assert!(
+            e.message.contains("more than the 3 input features"),
+            "{e:?}"
+        );
+        // All four rows: variance 9 along x, 1 along y: the axis is x.
+        let alg = spec.build(&population);
+        assert_eq!(alg.projection.as_ref().unwrap().values, [1.0, 0.0, 0.0]);
+        // Client 0 alone, (3, 1, 0) and (−3, −1, 0): the axis is (3, 1, 0)/√10.
+        population.unseen = vec![1];
+        let alg = spec.build(&population);
+        let p = &alg.projection.as_ref().unwrap().values;
+        let want = [3.0 / 10f64.sqrt(), 1.0 / 10f64.sqrt(), 0.0];
+        assert!(
+            p.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12),
+            "{p:?}"
         );
     }
 
@@ -878,6 +1020,7 @@ mod tests {
         // Σ = (1·(−1, −1.5)² + 1·(1, −1.5)² + 2·(0, 1.5)²) / 4 + ε I.
         let alg = FedGmm {
             spec: spec(Covariance::Full),
+            projection: None,
         };
         let global = GmmGlobal {
             gaussians: vec![Gaussian {
@@ -918,6 +1061,7 @@ mod tests {
         // pooled variance is 1 + 1 = 2 (their code would say 1), the mean 0.
         let alg = FedGmm {
             spec: spec(Covariance::Diagonal),
+            projection: None,
         };
         let global = GmmGlobal {
             gaussians: vec![Gaussian {
@@ -949,7 +1093,10 @@ mod tests {
         // Two Gaussians far apart, π puts Gaussian 0 with classifier 0 and Gaussian 1 with
         // classifier 1: a row at Gaussian 1's mean is gated almost entirely to classifier 1.
         let s: FedGmmSpec = serde_yaml::from_str("{gaussians: 2, classifiers: 2}").unwrap();
-        let alg = FedGmm { spec: s };
+        let alg = FedGmm {
+            spec: s,
+            projection: None,
+        };
         let global = GmmGlobal {
             gaussians: vec![
                 Gaussian {

@@ -90,6 +90,17 @@ impl Algorithm for Local {
         global.clone()
     }
 
+    /// The client's own model's confidence maxᵧ p(y | x).
+    fn typicality(
+        &self,
+        ctx: &LocalContext<'_>,
+        _: &Vec<f32>,
+        state: &LocalModel,
+        view: crate::data::SplitView<'_>,
+    ) -> Option<Vec<f64>> {
+        Some(super::confidence_of(ctx, &state.params, view))
+    }
+
     fn tested_models<'a>(
         &'a self,
         _: &LocalContext<'_>,

@@ -434,6 +434,21 @@ pub trait Algorithm: Send + Sync + 'static {
     ) -> Vec<Tested<'a>>;
 }
 
+/// The confidence maxᵧ p(y | x) of one model on each row of `view`: how the classifiers of
+/// the baselines score novelty ([`Algorithm::typicality`]), as the FedGMM paper adapts them.
+pub fn confidence_of(
+    ctx: &LocalContext<'_>,
+    params: &[f32],
+    view: crate::data::SplitView<'_>,
+) -> Vec<f64> {
+    crate::models::confidence(
+        ctx.arch,
+        &[params],
+        crate::models::Gates::Fixed(&[1.0]),
+        view,
+    )
+}
+
 /// The proximal term (μ/2)·‖θ − anchor‖² of an [`SgdRun`], owning its anchor.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProximalTerm {

@@ -179,6 +179,23 @@ impl Algorithm for PFedMe {
         client
     }
 
+    /// The personalized model's confidence maxᵧ p(y | x) (the global one's before the client
+    /// has trained).
+    fn typicality(
+        &self,
+        ctx: &LocalContext<'_>,
+        global: &Vec<f32>,
+        client: &PFedMeClient,
+        view: crate::data::SplitView<'_>,
+    ) -> Option<Vec<f64>> {
+        let personal = if client.theta.is_empty() {
+            global
+        } else {
+            &client.theta
+        };
+        Some(super::confidence_of(ctx, personal, view))
+    }
+
     fn tested_models<'a>(
         &'a self,
         _: &LocalContext<'_>,

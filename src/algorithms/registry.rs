@@ -10,11 +10,14 @@
 //! algorithm as its own type.
 
 use super::{Algorithm, Gossip};
+use crate::data::{FederatedData, SplitView};
+use crate::records::Split;
 use crate::spec::catalogue::{read_settings, unknown, ItemSettings, SchemaOf};
 use crate::spec::FieldError;
 use serde_yaml::Value;
 use std::any::Any;
 use std::fmt;
+use std::sync::Arc;
 
 /// Writes [`REGISTRY`] and the function that starts a run of its `index`-th algorithm, from one
 /// list: `server|peers settings-type { name, title, summary }` per algorithm.
@@ -113,7 +116,7 @@ registry! {
 }
 
 /// What the run knows of its clients when it builds the algorithm.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Population {
     /// All clients, held-out ones included.
     pub clients: usize,
@@ -121,6 +124,24 @@ pub struct Population {
     pub participants_train: usize,
     /// Features per row.
     pub input_dim: usize,
+    /// The clients' rows, for settings fitted on them before the run (FedGMM's PCA).
+    pub data: Arc<FederatedData>,
+    /// The held-out clients, sorted.
+    pub unseen: Vec<u32>,
+}
+
+impl Population {
+    /// Calls `each` with every participant's training rows, client by client in increasing
+    /// order (rows made on demand are made, one client at a time).
+    pub fn for_each_training_view(&self, mut each: impl FnMut(SplitView<'_>)) {
+        for c in 0..self.clients as u32 {
+            if self.unseen.binary_search(&c).is_ok() {
+                continue;
+            }
+            let rows = self.data.rows_for(&[c]);
+            each(rows.data().view(rows.index(0), Split::Train));
+        }
+    }
 }
 
 /// An algorithm's settings, as its `algorithm:` section holds them (besides `name`).

@@ -5,7 +5,9 @@
 //!
 //! Every draw comes from the data's seed tree: `(data, "selection", 0)` picks the subsample of
 //! images or the writers, `(data, "partition", 0)` deals rows to clients, `(data, "split", c)`
-//! shuffles client c's rows before the cut.
+//! shuffles client c's rows before the cut. A [`JointShift`] draws the shifted images from
+//! `(data, "joint_shift", 0)` and the label permutation from `(data, "joint_shift", 1)`; a
+//! grouped deal deals group g (0: the unshifted images) on `(data, "partition", g)`.
 
 use super::partition::PartitionSpec;
 use super::registry::{self, FetchError};
@@ -88,6 +90,133 @@ impl NovelTransform {
     }
 }
 
+/// FedGMM's joint-distribution shift (Wu et al. 2023, Sec. 4.1 and App. C.3): a share of the
+/// images are transformed by T(x) = rotate90(flip(invert(x))) (the authors' order: 255 − v,
+/// mirrored left to right, a quarter turn counter-clockwise) and/or their labels mapped through
+/// one random permutation P_A of the classes, so that clients hold data from different joint
+/// distributions p(x, y). Every draw comes from the data's seed tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JointShift {
+    /// The share of images shifted (the paper: one half). Dealing a pool: exactly
+    /// ⌊fraction · n⌋ of the images in use, drawn. Natural clients (FEMNIST's writers): each
+    /// writer's share is drawn from Beta(4·fraction, 4·(1 − fraction)) (the authors' FEMNIST
+    /// code: Beta(2, 2) at one half) and that share of its images, drawn, is shifted.
+    #[serde(default = "half")]
+    pub fraction: f64,
+    /// `joint` (Sec. 4.1): each shifted image is transformed and its label permuted;
+    /// `separate` (App. C.3, the novelty study): half of the shifted images are transformed,
+    /// the other half keep their pixels and have their labels permuted.
+    #[serde(default)]
+    pub mode: ShiftMode,
+    /// Dealing a pool: `grouped` (the authors' code) deals the unshifted images and each kind
+    /// of shifted ones by the partition on draws of their own, so clients hold different
+    /// shares of shifted images; `pooled` deals them as one pool (labels already permuted).
+    /// Natural clients keep their own images either way.
+    #[serde(default)]
+    pub dealing: ShiftDealing,
+}
+
+/// What a shifted image undergoes ([`JointShift::mode`]).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ShiftMode {
+    /// Transformed and relabelled: p(x) and p(y | x) both shift.
+    #[default]
+    Joint,
+    /// Half transformed (p(x) shifts), half relabelled (p(y | x) shifts).
+    Separate,
+}
+
+/// How shifted images of a pool reach clients ([`JointShift::dealing`]).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ShiftDealing {
+    /// Each group (unshifted, transformed, relabelled) dealt by the partition on its own.
+    #[default]
+    Grouped,
+    /// All images dealt as one pool.
+    Pooled,
+}
+
+fn half() -> f64 {
+    0.5
+}
+
+/// What happens to one image of a shifted data set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shifted {
+    No,
+    /// Transformed; its label permuted too when `relabel`.
+    Transformed {
+        relabel: bool,
+    },
+    /// Only its label permuted.
+    Relabelled,
+}
+
+impl Shifted {
+    /// The group a pool's image is dealt with ([`ShiftDealing::Grouped`]).
+    fn group(self) -> usize {
+        match self {
+            Shifted::No => 0,
+            Shifted::Transformed { .. } => 1,
+            Shifted::Relabelled => 2,
+        }
+    }
+}
+
+impl JointShift {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.fraction > 0.0 && self.fraction <= 1.0 {
+            Ok(())
+        } else {
+            Err(FieldError::new(
+                "fraction".into(),
+                format!("must be in (0, 1], got {}", self.fraction),
+            ))
+        }
+    }
+
+    /// What happens to each of `rows` (distinct images of one client, or of the pool), a
+    /// share `share` of them shifted, chosen with `rng`.
+    fn choose(&self, rows: usize, share: f64, rng: &mut rand_chacha::ChaCha20Rng) -> Vec<Shifted> {
+        let mut order: Vec<usize> = (0..rows).collect();
+        order.shuffle(rng);
+        let count = ((share * rows as f64) as usize).min(rows);
+        let mut out = vec![Shifted::No; rows];
+        for (i, &r) in order[..count].iter().enumerate() {
+            out[r] = match self.mode {
+                ShiftMode::Joint => Shifted::Transformed { relabel: true },
+                ShiftMode::Separate if i < count / 2 => Shifted::Transformed { relabel: false },
+                ShiftMode::Separate => Shifted::Relabelled,
+            };
+        }
+        out
+    }
+
+    /// Each writer's share of shifted images, Beta(4f, 4(1 − f)) (1 when f = 1).
+    fn writer_share(&self, rng: &mut rand_chacha::ChaCha20Rng) -> f64 {
+        if self.fraction >= 1.0 {
+            return 1.0;
+        }
+        let beta = rand_distr::Beta::new(4.0 * self.fraction, 4.0 * (1.0 - self.fraction))
+            .expect("validated: 0 < fraction < 1");
+        rand_distr::Distribution::sample(&beta, rng)
+    }
+}
+
+/// The image T(x) = rotate90(flip(invert(x))) of raw pixel values 0–255.
+fn shift_transform(x: &[f32], shape: [usize; 3]) -> Vec<f32> {
+    let inverted: Vec<f32> = x.iter().map(|&v| 255.0 - v).collect();
+    let flipped = NovelTransform::HorizontalFlip.apply(&inverted, shape);
+    NovelTransform::Rotate90.apply(&flipped, shape)
+}
+
 /// MNIST or Fashion-MNIST (`data: {kind: mnist, partition: ...}`). The 60 000 training and
 /// 10 000 test images are pooled (as FedEM and pFedMe do); the split fractions then cut each
 /// client's rows.
@@ -107,6 +236,9 @@ pub struct RegistryImagesSpec {
     /// (drawn per image); they belong to no split.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub novel: Vec<NovelTransform>,
+    /// FedGMM's joint-distribution shift of a share of the images (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joint_shift: Option<JointShift>,
 }
 
 /// FEMNIST by writer from a Parquet file with LEAF's columns (`client`, `x` as 784 `uint8`, `y`
@@ -129,6 +261,9 @@ pub struct FemnistSpec {
     /// Novel rows, as for MNIST.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub novel: Vec<NovelTransform>,
+    /// FedGMM's joint-distribution shift, as for MNIST.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joint_shift: Option<JointShift>,
 }
 
 fn one() -> f64 {
@@ -150,6 +285,13 @@ fn check_fraction(fraction: f64) -> Result<(), FieldError> {
     }
 }
 
+fn check_shift(shift: &Option<JointShift>) -> Result<(), FieldError> {
+    match shift {
+        Some(s) => s.validate().map_err(|e| e.within("joint_shift")),
+        None => Ok(()),
+    }
+}
+
 /// The image shape of these data sets.
 pub const MNIST_SHAPE: [usize; 3] = [1, 28, 28];
 
@@ -164,7 +306,8 @@ impl RegistryImagesSpec {
                 "this data set has no natural clients; use iid, dirichlet, shards or pfedme".into(),
             ));
         }
-        check_fraction(self.fraction)
+        check_fraction(self.fraction)?;
+        check_shift(&self.joint_shift)
     }
 
     /// Reads the cached set `name` (fetched first if it is missing, see
@@ -206,6 +349,7 @@ impl RegistryImagesSpec {
             fraction: self.fraction,
             pixels: self.pixels,
             novel: &self.novel,
+            shift: self.joint_shift.as_ref(),
         };
         pool.deal(&how, split, seeds).map_err(content)
     }
@@ -216,7 +360,8 @@ impl FemnistSpec {
         self.partition
             .validate()
             .map_err(|e| e.within("partition"))?;
-        check_fraction(self.fraction)
+        check_fraction(self.fraction)?;
+        check_shift(&self.joint_shift)
     }
 
     pub fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
@@ -268,6 +413,7 @@ impl FemnistSpec {
             fraction: 1.0, // the subsample is already drawn
             pixels: self.pixels,
             novel: &self.novel,
+            shift: self.joint_shift.as_ref(),
         };
         pool.deal(&how, split, seeds).map_err(content)
     }
@@ -298,6 +444,7 @@ struct Dealing<'a> {
     fraction: f64,
     pixels: Pixels,
     novel: &'a [NovelTransform],
+    shift: Option<&'a JointShift>,
 }
 
 /// Labelled images before they are dealt to clients.
@@ -312,8 +459,30 @@ struct Pool {
 }
 
 impl Pool {
+    /// Applies the joint shift to the raw images: `shifted[r]` says what happens to row r;
+    /// the label permutation is drawn from (data, "joint_shift", 1).
+    fn shift_rows(&mut self, shifted: &[Shifted], seeds: &SeedTree) {
+        let mut permutation: Vec<i64> = (0..self.classes as i64).collect();
+        permutation.shuffle(&mut seeds.rng(Entity::Data, "joint_shift", 1));
+        let dim: usize = self.shape.iter().product();
+        for (r, s) in shifted.iter().enumerate() {
+            let (transform, relabel) = match *s {
+                Shifted::No => continue,
+                Shifted::Transformed { relabel } => (true, relabel),
+                Shifted::Relabelled => (false, true),
+            };
+            if transform {
+                let image = shift_transform(&self.features[r * dim..(r + 1) * dim], self.shape);
+                self.features[r * dim..(r + 1) * dim].copy_from_slice(&image);
+            }
+            if relabel {
+                self.labels[r] = permutation[self.labels[r] as usize];
+            }
+        }
+    }
+
     fn deal(
-        self,
+        mut self,
         how: &Dealing<'_>,
         split: &SplitSpec,
         seeds: &SeedTree,
@@ -334,19 +503,42 @@ impl Pool {
                 own.iter()
                     .enumerate()
                     .for_each(|(r, &c)| out[c as usize].push(r));
+                if let Some(shift) = how.shift {
+                    // Each writer's own share of its images.
+                    let mut rng = seeds.rng(Entity::Data, "joint_shift", 0);
+                    let mut shifted = vec![Shifted::No; self.labels.len()];
+                    for rows in &out {
+                        let share = shift.writer_share(&mut rng);
+                        let chosen = shift.choose(rows.len(), share, &mut rng);
+                        rows.iter().zip(chosen).for_each(|(&r, s)| shifted[r] = s);
+                    }
+                    self.shift_rows(&shifted, seeds);
+                }
                 out
             }
             _ => {
                 let mut selection = seeds.rng(Entity::Data, "selection", 0);
                 let keep = subsample(self.labels.len(), fraction, &mut selection);
-                let mut rng = seeds.rng(Entity::Data, "partition", 0);
                 let rows: Vec<usize> = (0..self.labels.len()).filter(|&r| keep[r]).collect();
-                let labels: Vec<i64> = rows.iter().map(|&r| self.labels[r]).collect();
-                partition
-                    .assign(&labels, self.classes, &mut rng)?
-                    .into_iter()
-                    .map(|c| c.into_iter().map(|i| rows[i]).collect())
-                    .collect()
+                let mut groups = vec![rows.clone()];
+                if let Some(shift) = how.shift {
+                    let mut rng = seeds.rng(Entity::Data, "joint_shift", 0);
+                    let chosen = shift.choose(rows.len(), shift.fraction, &mut rng);
+                    let mut shifted = vec![Shifted::No; self.labels.len()];
+                    rows.iter().zip(&chosen).for_each(|(&r, &s)| shifted[r] = s);
+                    self.shift_rows(&shifted, seeds);
+                    if shift.dealing == ShiftDealing::Grouped {
+                        groups = vec![Vec::new(); 3];
+                        rows.iter()
+                            .zip(&chosen)
+                            .for_each(|(&r, s)| groups[s.group()].push(r));
+                        groups.retain(|g| !g.is_empty());
+                    }
+                }
+                // Group g is dealt on the stream (data, "partition", g).
+                partition.assign_groups(&self.labels, &groups, self.classes, |g| {
+                    seeds.rng(Entity::Data, "partition", g as u64)
+                })?
             }
         };
         // Pixel values → features, for the rows in use only.
@@ -524,5 +716,163 @@ mod tests {
         assert_eq!(half[0], 0.0);
         assert_eq!(half[5], (0.0 + 1.0 + 4.0 + 5.0) / 4.0);
         assert_eq!(half[10], (10.0 + 11.0 + 14.0 + 15.0) / 4.0);
+    }
+
+    #[test]
+    fn the_shift_transform_by_hand() {
+        // [[0, 255], [100, 50]] inverted [[255, 0], [155, 205]], mirrored [[0, 255], [205,
+        // 155]], turned a quarter counter-clockwise [[255, 155], [0, 205]].
+        let x = [0.0f32, 255.0, 100.0, 50.0];
+        assert_eq!(shift_transform(&x, [1, 2, 2]), [255.0, 155.0, 0.0, 205.0]);
+    }
+
+    /// 200 images of 2×2, every pixel of an image 10·label (labels 0–9, 20 each): a
+    /// transformed image reads 255 − 10·label, so its original label can be told.
+    fn constant_pool(clients: Option<Vec<u32>>) -> Pool {
+        let labels: Vec<i64> = (0..200).map(|r| r % 10).collect();
+        let features = labels.iter().flat_map(|&y| [10.0 * y as f32; 4]).collect();
+        Pool {
+            features,
+            labels,
+            shape: [1, 2, 2],
+            classes: 10,
+            clients,
+        }
+    }
+
+    /// For each row of `data`: (transformed, original label, label now).
+    fn shifted_rows(data: &FederatedData) -> Vec<(bool, i64, i64)> {
+        (0..data.labels.len())
+            .map(|r| {
+                let v = data.features[r * 4];
+                let transformed = v > 127.0;
+                let original = if transformed {
+                    (255.0 - v) / 10.0
+                } else {
+                    v / 10.0
+                };
+                (transformed, original as i64, data.labels[r])
+            })
+            .collect()
+    }
+
+    fn deal(pool: Pool, partition: &str, shift: &str, seed: u64) -> FederatedData {
+        let partition: PartitionSpec = serde_yaml::from_str(partition).unwrap();
+        let shift: JointShift = serde_yaml::from_str(shift).unwrap();
+        shift.validate().unwrap();
+        let how = Dealing {
+            partition: &partition,
+            fraction: 1.0,
+            pixels: Pixels::Raw,
+            novel: &[],
+            shift: Some(&shift),
+        };
+        let split = SplitSpec::Fractions {
+            train: 0.5,
+            val: 0.0,
+            test: 0.5,
+        };
+        pool.deal(&how, &split, &SeedTree::new(seed)).unwrap()
+    }
+
+    #[test]
+    fn a_joint_shift_transforms_and_relabels_the_asked_share_through_one_permutation() {
+        let iid = "{kind: iid, clients: 4}";
+        let data = deal(constant_pool(None), iid, "{fraction: 0.3}", 1);
+        let rows = shifted_rows(&data);
+        assert_eq!(rows.len(), 200);
+        assert_eq!(rows.iter().filter(|r| r.0).count(), 60, "⌊0.3 · 200⌋");
+        // One permutation: every transformed image of a label gets the same new label, and
+        // no two labels share one.
+        let mut map = [None; 10];
+        for &(transformed, from, to) in &rows {
+            if transformed {
+                assert!(map[from as usize].is_none_or(|m| m == to), "{from} → {to}");
+                map[from as usize] = Some(to);
+            } else {
+                assert_eq!(from, to, "an unshifted image keeps its label");
+            }
+        }
+        let mut images: Vec<i64> = map.iter().flatten().copied().collect();
+        let before = images.len();
+        images.sort();
+        images.dedup();
+        assert_eq!(images.len(), before);
+        // The same seed deals the same; another deals otherwise.
+        assert_eq!(
+            deal(constant_pool(None), iid, "{fraction: 0.3}", 1).labels,
+            data.labels
+        );
+        assert_ne!(
+            deal(constant_pool(None), iid, "{fraction: 0.3}", 2).features,
+            data.features
+        );
+    }
+
+    #[test]
+    fn a_separate_shift_transforms_half_and_relabels_the_other_half() {
+        let data = deal(
+            constant_pool(None),
+            "{kind: iid, clients: 4}",
+            "{fraction: 0.5, mode: separate}",
+            3,
+        );
+        let rows = shifted_rows(&data);
+        let transformed: Vec<_> = rows.iter().filter(|r| r.0).collect();
+        assert_eq!(transformed.len(), 50, "half of the 100 shifted");
+        assert!(
+            transformed.iter().all(|r| r.1 == r.2),
+            "transformed images keep labels"
+        );
+        // The other 50 keep their pixels and are relabelled (a label the permutation fixes
+        // stays, so at most 50 change).
+        let relabelled = rows.iter().filter(|r| !r.0 && r.1 != r.2).count();
+        assert!(relabelled > 0 && relabelled <= 50, "{relabelled}");
+    }
+
+    #[test]
+    fn grouped_dealing_spreads_shifted_images_unevenly_and_natural_clients_keep_theirs() {
+        // Dirichlet(0.3) over each group's labels: clients' shares of transformed images
+        // differ far more than a pooled deal's.
+        let dirichlet = "{kind: dirichlet, clients: 5, alpha: 0.3}";
+        let share = |data: &FederatedData| -> Vec<f64> {
+            let rows = shifted_rows(data);
+            (data.clients.iter())
+                .map(|c| {
+                    let all = c.train.start..c.test.end;
+                    all.clone().filter(|&r| rows[r].0).count() as f64 / all.len() as f64
+                })
+                .collect()
+        };
+        let spread = |s: Vec<f64>| {
+            s.iter().cloned().fold(0.0, f64::max) - s.iter().cloned().fold(1.0, f64::min)
+        };
+        let grouped = deal(constant_pool(None), dirichlet, "{fraction: 0.5}", 4);
+        assert_eq!(grouped.labels.len(), 200);
+        assert!(spread(share(&grouped)) > 0.3, "{:?}", share(&grouped));
+        // FEMNIST-like writers (10 of 20 images each) keep every image, shifted or not.
+        let writers = (0..200).map(|r| r / 20).collect();
+        let natural = deal(
+            constant_pool(Some(writers)),
+            "{kind: natural}",
+            "{fraction: 0.5}",
+            4,
+        );
+        assert_eq!(natural.clients.len(), 10);
+        let rows = shifted_rows(&natural);
+        for (w, c) in natural.clients.iter().enumerate() {
+            // Writer w's images are rows 20w..20w + 20 of the pool, labels 0–9 twice.
+            let mut originals: Vec<i64> = (c.train.start..c.test.end).map(|r| rows[r].1).collect();
+            originals.sort();
+            assert_eq!(
+                originals,
+                (0..20).map(|r| r / 2).collect::<Vec<i64>>(),
+                "writer {w}"
+            );
+        }
+        assert!(
+            spread(share(&natural)) > 0.2,
+            "each writer its own Beta(2, 2) share"
+        );
     }
 }

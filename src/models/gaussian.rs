@@ -25,6 +25,82 @@ fn to_vec(t: &Tensor) -> Vec<f64> {
     out
 }
 
+/// The first and second moments of rows added in chunks (row-major, `dim` features each), for
+/// a principal component analysis ([`Moments::principal_axes`]). All in f64 and pure Rust
+/// (nalgebra's products, one thread): the same on every machine and thread count.
+pub struct Moments {
+    dim: usize,
+    rows: usize,
+    sum: Vec<f64>,
+    /// Σ x xᵀ.
+    scatter: nalgebra::DMatrix<f64>,
+}
+
+impl Moments {
+    pub fn new(dim: usize) -> Moments {
+        Moments {
+            dim,
+            rows: 0,
+            sum: vec![0.0; dim],
+            scatter: nalgebra::DMatrix::zeros(dim, dim),
+        }
+    }
+
+    /// Adds the rows of `chunk`.
+    pub fn add(&mut self, chunk: &[f32]) {
+        const BLOCK_ROWS: usize = 2048;
+        let dim = self.dim;
+        for block in chunk.chunks(BLOCK_ROWS * dim) {
+            let rows = block.len() / dim;
+            // Column-major: column i of `xt` is row i of the block.
+            let xt = nalgebra::DMatrix::from_iterator(dim, rows, block.iter().map(|&v| v as f64));
+            let x = xt.transpose();
+            self.scatter.gemm(1.0, &xt, &x, 1.0);
+            for row in block.chunks(dim) {
+                self.sum
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(s, &v)| *s += v as f64);
+            }
+            self.rows += rows;
+        }
+    }
+
+    /// The `dims` eigenvectors of the rows' covariance with the largest eigenvalues, as a
+    /// `dim × dims` row-major matrix P (so z = x·P: FedGMM's `projection: {kind: pca}`), and
+    /// the share of the variance they hold. Each axis's sign makes its largest entry in
+    /// absolute value (the first such) positive.
+    pub fn principal_axes(&self, dims: usize) -> (Vec<f64>, f64) {
+        let (dim, n) = (self.dim, self.rows.max(1) as f64);
+        let mean: Vec<f64> = self.sum.iter().map(|s| s / n).collect();
+        let cov = nalgebra::DMatrix::from_fn(dim, dim, |i, j| {
+            self.scatter[(i, j)] / n - mean[i] * mean[j]
+        });
+        let eig = nalgebra::SymmetricEigen::new(cov);
+        let mut order: Vec<usize> = (0..dim).collect();
+        order.sort_by(|&a, &b| (eig.eigenvalues[b].total_cmp(&eig.eigenvalues[a])).then(a.cmp(&b)));
+        let total: f64 = eig.eigenvalues.iter().map(|v| v.max(0.0)).sum();
+        let kept: f64 = order[..dims]
+            .iter()
+            .map(|&k| eig.eigenvalues[k].max(0.0))
+            .sum();
+        let mut p = vec![0f64; dim * dims];
+        for (col, &k) in order[..dims].iter().enumerate() {
+            let axis = eig.eigenvectors.column(k);
+            let largest = (0..dim).fold(0, |best, j| {
+                if axis[j].abs() > axis[best].abs() {
+                    j
+                } else {
+                    best
+                }
+            });
+            let sign = if axis[largest] < 0.0 { -1.0 } else { 1.0 };
+            (0..dim).for_each(|j| p[j * dims + col] = sign * axis[j]);
+        }
+        (p, if total > 0.0 { kept / total } else { 1.0 })
+    }
+}
+
 /// The rows of a split as FedGMM's Gaussians see them: z = x, or x·P with a projection.
 /// Made once per split and shared by every Gaussian's densities and moments.
 pub struct GaussianInputs {
@@ -166,5 +242,35 @@ impl GaussianInputs {
             }
             out
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn principal_axes_by_hand() {
+        // Rows (±3, ±1, 0) in every sign combination, shifted by 5 (an offset the covariance
+        // does not see): variance 9 along x, 1 along y, 0 along z. The first axis is x, the
+        // second y; together they hold all the variance, x alone 9/10 of it.
+        let rows: Vec<f32> = [[3., 1., 0.], [3., -1., 0.], [-3., 1., 0.], [-3., -1., 0.]]
+            .iter()
+            .flatten()
+            .map(|&v: &f32| v + 5.0)
+            .collect();
+        // Given in two chunks, as two clients would.
+        let mut moments = Moments::new(3);
+        moments.add(&rows[..6]);
+        moments.add(&rows[6..]);
+        let (p, share) = moments.principal_axes(2);
+        let want = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0];
+        for (got, want) in p.iter().zip(want) {
+            assert!((got - want).abs() < 1e-12, "{p:?}");
+        }
+        assert!((share - 1.0).abs() < 1e-12);
+        let (p, share) = moments.principal_axes(1);
+        assert!((p[0] - 1.0).abs() < 1e-12 && p[1].abs() < 1e-12, "{p:?}");
+        assert!((share - 0.9).abs() < 1e-12);
     }
 }

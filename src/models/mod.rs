@@ -25,7 +25,7 @@ pub use catalogue::{
 pub use conv::{CnnSpec, SmallCnnSpec};
 pub use dense::{LinearSpec, MlpSpec};
 pub use device::{set_cublas_workspace, DeviceChoice, DeviceRows, Placement, DEVICE_ALLOWED};
-pub use gaussian::{Gaussian, GaussianInputs};
+pub use gaussian::{Gaussian, GaussianInputs, Moments};
 pub use lenet::Lenet5Spec;
 pub use lstm::LstmSpec;
 pub use mobilenet::MobilenetV2Spec;

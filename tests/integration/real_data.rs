@@ -145,6 +145,26 @@ fn mobilenet_v2_is_deterministic_with_either_normalisation() {
 }
 
 #[test]
+fn fedgmm_with_a_joint_shift_and_pca_is_deterministic_across_threads() {
+    // FedGMM's image setting: half of each writer's images shifted (transformed and
+    // relabelled), novel rows, the Gaussians on 8 principal axes fitted before the run; then
+    // a pool of images dealt by Dirichlet with the App. C.3 shift (groups dealt apart).
+    if femnist_available() {
+        check_deterministic(&[
+            "data.joint_shift={fraction: 0.5}",
+            "data.novel=[half_scale]",
+            "algorithm={name: fedgmm, gaussians: 2, classifiers: 2, \
+             projection: {kind: pca, dims: 8}}",
+        ]);
+        check_deterministic(&[
+            "data.partition={kind: dirichlet, clients: 5, alpha: 0.4}",
+            "data.fraction=0.001",
+            "data.joint_shift={fraction: 0.5, mode: separate}",
+        ]);
+    }
+}
+
+#[test]
 fn transformed_test_images_are_scored_as_novel() {
     if !femnist_available() {
         return;

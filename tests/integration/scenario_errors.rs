@@ -440,3 +440,29 @@ fn new_hardening_fields_name_what_is_allowed() {
         "{e}"
     );
 }
+
+#[test]
+fn fedgmm_image_settings_are_refused_with_their_paths() {
+    let mnist = "rounds: 1\ndata: {kind: mnist, partition: {kind: iid, clients: 4}}\n\
+                 algorithm: {name: fedgmm}\n";
+    let e = error(mnist, &["data.joint_shift={fraction: 1.5}"]);
+    assert!(
+        e.contains("field `data.joint_shift.fraction`: must be in (0, 1], got 1.5"),
+        "{e}"
+    );
+    let e = error(mnist, &["data.joint_shift={fraction: 0.5, mode: both}"]);
+    assert!(
+        e.contains("field `data.joint_shift.mode`") && e.contains("expected `joint` or `separate`"),
+        "{e}"
+    );
+    let e = error(mnist, &["algorithm.projection={kind: pca, dims: 0}"]);
+    assert!(
+        e.contains("field `algorithm.projection.dims`: must be at least 1"),
+        "{e}"
+    );
+    let e = error(mnist, &["algorithm.projection={kind: pca, dim: 48}"]);
+    assert!(
+        e.contains("algorithm.projection") && e.contains("unknown field `dim`"),
+        "{e}"
+    );
+}

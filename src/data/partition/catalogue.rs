@@ -209,16 +209,44 @@ impl PartitionSpec {
         rng: &mut ChaCha20Rng,
     ) -> Result<Vec<Vec<usize>>, String> {
         let clients = self.settings.assign(labels, classes, rng)?;
-        if let Some(c) = clients.iter().position(Vec::is_empty) {
-            return Err(format!(
-                "client {c} got no rows ({} rows for {} clients); use fewer clients, more data \
-                 or a larger alpha",
-                labels.len(),
-                clients.len()
-            ));
-        }
-        Ok(clients)
+        every_client_has_rows(clients, labels.len())
     }
+
+    /// Deals each group of the pool's rows (`groups[g]`: row numbers into `labels`) on its own
+    /// draws (`rng_of(g)`), and gives each client its rows of every group, group after group.
+    /// One group of rows 0..n on `rng_of(0)` deals exactly as [`PartitionSpec::assign`].
+    pub fn assign_groups(
+        &self,
+        labels: &[i64],
+        groups: &[Vec<usize>],
+        classes: usize,
+        rng_of: impl Fn(usize) -> ChaCha20Rng,
+    ) -> Result<Vec<Vec<usize>>, String> {
+        let mut clients: Vec<Vec<usize>> = Vec::new();
+        for (g, rows) in groups.iter().enumerate() {
+            let group_labels: Vec<i64> = rows.iter().map(|&r| labels[r]).collect();
+            let dealt = self
+                .settings
+                .assign(&group_labels, classes, &mut rng_of(g))?;
+            clients.resize(dealt.len().max(clients.len()), Vec::new());
+            for (c, members) in dealt.into_iter().enumerate() {
+                clients[c].extend(members.into_iter().map(|i| rows[i]));
+            }
+        }
+        every_client_has_rows(clients, groups.iter().map(Vec::len).sum())
+    }
+}
+
+/// `clients`, unless one of them got no rows (of `rows` dealt).
+fn every_client_has_rows(clients: Vec<Vec<usize>>, rows: usize) -> Result<Vec<Vec<usize>>, String> {
+    if let Some(c) = clients.iter().position(Vec::is_empty) {
+        return Err(format!(
+            "client {c} got no rows ({rows} rows for {} clients); use fewer clients, more data \
+             or a larger alpha",
+            clients.len()
+        ));
+    }
+    Ok(clients)
 }
 
 crate::spec::catalogue::section_traits!(
