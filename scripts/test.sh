@@ -7,6 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The conversion scripts' tests (scripts/cifar_to_parquet.py) run them with .venv's Python,
+# which needs numpy and pyarrow (from PyPI, once).
+if ! .venv/bin/python -c "import numpy, pyarrow" 2>/dev/null; then
+  echo "test: installing numpy and pyarrow into .venv (once)" >&2
+  .venv/bin/pip install -q --disable-pip-version-check numpy pyarrow
+fi
 if [ "${CI:-}" = true ]; then
   say() { echo "test: $*" >&2; }
   say "cargo fmt --check"

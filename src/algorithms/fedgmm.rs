@@ -70,7 +70,8 @@ pub struct FedGmmSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection: Option<Projection>,
     /// How rows are scored for novelty: `joint`, log p(x, y) (the row's label counts too, as
-    /// the authors' `ood.py` combines log p(x) and log p(y | x)), or `input`, log p(x).
+    /// the authors' `ood.py` combines log p(x) and log p(y | x)), `input`, log p(x), or
+    /// `label`, log p(y | x).
     #[serde(default)]
     pub novelty_score: NoveltyScore,
     /// Unseen clients fit π by EM with everything else frozen, for at most this many
@@ -109,6 +110,9 @@ pub enum NoveltyScore {
     Joint,
     /// log p(x) = log Σ_{k,m} π(k, m) N(z; μ_k, Σ_k).
     Input,
+    /// log p(y | x) = log p(x, y) − log p(x): how well the row's label fits its input (the
+    /// second half of the authors' `ood.py` score).
+    Label,
 }
 
 /// The Gaussians' projection z = x·P (`projection:`).
@@ -813,17 +817,24 @@ impl Algorithm for FedGmm {
         view: SplitView<'_>,
     ) -> Option<Vec<f64>> {
         let pi: Vec<f64> = state.pi.iter().map(|p| p.max(MIN_MIXTURE_WEIGHT)).collect();
-        let log_terms = match self.spec.novelty_score {
-            NoveltyScore::Input => self.log_joint_inputs(global, &pi, &self.inputs(view)),
-            // log π(k, m) + log N_k(i) − ℓ_m(i): −(the E-step's pair loss) + log π.
-            NoveltyScore::Joint => self
-                .pair_losses(ctx.arch, global, view, &self.inputs(view))
+        let inputs = self.inputs(view);
+        let log_px = || log_sum_exp(&self.log_joint_inputs(global, &pi, &inputs));
+        // log π(k, m) + log N_k(i) − ℓ_m(i): −(the E-step's pair loss) + log π.
+        let log_pxy = || {
+            let terms: Vec<Vec<f64>> = (self.pair_losses(ctx.arch, global, view, &inputs))
                 .iter()
                 .zip(&pi)
                 .map(|(losses, p)| losses.iter().map(|&l| p.ln() - l as f64).collect())
-                .collect(),
+                .collect();
+            log_sum_exp(&terms)
         };
-        Some(log_sum_exp(&log_terms))
+        Some(match self.spec.novelty_score {
+            NoveltyScore::Input => log_px(),
+            NoveltyScore::Joint => log_pxy(),
+            NoveltyScore::Label => (log_pxy().iter().zip(log_px()))
+                .map(|(xy, x)| xy - x)
+                .collect(),
+        })
     }
 }
 

@@ -90,6 +90,24 @@ impl NovelTransform {
     }
 }
 
+/// How the listed novel transforms make a novel image.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum NovelMode {
+    /// One of them, drawn per image.
+    #[default]
+    OneOf,
+    /// All of them, in the listed order (the paper's "scale factor of 0.5, 90-degree rotation,
+    /// and horizontal flip", as its authors compose their shift T); nothing is drawn.
+    All,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
 /// FedGMM's joint-distribution shift (Wu et al. 2023, Sec. 4.1 and App. C.3): a share of the
 /// images are transformed by T(x) = rotate90(flip(invert(x))) (the authors' order: 255 − v,
 /// mirrored left to right, a quarter turn counter-clockwise) and/or their labels mapped through
@@ -210,6 +228,83 @@ impl JointShift {
     }
 }
 
+/// Labelled images of pixel values 0–255 (row-major `[c, h, w]` each), shifted in place.
+pub(super) struct RawImages<'a> {
+    pub features: &'a mut [f32],
+    pub labels: &'a mut [i64],
+    pub classes: usize,
+    pub shape: [usize; 3],
+}
+
+impl RawImages<'_> {
+    /// Applies `shifted[r]` to row r; the label permutation is drawn from (data,
+    /// "joint_shift", 1).
+    fn apply(&mut self, shifted: &[Shifted], seeds: &SeedTree) {
+        let mut permutation: Vec<i64> = (0..self.classes as i64).collect();
+        permutation.shuffle(&mut seeds.rng(Entity::Data, "joint_shift", 1));
+        let dim: usize = self.shape.iter().product();
+        for (r, s) in shifted.iter().enumerate() {
+            let (transform, relabel) = match *s {
+                Shifted::No => continue,
+                Shifted::Transformed { relabel } => (true, relabel),
+                Shifted::Relabelled => (false, true),
+            };
+            if transform {
+                let image = shift_transform(&self.features[r * dim..(r + 1) * dim], self.shape);
+                self.features[r * dim..(r + 1) * dim].copy_from_slice(&image);
+            }
+            if relabel {
+                self.labels[r] = permutation[self.labels[r] as usize];
+            }
+        }
+    }
+}
+
+impl JointShift {
+    /// Shifts ⌊fraction · n⌋ of a pool's `rows` (drawn from (data, "joint_shift", 0)) and
+    /// returns the groups the partition deals: all of `rows` at once, or (`grouped`) the
+    /// unshifted, transformed and relabelled ones apart, the empty groups left out.
+    pub(super) fn shift_pool(
+        &self,
+        mut images: RawImages<'_>,
+        rows: Vec<usize>,
+        seeds: &SeedTree,
+    ) -> Vec<Vec<usize>> {
+        let mut rng = seeds.rng(Entity::Data, "joint_shift", 0);
+        let chosen = self.choose(rows.len(), self.fraction, &mut rng);
+        let mut shifted = vec![Shifted::No; images.labels.len()];
+        rows.iter().zip(&chosen).for_each(|(&r, &s)| shifted[r] = s);
+        images.apply(&shifted, seeds);
+        if self.dealing == ShiftDealing::Pooled {
+            return vec![rows];
+        }
+        let mut groups = vec![Vec::new(); 3];
+        rows.iter()
+            .zip(&chosen)
+            .for_each(|(&r, s)| groups[s.group()].push(r));
+        groups.retain(|g| !g.is_empty());
+        groups
+    }
+
+    /// Shifts each natural client's own share of its rows (`clients[c]`), drawn from
+    /// Beta(4f, 4(1 − f)), client by client, from (data, "joint_shift", 0).
+    pub(super) fn shift_clients(
+        &self,
+        mut images: RawImages<'_>,
+        clients: &[Vec<usize>],
+        seeds: &SeedTree,
+    ) {
+        let mut rng = seeds.rng(Entity::Data, "joint_shift", 0);
+        let mut shifted = vec![Shifted::No; images.labels.len()];
+        for rows in clients {
+            let share = self.writer_share(&mut rng);
+            let chosen = self.choose(rows.len(), share, &mut rng);
+            rows.iter().zip(chosen).for_each(|(&r, s)| shifted[r] = s);
+        }
+        images.apply(&shifted, seeds);
+    }
+}
+
 /// The image T(x) = rotate90(flip(invert(x))) of raw pixel values 0–255.
 fn shift_transform(x: &[f32], shape: [usize; 3]) -> Vec<f32> {
     let inverted: Vec<f32> = x.iter().map(|&v| 255.0 - v).collect();
@@ -233,9 +328,12 @@ pub struct RegistryImagesSpec {
     #[serde(default)]
     pub pixels: Pixels,
     /// Novel rows for novelty detection: each test image again, transformed by one of these
-    /// (drawn per image); they belong to no split.
+    /// (drawn per image) or by all of them (`novel_mode: all`); they belong to no split.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub novel: Vec<NovelTransform>,
+    /// How `novel`'s transforms make a novel image.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub novel_mode: NovelMode,
     /// FedGMM's joint-distribution shift of a share of the images (none by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joint_shift: Option<JointShift>,
@@ -261,6 +359,9 @@ pub struct FemnistSpec {
     /// Novel rows, as for MNIST.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub novel: Vec<NovelTransform>,
+    /// How `novel`'s transforms make a novel image, as for MNIST.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub novel_mode: NovelMode,
     /// FedGMM's joint-distribution shift, as for MNIST.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joint_shift: Option<JointShift>,
@@ -349,6 +450,7 @@ impl RegistryImagesSpec {
             fraction: self.fraction,
             pixels: self.pixels,
             novel: &self.novel,
+            novel_mode: self.novel_mode,
             shift: self.joint_shift.as_ref(),
         };
         pool.deal(&how, split, seeds).map_err(content)
@@ -413,6 +515,7 @@ impl FemnistSpec {
             fraction: 1.0, // the subsample is already drawn
             pixels: self.pixels,
             novel: &self.novel,
+            novel_mode: self.novel_mode,
             shift: self.joint_shift.as_ref(),
         };
         pool.deal(&how, split, seeds).map_err(content)
@@ -444,6 +547,7 @@ struct Dealing<'a> {
     fraction: f64,
     pixels: Pixels,
     novel: &'a [NovelTransform],
+    novel_mode: NovelMode,
     shift: Option<&'a JointShift>,
 }
 
@@ -459,25 +563,12 @@ struct Pool {
 }
 
 impl Pool {
-    /// Applies the joint shift to the raw images: `shifted[r]` says what happens to row r;
-    /// the label permutation is drawn from (data, "joint_shift", 1).
-    fn shift_rows(&mut self, shifted: &[Shifted], seeds: &SeedTree) {
-        let mut permutation: Vec<i64> = (0..self.classes as i64).collect();
-        permutation.shuffle(&mut seeds.rng(Entity::Data, "joint_shift", 1));
-        let dim: usize = self.shape.iter().product();
-        for (r, s) in shifted.iter().enumerate() {
-            let (transform, relabel) = match *s {
-                Shifted::No => continue,
-                Shifted::Transformed { relabel } => (true, relabel),
-                Shifted::Relabelled => (false, true),
-            };
-            if transform {
-                let image = shift_transform(&self.features[r * dim..(r + 1) * dim], self.shape);
-                self.features[r * dim..(r + 1) * dim].copy_from_slice(&image);
-            }
-            if relabel {
-                self.labels[r] = permutation[self.labels[r] as usize];
-            }
+    fn images(&mut self) -> RawImages<'_> {
+        RawImages {
+            features: &mut self.features,
+            labels: &mut self.labels,
+            classes: self.classes,
+            shape: self.shape,
         }
     }
 
@@ -504,15 +595,8 @@ impl Pool {
                     .enumerate()
                     .for_each(|(r, &c)| out[c as usize].push(r));
                 if let Some(shift) = how.shift {
-                    // Each writer's own share of its images.
-                    let mut rng = seeds.rng(Entity::Data, "joint_shift", 0);
-                    let mut shifted = vec![Shifted::No; self.labels.len()];
-                    for rows in &out {
-                        let share = shift.writer_share(&mut rng);
-                        let chosen = shift.choose(rows.len(), share, &mut rng);
-                        rows.iter().zip(chosen).for_each(|(&r, s)| shifted[r] = s);
-                    }
-                    self.shift_rows(&shifted, seeds);
+                    let images = self.images();
+                    shift.shift_clients(images, &out, seeds);
                 }
                 out
             }
@@ -520,21 +604,10 @@ impl Pool {
                 let mut selection = seeds.rng(Entity::Data, "selection", 0);
                 let keep = subsample(self.labels.len(), fraction, &mut selection);
                 let rows: Vec<usize> = (0..self.labels.len()).filter(|&r| keep[r]).collect();
-                let mut groups = vec![rows.clone()];
-                if let Some(shift) = how.shift {
-                    let mut rng = seeds.rng(Entity::Data, "joint_shift", 0);
-                    let chosen = shift.choose(rows.len(), shift.fraction, &mut rng);
-                    let mut shifted = vec![Shifted::No; self.labels.len()];
-                    rows.iter().zip(&chosen).for_each(|(&r, &s)| shifted[r] = s);
-                    self.shift_rows(&shifted, seeds);
-                    if shift.dealing == ShiftDealing::Grouped {
-                        groups = vec![Vec::new(); 3];
-                        rows.iter()
-                            .zip(&chosen)
-                            .for_each(|(&r, s)| groups[s.group()].push(r));
-                        groups.retain(|g| !g.is_empty());
-                    }
-                }
+                let groups = match how.shift {
+                    Some(shift) => shift.shift_pool(self.images(), rows, seeds),
+                    None => vec![rows],
+                };
                 // Group g is dealt on the stream (data, "partition", g).
                 partition.assign_groups(&self.labels, &groups, self.classes, |g| {
                     seeds.rng(Entity::Data, "partition", g as u64)
@@ -604,8 +677,16 @@ impl Pool {
                 let mut rng = seeds.rng(Entity::Data, "novel", c as u64);
                 let start = data.labels.len();
                 for r in test {
-                    let t = how.novel[rand::Rng::gen_range(&mut rng, 0..how.novel.len())];
-                    let image = t.apply(&data.features[r * dim..(r + 1) * dim], self.shape);
+                    let row = &data.features[r * dim..(r + 1) * dim];
+                    let image = match how.novel_mode {
+                        NovelMode::OneOf => {
+                            let t = how.novel[rand::Rng::gen_range(&mut rng, 0..how.novel.len())];
+                            t.apply(row, self.shape)
+                        }
+                        NovelMode::All => {
+                            (how.novel.iter()).fold(row.to_vec(), |x, t| t.apply(&x, self.shape))
+                        }
+                    };
                     data.features.extend(image);
                     data.labels.push(data.labels[r]);
                 }
@@ -719,6 +800,43 @@ mod tests {
     }
 
     #[test]
+    fn composed_novel_images_apply_every_transform_in_order() {
+        // 20 images of 2×2 with distinct pixels: row r is [4r, 4r + 1, 4r + 2, 4r + 3].
+        let pool = Pool {
+            features: (0..80).map(|v| v as f32).collect(),
+            labels: (0..20).map(|r| r % 2).collect(),
+            shape: [1, 2, 2],
+            classes: 2,
+            clients: None,
+        };
+        let partition: PartitionSpec = serde_yaml::from_str("{kind: iid, clients: 2}").unwrap();
+        let novel = [NovelTransform::HorizontalFlip, NovelTransform::Rotate90];
+        let how = Dealing {
+            partition: &partition,
+            fraction: 1.0,
+            pixels: Pixels::Raw,
+            novel: &novel,
+            novel_mode: NovelMode::All,
+            shift: None,
+        };
+        let split = SplitSpec::Fractions {
+            train: 0.5,
+            val: 0.0,
+            test: 0.5,
+        };
+        let data = pool.deal(&how, &split, &SeedTree::new(1)).unwrap();
+        // [[a, b], [c, d]] mirrored [[b, a], [d, c]], then turned [[a, c], [b, d]].
+        for (c, shard) in data.clients.iter().enumerate() {
+            assert_eq!(data.novel[c].len(), shard.test.len());
+            for (t, n) in shard.test.clone().zip(data.novel[c].clone()) {
+                let x = &data.features[t * 4..t * 4 + 4];
+                let want = [x[0], x[2], x[1], x[3]];
+                assert_eq!(data.features[n * 4..n * 4 + 4], want, "client {c}");
+            }
+        }
+    }
+
+    #[test]
     fn the_shift_transform_by_hand() {
         // [[0, 255], [100, 50]] inverted [[255, 0], [155, 205]], mirrored [[0, 255], [205,
         // 155]], turned a quarter counter-clockwise [[255, 155], [0, 205]].
@@ -765,6 +883,7 @@ mod tests {
             fraction: 1.0,
             pixels: Pixels::Raw,
             novel: &[],
+            novel_mode: NovelMode::OneOf,
             shift: Some(&shift),
         };
         let split = SplitSpec::Fractions {

@@ -26,8 +26,8 @@ pub use catalogue::{
 pub use fedem_synthetic::{ColumnFile, FedemSyntheticSpec, LabelLaw, LabelRule};
 pub use fedgmm_synthetic::{ComponentLaw, FedgmmSyntheticSpec, InputLaw, Marginal};
 pub use images::{
-    FashionMnistSpec, FemnistSpec, JointShift, MnistSpec, Pixels, RegistryImagesSpec, ShiftDealing,
-    ShiftMode,
+    FashionMnistSpec, FemnistSpec, JointShift, MnistSpec, NovelMode, Pixels, RegistryImagesSpec,
+    ShiftDealing, ShiftMode,
 };
 pub use numpy_rng::NumpyRandomState;
 pub use parquet::{DataError, NonFinite, ParquetSpec};

@@ -68,6 +68,11 @@ pub struct ParquetSpec {
     /// (`{kind: pachinko, clients: 100}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<PartitionSpec>,
+    /// FedGMM's joint-distribution shift of images (with `shape`; pixel values 0–255 before
+    /// `scale`), as for MNIST: a pool dealt by `partition`, or each client of the client column
+    /// its own Beta-drawn share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joint_shift: Option<super::JointShift>,
 }
 
 /// What to do with rows whose features are NaN or infinite.
@@ -129,6 +134,17 @@ impl ParquetSpec {
                 ));
             }
             partition.validate().map_err(|e| e.within("partition"))?;
+        }
+        if let Some(shift) = &self.joint_shift {
+            shift.validate().map_err(|e| e.within("joint_shift"))?;
+            if self.shape.is_none() || self.on_demand {
+                return Err(FieldError::new(
+                    "joint_shift".into(),
+                    "shifts images held in memory: give `shape: [channels, height, width]` and \
+                     leave `on_demand` out"
+                        .into(),
+                ));
+            }
         }
         match (&self.feature_columns, &self.features_column) {
             (Some(_), Some(_)) | (None, None) => Err(FieldError::new(
@@ -292,18 +308,41 @@ impl ParquetSpec {
             )));
         }
         // Each client's rows, grouped by split: in file order, or in the order dealt.
+        let dim = table.dim;
+        let shape = self.shape.unwrap_or([1, 1, dim]);
+        if shape.iter().product::<usize>() != dim {
+            return Err(content(format!(
+                "`shape: {shape:?}` holds {} values, but the rows have {dim} features",
+                shape.iter().product::<usize>()
+            )));
+        }
+        let images = super::images::RawImages {
+            features: &mut table.features,
+            labels: &mut table.labels,
+            classes,
+            shape,
+        };
         let (members, names): (Vec<Vec<usize>>, Vec<String>) = match &self.partition {
             None => {
                 let mut members = vec![Vec::new(); table.client_names.len()];
                 for (r, &c) in table.client.iter().enumerate() {
                     members[c as usize].push(r);
                 }
+                if let Some(shift) = &self.joint_shift {
+                    shift.shift_clients(images, &members, seeds);
+                }
                 (members, table.client_names.clone())
             }
             Some(partition) => {
-                let mut rng = seeds.rng(Entity::Data, "partition", 0);
+                let rows: Vec<usize> = (0..images.labels.len()).collect();
+                let groups = match &self.joint_shift {
+                    Some(shift) => shift.shift_pool(images, rows, seeds),
+                    None => vec![rows],
+                };
                 let members = partition
-                    .assign(&table.labels, classes, &mut rng)
+                    .assign_groups(&table.labels, &groups, classes, |g| {
+                        seeds.rng(Entity::Data, "partition", g as u64)
+                    })
                     .map_err(content)?;
                 let names = (0..members.len()).map(|c| c.to_string()).collect();
                 (members, names)
@@ -318,15 +357,6 @@ impl ParquetSpec {
                     Some(s) => self.part_of(&s[r], r).map_err(content)?,
                 };
                 rows[c][part].push(r);
-            }
-        }
-        let dim = table.dim;
-        if let Some(shape) = self.shape {
-            if shape.iter().product::<usize>() != dim {
-                return Err(content(format!(
-                    "`shape: {shape:?}` holds {} values, but the rows have {dim} features",
-                    shape.iter().product::<usize>()
-                )));
             }
         }
         if let Some(vocab) = self.vocabulary {

@@ -103,8 +103,28 @@ fn novel_rows_are_scored_and_summarised() {
     let fedavg = run(&gmm("{name: fedavg}", 3, 1), &tmp.path().join("fedavg"));
     assert!(value(&fedavg, "novelty_auroc").is_some());
     let local = run(&gmm("{name: local}", 3, 1), &tmp.path().join("local"));
-    assert!(value(&local, "novelty_auroc").is_none());
-    assert!(!tmp.path().join("local/novelty.parquet").exists());
+    assert!(value(&local, "novelty_auroc").is_some());
+    let ditto = run(
+        &gmm("{name: ditto, lambda: 0.1}", 3, 1),
+        &tmp.path().join("ditto"),
+    );
+    assert!(value(&ditto, "novelty_auroc").is_none());
+    assert!(!tmp.path().join("ditto/novelty.parquet").exists());
+    // `label` scores log p(y | x) = log p(x, y) − log p(x): the `joint` score less `input`'s.
+    let scores = |score: &str| -> Vec<f64> {
+        let dir = tmp.path().join(score);
+        run(
+            &gmm(&format!("{{name: fedgmm, novelty_score: {score}}}"), 3, 1),
+            &dir,
+        );
+        let novelty = read_parquet(&dir.join("novelty.parquet")).unwrap();
+        let col = novelty.column("score").unwrap().f64().unwrap();
+        col.into_no_null_iter().collect()
+    };
+    let (joint, input, label) = (scores("joint"), scores("input"), scores("label"));
+    for i in 0..joint.len() {
+        assert_eq!(label[i], joint[i] - input[i], "row {i}");
+    }
 }
 
 #[test]

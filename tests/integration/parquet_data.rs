@@ -477,3 +477,145 @@ training: {{local_epochs: 1, batch_size: 8, lr: 0.5}}
         "{e}"
     );
 }
+
+/// A Python with numpy and pyarrow (`scripts/test.sh` puts them in `.venv`), or `None` after
+/// saying why this check cannot run (which fails under CI).
+fn python_with_pyarrow(check: &str) -> Option<std::path::PathBuf> {
+    let python = Path::new(".venv/bin/python").to_path_buf();
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import numpy, pyarrow"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        crate::common::skipped(check, ".venv/bin/python has no numpy and pyarrow");
+        return None;
+    }
+    Some(python)
+}
+
+/// Makes a small archive in CIFAR's layout with Python (`kind`: the archive's folder), runs
+/// `scripts/cifar_to_parquet.py` on it and reads the Parquet file with fedsim. Image k of
+/// the archive (in written order) has pixel j = (7k + j) mod 256 and label k mod classes.
+fn convert_cifar(python: &Path, dir: &Path, kind: &str) -> fedsim::data::FederatedData {
+    let archive = dir.join(format!("{kind}.tar.gz"));
+    let out = dir.join(format!("{kind}.parquet"));
+    let make = format!(
+        r#"
+import io, pickle, tarfile, numpy as np
+kind = "{kind}"
+members = [f"data_batch_{{i}}" for i in range(1, 6)] + ["test_batch"] if kind == "cifar-10-batches-py" else ["train", "test"]
+classes = 10 if kind == "cifar-10-batches-py" else 100
+k = 0
+with tarfile.open("{archive}", "w:gz") as tar:
+    for m in members:
+        n = 3 if m != "test" and m != "test_batch" else 2
+        data = np.array([[(7 * (k + i) + j) % 256 for j in range(3072)] for i in range(n)], dtype=np.uint8)
+        labels = [(k + i) % classes for i in range(n)]
+        batch = {{b"data": data}}
+        if classes == 10:
+            batch[b"labels"] = labels
+        else:
+            batch[b"fine_labels"] = labels
+            batch[b"coarse_labels"] = [l // 5 for l in labels]
+        k += n
+        blob = pickle.dumps(batch)
+        info = tarfile.TarInfo(f"{{kind}}/{{m}}")
+        info.size = len(blob)
+        tar.addfile(info, io.BytesIO(blob))
+"#,
+        archive = archive.display()
+    );
+    let status = std::process::Command::new(python)
+        .args(["-c", &make])
+        .status()
+        .unwrap();
+    assert!(status.success(), "making the archive");
+    let run = std::process::Command::new(python)
+        .arg("scripts/cifar_to_parquet.py")
+        .arg(&archive)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let s = scenario(
+        "rounds: 1\ndata: {kind: parquet, path: PATH, features_column: x, label_column: y, \
+         shape: [3, 32, 32], scale: 255, classes: CLASSES, \
+         partition: {kind: iid, clients: 2}}\nsplit: {kind: fractions, train: 0.5, val: 0, \
+         test: 0.5}\nalgorithm: {name: fedavg}\n"
+            .replace("PATH", &out.display().to_string())
+            .replace(
+                "CLASSES",
+                if kind == "cifar-10-batches-py" {
+                    "10"
+                } else {
+                    "100"
+                },
+            )
+            .as_str(),
+        &[],
+    );
+    s.data
+        .build(&s.split, &fedsim::sim::SeedTree::new(1))
+        .unwrap()
+}
+
+#[test]
+fn cifar_archives_convert_to_parquet_that_fedsim_reads() {
+    let Some(python) = python_with_pyarrow("cifar_archives_convert_to_parquet_that_fedsim_reads")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    for (kind, images, classes) in [
+        ("cifar-10-batches-py", 17, 10),
+        ("cifar-100-python", 5, 100),
+    ] {
+        let data = convert_cifar(&python, tmp.path(), kind);
+        assert_eq!(data.labels.len(), images, "{kind}: every image once");
+        assert_eq!(data.classes, classes);
+        assert_eq!(data.layout, fedsim::data::Layout::Image([3, 32, 32]));
+        // Every row is one of the archive's images, pixels / 255, with its label.
+        let mut seen = vec![false; images];
+        for r in 0..images {
+            let row = &data.features[r * 3072..(r + 1) * 3072];
+            let k = (0..images)
+                .find(|&k| (0..3072).all(|j| row[j] == ((7 * k + j) % 256) as f32 / 255.0))
+                .unwrap_or_else(|| panic!("{kind}: row {r} is no image of the archive"));
+            assert!(!seen[k], "{kind}: image {k} twice");
+            seen[k] = true;
+            assert_eq!(
+                data.labels[r],
+                (k % classes) as i64,
+                "{kind}: image {k}'s label"
+            );
+        }
+    }
+    // What is not CIFAR's layout is refused with what was expected.
+    let bad = tmp.path().join("other.tar.gz");
+    let make = format!(
+        "import tarfile, io\nwith tarfile.open('{}', 'w:gz') as t:\n    \
+         i = tarfile.TarInfo('images/a'); i.size = 1; t.addfile(i, io.BytesIO(b'x'))",
+        bad.display()
+    );
+    assert!(std::process::Command::new(&python)
+        .args(["-c", &make])
+        .status()
+        .unwrap()
+        .success());
+    let run = std::process::Command::new(&python)
+        .arg("scripts/cifar_to_parquet.py")
+        .arg(&bad)
+        .arg(tmp.path().join("o.parquet"))
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains("expected the folder cifar-10-batches-py/ or cifar-100-python/"),
+        "{err}"
+    );
+}
