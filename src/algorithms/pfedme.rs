@@ -188,12 +188,7 @@ impl Algorithm for PFedMe {
         client: &PFedMeClient,
         view: crate::data::SplitView<'_>,
     ) -> Option<Vec<f64>> {
-        let personal = if client.theta.is_empty() {
-            global
-        } else {
-            &client.theta
-        };
-        Some(super::confidence_of(ctx, personal, view))
+        Some(super::confidence_of(ctx, personal(global, client), view))
     }
 
     fn tested_models<'a>(
@@ -203,15 +198,19 @@ impl Algorithm for PFedMe {
         client: &'a PFedMeClient,
         _: &mut ChaCha20Rng,
     ) -> Vec<Tested<'a>> {
-        let personal = if client.theta.is_empty() {
-            global
-        } else {
-            &client.theta
-        };
         vec![
             Tested::params(ModelKind::Global, &global[..]),
-            Tested::params(ModelKind::Personalized, &personal[..]),
+            Tested::params(ModelKind::Personalized, personal(global, client)),
         ]
+    }
+}
+
+/// The client's personalized model θ_i, or the global one before the client has trained.
+fn personal<'a>(global: &'a [f32], client: &'a PFedMeClient) -> &'a [f32] {
+    if client.theta.is_empty() {
+        global
+    } else {
+        &client.theta
     }
 }
 
