@@ -8,6 +8,7 @@ use super::{
     Routed, Seen, ToClient, ToServer, TrainOrder,
 };
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
+use crate::io::Stored;
 use crate::records::DivergenceStage;
 use crate::records::Split;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
@@ -39,7 +40,8 @@ pub(super) struct Client<A: Algorithm> {
 /// What a client keeps between its participations, whether awake (an actor) or asleep (in
 /// the roster).
 pub(super) struct Kept<A: Algorithm> {
-    state: A::ClientState,
+    /// Spilled while the client is idle, where the run spills values of its size.
+    state: Stored<A::ClientState>,
     last_trained: Option<u32>,
     watch: DivergenceWatch,
 }
@@ -59,7 +61,7 @@ impl<A: Algorithm> Client<A> {
     ) -> Self {
         Client {
             kept: Some(Kept {
-                state,
+                state: Stored::in_memory(state),
                 last_trained: None,
                 watch: DivergenceWatch::new(jobs.on_divergence),
             }),
@@ -116,12 +118,22 @@ impl<A: Algorithm> Client<A> {
             state: self.kept().state.clone(),
             rng: self.seeds.rng(Entity::Client(self.id), "train", job),
         };
+        let jobs = self.jobs.clone();
+        // On the pool: checked, counted and spilled before the result waits for its time.
         let pending = self.dispatch.train(job, move |t| {
+            let finite = t.update.is_finite() && t.state.is_finite();
+            let (update, update_len) = if upload {
+                let len = jobs.algorithm.update_len(&t.update);
+                (jobs.keep(t.update), len)
+            } else {
+                (Stored::in_memory(t.update), 0)
+            };
             Routed::Member(ToClient::Trained(FinishedWork {
                 round,
-                finite: t.update.is_finite() && t.state.is_finite(),
-                update: t.update,
-                state: t.state,
+                finite,
+                update,
+                update_len,
+                state: jobs.keep(t.state),
                 upload,
                 compute,
             }))
@@ -146,6 +158,7 @@ impl<A: Algorithm> Client<A> {
         let FinishedWork {
             round,
             update,
+            update_len: floats,
             state,
             upload,
             compute,
@@ -154,11 +167,6 @@ impl<A: Algorithm> Client<A> {
         let kept = self.kept();
         kept.state = state;
         kept.last_trained = Some(round);
-        let floats = if upload {
-            self.jobs.algorithm.update_len(&update)
-        } else {
-            0
-        };
         let delay = self
             .system
             .transfer_time(self.id, Link::Up, payload_bytes(floats));
@@ -173,6 +181,7 @@ impl<A: Algorithm> Client<A> {
                 round,
                 client,
                 update,
+                floats,
                 compute,
             }
         } else {
@@ -285,7 +294,7 @@ impl<A: Algorithm> Roster<A> {
         };
         let p = &self.parts;
         let kept = kept.unwrap_or_else(|| Kept {
-            state: p.jobs.algorithm.init_client(&p.initial, id),
+            state: Stored::in_memory(p.jobs.algorithm.init_client(&p.initial, id)),
             last_trained: None,
             watch: DivergenceWatch::new(p.jobs.on_divergence),
         });
@@ -403,11 +412,12 @@ mod tests {
     fn trained(finite: bool) -> ToClient<FedAvg> {
         ToClient::Trained(FinishedWork {
             round: 1,
-            update: ModelUpdate {
+            update: Stored::in_memory(ModelUpdate {
                 params: vec![if finite { 0.5 } else { f32::NAN }; 4],
                 weight: 10.0,
-            },
-            state: Vec::new(),
+            }),
+            update_len: 4,
+            state: Stored::in_memory(Vec::new()),
             upload: true,
             compute: SimDuration(7),
             finite,
@@ -436,6 +446,40 @@ mod tests {
             assert!(msg.is_none(), "a pending result");
             let n = c.jobs.data.split_len(0, Split::Train) as u64;
             assert_eq!(delay, c.system.compute_time(0, 1, n));
+        });
+    }
+
+    /// Client 0's first training job with `training.spill` set to `spill`, as the client gets it.
+    async fn first_job(spill: &str) -> FinishedWork<FedAvg> {
+        let spill = format!("training.spill={spill}");
+        let mut c = client(&[&spill, "training.momentum=0.9", "training.cohorts=off"]);
+        let eff = c.on_message(SimTime::ZERO, train(1)).unwrap();
+        let pending = eff.into_pending().pop().expect("a pending result");
+        match pending.await.expect("answered").expect("trained") {
+            Routed::Member(ToClient::Trained(work)) => work,
+            _ => panic!("not a training result"),
+        }
+    }
+
+    #[test]
+    fn a_finished_jobs_state_and_update_wait_in_the_spill_file() {
+        actix::System::new().block_on(async {
+            let (kept, spilled) = (first_job("off").await, first_job("always").await);
+            assert!(!kept.state.is_spilled() && !kept.update.is_spilled());
+            assert!(spilled.state.is_spilled() && spilled.update.is_spilled());
+            assert_eq!(spilled.update_len, kept.update_len);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let (a, b) = (
+                kept.state.into_inner().unwrap(),
+                spilled.state.into_inner().unwrap(),
+            );
+            assert!(!a.is_empty(), "a momentum buffer");
+            assert_eq!(bits(&a), bits(&b));
+            let (a, b) = (
+                kept.update.into_inner().unwrap(),
+                spilled.update.into_inner().unwrap(),
+            );
+            assert_eq!(bits(&a.params), bits(&b.params));
         });
     }
 

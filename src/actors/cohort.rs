@@ -33,6 +33,7 @@ use crate::algorithms::{
     SgdRun, Tested,
 };
 use crate::data::ClientRows;
+use crate::io::Stored;
 use crate::models::{
     dropout_stream, evaluate_stacked, for_each_stacked_batch, train_sgd_stacked, Architecture,
     BatchwiseRun, DeviceRows, EvalRequest, Placement, StackedRun,
@@ -116,7 +117,8 @@ pub(super) struct TrainJob<A: Algorithm> {
     pub round: u32,
     pub lr: f64,
     pub global: Arc<A::Global>,
-    pub state: A::ClientState,
+    /// Read back on the pool when the job starts, if it was spilled.
+    pub state: Stored<A::ClientState>,
     pub rng: ChaCha20Rng,
 }
 
@@ -129,15 +131,31 @@ pub(super) struct Trained<A: Algorithm> {
 impl<A: Algorithm> TrainJob<A> {
     /// Trains this client alone.
     fn train_alone(mut self, jobs: &JobContext<A>) -> Trained<A> {
+        restore(&mut self.state);
         let rows = jobs.data.rows_for(&[self.client]);
         let ctx = jobs.local((&rows, 0), self.client, self.round, self.lr);
-        let update =
-            jobs.algorithm
-                .local_update(&ctx, &self.global, &mut self.state, &mut self.rng);
-        Trained {
-            update,
-            state: self.state,
-        }
+        let state = self.state.get_mut();
+        let update = jobs
+            .algorithm
+            .local_update(&ctx, &self.global, state, &mut self.rng);
+        self.finished(update)
+    }
+
+    /// The job's result: its update and the state it leaves.
+    fn finished(self, update: A::Update) -> Trained<A> {
+        let state = self
+            .state
+            .into_inner()
+            .expect("restored when the job started");
+        Trained { update, state }
+    }
+}
+
+/// Reads a job's state back from the spill file, on the pool, as the job starts (a failed
+/// read fails the job with the spill file's error).
+fn restore<S: crate::io::Floats>(state: &mut Stored<S>) {
+    if let Err(e) = state.restore() {
+        panic!("reading a client's state back: {e}");
     }
 }
 
@@ -146,7 +164,8 @@ pub(super) struct EvalJob<A: Algorithm> {
     pub client: u32,
     pub round: u32,
     pub global: Arc<A::Global>,
-    pub state: A::ClientState,
+    /// Read back on the pool when the job starts, if it was spilled.
+    pub state: Stored<A::ClientState>,
     /// Held out of training: the state is fitted first ([`Algorithm::adapt_unseen`]).
     pub unseen: bool,
     /// Score the client's novel rows, where the data set has them ([`Algorithm::typicality`]).
@@ -178,23 +197,26 @@ impl<A: Algorithm> EvalJob<A> {
     /// A held-out client's state, fitted as its algorithm fits a newcomer's.
     fn adapt(&mut self, jobs: &JobContext<A>, ctx: &LocalContext<'_>) {
         if self.unseen {
-            self.state = jobs
-                .algorithm
-                .adapt_unseen(ctx, &self.global, &mut self.rng);
+            self.state = Stored::in_memory(jobs.algorithm.adapt_unseen(
+                ctx,
+                &self.global,
+                &mut self.rng,
+            ));
         }
     }
 
     /// The algorithm's report, with the novelty scores where asked for.
     fn report(&self, jobs: &JobContext<A>, ctx: &LocalContext<'_>) -> ClientReport {
         let alg = &jobs.algorithm;
-        let mut report = alg.report(&self.global, &self.state, self.client);
+        let state = self.state.get();
+        let mut report = alg.report(&self.global, state, self.client);
         let data = ctx.data;
         if self.scores_novelty && !data.novel.is_empty() {
             let test = data.view(ctx.data_index, Split::Test);
             let novel = data.novel_view(ctx.data_index);
-            let typical = alg.typicality(ctx, &self.global, &self.state, test);
+            let typical = alg.typicality(ctx, &self.global, state, test);
             report.novelty = typical
-                .zip(alg.typicality(ctx, &self.global, &self.state, novel))
+                .zip(alg.typicality(ctx, &self.global, state, novel))
                 .map(|(typical, novel)| NoveltyScores { typical, novel });
         }
         report
@@ -202,12 +224,13 @@ impl<A: Algorithm> EvalJob<A> {
 
     /// Evaluates this client alone.
     fn evaluate_alone(mut self, jobs: &JobContext<A>) -> Evaluated {
+        restore(&mut self.state);
         let rows = jobs.data.rows_for(&[self.client]);
         let ctx = self.context(jobs, (&rows, 0));
         self.adapt(jobs, &ctx);
-        let tested = jobs
-            .algorithm
-            .tested_models(&ctx, &self.global, &self.state, &mut self.rng);
+        let tested =
+            jobs.algorithm
+                .tested_models(&ctx, &self.global, self.state.get(), &mut self.rng);
         let results = ctx.evaluate(&tested);
         drop(tested);
         Evaluated {
@@ -287,8 +310,13 @@ impl<A: Algorithm> Dispatch<A> {
             }
             Dispatch::Cohorts(queue) => {
                 let (tx, pending) = oneshot::channel();
+                // `into` may spill (on the pool): a failure there fails this job alone.
                 let reply: Reply<Trained<A>> = Box::new(move |result| {
-                    let _ = tx.send(result.map(into));
+                    let made = result.and_then(|trained| {
+                        catch_unwind(AssertUnwindSafe(|| into(trained)))
+                            .map_err(|panic| super::trainer::panic_message(&*panic))
+                    });
+                    let _ = tx.send(made);
                 });
                 let mut queued = queue.queued.lock().unwrap_or_else(|e| e.into_inner());
                 queued.push((job, reply));
@@ -452,6 +480,7 @@ fn evaluate_cohort<A: Algorithm>(
     device: tch::Device,
     resident: Option<DeviceRows>,
 ) -> Vec<Evaluated> {
+    shard.iter_mut().for_each(|job| restore(&mut job.state));
     let clients: Vec<u32> = shard.iter().map(|job| job.client).collect();
     let rows = jobs.data.rows_for(&clients);
     let contexts: Vec<LocalContext<'_>> = shard
@@ -469,7 +498,7 @@ fn evaluate_cohort<A: Algorithm>(
             let EvalJob {
                 global, state, rng, ..
             } = job;
-            jobs.algorithm.tested_models(ctx, global, state, rng)
+            jobs.algorithm.tested_models(ctx, global, state.get(), rng)
         })
         .collect();
     // Every (model, split) of every job, in the order each job alone evaluates them.
@@ -532,10 +561,11 @@ fn rows_on(
 /// finishes. Results in job order.
 fn train_cohort<A: Algorithm>(
     jobs: &JobContext<A>,
-    shard: Vec<TrainJob<A>>,
+    mut shard: Vec<TrainJob<A>>,
     device: tch::Device,
     resident: Option<DeviceRows>,
 ) -> Vec<Trained<A>> {
+    shard.iter_mut().for_each(|job| restore(&mut job.state));
     let sgd = match A::UPDATE {
         LocalUpdate::Batchwise(batchwise) => {
             return train_batchwise_cohort(jobs, batchwise, shard, device, resident)
@@ -555,7 +585,7 @@ fn train_cohort<A: Algorithm>(
                 &jobs.algorithm,
                 &ctx,
                 &job.global,
-                &mut job.state,
+                job.state.get_mut(),
                 &mut job.rng,
             );
             let n = ctx.train_view().len();
@@ -608,11 +638,9 @@ fn train_cohort<A: Algorithm>(
                 jobs.training.settle_momentum(&mut run.momentum);
             }
             let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
-            let update = (sgd.finish)(&jobs.algorithm, &ctx, &job.global, &mut job.state, runs);
-            Trained {
-                update,
-                state: job.state,
-            }
+            let state = job.state.get_mut();
+            let update = (sgd.finish)(&jobs.algorithm, &ctx, &job.global, state, runs);
+            job.finished(update)
         })
         .collect()
 }
@@ -625,10 +653,11 @@ fn train_cohort<A: Algorithm>(
 fn train_batchwise_cohort<A: Algorithm>(
     jobs: &JobContext<A>,
     batchwise: BatchwiseUpdate<A>,
-    shard: Vec<TrainJob<A>>,
+    mut shard: Vec<TrainJob<A>>,
     device: tch::Device,
     resident: Option<DeviceRows>,
 ) -> Vec<Trained<A>> {
+    shard.iter_mut().for_each(|job| restore(&mut job.state));
     let plan = (batchwise.plan)(&jobs.algorithm, &jobs.training.plan);
     let clients: Vec<u32> = shard.iter().map(|job| job.client).collect();
     let rows = jobs.data.rows_for(&clients);
@@ -637,7 +666,7 @@ fn train_batchwise_cohort<A: Algorithm>(
         .enumerate()
         .map(|(k, mut job)| {
             let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
-            (batchwise.begin)(&jobs.algorithm, &ctx, &job.global, &mut job.state);
+            (batchwise.begin)(&jobs.algorithm, &ctx, &job.global, job.state.get_mut());
             let n = ctx.train_view().len();
             let passes = plan.passes(n, &mut job.rng);
             let run = BatchwiseRun {
@@ -667,7 +696,7 @@ fn train_batchwise_cohort<A: Algorithm>(
             let mut step_clients: Vec<BatchwiseClient<'_, A>> = states[..active]
                 .iter_mut()
                 .map(|(_, job)| BatchwiseClient {
-                    state: &mut job.state,
+                    state: job.state.get_mut(),
                     lr: job.lr,
                 })
                 .collect();
@@ -679,11 +708,9 @@ fn train_batchwise_cohort<A: Algorithm>(
         .into_iter()
         .map(|(k, mut job)| {
             let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
-            let update = (batchwise.finish)(&jobs.algorithm, &ctx, &job.global, &mut job.state);
-            Trained {
-                update,
-                state: job.state,
-            }
+            let state = job.state.get_mut();
+            let update = (batchwise.finish)(&jobs.algorithm, &ctx, &job.global, state);
+            job.finished(update)
         })
         .collect()
 }

@@ -27,6 +27,7 @@ use crate::algorithms::{
     Algorithm, ClientReport, Evaluation, Gossip, Population, Registration, Training,
 };
 use crate::data::{ClientRows, FederatedData};
+use crate::io::{Floats, SpillStore, Stored};
 use crate::models::Architecture;
 use crate::models::Placement;
 use crate::records::Split;
@@ -144,11 +145,12 @@ pub enum ToServer<A: Algorithm> {
     Deadline { round: u32 },
     /// (FedBuff) A client may have come online; start jobs if slots are free.
     Wake,
-    /// A client's update has arrived.
+    /// A client's update has arrived (`floats`: its size, [`Algorithm::update_len`]).
     Update {
         round: u32,
         client: u32,
-        update: A::Update,
+        update: Stored<A::Update>,
+        floats: usize,
         compute: SimDuration,
     },
     /// A client that was not asked to upload has finished training.
@@ -198,8 +200,11 @@ pub struct TrainOrder<A: Algorithm> {
 /// A client's local work for `round`, done after `compute` of simulated time.
 pub struct FinishedWork<A: Algorithm> {
     pub round: u32,
-    pub update: A::Update,
-    pub state: A::ClientState,
+    /// Spilled on the pool where the run spills values of its size, as is `state`.
+    pub update: Stored<A::Update>,
+    /// The update's size ([`Algorithm::update_len`], counted on the pool).
+    pub update_len: usize,
+    pub state: Stored<A::ClientState>,
     /// Whether the server asked for the update.
     pub upload: bool,
     pub compute: SimDuration,
@@ -461,24 +466,46 @@ pub(crate) struct JobContext<A: Algorithm> {
     placement: Placement,
     data: Arc<FederatedData>,
     on_divergence: OnDivergence,
+    /// Where idle values wait (`training.spill`), if anywhere.
+    spill: Option<Arc<SpillStore>>,
 }
 
 impl<A: Algorithm> JobContext<A> {
-    /// The context of `spec`'s jobs: `algorithm` training `arch` on `data`.
+    /// The context of `spec`'s jobs: `algorithm` training `arch` on `data`, with a spill file
+    /// if `training.spill` asks for one.
     fn new(
         algorithm: A,
         arch: Architecture,
         spec: &RunSpec,
         placement: Placement,
         data: Arc<FederatedData>,
-    ) -> Self {
-        JobContext {
+    ) -> Result<Self, SimError> {
+        let spill = spec
+            .training
+            .spill
+            .min_floats()
+            .map(SpillStore::new)
+            .transpose()
+            .map_err(|e| SimError::Setup(Box::new(e)))?;
+        Ok(JobContext {
             algorithm,
             arch,
             training: spec.training.clone(),
             placement,
             data,
             on_divergence: spec.on_divergence,
+            spill,
+        })
+    }
+
+    /// `value`, spilled if the run spills values of its size. Runs on the pool: a failed write
+    /// fails the job with the spill file's error.
+    fn keep<T: Floats>(&self, value: T) -> Stored<T> {
+        match &self.spill {
+            None => Stored::in_memory(value),
+            Some(store) => store
+                .keep(value)
+                .unwrap_or_else(|e| panic!("spilling a finished job's result: {e}")),
         }
     }
 
@@ -634,7 +661,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             jobs,
             dispatch,
             system: system_model,
-        } = SimInit::new(&spec, data)?.start(algorithm, &spec, placement, threads);
+        } = SimInit::new(&spec, data)?.start(algorithm, &spec, placement, threads)?;
         let _drain = dispatch.pool().drain_on_drop();
         let global = Arc::new(global);
         let clients = client::Roster::new(client::RosterParts {
@@ -724,13 +751,16 @@ pub(crate) mod testkit {
         let s = Scenario::from_yaml(&text, Path::new("t.yaml"), &overrides).unwrap();
         let data = Arc::new(s.data.build(&s.split, &SeedTree::new(1)).unwrap());
         let parts = super::SimInit::new(&s.run, data).unwrap();
-        let jobs = Arc::new(JobContext::new(
-            FedAvg::plain(),
-            parts.arch,
-            &s.run,
-            Placement::default(),
-            parts.data,
-        ));
+        let jobs = Arc::new(
+            JobContext::new(
+                FedAvg::plain(),
+                parts.arch,
+                &s.run,
+                Placement::default(),
+                parts.data,
+            )
+            .unwrap(),
+        );
         (s, jobs, Arc::new(parts.system))
     }
 }

@@ -37,6 +37,7 @@ use super::{
 };
 use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip};
 use crate::data::FederatedData;
+use crate::io::Stored;
 use crate::models::Placement;
 use crate::records::Split;
 use crate::records::{DivergenceStage, GossipRecord, Record};
@@ -166,7 +167,7 @@ impl<A: Gossip> Peer<A> {
             round,
             lr: jobs.training.lr_at(round) * self.shared.step_weights[id as usize],
             global: self.model.clone(),
-            state: self.state.clone(),
+            state: Stored::in_memory(self.state.clone()),
             rng: self
                 .shared
                 .seeds
@@ -317,7 +318,7 @@ impl<A: Gossip> Peer<A> {
             client: self.id,
             round,
             global: self.model.clone(),
-            state: self.state.clone(),
+            state: Stored::in_memory(self.state.clone()),
             unseen: false,
             scores_novelty: false,
             rng: (self.shared.seeds).rng(Entity::Client(self.id), "evaluate", round as u64),
@@ -585,7 +586,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             dispatch,
             system: system_model,
             ..
-        } = parts.start(algorithm, &spec, placement, threads);
+        } = parts.start(algorithm, &spec, placement, threads)?;
         let init = Arc::new(global);
         let states: Vec<A::ClientState> = (0..peers as u32)
             .map(|p| jobs.algorithm.init_client(&init, p))

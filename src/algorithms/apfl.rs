@@ -79,6 +79,12 @@ impl super::Finite for ApflClient {
     }
 }
 
+impl crate::io::Floats for ApflClient {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        vec![&mut self.local, &mut self.global_copy]
+    }
+}
+
 /// α·v + (1 − α)·w.
 fn mix(alpha: f64, v: &[f32], w: &[f32]) -> Vec<f32> {
     let a = alpha as f32;

@@ -14,7 +14,7 @@
 //! in the results (`cluster` column).
 
 use super::LocalUpdate;
-use super::{weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, Tested};
+use super::{weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, Tested, Updates};
 use crate::models::Architecture;
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
@@ -82,6 +82,7 @@ impl super::Finite for Clusters {
 }
 
 /// A client's change to its cluster's model, with its weight n_t.
+#[derive(Clone)]
 pub struct ClusterUpdate {
     pub delta: Vec<f32>,
     pub weight: f64,
@@ -90,6 +91,12 @@ pub struct ClusterUpdate {
 impl super::Finite for ClusterUpdate {
     fn is_finite(&self) -> bool {
         self.delta.is_finite() && self.weight.is_finite()
+    }
+}
+
+impl crate::io::Floats for ClusterUpdate {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        vec![&mut self.delta]
     }
 }
 
@@ -229,7 +236,8 @@ impl Algorithm for Clustered {
         },
     });
 
-    fn aggregate(&self, global: &Clusters, updates: &[(u32, ClusterUpdate)]) -> Clusters {
+    fn aggregate(&self, global: &Clusters, updates: Updates<ClusterUpdate>) -> Clusters {
+        let updates = &updates.into_vec()[..];
         let mut next = global.clone();
         for c in 0..global.members.len() {
             let mine: Vec<&(u32, ClusterUpdate)> = updates
@@ -357,7 +365,7 @@ mod tests {
             (2, update(vec![2.0, 0.0])),
             (3, update(vec![-2.0, 0.0])),
         ];
-        let next = alg.aggregate(&global, &ups);
+        let next = alg.aggregate(&global, ups.clone().into());
         assert_eq!(next.members, vec![vec![0, 2, 4], vec![1, 3]]);
         assert_eq!(next.models, vec![vec![2.0, 0.0], vec![-2.0, 0.0]]);
         assert_eq!(next.of_client, vec![0, 1, 0, 1, 0]);
@@ -366,13 +374,13 @@ mod tests {
             .iter()
             .map(|(c, u)| (*c, update(u.delta.iter().map(|d| d / 4.0).collect())))
             .collect();
-        let next = alg.aggregate(&global, &small);
+        let next = alg.aggregate(&global, small.into());
         assert_eq!(next.members.len(), 1);
         assert_eq!(next.models[0], vec![0.0, 0.0]);
         // A large mean update: no split either; the model moves by it.
         let along: Vec<(u32, ClusterUpdate)> =
             (0..4).map(|c| (c, update(vec![2.0, 0.0]))).collect();
-        let next = alg.aggregate(&global, &along);
+        let next = alg.aggregate(&global, along.into());
         assert_eq!(next.members.len(), 1);
         assert_eq!(next.models[0], vec![2.0, 0.0]);
     }

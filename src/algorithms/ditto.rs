@@ -74,6 +74,12 @@ impl super::Finite for DittoClient {
     }
 }
 
+impl crate::io::Floats for DittoClient {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        vec![&mut self.personal, &mut self.momentum]
+    }
+}
+
 impl Algorithm for Ditto {
     /// The personal model.
     const CLIENT_MODELS: usize = 1;

@@ -9,7 +9,7 @@ use super::LocalUpdate;
 use super::ProximalTerm;
 use super::{
     stale_delta_average, weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, StaleUpdate,
-    Tested,
+    Tested, Updates, WeightedSum,
 };
 use crate::models::Architecture;
 use crate::records::ModelKind;
@@ -145,7 +145,11 @@ impl FedAvg {
 /// [`Algorithm`] whose server holds one flat model and whose clients send [`ModelUpdate`]s.
 macro_rules! model_update_aggregation {
     () => {
-        fn aggregate(&self, _: &Vec<f32>, updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
+        fn aggregate(
+            &self,
+            _: &Vec<f32>,
+            updates: $crate::algorithms::Updates<ModelUpdate>,
+        ) -> Vec<f32> {
             ModelUpdate::average(updates)
         }
 
@@ -169,6 +173,12 @@ impl super::Finite for ModelUpdate {
     }
 }
 
+impl crate::io::Floats for ModelUpdate {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        vec![&mut self.params]
+    }
+}
+
 impl ModelUpdate {
     /// The model a local run produced on `ctx`'s client, weighted by its training-set size.
     pub fn of(ctx: &LocalContext<'_>, params: Vec<f32>) -> Self {
@@ -179,8 +189,10 @@ impl ModelUpdate {
     }
 
     /// FedAvg's aggregation: the n_t-weighted average of the models, in client order.
-    pub fn average(updates: &[(u32, ModelUpdate)]) -> Vec<f32> {
-        weighted_average(updates.iter().map(|(_, u)| (u.weight, &u.params[..])))
+    pub fn average(updates: Updates<ModelUpdate>) -> Vec<f32> {
+        let mut sum = WeightedSum::default();
+        updates.for_each(|_, u| sum.add(u.weight, &u.params));
+        sum.average()
     }
 
     /// FedAvg's aggregation of stale updates: the global model moves by `lr` times the

@@ -8,7 +8,7 @@
 use super::LocalUpdate;
 use super::{
     stale_delta_average, weighted_average, AggregateStale, Algorithm, ClientReport, LocalContext,
-    SgdRun, SgdUpdate, StaleUpdate, Tested,
+    SgdRun, SgdUpdate, StaleUpdate, Tested, Updates, WeightedSum,
 };
 use crate::models::{
     confidence, sample_losses, Architecture, Gates, LocalPlan, MixtureGates, Predictor,
@@ -180,6 +180,12 @@ impl super::Finite for FedEmClient {
     }
 }
 
+impl crate::io::Floats for FedEmClient {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        self.momentum.iter_mut().collect()
+    }
+}
+
 /// The client's M components after its local M-step, with its weight n_t.
 pub struct FedEmUpdate {
     pub components: Vec<Vec<f32>>,
@@ -189,6 +195,12 @@ pub struct FedEmUpdate {
 impl super::Finite for FedEmUpdate {
     fn is_finite(&self) -> bool {
         self.components.is_finite() && self.weight.is_finite()
+    }
+}
+
+impl crate::io::Floats for FedEmUpdate {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        self.components.iter_mut().collect()
     }
 }
 
@@ -350,19 +362,29 @@ impl Algorithm for FedEm {
 
     const STALE_UPDATES: Option<AggregateStale<Self>> = Some(FedEm::aggregate_stale);
 
-    fn aggregate(&self, global: &Vec<Vec<f32>>, updates: &[(u32, FedEmUpdate)]) -> Vec<Vec<f32>> {
-        let sampled: f64 = updates.iter().map(|(_, u)| u.weight).sum();
+    /// Each component's n_t-weighted average, visiting the updates once in client order; with
+    /// `unsampled: keep_global`, the global component stands in for the clients not sampled
+    /// (with their share of the training rows), added last.
+    fn aggregate(&self, global: &Vec<Vec<f32>>, updates: Updates<FedEmUpdate>) -> Vec<Vec<f32>> {
+        let mut sums = vec![WeightedSum::default(); global.len()];
+        let mut sampled = 0.0;
+        updates.for_each(|_, u| {
+            sampled += u.weight;
+            for (sum, component) in sums.iter_mut().zip(&u.components) {
+                sum.add(u.weight, component);
+            }
+        });
         let rest = match self.spec.unsampled {
             Unsampled::KeepGlobal => (self.total_train - sampled).max(0.0),
             Unsampled::Renormalize => 0.0,
         };
-        (0..global.len())
-            .map(|m| {
-                let sampled = updates
-                    .iter()
-                    .map(|(_, u)| (u.weight, &u.components[m][..]));
-                let kept = (rest > 0.0).then_some((rest, &global[m][..]));
-                weighted_average(sampled.chain(kept))
+        sums.into_iter()
+            .zip(global)
+            .map(|(mut sum, g)| {
+                if rest > 0.0 {
+                    sum.add(rest, g);
+                }
+                sum.average()
             })
             .collect()
     }
@@ -480,7 +502,7 @@ mod tests {
         };
         let global = vec![vec![0.0], vec![0.0]];
         let keep = FedEm::new(FedEmSpec::default(), 10);
-        let agg = keep.aggregate(&global, &[(0, update)]);
+        let agg = keep.aggregate(&global, vec![(0, update)].into());
         assert_eq!(agg, vec![vec![0.2], vec![0.6]]);
         let update = FedEmUpdate {
             components: vec![vec![1.0], vec![3.0]],
@@ -494,7 +516,7 @@ mod tests {
             10,
         );
         assert_eq!(
-            renorm.aggregate(&global, &[(0, update)]),
+            renorm.aggregate(&global, vec![(0, update)].into()),
             vec![vec![1.0], vec![3.0]]
         );
     }

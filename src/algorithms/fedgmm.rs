@@ -21,7 +21,7 @@
 use super::fedem::{trained_models, weighted_runs};
 use super::LocalUpdate;
 use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, LocalContext, Tested};
-use super::{SgdUpdate, MIN_MIXTURE_WEIGHT};
+use super::{SgdUpdate, Updates, MIN_MIXTURE_WEIGHT};
 use crate::data::SplitView;
 use crate::models::{
     sample_losses, Architecture, GaussianInputs, LocalPlan, MixtureGates, Predictor,
@@ -428,6 +428,12 @@ impl super::Finite for GmmClient {
     }
 }
 
+impl crate::io::Floats for GmmClient {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        self.momentum.iter_mut().collect()
+    }
+}
+
 /// A client's local estimates with their weights: γ_k = Σ_i Σ_m r for the Gaussians and
 /// Σ_i Σ_k r for the classifiers.
 pub struct GmmUpdate {
@@ -446,6 +452,12 @@ impl super::Finite for GmmUpdate {
                 .gaussians
                 .iter()
                 .all(|g| g.mean.is_finite() && g.cov.is_finite())
+    }
+}
+
+impl crate::io::Floats for GmmUpdate {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        self.classifiers.iter_mut().collect()
     }
 }
 
@@ -714,7 +726,8 @@ impl Algorithm for FedGmm {
 
     /// μ_k = Σ_t γ_tk μ_tk / Σ_t γ_tk; Σ_k = Σ_t γ_tk (Σ_tk + (μ_tk − μ_k)(μ_tk − μ_k)ᵀ) /
     /// Σ_t γ_tk (the pooled covariance); θ_m weighted by Σ_i Σ_k r. All in client order, f64.
-    fn aggregate(&self, global: &GmmGlobal, updates: &[(u32, GmmUpdate)]) -> GmmGlobal {
+    fn aggregate(&self, global: &GmmGlobal, updates: Updates<GmmUpdate>) -> GmmGlobal {
+        let updates = &updates.into_vec()[..];
         let diagonal = self.spec.covariance == Covariance::Diagonal;
         let gaussians = global
             .gaussians
@@ -1092,7 +1105,7 @@ mod tests {
         };
         let next = alg.aggregate(
             &global,
-            &[(0, update(-1.0, 1.0, 1.0)), (1, update(1.0, 4.0, 2.0))],
+            vec![(0, update(-1.0, 1.0, 1.0)), (1, update(1.0, 4.0, 2.0))].into(),
         );
         assert_eq!(next.gaussians[0].mean, vec![0.0]);
         assert_eq!(next.gaussians[0].cov, vec![2.0]);

@@ -35,6 +35,12 @@ impl super::Finite for LocalModel {
     }
 }
 
+impl crate::io::Floats for LocalModel {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        vec![&mut self.params, &mut self.momentum]
+    }
+}
+
 impl Algorithm for Local {
     /// Its own model.
     const CLIENT_MODELS: usize = 1;
@@ -86,7 +92,7 @@ impl Algorithm for Local {
     /// Nothing is communicated, fresh or stale.
     const STALE_UPDATES: Option<AggregateStale<Self>> = Some(|_, global, _, _| global.clone());
 
-    fn aggregate(&self, global: &Vec<f32>, _: &[(u32, ())]) -> Vec<f32> {
+    fn aggregate(&self, global: &Vec<f32>, _: super::Updates<()>) -> Vec<f32> {
         global.clone()
     }
 

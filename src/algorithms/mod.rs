@@ -38,6 +38,7 @@ pub use registry::{
 };
 
 use crate::data::{FederatedData, SplitView};
+use crate::io::{Floats, Stored};
 use crate::models::{
     for_each_batch, train_sgd, Architecture, Batch, DeviceChoice, EvalStats, LocalPlan, LocalWork,
     Objective, Predictor, Proximal, StackedBatch,
@@ -80,6 +81,8 @@ pub struct Training {
     /// The devices cohorts train on (`training.device`; each client alone trains on the CPU),
     /// resolved on the machine that runs the scenario ([`DeviceChoice::resolve_here`]).
     pub device: DeviceChoice,
+    /// Which idle values go to a spill file instead of memory (`training.spill`).
+    pub spill: Spill,
 }
 
 /// Whether clients train in cohorts (`training.cohorts`): a round's training jobs as one
@@ -119,6 +122,45 @@ impl Cohorts {
     }
 }
 
+/// Which values wait in a spill file (an unnamed file in `TMPDIR`) instead of memory while
+/// nobody needs them (`training.spill`): a client's state between its jobs, a finished job's
+/// state until the client takes it, an update until its round's aggregation. They read back
+/// bit for bit, so results never depend on it; memory then follows the round's jobs instead of
+/// the number of clients.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Spill {
+    /// Values whose float buffers hold at least 2¹⁸ floats (1 MiB: the CNNs, the LSTM, FedEM's
+    /// momentum), where a file write costs little beside the training that made them.
+    #[default]
+    Auto,
+    /// Every value with float buffers (to check the spilled path with small models).
+    Always,
+    /// Everything stays in memory.
+    Off,
+}
+
+impl Spill {
+    /// The least number of floats a spilled value holds, or `None`: nothing is spilled.
+    pub fn min_floats(&self) -> Option<usize> {
+        match self {
+            Spill::Auto => Some(1 << 18),
+            Spill::Always => Some(1),
+            Spill::Off => None,
+        }
+    }
+}
+
 impl Training {
     pub fn lr_at(&self, round: u32) -> f64 {
         match &self.schedule {
@@ -134,7 +176,7 @@ impl Training {
     /// scenario keeps momentum across rounds.
     pub fn settle_momentum(&self, momentum: &mut Vec<f32>) {
         if !self.keep_momentum {
-            momentum.clear();
+            *momentum = Vec::new(); // its memory too, not only its length
         }
     }
 }
@@ -301,10 +343,11 @@ impl<T: Finite> Finite for Vec<T> {
 pub trait Algorithm: Send + Sync + 'static {
     /// What the server holds and broadcasts.
     type Global: Finite + Send + Sync + Unpin + 'static;
-    /// What a client keeps between rounds.
-    type ClientState: Finite + Clone + Send + Unpin + 'static;
-    /// What a client sends back.
-    type Update: Finite + Send + Unpin + 'static;
+    /// What a client keeps between rounds (its float buffers, [`Floats`], may be spilled to
+    /// a file while it is idle: `training.spill`).
+    type ClientState: Finite + Floats + Clone + Send + Unpin + 'static;
+    /// What a client sends back (its float buffers may be spilled until the aggregation).
+    type Update: Finite + Floats + Send + Unpin + 'static;
 
     fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Self::Global;
 
@@ -404,8 +447,10 @@ pub trait Algorithm: Send + Sync + 'static {
     /// cannot, and validation refuses such policies for it (see [`Capabilities`]).
     const STALE_UPDATES: Option<AggregateStale<Self>> = None;
 
-    /// Combines one round's updates, given in increasing client order.
-    fn aggregate(&self, global: &Self::Global, updates: &[(u32, Self::Update)]) -> Self::Global;
+    /// Combines one round's updates, given in increasing client order. Visiting them one at a
+    /// time ([`Updates::for_each`]) holds one in memory at a time where they were spilled;
+    /// [`Updates::into_vec`] holds them all.
+    fn aggregate(&self, global: &Self::Global, updates: Updates<Self::Update>) -> Self::Global;
 
     /// How typical each row of `view` is for this client's model, for novelty detection
     /// (higher: more like its training data): FedGMM's log p(x), a classifier's confidence
@@ -664,23 +709,109 @@ pub fn descend(theta: &mut [f32], lr: f64, direction: &[f32]) {
 
 /// Σ wᵢ·vᵢ / Σ wᵢ in the given order, accumulated in f64.
 pub fn weighted_average<'a>(items: impl IntoIterator<Item = (f64, &'a [f32])>) -> Vec<f32> {
-    let mut acc: Vec<f64> = Vec::new();
-    let mut total = 0.0;
+    let mut sum = WeightedSum::default();
     for (w, v) in items {
-        if acc.is_empty() {
-            acc = vec![0.0; v.len()];
+        sum.add(w, v);
+    }
+    sum.average()
+}
+
+/// Σ wᵢ·vᵢ and Σ wᵢ, accumulated in f64 in the order the items are added: a
+/// [`weighted_average`] built one item at a time (an aggregation visiting spilled updates).
+#[derive(Clone, Debug, Default)]
+pub struct WeightedSum {
+    acc: Vec<f64>,
+    total: f64,
+}
+
+impl WeightedSum {
+    pub fn add(&mut self, w: f64, v: &[f32]) {
+        if self.acc.is_empty() {
+            self.acc = vec![0.0; v.len()];
         }
-        assert_eq!(acc.len(), v.len(), "vectors of different lengths");
-        total += w;
-        for (a, &x) in acc.iter_mut().zip(v) {
+        assert_eq!(self.acc.len(), v.len(), "vectors of different lengths");
+        self.total += w;
+        for (a, &x) in self.acc.iter_mut().zip(v) {
             *a += w * x as f64;
         }
     }
-    assert!(
-        total > 0.0,
-        "weighted average needs a positive total weight"
-    );
-    acc.into_iter().map(|a| (a / total) as f32).collect()
+
+    /// Σ wᵢ so far.
+    pub fn total(&self) -> f64 {
+        self.total
+    }
+
+    /// Σ wᵢ·vᵢ / Σ wᵢ.
+    pub fn average(self) -> Vec<f32> {
+        assert!(
+            self.total > 0.0,
+            "weighted average needs a positive total weight"
+        );
+        let total = self.total;
+        self.acc.into_iter().map(|a| (a / total) as f32).collect()
+    }
+}
+
+/// One round's updates in increasing client order, each in memory or spilled
+/// ([`Stored`]). A spilled update is read back when it is visited, so an aggregation that
+/// visits them one at a time holds one at a time. A read that fails panics with the spill
+/// file's error (the server reports it as the run's error).
+pub struct Updates<U> {
+    items: Vec<(u32, Stored<U>)>,
+}
+
+impl<U: Floats> Updates<U> {
+    /// `items`, in increasing client order.
+    pub fn new(items: Vec<(u32, Stored<U>)>) -> Self {
+        debug_assert!(items.windows(2).all(|w| w[0].0 < w[1].0), "client order");
+        Updates { items }
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The clients, in increasing order.
+    pub fn clients(&self) -> impl Iterator<Item = u32> + '_ {
+        self.items.iter().map(|(c, _)| *c)
+    }
+
+    /// Visits each update with its client, in client order, one in memory at a time.
+    pub fn for_each(self, mut f: impl FnMut(u32, &U)) {
+        for (client, stored) in self.items {
+            f(client, &read_back(stored));
+        }
+    }
+
+    /// All updates in memory at once, in client order.
+    pub fn into_vec(self) -> Vec<(u32, U)> {
+        self.items
+            .into_iter()
+            .map(|(client, stored)| (client, read_back(stored)))
+            .collect()
+    }
+}
+
+/// Updates kept in memory (tests, and callers that never spill).
+impl<U> From<Vec<(u32, U)>> for Updates<U> {
+    fn from(items: Vec<(u32, U)>) -> Self {
+        Updates {
+            items: items
+                .into_iter()
+                .map(|(c, u)| (c, Stored::in_memory(u)))
+                .collect(),
+        }
+    }
+}
+
+fn read_back<U: Floats>(stored: Stored<U>) -> U {
+    stored
+        .into_inner()
+        .unwrap_or_else(|e| panic!("reading an update back: {e}"))
 }
 
 /// Tiny hand-checkable settings for the algorithms' unit tests.
@@ -735,6 +866,7 @@ pub(crate) mod testkit {
                     schedule: LrSchedule::Constant,
                     keep_momentum: false,
                     cohorts: Cohorts::Off,
+                    spill: Spill::Off,
                     device: DeviceChoice::Cpu,
                 },
             }
@@ -811,6 +943,7 @@ mod tests {
             },
             keep_momentum: true,
             cohorts: Cohorts::Auto,
+            spill: Spill::Auto,
             device: DeviceChoice::Cpu,
         };
         assert_eq!(t.lr_at(1), 0.1);

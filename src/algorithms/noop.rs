@@ -54,7 +54,7 @@ impl Algorithm for Noop {
     /// Nothing to combine, fresh or stale.
     const STALE_UPDATES: Option<AggregateStale<Self>> = Some(|_, global, _, _| *global);
 
-    fn aggregate(&self, global: &usize, _: &[(u32, usize)]) -> usize {
+    fn aggregate(&self, global: &usize, _: super::Updates<usize>) -> usize {
         *global
     }
 

@@ -74,6 +74,14 @@ impl super::Finite for PerFedAvgClient {
     }
 }
 
+impl crate::io::Floats for PerFedAvgClient {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        std::iter::once(&mut self.global_copy)
+            .chain(self.trial.as_mut())
+            .collect()
+    }
+}
+
 impl Algorithm for PerFedAvg {
     /// A copy of the global model.
     const CLIENT_MODELS: usize = 1;

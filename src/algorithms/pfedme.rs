@@ -12,8 +12,8 @@
 
 use super::LocalUpdate;
 use super::{
-    descend, weighted_average, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients,
-    LocalContext, Tested,
+    descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, Tested, Updates,
+    WeightedSum,
 };
 use crate::models::{Architecture, LocalPlan};
 use crate::records::ModelKind;
@@ -108,6 +108,12 @@ impl super::Finite for PFedMeClient {
     }
 }
 
+impl crate::io::Floats for PFedMeClient {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        vec![&mut self.theta, &mut self.local]
+    }
+}
+
 impl Algorithm for PFedMe {
     /// The personalized model θ.
     const CLIENT_MODELS: usize = 1;
@@ -156,8 +162,10 @@ impl Algorithm for PFedMe {
         finish: |_, _, _, client| std::mem::take(&mut client.local),
     });
 
-    fn aggregate(&self, global: &Vec<f32>, updates: &[(u32, Vec<f32>)]) -> Vec<f32> {
-        let mean = weighted_average(updates.iter().map(|(_, w)| (1.0, &w[..])));
+    fn aggregate(&self, global: &Vec<f32>, updates: Updates<Vec<f32>>) -> Vec<f32> {
+        let mut sum = WeightedSum::default();
+        updates.for_each(|_, w| sum.add(1.0, w));
+        let mean = sum.average();
         let beta = self.spec.beta;
         global
             .iter()
@@ -293,7 +301,10 @@ mod tests {
             },
         };
         // Mean of (1, 3) and (3, 5) = (2, 4); from w = (0, 0), β = 2: (4, 8). Sizes play no role.
-        let w = alg.aggregate(&vec![0.0, 0.0], &[(0, vec![1.0, 3.0]), (4, vec![3.0, 5.0])]);
+        let w = alg.aggregate(
+            &vec![0.0, 0.0],
+            vec![(0, vec![1.0, 3.0]), (4, vec![3.0, 5.0])].into(),
+        );
         assert_eq!(w, vec![4.0, 8.0]);
     }
 }

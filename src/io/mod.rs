@@ -1,12 +1,14 @@
 //! The file system as fedsim may use it: input files that are regular files, the readers of
 //! data tables and per-client files ([`tables`], [`population`]), and output folders it
-//! shares with its users ([`folder`]).
+//! shares with its users ([`folder`]), and the spill file that keeps idle values' float buffers
+//! out of memory ([`spill`]).
 //!
 //! This room knows files and folders, not what is in them; it must not remove or replace
 //! anything it cannot prove fedsim wrote.
 
 pub mod folder;
 pub mod population;
+pub mod spill;
 pub mod tables;
 
 pub use folder::{
@@ -16,6 +18,7 @@ pub use folder::{
 pub use population::{
     per_client_column, per_client_text, FedScaleBehavior, FedScaleDevice, FileError,
 };
+pub use spill::{Floats, SpillError, SpillStore, Stored};
 pub use tables::{
     read_client_table, read_population_column, scan_client_table, ClientTable, FeatureColumns,
     PopulationValues, TableColumns, TableError,

@@ -192,7 +192,9 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
         ),
         bytes: evaluated * per_client as f64,
     });
-    if keeping > 0.0 {
+    // Kept models as large as `training.spill` spills wait in the spill file, not in memory.
+    let spilled = (run.training.spill.min_floats()).is_some_and(|m| keeping * params >= m as f64);
+    if keeping > 0.0 && !spilled {
         terms.push(MemoryTerm {
             field: "algorithm",
             what: format!(
@@ -397,6 +399,11 @@ mod tests {
                 ("algorithm", 3.0 * 4.0 * 21.0),
             ]
         );
+        // Spilled, the kept models are not in memory.
+        let spilled = run_of("training: {local_steps: 10, batch_size: 3, spill: always}\n");
+        assert!(run_terms(&spilled, &shape)
+            .iter()
+            .all(|t| t.field != "algorithm"));
         let terms = run_terms(&run, &shape);
         let total: f64 = bytes.iter().map(|b| b.1).sum();
         assert!(check_terms(&terms, Some(total)).is_ok());

@@ -608,5 +608,6 @@ fn validate_training(t: &RawTraining) -> Result<Training, FieldError> {
         keep_momentum: t.keep_momentum,
         cohorts: t.cohorts,
         device: t.device,
+        spill: t.spill,
     })
 }

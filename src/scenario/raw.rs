@@ -1,7 +1,7 @@
 //! The scenario file as written: serde structs that reject unknown fields. Defaults are filled
 //! here so that the resolved scenario written next to the results states every setting.
 
-use crate::algorithms::{AlgorithmSpec, Cohorts};
+use crate::algorithms::{AlgorithmSpec, Cohorts, Spill};
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::{DeviceChoice, ModelSpec};
 use crate::spec::{OnDivergence, PolicySpec, RawEvaluation, RawSampling};
@@ -130,6 +130,11 @@ pub struct RawTraining {
     /// `auto`.
     #[serde(default, skip_serializing_if = "DeviceChoice::is_cpu")]
     pub device: DeviceChoice,
+    /// Which idle values wait in a spill file in `TMPDIR` instead of memory: `auto` (those of
+    /// at least 2¹⁸ floats), `always` or `off`. Results are the same bit for bit, so it is
+    /// left out of the resolved scenario (and of the run id).
+    #[serde(default, skip_serializing)]
+    pub spill: Spill,
 }
 
 fn default_batch() -> usize {
@@ -155,6 +160,7 @@ impl Default for RawTraining {
             lr_schedule: RawLrSchedule::default(),
             cohorts: Cohorts::Auto,
             device: DeviceChoice::Cpu,
+            spill: Spill::Auto,
         }
     }
 }

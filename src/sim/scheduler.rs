@@ -101,6 +101,18 @@ impl<M, R> Effects<M, R> {
         })
     }
 
+    /// The pending jobs' results, in order (for tests that await them).
+    #[cfg(test)]
+    pub fn into_pending(self) -> Vec<Pending<M>> {
+        self.sends
+            .into_iter()
+            .filter_map(|(_, _, p)| match p {
+                Payload::Pending(pending) => Some(pending),
+                Payload::Ready(_) => None,
+            })
+            .collect()
+    }
+
     /// The records, in order.
     pub fn records(&self) -> &[R] {
         &self.records

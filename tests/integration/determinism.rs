@@ -367,3 +367,76 @@ fn unseen_clients_never_train_and_are_reported_apart() {
         "header, training and unseen clients:\n{summary}"
     );
 }
+
+/// `training.spill: always` (every idle client state, finished job and waiting update in the
+/// spill file) leaves every result file as it is in memory (`off`), with 1 and 3 threads:
+/// every registered algorithm, FedBuff's stale aggregation, a deadline with late updates, and
+/// stacked cohorts.
+#[test]
+fn spilling_leaves_every_result_file_as_it_was() {
+    let peers = SMALL.replace("sampling: {fraction: 0.5}\n", "");
+    let mut cases: Vec<(String, &str, Vec<String>)> = fedsim::algorithms::registry::REGISTRY
+        .iter()
+        .map(|r| {
+            let mut overrides = vec![format!("algorithm={}", r.example_section())];
+            let text = if r.capabilities.decentralized {
+                overrides.push(
+                    "topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}".into(),
+                );
+                peers.as_str()
+            } else {
+                SMALL
+            };
+            (r.name.to_string(), text, overrides)
+        })
+        .collect();
+    let variants = [
+        (
+            "fedbuff",
+            "policy={kind: fedbuff, buffer_size: 2, concurrency: 4}",
+        ),
+        (
+            "late updates",
+            "policy={kind: synchronous, deadline_s: 5, late_updates: next_round, max_staleness: 2}",
+        ),
+        ("cohorts", "training.cohorts=always"),
+    ];
+    for (name, setting) in variants {
+        let mut overrides = vec![setting.to_string()];
+        if name == "late updates" {
+            overrides.push(
+                "system={compute: {samples_per_second: {dist: lognormal, median: 5, sigma: 0.8}}}"
+                    .into(),
+            );
+        }
+        // FedBuff's concurrency says who trains: no sampling section.
+        let text = if name == "fedbuff" {
+            peers.as_str()
+        } else {
+            SMALL
+        };
+        cases.push((name.to_string(), text, overrides));
+    }
+    for (name, text, overrides) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let with = |spill: &str| -> Vec<String> {
+            let mut o = overrides.clone();
+            o.push(format!("training.spill={spill}"));
+            o
+        };
+        let (off, always) = (with("off"), with("always"));
+        let off: Vec<&str> = off.iter().map(String::as_str).collect();
+        let always: Vec<&str> = always.iter().map(String::as_str).collect();
+        run(text, &off, 1, &tmp.path().join("off"));
+        run(text, &always, 1, &tmp.path().join("one"));
+        run(text, &always, 3, &tmp.path().join("three"));
+        for other in ["one", "three"] {
+            let differ =
+                fedsim::results::differing_files(&tmp.path().join("off"), &tmp.path().join(other));
+            assert!(
+                differ.is_empty(),
+                "{name}: {differ:?} differ when spilled ({other})"
+            );
+        }
+    }
+}

@@ -28,7 +28,8 @@ use super::{
     Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, Seen, ToClient, ToServer,
     TrainOrder,
 };
-use crate::algorithms::{Algorithm, Finite, StaleUpdate};
+use crate::algorithms::{Algorithm, Finite, StaleUpdate, Updates};
+use crate::io::Stored;
 use crate::records::{DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundRecord};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::spec::PolicySpec;
@@ -153,10 +154,20 @@ impl<G> InFlightJobs<G> {
 /// An update waiting for an aggregation.
 struct Held<A: Algorithm> {
     client: u32,
-    update: A::Update,
+    /// Spilled where the run spills values of its size: read back at the aggregation.
+    update: Stored<A::Update>,
     base: Arc<A::Global>,
     staleness: u32,
 }
+
+/// A held update read back into memory, with its client, base model and staleness (stale
+/// aggregations take their updates all at once).
+type ReadBack<A> = (
+    u32,
+    Arc<<A as Algorithm>::Global>,
+    u32,
+    <A as Algorithm>::Update,
+);
 
 /// When the server starts jobs and aggregates: one type per policy, owning the state it needs.
 /// The server hands it every event after the bookkeeping all policies share (a report's job is
@@ -221,7 +232,7 @@ struct Report<A: Algorithm> {
     client: u32,
     job: InFlight<A::Global>,
     /// `None`: a completion notice (the client was not asked to upload).
-    update: Option<A::Update>,
+    update: Option<Stored<A::Update>>,
     compute: SimDuration,
 }
 
@@ -437,18 +448,35 @@ impl<A: Algorithm> Core<A> {
             return Ok(());
         }
         held.sort_by_key(|h| h.client);
+        let round = self.round;
+        let failed = |panic: Box<dyn std::any::Any + Send>| {
+            SimError::JobFailed(format!(
+                "aggregating round {round}: {}",
+                crate::actors::trainer::panic_message(&*panic)
+            ))
+        };
         let next = if held.iter().all(|h| h.staleness == 0) && server_lr == 1.0 {
-            let updates: Vec<(u32, A::Update)> =
-                held.into_iter().map(|h| (h.client, h.update)).collect();
-            self.alg().aggregate(&self.global, &updates)
+            let updates = Updates::new(held.into_iter().map(|h| (h.client, h.update)).collect());
+            // A spilled update that cannot be read back panics inside: the run's error.
+            let aggregate = || self.alg().aggregate(&self.global, updates);
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(aggregate)).map_err(failed)?
         } else {
-            let stale: Vec<StaleUpdate<'_, A::Global, A::Update>> = held
+            // Stale aggregations take their updates all at once.
+            let loaded: Vec<ReadBack<A>> = held
+                .into_iter()
+                .map(|h| {
+                    let (client, base, staleness) = (h.client, h.base, h.staleness);
+                    h.update.into_inner().map(|u| (client, base, staleness, u))
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|e| SimError::JobFailed(format!("aggregating round {round}: {e}")))?;
+            let stale: Vec<StaleUpdate<'_, A::Global, A::Update>> = loaded
                 .iter()
-                .map(|h| StaleUpdate {
-                    client: h.client,
-                    update: &h.update,
-                    base: &*h.base,
-                    factor: staleness_factor(h.staleness, exponent),
+                .map(|(client, base, staleness, update)| StaleUpdate {
+                    client: *client,
+                    update,
+                    base: &**base,
+                    factor: staleness_factor(*staleness, exponent),
                 })
                 .collect();
             let Some(aggregate_stale) = A::STALE_UPDATES else {
@@ -553,13 +581,14 @@ impl<A: Algorithm> Core<A> {
         &mut self,
         now: SimTime,
         client: u32,
-        update: Option<A::Update>,
+        update: Option<(Stored<A::Update>, usize)>,
         compute: SimDuration,
     ) -> Result<Report<A>, SimError> {
         let job = self.take_job(client)?;
-        if let Some(u) = &update {
-            self.counts.bytes_up += payload_bytes(self.alg().update_len(u));
-        }
+        let update = update.map(|(update, floats)| {
+            self.counts.bytes_up += payload_bytes(floats);
+            update
+        });
         Ok(Report {
             now,
             client,
@@ -600,10 +629,11 @@ impl<A: Algorithm> Server<A> {
             ToServer::Update {
                 client,
                 update,
+                floats,
                 compute,
                 ..
             } => {
-                let report = core.report(now, client, Some(update), compute)?;
+                let report = core.report(now, client, Some((update, floats)), compute)?;
                 self.rounds.receive(core, report, &mut eff)?
             }
             ToServer::Done {
@@ -696,10 +726,11 @@ mod tests {
         ToServer::Update {
             round,
             client,
-            update: ModelUpdate {
+            update: Stored::in_memory(ModelUpdate {
                 params: vec![value; 4],
                 weight: 10.0,
-            },
+            }),
+            floats: 4,
             compute: SimDuration(1),
         }
     }

@@ -5,6 +5,7 @@
 use super::{Core, Held, InFlight, Report, RoundPolicy};
 use crate::actors::{FlEffects, Outbox, ToServer};
 use crate::algorithms::Algorithm;
+use crate::io::Stored;
 use crate::records::{JobOutcome, RoundRecord};
 use crate::sim::{SimDuration, SimError, SimTime};
 use crate::spec::LateUpdates;
@@ -130,7 +131,7 @@ impl<A: Algorithm> Synchronous<A> {
         core: &mut Core<A>,
         client: u32,
         job: &InFlight<A::Global>,
-        update: A::Update,
+        update: Stored<A::Update>,
     ) -> JobOutcome {
         let outcome = job.late.unwrap_or(JobOutcome::Discarded);
         let staleness = self.round_joined_late(core, job);

@@ -1,0 +1,364 @@
+//! Spilling: the large float buffers of values nobody needs right now (an idle client's
+//! momentum, an update waiting for its round's aggregation) kept in an unnamed temporary file
+//! instead of memory, and read back exactly, so that memory follows the round rather than the
+//! number of clients.
+//!
+//! A [`SpillStore`] is one unnamed file (it has no name on disk, so nothing is left behind
+//! when the process ends, however it ends) in the system's temporary folder (`TMPDIR`). A
+//! value implements [`Floats`] by naming its float buffers; [`SpillStore::keep`] writes them
+//! to a slot of the file and leaves the value's skeleton (its buffers emptied) in a
+//! [`Stored`], which reads them back on [`Stored::load`] or [`Stored::into_inner`]. Slots are
+//! shared by the clones of a `Stored` and their space is reused once the last is dropped.
+//!
+//! This room must not change a value: a spilled buffer reads back bit for bit (the bytes of
+//! each `f32`, NaN payloads and signed zeros included), so results never depend on whether,
+//! or where, a value was spilled.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// A value whose large float buffers may be spilled.
+pub trait Floats {
+    /// The value's float buffers, always in the same order for values of one shape. A value
+    /// that names none is never spilled.
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>>;
+}
+
+impl Floats for Vec<f32> {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        vec![self]
+    }
+}
+
+impl Floats for Vec<Vec<f32>> {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        self.iter_mut().collect()
+    }
+}
+
+impl Floats for () {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        Vec::new()
+    }
+}
+
+impl Floats for usize {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        Vec::new()
+    }
+}
+
+/// The spill file could not be made, written or read.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the spill file in {dir} failed: {source} (give TMPDIR a folder with room, or set \
+     `training.spill: off` to keep everything in memory)"
+)]
+pub struct SpillError {
+    dir: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
+/// Free space in the file: its end, and the offsets of released slots by their size.
+#[derive(Default)]
+struct Space {
+    end: u64,
+    free: BTreeMap<u64, Vec<u64>>,
+}
+
+impl Space {
+    /// A slot of `bytes`: a released one of exactly that size (most recently released first),
+    /// or new space at the end.
+    fn take(&mut self, bytes: u64) -> u64 {
+        if let Some(offset) = self.free.get_mut(&bytes).and_then(Vec::pop) {
+            return offset;
+        }
+        let offset = self.end;
+        self.end += bytes;
+        offset
+    }
+
+    fn release(&mut self, offset: u64, bytes: u64) {
+        self.free.entry(bytes).or_default().push(offset);
+    }
+}
+
+/// One unnamed spill file; values of at least `min_floats` floats go to it.
+pub struct SpillStore {
+    file: File,
+    dir: PathBuf,
+    min_floats: usize,
+    space: Mutex<Space>,
+}
+
+impl SpillStore {
+    /// A store in the system's temporary folder (`TMPDIR`).
+    pub fn new(min_floats: usize) -> Result<Arc<Self>, SpillError> {
+        Self::in_dir(&std::env::temp_dir(), min_floats)
+    }
+
+    /// A store in `dir`.
+    pub fn in_dir(dir: &Path, min_floats: usize) -> Result<Arc<Self>, SpillError> {
+        let file = tempfile::tempfile_in(dir).map_err(|source| SpillError {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        Ok(Arc::new(SpillStore {
+            file,
+            dir: dir.to_path_buf(),
+            min_floats,
+            space: Mutex::default(),
+        }))
+    }
+
+    fn error(&self, source: std::io::Error) -> SpillError {
+        SpillError {
+            dir: self.dir.clone(),
+            source,
+        }
+    }
+
+    fn space(&self) -> std::sync::MutexGuard<'_, Space> {
+        self.space.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `value`, its buffers written to the file and emptied if they hold at least the store's
+    /// `min_floats` floats together; otherwise kept in memory as it is.
+    pub fn keep<T: Floats>(self: &Arc<Self>, mut value: T) -> Result<Stored<T>, SpillError> {
+        let mut buffers = value.floats_mut();
+        let lens: Vec<usize> = buffers.iter().map(|b| b.len()).collect();
+        let floats: usize = lens.iter().sum();
+        if floats == 0 || floats < self.min_floats {
+            drop(buffers);
+            return Ok(Stored::in_memory(value));
+        }
+        let bytes = 4 * floats as u64;
+        let offset = self.space().take(bytes);
+        let mut at = offset;
+        for buffer in &mut buffers {
+            if let Err(e) = self.file.write_all_at(as_bytes(buffer), at) {
+                self.space().release(offset, bytes);
+                return Err(self.error(e));
+            }
+            at += 4 * buffer.len() as u64;
+            **buffer = Vec::new();
+        }
+        drop(buffers);
+        let slot = Slot {
+            store: self.clone(),
+            offset,
+            lens,
+        };
+        Ok(Stored {
+            value,
+            slot: Some(Arc::new(slot)),
+        })
+    }
+
+    /// Bytes the file spans (its live and released slots).
+    pub fn file_bytes(&self) -> u64 {
+        self.space().end
+    }
+}
+
+/// The bytes of `floats`, as they lie in memory.
+fn as_bytes(floats: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and every byte pattern is a valid u8; the length is exact.
+    unsafe { std::slice::from_raw_parts(floats.as_ptr().cast::<u8>(), 4 * floats.len()) }
+}
+
+fn as_bytes_mut(floats: &mut [f32]) -> &mut [u8] {
+    // SAFETY: as `as_bytes`; every byte pattern is a valid f32 (NaNs included).
+    unsafe { std::slice::from_raw_parts_mut(floats.as_mut_ptr().cast::<u8>(), 4 * floats.len()) }
+}
+
+/// Where a value's buffers lie in the file, released when the last holder drops it.
+struct Slot {
+    store: Arc<SpillStore>,
+    offset: u64,
+    lens: Vec<usize>,
+}
+
+impl Slot {
+    /// Reads the buffers back into `value`'s emptied ones.
+    fn fill<T: Floats>(&self, value: &mut T) -> Result<(), SpillError> {
+        let mut buffers = value.floats_mut();
+        assert_eq!(
+            buffers.len(),
+            self.lens.len(),
+            "a spilled value reads back into a value of its own shape"
+        );
+        let mut at = self.offset;
+        for (buffer, &len) in buffers.iter_mut().zip(&self.lens) {
+            let mut floats = vec![0f32; len];
+            self.store
+                .file
+                .read_exact_at(as_bytes_mut(&mut floats), at)
+                .map_err(|e| self.store.error(e))?;
+            at += 4 * len as u64;
+            **buffer = floats;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let bytes = 4 * self.lens.iter().sum::<usize>() as u64;
+        self.store.space().release(self.offset, bytes);
+    }
+}
+
+/// A value in memory, or its skeleton with its buffers in a spill file.
+#[derive(Clone)]
+pub struct Stored<T> {
+    value: T,
+    slot: Option<Arc<Slot>>,
+}
+
+impl<T> Stored<T> {
+    /// `value`, kept in memory.
+    pub fn in_memory(value: T) -> Self {
+        Stored { value, slot: None }
+    }
+
+    /// Whether the buffers are in a spill file.
+    pub fn is_spilled(&self) -> bool {
+        self.slot.is_some()
+    }
+}
+
+impl<T: Floats> Stored<T> {
+    /// The value, read back if it was spilled (other holders of the slot keep it).
+    pub fn into_inner(mut self) -> Result<T, SpillError> {
+        self.restore()?;
+        Ok(self.value)
+    }
+
+    /// Reads the buffers back in place, if they were spilled: the value is then in memory.
+    pub fn restore(&mut self) -> Result<(), SpillError> {
+        if let Some(slot) = self.slot.take() {
+            slot.fill(&mut self.value)?;
+        }
+        Ok(())
+    }
+
+    /// The value in memory (after [`Stored::restore`]); a spilled value's skeleton is never
+    /// handed out.
+    pub fn get(&self) -> &T {
+        assert!(
+            self.slot.is_none(),
+            "a spilled value is restored before use"
+        );
+        &self.value
+    }
+
+    /// The value in memory, to change (after [`Stored::restore`]).
+    pub fn get_mut(&mut self) -> &mut T {
+        assert!(
+            self.slot.is_none(),
+            "a spilled value is restored before use"
+        );
+        &mut self.value
+    }
+
+    /// The value, borrowed if it is in memory, read back into a copy if it was spilled.
+    pub fn load(&self) -> Result<Cow<'_, T>, SpillError>
+    where
+        T: Clone,
+    {
+        match &self.slot {
+            None => Ok(Cow::Borrowed(&self.value)),
+            Some(slot) => {
+                let mut value = self.value.clone();
+                slot.fill(&mut value)?;
+                Ok(Cow::Owned(value))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Debug, PartialEq)]
+    struct Pair {
+        weight: f64,
+        a: Vec<f32>,
+        b: Vec<f32>,
+    }
+
+    impl Floats for Pair {
+        fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+            vec![&mut self.a, &mut self.b]
+        }
+    }
+
+    fn pair(seed: f32) -> Pair {
+        Pair {
+            weight: 2.5,
+            a: vec![seed, -0.0, f32::from_bits(0x7fc0_1234), f32::INFINITY],
+            b: vec![1.0 / 3.0, f32::MIN_POSITIVE / 2.0],
+        }
+    }
+
+    fn bits(p: &Pair) -> Vec<u32> {
+        p.a.iter().chain(&p.b).map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn a_spilled_value_reads_back_bit_for_bit() {
+        let store = SpillStore::new(1).unwrap();
+        let stored = store.keep(pair(7.0)).unwrap();
+        assert!(stored.is_spilled());
+        assert_eq!(stored.value.a.len() + stored.value.b.len(), 0, "emptied");
+        assert_eq!(stored.value.weight, 2.5, "the skeleton keeps the rest");
+        let loaded = stored.load().unwrap().into_owned();
+        assert_eq!(bits(&loaded), bits(&pair(7.0)));
+        assert_eq!(bits(&stored.into_inner().unwrap()), bits(&pair(7.0)));
+    }
+
+    #[test]
+    fn small_values_stay_in_memory() {
+        let store = SpillStore::new(7).unwrap();
+        let stored = store.keep(pair(1.0)).unwrap();
+        assert!(!stored.is_spilled(), "6 floats < 7");
+        assert_eq!(store.file_bytes(), 0);
+        assert!(matches!(stored.load().unwrap(), Cow::Borrowed(_)));
+        assert!(!store.keep(()).unwrap().is_spilled());
+    }
+
+    #[test]
+    fn a_slot_is_reused_once_its_last_holder_drops_it() {
+        let store = SpillStore::new(1).unwrap();
+        let first = store.keep(pair(1.0)).unwrap();
+        let copy = first.clone();
+        assert_eq!(store.file_bytes(), 24);
+        drop(first);
+        // The copy still holds the slot: a new value takes new space.
+        let second = store.keep(pair(2.0)).unwrap();
+        assert_eq!(store.file_bytes(), 48);
+        assert_eq!(bits(&copy.into_inner().unwrap()), bits(&pair(1.0)));
+        // Released: the next value of that size takes it.
+        let third = store.keep(pair(3.0)).unwrap();
+        assert_eq!(store.file_bytes(), 48);
+        assert_eq!(bits(&third.into_inner().unwrap()), bits(&pair(3.0)));
+        assert_eq!(bits(&second.into_inner().unwrap()), bits(&pair(2.0)));
+    }
+
+    #[test]
+    fn a_store_that_cannot_be_made_names_its_folder() {
+        let err = SpillStore::in_dir(Path::new("/nonexistent/spill"), 1)
+            .err()
+            .expect("no such folder");
+        let message = err.to_string();
+        assert!(message.contains("/nonexistent/spill"), "{message}");
+        assert!(message.contains("training.spill: off"), "{message}");
+    }
+}
