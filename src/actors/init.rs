@@ -65,21 +65,21 @@ impl SimInit {
         spec: &RunSpec,
         placement: Placement,
         threads: usize,
-    ) -> Result<Started<A>, SimError> {
+    ) -> Started<A> {
         let global = algorithm.init_global(
             &self.arch,
             &mut self.seeds.rng(Entity::Run, "model_init", 0),
         );
         let jobs = Arc::new(JobContext::new(
             algorithm, self.arch, spec, placement, self.data,
-        )?);
+        ));
         let dispatch = Dispatch::new(TrainerPool::start(threads), jobs.clone());
-        Ok(Started {
+        Started {
             seeds: self.seeds,
             global,
             jobs,
             dispatch,
             system: Arc::new(self.system),
-        })
+        }
     }
 }

@@ -479,15 +479,9 @@ impl<A: Algorithm> JobContext<A> {
         spec: &RunSpec,
         placement: Placement,
         data: Arc<FederatedData>,
-    ) -> Result<Self, SimError> {
-        let spill = spec
-            .training
-            .spill
-            .min_floats()
-            .map(SpillStore::new)
-            .transpose()
-            .map_err(|e| SimError::Setup(Box::new(e)))?;
-        Ok(JobContext {
+    ) -> Self {
+        let spill = spec.training.spill.min_floats().map(SpillStore::new);
+        JobContext {
             algorithm,
             arch,
             training: spec.training.clone(),
@@ -495,7 +489,7 @@ impl<A: Algorithm> JobContext<A> {
             data,
             on_divergence: spec.on_divergence,
             spill,
-        })
+        }
     }
 
     /// `value`, spilled if the run spills values of its size. Runs on the pool: a failed write
@@ -661,7 +655,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             jobs,
             dispatch,
             system: system_model,
-        } = SimInit::new(&spec, data)?.start(algorithm, &spec, placement, threads)?;
+        } = SimInit::new(&spec, data)?.start(algorithm, &spec, placement, threads);
         let _drain = dispatch.pool().drain_on_drop();
         let global = Arc::new(global);
         let clients = client::Roster::new(client::RosterParts {
@@ -751,16 +745,13 @@ pub(crate) mod testkit {
         let s = Scenario::from_yaml(&text, Path::new("t.yaml"), &overrides).unwrap();
         let data = Arc::new(s.data.build(&s.split, &SeedTree::new(1)).unwrap());
         let parts = super::SimInit::new(&s.run, data).unwrap();
-        let jobs = Arc::new(
-            JobContext::new(
-                FedAvg::plain(),
-                parts.arch,
-                &s.run,
-                Placement::default(),
-                parts.data,
-            )
-            .unwrap(),
-        );
+        let jobs = Arc::new(JobContext::new(
+            FedAvg::plain(),
+            parts.arch,
+            &s.run,
+            Placement::default(),
+            parts.data,
+        ));
         (s, jobs, Arc::new(parts.system))
     }
 }

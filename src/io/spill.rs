@@ -4,7 +4,8 @@
 //! number of clients.
 //!
 //! A [`SpillStore`] is one unnamed file (it has no name on disk, so nothing is left behind
-//! when the process ends, however it ends) in the system's temporary folder (`TMPDIR`). A
+//! when the process ends, however it ends) in the system's temporary folder (`TMPDIR`), made
+//! when the first value is spilled (a run that spills nothing never needs the folder). A
 //! value implements [`Floats`] by naming its float buffers; [`SpillStore::keep`] writes them
 //! to a slot of the file and leaves the value's skeleton (its buffers emptied) in a
 //! [`Stored`], which reads them back on [`Stored::load`] or [`Stored::into_inner`]. Slots are
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A value whose large float buffers may be spilled.
 pub trait Floats {
@@ -90,7 +91,10 @@ impl Space {
 
 /// One unnamed spill file; values of at least `min_floats` floats go to it.
 pub struct SpillStore {
-    file: File,
+    /// Made by the first value spilled.
+    file: OnceLock<File>,
+    /// Held while the file is made.
+    making: Mutex<()>,
     dir: PathBuf,
     min_floats: usize,
     space: Mutex<Space>,
@@ -98,22 +102,32 @@ pub struct SpillStore {
 
 impl SpillStore {
     /// A store in the system's temporary folder (`TMPDIR`).
-    pub fn new(min_floats: usize) -> Result<Arc<Self>, SpillError> {
+    pub fn new(min_floats: usize) -> Arc<Self> {
         Self::in_dir(&std::env::temp_dir(), min_floats)
     }
 
     /// A store in `dir`.
-    pub fn in_dir(dir: &Path, min_floats: usize) -> Result<Arc<Self>, SpillError> {
-        let file = tempfile::tempfile_in(dir).map_err(|source| SpillError {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
-        Ok(Arc::new(SpillStore {
-            file,
+    pub fn in_dir(dir: &Path, min_floats: usize) -> Arc<Self> {
+        Arc::new(SpillStore {
+            file: OnceLock::new(),
+            making: Mutex::new(()),
             dir: dir.to_path_buf(),
             min_floats,
             space: Mutex::default(),
-        }))
+        })
+    }
+
+    /// The file, made on first use.
+    fn file(&self) -> Result<&File, SpillError> {
+        if let Some(file) = self.file.get() {
+            return Ok(file);
+        }
+        let _making = self.making.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(file) = self.file.get() {
+            return Ok(file);
+        }
+        let file = tempfile::tempfile_in(&self.dir).map_err(|e| self.error(e))?;
+        Ok(self.file.get_or_init(|| file))
     }
 
     fn error(&self, source: std::io::Error) -> SpillError {
@@ -137,11 +151,12 @@ impl SpillStore {
             drop(buffers);
             return Ok(Stored::in_memory(value));
         }
+        let file = self.file()?;
         let bytes = 4 * floats as u64;
         let offset = self.space().take(bytes);
         let mut at = offset;
         for buffer in &mut buffers {
-            if let Err(e) = self.file.write_all_at(as_bytes(buffer), at) {
+            if let Err(e) = file.write_all_at(as_bytes(buffer), at) {
                 self.space().release(offset, bytes);
                 return Err(self.error(e));
             }
@@ -193,12 +208,11 @@ impl Slot {
             self.lens.len(),
             "a spilled value reads back into a value of its own shape"
         );
+        let file = self.store.file()?;
         let mut at = self.offset;
         for (buffer, &len) in buffers.iter_mut().zip(&self.lens) {
             let mut floats = vec![0f32; len];
-            self.store
-                .file
-                .read_exact_at(as_bytes_mut(&mut floats), at)
+            file.read_exact_at(as_bytes_mut(&mut floats), at)
                 .map_err(|e| self.store.error(e))?;
             at += 4 * len as u64;
             **buffer = floats;
@@ -314,7 +328,7 @@ mod tests {
 
     #[test]
     fn a_spilled_value_reads_back_bit_for_bit() {
-        let store = SpillStore::new(1).unwrap();
+        let store = SpillStore::new(1);
         let stored = store.keep(pair(7.0)).unwrap();
         assert!(stored.is_spilled());
         assert_eq!(stored.value.a.len() + stored.value.b.len(), 0, "emptied");
@@ -326,7 +340,7 @@ mod tests {
 
     #[test]
     fn small_values_stay_in_memory() {
-        let store = SpillStore::new(7).unwrap();
+        let store = SpillStore::new(7);
         let stored = store.keep(pair(1.0)).unwrap();
         assert!(!stored.is_spilled(), "6 floats < 7");
         assert_eq!(store.file_bytes(), 0);
@@ -336,7 +350,7 @@ mod tests {
 
     #[test]
     fn a_slot_is_reused_once_its_last_holder_drops_it() {
-        let store = SpillStore::new(1).unwrap();
+        let store = SpillStore::new(1);
         let first = store.keep(pair(1.0)).unwrap();
         let copy = first.clone();
         assert_eq!(store.file_bytes(), 24);
@@ -354,9 +368,10 @@ mod tests {
 
     #[test]
     fn a_store_that_cannot_be_made_names_its_folder() {
-        let err = SpillStore::in_dir(Path::new("/nonexistent/spill"), 1)
-            .err()
-            .expect("no such folder");
+        let store = SpillStore::in_dir(Path::new("/nonexistent/spill"), 3);
+        // Nothing to spill: the folder is never needed.
+        assert!(!store.keep(vec![1.0f32]).unwrap().is_spilled());
+        let err = store.keep(pair(1.0)).err().expect("no such folder");
         let message = err.to_string();
         assert!(message.contains("/nonexistent/spill"), "{message}");
         assert!(message.contains("training.spill: off"), "{message}");
