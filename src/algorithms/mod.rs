@@ -763,7 +763,7 @@ pub struct Updates<U> {
 impl<U: Floats> Updates<U> {
     /// `items`, in increasing client order.
     pub fn new(items: Vec<(u32, Stored<U>)>) -> Self {
-        debug_assert!(items.windows(2).all(|w| w[0].0 < w[1].0), "client order");
+        debug_assert!(items.windows(2).all(|w| w[0].0 <= w[1].0), "client order");
         Updates { items }
     }
 
