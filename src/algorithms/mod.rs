@@ -767,19 +767,6 @@ impl<U: Floats> Updates<U> {
         Updates { items }
     }
 
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
-    /// The clients, in increasing order.
-    pub fn clients(&self) -> impl Iterator<Item = u32> + '_ {
-        self.items.iter().map(|(c, _)| *c)
-    }
-
     /// Visits each update with its client, in client order, one in memory at a time.
     pub fn for_each(self, mut f: impl FnMut(u32, &U)) {
         for (client, stored) in self.items {

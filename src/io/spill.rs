@@ -8,14 +8,13 @@
 //! when the first value is spilled (a run that spills nothing never needs the folder). A
 //! value implements [`Floats`] by naming its float buffers; [`SpillStore::keep`] writes them
 //! to a slot of the file and leaves the value's skeleton (its buffers emptied) in a
-//! [`Stored`], which reads them back on [`Stored::load`] or [`Stored::into_inner`]. Slots are
+//! [`Stored`], which reads them back on [`Stored::restore`] or [`Stored::into_inner`]. Slots are
 //! shared by the clones of a `Stored` and their space is reused once the last is dropped.
 //!
 //! This room must not change a value: a spilled buffer reads back bit for bit (the bytes of
 //! each `f32`, NaN payloads and signed zeros included), so results never depend on whether,
 //! or where, a value was spilled.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -32,12 +31,6 @@ pub trait Floats {
 impl Floats for Vec<f32> {
     fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
         vec![self]
-    }
-}
-
-impl Floats for Vec<Vec<f32>> {
-    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
-        self.iter_mut().collect()
     }
 }
 
@@ -280,21 +273,6 @@ impl<T: Floats> Stored<T> {
         );
         &mut self.value
     }
-
-    /// The value, borrowed if it is in memory, read back into a copy if it was spilled.
-    pub fn load(&self) -> Result<Cow<'_, T>, SpillError>
-    where
-        T: Clone,
-    {
-        match &self.slot {
-            None => Ok(Cow::Borrowed(&self.value)),
-            Some(slot) => {
-                let mut value = self.value.clone();
-                slot.fill(&mut value)?;
-                Ok(Cow::Owned(value))
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -333,9 +311,12 @@ mod tests {
         assert!(stored.is_spilled());
         assert_eq!(stored.value.a.len() + stored.value.b.len(), 0, "emptied");
         assert_eq!(stored.value.weight, 2.5, "the skeleton keeps the rest");
-        let loaded = stored.load().unwrap().into_owned();
-        assert_eq!(bits(&loaded), bits(&pair(7.0)));
+        let copy = stored.clone();
         assert_eq!(bits(&stored.into_inner().unwrap()), bits(&pair(7.0)));
+        let mut restored = copy;
+        restored.restore().unwrap();
+        assert!(!restored.is_spilled());
+        assert_eq!(bits(restored.get()), bits(&pair(7.0)));
     }
 
     #[test]
@@ -344,7 +325,7 @@ mod tests {
         let stored = store.keep(pair(1.0)).unwrap();
         assert!(!stored.is_spilled(), "6 floats < 7");
         assert_eq!(store.file_bytes(), 0);
-        assert!(matches!(stored.load().unwrap(), Cow::Borrowed(_)));
+        assert_eq!(bits(stored.get()), bits(&pair(1.0)));
         assert!(!store.keep(()).unwrap().is_spilled());
     }
 
