@@ -19,6 +19,17 @@
 #                                libraries on LD_LIBRARY_PATH, e.g.
 #                                `bash scripts/gpu.sh exec target/gpu/root/bin/fedsim run
 #                                scenarios/paper/fedem_synthetic_fedem.yaml --device cuda`
+#   bash scripts/gpu.sh check synthetic|femnist DIR
+#                                there: the GPU checklist of docs/src/guide/gpu.md, each step's
+#                                log, exit status and seconds in DIR (steps.txt), the runs'
+#                                result folders in DIR too. `synthetic` needs the fedsim parts
+#                                only; `femnist` FEMNIST's as well (ROUNDS=1 round of the
+#                                FEMNIST FedEM run by default)
+#
+# LibTorch's CUDA library carries kernels for every GPU architecture (sm_75 ... sm_120, 310 MB
+# that do not compress); `pack` keeps those of GPU_ARCH only (default 90: H100, H200; `all`
+# keeps every one), zeroing the others in place (scripts/dev/keep_gpu_arch.py), and strips the
+# libraries' symbol tables: three to four parts instead of seven.
 #
 # `pack` also works on a machine without a GPU, and `unpack` and `exec` run here too (on the
 # CPU), which is how the packing itself is checked.
@@ -55,10 +66,14 @@ pack() {
   cp "$(newest integration)" "$stage/bin/integration"
   cp "$(newest kernel)" "$stage/bin/kernel"
   strip "$stage"/bin/*
-  for lib in "${libs[@]}"; do cp -L "$libtorch/$lib" "$stage/lib/"; done
+  for lib in "${libs[@]}"; do strip --strip-unneeded -o "$stage/lib/$lib" "$libtorch/$lib"; done
+  if [ "${GPU_ARCH:-90}" != all ]; then
+    python3 scripts/dev/keep_gpu_arch.py "$stage/lib/libtorch_cuda.so" "$stage/lib/cuda.so" "${GPU_ARCH:-90}"
+    mv "$stage/lib/cuda.so" "$stage/lib/libtorch_cuda.so"
+  fi
   rm -f "$out"/*.part-* "$out/PARTS"
   say "compressing LibTorch and the binaries (a few minutes)"
-  tar -C "$stage" -cf - bin lib | zstd -q -T0 -9 | split -b "$part_size" -d - "$out/fedsim.part-"
+  tar -C "$stage" -cf - bin lib | xz -q -T0 -6 | split -b "$part_size" -d - "$out/fedsim.part-"
   if [ -d ../shared/data/femnist ]; then
     tar -C ../shared/data -cf - femnist | split -b "$part_size" -d - "$out/femnist.part-"
   fi
@@ -72,7 +87,7 @@ pack() {
 unpack() {
   local root=$out/root
   rm -rf "$root" && mkdir -p "$root"
-  cat "$out"/fedsim.part-* | zstd -q -d | tar -C "$root" -xf -
+  cat "$out"/fedsim.part-* | xz -q -d -T0 | tar -C "$root" -xf -
   if [ -d ../shared/data/femnist ]; then
     say "../shared/data/femnist is there already: left as it is"
   elif ls "$out"/femnist.part-* >/dev/null 2>&1; then
@@ -92,13 +107,46 @@ cuda_libraries() {
   done
 }
 
+# Runs one step of the checklist: its output in DIR/NAME.log, its exit status and seconds in
+# DIR/steps.txt; a step that fails or runs past its time does not stop the next.
+step() {
+  local dir=$1 name=$2 limit=$3 start rc=0
+  shift 3
+  start=$EPOCHREALTIME
+  timeout "$limit" "$@" >"$dir/$name.log" 2>&1 || rc=$?
+  echo "$name rc=$rc $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a }')" |
+    tee -a "$dir/steps.txt" >&2
+}
+
+check() {
+  local what=${1:?synthetic or femnist} dir=${2:?a folder for the figures} bin=$out/root/bin
+  mkdir -p "$dir"
+  export LD_LIBRARY_PATH="$PWD/$out/root/lib:$(cuda_libraries)${LD_LIBRARY_PATH:-}"
+  nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv >"$dir/gpu.txt"
+  case "$what" in
+    synthetic)
+      step "$dir" gpu_cohorts_test 180 "$bin/integration" --ignored gpu_cohorts --test-threads=1 --nocapture
+      step "$dir" cnn_cohort_bench 150 "$bin/kernel" --bench 'cnn_cohort/femnist_cnn_(100|mixture_evaluation_100)'
+      step "$dir" fedem_synthetic 120 "$bin/fedsim" run scenarios/paper/fedem_synthetic_fedem.yaml \
+        --device cuda -q --check-determinism --out "$dir/fedem_synthetic"
+      ;;
+    femnist)
+      step "$dir" gpu_convolutional_test 180 "$bin/integration" --ignored gpu_convolutional --test-threads=1 --nocapture
+      step "$dir" fedem_femnist 200 "$bin/fedsim" run scenarios/paper/fedem_femnist_fedem.yaml \
+        --device cuda -q --set "rounds=${ROUNDS:-1}" --set "eval_every=${ROUNDS:-1}" --out "$dir/fedem_femnist"
+      ;;
+    *) echo "gpu: check synthetic|femnist DIR" >&2; exit 2 ;;
+  esac
+}
+
 case "${1:-}" in
   pack) pack ;;
+  check) shift; check "$@" ;;
   unpack) unpack ;;
   exec)
     shift
     export LD_LIBRARY_PATH="$PWD/$out/root/lib:$(cuda_libraries)${LD_LIBRARY_PATH:-}"
     exec "$@"
     ;;
-  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,36p' "$0" >&2; exit 2 ;;
 esac
