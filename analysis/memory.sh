@@ -5,7 +5,7 @@
 #   RUNS (default "fedem_mnist_fedavg fedem_mnist_fedem")   scenarios/paper/<name>.yaml to run;
 #                        add fedem_femnist_fedem for FEMNIST's full FedEM (539 writers, M = 3;
 #                        about 4 minutes a round on 2 cores, so ROUNDS=2 is the measurement)
-#   SPILLS (default "auto off")   the `training.spill` settings to compare
+#   SPILLS (default "large auto off")   the `training.spill` settings to compare
 # Peak RSS comes from GNU time (`/usr/bin/time -f %M`); one line per run goes to
 # $OUT/memory.csv (scenario, spill, rounds, seconds, peak_kb), and the script fails if two
 # settings of one scenario give different result files.
@@ -19,7 +19,7 @@ mkdir -p "$out"
 for run in ${RUNS:-fedem_mnist_fedavg fedem_mnist_fedem}; do
   case $run in fedem_mnist_*) target/release/fedsim data fetch mnist ;; esac
   first=
-  for spill in ${SPILLS:-auto off}; do
+  for spill in ${SPILLS:-large auto off}; do
     dir=$out/$run/spill-$spill
     rm -rf "$dir"
     /usr/bin/time -o "$out/time.txt" -f "%e %M" target/release/fedsim run \

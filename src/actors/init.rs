@@ -11,7 +11,7 @@ use super::cohort::Dispatch;
 use super::{JobContext, TrainerPool};
 use crate::algorithms::Algorithm;
 use crate::data::FederatedData;
-use crate::models::{Architecture, Placement};
+use crate::models::{read_models, Architecture, InitialModels, Placement};
 use crate::scenario::RunSpec;
 use crate::sim::{Entity, SeedTree, SimError};
 use crate::system::{SampleCost, SystemModel};
@@ -23,6 +23,8 @@ pub struct SimInit {
     pub arch: Architecture,
     pub system: SystemModel,
     pub data: Arc<FederatedData>,
+    /// The initial global models of `model.init`'s file, if the scenario names one.
+    pub initial_models: Option<Vec<Vec<f32>>>,
 }
 
 /// What an algorithm's run starts from.
@@ -41,6 +43,10 @@ impl SimInit {
     pub fn new(spec: &RunSpec, data: Arc<FederatedData>) -> Result<SimInit, SimError> {
         let seeds = SeedTree::new(spec.seed);
         let arch = Architecture::for_input(&spec.model, data.input_shape(), data.classes);
+        let initial_models = match &spec.model.init {
+            Some(init) => Some(read_models(&init.from, &arch).map_err(init_error)?),
+            None => None,
+        };
         let system = SystemModel::build(
             &spec.system,
             &seeds,
@@ -54,6 +60,7 @@ impl SimInit {
             arch,
             system,
             data,
+            initial_models,
         })
     }
 
@@ -65,21 +72,36 @@ impl SimInit {
         spec: &RunSpec,
         placement: Placement,
         threads: usize,
-    ) -> Started<A> {
-        let global = algorithm.init_global(
-            &self.arch,
-            &mut self.seeds.rng(Entity::Run, "model_init", 0),
-        );
+    ) -> Result<Started<A>, SimError> {
+        let mut rng = self.seeds.rng(Entity::Run, "model_init", 0);
+        let mut init = InitialModels::from(&self.arch, &mut rng, self.initial_models.as_deref());
+        let global = algorithm.init_global(&self.arch, &mut init);
+        init.finish().map_err(|m| {
+            let file = spec
+                .model
+                .init
+                .as_ref()
+                .map(|i| i.from.display().to_string());
+            init_error(format!("{}: {m}", file.unwrap_or_default()))
+        })?;
         let jobs = Arc::new(JobContext::new(
             algorithm, self.arch, spec, placement, self.data,
         ));
         let dispatch = Dispatch::new(TrainerPool::start(threads), jobs.clone());
-        Started {
+        Ok(Started {
             seeds: self.seeds,
             global,
             jobs,
             dispatch,
             system: Arc::new(self.system),
-        }
+        })
     }
+}
+
+/// An error of `model.init`'s file, at the field that names it.
+fn init_error(message: String) -> SimError {
+    SimError::Scenario(crate::spec::FieldError::new(
+        "model.init.from".into(),
+        message,
+    ))
 }

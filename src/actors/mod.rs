@@ -480,7 +480,8 @@ impl<A: Algorithm> JobContext<A> {
         placement: Placement,
         data: Arc<FederatedData>,
     ) -> Self {
-        let spill = spec.training.spill.min_floats().map(SpillStore::new);
+        let spill = (spec.training.spill.store_settings())
+            .map(|(min_floats, budget)| SpillStore::new(min_floats, budget));
         JobContext {
             algorithm,
             arch,
@@ -655,7 +656,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             jobs,
             dispatch,
             system: system_model,
-        } = SimInit::new(&spec, data)?.start(algorithm, &spec, placement, threads);
+        } = SimInit::new(&spec, data)?.start(algorithm, &spec, placement, threads)?;
         let _drain = dispatch.pool().drain_on_drop();
         let global = Arc::new(global);
         let clients = client::Roster::new(client::RosterParts {

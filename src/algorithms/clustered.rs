@@ -15,7 +15,7 @@
 
 use super::LocalUpdate;
 use super::{weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, Tested, Updates};
-use crate::models::Architecture;
+use crate::models::{Architecture, InitialModels};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -184,10 +184,10 @@ impl Algorithm for Clustered {
     type ClientState = Vec<f32>;
     type Update = ClusterUpdate;
 
-    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Clusters {
+    fn init_global(&self, _: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Clusters {
         Clusters {
             members: vec![(0..self.num_clients).collect()],
-            models: vec![arch.init(rng)],
+            models: vec![init.model()],
             of_client: vec![0; self.num_clients as usize],
         }
     }

@@ -11,7 +11,7 @@ use super::LocalUpdate;
 use super::ProximalTerm;
 use super::{Algorithm, LocalContext, SgdRun, SgdUpdate, Tested};
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
-use crate::models::{Architecture, LocalPlan};
+use crate::models::{Architecture, InitialModels, LocalPlan};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -88,8 +88,8 @@ impl Algorithm for Ditto {
     type ClientState = DittoClient;
     type Update = ModelUpdate;
 
-    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Vec<f32> {
-        arch.init(rng)
+    fn init_global(&self, _: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Vec<f32> {
+        init.model()
     }
 
     fn init_client(&self, _: &Vec<f32>, _: u32) -> DittoClient {

@@ -11,7 +11,7 @@ use super::{
     stale_delta_average, weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, StaleUpdate,
     Tested, Updates, WeightedSum,
 };
-use crate::models::Architecture;
+use crate::models::{Architecture, InitialModels};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -227,8 +227,8 @@ impl Algorithm for FedAvg {
     type ClientState = Vec<f32>;
     type Update = ModelUpdate;
 
-    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Vec<f32> {
-        arch.init(rng)
+    fn init_global(&self, _: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Vec<f32> {
+        init.model()
     }
 
     fn init_client(&self, _: &Vec<f32>, _: u32) -> Vec<f32> {

@@ -11,7 +11,8 @@ use super::{
     SgdRun, SgdUpdate, StaleUpdate, Tested, Updates, WeightedSum,
 };
 use crate::models::{
-    confidence, sample_losses, Architecture, Gates, LocalPlan, MixtureGates, Predictor,
+    confidence, sample_losses, Architecture, Gates, InitialModels, LocalPlan, MixtureGates,
+    Predictor,
 };
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
@@ -309,8 +310,12 @@ impl Algorithm for FedEm {
     type ClientState = FedEmClient;
     type Update = FedEmUpdate;
 
-    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Vec<Vec<f32>> {
-        (0..self.spec.components).map(|_| arch.init(rng)).collect()
+    fn init_global(
+        &self,
+        _: &Architecture,
+        init: &mut InitialModels<'_, ChaCha20Rng>,
+    ) -> Vec<Vec<f32>> {
+        (0..self.spec.components).map(|_| init.model()).collect()
     }
 
     fn init_client(&self, _: &Vec<Vec<f32>>, _: u32) -> FedEmClient {

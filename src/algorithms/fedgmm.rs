@@ -24,7 +24,7 @@ use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, LocalContext, 
 use super::{SgdUpdate, Updates, MIN_MIXTURE_WEIGHT};
 use crate::data::SplitView;
 use crate::models::{
-    sample_losses, Architecture, GaussianInputs, LocalPlan, MixtureGates, Predictor,
+    sample_losses, Architecture, GaussianInputs, InitialModels, LocalPlan, MixtureGates, Predictor,
 };
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
@@ -298,9 +298,8 @@ impl super::AlgorithmSettings for FedGmmSpec {
         }
     }
 
-    fn check_data(&self, population: &super::Population) -> Result<(), crate::spec::FieldError> {
+    fn check_input(&self, input_dim: usize) -> Result<(), crate::spec::FieldError> {
         self.check_files()?;
-        let input_dim = population.input_dim;
         let problem = match &self.projection {
             Some(Projection::File(p)) if p.read_already().rows != input_dim => format!(
                 "`{}` has {} rows; it needs one per input feature ({input_dim})",
@@ -587,7 +586,12 @@ impl Algorithm for FedGmm {
     type ClientState = GmmClient;
     type Update = GmmUpdate;
 
-    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> GmmGlobal {
+    fn init_global(
+        &self,
+        arch: &Architecture,
+        init: &mut InitialModels<'_, ChaCha20Rng>,
+    ) -> GmmGlobal {
+        let rng = init.rng();
         let d = self.projection.as_ref().map_or(arch.input_dim, |p| p.cols);
         let diagonal = self.spec.covariance == Covariance::Diagonal;
         let gaussians = (0..self.spec.gaussians)
@@ -598,7 +602,7 @@ impl Algorithm for FedGmm {
                 Gaussian { mean, cov }
             })
             .collect();
-        let classifiers = (0..self.spec.classifiers).map(|_| arch.init(rng)).collect();
+        let classifiers = (0..self.spec.classifiers).map(|_| init.model()).collect();
         GmmGlobal {
             gaussians,
             classifiers,

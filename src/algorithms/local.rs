@@ -3,7 +3,7 @@
 
 use super::LocalUpdate;
 use super::{AggregateStale, Algorithm, LocalContext, SgdRun, SgdUpdate, Tested};
-use crate::models::Architecture;
+use crate::models::{Architecture, InitialModels};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -50,8 +50,8 @@ impl Algorithm for Local {
     type ClientState = LocalModel;
     type Update = ();
 
-    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Vec<f32> {
-        arch.init(rng)
+    fn init_global(&self, _: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Vec<f32> {
+        init.model()
     }
 
     fn init_client(&self, global: &Vec<f32>, _: u32) -> LocalModel {

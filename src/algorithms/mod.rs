@@ -40,8 +40,8 @@ pub use registry::{
 use crate::data::{FederatedData, SplitView};
 use crate::io::{Floats, Stored};
 use crate::models::{
-    for_each_batch, train_sgd, Architecture, Batch, DeviceChoice, EvalStats, LocalPlan, LocalWork,
-    Objective, Predictor, Proximal, StackedBatch,
+    for_each_batch, train_sgd, Architecture, Batch, DeviceChoice, EvalStats, InitialModels,
+    LocalPlan, LocalWork, Objective, Predictor, Proximal, StackedBatch,
 };
 use crate::records::{ModelKind, NoveltyScores, Split};
 use rand_chacha::ChaCha20Rng;
@@ -141,21 +141,34 @@ impl Cohorts {
 #[serde(rename_all = "snake_case")]
 pub enum Spill {
     /// Values whose float buffers hold at least 2¹⁸ floats (1 MiB: the CNNs, the LSTM, FedEM's
-    /// momentum), where a file write costs little beside the training that made them.
+    /// momentum), where a file write costs little beside the training that made them, once
+    /// such values kept in memory take a quarter of the machine's memory (the cgroup's limit
+    /// where one is set): a run whose idle values fit is not slowed by the file.
     #[default]
     Auto,
+    /// Every value of at least 2¹⁸ floats, however much memory is free: the least memory.
+    Large,
     /// Every value with float buffers (to check the spilled path with small models).
     Always,
     /// Everything stays in memory.
     Off,
 }
 
+/// The share of the machine's memory that `spill: auto` fills with idle values before it
+/// spills.
+pub const AUTO_SPILL_SHARE: f64 = 0.25;
+
 impl Spill {
-    /// The least number of floats a spilled value holds, or `None`: nothing is spilled.
-    pub fn min_floats(&self) -> Option<usize> {
+    /// The least number of floats a spilled value holds and the bytes of such values kept in
+    /// memory before any is spilled, or `None`: nothing is spilled.
+    pub fn store_settings(&self) -> Option<(usize, u64)> {
         match self {
-            Spill::Auto => Some(1 << 18),
-            Spill::Always => Some(1),
+            Spill::Auto => {
+                let memory = crate::io::machine_memory().unwrap_or(0.0);
+                Some((1 << 18, (AUTO_SPILL_SHARE * memory) as u64))
+            }
+            Spill::Large => Some((1 << 18, 0)),
+            Spill::Always => Some((1, 0)),
             Spill::Off => None,
         }
     }
@@ -349,7 +362,14 @@ pub trait Algorithm: Send + Sync + 'static {
     /// What a client sends back (its float buffers may be spilled until the aggregation).
     type Update: Finite + Floats + Send + Unpin + 'static;
 
-    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Self::Global;
+    /// The initial global model: its models from `init` ([`InitialModels::model`], drawn or
+    /// from `model.init`'s file, in the order [`Algorithm::models`] lists them), anything
+    /// else from [`InitialModels::rng`].
+    fn init_global(
+        &self,
+        arch: &Architecture,
+        init: &mut InitialModels<'_, ChaCha20Rng>,
+    ) -> Self::Global;
 
     fn init_client(&self, global: &Self::Global, client: u32) -> Self::ClientState;
 

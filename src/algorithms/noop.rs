@@ -5,7 +5,7 @@
 
 use super::LocalUpdate;
 use super::{AggregateStale, Algorithm, LocalContext, Tested};
-use crate::models::Architecture;
+use crate::models::{Architecture, InitialModels};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +30,7 @@ impl Algorithm for Noop {
     type ClientState = ();
     type Update = usize;
 
-    fn init_global(&self, arch: &Architecture, _: &mut ChaCha20Rng) -> usize {
+    fn init_global(&self, arch: &Architecture, _: &mut InitialModels<'_, ChaCha20Rng>) -> usize {
         arch.num_params()
     }
 

@@ -13,7 +13,7 @@ use super::{
     descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, Tested,
 };
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
-use crate::models::{for_each_batch, Architecture, LocalPlan, LocalWork};
+use crate::models::{for_each_batch, Architecture, InitialModels, LocalPlan, LocalWork};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -90,8 +90,8 @@ impl Algorithm for PerFedAvg {
     type ClientState = PerFedAvgClient;
     type Update = ModelUpdate;
 
-    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Vec<f32> {
-        arch.init(rng)
+    fn init_global(&self, _: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Vec<f32> {
+        init.model()
     }
 
     fn init_client(&self, _: &Vec<f32>, _: u32) -> PerFedAvgClient {

@@ -15,7 +15,7 @@ use super::{
     descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, Tested, Updates,
     WeightedSum,
 };
-use crate::models::{Architecture, LocalPlan};
+use crate::models::{Architecture, InitialModels, LocalPlan};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -123,8 +123,8 @@ impl Algorithm for PFedMe {
     /// The local model w_i after R local rounds.
     type Update = Vec<f32>;
 
-    fn init_global(&self, arch: &Architecture, rng: &mut ChaCha20Rng) -> Vec<f32> {
-        arch.init(rng)
+    fn init_global(&self, _: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Vec<f32> {
+        init.model()
     }
 
     fn init_client(&self, _: &Vec<f32>, _: u32) -> PFedMeClient {

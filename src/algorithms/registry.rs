@@ -165,9 +165,16 @@ pub trait AlgorithmSettings: ItemSettings {
         Ok(())
     }
 
-    /// Checks the settings against the data, once it is built (a path is below `algorithm`).
-    fn check_data(&self, _population: &Population) -> Result<(), FieldError> {
+    /// Checks the settings against the number of input features of a row (`fedsim check`
+    /// where the data's shape is known before it is built, and when the run starts; a path is
+    /// below `algorithm`).
+    fn check_input(&self, _input_dim: usize) -> Result<(), FieldError> {
         Ok(())
+    }
+
+    /// Checks the settings against the data, once it is built (a path is below `algorithm`).
+    fn check_data(&self, population: &Population) -> Result<(), FieldError> {
+        self.check_input(population.input_dim)
     }
 
     /// The algorithm for a run over `population` (after [`AlgorithmSettings::check_data`]).
@@ -347,6 +354,7 @@ trait Settings: fmt::Debug + Send + Sync {
     fn fields(&self) -> Value;
     fn validate(&self) -> Result<(), FieldError>;
     fn check_files(&self) -> Result<(), FieldError>;
+    fn check_input(&self, input_dim: usize) -> Result<(), FieldError>;
     fn clone_box(&self) -> Box<dyn Settings>;
 }
 
@@ -365,6 +373,10 @@ impl<S: AlgorithmSettings> Settings for S {
 
     fn check_files(&self) -> Result<(), FieldError> {
         AlgorithmSettings::check_files(self)
+    }
+
+    fn check_input(&self, input_dim: usize) -> Result<(), FieldError> {
+        AlgorithmSettings::check_input(self, input_dim)
     }
 
     fn clone_box(&self) -> Box<dyn Settings> {
@@ -415,6 +427,11 @@ impl AlgorithmSpec {
     /// Reads the files the settings name (the pre-flight); a path is below `algorithm`.
     pub fn check_files(&self) -> Result<(), FieldError> {
         self.settings.check_files()
+    }
+
+    /// Checks the settings against rows of `input_dim` features; a path is below `algorithm`.
+    pub fn check_input(&self, input_dim: usize) -> Result<(), FieldError> {
+        self.settings.check_input(input_dim)
     }
 
     /// Builds the algorithm for `launcher`'s population and hands it over; an error says

@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// write: they are moved aside (renamed to NAME.before-fedsim), never deleted.
     #[arg(long)]
     pub force: bool,
+    /// Also write the final global models as models.safetensors (tensor names as
+    /// `model.init` reads them, so a run can start from another's models).
+    #[arg(long)]
+    pub save_models: bool,
 }
 
 pub fn run(args: RunArgs) -> Result<i32> {
@@ -42,6 +46,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         quiet,
         check_determinism,
         force,
+        save_models,
     } = args;
     let s = overrides.load(&scenario)?;
     let opts = RunOptions {
@@ -49,6 +54,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         threads: threads.unwrap_or_else(default_threads).max(1),
         progress: !quiet && std::io::stderr().is_terminal(),
         force,
+        save_models,
     };
     let report =
         run_scenario(&s, &opts).with_context(|| format!("running {}", scenario.display()))?;
@@ -118,6 +124,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
             threads: 1,
             progress: opts.progress,
             force: false,
+            save_models,
         };
         run_scenario(&s, &rerun).context("determinism check rerun")?;
         let differing = differing_files(&opts.out_dir, &rerun_dir);

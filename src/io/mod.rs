@@ -1,12 +1,13 @@
 //! The file system as fedsim may use it: input files that are regular files, the readers of
 //! data tables and per-client files ([`tables`], [`population`]), and output folders it
-//! shares with its users ([`folder`]), and the spill file that keeps idle values' float buffers
-//! out of memory ([`spill`]).
+//! shares with its users ([`folder`]), the spill file that keeps idle values' float buffers
+//! out of memory ([`spill`]), and how much memory the process has ([`memory`]).
 //!
 //! This room knows files and folders, not what is in them; it must not remove or replace
 //! anything it cannot prove fedsim wrote.
 
 pub mod folder;
+pub mod memory;
 pub mod population;
 pub mod spill;
 pub mod tables;
@@ -15,6 +16,7 @@ pub use folder::{
     remove_owned_folder, FolderError, FolderLock, Manifest, OutputFolder, OutputRules, LOCK,
     MANIFEST, STAGING_MARKER,
 };
+pub use memory::{machine_memory, peak_memory};
 pub use population::{
     per_client_column, per_client_text, FedScaleBehavior, FedScaleDevice, FileError,
 };

@@ -10,6 +10,8 @@
 //! to a slot of the file and leaves the value's skeleton (its buffers emptied) in a
 //! [`Stored`], which reads them back on [`Stored::restore`] or [`Stored::into_inner`]. Slots are
 //! shared by the clones of a `Stored` and their space is reused once the last is dropped.
+//! A store with a memory budget keeps values in memory while those it kept there (and that are
+//! still kept, in a `Stored`) take less than the budget, and spills only past it.
 //!
 //! This room must not change a value: a spilled buffer reads back bit for bit (the bytes of
 //! each `f32`, NaN payloads and signed zeros included), so results never depend on whether,
@@ -19,6 +21,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A value whose large float buffers may be spilled.
@@ -82,7 +85,8 @@ impl Space {
     }
 }
 
-/// One unnamed spill file; values of at least `min_floats` floats go to it.
+/// One unnamed spill file; values of at least `min_floats` floats go to it, once those kept
+/// in memory take `budget` bytes.
 pub struct SpillStore {
     /// Made by the first value spilled.
     file: OnceLock<File>,
@@ -91,23 +95,35 @@ pub struct SpillStore {
     dir: PathBuf,
     min_floats: usize,
     space: Mutex<Space>,
+    /// Bytes of values of at least `min_floats` floats kept in memory before spilling.
+    budget: u64,
+    /// Bytes of such values kept in memory now (see [`Held`]).
+    held: AtomicU64,
 }
 
 impl SpillStore {
-    /// A store in the system's temporary folder (`TMPDIR`).
-    pub fn new(min_floats: usize) -> Arc<Self> {
-        Self::in_dir(&std::env::temp_dir(), min_floats)
+    /// A store in the system's temporary folder (`TMPDIR`) that spills every value of at least
+    /// `min_floats` floats, past `budget` bytes of them kept in memory.
+    pub fn new(min_floats: usize, budget: u64) -> Arc<Self> {
+        Self::in_dir(&std::env::temp_dir(), min_floats, budget)
     }
 
     /// A store in `dir`.
-    pub fn in_dir(dir: &Path, min_floats: usize) -> Arc<Self> {
+    pub fn in_dir(dir: &Path, min_floats: usize, budget: u64) -> Arc<Self> {
         Arc::new(SpillStore {
             file: OnceLock::new(),
             making: Mutex::new(()),
             dir: dir.to_path_buf(),
             min_floats,
             space: Mutex::default(),
+            budget,
+            held: AtomicU64::new(0),
         })
+    }
+
+    /// Bytes of values kept in memory under the budget now.
+    pub fn held_bytes(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// The file, made on first use.
@@ -135,7 +151,7 @@ impl SpillStore {
     }
 
     /// `value`, its buffers written to the file and emptied if they hold at least the store's
-    /// `min_floats` floats together; otherwise kept in memory as it is.
+    /// `min_floats` floats together and the budget is taken; otherwise kept in memory as it is.
     pub fn keep<T: Floats>(self: &Arc<Self>, mut value: T) -> Result<Stored<T>, SpillError> {
         let mut buffers = value.floats_mut();
         let lens: Vec<usize> = buffers.iter().map(|b| b.len()).collect();
@@ -144,8 +160,21 @@ impl SpillStore {
             drop(buffers);
             return Ok(Stored::in_memory(value));
         }
-        let file = self.file()?;
         let bytes = 4 * floats as u64;
+        if self.held.fetch_add(bytes, Ordering::Relaxed) + bytes <= self.budget {
+            drop(buffers);
+            let held = Held {
+                store: self.clone(),
+                bytes,
+            };
+            return Ok(Stored {
+                value,
+                slot: None,
+                _held: Some(Arc::new(held)),
+            });
+        }
+        self.held.fetch_sub(bytes, Ordering::Relaxed);
+        let file = self.file()?;
         let offset = self.space().take(bytes);
         let mut at = offset;
         for buffer in &mut buffers {
@@ -165,6 +194,7 @@ impl SpillStore {
         Ok(Stored {
             value,
             slot: Some(Arc::new(slot)),
+            _held: None,
         })
     }
 
@@ -221,17 +251,36 @@ impl Drop for Slot {
     }
 }
 
+/// A value kept in memory under its store's budget: its bytes count against the budget until
+/// the last holder drops it (or takes the value out, [`Stored::into_inner`]).
+struct Held {
+    store: Arc<SpillStore>,
+    bytes: u64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.store.held.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 /// A value in memory, or its skeleton with its buffers in a spill file.
 #[derive(Clone)]
 pub struct Stored<T> {
     value: T,
     slot: Option<Arc<Slot>>,
+    /// Set when a store kept the value in memory under its budget (released when dropped).
+    _held: Option<Arc<Held>>,
 }
 
 impl<T> Stored<T> {
     /// `value`, kept in memory.
     pub fn in_memory(value: T) -> Self {
-        Stored { value, slot: None }
+        Stored {
+            value,
+            slot: None,
+            _held: None,
+        }
     }
 
     /// Whether the buffers are in a spill file.
@@ -306,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_spilled_value_reads_back_bit_for_bit() {
-        let store = SpillStore::new(1);
+        let store = SpillStore::new(1, 0);
         let stored = store.keep(pair(7.0)).unwrap();
         assert!(stored.is_spilled());
         assert_eq!(stored.value.a.len() + stored.value.b.len(), 0, "emptied");
@@ -321,7 +370,7 @@ mod tests {
 
     #[test]
     fn small_values_stay_in_memory() {
-        let store = SpillStore::new(7);
+        let store = SpillStore::new(7, 0);
         let stored = store.keep(pair(1.0)).unwrap();
         assert!(!stored.is_spilled(), "6 floats < 7");
         assert_eq!(store.file_bytes(), 0);
@@ -331,7 +380,7 @@ mod tests {
 
     #[test]
     fn a_slot_is_reused_once_its_last_holder_drops_it() {
-        let store = SpillStore::new(1);
+        let store = SpillStore::new(1, 0);
         let first = store.keep(pair(1.0)).unwrap();
         let copy = first.clone();
         assert_eq!(store.file_bytes(), 24);
@@ -349,12 +398,36 @@ mod tests {
 
     #[test]
     fn a_store_that_cannot_be_made_names_its_folder() {
-        let store = SpillStore::in_dir(Path::new("/nonexistent/spill"), 3);
+        let store = SpillStore::in_dir(Path::new("/nonexistent/spill"), 3, 0);
         // Nothing to spill: the folder is never needed.
         assert!(!store.keep(vec![1.0f32]).unwrap().is_spilled());
         let err = store.keep(pair(1.0)).err().expect("no such folder");
         let message = err.to_string();
         assert!(message.contains("/nonexistent/spill"), "{message}");
         assert!(message.contains("training.spill: off"), "{message}");
+    }
+
+    /// Under a budget of two values, two stay in memory and the third is spilled; once one of
+    /// those in memory is dropped (or taken out), the next fits again.
+    #[test]
+    fn values_stay_in_memory_until_the_budget_is_taken() {
+        let store = SpillStore::new(1, 48);
+        let first = store.keep(pair(1.0)).unwrap();
+        let second = store.keep(pair(2.0)).unwrap();
+        assert!(!first.is_spilled() && !second.is_spilled());
+        assert_eq!(store.held_bytes(), 48);
+        let third = store.keep(pair(3.0)).unwrap();
+        assert!(third.is_spilled());
+        let copy = first.clone();
+        drop(first);
+        assert_eq!(store.held_bytes(), 48, "a copy still holds it");
+        assert_eq!(bits(&copy.into_inner().unwrap()), bits(&pair(1.0)));
+        assert_eq!(store.held_bytes(), 24);
+        let fourth = store.keep(pair(4.0)).unwrap();
+        assert!(!fourth.is_spilled());
+        for (stored, seed) in [(second, 2.0), (third, 3.0), (fourth, 4.0)] {
+            assert_eq!(bits(&stored.into_inner().unwrap()), bits(&pair(seed)));
+        }
+        assert_eq!(store.held_bytes(), 0);
     }
 }

@@ -6,7 +6,7 @@
 //! cohorts, FLOPs and the memory estimate — follows from the layers, so a new family needs
 //! nothing more. Validation and `fedsim models` read only this catalogue.
 
-use super::{InitScheme, InputShape, Layer};
+use super::{InitScheme, InputShape, Layer, ModelInit};
 use crate::spec::catalogue::{read_settings, unknown, ItemSettings, SchemaOf};
 use crate::spec::FieldError;
 use serde_yaml::Value;
@@ -166,6 +166,8 @@ impl<S: ModelSettings> Settings for S {
 pub struct ModelSpec {
     registration: &'static Registration,
     settings: Box<dyn Settings>,
+    /// `init: {from: FILE}`: the initial global models from a file instead of drawn.
+    pub init: Option<ModelInit>,
 }
 
 impl ModelSpec {
@@ -173,9 +175,27 @@ impl ModelSpec {
     pub fn parse(kind: &str, fields: Value) -> Result<ModelSpec, String> {
         let registration =
             Registration::find(kind).ok_or_else(|| unknown(kind, MODELS.iter().map(|r| r.kind)))?;
+        // `init` is every family's; the rest are the family's own settings.
+        let (fields, init) = match fields {
+            Value::Mapping(mut map) => {
+                let init = map.remove("init");
+                (Value::Mapping(map), init)
+            }
+            other => (other, None),
+        };
+        let init = match init {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(read_settings::<ModelInit>(v).map_err(
+                |e| match e.strip_prefix('`') {
+                    Some(rest) => format!("`init.{rest}"),
+                    None => format!("`init`: {e}"),
+                },
+            )?),
+        };
         Ok(ModelSpec {
             registration,
             settings: (registration.parse)(fields)?,
+            init,
         })
     }
 
@@ -188,6 +208,7 @@ impl ModelSpec {
         ModelSpec {
             registration,
             settings: Box::new(settings),
+            init: None,
         }
     }
 
@@ -254,13 +275,82 @@ impl Default for ModelSpec {
     }
 }
 
-crate::spec::catalogue::section_traits!(
-    ModelSpec,
-    kind,
-    "kind",
-    "{kind: mlp, hidden: [64]}",
-    MODELS
-);
+// The catalogue's section traits, by hand for the `init` field every family has.
+impl schemars::JsonSchema for ModelSpec {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ModelSpec".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let init = generator.subschema_for::<ModelInit>().to_value();
+        let mut schema = crate::spec::catalogue::section_schema(
+            "kind",
+            generator,
+            MODELS.iter().map(|r| (r.kind, r.summary, r.schema)),
+        );
+        if let Some(serde_json::Value::Array(items)) = schema.get_mut("oneOf") {
+            for item in items {
+                if let Some(serde_json::Value::Object(p)) = item.get_mut("properties") {
+                    p.insert("init".into(), init.clone());
+                }
+            }
+        }
+        schema
+    }
+}
+
+impl Clone for ModelSpec {
+    fn clone(&self) -> Self {
+        ModelSpec {
+            registration: self.registration,
+            settings: self.settings.clone_box(),
+            init: self.init.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for ModelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {:?}", self.kind(), self.settings)?;
+        match &self.init {
+            Some(init) => write!(f, " init {init:?}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl PartialEq for ModelSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind() == other.kind()
+            && self.settings.fields() == other.settings.fields()
+            && self.init == other.init
+    }
+}
+
+impl serde::Serialize for ModelSpec {
+    fn serialize<Z: serde::Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
+        let mut section =
+            crate::spec::catalogue::tagged("kind", self.kind(), &self.settings.fields());
+        if let Some(init) = &self.init {
+            section.insert(
+                "init".into(),
+                serde_yaml::to_value(init).unwrap_or(Value::Null),
+            );
+        }
+        serde::Serialize::serialize(&section, serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ModelSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let section = <Value as serde::Deserialize>::deserialize(deserializer)?;
+        let (name, fields) =
+            crate::spec::catalogue::split_tag(section, "kind", "{kind: mlp, hidden: [64]}")
+                .map_err(D::Error::custom)?;
+        ModelSpec::parse(&name, fields).map_err(D::Error::custom)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -18,6 +18,7 @@ mod mobilenet;
 mod sgd;
 mod stacked;
 mod walk;
+mod weights;
 
 pub use catalogue::{
     Inputs, ModelSettings, ModelSpec, Network, Registration as ModelRegistration, MODELS,
@@ -38,6 +39,8 @@ pub use stacked::{
     dropout_stream, evaluate_stacked, for_each_stacked_batch, train_sgd_stacked, BatchwiseRun,
     EvalRequest, StackedBatch, StackedRun,
 };
+
+pub use weights::{models_to_safetensors, read_models, InitialModels, ModelInit};
 
 pub use crate::data::InputShape;
 
@@ -297,6 +300,39 @@ impl Architecture {
             InputShape::Image(s) => s.to_vec(),
             InputShape::Tokens { .. } => vec![1],
         }
+    }
+
+    /// The parameter tensors' names, in parameter order (see `models::weights`): `K.weight`,
+    /// `K.bias`, … for the K-th layer that has parameters; PyTorch's names for an LSTM's.
+    pub fn parameter_names(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut k = 0;
+        for l in &self.layers {
+            let names: Vec<String> = match *l {
+                Layer::Dense { .. } | Layer::Norm { .. } | Layer::Conv { bias: true, .. } => {
+                    vec!["weight".into(), "bias".into()]
+                }
+                Layer::Conv { bias: false, .. } | Layer::Embedding { .. } => vec!["weight".into()],
+                Layer::Lstm { layers, .. } => (0..layers)
+                    .flat_map(|j| {
+                        ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+                            .map(|n| format!("{n}_l{j}"))
+                    })
+                    .collect(),
+                _ => continue,
+            };
+            out.extend(names.into_iter().map(|n| format!("{k}.{n}")));
+            k += 1;
+        }
+        out
+    }
+
+    /// The parameter tensors' shapes, in parameter order (PyTorch's `state_dict` shapes).
+    pub fn parameter_tensor_shapes(&self) -> Vec<Vec<i64>> {
+        self.parameter_shapes()
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect()
     }
 
     /// [`Architecture::num_params`] in floating point: never overflows, for memory estimates

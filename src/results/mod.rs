@@ -207,12 +207,14 @@ pub const REPRODUCIBLE_FILES: [&str; 7] = [
 
 /// Reproducible files that only some runs write (`gossip.parquet`: decentralized runs;
 /// `mixtures.parquet`: mixture models; `extras.parquet`: what an algorithm reports by name;
-/// `novelty.parquet`: data sets with novel rows).
-pub const OPTIONAL_REPRODUCIBLE_FILES: [&str; 4] = [
+/// `novelty.parquet`: data sets with novel rows; `models.safetensors`: runs asked to save their
+/// final models).
+pub const OPTIONAL_REPRODUCIBLE_FILES: [&str; 5] = [
     "gossip.parquet",
     "mixtures.parquet",
     "extras.parquet",
     "novelty.parquet",
+    run_files::MODELS_FILE,
 ];
 
 /// Every file a run may write into its folder, `summary.csv` first (the order in which an

@@ -26,6 +26,12 @@ pub fn preflight(s: &Scenario) -> Result<(), ScenarioError> {
         .device
         .resolve_here()
         .map_err(|m| s.locate(FieldError::new("training.device".into(), m)))?;
+    if let Some(input) = s.data.input_shape() {
+        s.run
+            .algorithm
+            .check_input(input.len())
+            .map_err(|e| s.locate(e.within("algorithm")))?;
+    }
     let memory = machine_memory();
     check_fits(&s.data, memory).map_err(|e| s.locate(e))?;
     if let (Some(input), Some(classes), Some(clients), Some((_, data_bytes))) = (
@@ -42,6 +48,13 @@ pub fn preflight(s: &Scenario) -> Result<(), ScenarioError> {
             data_bytes,
         };
         check_terms(&run_terms(&s.run, &shape), memory).map_err(|e| s.locate(e))?;
+        if let Some(init) = &s.run.model.init {
+            // The file against the model for these data (how many models the algorithm
+            // starts is checked when the run starts).
+            let arch = crate::models::Architecture::for_input(&s.run.model, input, classes);
+            crate::models::read_models(&init.from, &arch)
+                .map_err(|m| s.locate(FieldError::new("model.init.from".into(), m)))?;
+        }
     }
     Ok(())
 }
@@ -60,31 +73,7 @@ pub fn least_bytes(data: &DatasetSpec) -> Option<(f64, f64)> {
     Some((data_bytes + clients * LEAST_BYTES_PER_CLIENT, data_bytes))
 }
 
-/// This process's peak resident memory so far in bytes (Linux's `VmHWM`; `None` elsewhere).
-pub fn peak_memory() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
-    let kb: f64 = kb.trim().trim_end_matches("kB").trim().parse().ok()?;
-    Some(kb * 1024.0)
-}
-
-/// The memory this process may use: the cgroup's limit where one is set, else the machine's
-/// total memory (`None` where neither can be read).
-pub fn machine_memory() -> Option<f64> {
-    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok());
-    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map(|kb| kb * 1024.0)
-    });
-    match (cgroup, total) {
-        (Some(c), Some(t)) => Some(c.min(t)),
-        (c, t) => c.or(t),
-    }
-}
+pub use crate::io::{machine_memory, peak_memory};
 
 /// What a memory estimate of a run needs to know of its data.
 #[derive(Clone, Copy, Debug)]
@@ -192,9 +181,13 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
         ),
         bytes: evaluated * per_client as f64,
     });
-    // Kept models as large as `training.spill` spills wait in the spill file, not in memory.
-    let spilled = (run.training.spill.min_floats()).is_some_and(|m| keeping * params >= m as f64);
-    if keeping > 0.0 && !spilled {
+    // Kept models of spilled size count up to what the spill file's budget keeps in memory.
+    let kept = keeping * first_round * 4.0 * params;
+    let kept = match run.training.spill.store_settings() {
+        Some((least, budget)) if keeping * params >= least as f64 => kept.min(budget as f64),
+        _ => kept,
+    };
+    if kept > 0.0 {
         terms.push(MemoryTerm {
             field: "algorithm",
             what: format!(
@@ -202,7 +195,7 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
                  in the first round",
                 run.algorithm.name()
             ),
-            bytes: keeping * first_round * 4.0 * params,
+            bytes: kept,
         });
     }
     terms

@@ -3,6 +3,7 @@
 use crate::actors::{simulate, SimOutput};
 use crate::data::DataError;
 use crate::io::OutputRules;
+use crate::models::Architecture;
 use crate::records::{DivergenceRecord, EarlyEndRecord, Record};
 use crate::results::{ReportError, RunFiles, RunIdentity, RunMeta, Summary};
 use crate::scenario::Scenario;
@@ -24,6 +25,9 @@ pub struct RunOptions {
     /// Move foreign files with result names aside instead of refusing the folder (never
     /// deleting them; see [`crate::io::folder`]).
     pub force: bool,
+    /// Write the final global models as `models.safetensors` ([`crate::models::read_models`]
+    /// reads them back, `model.init` starts a run from them).
+    pub save_models: bool,
 }
 
 #[derive(Debug)]
@@ -95,7 +99,7 @@ pub fn simulate_scenario(
     threads: usize,
     on_record: impl FnMut(&Record) + 'static,
 ) -> Result<SimOutput, RunError> {
-    observe_scenario(s, threads, RecordObserver::keeping(on_record))
+    observe_scenario(s, threads, RecordObserver::keeping(on_record)).map(|(output, _)| output)
 }
 
 /// Runs the simulation only, showing its records to `observer` (which says whether the output
@@ -104,7 +108,7 @@ pub fn observe_scenario(
     s: &Scenario,
     threads: usize,
     observer: RecordObserver<Record>,
-) -> Result<SimOutput, RunError> {
+) -> Result<(SimOutput, Architecture), RunError> {
     crate::results::preflight(s)?;
     let data = s.data.build(&s.split, &SeedTree::new(s.data_seed))?;
     crate::results::check_run_fits(&s.run, &data, crate::results::machine_memory()).map_err(
@@ -113,8 +117,9 @@ pub fn observe_scenario(
             error: e,
         },
     )?;
+    let arch = Architecture::for_input(&s.run.model, data.input_shape(), data.classes);
     let data = Arc::new(data);
-    Ok(simulate(&s.run, data, threads, observer)?)
+    Ok((simulate(&s.run, data, threads, observer)?, arch))
 }
 
 /// Runs a scenario and writes its result files into `opts.out_dir`.
@@ -165,18 +170,21 @@ pub fn run_scenario_with_bar(
         force: opts.force,
         inputs: s.input_files(),
     };
-    let files =
+    let mut files =
         RunFiles::create(&opts.out_dir, meta, &s.resolved_yaml, &rules).map_err(|e| match e {
             ReportError::Io { path, source } if path == opts.out_dir => {
                 RunError::OutDir { path, source }
             }
             e => RunError::Report(e),
         })?;
+    if opts.save_models {
+        files.keep_final_models();
+    }
     // The records stream into the result files as they are made; the run keeps none.
     let notes = files.notes().to_vec();
     let files = Rc::new(RefCell::new(files));
     let (tick, sink) = (bar.clone(), files.clone());
-    let output = observe_scenario(
+    let (output, arch) = observe_scenario(
         s,
         opts.threads,
         RecordObserver::streaming(move |r| {
@@ -188,10 +196,11 @@ pub fn run_scenario_with_bar(
             sink.borrow_mut().record(r);
         }),
     )?;
-    let files = Rc::try_unwrap(files)
+    let mut files = Rc::try_unwrap(files)
         .map_err(|_| ())
         .expect("the simulation has let go of the observer")
         .into_inner();
+    files.write_final_models(&arch)?;
     let (sim_seconds, wall_seconds) = (output.end_time.as_secs_f64(), wall.elapsed().as_secs_f64());
     let run = RunIdentity {
         run_id: s.run_id(),

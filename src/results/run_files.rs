@@ -26,12 +26,16 @@ use super::{
     summary_frame, write_atomic, write_csv, DiskFile, ReportError, RunMeta, Summary, SummaryInputs,
 };
 use crate::io::{OutputFolder, OutputRules};
+use crate::models::Architecture;
 use crate::records::Record;
 use polars::io::csv::write::BatchedWriter as CsvBatches;
 use polars::io::parquet::write::BatchedWriter as ParquetBatches;
 use polars::prelude::*;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+
+/// The final global models of a run asked to save them (`fedsim run --save-models`).
+pub const MODELS_FILE: &str = "models.safetensors";
 
 /// Rows per Parquet row group of a streamed table: polars' default.
 pub const ROW_GROUP: usize = 512 * 512;
@@ -311,6 +315,11 @@ pub struct RunFiles {
     /// The first write that failed: reported by [`RunFiles::finish`].
     failed: Option<ReportError>,
     notes: Vec<String>,
+    /// `Some` when the run's final models are kept for `models.safetensors`: the last
+    /// [`Record::FinalModels`] seen.
+    final_models: Option<Vec<Vec<f32>>>,
+    /// Files staged besides the tables (`models.safetensors`).
+    staged: Vec<PathBuf>,
 }
 
 impl RunFiles {
@@ -340,6 +349,8 @@ impl RunFiles {
             clients: ClientsFileRows::default(),
             summary: SummaryInputs::default(),
             failed: None,
+            final_models: None,
+            staged: Vec::new(),
         };
         let header = format!(
             "# Resolved scenario of run {} (content hash sha256:{}).\n",
@@ -366,6 +377,9 @@ impl RunFiles {
     pub fn record(&mut self, r: &Record) {
         self.summary.see(r);
         self.clients.see(r);
+        if let (Some(kept), Record::FinalModels(models)) = (&mut self.final_models, r) {
+            kept.clone_from(models);
+        }
         if self.failed.is_some() {
             return;
         }
@@ -375,6 +389,27 @@ impl RunFiles {
                 return;
             }
         }
+    }
+
+    /// Keeps the run's final models, for [`RunFiles::write_final_models`].
+    pub fn keep_final_models(&mut self) {
+        self.final_models = Some(Vec::new());
+    }
+
+    /// Writes the kept final models as `models.safetensors` (tensor names of `arch`, see
+    /// [`crate::models::models_to_safetensors`]); nothing unless they were kept.
+    pub fn write_final_models(&mut self, arch: &Architecture) -> Result<(), ReportError> {
+        let Some(models) = self.final_models.take() else {
+            return Ok(());
+        };
+        let path = self.at.dir.join(MODELS_FILE);
+        let bytes = crate::models::models_to_safetensors(arch, &models);
+        std::fs::write(&path, bytes).map_err(|source| ReportError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        self.staged.push(path);
+        Ok(())
     }
 
     /// What the summaries need, from the records so far.
@@ -405,6 +440,7 @@ impl RunFiles {
         super::write_parquet(&parquet, &mut clients)?;
         super::write_csv(&csv, &mut clients)?;
         staged.extend([parquet, csv]);
+        staged.append(&mut self.staged);
         let summary = dir.join("summary.csv");
         let mut s = summary_frame(summaries).map_err(|source| ReportError::Polars {
             path: summary.clone(),

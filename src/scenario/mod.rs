@@ -123,8 +123,8 @@ impl Scenario {
     }
 
     /// The files the run reads: the scenario file, then every `path` (data, traces, graphs),
-    /// `fedscale_devices` and `projection` field of the resolved scenario, relative to the
-    /// working folder.
+    /// `fedscale_devices`, `projection` and `from` (`model.init`) field of the resolved
+    /// scenario, relative to the working folder.
     pub fn input_files(&self) -> Vec<PathBuf> {
         fn walk(v: &Value, out: &mut Vec<PathBuf>) {
             match v {
@@ -132,7 +132,7 @@ impl Scenario {
                     for (k, v) in m {
                         match (k.as_str(), v) {
                             (
-                                Some("path" | "fedscale_devices" | "projection"),
+                                Some("path" | "fedscale_devices" | "projection" | "from"),
                                 Value::String(p),
                             ) => out.push(PathBuf::from(p)),
                             _ => walk(v, out),

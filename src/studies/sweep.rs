@@ -178,6 +178,7 @@ fn run_cell(
         threads,
         progress: false,
         force,
+        save_models: false,
     };
     let report = run_scenario_with_bar(&cell.scenario, &opts, bar)?;
     let marker = partial.join(STAGING_MARKER);

@@ -346,6 +346,7 @@ fn assert_reruns_identical(what: &str, settings: &[&str], threads: &[usize]) {
                 threads,
                 progress: false,
                 force: false,
+                save_models: false,
             };
             fedsim::results::run_scenario(&scenario(SMALL, settings), &opts).expect("run succeeds");
             dir
@@ -416,6 +417,7 @@ fn fedem_synthetic_full_run_agrees_with_training_alone() {
             threads: 2,
             progress: false,
             force: false,
+            save_models: false,
         };
         let r = fedsim::results::run_scenario(&s, &opts).unwrap();
         let h = r.headline().expect("evaluated").test;

@@ -290,6 +290,7 @@ fn run_to(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
         threads,
         progress: false,
         force: false,
+        save_models: false,
     };
     run_scenario(&scenario(text, overrides), &opts).expect("run succeeds");
 }

@@ -35,6 +35,7 @@ fn run(s: &Scenario, dir: &Path) -> DataFrame {
         threads: 2,
         progress: false,
         force: false,
+        save_models: false,
     };
     run_scenario(s, &opts).expect("run succeeds");
     CsvReadOptions::default()
@@ -288,6 +289,7 @@ fn a_projection_file_shapes_the_gaussians() {
         threads: 1,
         progress: false,
         force: false,
+        save_models: false,
     };
     let e = fedsim::error_chain(&run_scenario(&s, &opts).unwrap_err());
     assert!(
@@ -305,6 +307,16 @@ fn a_projection_file_shapes_the_gaussians() {
     let e = fedsim::results::preflight(&s).unwrap_err().to_string();
     assert!(
         e.contains("field `algorithm.projection`") && e.contains("cannot read"),
+        "{e}"
+    );
+    // More principal axes than input features: refused by the pre-flight too, where the
+    // data's shape is known before it is built (SMALL's 20 features).
+    let o = vec!["algorithm={name: fedgmm, projection: {kind: pca, dims: 21}}".to_string()];
+    let s = Scenario::from_yaml(SMALL, Path::new("g.yaml"), &o).unwrap();
+    let e = fedsim::results::preflight(&s).unwrap_err().to_string();
+    assert!(
+        e.contains("field `algorithm.projection`")
+            && e.contains("`dims: 21` is more than the 20 input features; at most 20"),
         "{e}"
     );
 }

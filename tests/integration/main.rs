@@ -18,4 +18,5 @@ mod scale;
 mod scenario_errors;
 mod sweeps;
 mod systems;
+mod weights;
 mod writes;

@@ -99,6 +99,7 @@ fn split_column_and_feature_columns() {
         threads: 2,
         progress: false,
         force: false,
+        save_models: false,
     };
     run_scenario(&s, &opts).unwrap();
     let rows = test_rows_per_client(&out);

@@ -47,6 +47,7 @@ fn run_in(s: &Scenario, threads: usize, dir: &Path) {
         threads,
         progress: false,
         force: false,
+        save_models: false,
     };
     run_scenario(s, &opts).unwrap_or_else(|e| panic!("{}", fedsim::error_chain(&e)));
 }

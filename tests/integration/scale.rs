@@ -123,6 +123,7 @@ fn on_demand_files_are_identical_with_1_and_3_threads(data: Option<&str>) {
             threads,
             progress: false,
             force: false,
+            save_models: false,
         };
         fedsim::results::run_scenario(&s, &opts).unwrap();
         files.push(

@@ -464,6 +464,7 @@ fn files(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<Vec<
         threads,
         progress: false,
         force: false,
+        save_models: false,
     };
     run_scenario(&s, &opts).unwrap();
     REPRODUCIBLE_FILES

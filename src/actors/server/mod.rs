@@ -669,9 +669,11 @@ mod tests {
         let (s, jobs, system) =
             crate::actors::testkit::fedavg_run(&format!("policy: {policy}\n"), &[]);
         let seeds = SeedTree::new(1);
-        let global = jobs
-            .algorithm
-            .init_global(&jobs.arch, &mut seeds.rng(Entity::Run, "model_init", 0));
+        let mut rng = seeds.rng(Entity::Run, "model_init", 0);
+        let global = jobs.algorithm.init_global(
+            &jobs.arch,
+            &mut crate::models::InitialModels::drawn(&jobs.arch, &mut rng),
+        );
         let config = ServerConfig {
             algorithm: jobs,
             rounds: 3,

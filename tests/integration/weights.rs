@@ -1,0 +1,160 @@
+//! Model weights in files: `model.init` (a run's initial models from a safetensors file) and
+//! `--save-models` (`models.safetensors`), against PyTorch's own files and numbers.
+
+use crate::common::{scenario, SMALL};
+use fedsim::data::SplitView;
+use fedsim::models::{read_models, sample_losses, Architecture, InputShape, ModelSpec};
+use fedsim::records::Record;
+use fedsim::results::{differing_files, run_scenario, simulate_scenario, RunOptions};
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/weights")
+        .join(name)
+}
+
+/// PyTorch's LeNet-5 (scripts/dev/make_weight_fixtures.py), loaded into fedsim's `lenet5`,
+/// gives PyTorch's outputs: for each of five images and each of the ten labels, fedsim's
+/// cross-entropy equals logsumexp(PyTorch's logits) − PyTorch's logit of the label, to 1e-5.
+#[test]
+fn pytorch_weights_give_pytorchs_outputs() {
+    let arch = Architecture::for_input(
+        &ModelSpec::from_yaml("{kind: lenet5}").unwrap(),
+        InputShape::Image([1, 28, 28]),
+        10,
+    );
+    let models = read_models(&fixture("lenet5.safetensors"), &arch).expect("PyTorch's file reads");
+    assert_eq!(models.len(), 1);
+    let io = std::fs::read(fixture("lenet5_io.safetensors")).unwrap();
+    let io = safetensors::SafeTensors::deserialize(&io).unwrap();
+    let floats = |name: &str| -> Vec<f32> {
+        io.tensor(name)
+            .unwrap()
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    };
+    let (x, logits) = (floats("x"), floats("logits"));
+    let (mut features, mut labels, mut expected) = (Vec::new(), Vec::new(), Vec::new());
+    for (image, row) in x.chunks(784).zip(logits.chunks(10)) {
+        let most = row.iter().fold(f64::MIN, |m, &v| m.max(v as f64));
+        let lse = most
+            + row
+                .iter()
+                .map(|&v| (v as f64 - most).exp())
+                .sum::<f64>()
+                .ln();
+        for (label, &logit) in row.iter().enumerate() {
+            features.extend_from_slice(image);
+            labels.push(label as i64);
+            expected.push(lse - logit as f64);
+        }
+    }
+    let view = SplitView {
+        features: &features,
+        labels: &labels,
+        dim: 784,
+    };
+    let losses = &sample_losses(&arch, &models, view)[0];
+    for (i, (&got, want)) in losses.iter().zip(&expected).enumerate() {
+        assert!(
+            (got as f64 - want).abs() <= 1e-5,
+            "image {} label {}: fedsim {got}, PyTorch {want}",
+            i / 10,
+            i % 10
+        );
+    }
+}
+
+fn run_saving(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
+    let opts = RunOptions {
+        out_dir: dir.to_path_buf(),
+        threads,
+        progress: false,
+        force: false,
+        save_models: true,
+    };
+    run_scenario(&scenario(text, overrides), &opts).expect("run succeeds");
+}
+
+/// `--save-models` writes the final models as `models.safetensors` (what the run recorded,
+/// bit for bit); a run started from that file (`model.init`) starts from those models, gives
+/// identical result files (its own models included) with 1 and 2 threads, and differs from
+/// the run that draws its models; a file of the wrong number of models is refused at the start.
+#[test]
+fn runs_save_their_models_and_start_from_a_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fedem = ["algorithm={name: fedem, components: 3}", "rounds=2"];
+    run_saving(SMALL, &fedem, 2, &tmp.path().join("first"));
+    let saved = tmp.path().join("first/models.safetensors");
+    let out = simulate_scenario(&scenario(SMALL, &fedem), 2, |_| {}).unwrap();
+    let recorded = out
+        .records
+        .iter()
+        .find_map(|r| match r {
+            Record::FinalModels(m) => Some(m.clone()),
+            _ => None,
+        })
+        .expect("final models recorded");
+    let arch = Architecture::for_input(
+        &ModelSpec::from_yaml("{kind: linear}").unwrap(),
+        InputShape::Flat(20),
+        2,
+    );
+    assert_eq!(read_models(&saved, &arch).unwrap(), recorded);
+
+    let init = format!(
+        "model={{kind: linear, init: {{from: {}}}}}",
+        saved.display()
+    );
+    let started: Vec<&str> = fedem.iter().copied().chain([init.as_str()]).collect();
+    run_saving(SMALL, &started, 1, &tmp.path().join("one"));
+    run_saving(SMALL, &started, 2, &tmp.path().join("two"));
+    let differ = differing_files(&tmp.path().join("one"), &tmp.path().join("two"));
+    assert!(differ.is_empty(), "1 and 2 threads: {differ:?} differ");
+    let differ = differing_files(&tmp.path().join("first"), &tmp.path().join("one"));
+    assert!(
+        differ.contains(&"models.safetensors".to_string()),
+        "{differ:?}"
+    );
+    let yaml = std::fs::read_to_string(tmp.path().join("one/scenario.yaml")).unwrap();
+    assert!(
+        yaml.contains("init:") && yaml.contains("models.safetensors"),
+        "{yaml}"
+    );
+
+    // FedAvg starts one model; the file holds three.
+    let fedavg = ["rounds=1", init.as_str()];
+    let Err(e) = simulate_scenario(&scenario(SMALL, &fedavg), 1, |_| {}) else {
+        panic!("a file of three models is refused for FedAvg");
+    };
+    let e = fedsim::error_chain(&e);
+    assert!(
+        e.contains("model.init.from")
+            && e.contains("holds 3 model(s), and this algorithm starts 1"),
+        "{e}"
+    );
+}
+
+/// `fedsim check` reads the file against the model for the scenario's data and names the
+/// tensor, the shape expected and the line of the model section.
+#[test]
+fn check_refuses_a_file_of_another_model() {
+    let text = format!(
+        "{SMALL}model: {{kind: mlp, hidden: [8], init: {{from: {}}}}}\n",
+        fixture("lenet5.safetensors").display()
+    );
+    let s = scenario(&text, &[]);
+    let e = fedsim::results::preflight(&s).unwrap_err().to_string();
+    for part in [
+        "test.yaml:",
+        "model.init.from",
+        "lenet5.safetensors",
+        "unexpected tensor `2.bias`",
+        "0.weight [8, 20]",
+    ] {
+        assert!(e.contains(part), "{part} missing in: {e}");
+    }
+}
