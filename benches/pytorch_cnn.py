@@ -12,27 +12,10 @@ import sys
 import time
 
 import torch
-from torch import nn
 import torch.nn.functional as F
 
-
-class FemnistCNN(nn.Module):
-    """As in the FedEM authors' models.py."""
-
-    def __init__(self, num_classes):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 5)
-        self.pool = nn.MaxPool2d(2, 2)
-        self.conv2 = nn.Conv2d(32, 64, 5)
-        self.fc1 = nn.Linear(64 * 4 * 4, 2048)
-        self.output = nn.Linear(2048, num_classes)
-
-    def forward(self, x):
-        x = self.pool(F.relu(self.conv1(x)))
-        x = self.pool(F.relu(self.conv2(x)))
-        x = x.view(-1, 64 * 4 * 4)
-        x = F.relu(self.fc1(x))
-        return self.output(x)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
+from torch_weights import FemnistCNN  # noqa: E402  (the authors' FemnistCNN, one copy)
 
 
 def main():

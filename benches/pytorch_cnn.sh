@@ -6,8 +6,8 @@
 #   bash benches/pytorch_cnn.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! .venv-bench/bin/python -c 'import torch' 2>/dev/null; then
+if ! .venv-bench/bin/python -c 'import torch, safetensors, pyarrow' 2>/dev/null; then
   python3 -m venv .venv-bench
-  .venv-bench/bin/pip install -q --disable-pip-version-check torch==2.13.0 numpy
+  .venv-bench/bin/pip install -q --disable-pip-version-check torch==2.13.0 numpy safetensors pyarrow
 fi
 for t in 1 2; do THREADS=$t .venv-bench/bin/python benches/pytorch_cnn.py; done
