@@ -34,6 +34,7 @@ use crate::algorithms::{
 };
 use crate::data::ClientRows;
 use crate::io::Stored;
+use crate::models::profile::{timed, Phase};
 use crate::models::{
     dropout_stream, evaluate_stacked, for_each_stacked_batch, train_sgd_stacked, Architecture,
     BatchwiseRun, DeviceRows, EvalRequest, Placement, StackedRun,
@@ -476,6 +477,18 @@ impl<A: Algorithm> CohortQueue<A> {
 /// ([`evaluate_stacked`]), then each job's report is made alone. Results in shard order.
 fn evaluate_cohort<A: Algorithm>(
     jobs: &JobContext<A>,
+    shard: Vec<EvalJob<A>>,
+    device: tch::Device,
+    resident: Option<DeviceRows>,
+) -> Vec<Evaluated> {
+    timed(Phase::Evaluate, device, || {
+        evaluate_shard(jobs, shard, device, resident)
+    })
+}
+
+/// [`evaluate_cohort`]'s work.
+fn evaluate_shard<A: Algorithm>(
+    jobs: &JobContext<A>,
     mut shard: Vec<EvalJob<A>>,
     device: tch::Device,
     resident: Option<DeviceRows>,
@@ -565,7 +578,9 @@ fn train_cohort<A: Algorithm>(
     device: tch::Device,
     resident: Option<DeviceRows>,
 ) -> Vec<Trained<A>> {
-    shard.iter_mut().for_each(|job| restore(&mut job.state));
+    timed(Phase::Restore, device, || {
+        shard.iter_mut().for_each(|job| restore(&mut job.state))
+    });
     let sgd = match A::UPDATE {
         LocalUpdate::Batchwise(batchwise) => {
             return train_batchwise_cohort(jobs, batchwise, shard, device, resident)
@@ -576,31 +591,34 @@ fn train_cohort<A: Algorithm>(
     let plan = &jobs.training.plan;
     let clients: Vec<u32> = shard.iter().map(|job| job.client).collect();
     let rows = jobs.data.rows_for(&clients);
-    let mut begun: Vec<(TrainJob<A>, Vec<SgdRun>, Vec<_>)> = shard
-        .into_iter()
-        .enumerate()
-        .map(|(k, mut job)| {
-            let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
-            let runs = (sgd.begin)(
-                &jobs.algorithm,
-                &ctx,
-                &job.global,
-                job.state.get_mut(),
-                &mut job.rng,
-            );
-            let n = ctx.train_view().len();
-            // Each run's passes, then its masks' words, as alone.
-            let passes = runs
-                .iter()
-                .map(|_| {
-                    let passes = plan.passes(n, &mut job.rng);
-                    let dropout = dropout_stream(&jobs.arch, &passes, &mut job.rng);
-                    (passes, dropout)
-                })
-                .collect();
-            (job, runs, passes)
-        })
-        .collect();
+    let begin = || -> Vec<(TrainJob<A>, Vec<SgdRun>, Vec<_>)> {
+        shard
+            .into_iter()
+            .enumerate()
+            .map(|(k, mut job)| {
+                let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
+                let runs = (sgd.begin)(
+                    &jobs.algorithm,
+                    &ctx,
+                    &job.global,
+                    job.state.get_mut(),
+                    &mut job.rng,
+                );
+                let n = ctx.train_view().len();
+                // Each run's passes, then its masks' words, as alone.
+                let passes = runs
+                    .iter()
+                    .map(|_| {
+                        let passes = plan.passes(n, &mut job.rng);
+                        let dropout = dropout_stream(&jobs.arch, &passes, &mut job.rng);
+                        (passes, dropout)
+                    })
+                    .collect();
+                (job, runs, passes)
+            })
+            .collect()
+    };
+    let mut begun = timed(Phase::Begin, device, begin);
     let mut stacked: Vec<StackedRun<'_>> = Vec::new();
     for (k, (job, runs, passes)) in begun.iter_mut().enumerate() {
         let first_row = rows.data().first_row(rows.index(k), Split::Train);
@@ -626,23 +644,28 @@ fn train_cohort<A: Algorithm>(
         }
     }
     let all_rows = rows.data().all_rows();
-    let uploaded = rows_on(device, &all_rows, resident);
+    let uploaded = timed(Phase::UploadRows, device, || {
+        rows_on(device, &all_rows, resident)
+    });
     train_sgd_stacked(&jobs.arch, plan, all_rows, uploaded.as_ref(), &mut stacked);
     drop(stacked);
 
-    begun
-        .into_iter()
-        .enumerate()
-        .map(|(k, (mut job, mut runs, _))| {
-            for run in &mut runs {
-                jobs.training.settle_momentum(&mut run.momentum);
-            }
-            let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
-            let state = job.state.get_mut();
-            let update = (sgd.finish)(&jobs.algorithm, &ctx, &job.global, state, runs);
-            job.finished(update)
-        })
-        .collect()
+    let finish = || {
+        begun
+            .into_iter()
+            .enumerate()
+            .map(|(k, (mut job, mut runs, _))| {
+                for run in &mut runs {
+                    jobs.training.settle_momentum(&mut run.momentum);
+                }
+                let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
+                let state = job.state.get_mut();
+                let update = (sgd.finish)(&jobs.algorithm, &ctx, &job.global, state, runs);
+                job.finished(update)
+            })
+            .collect()
+    };
+    timed(Phase::Finish, device, finish)
 }
 
 /// Trains `shard`'s jobs of a [`BatchwiseUpdate`] in lockstep on `device`: each job begins and

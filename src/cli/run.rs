@@ -95,6 +95,9 @@ pub fn run(args: RunArgs) -> Result<i32> {
     if let Some(bytes) = fedsim::results::peak_memory() {
         outln!("  peak memory              {:.2} GB", bytes / 1e9);
     }
+    if let Some(profile) = fedsim::models::profile::profile_report() {
+        errln!("{}", profile.trim_end());
+    }
     outln!("results in {}/", report.out_dir.display());
     for f in &report.files {
         outln!("  {}", f.file_name().unwrap_or_default().to_string_lossy());

@@ -15,6 +15,7 @@ mod gaussian;
 mod lenet;
 mod lstm;
 mod mobilenet;
+pub mod profile;
 mod sgd;
 mod stacked;
 mod walk;

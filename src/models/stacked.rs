@@ -21,6 +21,7 @@
 //! run's own stream; the passes come in.
 
 use super::device::DeviceRows;
+use super::profile::{timed, Phase};
 use super::sgd::{EvalStats, LocalPlan, Pass, Predictor, Proximal};
 use super::walk::{self, Conv, LayerOps, Norm};
 use super::{mobilenet, Architecture, Normalization};
@@ -106,7 +107,9 @@ pub fn train_sgd_stacked(
         }
         unflatten(&all, r, arch, device)
     };
-    let mut params = stack(sorted.iter().map(|run| Some(&run.params[..])).collect());
+    let mut params = timed(Phase::Stack, device, || {
+        stack(sorted.iter().map(|run| Some(&run.params[..])).collect())
+    });
     let use_momentum = plan.momentum != 0.0;
     let takes_momentum: Vec<bool> = sorted
         .iter()
@@ -123,17 +126,20 @@ pub fn train_sgd_stacked(
         .zip(&takes_momentum)
         .map(|(&run, &takes)| takes && buffer_of(run).is_some())
         .collect();
-    let mut buffers = takes_momentum
-        .iter()
-        .any(|&t| t)
-        .then(|| stack(sorted.iter().map(|&run| buffer_of(run)).collect()));
+    let mut buffers = takes_momentum.iter().any(|&t| t).then(|| {
+        timed(Phase::Stack, device, || {
+            stack(sorted.iter().map(|&run| buffer_of(run)).collect())
+        })
+    });
     let proximal = sorted.iter().any(|run| run.proximal.is_some()).then(|| {
-        let anchors = stack(
-            sorted
-                .iter()
-                .map(|run| run.proximal.map(|p| p.anchor))
-                .collect(),
-        );
+        let anchors = timed(Phase::Stack, device, || {
+            stack(
+                sorted
+                    .iter()
+                    .map(|run| run.proximal.map(|p| p.anchor))
+                    .collect(),
+            )
+        });
         let mu: Vec<f32> = sorted
             .iter()
             .map(|run| run.proximal.map_or(0.0, |p| p.mu as f32))
@@ -150,62 +156,70 @@ pub fn train_sgd_stacked(
     for step in 0..steps.count() {
         let active = steps.active(step);
         let a = active as i64;
-        let batch = steps.gather(step, arch, rows, resident);
+        let batch = timed(Phase::Gather, device, || {
+            steps.gather(step, arch, rows, resident)
+        });
         let pick =
             |ts: &[Tensor]| -> Vec<Tensor> { ts.iter().map(|t| t.narrow(0, 0, a)).collect() };
         let ps = pick(&params);
-        let grads = stacked_gradients(arch, &ps, &batch);
-        drop(batch);
-        let next = tch::no_grad(|| {
-            let mut next_params = Vec::with_capacity(ps.len());
-            let mut next_buffers = Vec::with_capacity(ps.len());
-            let prox = proximal
-                .as_ref()
-                .map(|(anchors, mu)| (pick(anchors), &mu[..active]));
-            let bufs = buffers.as_ref().map(|b| pick(b));
-            let keep: Vec<f32> = has_buffer[..active]
-                .iter()
-                .map(|&has| if has { plan.momentum as f32 } else { 0.0 })
-                .collect();
-            for (j, (p, g)) in ps.iter().zip(grads).enumerate() {
-                let dims = p.dim();
-                // Never in place: autograd hands summed parameters one gradient tensor (the
-                // LSTM's two biases).
-                let mut d = g;
-                if let Some((anchors, mu)) = &prox {
-                    d = &d + (p - &anchors[j]) * per_run(mu, dims, device);
-                }
-                if plan.weight_decay != 0.0 {
-                    d = &d + p * plan.weight_decay;
-                }
-                if let Some(bufs) = &bufs {
-                    d = &bufs[j] * per_run(&keep, dims, device) + d;
-                    next_buffers.push(d.shallow_clone());
-                }
-                next_params.push(p - d * per_run(&lr[..active], dims, device));
-            }
-            (next_params, next_buffers)
+        let grads = timed(Phase::Gradients, device, || {
+            stacked_gradients(arch, &ps, &batch)
         });
-        let (next_params, next_buffers) = next;
-        put(&mut params, next_params, a);
-        if let Some(bufs) = buffers.as_mut() {
-            put(bufs, next_buffers, a);
-            has_buffer[..active].copy_from_slice(&takes_momentum[..active]);
+        drop(batch);
+        timed(Phase::Update, device, || {
+            let (next_params, next_buffers) = tch::no_grad(|| {
+                let mut next_params = Vec::with_capacity(ps.len());
+                let mut next_buffers = Vec::with_capacity(ps.len());
+                let prox = proximal
+                    .as_ref()
+                    .map(|(anchors, mu)| (pick(anchors), &mu[..active]));
+                let bufs = buffers.as_ref().map(|b| pick(b));
+                let keep: Vec<f32> = has_buffer[..active]
+                    .iter()
+                    .map(|&has| if has { plan.momentum as f32 } else { 0.0 })
+                    .collect();
+                for (j, (p, g)) in ps.iter().zip(grads).enumerate() {
+                    let dims = p.dim();
+                    // Never in place: autograd hands summed parameters one gradient tensor (the
+                    // LSTM's two biases).
+                    let mut d = g;
+                    if let Some((anchors, mu)) = &prox {
+                        d = &d + (p - &anchors[j]) * per_run(mu, dims, device);
+                    }
+                    if plan.weight_decay != 0.0 {
+                        d = &d + p * plan.weight_decay;
+                    }
+                    if let Some(bufs) = &bufs {
+                        d = &bufs[j] * per_run(&keep, dims, device) + d;
+                        next_buffers.push(d.shallow_clone());
+                    }
+                    next_params.push(p - d * per_run(&lr[..active], dims, device));
+                }
+                (next_params, next_buffers)
+            });
+
+            put(&mut params, next_params, a);
+            if let Some(bufs) = buffers.as_mut() {
+                put(bufs, next_buffers, a);
+                has_buffer[..active].copy_from_slice(&takes_momentum[..active]);
+            }
+        });
+    }
+    timed(Phase::Unstack, device, || {
+        let flat = flatten(&params, num_params);
+        for (&k, values) in order.iter().zip(flat.chunks(num_params)) {
+            runs[k].params.copy_from_slice(values);
         }
-    }
-    let flat = flatten(&params, num_params);
-    for (&k, values) in order.iter().zip(flat.chunks(num_params)) {
-        runs[k].params.copy_from_slice(values);
-    }
-    if let Some(bufs) = buffers {
-        let flat = flatten(&bufs, num_params);
-        for ((&k, values), has) in order.iter().zip(flat.chunks(num_params)).zip(has_buffer) {
-            if let (true, Some(momentum)) = (has, runs[k].momentum.as_mut()) {
-                momentum.clear();
-                momentum.extend_from_slice(values);
+        if let Some(bufs) = buffers {
+            let flat = flatten(&bufs, num_params);
+            for ((&k, values), has) in order.iter().zip(flat.chunks(num_params)).zip(has_buffer) {
+                if let (true, Some(momentum)) = (has, runs[k].momentum.as_mut()) {
+                    momentum.clear();
+                    momentum.extend_from_slice(values);
+                }
             }
         }
-    }
+    });
 }
 
 /// The runs' minibatches step by step. Runs are taken sorted by their number of steps, longest
