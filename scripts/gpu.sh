@@ -24,7 +24,9 @@
 #                                log, exit status and seconds in DIR (steps.txt), the runs'
 #                                result folders in DIR too. `synthetic` needs the fedsim parts
 #                                only; `femnist` FEMNIST's as well (ROUNDS=1 round of the
-#                                FEMNIST FedEM run by default)
+#                                FEMNIST FedEM run by default, with FEDSIM_PROFILE's phases;
+#                                again with fedsim-before where `BEFORE=FILE bash
+#                                scripts/gpu.sh pack` packed one)
 #
 # LibTorch's CUDA library carries kernels for every GPU architecture (sm_75 ... sm_120, 310 MB
 # that do not compress); `pack` keeps those of GPU_ARCH only (default 90: H100, H200; `all`
@@ -65,6 +67,9 @@ pack() {
   cp "$CARGO_TARGET_DIR/release/fedsim" "$stage/bin/fedsim"
   cp "$(newest integration)" "$stage/bin/integration"
   cp "$(newest kernel)" "$stage/bin/kernel"
+  # BEFORE=FILE: another CUDA build of fedsim (an older commit's), packed as fedsim-before, so
+  # that `check femnist` times both on the same machine.
+  [ -z "${BEFORE:-}" ] || cp "$BEFORE" "$stage/bin/fedsim-before"
   strip "$stage"/bin/*
   for lib in "${libs[@]}"; do strip --strip-unneeded -o "$stage/lib/$lib" "$libtorch/$lib"; done
   if [ "${GPU_ARCH:-90}" != all ]; then
@@ -132,8 +137,17 @@ check() {
       ;;
     femnist)
       step "$dir" gpu_convolutional_test 180 "$bin/integration" --ignored gpu_convolutional --test-threads=1 --nocapture
-      step "$dir" fedem_femnist 200 "$bin/fedsim" run scenarios/paper/fedem_femnist_fedem.yaml \
-        --device cuda -q --set "rounds=${ROUNDS:-1}" --set "eval_every=${ROUNDS:-1}" --out "$dir/fedem_femnist"
+      # The GPU's utilisation and memory every 2 s while FEMNIST runs; each run's phases
+      # (FEDSIM_PROFILE) at the end of its log.
+      nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 2 >"$dir/gpu-use.csv" &
+      local sampler=$! run
+      for run in fedsim-before fedsim; do
+        [ -x "$bin/$run" ] || continue
+        step "$dir" "${run/fedsim/fedem_femnist}" 200 env FEDSIM_PROFILE=1 "$bin/$run" run \
+          scenarios/paper/fedem_femnist_fedem.yaml --device cuda -q --set "rounds=${ROUNDS:-1}" \
+          --set "eval_every=${ROUNDS:-1}" --out "$dir/${run/fedsim/fedem_femnist}"
+      done
+      kill "$sampler"
       ;;
     *) echo "gpu: check synthetic|femnist DIR" >&2; exit 2 ;;
   esac

@@ -91,22 +91,9 @@ pub fn train_sgd_stacked(
     let mut order: Vec<usize> = (0..runs.len()).collect();
     order.sort_by_key(|&k| std::cmp::Reverse(steps_of(&runs[k])));
     let sorted: Vec<&StackedRun<'_>> = order.iter().map(|&k| &runs[k]).collect();
-    let r = sorted.len() as i64;
     let device = resident.map_or(Device::Cpu, DeviceRows::device);
     let num_params = arch.num_params();
-    let stack = |vectors: Vec<Option<&[f32]>>| {
-        let mut all = Vec::with_capacity(sorted.len() * num_params);
-        for v in vectors {
-            match v {
-                Some(v) => {
-                    assert_eq!(v.len(), num_params, "vector of the wrong length");
-                    all.extend_from_slice(v);
-                }
-                None => all.resize(all.len() + num_params, 0.0),
-            }
-        }
-        unflatten(&all, r, arch, device)
-    };
+    let stack = |vectors: Vec<Option<&[f32]>>| stack_vectors(&vectors, arch, device);
     let mut params = timed(Phase::Stack, device, || {
         stack(sorted.iter().map(|run| Some(&run.params[..])).collect())
     });
@@ -206,16 +193,14 @@ pub fn train_sgd_stacked(
         });
     }
     timed(Phase::Unstack, device, || {
-        let flat = flatten(&params, num_params);
-        for (&k, values) in order.iter().zip(flat.chunks(num_params)) {
-            runs[k].params.copy_from_slice(values);
+        for (sorted_k, &k) in order.iter().enumerate() {
+            unstack_vector(&params, sorted_k, &mut runs[k].params[..]);
         }
         if let Some(bufs) = buffers {
-            let flat = flatten(&bufs, num_params);
-            for ((&k, values), has) in order.iter().zip(flat.chunks(num_params)).zip(has_buffer) {
+            for ((sorted_k, &k), has) in order.iter().enumerate().zip(has_buffer) {
                 if let (true, Some(momentum)) = (has, runs[k].momentum.as_mut()) {
-                    momentum.clear();
-                    momentum.extend_from_slice(values);
+                    momentum.resize(num_params, 0.0);
+                    unstack_vector(&bufs, sorted_k, momentum);
                 }
             }
         }
@@ -440,20 +425,17 @@ impl StackedBatch<'_> {
             "one parameter vector per active run"
         );
         let num_params = self.arch.num_params();
-        let mut all = Vec::with_capacity(params.len() * num_params);
-        for p in params {
-            assert_eq!(p.len(), num_params, "vector of the wrong length");
-            all.extend_from_slice(p);
-        }
         let device = self.batch.x.device();
-        let ps = unflatten(&all, params.len() as i64, self.arch, device);
+        let vectors: Vec<Option<&[f32]>> = params.iter().map(|&p| Some(p)).collect();
+        let ps = stack_vectors(&vectors, self.arch, device);
         let grads = stacked_gradients(self.arch, &ps, &self.batch);
-        let flat = tch::no_grad(|| flatten(&grads, num_params));
         let wd = self.weight_decay as f32;
-        flat.chunks(num_params)
-            .zip(params)
-            .map(|(g, p)| {
-                let mut g = g.to_vec();
+        params
+            .iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let mut g = vec![0f32; num_params];
+                tch::no_grad(|| unstack_vector(&grads, k, &mut g));
                 if wd != 0.0 {
                     g.iter_mut().zip(p.iter()).for_each(|(g, p)| *g += wd * p);
                 }
@@ -557,11 +539,9 @@ pub fn evaluate_stacked(
     let mut gathered: Vec<f32> = Vec::new();
     tch::no_grad(|| {
         for stack in runs.chunks(EVAL_RUNS_PER_STACK) {
-            let mut flat = Vec::with_capacity(stack.len() * arch.num_params());
-            for &(q, m) in stack {
-                flat.extend_from_slice(vectors[q][m]);
-            }
-            let ps = unflatten(&flat, stack.len() as i64, arch, device);
+            let stacked: Vec<Option<&[f32]>> =
+                stack.iter().map(|&(q, m)| Some(vectors[q][m])).collect();
+            let ps = stack_vectors(&stacked, arch, device);
             let mut pieces: Vec<Vec<Tensor>> = stack.iter().map(|_| Vec::new()).collect();
             for start in (0..len(&stack[0])).step_by(EVAL_ROWS_PER_PASS) {
                 let active = stack.iter().take_while(|run| len(run) > start).count();
@@ -688,33 +668,54 @@ fn put(stacked: &mut [Tensor], new: Vec<Tensor>, active: i64) {
     }
 }
 
-/// `[R × P]` flat vectors as one `[R, …]` tensor per parameter tensor of `arch` (a dense
-/// weight `[R, out, in]`, a conv weight `[R, out, in/groups, k, k]`, …), on `device`.
-fn unflatten(all: &[f32], r: i64, arch: &Architecture, device: Device) -> Vec<Tensor> {
-    let t = Tensor::from_slice(all).view([r, -1]).to_device(device);
-    let mut at = 0;
-    arch.parameter_shapes()
+/// Flat parameter vectors (`None`: zeros) as one `[R, …]` tensor per parameter tensor of
+/// `arch` (a dense weight `[R, out, in]`, a conv weight `[R, out, in/groups, k, k]`, …), on
+/// `device`. Each vector crosses to the device alone, straight into its rows: no `[R × P]`
+/// copy of them all is made on the host (for 539 clients × 3 CNNs, 43 GB).
+fn stack_vectors(vectors: &[Option<&[f32]>], arch: &Architecture, device: Device) -> Vec<Tensor> {
+    let r = vectors.len() as i64;
+    let shapes: Vec<Vec<i64>> = arch
+        .parameter_shapes()
         .into_iter()
-        .map(|(shape, _)| {
-            let n: i64 = shape.iter().product();
+        .map(|(s, _)| s)
+        .collect();
+    let stacked: Vec<Tensor> = shapes
+        .iter()
+        .map(|shape| {
             let mut dims = vec![r];
             dims.extend(shape);
-            let p = t.narrow(1, at, n).reshape(&dims[..]).contiguous();
-            at += n;
-            p
+            Tensor::zeros(&dims[..], (Kind::Float, device))
         })
-        .collect()
+        .collect();
+    tch::no_grad(|| {
+        for (k, vector) in vectors.iter().enumerate() {
+            let Some(vector) = vector else { continue };
+            assert_eq!(
+                vector.len(),
+                arch.num_params(),
+                "vector of the wrong length"
+            );
+            let row = Tensor::from_slice(vector).to_device(device);
+            let mut at = 0;
+            for (t, shape) in stacked.iter().zip(&shapes) {
+                let n: i64 = shape.iter().product();
+                t.get(k as i64).view([-1]).copy_(&row.narrow(0, at, n));
+                at += n;
+            }
+        }
+    });
+    stacked
 }
 
-/// The inverse of [`unflatten`]: `[R × P]` values.
-fn flatten(stacked: &[Tensor], num_params: usize) -> Vec<f32> {
-    let r = stacked[0].size()[0];
-    let rows: Vec<Tensor> = stacked.iter().map(|t| t.reshape([r, -1])).collect();
-    let all = Tensor::cat(&rows, 1).to_device(Device::Cpu);
-    let n = r as usize * num_params;
-    let mut out = vec![0f32; n];
-    all.copy_data(&mut out, n);
-    out
+/// The inverse of [`stack_vectors`]: run `k`'s flat vector written into `out`.
+fn unstack_vector(stacked: &[Tensor], k: usize, out: &mut [f32]) {
+    let pieces: Vec<Tensor> = stacked
+        .iter()
+        .map(|t| t.get(k as i64).reshape([-1]))
+        .collect();
+    let row = Tensor::cat(&pieces, 0).to_device(Device::Cpu);
+    assert_eq!(row.numel(), out.len(), "vector of the wrong length");
+    row.copy_data(out, out.len());
 }
 
 /// The linear model's gradients in closed form, as alone: (p − y)·weight per row, then
