@@ -134,6 +134,8 @@ check() {
       step "$dir" cnn_cohort_bench 150 "$bin/kernel" --bench 'cnn_cohort/femnist_cnn_(100|mixture_evaluation_100)'
       step "$dir" fedem_synthetic 120 "$bin/fedsim" run scenarios/paper/fedem_synthetic_fedem.yaml \
         --device cuda -q --check-determinism --out "$dir/fedem_synthetic"
+      [ ! -x "$bin/fedsim-before" ] || step "$dir" fedem_synthetic-before 120 "$bin/fedsim-before" run \
+        scenarios/paper/fedem_synthetic_fedem.yaml --device cuda -q --out "$dir/fedem_synthetic-before"
       ;;
     femnist)
       step "$dir" gpu_convolutional_test 180 "$bin/integration" --ignored gpu_convolutional --test-threads=1 --nocapture

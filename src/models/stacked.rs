@@ -193,16 +193,16 @@ pub fn train_sgd_stacked(
         });
     }
     timed(Phase::Unstack, device, || {
-        for (sorted_k, &k) in order.iter().enumerate() {
-            unstack_vector(&params, sorted_k, &mut runs[k].params[..]);
-        }
+        unstack_vectors(&params, num_params, |k, values| {
+            runs[order[k]].params.copy_from_slice(values)
+        });
         if let Some(bufs) = buffers {
-            for ((sorted_k, &k), has) in order.iter().enumerate().zip(has_buffer) {
-                if let (true, Some(momentum)) = (has, runs[k].momentum.as_mut()) {
-                    momentum.resize(num_params, 0.0);
-                    unstack_vector(&bufs, sorted_k, momentum);
+            unstack_vectors(&bufs, num_params, |k, values| {
+                if let (true, Some(momentum)) = (has_buffer[k], runs[order[k]].momentum.as_mut()) {
+                    momentum.clear();
+                    momentum.extend_from_slice(values);
                 }
-            }
+            });
         }
     });
 }
@@ -430,18 +430,15 @@ impl StackedBatch<'_> {
         let ps = stack_vectors(&vectors, self.arch, device);
         let grads = stacked_gradients(self.arch, &ps, &self.batch);
         let wd = self.weight_decay as f32;
-        params
-            .iter()
-            .enumerate()
-            .map(|(k, p)| {
-                let mut g = vec![0f32; num_params];
-                tch::no_grad(|| unstack_vector(&grads, k, &mut g));
-                if wd != 0.0 {
-                    g.iter_mut().zip(p.iter()).for_each(|(g, p)| *g += wd * p);
-                }
-                g
-            })
-            .collect()
+        let mut out = Vec::with_capacity(params.len());
+        unstack_vectors(&grads, num_params, |k, g| {
+            let mut g = g.to_vec();
+            if wd != 0.0 {
+                g.iter_mut().zip(params[k]).for_each(|(g, p)| *g += wd * p);
+            }
+            out.push(g);
+        });
+        out
     }
 }
 
@@ -668,12 +665,25 @@ fn put(stacked: &mut [Tensor], new: Vec<Tensor>, active: i64) {
     }
 }
 
+/// How many floats of parameter vectors cross between host and device at once (64 MB): the
+/// vectors go in groups of about this size (at least one vector each), so a small model's
+/// cross in one transfer, and no host copy of them all is made (for 539 clients × 3 of
+/// FEMNIST's CNNs, 43 GB).
+const TRANSFER_FLOATS: usize = 1 << 24;
+
+/// The groups of `r` vectors of `p` floats that cross together.
+fn transfer_groups(r: usize, p: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let per = (TRANSFER_FLOATS / p.max(1)).max(1);
+    (0..r)
+        .step_by(per)
+        .map(move |start| start..(start + per).min(r))
+}
+
 /// Flat parameter vectors (`None`: zeros) as one `[R, …]` tensor per parameter tensor of
 /// `arch` (a dense weight `[R, out, in]`, a conv weight `[R, out, in/groups, k, k]`, …), on
-/// `device`. Each vector crosses to the device alone, straight into its rows: no `[R × P]`
-/// copy of them all is made on the host (for 539 clients × 3 CNNs, 43 GB).
+/// `device`, crossing in [`transfer_groups`].
 fn stack_vectors(vectors: &[Option<&[f32]>], arch: &Architecture, device: Device) -> Vec<Tensor> {
-    let r = vectors.len() as i64;
+    let (r, p) = (vectors.len(), arch.num_params());
     let shapes: Vec<Vec<i64>> = arch
         .parameter_shapes()
         .into_iter()
@@ -682,24 +692,34 @@ fn stack_vectors(vectors: &[Option<&[f32]>], arch: &Architecture, device: Device
     let stacked: Vec<Tensor> = shapes
         .iter()
         .map(|shape| {
-            let mut dims = vec![r];
+            let mut dims = vec![r as i64];
             dims.extend(shape);
-            Tensor::zeros(&dims[..], (Kind::Float, device))
+            Tensor::empty(&dims[..], (Kind::Float, device))
         })
         .collect();
+    let mut staging: Vec<f32> = Vec::new();
     tch::no_grad(|| {
-        for (k, vector) in vectors.iter().enumerate() {
-            let Some(vector) = vector else { continue };
-            assert_eq!(
-                vector.len(),
-                arch.num_params(),
-                "vector of the wrong length"
-            );
-            let row = Tensor::from_slice(vector).to_device(device);
+        for group in transfer_groups(r, p) {
+            staging.clear();
+            for vector in &vectors[group.clone()] {
+                match vector {
+                    Some(v) => {
+                        assert_eq!(v.len(), p, "vector of the wrong length");
+                        staging.extend_from_slice(v);
+                    }
+                    None => staging.resize(staging.len() + p, 0.0),
+                }
+            }
+            let c = group.len() as i64;
+            let rows = Tensor::from_slice(&staging)
+                .view([c, p as i64])
+                .to_device(device);
             let mut at = 0;
             for (t, shape) in stacked.iter().zip(&shapes) {
                 let n: i64 = shape.iter().product();
-                t.get(k as i64).view([-1]).copy_(&row.narrow(0, at, n));
+                t.narrow(0, group.start as i64, c)
+                    .view([c, n])
+                    .copy_(&rows.narrow(1, at, n));
                 at += n;
             }
         }
@@ -707,15 +727,27 @@ fn stack_vectors(vectors: &[Option<&[f32]>], arch: &Architecture, device: Device
     stacked
 }
 
-/// The inverse of [`stack_vectors`]: run `k`'s flat vector written into `out`.
-fn unstack_vector(stacked: &[Tensor], k: usize, out: &mut [f32]) {
-    let pieces: Vec<Tensor> = stacked
-        .iter()
-        .map(|t| t.get(k as i64).reshape([-1]))
-        .collect();
-    let row = Tensor::cat(&pieces, 0).to_device(Device::Cpu);
-    assert_eq!(row.numel(), out.len(), "vector of the wrong length");
-    row.copy_data(out, out.len());
+/// The inverse of [`stack_vectors`]: each run's flat vector of `p` floats, in run order, handed
+/// to `take(k, values)`, crossing in [`transfer_groups`].
+fn unstack_vectors(stacked: &[Tensor], p: usize, mut take: impl FnMut(usize, &[f32])) {
+    let r = stacked[0].size()[0] as usize;
+    let mut staging: Vec<f32> = Vec::new();
+    tch::no_grad(|| {
+        for group in transfer_groups(r, p) {
+            let c = group.len() as i64;
+            let pieces: Vec<Tensor> = stacked
+                .iter()
+                .map(|t| t.narrow(0, group.start as i64, c).reshape([c, -1]))
+                .collect();
+            let rows = Tensor::cat(&pieces, 1).to_device(Device::Cpu);
+            assert_eq!(rows.size(), [c, p as i64], "vectors of the wrong length");
+            staging.resize(group.len() * p, 0.0);
+            rows.copy_data(&mut staging, group.len() * p);
+            for (k, values) in group.zip(staging.chunks(p)) {
+                take(k, values);
+            }
+        }
+    });
 }
 
 /// The linear model's gradients in closed form, as alone: (p − y)·weight per row, then
@@ -1107,6 +1139,45 @@ mod tests {
     /// moves them by 1e-4 (relative) after two steps of training alone; on 32×32 images
     /// (1×1 pixel in the last blocks, groups of 5 values) even one gradient differs by 1e-4
     /// of its scale between the grouped and the plain convolution, against 5e-6 here.
+    #[test]
+    fn transfer_groups_cover_every_vector_once_in_order() {
+        let p = TRANSFER_FLOATS / 3 + 1; // two vectors a group
+        let groups: Vec<_> = transfer_groups(5, p).collect();
+        assert_eq!(groups, [0..2, 2..4, 4..5]);
+        assert_eq!(transfer_groups(7, 10).collect::<Vec<_>>(), [0..7]);
+        let huge: Vec<_> = transfer_groups(2, TRANSFER_FLOATS * 2).collect();
+        assert_eq!(huge, [0..1, 1..2]);
+    }
+
+    #[test]
+    fn vectors_stack_and_unstack_unchanged_across_transfer_groups() {
+        // A dense layer of more than a third of TRANSFER_FLOATS: groups of two vectors.
+        let spec = ModelSpec::from_yaml("{kind: mlp, hidden: [3000]}").unwrap();
+        let arch = Architecture::for_input(&spec, InputShape::Flat(1900), 10);
+        let p = arch.num_params();
+        assert!(p > TRANSFER_FLOATS / 3 && p < TRANSFER_FLOATS / 2);
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        let vectors: Vec<Vec<f32>> = (0..5).map(|_| arch.init(&mut rng)).collect();
+        let given: Vec<Option<&[f32]>> = vectors
+            .iter()
+            .enumerate()
+            .map(|(k, v)| (k != 3).then_some(&v[..]))
+            .collect();
+        let stacked = stack_vectors(&given, &arch, Device::Cpu);
+        // Run 1's first layer: its first weight row in row 1 of the stacked tensor.
+        let first = Vec::<f32>::try_from(stacked[0].get(1).get(0)).unwrap();
+        assert_eq!(first, vectors[1][..1900]);
+        let mut back = Vec::new();
+        unstack_vectors(&stacked, p, |k, values| back.push((k, values.to_vec())));
+        assert_eq!(back.len(), 5);
+        for (k, values) in back {
+            match given[k] {
+                Some(v) => assert!(values == v, "vector {k} changed"),
+                None => assert!(values.iter().all(|&x| x == 0.0), "vector {k} not zeros"),
+            }
+        }
+    }
+
     #[test]
     fn stacked_convolutions_train_as_each_would_alone() {
         let small = ModelSpec::from_yaml("{kind: small_cnn, dropout: 0.25}").unwrap();
