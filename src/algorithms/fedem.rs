@@ -32,6 +32,29 @@ pub enum Unsampled {
     Renormalize,
 }
 
+/// How a client's E-step computes its responsibilities and mixture weights.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum EStepPrecision {
+    /// In f64, π kept at least 1e-8 so that a component a client has dropped can come back
+    /// (the paper's intent).
+    #[default]
+    Float64,
+    /// In f32 with no floor, as the authors' code computes it (a float32 softmax over m of
+    /// log π − ℓ, π its mean): a client's π that underflows to exactly 0 stays 0, that
+    /// component gone for the client for good.
+    Float32,
+}
+
+impl EStepPrecision {
+    /// The default (left out of the resolved scenario, so run ids stay as they were).
+    pub fn is_float64(&self) -> bool {
+        *self == EStepPrecision::Float64
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FedEmSpec {
@@ -48,6 +71,9 @@ pub struct FedEmSpec {
     /// ... or until no weight moves by more than this.
     #[serde(default = "default_unseen_em_tolerance")]
     pub unseen_em_tolerance: f64,
+    /// The training E-step's arithmetic (unseen clients' fit is always `float64`).
+    #[serde(default, skip_serializing_if = "EStepPrecision::is_float64")]
+    pub e_step: EStepPrecision,
 }
 
 fn default_unseen_em_iterations() -> u32 {
@@ -68,6 +94,7 @@ impl Default for FedEmSpec {
             unsampled: Unsampled::default(),
             unseen_em_iterations: default_unseen_em_iterations(),
             unseen_em_tolerance: default_unseen_em_tolerance(),
+            e_step: EStepPrecision::default(),
         }
     }
 }
@@ -239,6 +266,35 @@ pub fn e_step(pi: &[f64], losses: &[Vec<f32>]) -> (Vec<Vec<f32>>, Vec<f64>) {
     (q, new_pi)
 }
 
+/// [`e_step`] in f32 with no floor, as the FedEM authors' code computes it: q(i, ·) the
+/// float32 softmax of log π − ℓ(i), π the mean of q rounded to f32 (summed in f64). A weight
+/// that underflows to 0 makes log π = −∞, and that component's q and π stay 0 from then on.
+pub fn e_step_f32(pi: &[f64], losses: &[Vec<f32>]) -> (Vec<Vec<f32>>, Vec<f64>) {
+    let m = pi.len();
+    let n = losses.first().map_or(0, Vec::len);
+    let log_pi: Vec<f32> = pi.iter().map(|&p| (p as f32).ln()).collect();
+    let mut q = vec![vec![0f32; n]; m];
+    let mut sums = vec![0f64; m];
+    let mut row = vec![0f32; m];
+    for i in 0..n {
+        for c in 0..m {
+            row[c] = log_pi[c] - losses[c][i];
+        }
+        let top = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        row.iter_mut().for_each(|v| *v = (*v - top).exp());
+        let z: f32 = row.iter().sum();
+        for c in 0..m {
+            q[c][i] = row[c] / z;
+            sums[c] += q[c][i] as f64;
+        }
+    }
+    if n == 0 {
+        return (q, pi.to_vec());
+    }
+    let new_pi = sums.iter().map(|s| (s / n as f64) as f32 as f64).collect();
+    (q, new_pi)
+}
+
 /// The local M-step of mixture models: one local run of the plan per model `models[m]`, each
 /// row's loss weighted by `weights[m][i]`, with the model's own momentum buffer moved in.
 pub(super) fn weighted_runs(
@@ -352,10 +408,13 @@ impl Algorithm for FedEm {
 
     /// E-step (the client's π moves), then one weighted run per component.
     const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
-        begin: |_, ctx, global, state, _| {
+        begin: |fedem, ctx, global, state, _| {
             let view = ctx.train_view();
             let losses = sample_losses(ctx.arch, global, view);
-            let (q, pi) = e_step(&state.pi, &losses);
+            let (q, pi) = match fedem.spec.e_step {
+                EStepPrecision::Float64 => e_step(&state.pi, &losses),
+                EStepPrecision::Float32 => e_step_f32(&state.pi, &losses),
+            };
             state.pi = pi;
             weighted_runs(global, &q, &mut state.momentum)
         },
@@ -496,6 +555,24 @@ mod tests {
         assert_eq!(q[1], vec![1.0, 1.0]);
         assert!(pi[0] >= MIN_MIXTURE_WEIGHT * 0.99 && pi[0] < 1e-7, "{pi:?}");
         assert!(((pi[0] + pi[1]) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn float32_e_step_loses_an_underflowed_component_for_good() {
+        // exp(−200) underflows in f32 (its least value is about e^−103): q = (1, 0) exactly,
+        // so π = (1, 0), and from then on component 1 gets nothing even where it fits best.
+        let (q, pi) = e_step_f32(&[0.5, 0.5], &[vec![0.0, 0.0], vec![200.0, 200.0]]);
+        assert_eq!((q[1].clone(), pi.clone()), (vec![0.0, 0.0], vec![1.0, 0.0]));
+        let (q, pi) = e_step_f32(&pi, &[vec![50.0], vec![0.0]]);
+        assert_eq!((q, pi), (vec![vec![1.0], vec![0.0]], vec![1.0, 0.0]));
+        // The f64 E-step keeps 1e-8 and lets the component win the sample back.
+        let (_, pi) = e_step(&[0.5, 0.5], &[vec![0.0, 0.0], vec![200.0, 200.0]]);
+        let (q, _) = e_step(&pi, &[vec![50.0], vec![0.0]]);
+        assert!(q[1][0] > 0.99, "{q:?}");
+        // Where nothing underflows the two agree to f32 rounding: losses (0, ln 3) from
+        // π = (0.5, 0.5) give q = (3/4, 1/4).
+        let (q, pi) = e_step_f32(&[0.5, 0.5], &[vec![0.0], vec![3f32.ln()]]);
+        assert!((q[0][0] - 0.75).abs() < 1e-6 && (pi[1] - 0.25).abs() < 1e-6);
     }
 
     #[test]
