@@ -93,9 +93,9 @@ pub fn train_sgd_stacked(
     let sorted: Vec<&StackedRun<'_>> = order.iter().map(|&k| &runs[k]).collect();
     let device = resident.map_or(Device::Cpu, DeviceRows::device);
     let num_params = arch.num_params();
-    let stack = |vectors: Vec<Option<&[f32]>>| stack_vectors(&vectors, arch, device);
     let mut params = timed(Phase::Stack, device, || {
-        stack(sorted.iter().map(|run| Some(&run.params[..])).collect())
+        let vectors: Vec<_> = sorted.iter().map(|run| Some(&run.params[..])).collect();
+        stack_vectors(&vectors, arch, device)
     });
     let use_momentum = plan.momentum != 0.0;
     let takes_momentum: Vec<bool> = sorted
@@ -115,17 +115,17 @@ pub fn train_sgd_stacked(
         .collect();
     let mut buffers = takes_momentum.iter().any(|&t| t).then(|| {
         timed(Phase::Stack, device, || {
-            stack(sorted.iter().map(|&run| buffer_of(run)).collect())
+            let vectors: Vec<_> = sorted.iter().map(|&run| buffer_of(run)).collect();
+            stack_vectors(&vectors, arch, device)
         })
     });
     let proximal = sorted.iter().any(|run| run.proximal.is_some()).then(|| {
         let anchors = timed(Phase::Stack, device, || {
-            stack(
-                sorted
-                    .iter()
-                    .map(|run| run.proximal.map(|p| p.anchor))
-                    .collect(),
-            )
+            let vectors: Vec<_> = sorted
+                .iter()
+                .map(|run| run.proximal.map(|p| p.anchor))
+                .collect();
+            stack_vectors(&vectors, arch, device)
         });
         let mu: Vec<f32> = sorted
             .iter()
@@ -1133,14 +1133,6 @@ mod tests {
         }
     }
 
-    /// Convolutions stack as one grouped convolution: FedEM's CNN, the small CNN with its two
-    /// dropout layers (each run's masks from its own stream, as alone), and MobileNet-v2 with
-    /// group norm (depthwise convolutions, residuals, global pooling). MobileNet over one
-    /// step, on 64×64 images, within 5e-5: on random data from its initialisation, its group
-    /// norms magnify rounding so much that scaling a seventh of the parameters by 1 + 1e-7
-    /// moves them by 1e-4 (relative) after two steps of training alone; on 32×32 images
-    /// (1×1 pixel in the last blocks, groups of 5 values) even one gradient differs by 1e-4
-    /// of its scale between the grouped and the plain convolution, against 5e-6 here.
     #[test]
     fn transfer_groups_cover_every_vector_once_in_order() {
         let p = TRANSFER_FLOATS / 3 + 1; // two vectors a group
@@ -1180,6 +1172,14 @@ mod tests {
         }
     }
 
+    /// Convolutions stack as one grouped convolution: FedEM's CNN, the small CNN with its two
+    /// dropout layers (each run's masks from its own stream, as alone), and MobileNet-v2 with
+    /// group norm (depthwise convolutions, residuals, global pooling). MobileNet over one
+    /// step, on 64×64 images, within 5e-5: on random data from its initialisation, its group
+    /// norms magnify rounding so much that scaling a seventh of the parameters by 1 + 1e-7
+    /// moves them by 1e-4 (relative) after two steps of training alone; on 32×32 images
+    /// (1×1 pixel in the last blocks, groups of 5 values) even one gradient differs by 1e-4
+    /// of its scale between the grouped and the plain convolution, against 5e-6 here.
     #[test]
     fn stacked_convolutions_train_as_each_would_alone() {
         let small = ModelSpec::from_yaml("{kind: small_cnn, dropout: 0.25}").unwrap();

@@ -248,6 +248,11 @@ fn per_fedavg_is_deterministic_across_threads_and_reruns() {
 }
 
 #[test]
+fn fedem_with_the_authors_float32_e_step_is_deterministic_across_threads_and_reruns() {
+    check_algorithm_with("fedem", &["algorithm.e_step=float32"]);
+}
+
+#[test]
 fn ditto_is_deterministic_across_threads_and_reruns() {
     check_algorithm_with("ditto", &["algorithm.lambda=0.5"]);
 }
