@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 use tch::Device;
 
-/// The phases timed, in the order they happen in a round (and in [`PHASES`]).
+/// The phases timed, in the order they happen in a round (and in declaration order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     /// Clients' values read back from spill files into memory.
