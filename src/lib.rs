@@ -18,6 +18,7 @@
 //!    - [`models`]: tch models, local SGD and evaluation, flat parameters.
 //!    - [`topology`]: communication graphs and mixing matrices of decentralized runs.
 //!    - [`system`]: devices, links and availability that turn work into simulated durations.
+//!    - [`privacy`]: differential privacy's accountants (ε spent at δ, noise calibration).
 //! 3. [`algorithms`]: federated algorithms behind one trait, and their registry.
 //! 4. [`scenario`]: a YAML scenario read, overridden and validated into a run's settings.
 //! 5. [`actors`]: the server, the clients, the peers and the trainer pool as actix actors.
@@ -29,7 +30,7 @@
 /// The layers, bottom first: a module may import from its own layer and the ones below.
 pub const LAYERS: &[&[&str]] = &[
     &["sim", "spec", "io", "records"],
-    &["data", "models", "topology", "system"],
+    &["data", "models", "topology", "system", "privacy"],
     &["algorithms"],
     &["scenario"],
     &["actors"],
@@ -45,6 +46,7 @@ pub mod algorithms;
 pub mod data;
 pub mod io;
 pub mod models;
+pub mod privacy;
 pub mod records;
 pub mod results;
 pub mod scenario;

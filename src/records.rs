@@ -94,6 +94,20 @@ pub struct RoundRecord {
     pub late: u32,
     pub bytes_down: u64,
     pub bytes_up: u64,
+    /// With `privacy:`, the round's noise and the privacy spent so far.
+    pub privacy: Option<RoundPrivacy>,
+}
+
+/// A round of a run with `privacy:` (see [`RoundRecord`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RoundPrivacy {
+    /// σ, as given or solved for from `target_epsilon`.
+    pub noise_multiplier: f64,
+    /// The standard deviation of the noise added to this round's new global model (σ·2C over
+    /// the clients aggregated; 0 when nothing was aggregated).
+    pub noise_std: f64,
+    /// The ε spent by the end of this round, at the scenario's δ.
+    pub epsilon: f64,
 }
 
 /// What became of a training job.

@@ -10,6 +10,7 @@
 # data cut to 5 % so the set runs in minutes on 2 cores; FEMNIST and the registry data sets run
 # only where their data is present. Extra `--set` arguments for every run: FEDSIM_COMPARE_SET
 # (space-separated); only the scenarios whose path matches FEDSIM_COMPARE_MATCH (a regex).
+# Summary columns only the new binary writes: FEDSIM_COMPARE_NEW_COLUMNS (left out of its side).
 # With FEDSIM_COMPARE_VARIANTS=1, the variants below run instead: the quickstart under FedBuff,
 # with rows on demand, with Markov availability and `available_only`, with a deadline and late
 # updates, and FedGMM with a projection file (4 and 3 rounds).
@@ -27,13 +28,15 @@ same=0
 differ=0
 skipped=0
 
-# summary.csv without its wall_seconds column.
+# summary.csv without its wall_seconds column and the columns named after the file (those a
+# new binary adds: FEDSIM_COMPARE_NEW_COLUMNS, space-separated, e.g. "noise_multiplier epsilon").
 strip() { python3 -c '
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
-drop = rows[0].index("wall_seconds") if rows and "wall_seconds" in rows[0] else None
+names = ["wall_seconds"] + sys.argv[2:]
+drop = {rows[0].index(n) for n in names if rows and n in rows[0]}
 for r in rows:
-    print(",".join(v for i, v in enumerate(r) if i != drop))' "$1"; }
+    print(",".join(v for i, v in enumerate(r) if i not in drop))' "$@"; }
 
 # compare NAME ARGS...: `fedsim ARGS` with both binaries into $out/NAME/{old,new}.
 compare() {
@@ -59,7 +62,7 @@ compare() {
   done
   if [ -e "$out/$name/old/summary.csv" ] || [ -e "$out/$name/new/summary.csv" ]; then
     if ! diff -q <(strip "$out/$name/old/summary.csv" 2>/dev/null) \
-      <(strip "$out/$name/new/summary.csv" 2>/dev/null) >/dev/null; then
+      <(strip "$out/$name/new/summary.csv" ${FEDSIM_COMPARE_NEW_COLUMNS:-} 2>/dev/null) >/dev/null; then
       bad+=(summary.csv)
     fi
   fi

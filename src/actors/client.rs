@@ -110,6 +110,7 @@ impl<A: Algorithm> Client<A> {
             self.fail(round, after, after, eff);
             return;
         }
+        let base = global.clone();
         let job = TrainJob {
             client: self.id,
             round,
@@ -120,9 +121,10 @@ impl<A: Algorithm> Client<A> {
         };
         let jobs = self.jobs.clone();
         // On the pool: checked, counted and spilled before the result waits for its time.
-        let pending = self.dispatch.train(job, move |t| {
+        let pending = self.dispatch.train(job, move |mut t| {
             let finite = t.update.is_finite() && t.state.is_finite();
             let (update, update_len) = if upload {
+                jobs.privatize(&base, &mut t.update);
                 let len = jobs.algorithm.update_len(&t.update);
                 (jobs.keep(t.update), len)
             } else {

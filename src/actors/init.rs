@@ -12,6 +12,7 @@ use super::{JobContext, TrainerPool};
 use crate::algorithms::Algorithm;
 use crate::data::FederatedData;
 use crate::models::{read_models, Architecture, InitialModels, Placement};
+use crate::privacy::CentralPrivacy;
 use crate::scenario::RunSpec;
 use crate::sim::{Entity, SeedTree, SimError};
 use crate::system::{SampleCost, SystemModel};
@@ -65,13 +66,15 @@ impl SimInit {
     }
 
     /// `algorithm`'s initial global model (from the run's `model_init` stream), its jobs'
-    /// context on `placement`, and a trainer pool of `threads` threads.
+    /// context on `placement` (with `privacy`, resolved for the run's clients), and a trainer
+    /// pool of `threads` threads.
     pub(super) fn start<A: Algorithm>(
         self,
         algorithm: A,
         spec: &RunSpec,
         placement: Placement,
         threads: usize,
+        privacy: Option<CentralPrivacy>,
     ) -> Result<Started<A>, SimError> {
         let mut rng = self.seeds.rng(Entity::Run, "model_init", 0);
         let mut init = InitialModels::from(&self.arch, &mut rng, self.initial_models.as_deref());
@@ -85,7 +88,7 @@ impl SimInit {
             init_error(format!("{}: {m}", file.unwrap_or_default()))
         })?;
         let jobs = Arc::new(JobContext::new(
-            algorithm, self.arch, spec, placement, self.data,
+            algorithm, self.arch, spec, placement, self.data, privacy,
         ));
         let dispatch = Dispatch::new(TrainerPool::start(threads), jobs.clone());
         Ok(Started {

@@ -30,6 +30,7 @@ use crate::data::{ClientRows, FederatedData};
 use crate::io::{Floats, SpillStore, Stored};
 use crate::models::Architecture;
 use crate::models::Placement;
+use crate::privacy::CentralPrivacy;
 use crate::records::Split;
 use crate::records::{
     DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, MixtureRecord,
@@ -468,17 +469,20 @@ pub(crate) struct JobContext<A: Algorithm> {
     on_divergence: OnDivergence,
     /// Where idle values wait (`training.spill`), if anywhere.
     spill: Option<Arc<SpillStore>>,
+    /// Client-level privacy (`privacy:`): clients clip what they send, the server noises it.
+    privacy: Option<CentralPrivacy>,
 }
 
 impl<A: Algorithm> JobContext<A> {
     /// The context of `spec`'s jobs: `algorithm` training `arch` on `data`, with a spill file
-    /// if `training.spill` asks for one.
+    /// if `training.spill` asks for one, and `privacy` resolved for the run's clients.
     fn new(
         algorithm: A,
         arch: Architecture,
         spec: &RunSpec,
         placement: Placement,
         data: Arc<FederatedData>,
+        privacy: Option<CentralPrivacy>,
     ) -> Self {
         let spill = (spec.training.spill.store_settings())
             .map(|(min_floats, budget)| SpillStore::new(min_floats, budget));
@@ -490,6 +494,16 @@ impl<A: Algorithm> JobContext<A> {
             data,
             on_divergence: spec.on_divergence,
             spill,
+            privacy,
+        }
+    }
+
+    /// A client's fresh update as it leaves the client: with privacy, its changes from
+    /// `global` clipped to the bound and its weight made every client's.
+    fn privatize(&self, global: &A::Global, update: &mut A::Update) {
+        if let (Some(privacy), Some(hooks)) = (&self.privacy, A::PRIVATE_UPDATES) {
+            privacy.clip(&mut (hooks.sent)(global, update));
+            (hooks.equal_weight)(&self.algorithm, update);
         }
     }
 
@@ -647,6 +661,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
         observer,
     } = launch;
     let spec = spec.clone();
+    let privacy = (spec.privacy_for(data.num_clients())).map_err(SimError::Scenario)?;
     let system = actix::System::new();
     system.block_on(async move {
         let num_clients = data.num_clients() as u32;
@@ -656,7 +671,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             jobs,
             dispatch,
             system: system_model,
-        } = SimInit::new(&spec, data)?.start(algorithm, &spec, placement, threads)?;
+        } = SimInit::new(&spec, data)?.start(algorithm, &spec, placement, threads, privacy)?;
         let _drain = dispatch.pool().drain_on_drop();
         let global = Arc::new(global);
         let clients = client::Roster::new(client::RosterParts {
@@ -752,6 +767,7 @@ pub(crate) mod testkit {
             &s.run,
             Placement::default(),
             parts.data,
+            None,
         ));
         (s, jobs, Arc::new(parts.system))
     }

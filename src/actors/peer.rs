@@ -586,7 +586,7 @@ pub(super) fn simulate_peers<A: Gossip>(
             dispatch,
             system: system_model,
             ..
-        } = parts.start(algorithm, &spec, placement, threads)?;
+        } = parts.start(algorithm, &spec, placement, threads, None)?;
         let init = Arc::new(global);
         let states: Vec<A::ClientState> = (0..peers as u32)
             .map(|p| jobs.algorithm.init_client(&init, p))

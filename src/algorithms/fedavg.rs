@@ -141,10 +141,20 @@ impl FedAvg {
     }
 }
 
-/// `aggregate` (FedAvg's weighted average) and `STALE_UPDATES` (FedBuff's) for an
+/// `aggregate` (FedAvg's weighted average), `STALE_UPDATES` (FedBuff's) and
+/// `PRIVATE_UPDATES` (the sent model against the global one; each client weighs 1, so the
+/// average divides the sum of changes by the clients aggregated) for an
 /// [`Algorithm`] whose server holds one flat model and whose clients send [`ModelUpdate`]s.
 macro_rules! model_update_aggregation {
     () => {
+        const PRIVATE_UPDATES: Option<$crate::algorithms::PrivateUpdates<Self>> =
+            Some($crate::algorithms::PrivateUpdates {
+                sent: |global, update| vec![(&global[..], &mut update.params[..])],
+                equal_weight: |_, update| update.weight = 1.0,
+                divisor: |_, aggregated| aggregated as f64,
+                global: |global| vec![&mut global[..]],
+            });
+
         fn aggregate(
             &self,
             _: &Vec<f32>,

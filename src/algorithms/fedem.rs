@@ -8,7 +8,7 @@
 use super::LocalUpdate;
 use super::{
     stale_delta_average, weighted_average, AggregateStale, Algorithm, ClientReport, LocalContext,
-    SgdRun, SgdUpdate, StaleUpdate, Tested, Updates, WeightedSum,
+    PrivateUpdates, SgdRun, SgdUpdate, StaleUpdate, Tested, Updates, WeightedSum,
 };
 use crate::models::{
     confidence, sample_losses, Architecture, Gates, InitialModels, LocalPlan, MixtureGates,
@@ -103,7 +103,8 @@ impl super::AlgorithmSettings for FedEmSpec {
     type Algorithm = FedEm;
 
     fn build(&self, population: &super::Population) -> FedEm {
-        FedEm::new(self.clone(), population.participants_train)
+        let participants = population.clients - population.unseen.len();
+        FedEm::new(self.clone(), population.participants_train, participants)
     }
 
     fn validate(&self) -> Result<(), crate::spec::FieldError> {
@@ -158,13 +159,16 @@ pub struct FedEm {
     spec: FedEmSpec,
     /// n, the training samples of all clients (for p_t = n_t / n).
     total_train: f64,
+    /// The clients that take part (with privacy each weighs n / participants).
+    participants: f64,
 }
 
 impl FedEm {
-    pub fn new(spec: FedEmSpec, total_train: usize) -> Self {
+    pub fn new(spec: FedEmSpec, total_train: usize, participants: usize) -> Self {
         FedEm {
             spec,
             total_train: total_train as f64,
+            participants: participants as f64,
         }
     }
 
@@ -426,6 +430,23 @@ impl Algorithm for FedEm {
 
     const STALE_UPDATES: Option<AggregateStale<Self>> = Some(FedEm::aggregate_stale);
 
+    /// Every component sent, against its global component; every client weighs the mean
+    /// training-set size n / N, so with `unsampled: keep_global` the components move by the
+    /// sum of the changes over the N participants, with `renormalize` over those aggregated.
+    const PRIVATE_UPDATES: Option<PrivateUpdates<Self>> = Some(PrivateUpdates {
+        sent: |global, update| {
+            (global.iter().zip(&mut update.components))
+                .map(|(g, c)| (&g[..], &mut c[..]))
+                .collect()
+        },
+        equal_weight: |fedem, update| update.weight = fedem.total_train / fedem.participants,
+        divisor: |fedem, aggregated| match fedem.spec.unsampled {
+            Unsampled::KeepGlobal => fedem.participants.max(aggregated as f64),
+            Unsampled::Renormalize => aggregated as f64,
+        },
+        global: |global| global.iter_mut().map(|g| &mut g[..]).collect(),
+    });
+
     /// Each component's n_t-weighted average, visiting the updates once in client order; with
     /// `unsampled: keep_global`, the global component stands in for the clients not sampled
     /// (with their share of the training rows), added last.
@@ -583,7 +604,7 @@ mod tests {
             weight: 2.0,
         };
         let global = vec![vec![0.0], vec![0.0]];
-        let keep = FedEm::new(FedEmSpec::default(), 10);
+        let keep = FedEm::new(FedEmSpec::default(), 10, 4);
         let agg = keep.aggregate(&global, vec![(0, update)].into());
         assert_eq!(agg, vec![vec![0.2], vec![0.6]]);
         let update = FedEmUpdate {
@@ -596,10 +617,53 @@ mod tests {
                 ..Default::default()
             },
             10,
+            4,
         );
         assert_eq!(
             renorm.aggregate(&global, vec![(0, update)].into()),
             vec![vec![1.0], vec![3.0]]
         );
+    }
+
+    /// With privacy every client weighs n / N = 10 / 4: two of four clients, changes (4, 0) and
+    /// (0, 8) on both components from a global at 0, move the components by their sum over
+    /// N = 4 (`keep_global`) or over the 2 aggregated (`renormalize`); `divisor` says the same.
+    #[test]
+    fn private_updates_weigh_alike_and_divide_the_sum_as_the_aggregation_does() {
+        let hooks = FedEm::PRIVATE_UPDATES.expect("FedEM takes privacy");
+        let global = vec![vec![0.0f32], vec![0.0]];
+        for (unsampled, divisor) in [(Unsampled::KeepGlobal, 4.0), (Unsampled::Renormalize, 2.0)] {
+            let fedem = FedEm::new(
+                FedEmSpec {
+                    unsampled,
+                    ..Default::default()
+                },
+                10,
+                4,
+            );
+            let updates: Vec<(u32, FedEmUpdate)> = [(0, 4.0f32, 7.0), (1, 8.0, 1.0)]
+                .into_iter()
+                .map(|(c, x, n_t)| {
+                    let mut u = FedEmUpdate {
+                        components: vec![vec![x], vec![x]],
+                        weight: n_t,
+                    };
+                    (hooks.equal_weight)(&fedem, &mut u);
+                    assert_eq!(u.weight, 2.5);
+                    assert_eq!(
+                        (hooks.sent)(&global, &mut u).len(),
+                        2,
+                        "both components sent"
+                    );
+                    (c, u)
+                })
+                .collect();
+            assert_eq!((hooks.divisor)(&fedem, 2), divisor);
+            let moved = 12.0 / divisor as f32;
+            assert_eq!(
+                fedem.aggregate(&global, updates.into()),
+                vec![vec![moved], vec![moved]]
+            );
+        }
     }
 }

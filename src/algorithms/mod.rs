@@ -467,6 +467,11 @@ pub trait Algorithm: Send + Sync + 'static {
     /// cannot, and validation refuses such policies for it (see [`Capabilities`]).
     const STALE_UPDATES: Option<AggregateStale<Self>> = None;
 
+    /// How client-level privacy (`privacy:`) reaches this algorithm's updates, if it can:
+    /// `None` declares that it cannot, and validation refuses `privacy:` for it (see
+    /// [`Capabilities`]).
+    const PRIVATE_UPDATES: Option<PrivateUpdates<Self>> = None;
+
     /// Combines one round's updates, given in increasing client order. Visiting them one at a
     /// time ([`Updates::for_each`]) holds one in memory at a time where they were spilled;
     /// [`Updates::into_vec`] holds them all.
@@ -643,6 +648,26 @@ impl Gradients for StackedBatch<'_> {
         StackedBatch::gradients(self, params)
     }
 }
+
+/// What client-level privacy needs of an algorithm ([`Algorithm::PRIVATE_UPDATES`]): the
+/// vectors an update sends, each with the global vector it moves from (their changes are
+/// clipped together), a way to make every client weigh the same, and the global model's
+/// vectors (the server's noise goes there). With equal weights, the algorithm's aggregation of
+/// fresh updates must move the global model by the sum of the clients' changes divided by
+/// `divisor` (of the number of updates aggregated), so that one client moves it by at most
+/// C / divisor and the server's noise is scaled alike.
+pub struct PrivateUpdates<A: Algorithm + ?Sized> {
+    pub sent: SentVectors<A>,
+    pub equal_weight: fn(&A, &mut A::Update),
+    pub divisor: fn(&A, usize) -> f64,
+    pub global: fn(&mut A::Global) -> Vec<&mut [f32]>,
+}
+
+/// See [`PrivateUpdates::sent`]: `(global vector, sent vector)` pairs, in a fixed order.
+pub type SentVectors<A> = for<'a> fn(
+    &'a <A as Algorithm>::Global,
+    &'a mut <A as Algorithm>::Update,
+) -> Vec<(&'a [f32], &'a mut [f32])>;
 
 /// Combines stale updates, each with the model it started from and a staleness factor, in
 /// increasing client order: the server moves by `server_lr` times the factor-weighted average

@@ -192,6 +192,9 @@ pub struct Capabilities {
     /// update is made of local SGD runs ([`LocalUpdate::Sgd`](super::LocalUpdate::Sgd)) or of minibatch steps by its
     /// own rule ([`LocalUpdate::Batchwise`](super::LocalUpdate::Batchwise)), with a server or on peers.
     pub cohorts: bool,
+    /// Its updates take client-level differential privacy (`privacy:`): clipped against
+    /// the global model, each client counting once ([`Algorithm::PRIVATE_UPDATES`]).
+    pub private_updates: bool,
     /// Model-sized vectors each client that has trained keeps ([`Algorithm::CLIENT_MODELS`]).
     pub client_models: usize,
 }
@@ -230,6 +233,7 @@ impl Registration {
             capabilities: Capabilities {
                 decentralized: false,
                 stale_updates: <S::Algorithm as Algorithm>::STALE_UPDATES.is_some(),
+                private_updates: <S::Algorithm as Algorithm>::PRIVATE_UPDATES.is_some(),
                 cohorts: trains_in_cohorts::<S::Algorithm>(),
                 client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
             },
@@ -255,6 +259,7 @@ impl Registration {
             capabilities: Capabilities {
                 decentralized: true,
                 stale_updates: false,
+                private_updates: false,
                 cohorts: trains_in_cohorts::<S::Algorithm>(),
                 client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
             },
@@ -417,6 +422,11 @@ impl AlgorithmSpec {
     /// Whether the algorithm can aggregate stale updates.
     pub fn takes_stale_updates(&self) -> bool {
         self.capabilities().stale_updates
+    }
+
+    /// Whether the algorithm's updates take client-level differential privacy.
+    pub fn takes_privacy(&self) -> bool {
+        self.capabilities().private_updates
     }
 
     /// Checks the algorithm's own settings; a path is below `algorithm`.

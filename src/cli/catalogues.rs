@@ -7,22 +7,24 @@ use fedsim::models::Inputs;
 
 pub fn algorithms() -> Result<i32> {
     outln!(
-        "{:<12} {:<8} {:<6} {:<8} what it is",
+        "{:<12} {:<8} {:<6} {:<8} {:<8} what it is",
         "name",
         "runs on",
         "stale",
-        "cohorts"
+        "cohorts",
+        "privacy"
     );
     let yes = |b: bool| if b { "yes" } else { "no" };
     for r in fedsim::algorithms::registry::REGISTRY {
         let c = r.capabilities;
         let on = if c.decentralized { "peers" } else { "server" };
         outln!(
-            "{:<12} {:<8} {:<6} {:<8} {}",
+            "{:<12} {:<8} {:<6} {:<8} {:<8} {}",
             r.name,
             on,
             yes(c.stale_updates),
             yes(c.cohorts),
+            yes(c.private_updates),
             r.summary
         );
     }

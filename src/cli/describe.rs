@@ -53,6 +53,21 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
             None => outln!(),
         }
     }
+    if let Some(privacy) = s.run.privacy_for(data.num_clients())? {
+        let solved = if privacy.calibrated {
+            " (solved for target_epsilon)"
+        } else {
+            ""
+        };
+        outln!(
+            "  privacy: σ = {:.4}{solved}, clip {}; {} rounds spend ε = {:.4} at δ = {:e}",
+            privacy.noise_multiplier,
+            privacy.clip,
+            s.run.rounds,
+            privacy.epsilon_after(s.run.rounds as u64),
+            privacy.delta
+        );
+    }
     if let Some(path) = heatmap {
         let title = format!("{}: label shares of {} clients", s.name, data.num_clients());
         fedsim::studies::write_label_heatmap(

@@ -90,6 +90,24 @@ pub fn run(args: RunArgs) -> Result<i32> {
             outln!("    reached {} at        {t:.1} s (simulated)", pct(target));
         }
     }
+    if let (Some(spec), Some(p)) = (
+        &s.run.privacy,
+        report.summaries.first().and_then(|m| m.privacy),
+    ) {
+        let solved = match spec.target_epsilon {
+            Some(target) => format!(", solved for ε = {target}"),
+            None => String::new(),
+        };
+        outln!(
+            "  privacy spent            ε = {:.4} at δ = {:e}",
+            p.epsilon,
+            spec.delta
+        );
+        outln!(
+            "  noise multiplier         σ = {:.4}{solved}",
+            p.noise_multiplier
+        );
+    }
     outln!("  simulated time           {:.1} s", report.sim_seconds);
     outln!("  wall time                {:.1} s", report.wall_seconds);
     if let Some(bytes) = fedsim::results::peak_memory() {

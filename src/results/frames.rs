@@ -62,7 +62,7 @@ pub fn rounds_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
         })
         .collect();
     let n = rounds.len();
-    DataFrame::new_infer_height(vec![
+    let mut columns = vec![
         Column::new("run_id".into(), vec![meta.run_id.as_str(); n]),
         column("round", &rounds, |r| r.round),
         column("start_s", &rounds, |r| r.start.as_secs_f64()),
@@ -75,7 +75,15 @@ pub fn rounds_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
         column("late", &rounds, |r| r.late),
         column("bytes_down", &rounds, |r| r.bytes_down),
         column("bytes_up", &rounds, |r| r.bytes_up),
-    ])
+    ];
+    // Runs with `privacy:` only: the round's noise and the ε spent by its end.
+    if rounds.iter().any(|r| r.privacy.is_some()) {
+        columns.extend([
+            column("noise_std", &rounds, |r| r.privacy.map(|p| p.noise_std)),
+            column("epsilon", &rounds, |r| r.privacy.map(|p| p.epsilon)),
+        ]);
+    }
+    DataFrame::new_infer_height(columns)
 }
 
 /// One row per round of a decentralized run: when its last peer mixed, the consensus
@@ -320,6 +328,10 @@ pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
             s.novelty.map(|n| n.average_precision)
         }),
         column("novelty_max_f1", rows, |s| s.novelty.map(|n| n.max_f1)),
+        column("noise_multiplier", rows, |s| {
+            s.privacy.map(|p| p.noise_multiplier)
+        }),
+        column("epsilon", rows, |s| s.privacy.map(|p| p.epsilon)),
     ])
 }
 

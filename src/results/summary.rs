@@ -2,7 +2,9 @@
 
 use crate::records::ModelKind;
 use crate::records::Split;
-use crate::records::{DivergenceRecord, EarlyEndRecord, EvalRecord, NoveltyRecord, Record};
+use crate::records::{
+    DivergenceRecord, EarlyEndRecord, EvalRecord, NoveltyRecord, Record, RoundPrivacy,
+};
 use std::collections::BTreeMap;
 
 /// Fairness figures over per-client accuracies.
@@ -102,6 +104,9 @@ pub struct Summary {
     /// Novel-sample detection at the last evaluation (data sets with novel rows, algorithms
     /// that score them).
     pub novelty: Option<super::NoveltyFigures>,
+    /// With `privacy:`, σ and the ε the whole run spent (at the scenario's δ), as of its
+    /// last round.
+    pub privacy: Option<RoundPrivacy>,
 }
 
 /// What the summaries need of a run's records, gathered as they go past in event order, so a
@@ -116,6 +121,8 @@ pub struct SummaryInputs {
     ended_early: Option<EarlyEndRecord>,
     gossip: GossipInputs,
     novelty: Vec<NoveltyRecord>,
+    /// The last round's privacy figures (runs with `privacy:`).
+    privacy: Option<RoundPrivacy>,
 }
 
 /// One group's evaluations (see [`SummaryInputs`]).
@@ -176,6 +183,7 @@ impl SummaryInputs {
             Record::Eval(e) => self.groups.entry((e.unseen, e.model)).or_default().see(e),
             Record::Diverged(d) if self.divergence.is_none() => self.divergence = Some(d.clone()),
             Record::EndedEarly(e) => self.ended_early = Some(e.clone()),
+            Record::Round(r) if r.privacy.is_some() => self.privacy = r.privacy,
             Record::Gossip(g) => {
                 let gossip = &mut self.gossip;
                 gossip.gap_sum += g.spectral_gap;
@@ -250,6 +258,7 @@ impl Summary {
                 s.ended_early = inputs.ended_early.clone();
                 s.novelty = super::NoveltyFigures::of_round(&inputs.novelty, unseen);
                 s.time_to_target_s = target_accuracy.and_then(|t| group.time_to(t));
+                s.privacy = inputs.privacy;
                 (s.spectral_gap_mean, s.consensus_distance_final) = inputs.gossip_figures();
                 s
             })
@@ -297,6 +306,7 @@ impl Summary {
             divergence: None,
             ended_early: None,
             novelty: None,
+            privacy: None,
         }
     }
 }

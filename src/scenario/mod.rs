@@ -19,7 +19,7 @@ use crate::models::ModelSpec;
 use crate::models::{LocalPlan, LocalWork};
 use crate::spec::FieldError;
 use crate::spec::{check_client_counts, OnDivergence};
-use crate::spec::{EvaluationPlan, PolicySpec, RawEvaluation, RawSampling, Sampling};
+use crate::spec::{EvaluationPlan, PolicySpec, RawEvaluation, RawSampling, Sampling, Strategy};
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
 use serde_yaml::Value;
@@ -92,6 +92,27 @@ pub struct RunSpec {
     pub topology: Option<TopologySpec>,
     /// What a run does when its numbers stop being finite.
     pub on_divergence: OnDivergence,
+    /// Client-level differential privacy, resolved against the clients when the run starts.
+    pub privacy: Option<crate::privacy::PrivacySpec>,
+}
+
+impl RunSpec {
+    /// `privacy:` for a run over `clients` clients (held-out ones included): the accountant's
+    /// sampling is the round's selection among the participants, and a `target_epsilon` is
+    /// turned into σ for the scenario's rounds. `None` without `privacy:`.
+    pub fn privacy_for(
+        &self,
+        clients: usize,
+    ) -> Result<Option<crate::privacy::CentralPrivacy>, FieldError> {
+        let Some(privacy) = &self.privacy else {
+            return Ok(None);
+        };
+        let participants = clients - (self.unseen_fraction * clients as f64).floor() as usize;
+        let per_round = self.sampling.to_select(participants);
+        (privacy.resolve(participants, per_round, self.rounds))
+            .map(Some)
+            .map_err(|e| e.within("privacy"))
+    }
 }
 
 /// A checked scenario, ready to run.
@@ -446,6 +467,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         );
     }
     validate_decentralized(&raw)?;
+    validate_privacy(&raw, &sampling)?;
     // With a data set of known size, check the client counts now (else when it is loaded).
     if let Some(clients) = raw.data.num_clients() {
         check_client_counts(clients, unseen_fraction, &sampling, &evaluation)?;
@@ -465,6 +487,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         unseen_fraction,
         topology: raw.topology,
         on_divergence: raw.on_divergence,
+        privacy: raw.privacy,
     };
     Ok(Scenario {
         name: raw.name.clone(),
@@ -479,6 +502,39 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         text: String::new(),
         notes: Vec::new(),
     })
+}
+
+/// `privacy:` holds for algorithms that declare private updates, in synchronous rounds of
+/// clients drawn uniformly without replacement (what its accountant assumes).
+fn validate_privacy(raw: &RawScenario, sampling: &Sampling) -> Result<(), FieldError> {
+    let Some(privacy) = &raw.privacy else {
+        return Ok(());
+    };
+    privacy.validate().map_err(|e| e.within("privacy"))?;
+    let bad = |message: String| Err(FieldError::new("privacy".into(), message));
+    if !raw.algorithm.takes_privacy() {
+        return bad(format!(
+            "`{}` does not take client-level privacy (its aggregation is not a sum of what \
+             clients send over a fixed count); use it with {}",
+            raw.algorithm.name(),
+            Registration::names_where(|c| c.private_updates)
+        ));
+    }
+    if raw.policy.needs_stale_updates() {
+        return bad(
+            "needs synchronous rounds without late updates (the accountant counts one noised \
+             aggregation of the round's clients per round)"
+                .into(),
+        );
+    }
+    if sampling.strategy != Strategy::Uniform {
+        return bad(
+            "needs `sampling.strategy: uniform` (the accountant assumes clients drawn uniformly \
+             without replacement)"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// A run has a `topology` exactly when its algorithm is decentralized, and then none of the

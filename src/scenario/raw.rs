@@ -68,6 +68,10 @@ pub struct RawScenario {
     /// server; algorithms `d_psgd` and `d_fedem`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<TopologySpec>,
+    /// Client-level differential privacy (DP-FedAvg): each client's update clipped, Gaussian
+    /// noise on the server's sum, ε spent reported after every round.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy: Option<crate::privacy::PrivacySpec>,
     /// When a client, a peer or the server first sees NaN or infinite numbers: `stop` the run
     /// there (default) or `continue`. Either way `summary.csv` says the run diverged, and when.
     #[serde(default, skip_serializing_if = "OnDivergence::is_stop")]

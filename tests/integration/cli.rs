@@ -118,14 +118,15 @@ fn algorithms_lists_the_registry_with_capabilities() {
             .find(|l| l.split_whitespace().next() == Some(name))
             .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
             .split_whitespace()
-            .take(3)
+            .take(5)
             .collect::<Vec<_>>()
             .join(" ")
     };
-    assert_eq!(row("fedavg"), "fedavg server yes");
-    assert_eq!(row("fedgmm"), "fedgmm server no");
-    assert_eq!(row("pfedme"), "pfedme server no");
-    assert_eq!(row("d_fedem"), "d_fedem peers no");
+    // name, runs on, stale updates, cohorts, privacy.
+    assert_eq!(row("fedavg"), "fedavg server yes yes yes");
+    assert_eq!(row("fedgmm"), "fedgmm server no yes no");
+    assert_eq!(row("pfedme"), "pfedme server no yes no");
+    assert_eq!(row("d_fedem"), "d_fedem peers no yes no");
     assert_eq!(
         text.lines().count(),
         1 + fedsim::algorithms::registry::REGISTRY.len()

@@ -13,6 +13,7 @@ mod hardening;
 mod paper;
 mod parquet_data;
 mod population;
+mod privacy;
 mod real_data;
 mod scale;
 mod scenario_errors;

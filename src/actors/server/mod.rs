@@ -30,7 +30,9 @@ use super::{
 };
 use crate::algorithms::{Algorithm, Finite, StaleUpdate, Updates};
 use crate::io::Stored;
-use crate::records::{DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundRecord};
+use crate::records::{
+    DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundPrivacy, RoundRecord,
+};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::spec::PolicySpec;
 use crate::spec::Sampling;
@@ -281,6 +283,10 @@ struct Core<A: Algorithm> {
     /// The last round has been aggregated: start no more jobs.
     finished: bool,
     watch: DivergenceWatch,
+    /// Aggregations released with privacy's noise so far (what the accountant composes).
+    private_releases: u64,
+    /// The noise's standard deviation in this round's aggregation.
+    noise_std: f64,
 }
 
 pub(super) struct Server<A: Algorithm> {
@@ -301,6 +307,8 @@ impl<A: Algorithm> Server<A> {
                 online: None,
                 finished: false,
                 watch: DivergenceWatch::new(cfg.algorithm.on_divergence),
+                private_releases: 0,
+                noise_std: 0.0,
                 cfg,
             },
         }
@@ -456,10 +464,14 @@ impl<A: Algorithm> Core<A> {
             ))
         };
         let next = if held.iter().all(|h| h.staleness == 0) && server_lr == 1.0 {
+            let aggregated = held.len();
             let updates = Updates::new(held.into_iter().map(|h| (h.client, h.update)).collect());
             // A spilled update that cannot be read back panics inside: the run's error.
             let aggregate = || self.alg().aggregate(&self.global, updates);
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(aggregate)).map_err(failed)?
+            let mut next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(aggregate))
+                .map_err(failed)?;
+            self.add_privacy_noise(&mut next, aggregated);
+            next
         } else {
             // Stale aggregations take their updates all at once.
             let loaded: Vec<ReadBack<A>> = held
@@ -493,10 +505,30 @@ impl<A: Algorithm> Core<A> {
         Ok(())
     }
 
+    /// With privacy, Gaussian noise on the new global model `next`, made of `aggregated`
+    /// clipped updates, from the server's `privacy_noise` stream of this round.
+    fn add_privacy_noise(&mut self, next: &mut A::Global, aggregated: usize) {
+        let (Some(privacy), Some(hooks)) = (&self.cfg.algorithm.privacy, A::PRIVATE_UPDATES) else {
+            return;
+        };
+        let mut rng = (self.cfg.seeds).rng(Entity::Server, "privacy_noise", self.round as u64);
+        let std = privacy.noise_std((hooks.divisor)(self.alg(), aggregated));
+        crate::privacy::CentralPrivacy::add_noise(&mut (hooks.global)(next), std, &mut rng);
+        self.private_releases += 1;
+        self.noise_std = std;
+    }
+
     /// Records the round's counts (ended at `now`), then the divergence check, evaluations
     /// and the final models after the aggregation that completed `self.round`.
     fn end_round(&mut self, now: SimTime, eff: &mut FlEffects<A>) {
         self.counts.end = now;
+        if let Some(privacy) = &self.cfg.algorithm.privacy {
+            self.counts.privacy = Some(RoundPrivacy {
+                noise_multiplier: privacy.noise_multiplier,
+                noise_std: std::mem::take(&mut self.noise_std),
+                epsilon: privacy.epsilon_after(self.private_releases),
+            });
+        }
         eff.record(Record::Round(std::mem::take(&mut self.counts)));
         let round = self.round;
         let finite = self.global.is_finite();

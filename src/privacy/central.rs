@@ -1,0 +1,303 @@
+//! Client-level differential privacy with a trusted server (DP-FedAvg, McMahan et al. 2018):
+//! `privacy:` as written ([`PrivacySpec`]) and as a run applies it ([`CentralPrivacy`]).
+//!
+//! Each client's change from the global model it started from is scaled down to L2 norm at
+//! most C (every vector it sends, as one); every client weighs the same in the aggregation; the
+//! server adds Gaussian noise of standard deviation σ·S to the sum of the changes (on the new
+//! model: divided as the aggregation divides the sum), where S is the sum's sensitivity. fedsim simulates a fixed number K of the N participants each round,
+//! drawn uniformly without replacement, so two neighbouring federations differ in one
+//! client's data (replace-one, N public) and S = 2C; the accountant is that of sampling
+//! without replacement (Wang et al. 2019) at q = K/N. With every client in every round it is
+//! the plain Gaussian mechanism. Clients dropped after selection (deadlines, dropouts,
+//! over-selection) only remove terms from the sum: that cannot raise its sensitivity, and who
+//! drops depends on the system model, never on the data.
+//!
+//! This room does the arithmetic only (clip, noise, ε); the actors decide when. Noise is drawn
+//! from the stream the caller passes, one standard normal per coordinate in order.
+
+use super::accounting::{calibrate_noise_multiplier, RdpAccountant, Sampling, SubsampledGaussian};
+use crate::spec::FieldError;
+use rand::Rng;
+use rand_distr::StandardNormal;
+use serde::{Deserialize, Serialize};
+
+/// Client-level differential privacy (`privacy:`): each client's update clipped, Gaussian
+/// noise added to the server's sum, and the ε spent reported after every round.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrivacySpec {
+    /// C: each client's update (its change from the global model it started from, every
+    /// vector it sends taken as one) is scaled down to at most this L2 norm.
+    pub clip: f64,
+    /// σ: the server adds Gaussian noise of standard deviation σ·2C (2C: the sensitivity of
+    /// the sum when one client's data are replaced) to the sum of the clipped updates; 0 adds
+    /// none (ε is then infinite). Give this or `target_epsilon`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_multiplier: Option<f64>,
+    /// The ε the whole run may spend: the smallest σ that spends at most this (to within 1 %)
+    /// is solved for before the run and reported. Give this or `noise_multiplier`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_epsilon: Option<f64>,
+    /// δ of the (ε, δ) guarantee, in (0, 1); below 1/N for N clients is the usual choice.
+    #[serde(default = "default_delta")]
+    pub delta: f64,
+}
+
+fn default_delta() -> f64 {
+    1e-5
+}
+
+impl PrivacySpec {
+    /// The settings' own checks (paths below `privacy`); the run's sizes are checked by
+    /// [`PrivacySpec::resolve`].
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let bad = |path: &str, message: String| Err(FieldError::new(path.into(), message));
+        if !(self.clip > 0.0 && self.clip.is_finite()) {
+            return bad(
+                "clip",
+                format!("must be a positive number, got {}", self.clip),
+            );
+        }
+        match (self.noise_multiplier, self.target_epsilon) {
+            (Some(_), Some(_)) => {
+                return bad(
+                    "target_epsilon",
+                    "give either `noise_multiplier` or `target_epsilon`, not both".into(),
+                )
+            }
+            (None, None) => {
+                return bad(
+                    "noise_multiplier",
+                    "give `noise_multiplier` (σ ≥ 0) or `target_epsilon` (ε > 0)".into(),
+                )
+            }
+            (Some(s), None) if !(s >= 0.0 && s.is_finite()) => {
+                return bad("noise_multiplier", format!("must be a number ≥ 0, got {s}"))
+            }
+            (None, Some(e)) if !(e > 0.0 && e.is_finite()) => {
+                return bad(
+                    "target_epsilon",
+                    format!("must be a positive number, got {e}"),
+                )
+            }
+            _ => {}
+        }
+        if !(self.delta > 0.0 && self.delta < 1.0) {
+            return bad("delta", format!("must be in (0, 1), got {}", self.delta));
+        }
+        Ok(())
+    }
+
+    /// The mechanism of a run of `rounds` rounds that draws `per_round` of `population`
+    /// clients each round; a `target_epsilon` is turned into σ here.
+    pub fn resolve(
+        &self,
+        population: usize,
+        per_round: usize,
+        rounds: u32,
+    ) -> Result<CentralPrivacy, FieldError> {
+        self.validate()?;
+        let sampling = Sampling::FixedSize {
+            sample: per_round as u64,
+            population: population as u64,
+        };
+        let noise_multiplier = match (self.noise_multiplier, self.target_epsilon) {
+            (Some(sigma), _) => sigma,
+            (None, Some(target)) => {
+                calibrate_noise_multiplier(sampling, rounds as u64, target, self.delta)
+                    .map_err(|e| FieldError::new("target_epsilon".into(), e.to_string()))?
+            }
+            (None, None) => unreachable!("validated"),
+        };
+        let mechanism = SubsampledGaussian {
+            sampling,
+            noise_multiplier,
+        };
+        let accountant = RdpAccountant::default();
+        let one_round = mechanism.rdp(accountant.orders());
+        Ok(CentralPrivacy {
+            clip: self.clip,
+            noise_multiplier,
+            calibrated: self.target_epsilon.is_some(),
+            delta: self.delta,
+            sampling,
+            one_round,
+        })
+    }
+}
+
+/// Client-level DP as a run applies it: clip on the clients, noise on the server, ε by round.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CentralPrivacy {
+    pub clip: f64,
+    /// σ, as given or solved for from `target_epsilon`.
+    pub noise_multiplier: f64,
+    /// Whether σ was solved for (`target_epsilon`).
+    pub calibrated: bool,
+    pub delta: f64,
+    /// How a round draws its clients, for the accountant.
+    pub sampling: Sampling,
+    /// One round's RDP at the accountant's default orders.
+    one_round: Vec<f64>,
+}
+
+impl CentralPrivacy {
+    /// The sensitivity of the sum of clipped updates: 2C (one client's data replaced).
+    pub fn sensitivity(&self) -> f64 {
+        2.0 * self.clip
+    }
+
+    /// Scales each `(base, sent)` pair's change `sent − base` by min(1, C/‖Δ‖), ‖Δ‖ the L2 norm
+    /// of all the changes together (f64, in order); returns ‖Δ‖ before clipping. An update
+    /// within the bound is left exactly as it was.
+    pub fn clip(&self, pairs: &mut [(&[f32], &mut [f32])]) -> f64 {
+        let mut squares = 0.0f64;
+        for (base, sent) in pairs.iter() {
+            assert_eq!(
+                base.len(),
+                sent.len(),
+                "a sent vector and its base differ in length"
+            );
+            for (&b, &s) in base.iter().zip(sent.iter()) {
+                let d = s as f64 - b as f64;
+                squares += d * d;
+            }
+        }
+        let norm = squares.sqrt();
+        if norm > self.clip {
+            let factor = self.clip / norm;
+            for (base, sent) in pairs.iter_mut() {
+                for (&b, s) in base.iter().zip(sent.iter_mut()) {
+                    *s = (b as f64 + factor * (*s as f64 - b as f64)) as f32;
+                }
+            }
+        }
+        norm
+    }
+
+    /// The standard deviation of the noise on a global model that moves by the sum of the
+    /// clients' clipped changes divided by `divisor` (the clients aggregated, for a plain
+    /// average): σ·2C/`divisor`, the sum's noise divided like the sum.
+    pub fn noise_std(&self, divisor: f64) -> f64 {
+        self.noise_multiplier * self.sensitivity() / divisor
+    }
+
+    /// Adds N(0, `std`²) to every coordinate of `vectors`, in order, one standard normal each
+    /// from `rng` (nothing is drawn when `std` is 0).
+    pub fn add_noise(vectors: &mut [&mut [f32]], std: f64, rng: &mut impl Rng) {
+        if std == 0.0 {
+            return;
+        }
+        for v in vectors.iter_mut() {
+            for x in v.iter_mut() {
+                let z: f64 = rng.sample(StandardNormal);
+                *x = (*x as f64 + std * z) as f32;
+            }
+        }
+    }
+
+    /// ε at δ after `rounds` noised releases (∞ without noise).
+    pub fn epsilon_after(&self, rounds: u64) -> f64 {
+        let mut accountant = RdpAccountant::default();
+        accountant.compose_rdp(&self.one_round, rounds);
+        accountant.epsilon(self.delta).0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha20Rng;
+
+    fn spec(yaml: &str) -> PrivacySpec {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    fn resolved(yaml: &str) -> CentralPrivacy {
+        spec(yaml).resolve(100, 10, 50).unwrap()
+    }
+
+    /// Δ = (3, 4) and (0, 12) together: ‖Δ‖ = 13; C = 6.5 halves every change.
+    #[test]
+    fn clipping_by_hand() {
+        let p = resolved("{clip: 6.5, noise_multiplier: 1}");
+        let (b1, b2) = ([1.0f32, 1.0], [0.0f32, 2.0]);
+        let (mut s1, mut s2) = ([4.0f32, 5.0], [0.0f32, 14.0]);
+        let norm = p.clip(&mut [(&b1, &mut s1), (&b2, &mut s2)]);
+        assert_eq!(norm, 13.0);
+        assert_eq!((s1, s2), ([2.5, 3.0], [0.0, 8.0]));
+        // Within the bound: untouched, bit for bit.
+        let mut s3 = [1.25f32, 0.1];
+        assert!(p.clip(&mut [(&[1.0, 0.0], &mut s3)]) < 6.5);
+        assert_eq!(s3, [1.25, 0.1]);
+    }
+
+    #[test]
+    fn noise_is_the_streams_and_has_the_asked_spread() {
+        let p = resolved("{clip: 0.5, noise_multiplier: 2}");
+        assert_eq!(p.sensitivity(), 1.0);
+        assert_eq!(p.noise_std(4.0), 0.5);
+        let noised = |seed| {
+            let mut v = vec![0.0f32; 20_000];
+            let mut rng = ChaCha20Rng::seed_from_u64(seed);
+            CentralPrivacy::add_noise(&mut [&mut v[..]], p.noise_std(4.0), &mut rng);
+            v
+        };
+        let v = noised(7);
+        assert_eq!(v, noised(7), "the same stream, the same noise");
+        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64;
+        // 20 000 draws: the mean within 4 standard errors, the std within 2 %.
+        assert!(
+            mean.abs() < 4.0 * 0.5 / (v.len() as f64).sqrt(),
+            "mean {mean}"
+        );
+        assert!((var.sqrt() - 0.5).abs() < 0.01, "std {}", var.sqrt());
+        let mut untouched = vec![1.0f32; 3];
+        let mut rng = ChaCha20Rng::seed_from_u64(1);
+        CentralPrivacy::add_noise(&mut [&mut untouched[..]], 0.0, &mut rng);
+        assert_eq!(untouched, vec![1.0; 3]);
+    }
+
+    #[test]
+    fn epsilon_grows_with_rounds_and_is_infinite_without_noise() {
+        let p = resolved("{clip: 1, noise_multiplier: 1}");
+        assert_eq!(
+            p.sampling,
+            Sampling::FixedSize {
+                sample: 10,
+                population: 100
+            }
+        );
+        let (e1, e50) = (p.epsilon_after(1), p.epsilon_after(50));
+        assert!(0.0 < e1 && e1 < e50 && e50.is_finite(), "{e1} {e50}");
+        assert_eq!(
+            resolved("{clip: 1, noise_multiplier: 0}").epsilon_after(1),
+            f64::INFINITY
+        );
+    }
+
+    #[test]
+    fn a_target_epsilon_is_met_over_the_run() {
+        let p = resolved("{clip: 1, target_epsilon: 4, delta: 1e-6}");
+        assert!(p.calibrated);
+        let eps = p.epsilon_after(50);
+        assert!((0.99 * 4.0..=4.0).contains(&eps), "{eps}");
+    }
+
+    #[test]
+    fn bad_settings_name_their_field() {
+        let path = |yaml: &str| spec(yaml).validate().unwrap_err().path;
+        assert_eq!(path("{clip: 0, noise_multiplier: 1}"), "clip");
+        assert_eq!(path("{clip: 1, noise_multiplier: -1}"), "noise_multiplier");
+        assert_eq!(path("{clip: 1}"), "noise_multiplier");
+        assert_eq!(
+            path("{clip: 1, noise_multiplier: 1, target_epsilon: 2}"),
+            "target_epsilon"
+        );
+        assert_eq!(path("{clip: 1, target_epsilon: -2}"), "target_epsilon");
+        assert_eq!(path("{clip: 1, noise_multiplier: 1, delta: 1}"), "delta");
+        assert!(serde_yaml::from_str::<PrivacySpec>("{clip: 1, sigma: 1}").is_err());
+    }
+}

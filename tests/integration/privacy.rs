@@ -1,0 +1,233 @@
+//! Client-level differential privacy (`privacy:`): the same results whatever the thread count,
+//! clipping that bounds what a round moves, the noise and the ε the run reports, and bad
+//! settings refused with their field.
+
+use crate::common::{error, scenario, SMALL};
+use fedsim::models::{read_models, Architecture, InputShape, ModelSpec};
+use fedsim::privacy::{RdpAccountant, Sampling, SubsampledGaussian};
+use fedsim::records::Record;
+use fedsim::results::{differing_files, read_parquet, run_scenario, simulate_scenario, RunOptions};
+use std::path::Path;
+
+fn run(overrides: &[&str], threads: usize, dir: &Path) {
+    let opts = RunOptions {
+        out_dir: dir.to_path_buf(),
+        threads,
+        progress: false,
+        force: false,
+        save_models: true,
+    };
+    run_scenario(&scenario(SMALL, overrides), &opts).expect("run succeeds");
+}
+
+/// The first row's value of `column` in a `summary.csv` text.
+fn summary_value(text: &str, column: &str) -> f64 {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let at = header.iter().position(|&c| c == column).unwrap();
+    lines
+        .next()
+        .unwrap()
+        .split(',')
+        .nth(at)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn floats(df: &polars::prelude::DataFrame, name: &str) -> Vec<f64> {
+    let column = df.column(name).unwrap().f64().unwrap();
+    column.into_no_null_iter().collect()
+}
+
+/// Clipping on the clients and noise on the server (FedAvg; Ditto spilled; FedEM's three
+/// components) give identical result files with 1, 2 and 4 threads, and on a rerun.
+#[test]
+fn private_runs_are_deterministic_across_threads_and_reruns() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, extra) in [
+        ("fedavg", vec!["privacy={clip: 0.5, noise_multiplier: 1.0}"]),
+        (
+            "ditto",
+            vec![
+                "algorithm={name: ditto, lambda: 0.1}",
+                "privacy={clip: 0.5, target_epsilon: 8}",
+                "training.spill=always",
+            ],
+        ),
+        (
+            "fedem",
+            vec![
+                "algorithm={name: fedem, components: 3}",
+                "privacy={clip: 0.5, noise_multiplier: 0.8}",
+            ],
+        ),
+    ] {
+        let dir = |t: &str| tmp.path().join(format!("{name}-{t}"));
+        for (label, threads) in [("1", 1), ("2", 2), ("4", 4), ("again", 2)] {
+            run(&extra, threads, &dir(label));
+        }
+        for other in ["2", "4", "again"] {
+            let differ = differing_files(&dir("1"), &dir(other));
+            assert!(
+                differ.is_empty(),
+                "{name}: 1 thread vs {other}: {differ:?} differ"
+            );
+        }
+    }
+}
+
+/// rounds.parquet holds each round's noise (σ·2C/K) and the ε spent so far, which is the
+/// accountant's for sampling K of N without replacement; summary.csv holds σ and the last ε;
+/// a `target_epsilon` is spent to within 1 %, never more.
+#[test]
+fn rounds_and_summary_report_the_noise_and_the_privacy_spent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    run(
+        &["privacy={clip: 2.0, target_epsilon: 3, delta: 1.0e-6}"],
+        2,
+        &dir,
+    );
+    let rounds = read_parquet(&dir.join("rounds.parquet")).unwrap();
+    let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+    let sigma = summary_value(&summary, "noise_multiplier");
+    let epsilon = floats(&rounds, "epsilon");
+    assert_eq!(epsilon.len(), 4);
+    // SMALL: 24 clients, half of them a round.
+    let mechanism = SubsampledGaussian {
+        sampling: Sampling::FixedSize {
+            sample: 12,
+            population: 24,
+        },
+        noise_multiplier: sigma,
+    };
+    for (round, &eps) in epsilon.iter().enumerate() {
+        let mut accountant = RdpAccountant::default();
+        accountant.compose(&mechanism, round as u64 + 1);
+        assert_eq!(eps, accountant.epsilon(1e-6).0, "round {}", round + 1);
+    }
+    assert!(epsilon.windows(2).all(|w| w[0] < w[1]), "{epsilon:?}");
+    assert_eq!(summary_value(&summary, "epsilon"), epsilon[3]);
+    assert!((0.99 * 3.0..=3.0).contains(&epsilon[3]), "{}", epsilon[3]);
+    let completed = rounds.column("completed").unwrap().u32().unwrap();
+    for (std, k) in floats(&rounds, "noise_std")
+        .iter()
+        .zip(completed.into_no_null_iter())
+    {
+        assert_eq!(*std, sigma * 2.0 * 2.0 / k as f64);
+    }
+
+    // Without privacy the tables keep their columns and the summary's stay empty.
+    let plain = tmp.path().join("plain");
+    run(&[], 1, &plain);
+    let rounds = read_parquet(&plain.join("rounds.parquet")).unwrap();
+    assert!(rounds.column("epsilon").is_err());
+    let text = std::fs::read_to_string(plain.join("summary.csv")).unwrap();
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .ends_with(",noise_multiplier,epsilon"),
+        "{text}"
+    );
+    assert!(text.lines().nth(1).unwrap().ends_with(",,"), "{text}");
+}
+
+/// With σ = 0 and full participation, a round moves the global model by the average of the
+/// clients' clipped changes, so by at most C (here 0.01; the same round unclipped moves it by
+/// more than 0.05).
+#[test]
+fn clipping_bounds_how_far_a_round_moves_the_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = tmp.path().join("first");
+    run(&["rounds=1", "sampling.fraction=1.0"], 1, &first);
+    let start = first.join("models.safetensors");
+    let init = format!(
+        "model={{kind: linear, init: {{from: {}}}}}",
+        start.display()
+    );
+    let arch = Architecture::for_input(
+        &ModelSpec::from_yaml("{kind: linear}").unwrap(),
+        InputShape::Flat(20),
+        2,
+    );
+    let before = &read_models(&start, &arch).unwrap()[0];
+    let moved = |clip: f64| {
+        let privacy = format!("privacy={{clip: {clip}, noise_multiplier: 0}}");
+        let s = scenario(
+            SMALL,
+            &["rounds=1", "sampling.fraction=1.0", &init, &privacy],
+        );
+        let out = simulate_scenario(&s, 2, |_| {}).unwrap();
+        let after = out
+            .records
+            .iter()
+            .find_map(|r| match r {
+                Record::FinalModels(m) => Some(m[0].clone()),
+                _ => None,
+            })
+            .unwrap();
+        let squares: f64 = (after.iter().zip(before))
+            .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+            .sum();
+        squares.sqrt()
+    };
+    let (tight, loose) = (moved(0.01), moved(1e6));
+    assert!(
+        tight > 0.0 && tight <= 0.01 * (1.0 + 1e-5),
+        "moved {tight} with C = 0.01"
+    );
+    assert!(loose > 0.05, "unclipped, the round moves {loose}");
+}
+
+#[test]
+fn bad_privacy_settings_are_refused_with_their_field() {
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["privacy={clip: 1, noise_multiplier: -1}"],
+            "privacy.noise_multiplier",
+        ),
+        (
+            &["privacy={clip: 1, target_epsilon: 2, delta: 1}"],
+            "privacy.delta",
+        ),
+        (&["privacy={clip: 0, target_epsilon: 2}"], "privacy.clip"),
+        (
+            &[
+                "privacy={clip: 1, target_epsilon: 2}",
+                "algorithm={name: pfedme}",
+            ],
+            "does not take client-level privacy",
+        ),
+        (
+            &[
+                "privacy={clip: 1, target_epsilon: 2}",
+                "policy={kind: fedbuff, concurrency: 4, buffer_size: 2}",
+                "sampling={}",
+            ],
+            "synchronous rounds",
+        ),
+        (
+            &[
+                "privacy={clip: 1, target_epsilon: 2}",
+                "sampling.strategy=weighted",
+            ],
+            "sampling.strategy: uniform",
+        ),
+    ];
+    for (overrides, expected) in cases {
+        let e = error(SMALL, overrides);
+        assert!(e.contains(expected), "{overrides:?}: {e}");
+    }
+    let e = error(
+        SMALL,
+        &["privacy={clip: 1, noise_multiplier: 1, target_epsilon: 2}"],
+    );
+    assert!(
+        e.contains("privacy.target_epsilon") && e.contains("not both"),
+        "{e}"
+    );
+    let e = error(SMALL, &["privacy={clip: 1, sigma: 2}"]);
+    assert!(e.contains("sigma"), "{e}");
+}
