@@ -9,6 +9,7 @@ use super::{
 };
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::io::Stored;
+use crate::privacy::Mechanism;
 use crate::records::DivergenceStage;
 use crate::records::Split;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
@@ -111,6 +112,13 @@ impl<A: Algorithm> Client<A> {
             return;
         }
         let base = global.clone();
+        // Local privacy's noise: the client's own stream for this job.
+        let mut noise = (self.jobs.privacy.as_ref())
+            .filter(|p| p.mechanism == Mechanism::Local)
+            .map(|_| {
+                self.seeds
+                    .rng(Entity::Client(self.id), "privacy_noise", job)
+            });
         let job = TrainJob {
             client: self.id,
             round,
@@ -124,7 +132,7 @@ impl<A: Algorithm> Client<A> {
         let pending = self.dispatch.train(job, move |mut t| {
             let finite = t.update.is_finite() && t.state.is_finite();
             let (update, update_len) = if upload {
-                jobs.privatize(&base, &mut t.update);
+                jobs.privatize(&base, &mut t.update, noise.as_mut());
                 let len = jobs.algorithm.update_len(&t.update);
                 (jobs.keep(t.update), len)
             } else {

@@ -12,7 +12,7 @@ use super::{JobContext, TrainerPool};
 use crate::algorithms::Algorithm;
 use crate::data::FederatedData;
 use crate::models::{read_models, Architecture, InitialModels, Placement};
-use crate::privacy::CentralPrivacy;
+use crate::privacy::ClientLevelPrivacy;
 use crate::scenario::RunSpec;
 use crate::sim::{Entity, SeedTree, SimError};
 use crate::system::{SampleCost, SystemModel};
@@ -74,7 +74,7 @@ impl SimInit {
         spec: &RunSpec,
         placement: Placement,
         threads: usize,
-        privacy: Option<CentralPrivacy>,
+        privacy: Option<ClientLevelPrivacy>,
     ) -> Result<Started<A>, SimError> {
         let mut rng = self.seeds.rng(Entity::Run, "model_init", 0);
         let mut init = InitialModels::from(&self.arch, &mut rng, self.initial_models.as_deref());

@@ -30,7 +30,7 @@ use crate::data::{ClientRows, FederatedData};
 use crate::io::{Floats, SpillStore, Stored};
 use crate::models::Architecture;
 use crate::models::Placement;
-use crate::privacy::CentralPrivacy;
+use crate::privacy::{ClientLevelPrivacy, Mechanism};
 use crate::records::Split;
 use crate::records::{
     DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, MixtureRecord,
@@ -46,6 +46,7 @@ use crate::system::{Link, SystemModel};
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use client::Client;
+use rand_chacha::ChaCha20Rng;
 use server::Server;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -470,7 +471,7 @@ pub(crate) struct JobContext<A: Algorithm> {
     /// Where idle values wait (`training.spill`), if anywhere.
     spill: Option<Arc<SpillStore>>,
     /// Client-level privacy (`privacy:`): clients clip what they send, the server noises it.
-    privacy: Option<CentralPrivacy>,
+    privacy: Option<ClientLevelPrivacy>,
 }
 
 impl<A: Algorithm> JobContext<A> {
@@ -482,7 +483,7 @@ impl<A: Algorithm> JobContext<A> {
         spec: &RunSpec,
         placement: Placement,
         data: Arc<FederatedData>,
-        privacy: Option<CentralPrivacy>,
+        privacy: Option<ClientLevelPrivacy>,
     ) -> Self {
         let spill = (spec.training.spill.store_settings())
             .map(|(min_floats, budget)| SpillStore::new(min_floats, budget));
@@ -499,10 +500,22 @@ impl<A: Algorithm> JobContext<A> {
     }
 
     /// A client's fresh update as it leaves the client: with privacy, its changes from
-    /// `global` clipped to the bound and its weight made every client's.
-    fn privatize(&self, global: &A::Global, update: &mut A::Update) {
+    /// `global` clipped to the bound, noised from `noise` under the local mechanism (the
+    /// client's `privacy_noise` stream of the job), and its weight made every client's.
+    fn privatize(
+        &self,
+        global: &A::Global,
+        update: &mut A::Update,
+        noise: Option<&mut ChaCha20Rng>,
+    ) {
         if let (Some(privacy), Some(hooks)) = (&self.privacy, A::PRIVATE_UPDATES) {
-            privacy.clip(&mut (hooks.sent)(global, update));
+            let mut sent = (hooks.sent)(global, update);
+            privacy.clip(&mut sent);
+            if privacy.mechanism == Mechanism::Local {
+                let noise = noise.expect("the local mechanism's stream");
+                let mut vectors: Vec<&mut [f32]> = sent.into_iter().map(|(_, v)| v).collect();
+                ClientLevelPrivacy::add_noise(&mut vectors, privacy.local_noise_std(), noise);
+            }
             (hooks.equal_weight)(&self.algorithm, update);
         }
     }

@@ -59,8 +59,12 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         } else {
             ""
         };
+        let who = match privacy.mechanism {
+            fedsim::privacy::Mechanism::Central => "central",
+            fedsim::privacy::Mechanism::Local => "local, for a client that sends every round",
+        };
         outln!(
-            "  privacy: σ = {:.4}{solved}, clip {}; {} rounds spend ε = {:.4} at δ = {:e}",
+            "  privacy ({who}): σ = {:.4}{solved}, clip {}; {} rounds spend ε = {:.4} at δ = {:e}",
             privacy.noise_multiplier,
             privacy.clip,
             s.run.rounds,

@@ -2,16 +2,17 @@
 //! accountants that say what the noise spends (ε at δ).
 //!
 //! Mechanisms and accountants are separate pieces (as in pfl-research): [`accounting`] is
-//! arithmetic only and draws nothing; [`central`] clips a client's update and noises the
-//! server's sum from the streams its callers pass. Neither knows when a round happens: the
-//! actors apply them (a client clips before it uploads, the server noises each aggregation and
-//! asks the accountant after each round).
+//! arithmetic only and draws nothing; [`client_level`] clips a client's update and noises the
+//! server's sum or the update itself, from the streams its callers pass. Neither knows when a
+//! round happens: the actors apply them (a client clips, and under the local mechanism noises,
+//! before it uploads; the server noises each aggregation under the central one and asks the
+//! accountant after each round).
 
 pub mod accounting;
-pub mod central;
+pub mod client_level;
 
 pub use accounting::{
     calibrate_noise_multiplier, default_orders, CalibrationError, RdpAccountant, Sampling,
     SubsampledGaussian,
 };
-pub use central::{CentralPrivacy, PrivacySpec};
+pub use client_level::{ClientLevelPrivacy, Mechanism, PrivacySpec};

@@ -103,7 +103,7 @@ impl RunSpec {
     pub fn privacy_for(
         &self,
         clients: usize,
-    ) -> Result<Option<crate::privacy::CentralPrivacy>, FieldError> {
+    ) -> Result<Option<crate::privacy::ClientLevelPrivacy>, FieldError> {
         let Some(privacy) = &self.privacy else {
             return Ok(None);
         };

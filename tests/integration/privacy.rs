@@ -41,7 +41,8 @@ fn floats(df: &polars::prelude::DataFrame, name: &str) -> Vec<f64> {
 }
 
 /// Clipping on the clients and noise on the server (FedAvg; Ditto spilled; FedEM's three
-/// components) give identical result files with 1, 2 and 4 threads, and on a rerun.
+/// components) or on the clients (local) give identical result files with 1, 2 and 4
+/// threads, and on a rerun.
 #[test]
 fn private_runs_are_deterministic_across_threads_and_reruns() {
     let tmp = tempfile::tempdir().unwrap();
@@ -61,6 +62,10 @@ fn private_runs_are_deterministic_across_threads_and_reruns() {
                 "algorithm={name: fedem, components: 3}",
                 "privacy={clip: 0.5, noise_multiplier: 0.8}",
             ],
+        ),
+        (
+            "local",
+            vec!["privacy={mechanism: local, clip: 0.5, noise_multiplier: 2.0}"],
         ),
     ] {
         let dir = |t: &str| tmp.path().join(format!("{name}-{t}"));
@@ -132,6 +137,71 @@ fn rounds_and_summary_report_the_noise_and_the_privacy_spent() {
         "{text}"
     );
     assert!(text.lines().nth(1).unwrap().ends_with(",,"), "{text}");
+}
+
+/// Local noise: each round's ε is the Gaussian mechanism's (no sampling) composed over the
+/// updates of the client that has sent the most so far (from jobs.parquet), and the noise each
+/// client adds is σ·2C.
+#[test]
+fn local_privacy_spends_per_update_of_the_busiest_client() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    run(
+        &["privacy={mechanism: local, clip: 0.25, noise_multiplier: 3.0}"],
+        2,
+        &dir,
+    );
+    let rounds = read_parquet(&dir.join("rounds.parquet")).unwrap();
+    let jobs = read_parquet(&dir.join("jobs.parquet")).unwrap();
+    let job_round = jobs.column("round").unwrap().u32().unwrap();
+    let job_client = jobs.column("client").unwrap().u32().unwrap();
+    let outcome = jobs.column("outcome").unwrap().str().unwrap();
+    let gaussian = SubsampledGaussian {
+        sampling: Sampling::Poisson { rate: 1.0 },
+        noise_multiplier: 3.0,
+    };
+    let mut most_so_far = Vec::new();
+    for round in 1..=4u32 {
+        let mut sent = std::collections::BTreeMap::<u32, u64>::new();
+        for i in 0..jobs.height() {
+            let arrived = outcome.get(i) == Some("aggregated");
+            if arrived && job_round.get(i).unwrap() <= round {
+                *sent.entry(job_client.get(i).unwrap()).or_default() += 1;
+            }
+        }
+        most_so_far.push(sent.values().copied().max().unwrap());
+    }
+    assert!(most_so_far.windows(2).any(|w| w[1] > w[0]));
+    for ((epsilon, std), most) in (floats(&rounds, "epsilon").iter())
+        .zip(floats(&rounds, "noise_std"))
+        .zip(most_so_far)
+    {
+        let mut accountant = RdpAccountant::default();
+        accountant.compose(&gaussian, most);
+        assert_eq!(*epsilon, accountant.epsilon(1e-5).0, "after {most} updates");
+        assert_eq!(std, 3.0 * 2.0 * 0.25);
+    }
+    // Without noise, local and central are the same clipping; the local noise moves the model.
+    let final_model = |privacy: &str| {
+        let s = scenario(SMALL, &[privacy]);
+        let out = simulate_scenario(&s, 2, |_| {}).unwrap();
+        out.records
+            .into_iter()
+            .find_map(|r| match r {
+                Record::FinalModels(m) => Some(m),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let central = final_model("privacy={clip: 0.25, noise_multiplier: 0}");
+    assert_eq!(
+        central,
+        final_model("privacy={mechanism: local, clip: 0.25, noise_multiplier: 0}")
+    );
+    assert_ne!(
+        central,
+        final_model("privacy={mechanism: local, clip: 0.25, noise_multiplier: 3}")
+    );
 }
 
 /// With σ = 0 and full participation, a round moves the global model by the average of the

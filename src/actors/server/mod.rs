@@ -30,6 +30,7 @@ use super::{
 };
 use crate::algorithms::{Algorithm, Finite, StaleUpdate, Updates};
 use crate::io::Stored;
+use crate::privacy::Mechanism;
 use crate::records::{
     DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundPrivacy, RoundRecord,
 };
@@ -283,8 +284,13 @@ struct Core<A: Algorithm> {
     /// The last round has been aggregated: start no more jobs.
     finished: bool,
     watch: DivergenceWatch,
-    /// Aggregations released with privacy's noise so far (what the accountant composes).
+    /// Aggregations released with privacy's central noise so far (what its accountant
+    /// composes).
     private_releases: u64,
+    /// Under local privacy: the updates received from each client so far, and the most any
+    /// client has sent (what its accountant composes).
+    uploads: BTreeMap<u32, u64>,
+    most_uploads: u64,
     /// The noise's standard deviation in this round's aggregation.
     noise_std: f64,
 }
@@ -308,6 +314,8 @@ impl<A: Algorithm> Server<A> {
                 finished: false,
                 watch: DivergenceWatch::new(cfg.algorithm.on_divergence),
                 private_releases: 0,
+                uploads: BTreeMap::new(),
+                most_uploads: 0,
                 noise_std: 0.0,
                 cfg,
             },
@@ -505,15 +513,18 @@ impl<A: Algorithm> Core<A> {
         Ok(())
     }
 
-    /// With privacy, Gaussian noise on the new global model `next`, made of `aggregated`
-    /// clipped updates, from the server's `privacy_noise` stream of this round.
+    /// With central privacy, Gaussian noise on the new global model `next`, made of
+    /// `aggregated` clipped updates, from the server's `privacy_noise` stream of this round.
     fn add_privacy_noise(&mut self, next: &mut A::Global, aggregated: usize) {
         let (Some(privacy), Some(hooks)) = (&self.cfg.algorithm.privacy, A::PRIVATE_UPDATES) else {
             return;
         };
+        if privacy.mechanism != Mechanism::Central {
+            return;
+        }
         let mut rng = (self.cfg.seeds).rng(Entity::Server, "privacy_noise", self.round as u64);
         let std = privacy.noise_std((hooks.divisor)(self.alg(), aggregated));
-        crate::privacy::CentralPrivacy::add_noise(&mut (hooks.global)(next), std, &mut rng);
+        crate::privacy::ClientLevelPrivacy::add_noise(&mut (hooks.global)(next), std, &mut rng);
         self.private_releases += 1;
         self.noise_std = std;
     }
@@ -523,10 +534,14 @@ impl<A: Algorithm> Core<A> {
     fn end_round(&mut self, now: SimTime, eff: &mut FlEffects<A>) {
         self.counts.end = now;
         if let Some(privacy) = &self.cfg.algorithm.privacy {
+            let (noise_std, releases) = match privacy.mechanism {
+                Mechanism::Central => (std::mem::take(&mut self.noise_std), self.private_releases),
+                Mechanism::Local => (privacy.local_noise_std(), self.most_uploads),
+            };
             self.counts.privacy = Some(RoundPrivacy {
                 noise_multiplier: privacy.noise_multiplier,
-                noise_std: std::mem::take(&mut self.noise_std),
-                epsilon: privacy.epsilon_after(self.private_releases),
+                noise_std,
+                epsilon: privacy.epsilon_after(releases),
             });
         }
         eff.record(Record::Round(std::mem::take(&mut self.counts)));
@@ -621,6 +636,13 @@ impl<A: Algorithm> Core<A> {
             self.counts.bytes_up += payload_bytes(floats);
             update
         });
+        let local =
+            (self.cfg.algorithm.privacy.as_ref()).is_some_and(|p| p.mechanism == Mechanism::Local);
+        if local && update.is_some() {
+            let sent = self.uploads.entry(client).or_default();
+            *sent += 1;
+            self.most_uploads = self.most_uploads.max(*sent);
+        }
         Ok(Report {
             now,
             client,

@@ -1,16 +1,23 @@
-//! Client-level differential privacy with a trusted server (DP-FedAvg, McMahan et al. 2018):
-//! `privacy:` as written ([`PrivacySpec`]) and as a run applies it ([`CentralPrivacy`]).
+//! Client-level differential privacy (`privacy:` as written, [`PrivacySpec`], and as a run
+//! applies it, [`ClientLevelPrivacy`]): what one client sends is private, whatever its data.
 //!
 //! Each client's change from the global model it started from is scaled down to L2 norm at
-//! most C (every vector it sends, as one); every client weighs the same in the aggregation; the
-//! server adds Gaussian noise of standard deviation σ·S to the sum of the changes (on the new
-//! model: divided as the aggregation divides the sum), where S is the sum's sensitivity. fedsim simulates a fixed number K of the N participants each round,
-//! drawn uniformly without replacement, so two neighbouring federations differ in one
-//! client's data (replace-one, N public) and S = 2C; the accountant is that of sampling
-//! without replacement (Wang et al. 2019) at q = K/N. With every client in every round it is
-//! the plain Gaussian mechanism. Clients dropped after selection (deadlines, dropouts,
-//! over-selection) only remove terms from the sum: that cannot raise its sensitivity, and who
-//! drops depends on the system model, never on the data.
+//! most C (every vector it sends, as one), and every client weighs the same in the
+//! aggregation. Then Gaussian noise, in one of two places:
+//! - **central** (a trusted server, DP-FedAvg, McMahan et al. 2018): the server adds noise of
+//!   standard deviation σ·S to the sum of the changes (on the new model: divided as the
+//!   aggregation divides the sum), S the sum's sensitivity. fedsim simulates a fixed number K
+//!   of the N participants each round, drawn uniformly without replacement, so two
+//!   neighbouring federations differ in one client's data (replace-one, N public) and S = 2C;
+//!   the accountant is that of sampling without replacement (Wang et al. 2019) at q = K/N (with
+//!   every client in every round, the plain Gaussian mechanism). Clients dropped after
+//!   selection (deadlines, dropouts, over-selection) only remove terms from the sum: that
+//!   cannot raise its sensitivity, and who drops depends on the system model, never the data.
+//! - **local** (no trusted party): each client adds noise of standard deviation σ·2C to its own
+//!   clipped change before sending it. Every message is then a Gaussian mechanism on its
+//!   client's data; the server sees who sent what, so there is no amplification by sampling,
+//!   and a client's ε composes over the updates it sent. The ε reported is that of the client
+//!   who has sent the most.
 //!
 //! This room does the arithmetic only (clip, noise, ε); the actors decide when. Noise is drawn
 //! from the stream the caller passes, one standard normal per coordinate in order.
@@ -21,17 +28,36 @@ use rand::Rng;
 use rand_distr::StandardNormal;
 use serde::{Deserialize, Serialize};
 
+/// Where the noise of client-level privacy is added.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    /// The server noises the sum of the clients' clipped updates (a trusted server: DP-FedAvg).
+    #[default]
+    Central,
+    /// Each client noises its own clipped update before sending it (no trusted server).
+    Local,
+}
+
 /// Client-level differential privacy (`privacy:`): each client's update clipped, Gaussian
-/// noise added to the server's sum, and the ε spent reported after every round.
+/// noise added to the server's sum (or to each update), and the ε spent reported after every
+/// round.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrivacySpec {
+    /// `central`: the server noises the sum of the clipped updates (DP-FedAvg); `local`: each
+    /// client noises its own before sending it.
+    #[serde(default)]
+    pub mechanism: Mechanism,
     /// C: each client's update (its change from the global model it started from, every
     /// vector it sends taken as one) is scaled down to at most this L2 norm.
     pub clip: f64,
-    /// σ: the server adds Gaussian noise of standard deviation σ·2C (2C: the sensitivity of
-    /// the sum when one client's data are replaced) to the sum of the clipped updates; 0 adds
-    /// none (ε is then infinite). Give this or `target_epsilon`.
+    /// σ: Gaussian noise of standard deviation σ·2C (2C: how far one client's clipped update
+    /// can move when its data are replaced) is added to the sum of the clipped updates
+    /// (`central`) or to each of them (`local`); 0 adds none (ε is then infinite). Give this or
+    /// `target_epsilon`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise_multiplier: Option<f64>,
     /// The ε the whole run may spend: the smallest σ that spends at most this (to within 1 %)
@@ -95,11 +121,15 @@ impl PrivacySpec {
         population: usize,
         per_round: usize,
         rounds: u32,
-    ) -> Result<CentralPrivacy, FieldError> {
+    ) -> Result<ClientLevelPrivacy, FieldError> {
         self.validate()?;
-        let sampling = Sampling::FixedSize {
-            sample: per_round as u64,
-            population: population as u64,
+        let sampling = match self.mechanism {
+            Mechanism::Central => Sampling::FixedSize {
+                sample: per_round as u64,
+                population: population as u64,
+            },
+            // Every message is seen: no amplification; at worst a client sends every round.
+            Mechanism::Local => Sampling::Poisson { rate: 1.0 },
         };
         let noise_multiplier = match (self.noise_multiplier, self.target_epsilon) {
             (Some(sigma), _) => sigma,
@@ -115,7 +145,8 @@ impl PrivacySpec {
         };
         let accountant = RdpAccountant::default();
         let one_round = mechanism.rdp(accountant.orders());
-        Ok(CentralPrivacy {
+        Ok(ClientLevelPrivacy {
+            mechanism: self.mechanism,
             clip: self.clip,
             noise_multiplier,
             calibrated: self.target_epsilon.is_some(),
@@ -126,22 +157,25 @@ impl PrivacySpec {
     }
 }
 
-/// Client-level DP as a run applies it: clip on the clients, noise on the server, ε by round.
+/// Client-level DP as a run applies it: clip on the clients, noise on the server or the
+/// clients, ε by round.
 #[derive(Clone, Debug, PartialEq)]
-pub struct CentralPrivacy {
+pub struct ClientLevelPrivacy {
+    pub mechanism: Mechanism,
     pub clip: f64,
     /// σ, as given or solved for from `target_epsilon`.
     pub noise_multiplier: f64,
     /// Whether σ was solved for (`target_epsilon`).
     pub calibrated: bool,
     pub delta: f64,
-    /// How a round draws its clients, for the accountant.
+    /// How a release reaches a client's data, for the accountant: the round's sampling
+    /// (central), or every message seen (local).
     pub sampling: Sampling,
-    /// One round's RDP at the accountant's default orders.
+    /// One release's RDP at the accountant's default orders.
     one_round: Vec<f64>,
 }
 
-impl CentralPrivacy {
+impl ClientLevelPrivacy {
     /// The sensitivity of the sum of clipped updates: 2C (one client's data replaced).
     pub fn sensitivity(&self) -> f64 {
         2.0 * self.clip
@@ -196,7 +230,14 @@ impl CentralPrivacy {
         }
     }
 
-    /// ε at δ after `rounds` noised releases (∞ without noise).
+    /// The standard deviation of the noise a client adds to each coordinate of its clipped
+    /// update under the local mechanism: σ·2C.
+    pub fn local_noise_std(&self) -> f64 {
+        self.noise_multiplier * self.sensitivity()
+    }
+
+    /// ε at δ after `rounds` noised releases (∞ without noise): aggregations under the
+    /// central mechanism, one client's updates under the local one.
     pub fn epsilon_after(&self, rounds: u64) -> f64 {
         let mut accountant = RdpAccountant::default();
         accountant.compose_rdp(&self.one_round, rounds);
@@ -214,7 +255,7 @@ mod tests {
         serde_yaml::from_str(yaml).unwrap()
     }
 
-    fn resolved(yaml: &str) -> CentralPrivacy {
+    fn resolved(yaml: &str) -> ClientLevelPrivacy {
         spec(yaml).resolve(100, 10, 50).unwrap()
     }
 
@@ -241,7 +282,7 @@ mod tests {
         let noised = |seed| {
             let mut v = vec![0.0f32; 20_000];
             let mut rng = ChaCha20Rng::seed_from_u64(seed);
-            CentralPrivacy::add_noise(&mut [&mut v[..]], p.noise_std(4.0), &mut rng);
+            ClientLevelPrivacy::add_noise(&mut [&mut v[..]], p.noise_std(4.0), &mut rng);
             v
         };
         let v = noised(7);
@@ -256,7 +297,7 @@ mod tests {
         assert!((var.sqrt() - 0.5).abs() < 0.01, "std {}", var.sqrt());
         let mut untouched = vec![1.0f32; 3];
         let mut rng = ChaCha20Rng::seed_from_u64(1);
-        CentralPrivacy::add_noise(&mut [&mut untouched[..]], 0.0, &mut rng);
+        ClientLevelPrivacy::add_noise(&mut [&mut untouched[..]], 0.0, &mut rng);
         assert_eq!(untouched, vec![1.0; 3]);
     }
 
@@ -286,6 +327,31 @@ mod tests {
         assert!((0.99 * 4.0..=4.0).contains(&eps), "{eps}");
     }
 
+    /// Local: no amplification by sampling, so the same σ spends more than central with
+    /// K of N; a client that sent r updates spends the Gaussian mechanism's ε composed r
+    /// times, whatever the sampling.
+    #[test]
+    fn local_noise_spends_per_message_without_amplification() {
+        let local = resolved("{mechanism: local, clip: 0.5, noise_multiplier: 3}");
+        let central = resolved("{clip: 0.5, noise_multiplier: 3}");
+        assert_eq!(local.sampling, Sampling::Poisson { rate: 1.0 });
+        assert_eq!(local.local_noise_std(), 3.0);
+        assert!(local.epsilon_after(10) > central.epsilon_after(10));
+        let mut accountant = RdpAccountant::default();
+        let gaussian = SubsampledGaussian {
+            sampling: Sampling::FixedSize {
+                sample: 1,
+                population: 1,
+            },
+            noise_multiplier: 3.0,
+        };
+        accountant.compose(&gaussian, 10);
+        assert_eq!(local.epsilon_after(10), accountant.epsilon(1e-5).0);
+        let target = spec("{mechanism: local, clip: 1, target_epsilon: 8}");
+        let solved = target.resolve(100, 10, 50).unwrap();
+        assert!((0.99 * 8.0..=8.0).contains(&solved.epsilon_after(50)));
+    }
+
     #[test]
     fn bad_settings_name_their_field() {
         let path = |yaml: &str| spec(yaml).validate().unwrap_err().path;
@@ -299,5 +365,6 @@ mod tests {
         assert_eq!(path("{clip: 1, target_epsilon: -2}"), "target_epsilon");
         assert_eq!(path("{clip: 1, noise_multiplier: 1, delta: 1}"), "delta");
         assert!(serde_yaml::from_str::<PrivacySpec>("{clip: 1, sigma: 1}").is_err());
+        assert!(serde_yaml::from_str::<PrivacySpec>("{mechanism: shuffle, clip: 1}").is_err());
     }
 }
