@@ -527,6 +527,14 @@ fn validate_privacy(raw: &RawScenario, sampling: &Sampling) -> Result<(), FieldE
                 .into(),
         );
     }
+    if sampling.available_only {
+        return bad(
+            "needs clients drawn among all participants, not only the online ones \
+             (`sampling.available_only: false`): a draw among fewer clients picks each more \
+             often than the accountant's K/N"
+                .into(),
+        );
+    }
     if sampling.strategy != Strategy::Uniform {
         return bad(
             "needs `sampling.strategy: uniform` (the accountant assumes clients drawn uniformly \

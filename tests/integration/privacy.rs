@@ -253,7 +253,7 @@ fn clipping_bounds_how_far_a_round_moves_the_model() {
 
 #[test]
 fn bad_privacy_settings_are_refused_with_their_field() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &["privacy={clip: 1, noise_multiplier: -1}"],
             "privacy.noise_multiplier",
@@ -284,6 +284,13 @@ fn bad_privacy_settings_are_refused_with_their_field() {
                 "sampling.strategy=weighted",
             ],
             "sampling.strategy: uniform",
+        ),
+        (
+            &[
+                "privacy={clip: 1, target_epsilon: 2}",
+                "sampling.available_only=true",
+            ],
+            "available_only: false",
         ),
     ];
     for (overrides, expected) in cases {
