@@ -140,6 +140,18 @@ impl RdpAccountant {
     }
 }
 
+/// ε at `delta` of `steps` steps of the subsampled Gaussian with `noise_multiplier`, drawn by
+/// `sampling`, at the default orders.
+pub fn epsilon(sampling: Sampling, noise_multiplier: f64, steps: u64, delta: f64) -> f64 {
+    let mut accountant = RdpAccountant::default();
+    let mechanism = SubsampledGaussian {
+        sampling,
+        noise_multiplier,
+    };
+    accountant.compose(&mechanism, steps);
+    accountant.epsilon(delta).0
+}
+
 /// Why no noise multiplier spends the target ε.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CalibrationError {
@@ -168,15 +180,7 @@ pub fn calibrate_noise_multiplier(
     }
     const MIN: f64 = 1e-3;
     const MAX: f64 = 1e6;
-    let epsilon = |sigma: f64| {
-        let mut accountant = RdpAccountant::default();
-        let mechanism = SubsampledGaussian {
-            sampling,
-            noise_multiplier: sigma,
-        };
-        accountant.compose(&mechanism, steps);
-        accountant.epsilon(delta).0
-    };
+    let epsilon = |sigma: f64| epsilon(sampling, sigma, steps, delta);
     // ε falls as σ grows: bracket the target between `low` (spends more) and `high` (spends
     // at most the target), then halve the bracket.
     let mut high = 1.0;
@@ -486,15 +490,7 @@ mod tests {
         ] {
             for target in [1.0, 4.0, 8.0] {
                 let sigma = calibrate_noise_multiplier(sampling, steps, target, 1e-5).unwrap();
-                let mut accountant = RdpAccountant::default();
-                accountant.compose(
-                    &SubsampledGaussian {
-                        sampling,
-                        noise_multiplier: sigma,
-                    },
-                    steps,
-                );
-                let eps = accountant.epsilon(1e-5).0;
+                let eps = epsilon(sampling, sigma, steps, 1e-5);
                 assert!(
                     eps <= target && eps >= 0.99 * target,
                     "{sampling:?} {target}: {eps}"

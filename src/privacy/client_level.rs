@@ -337,16 +337,14 @@ mod tests {
         assert_eq!(local.sampling, Sampling::Poisson { rate: 1.0 });
         assert_eq!(local.local_noise_std(), 3.0);
         assert!(local.epsilon_after(10) > central.epsilon_after(10));
-        let mut accountant = RdpAccountant::default();
-        let gaussian = SubsampledGaussian {
-            sampling: Sampling::FixedSize {
-                sample: 1,
-                population: 1,
-            },
-            noise_multiplier: 3.0,
+        let gaussian = Sampling::FixedSize {
+            sample: 1,
+            population: 1,
         };
-        accountant.compose(&gaussian, 10);
-        assert_eq!(local.epsilon_after(10), accountant.epsilon(1e-5).0);
+        assert_eq!(
+            local.epsilon_after(10),
+            super::super::epsilon(gaussian, 3.0, 10, 1e-5)
+        );
         let target = spec("{mechanism: local, clip: 1, target_epsilon: 8}");
         let solved = target.resolve(100, 10, 50).unwrap();
         assert!((0.99 * 8.0..=8.0).contains(&solved.epsilon_after(50)));

@@ -12,7 +12,7 @@ pub mod accounting;
 pub mod client_level;
 
 pub use accounting::{
-    calibrate_noise_multiplier, default_orders, CalibrationError, RdpAccountant, Sampling,
+    calibrate_noise_multiplier, default_orders, epsilon, CalibrationError, RdpAccountant, Sampling,
     SubsampledGaussian,
 };
 pub use client_level::{ClientLevelPrivacy, Mechanism, PrivacySpec};

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 
+use fedsim::results::{run_scenario, RunOptions};
 use fedsim::scenario::Scenario;
 use std::path::Path;
 
@@ -73,4 +74,17 @@ pub fn skipped(check: &str, why: &str) {
         use std::io::Write;
         let _ = writeln!(f, "{check}: {why}");
     }
+}
+
+/// Runs `text` with `overrides` on `threads` threads into `dir`, saving the final models
+/// (`--save-models`).
+pub fn run_saving(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
+    let opts = RunOptions {
+        out_dir: dir.to_path_buf(),
+        threads,
+        progress: false,
+        force: false,
+        save_models: true,
+    };
+    run_scenario(&scenario(text, overrides), &opts).expect("run succeeds");
 }

@@ -2,22 +2,15 @@
 //! clipping that bounds what a round moves, the noise and the ε the run reports, and bad
 //! settings refused with their field.
 
-use crate::common::{error, scenario, SMALL};
+use crate::common::{error, run_saving, scenario, SMALL};
 use fedsim::models::{read_models, Architecture, InputShape, ModelSpec};
-use fedsim::privacy::{RdpAccountant, Sampling, SubsampledGaussian};
+use fedsim::privacy::{epsilon, Sampling};
 use fedsim::records::Record;
-use fedsim::results::{differing_files, read_parquet, run_scenario, simulate_scenario, RunOptions};
+use fedsim::results::{differing_files, read_parquet, simulate_scenario};
 use std::path::Path;
 
 fn run(overrides: &[&str], threads: usize, dir: &Path) {
-    let opts = RunOptions {
-        out_dir: dir.to_path_buf(),
-        threads,
-        progress: false,
-        force: false,
-        save_models: true,
-    };
-    run_scenario(&scenario(SMALL, overrides), &opts).expect("run succeeds");
+    run_saving(SMALL, overrides, threads, dir);
 }
 
 /// The first row's value of `column` in a `summary.csv` text.
@@ -97,24 +90,20 @@ fn rounds_and_summary_report_the_noise_and_the_privacy_spent() {
     let rounds = read_parquet(&dir.join("rounds.parquet")).unwrap();
     let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
     let sigma = summary_value(&summary, "noise_multiplier");
-    let epsilon = floats(&rounds, "epsilon");
-    assert_eq!(epsilon.len(), 4);
+    let epsilons = floats(&rounds, "epsilon");
+    assert_eq!(epsilons.len(), 4);
     // SMALL: 24 clients, half of them a round.
-    let mechanism = SubsampledGaussian {
-        sampling: Sampling::FixedSize {
-            sample: 12,
-            population: 24,
-        },
-        noise_multiplier: sigma,
+    let sampling = Sampling::FixedSize {
+        sample: 12,
+        population: 24,
     };
-    for (round, &eps) in epsilon.iter().enumerate() {
-        let mut accountant = RdpAccountant::default();
-        accountant.compose(&mechanism, round as u64 + 1);
-        assert_eq!(eps, accountant.epsilon(1e-6).0, "round {}", round + 1);
+    for (round, &eps) in epsilons.iter().enumerate() {
+        let expected = epsilon(sampling, sigma, round as u64 + 1, 1e-6);
+        assert_eq!(eps, expected, "round {}", round + 1);
     }
-    assert!(epsilon.windows(2).all(|w| w[0] < w[1]), "{epsilon:?}");
-    assert_eq!(summary_value(&summary, "epsilon"), epsilon[3]);
-    assert!((0.99 * 3.0..=3.0).contains(&epsilon[3]), "{}", epsilon[3]);
+    assert!(epsilons.windows(2).all(|w| w[0] < w[1]), "{epsilons:?}");
+    assert_eq!(summary_value(&summary, "epsilon"), epsilons[3]);
+    assert!((0.99 * 3.0..=3.0).contains(&epsilons[3]), "{}", epsilons[3]);
     let completed = rounds.column("completed").unwrap().u32().unwrap();
     for (std, k) in floats(&rounds, "noise_std")
         .iter()
@@ -156,10 +145,6 @@ fn local_privacy_spends_per_update_of_the_busiest_client() {
     let job_round = jobs.column("round").unwrap().u32().unwrap();
     let job_client = jobs.column("client").unwrap().u32().unwrap();
     let outcome = jobs.column("outcome").unwrap().str().unwrap();
-    let gaussian = SubsampledGaussian {
-        sampling: Sampling::Poisson { rate: 1.0 },
-        noise_multiplier: 3.0,
-    };
     let mut most_so_far = Vec::new();
     for round in 1..=4u32 {
         let mut sent = std::collections::BTreeMap::<u32, u64>::new();
@@ -172,13 +157,13 @@ fn local_privacy_spends_per_update_of_the_busiest_client() {
         most_so_far.push(sent.values().copied().max().unwrap());
     }
     assert!(most_so_far.windows(2).any(|w| w[1] > w[0]));
-    for ((epsilon, std), most) in (floats(&rounds, "epsilon").iter())
+    for ((spent, std), most) in (floats(&rounds, "epsilon").iter())
         .zip(floats(&rounds, "noise_std"))
         .zip(most_so_far)
     {
-        let mut accountant = RdpAccountant::default();
-        accountant.compose(&gaussian, most);
-        assert_eq!(*epsilon, accountant.epsilon(1e-5).0, "after {most} updates");
+        // Every update is seen: the Gaussian mechanism without sampling, `most` times.
+        let expected = epsilon(Sampling::Poisson { rate: 1.0 }, 3.0, most, 1e-5);
+        assert_eq!(*spent, expected, "after {most} updates");
         assert_eq!(std, 3.0 * 2.0 * 0.25);
     }
     // Without noise, local and central are the same clipping; the local noise moves the model.

@@ -1,11 +1,11 @@
 //! Model weights in files: `model.init` (a run's initial models from a safetensors file) and
 //! `--save-models` (`models.safetensors`), against PyTorch's own files and numbers.
 
-use crate::common::{scenario, SMALL};
+use crate::common::{run_saving, scenario, SMALL};
 use fedsim::data::SplitView;
 use fedsim::models::{read_models, sample_losses, Architecture, InputShape, ModelSpec};
 use fedsim::records::Record;
-use fedsim::results::{differing_files, run_scenario, simulate_scenario, RunOptions};
+use fedsim::results::{differing_files, simulate_scenario};
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
@@ -66,17 +66,6 @@ fn pytorch_weights_give_pytorchs_outputs() {
             i % 10
         );
     }
-}
-
-fn run_saving(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
-    let opts = RunOptions {
-        out_dir: dir.to_path_buf(),
-        threads,
-        progress: false,
-        force: false,
-        save_models: true,
-    };
-    run_scenario(&scenario(text, overrides), &opts).expect("run succeeds");
 }
 
 /// `--save-models` writes the final models as `models.safetensors` (what the run recorded,
