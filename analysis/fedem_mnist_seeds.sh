@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 out=${OUT:-results/fedem_mnist_30}
 seeds=${SEEDS:-1 2 3 4 5 6 7 8 9 10}
 e_steps=${E_STEPS:-float64}
-bin=target/release/fedsim
-[ -x "$bin" ] || bash scripts/setup.sh
+[ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
+bin=${FEDSIM:-target/release/fedsim}
 for e in $e_steps; do
   for s in $seeds; do
     dir=$out/$e/seed-$s

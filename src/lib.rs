@@ -18,7 +18,8 @@
 //!    - [`models`]: tch models, local SGD and evaluation, flat parameters.
 //!    - [`topology`]: communication graphs and mixing matrices of decentralized runs.
 //!    - [`system`]: devices, links and availability that turn work into simulated durations.
-//!    - [`privacy`]: differential privacy's accountants (ε spent at δ, noise calibration).
+//!    - [`privacy`]: differential privacy: clipping and noise of clients' updates, and the
+//!      accountant (ε spent at δ, noise calibration).
 //! 3. [`algorithms`]: federated algorithms behind one trait, and their registry.
 //! 4. [`scenario`]: a YAML scenario read, overridden and validated into a run's settings.
 //! 5. [`actors`]: the server, the clients, the peers and the trainer pool as actix actors.

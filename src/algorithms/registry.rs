@@ -193,7 +193,7 @@ pub struct Capabilities {
     /// own rule ([`LocalUpdate::Batchwise`](super::LocalUpdate::Batchwise)), with a server or on peers.
     pub cohorts: bool,
     /// Its updates take client-level differential privacy (`privacy:`): clipped against
-    /// the global model, each client counting once ([`Algorithm::PRIVATE_UPDATES`]).
+    /// the global model, every client weighing the same ([`Algorithm::PRIVATE_UPDATES`]).
     pub private_updates: bool,
     /// Model-sized vectors each client that has trained keeps ([`Algorithm::CLIENT_MODELS`]).
     pub client_models: usize,

@@ -53,7 +53,11 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
             None => outln!(),
         }
     }
-    if let Some(privacy) = s.run.privacy_for(data.num_clients())? {
+    let privacy = s
+        .run
+        .privacy_for(data.num_clients())
+        .map_err(|e| s.locate(e))?;
+    if let Some(privacy) = privacy {
         let solved = if privacy.calibrated {
             " (solved for target_epsilon)"
         } else {

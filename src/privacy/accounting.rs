@@ -26,21 +26,22 @@ pub fn default_orders() -> Vec<f64> {
     fractional.chain(integer).collect()
 }
 
-/// How the clients of one step (a round) are drawn.
+/// How the clients of one step (a round) are drawn, as the accountant models it (the
+/// scenario's own selection is [`crate::spec::Sampling`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Sampling {
+pub enum Subsampling {
     /// Each client independently with probability `rate` (add-or-remove-one neighbours).
     Poisson { rate: f64 },
     /// `sample` of `population` clients without replacement (replace-one neighbours).
     FixedSize { sample: u64, population: u64 },
 }
 
-impl Sampling {
+impl Subsampling {
     /// The fraction of the clients a step reaches (in expectation, for Poisson sampling).
     pub fn rate(&self) -> f64 {
         match *self {
-            Sampling::Poisson { rate } => rate,
-            Sampling::FixedSize { sample, population } => sample as f64 / population as f64,
+            Subsampling::Poisson { rate } => rate,
+            Subsampling::FixedSize { sample, population } => sample as f64 / population as f64,
         }
     }
 }
@@ -50,7 +51,7 @@ impl Sampling {
 /// `noise_multiplier` × the clipping norm added to the sum.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SubsampledGaussian {
-    pub sampling: Sampling,
+    pub sampling: Subsampling,
     pub noise_multiplier: f64,
 }
 
@@ -70,8 +71,10 @@ impl SubsampledGaussian {
                     alpha / (2.0 * sigma * sigma)
                 } else {
                     match self.sampling {
-                        Sampling::Poisson { .. } => poisson_log_a(q, sigma, alpha) / (alpha - 1.0),
-                        Sampling::FixedSize { .. } => fixed_size_rdp(q, sigma, alpha),
+                        Subsampling::Poisson { .. } => {
+                            poisson_log_a(q, sigma, alpha) / (alpha - 1.0)
+                        }
+                        Subsampling::FixedSize { .. } => fixed_size_rdp(q, sigma, alpha),
                     }
                 }
             })
@@ -142,7 +145,7 @@ impl RdpAccountant {
 
 /// ε at `delta` of `steps` steps of the subsampled Gaussian with `noise_multiplier`, drawn by
 /// `sampling`, at the default orders.
-pub fn epsilon(sampling: Sampling, noise_multiplier: f64, steps: u64, delta: f64) -> f64 {
+pub fn epsilon(sampling: Subsampling, noise_multiplier: f64, steps: u64, delta: f64) -> f64 {
     let mut accountant = RdpAccountant::default();
     let mechanism = SubsampledGaussian {
         sampling,
@@ -167,7 +170,7 @@ pub enum CalibrationError {
 /// most `target_epsilon` at `delta`: ε(σ) lies in [0.99 · target, target] (or σ is the smallest
 /// tried, 1e-3, when even that spends less).
 pub fn calibrate_noise_multiplier(
-    sampling: Sampling,
+    sampling: Subsampling,
     steps: u64,
     target_epsilon: f64,
     delta: f64,
@@ -397,8 +400,8 @@ mod tests {
             let (q, sigma, steps, delta, expected) =
                 (num(1), num(2), num(3) as u64, num(4), num(5));
             let sampling = match f[0] {
-                "poisson" => Sampling::Poisson { rate: q },
-                "fixed_size" => Sampling::FixedSize {
+                "poisson" => Subsampling::Poisson { rate: q },
+                "fixed_size" => Subsampling::FixedSize {
                     sample: (q * 10_000.0).round() as u64,
                     population: 10_000,
                 },
@@ -431,7 +434,7 @@ mod tests {
     fn unsampled_gaussian_by_hand() {
         let mut accountant = RdpAccountant::new(vec![4.0, 5.0, 6.0]);
         let mechanism = SubsampledGaussian {
-            sampling: Sampling::Poisson { rate: 1.0 },
+            sampling: Subsampling::Poisson { rate: 1.0 },
             noise_multiplier: 1.0,
         };
         assert_eq!(mechanism.rdp(&[5.0]), vec![2.5]);
@@ -453,7 +456,7 @@ mod tests {
     fn no_noise_or_no_sampling_are_the_limits() {
         let orders = default_orders();
         let poisson = |rate, sigma| SubsampledGaussian {
-            sampling: Sampling::Poisson { rate },
+            sampling: Subsampling::Poisson { rate },
             noise_multiplier: sigma,
         };
         assert!(poisson(0.1, 0.0)
@@ -478,15 +481,15 @@ mod tests {
     #[test]
     fn calibration_spends_the_target_within_one_percent_never_more() {
         for (sampling, steps) in [
-            (Sampling::Poisson { rate: 0.01 }, 1000),
+            (Subsampling::Poisson { rate: 0.01 }, 1000),
             (
-                Sampling::FixedSize {
+                Subsampling::FixedSize {
                     sample: 100,
                     population: 1000,
                 },
                 200,
             ),
-            (Sampling::Poisson { rate: 1.0 }, 10),
+            (Subsampling::Poisson { rate: 1.0 }, 10),
         ] {
             for target in [1.0, 4.0, 8.0] {
                 let sigma = calibrate_noise_multiplier(sampling, steps, target, 1e-5).unwrap();
@@ -498,11 +501,11 @@ mod tests {
             }
         }
         assert_eq!(
-            calibrate_noise_multiplier(Sampling::Poisson { rate: 0.1 }, 10, 0.0, 1e-5),
+            calibrate_noise_multiplier(Subsampling::Poisson { rate: 0.1 }, 10, 0.0, 1e-5),
             Err(CalibrationError::Epsilon(0.0))
         );
         assert_eq!(
-            calibrate_noise_multiplier(Sampling::Poisson { rate: 0.1 }, 10, 1.0, 1.0),
+            calibrate_noise_multiplier(Subsampling::Poisson { rate: 0.1 }, 10, 1.0, 1.0),
             Err(CalibrationError::Delta(1.0))
         );
     }

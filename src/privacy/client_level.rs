@@ -22,7 +22,9 @@
 //! This room does the arithmetic only (clip, noise, ε); the actors decide when. Noise is drawn
 //! from the stream the caller passes, one standard normal per coordinate in order.
 
-use super::accounting::{calibrate_noise_multiplier, RdpAccountant, Sampling, SubsampledGaussian};
+use super::accounting::{
+    calibrate_noise_multiplier, RdpAccountant, SubsampledGaussian, Subsampling,
+};
 use crate::spec::FieldError;
 use rand::Rng;
 use rand_distr::StandardNormal;
@@ -124,12 +126,12 @@ impl PrivacySpec {
     ) -> Result<ClientLevelPrivacy, FieldError> {
         self.validate()?;
         let sampling = match self.mechanism {
-            Mechanism::Central => Sampling::FixedSize {
+            Mechanism::Central => Subsampling::FixedSize {
                 sample: per_round as u64,
                 population: population as u64,
             },
             // Every message is seen: no amplification; at worst a client sends every round.
-            Mechanism::Local => Sampling::Poisson { rate: 1.0 },
+            Mechanism::Local => Subsampling::Poisson { rate: 1.0 },
         };
         let noise_multiplier = match (self.noise_multiplier, self.target_epsilon) {
             (Some(sigma), _) => sigma,
@@ -170,7 +172,7 @@ pub struct ClientLevelPrivacy {
     pub delta: f64,
     /// How a release reaches a client's data, for the accountant: the round's sampling
     /// (central), or every message seen (local).
-    pub sampling: Sampling,
+    pub sampling: Subsampling,
     /// One release's RDP at the accountant's default orders.
     one_round: Vec<f64>,
 }
@@ -306,7 +308,7 @@ mod tests {
         let p = resolved("{clip: 1, noise_multiplier: 1}");
         assert_eq!(
             p.sampling,
-            Sampling::FixedSize {
+            Subsampling::FixedSize {
                 sample: 10,
                 population: 100
             }
@@ -334,10 +336,10 @@ mod tests {
     fn local_noise_spends_per_message_without_amplification() {
         let local = resolved("{mechanism: local, clip: 0.5, noise_multiplier: 3}");
         let central = resolved("{clip: 0.5, noise_multiplier: 3}");
-        assert_eq!(local.sampling, Sampling::Poisson { rate: 1.0 });
+        assert_eq!(local.sampling, Subsampling::Poisson { rate: 1.0 });
         assert_eq!(local.local_noise_std(), 3.0);
         assert!(local.epsilon_after(10) > central.epsilon_after(10));
-        let gaussian = Sampling::FixedSize {
+        let gaussian = Subsampling::FixedSize {
             sample: 1,
             population: 1,
         };

@@ -12,7 +12,7 @@ pub mod accounting;
 pub mod client_level;
 
 pub use accounting::{
-    calibrate_noise_multiplier, default_orders, epsilon, CalibrationError, RdpAccountant, Sampling,
-    SubsampledGaussian,
+    calibrate_noise_multiplier, default_orders, epsilon, CalibrationError, RdpAccountant,
+    SubsampledGaussian, Subsampling,
 };
 pub use client_level::{ClientLevelPrivacy, Mechanism, PrivacySpec};

@@ -4,7 +4,7 @@
 
 use crate::common::{error, run_saving, scenario, SMALL};
 use fedsim::models::{read_models, Architecture, InputShape, ModelSpec};
-use fedsim::privacy::{epsilon, Sampling};
+use fedsim::privacy::{epsilon, Subsampling};
 use fedsim::records::Record;
 use fedsim::results::{differing_files, read_parquet, simulate_scenario};
 use std::path::Path;
@@ -93,7 +93,7 @@ fn rounds_and_summary_report_the_noise_and_the_privacy_spent() {
     let epsilons = floats(&rounds, "epsilon");
     assert_eq!(epsilons.len(), 4);
     // SMALL: 24 clients, half of them a round.
-    let sampling = Sampling::FixedSize {
+    let sampling = Subsampling::FixedSize {
         sample: 12,
         population: 24,
     };
@@ -162,7 +162,7 @@ fn local_privacy_spends_per_update_of_the_busiest_client() {
         .zip(most_so_far)
     {
         // Every update is seen: the Gaussian mechanism without sampling, `most` times.
-        let expected = epsilon(Sampling::Poisson { rate: 1.0 }, 3.0, most, 1e-5);
+        let expected = epsilon(Subsampling::Poisson { rate: 1.0 }, 3.0, most, 1e-5);
         assert_eq!(*spent, expected, "after {most} updates");
         assert_eq!(std, 3.0 * 2.0 * 0.25);
     }
