@@ -310,7 +310,7 @@ fn whole_runs(
     file: &str,
     variants: &[(&str, &[&str])],
 ) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = repo_root();
     let file = root.join(file);
     let base = Scenario::load(&file, &[]).expect("paper scenario");
     let data = Arc::new(
@@ -399,6 +399,17 @@ fn own_rules(c: &mut Criterion) {
     g.finish();
 }
 
+/// The repository the scenarios are read from: the build's, or the working directory where
+/// that is gone (a packed build on a GPU machine, run from its copy of the repository).
+fn repo_root() -> std::path::PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if built.join("scenarios").is_dir() {
+        built.to_path_buf()
+    } else {
+        std::env::current_dir().expect("the working directory")
+    }
+}
+
 /// One local epoch (batch 128, momentum 0.9, weight decay 5e-4) of every client of the FedEM
 /// synthetic benchmark (T = 300, d = 150, 67 758 training rows) on one thread: stacked in
 /// cohorts of 38 clients (the shards of a 300-job cohort) and client by client, for the linear
@@ -411,7 +422,7 @@ fn cohort_epoch(c: &mut Criterion) {
         ModelSpec, StackedRun,
     };
     tch::set_num_threads(1); // as every trainer worker does
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = repo_root();
     let s = Scenario::load(
         &root.join("scenarios/paper/fedem_synthetic_fedavg.yaml"),
         &[],

@@ -134,6 +134,10 @@ check() {
       step "$dir" cnn_cohort_bench 150 "$bin/kernel" --bench 'cnn_cohort/femnist_cnn_(100|mixture_evaluation_100)'
       step "$dir" fedem_synthetic 120 "$bin/fedsim" run scenarios/paper/fedem_synthetic_fedem.yaml \
         --device cuda -q --check-determinism --out "$dir/fedem_synthetic"
+      # Client-level privacy (clipping and the server's noise) on the GPU path.
+      step "$dir" fedem_synthetic_private 120 "$bin/fedsim" run scenarios/paper/fedem_synthetic_fedem.yaml \
+        --device cuda -q --check-determinism --set privacy.clip=1.0 --set privacy.noise_multiplier=0.5 \
+        --out "$dir/fedem_synthetic_private"
       [ ! -x "$bin/fedsim-before" ] || step "$dir" fedem_synthetic-before 120 "$bin/fedsim-before" run \
         scenarios/paper/fedem_synthetic_fedem.yaml --device cuda -q --out "$dir/fedem_synthetic-before"
       ;;
@@ -149,6 +153,10 @@ check() {
           scenarios/paper/fedem_femnist_fedem.yaml --device cuda -q --set "rounds=${ROUNDS:-1}" \
           --set "eval_every=${ROUNDS:-1}" --out "$dir/${run/fedsim/fedem_femnist}"
       done
+      # One round of FedGMM's FEMNIST setting (Table 2): the time a round of the full recipe takes.
+      step "$dir" fedgmm_femnist 200 env FEDSIM_PROFILE=1 "$bin/fedsim" run \
+        scenarios/paper/fedgmm_femnist_fedgmm.yaml --device cuda -q --set "rounds=${ROUNDS:-1}" \
+        --set "eval_every=${ROUNDS:-1}" --out "$dir/fedgmm_femnist"
       kill "$sampler"
       ;;
     *) echo "gpu: check synthetic|femnist DIR" >&2; exit 2 ;;
