@@ -109,6 +109,18 @@ pub struct RoundPrivacy {
     pub noise_std: f64,
     /// The ε spent by the end of this round, at the scenario's δ.
     pub epsilon: f64,
+    /// Under adaptive clipping: the round's bound and how it moved.
+    pub adaptive: Option<AdaptiveRound>,
+}
+
+/// A round under adaptive clipping (see [`RoundPrivacy`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AdaptiveRound {
+    /// The bound the round's updates were clipped to.
+    pub clip: f64,
+    /// The noised fraction of the aggregated updates that were within it, which moved the
+    /// bound for the next round (`None` when nothing was aggregated).
+    pub unclipped: Option<f64>,
 }
 
 /// What became of a training job.

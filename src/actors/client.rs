@@ -96,6 +96,7 @@ impl<A: Algorithm> Client<A> {
             global,
             lr,
             upload,
+            clip,
         } = order;
         let n_train = self.jobs.data.split_len(self.id as usize, Split::Train);
         let samples = self
@@ -131,12 +132,12 @@ impl<A: Algorithm> Client<A> {
         // On the pool: checked, counted and spilled before the result waits for its time.
         let pending = self.dispatch.train(job, move |mut t| {
             let finite = t.update.is_finite() && t.state.is_finite();
-            let (update, update_len) = if upload {
-                jobs.privatize(&base, &mut t.update, noise.as_mut());
+            let (update, update_len, clipped) = if upload {
+                let clipped = jobs.privatize(&base, &mut t.update, clip, noise.as_mut());
                 let len = jobs.algorithm.update_len(&t.update);
-                (jobs.keep(t.update), len)
+                (jobs.keep(t.update), len, clipped)
             } else {
-                (Stored::in_memory(t.update), 0)
+                (Stored::in_memory(t.update), 0, false)
             };
             Routed::Member(ToClient::Trained(FinishedWork {
                 round,
@@ -146,6 +147,7 @@ impl<A: Algorithm> Client<A> {
                 state: jobs.keep(t.state),
                 upload,
                 compute,
+                clipped,
             }))
         });
         self.awaited += 1;
@@ -172,6 +174,7 @@ impl<A: Algorithm> Client<A> {
             state,
             upload,
             compute,
+            clipped,
             ..
         } = work;
         let kept = self.kept();
@@ -193,6 +196,7 @@ impl<A: Algorithm> Client<A> {
                 update,
                 floats,
                 compute,
+                clipped,
             }
         } else {
             ToServer::Done {
@@ -431,6 +435,7 @@ mod tests {
             upload: true,
             compute: SimDuration(7),
             finite,
+            clipped: false,
         })
     }
 
@@ -441,6 +446,7 @@ mod tests {
             global: Arc::new(vec![0.0; 4]),
             lr: 0.1,
             upload: true,
+            clip: None,
         })
     }
 

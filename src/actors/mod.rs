@@ -154,6 +154,8 @@ pub enum ToServer<A: Algorithm> {
         update: Stored<A::Update>,
         floats: usize,
         compute: SimDuration,
+        /// With privacy: whether clipping scaled the update down (it was above the bound).
+        clipped: bool,
     },
     /// A client that was not asked to upload has finished training.
     Done {
@@ -197,6 +199,8 @@ pub struct TrainOrder<A: Algorithm> {
     pub global: Arc<A::Global>,
     pub lr: f64,
     pub upload: bool,
+    /// With privacy: the bound the update is clipped to (the round's, under adaptive clipping).
+    pub clip: Option<f64>,
 }
 
 /// A client's local work for `round`, done after `compute` of simulated time.
@@ -212,6 +216,8 @@ pub struct FinishedWork<A: Algorithm> {
     pub compute: SimDuration,
     /// Whether the update and the state hold only finite numbers (checked on the pool).
     pub finite: bool,
+    /// With privacy: whether clipping scaled the update down.
+    pub clipped: bool,
 }
 
 type FlEffects<A> = Effects<Msg<A>, Record>;
@@ -500,17 +506,21 @@ impl<A: Algorithm> JobContext<A> {
     }
 
     /// A client's fresh update as it leaves the client: with privacy, its changes from
-    /// `global` clipped to the bound, noised from `noise` under the local mechanism (the
-    /// client's `privacy_noise` stream of the job), and its weight made every client's.
+    /// `global` clipped to `bound` (the order's), noised from `noise` under the local mechanism
+    /// (the client's `privacy_noise` stream of the job), and its weight made every client's.
+    /// Returns whether clipping scaled it down.
     fn privatize(
         &self,
         global: &A::Global,
         update: &mut A::Update,
+        bound: Option<f64>,
         noise: Option<&mut ChaCha20Rng>,
-    ) {
+    ) -> bool {
+        let mut clipped = false;
         if let (Some(privacy), Some(hooks)) = (&self.privacy, A::PRIVATE_UPDATES) {
+            let bound = bound.expect("a private run's order carries its bound");
             let mut sent = (hooks.sent)(global, update);
-            privacy.clip(&mut sent);
+            clipped = ClientLevelPrivacy::clip(&mut sent, bound) > bound;
             if privacy.mechanism == Mechanism::Local {
                 let noise = noise.expect("the local mechanism's stream");
                 let mut vectors: Vec<&mut [f32]> = sent.into_iter().map(|(_, v)| v).collect();
@@ -518,6 +528,7 @@ impl<A: Algorithm> JobContext<A> {
             }
             (hooks.equal_weight)(&self.algorithm, update);
         }
+        clipped
     }
 
     /// `value`, spilled if the run spills values of its size. Runs on the pool: a failed write

@@ -67,10 +67,16 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
             fedsim::privacy::Mechanism::Central => "central",
             fedsim::privacy::Mechanism::Local => "local, for a client that sends every round",
         };
+        let clip = match privacy.adaptive {
+            None => format!("clip {}", privacy.clip),
+            Some(a) => format!(
+                "clip from {} adaptive to quantile {} (count noise {}, updates' σ {:.4})",
+                privacy.clip, a.quantile, a.count_noise, privacy.update_noise_multiplier
+            ),
+        };
         outln!(
-            "  privacy ({who}): σ = {:.4}{solved}, clip {}; {} rounds spend ε = {:.4} at δ = {:e}",
+            "  privacy ({who}): σ = {:.4}{solved}, {clip}; {} rounds spend ε = {:.4} at δ = {:e}",
             privacy.noise_multiplier,
-            privacy.clip,
             s.run.rounds,
             privacy.epsilon_after(s.run.rounds as u64),
             privacy.delta

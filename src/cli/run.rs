@@ -107,6 +107,9 @@ pub fn run(args: RunArgs) -> Result<i32> {
             "  noise multiplier         σ = {:.4}{solved}",
             p.noise_multiplier
         );
+        if let Some(a) = p.adaptive {
+            outln!("  adaptive clip, last round C = {:.4}", a.clip);
+        }
     }
     outln!("  simulated time           {:.1} s", report.sim_seconds);
     outln!("  wall time                {:.1} s", report.wall_seconds);

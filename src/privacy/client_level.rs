@@ -19,8 +19,18 @@
 //!   and a client's ε composes over the updates it sent. The ε reported is that of the client
 //!   who has sent the most.
 //!
-//! This room does the arithmetic only (clip, noise, ε); the actors decide when. Noise is drawn
-//! from the stream the caller passes, one standard normal per coordinate in order.
+//!
+//! **Adaptive clipping** (central only; Andrew et al. 2021): the bound C follows a quantile γ
+//! of the clients' update norms. Each client also reports whether its update was within the
+//! round's bound; the server counts them, noises the count with N(0, σ_b²) and moves the
+//! bound geometrically, C ← C·exp(−η·(b̃ − γ)), b̃ the noised fraction within it. The count is
+//! a second Gaussian query (replace-one sensitivity 1) released with the sum, so the pair is
+//! one Gaussian mechanism of multiplier σ when the updates' noise uses
+//! σ_Δ = (σ⁻² − σ_b⁻²)^(−1/2): the accountant's ε is that of σ, as with a fixed bound.
+//!
+//! This room does the arithmetic only (clip, noise, the bound's step, ε); the actors decide
+//! when. Noise is drawn from the stream the caller passes, one standard normal per coordinate
+//! in order.
 
 use super::accounting::{
     calibrate_noise_multiplier, RdpAccountant, SubsampledGaussian, Subsampling,
@@ -69,10 +79,71 @@ pub struct PrivacySpec {
     /// δ of the (ε, δ) guarantee, in (0, 1); below 1/N for N clients is the usual choice.
     #[serde(default = "default_delta")]
     pub delta: f64,
+    /// Adaptive clipping (central only): `clip` is then the first round's bound, and the
+    /// bound follows a quantile of the clients' update norms, estimated privately.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveClipSpec>,
 }
 
 fn default_delta() -> f64 {
     1e-5
+}
+
+/// Adaptive clipping (`privacy.adaptive`, Andrew et al. 2021): after each round the bound C
+/// moves to C·exp(−learning_rate·(b̃ − quantile)), b̃ the fraction of the round's updates
+/// that were within C, counted with Gaussian noise of standard deviation `count_noise`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveClipSpec {
+    /// γ: the fraction of updates the bound should leave unclipped, in (0, 1).
+    #[serde(default = "default_quantile")]
+    pub quantile: f64,
+    /// η: the step of the geometric update of the bound, > 0.
+    #[serde(default = "default_clip_learning_rate")]
+    pub learning_rate: f64,
+    /// σ_b: the standard deviation of the noise on the count of updates within the bound;
+    /// by default the clients drawn per round / 20 (Andrew et al.'s choice). It must exceed
+    /// `noise_multiplier`: the updates' noise keeps what the count leaves of σ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_noise: Option<f64>,
+}
+
+fn default_quantile() -> f64 {
+    0.5
+}
+
+fn default_clip_learning_rate() -> f64 {
+    0.2
+}
+
+/// Adaptive clipping as a run applies it (see [`AdaptiveClipSpec`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdaptiveClipping {
+    pub quantile: f64,
+    pub learning_rate: f64,
+    /// σ_b, as given or the clients per round / 20.
+    pub count_noise: f64,
+}
+
+impl AdaptiveClipping {
+    /// The bound after a round at `bound` in which `within` of `counted` aggregated updates
+    /// were within it, and the noised fraction b̃ that moved it; one standard normal from
+    /// `rng`. A round that aggregated nothing leaves the bound as it was (`None`).
+    pub fn next_bound(
+        &self,
+        bound: f64,
+        within: usize,
+        counted: usize,
+        rng: &mut impl Rng,
+    ) -> (f64, Option<f64>) {
+        if counted == 0 {
+            return (bound, None);
+        }
+        let z: f64 = rng.sample(StandardNormal);
+        let fraction = (within as f64 + self.count_noise * z) / counted as f64;
+        let next = bound * (-self.learning_rate * (fraction - self.quantile)).exp();
+        (next, Some(fraction))
+    }
 }
 
 impl PrivacySpec {
@@ -113,6 +184,35 @@ impl PrivacySpec {
         if !(self.delta > 0.0 && self.delta < 1.0) {
             return bad("delta", format!("must be in (0, 1), got {}", self.delta));
         }
+        if let Some(adaptive) = &self.adaptive {
+            if self.mechanism == Mechanism::Local {
+                return bad(
+                    "adaptive",
+                    "adaptive clipping needs `mechanism: central` (the server noises the count \
+                     of updates within the bound)"
+                        .into(),
+                );
+            }
+            if !(adaptive.quantile > 0.0 && adaptive.quantile < 1.0) {
+                let got = adaptive.quantile;
+                return bad("adaptive.quantile", format!("must be in (0, 1), got {got}"));
+            }
+            if !(adaptive.learning_rate > 0.0 && adaptive.learning_rate.is_finite()) {
+                let got = adaptive.learning_rate;
+                return bad(
+                    "adaptive.learning_rate",
+                    format!("must be a positive number, got {got}"),
+                );
+            }
+            if let Some(sigma_b) = adaptive.count_noise {
+                if !(sigma_b > 0.0 && sigma_b.is_finite()) {
+                    return bad(
+                        "adaptive.count_noise",
+                        format!("must be a positive number, got {sigma_b}"),
+                    );
+                }
+            }
+        }
         Ok(())
     }
 
@@ -141,6 +241,39 @@ impl PrivacySpec {
             }
             (None, None) => unreachable!("validated"),
         };
+        let adaptive = self.adaptive.as_ref().map(|a| AdaptiveClipping {
+            quantile: a.quantile,
+            learning_rate: a.learning_rate,
+            count_noise: a.count_noise.unwrap_or(per_round as f64 / 20.0),
+        });
+        let update_noise_multiplier = match adaptive {
+            None => noise_multiplier,
+            Some(_) if noise_multiplier == 0.0 => 0.0,
+            Some(a) if a.count_noise > noise_multiplier => {
+                (noise_multiplier.powi(-2) - a.count_noise.powi(-2)).powf(-0.5)
+            }
+            Some(a) => {
+                let path = if self
+                    .adaptive
+                    .as_ref()
+                    .is_some_and(|a| a.count_noise.is_some())
+                {
+                    "adaptive.count_noise"
+                } else {
+                    "adaptive"
+                };
+                return Err(FieldError::new(
+                    path.into(),
+                    format!(
+                        "the count's noise σ_b = {} must exceed the noise multiplier σ = \
+                         {noise_multiplier:.4} (the updates keep (σ⁻² − σ_b⁻²)^(−1/2)); set \
+                         `adaptive.count_noise` above σ (its default is the {per_round} clients \
+                         per round / 20)",
+                        a.count_noise
+                    ),
+                ));
+            }
+        };
         let mechanism = SubsampledGaussian {
             sampling,
             noise_multiplier,
@@ -151,6 +284,8 @@ impl PrivacySpec {
             mechanism: self.mechanism,
             clip: self.clip,
             noise_multiplier,
+            update_noise_multiplier,
+            adaptive,
             calibrated: self.target_epsilon.is_some(),
             delta: self.delta,
             sampling,
@@ -164,9 +299,15 @@ impl PrivacySpec {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClientLevelPrivacy {
     pub mechanism: Mechanism,
+    /// C: the bound (under adaptive clipping, the first round's).
     pub clip: f64,
-    /// σ, as given or solved for from `target_epsilon`.
+    /// σ, as given or solved for from `target_epsilon`: what the accountant composes.
     pub noise_multiplier: f64,
+    /// σ_Δ: the multiplier of the updates' noise, σ itself, or under adaptive clipping what
+    /// the count's noise leaves of it, (σ⁻² − σ_b⁻²)^(−1/2).
+    pub update_noise_multiplier: f64,
+    /// How the bound moves between rounds, if it does.
+    pub adaptive: Option<AdaptiveClipping>,
     /// Whether σ was solved for (`target_epsilon`).
     pub calibrated: bool,
     pub delta: f64,
@@ -178,15 +319,16 @@ pub struct ClientLevelPrivacy {
 }
 
 impl ClientLevelPrivacy {
-    /// The sensitivity of the sum of clipped updates: 2C (one client's data replaced).
-    pub fn sensitivity(&self) -> f64 {
-        2.0 * self.clip
+    /// The sensitivity of the sum of updates clipped to `bound`: 2·`bound` (one client's data
+    /// replaced).
+    pub fn sensitivity(bound: f64) -> f64 {
+        2.0 * bound
     }
 
-    /// Scales each `(base, sent)` pair's change `sent − base` by min(1, C/‖Δ‖), ‖Δ‖ the L2 norm
-    /// of all the changes together (f64, in order); returns ‖Δ‖ before clipping. An update
-    /// within the bound is left exactly as it was.
-    pub fn clip(&self, pairs: &mut [(&[f32], &mut [f32])]) -> f64 {
+    /// Scales each `(base, sent)` pair's change `sent − base` by min(1, C/‖Δ‖), C = `bound`
+    /// and ‖Δ‖ the L2 norm of all the changes together (f64, in order); returns ‖Δ‖ before
+    /// clipping. An update within the bound is left exactly as it was.
+    pub fn clip(pairs: &mut [(&[f32], &mut [f32])], bound: f64) -> f64 {
         let mut squares = 0.0f64;
         for (base, sent) in pairs.iter() {
             assert_eq!(
@@ -200,8 +342,8 @@ impl ClientLevelPrivacy {
             }
         }
         let norm = squares.sqrt();
-        if norm > self.clip {
-            let factor = self.clip / norm;
+        if norm > bound {
+            let factor = bound / norm;
             for (base, sent) in pairs.iter_mut() {
                 for (&b, s) in base.iter().zip(sent.iter_mut()) {
                     *s = (b as f64 + factor * (*s as f64 - b as f64)) as f32;
@@ -212,10 +354,10 @@ impl ClientLevelPrivacy {
     }
 
     /// The standard deviation of the noise on a global model that moves by the sum of the
-    /// clients' clipped changes divided by `divisor` (the clients aggregated, for a plain
-    /// average): σ·2C/`divisor`, the sum's noise divided like the sum.
-    pub fn noise_std(&self, divisor: f64) -> f64 {
-        self.noise_multiplier * self.sensitivity() / divisor
+    /// clients' changes clipped to `bound`, divided by `divisor` (the clients aggregated, for
+    /// a plain average): σ_Δ·2C/`divisor`, the sum's noise divided like the sum.
+    pub fn noise_std(&self, bound: f64, divisor: f64) -> f64 {
+        self.update_noise_multiplier * Self::sensitivity(bound) / divisor
     }
 
     /// Adds N(0, `std`²) to every coordinate of `vectors`, in order, one standard normal each
@@ -235,7 +377,7 @@ impl ClientLevelPrivacy {
     /// The standard deviation of the noise a client adds to each coordinate of its clipped
     /// update under the local mechanism: σ·2C.
     pub fn local_noise_std(&self) -> f64 {
-        self.noise_multiplier * self.sensitivity()
+        self.noise_multiplier * Self::sensitivity(self.clip)
     }
 
     /// ε at δ after `rounds` noised releases (∞ without noise): aggregations under the
@@ -267,24 +409,24 @@ mod tests {
         let p = resolved("{clip: 6.5, noise_multiplier: 1}");
         let (b1, b2) = ([1.0f32, 1.0], [0.0f32, 2.0]);
         let (mut s1, mut s2) = ([4.0f32, 5.0], [0.0f32, 14.0]);
-        let norm = p.clip(&mut [(&b1, &mut s1), (&b2, &mut s2)]);
+        let norm = ClientLevelPrivacy::clip(&mut [(&b1, &mut s1), (&b2, &mut s2)], p.clip);
         assert_eq!(norm, 13.0);
         assert_eq!((s1, s2), ([2.5, 3.0], [0.0, 8.0]));
         // Within the bound: untouched, bit for bit.
         let mut s3 = [1.25f32, 0.1];
-        assert!(p.clip(&mut [(&[1.0, 0.0], &mut s3)]) < 6.5);
+        assert!(ClientLevelPrivacy::clip(&mut [(&[1.0, 0.0], &mut s3)], p.clip) < 6.5);
         assert_eq!(s3, [1.25, 0.1]);
     }
 
     #[test]
     fn noise_is_the_streams_and_has_the_asked_spread() {
         let p = resolved("{clip: 0.5, noise_multiplier: 2}");
-        assert_eq!(p.sensitivity(), 1.0);
-        assert_eq!(p.noise_std(4.0), 0.5);
+        assert_eq!(ClientLevelPrivacy::sensitivity(p.clip), 1.0);
+        assert_eq!(p.noise_std(p.clip, 4.0), 0.5);
         let noised = |seed| {
             let mut v = vec![0.0f32; 20_000];
             let mut rng = ChaCha20Rng::seed_from_u64(seed);
-            ClientLevelPrivacy::add_noise(&mut [&mut v[..]], p.noise_std(4.0), &mut rng);
+            ClientLevelPrivacy::add_noise(&mut [&mut v[..]], p.noise_std(p.clip, 4.0), &mut rng);
             v
         };
         let v = noised(7);
@@ -352,6 +494,76 @@ mod tests {
         assert!((0.99 * 8.0..=8.0).contains(&solved.epsilon_after(50)));
     }
 
+    /// σ = 1 with σ_b = 2: the updates keep (1 − 1/4)^(−1/2) = 2/√3 of the bound's noise, and
+    /// ε stays that of σ.
+    #[test]
+    fn adaptive_clipping_splits_sigma_between_the_count_and_the_updates() {
+        let fixed = resolved("{clip: 0.1, noise_multiplier: 1}");
+        let p = resolved("{clip: 0.1, noise_multiplier: 1, adaptive: {count_noise: 2}}");
+        assert_eq!(fixed.update_noise_multiplier, 1.0);
+        assert!((p.update_noise_multiplier - 2.0 / 3f64.sqrt()).abs() < 1e-15);
+        assert_eq!(p.epsilon_after(50), fixed.epsilon_after(50));
+        assert!((p.noise_std(0.5, 10.0) - 2.0 / 3f64.sqrt() * 2.0 * 0.5 / 10.0).abs() < 1e-15);
+        // The defaults: γ = 0.5, η = 0.2, σ_b = K/20 (K = 100 of 1 000 here).
+        let a = spec("{clip: 0.1, noise_multiplier: 1, adaptive: {}}")
+            .resolve(1000, 100, 50)
+            .unwrap()
+            .adaptive
+            .unwrap();
+        assert_eq!(
+            (a.quantile, a.learning_rate, a.count_noise),
+            (0.5, 0.2, 5.0)
+        );
+        // No noise at all: none on the updates either.
+        let clip_only = resolved("{clip: 0.1, noise_multiplier: 0, adaptive: {count_noise: 1}}");
+        assert_eq!(clip_only.update_noise_multiplier, 0.0);
+    }
+
+    /// 7 of 10 within C = 2 and the count's standard normal z: b̃ = (7 + 0.5·z)/10 and
+    /// C' = 2·exp(−0.2·(b̃ − 0.5)); nothing aggregated leaves C alone and draws nothing.
+    #[test]
+    fn the_bound_moves_by_the_noised_fraction() {
+        let a = AdaptiveClipping {
+            quantile: 0.5,
+            learning_rate: 0.2,
+            count_noise: 0.5,
+        };
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        let z: f64 = rng.clone().sample(StandardNormal);
+        let (next, fraction) = a.next_bound(2.0, 7, 10, &mut rng);
+        let expected = (7.0 + 0.5 * z) / 10.0;
+        assert_eq!(fraction, Some(expected));
+        assert_eq!(next, 2.0 * (-0.2 * (expected - 0.5)).exp());
+        let before = rng.clone();
+        assert_eq!(a.next_bound(2.0, 0, 0, &mut rng), (2.0, None));
+        assert_eq!(rng, before, "nothing drawn");
+    }
+
+    /// Norms 1, 2, …, 100 every round: from C = 1 the bound climbs to their median and stays
+    /// near it (γ = 0.5), or near the 90th percentile (γ = 0.9).
+    #[test]
+    fn the_bound_tracks_the_quantile_of_the_norms() {
+        for (quantile, target) in [(0.5, 50.0), (0.9, 90.0)] {
+            let a = AdaptiveClipping {
+                quantile,
+                learning_rate: 0.2,
+                count_noise: 100.0 / 20.0,
+            };
+            let mut rng = ChaCha20Rng::seed_from_u64(1);
+            let mut bound = 1.0;
+            let mut late = Vec::new();
+            for round in 0..400 {
+                let within = (1..=100).filter(|&n| n as f64 <= bound).count();
+                bound = a.next_bound(bound, within, 100, &mut rng).0;
+                if round >= 300 {
+                    late.push(bound);
+                }
+            }
+            let mean = late.iter().sum::<f64>() / late.len() as f64;
+            assert!((mean - target).abs() < 0.1 * target, "γ {quantile}: {mean}");
+        }
+    }
+
     #[test]
     fn bad_settings_name_their_field() {
         let path = |yaml: &str| spec(yaml).validate().unwrap_err().path;
@@ -364,7 +576,36 @@ mod tests {
         );
         assert_eq!(path("{clip: 1, target_epsilon: -2}"), "target_epsilon");
         assert_eq!(path("{clip: 1, noise_multiplier: 1, delta: 1}"), "delta");
+        let sigma = "{clip: 1, noise_multiplier: 1, ";
+        assert_eq!(
+            path(&format!("{sigma}mechanism: local, adaptive: {{}}}}")),
+            "adaptive"
+        );
+        assert_eq!(
+            path(&format!("{sigma}adaptive: {{quantile: 1}}}}")),
+            "adaptive.quantile"
+        );
+        assert_eq!(
+            path(&format!("{sigma}adaptive: {{learning_rate: 0}}}}")),
+            "adaptive.learning_rate"
+        );
+        assert_eq!(
+            path(&format!("{sigma}adaptive: {{count_noise: -1}}}}")),
+            "adaptive.count_noise"
+        );
+        // σ_b must exceed σ: by default K/20 = 0.5 of the 10 per round here.
+        let resolve = |yaml: &str| spec(yaml).resolve(100, 10, 50).unwrap_err();
+        let e = resolve(&format!("{sigma}adaptive: {{}}}}"));
+        assert_eq!(e.path, "adaptive");
+        assert!(
+            e.message.contains("10 clients per round / 20"),
+            "{}",
+            e.message
+        );
+        let e = resolve(&format!("{sigma}adaptive: {{count_noise: 0.9}}}}"));
+        assert_eq!(e.path, "adaptive.count_noise");
         assert!(serde_yaml::from_str::<PrivacySpec>("{clip: 1, sigma: 1}").is_err());
+        assert!(serde_yaml::from_str::<PrivacySpec>("{clip: 1, adaptive: {gamma: 0.5}}").is_err());
         assert!(serde_yaml::from_str::<PrivacySpec>("{mechanism: shuffle, clip: 1}").is_err());
     }
 }

@@ -5,8 +5,8 @@
 //! arithmetic only and draws nothing; [`client_level`] clips a client's update and noises the
 //! server's sum or the update itself, from the streams its callers pass. Neither knows when a
 //! round happens: the actors apply them (a client clips, and under the local mechanism noises,
-//! before it uploads; the server noises each aggregation under the central one and asks the
-//! accountant after each round).
+//! before it uploads; the server noises each aggregation under the central one, moves an
+//! adaptive bound, and asks the accountant after each round).
 
 pub mod accounting;
 pub mod client_level;
@@ -15,4 +15,6 @@ pub use accounting::{
     calibrate_noise_multiplier, default_orders, epsilon, CalibrationError, RdpAccountant,
     SubsampledGaussian, Subsampling,
 };
-pub use client_level::{ClientLevelPrivacy, Mechanism, PrivacySpec};
+pub use client_level::{
+    AdaptiveClipSpec, AdaptiveClipping, ClientLevelPrivacy, Mechanism, PrivacySpec,
+};

@@ -5,6 +5,7 @@ use crate::records::ModelKind;
 use crate::records::Split;
 use crate::records::{
     DeviceRecord, ExtraRecord, GossipRecord, JobOutcome, JobRecord, MixtureRecord, Record,
+    RoundRecord,
 };
 use polars::prelude::*;
 use std::path::Path;
@@ -81,6 +82,19 @@ pub fn rounds_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
         columns.extend([
             column("noise_std", &rounds, |r| r.privacy.map(|p| p.noise_std)),
             column("epsilon", &rounds, |r| r.privacy.map(|p| p.epsilon)),
+        ]);
+    }
+    // Adaptive clipping only: the round's bound and the noised fraction within it.
+    if rounds
+        .iter()
+        .any(|r| r.privacy.is_some_and(|p| p.adaptive.is_some()))
+    {
+        let adaptive = |r: &RoundRecord| r.privacy.and_then(|p| p.adaptive);
+        columns.extend([
+            column("clip", &rounds, |r| adaptive(r).map(|a| a.clip)),
+            column("unclipped_fraction", &rounds, |r| {
+                adaptive(r).and_then(|a| a.unclipped)
+            }),
         ]);
     }
     DataFrame::new_infer_height(columns)

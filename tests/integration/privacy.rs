@@ -60,6 +60,10 @@ fn private_runs_are_deterministic_across_threads_and_reruns() {
             "local",
             vec!["privacy={mechanism: local, clip: 0.5, noise_multiplier: 2.0}"],
         ),
+        (
+            "adaptive",
+            vec!["privacy={clip: 0.05, noise_multiplier: 1.0, adaptive: {count_noise: 2}}"],
+        ),
     ] {
         let dir = |t: &str| tmp.path().join(format!("{name}-{t}"));
         for (label, threads) in [("1", 1), ("2", 2), ("4", 4), ("again", 2)] {
@@ -189,6 +193,62 @@ fn local_privacy_spends_per_update_of_the_busiest_client() {
     );
 }
 
+/// Adaptive clipping: round 1 clips to the given bound, each next bound is the last one moved
+/// by the noised fraction within it (C·exp(−η(b̃ − γ)), as rounds.parquet records them), the
+/// updates' noise is σ_Δ·2C/K with σ_Δ = (σ⁻² − σ_b⁻²)^(−1/2), and ε is that of σ. A bound far
+/// below every update's norm grows, one far above shrinks.
+#[test]
+fn adaptive_clipping_moves_the_bound_by_the_noised_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_from = |clip: f64| {
+        let dir = tmp.path().join(format!("clip-{clip}"));
+        let privacy = format!(
+            "privacy={{clip: {clip}, noise_multiplier: 1.0, \
+             adaptive: {{quantile: 0.4, learning_rate: 0.3, count_noise: 2}}}}"
+        );
+        run(&[&privacy], 2, &dir);
+        read_parquet(&dir.join("rounds.parquet")).unwrap()
+    };
+    let rounds = run_from(0.05);
+    let (bounds, within) = (
+        floats(&rounds, "clip"),
+        floats(&rounds, "unclipped_fraction"),
+    );
+    assert_eq!(bounds.len(), 4);
+    assert_eq!(bounds[0], 0.05);
+    for t in 0..3 {
+        assert_eq!(
+            bounds[t + 1],
+            bounds[t] * (-0.3 * (within[t] - 0.4)).exp(),
+            "round {}",
+            t + 2
+        );
+    }
+    let update_sigma = (1.0f64 - 0.25).powf(-0.5);
+    let completed = rounds.column("completed").unwrap().u32().unwrap();
+    let sampling = Subsampling::FixedSize {
+        sample: 12,
+        population: 24,
+    };
+    for (t, ((std, k), eps)) in (floats(&rounds, "noise_std").iter())
+        .zip(completed.into_no_null_iter())
+        .zip(floats(&rounds, "epsilon"))
+        .enumerate()
+    {
+        assert_eq!(*std, update_sigma * 2.0 * bounds[t] / k as f64);
+        assert_eq!(eps, epsilon(sampling, 1.0, t as u64 + 1, 1e-5));
+    }
+    let grows = floats(&run_from(1e-6), "clip");
+    assert!(grows[3] > grows[0], "{grows:?}");
+    let shrinks = floats(&run_from(1e6), "clip");
+    assert!(shrinks[3] < shrinks[0], "{shrinks:?}");
+    // A fixed bound writes neither column.
+    let fixed = tmp.path().join("fixed");
+    run(&["privacy={clip: 0.05, noise_multiplier: 1.0}"], 1, &fixed);
+    let rounds = read_parquet(&fixed.join("rounds.parquet")).unwrap();
+    assert!(rounds.column("clip").is_err() && rounds.column("unclipped_fraction").is_err());
+}
+
 /// With σ = 0 and full participation, a round moves the global model by the average of the
 /// clients' clipped changes, so by at most C (here 0.01; the same round unclipped moves it by
 /// more than 0.05).
@@ -238,7 +298,15 @@ fn clipping_bounds_how_far_a_round_moves_the_model() {
 
 #[test]
 fn bad_privacy_settings_are_refused_with_their_field() {
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
+        (
+            &["privacy={mechanism: local, clip: 1, noise_multiplier: 1, adaptive: {}}"],
+            "`privacy.adaptive`: adaptive clipping needs `mechanism: central`",
+        ),
+        (
+            &["privacy={clip: 1, noise_multiplier: 1, adaptive: {quantile: 0}}"],
+            "privacy.adaptive.quantile",
+        ),
         (
             &["privacy={clip: 1, noise_multiplier: -1}"],
             "privacy.noise_multiplier",
@@ -292,4 +360,18 @@ fn bad_privacy_settings_are_refused_with_their_field() {
     );
     let e = error(SMALL, &["privacy={clip: 1, sigma: 2}"]);
     assert!(e.contains("sigma"), "{e}");
+    // Known once the data say how many clients a round draws: SMALL's 12, so σ_b = 12/20 = 0.6
+    // by default, not above σ = 1.
+    let s = scenario(
+        SMALL,
+        &["privacy={clip: 1, noise_multiplier: 1, adaptive: {}}"],
+    );
+    let Err(e) = simulate_scenario(&s, 1, |_| {}) else {
+        panic!("σ_b = 0.6 under σ = 1 should be refused")
+    };
+    let e = format!("{:#}", anyhow::Error::from(e));
+    assert!(
+        e.contains("privacy.adaptive") && e.contains("12 clients per round / 20"),
+        "{e}"
+    );
 }

@@ -129,6 +129,7 @@ impl<A: Algorithm> RoundPolicy<A> for Fedbuff<A> {
             job,
             update,
             compute,
+            clipped,
         } = report;
         let update =
             update.ok_or_else(|| SimError::Internal("asynchronous jobs always upload".into()))?;
@@ -152,6 +153,7 @@ impl<A: Algorithm> RoundPolicy<A> for Fedbuff<A> {
             update,
             base: job.base,
             staleness,
+            clipped,
         });
         if self.buffer.len() >= self.settings.buffer_size {
             self.aggregate(core, now, eff)?;

@@ -32,7 +32,8 @@ use crate::algorithms::{Algorithm, Finite, StaleUpdate, Updates};
 use crate::io::Stored;
 use crate::privacy::Mechanism;
 use crate::records::{
-    DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundPrivacy, RoundRecord,
+    AdaptiveRound, DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundPrivacy,
+    RoundRecord,
 };
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::spec::PolicySpec;
@@ -161,6 +162,8 @@ struct Held<A: Algorithm> {
     update: Stored<A::Update>,
     base: Arc<A::Global>,
     staleness: u32,
+    /// With privacy: whether clipping scaled the update down.
+    clipped: bool,
 }
 
 /// A held update read back into memory, with its client, base model and staleness (stale
@@ -237,6 +240,8 @@ struct Report<A: Algorithm> {
     /// `None`: a completion notice (the client was not asked to upload).
     update: Option<Stored<A::Update>>,
     compute: SimDuration,
+    /// With privacy: whether clipping scaled the update down.
+    clipped: bool,
 }
 
 /// The round policy `spec` asks for, in its initial state.
@@ -293,6 +298,12 @@ struct Core<A: Algorithm> {
     most_uploads: u64,
     /// The noise's standard deviation in this round's aggregation.
     noise_std: f64,
+    /// With privacy: the bound clients clip to (moved after each aggregation under adaptive
+    /// clipping).
+    clip: f64,
+    /// Under adaptive clipping, set by this round's aggregation: the bound it used and the
+    /// noised fraction of updates within it.
+    adaptive_round: Option<AdaptiveRound>,
 }
 
 pub(super) struct Server<A: Algorithm> {
@@ -317,6 +328,8 @@ impl<A: Algorithm> Server<A> {
                 uploads: BTreeMap::new(),
                 most_uploads: 0,
                 noise_std: 0.0,
+                clip: cfg.algorithm.privacy.as_ref().map_or(0.0, |p| p.clip),
+                adaptive_round: None,
                 cfg,
             },
         }
@@ -448,6 +461,7 @@ impl<A: Algorithm> Core<A> {
                 global: self.global.clone(),
                 lr: self.cfg.algorithm.training.lr_at(round),
                 upload,
+                clip: self.cfg.algorithm.privacy.as_ref().map(|_| self.clip),
             }),
         );
     }
@@ -473,12 +487,13 @@ impl<A: Algorithm> Core<A> {
         };
         let next = if held.iter().all(|h| h.staleness == 0) && server_lr == 1.0 {
             let aggregated = held.len();
+            let within = held.iter().filter(|h| !h.clipped).count();
             let updates = Updates::new(held.into_iter().map(|h| (h.client, h.update)).collect());
             // A spilled update that cannot be read back panics inside: the run's error.
             let aggregate = || self.alg().aggregate(&self.global, updates);
             let mut next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(aggregate))
                 .map_err(failed)?;
-            self.add_privacy_noise(&mut next, aggregated);
+            self.add_privacy_noise(&mut next, aggregated, within);
             next
         } else {
             // Stale aggregations take their updates all at once.
@@ -514,8 +529,10 @@ impl<A: Algorithm> Core<A> {
     }
 
     /// With central privacy, Gaussian noise on the new global model `next`, made of
-    /// `aggregated` clipped updates, from the server's `privacy_noise` stream of this round.
-    fn add_privacy_noise(&mut self, next: &mut A::Global, aggregated: usize) {
+    /// `aggregated` clipped updates, from the server's `privacy_noise` stream of this round;
+    /// under adaptive clipping, the bound moved by the noised count of the `within` updates
+    /// that were within it (from the server's `privacy_clip` stream of the round).
+    fn add_privacy_noise(&mut self, next: &mut A::Global, aggregated: usize, within: usize) {
         let (Some(privacy), Some(hooks)) = (&self.cfg.algorithm.privacy, A::PRIVATE_UPDATES) else {
             return;
         };
@@ -523,10 +540,19 @@ impl<A: Algorithm> Core<A> {
             return;
         }
         let mut rng = (self.cfg.seeds).rng(Entity::Server, "privacy_noise", self.round as u64);
-        let std = privacy.noise_std((hooks.divisor)(self.alg(), aggregated));
+        let std = privacy.noise_std(self.clip, (hooks.divisor)(self.alg(), aggregated));
         crate::privacy::ClientLevelPrivacy::add_noise(&mut (hooks.global)(next), std, &mut rng);
         self.private_releases += 1;
         self.noise_std = std;
+        if let Some(adaptive) = privacy.adaptive {
+            let mut rng = (self.cfg.seeds).rng(Entity::Server, "privacy_clip", self.round as u64);
+            let (bound, unclipped) = adaptive.next_bound(self.clip, within, aggregated, &mut rng);
+            self.adaptive_round = Some(AdaptiveRound {
+                clip: self.clip,
+                unclipped,
+            });
+            self.clip = bound;
+        }
     }
 
     /// Records the round's counts (ended at `now`), then the divergence check, evaluations
@@ -538,10 +564,17 @@ impl<A: Algorithm> Core<A> {
                 Mechanism::Central => (std::mem::take(&mut self.noise_std), self.private_releases),
                 Mechanism::Local => (privacy.local_noise_std(), self.most_uploads),
             };
+            let adaptive = privacy.adaptive.map(|_| {
+                (self.adaptive_round.take()).unwrap_or(AdaptiveRound {
+                    clip: self.clip,
+                    unclipped: None,
+                })
+            });
             self.counts.privacy = Some(RoundPrivacy {
                 noise_multiplier: privacy.noise_multiplier,
                 noise_std,
                 epsilon: privacy.epsilon_after(releases),
+                adaptive,
             });
         }
         eff.record(Record::Round(std::mem::take(&mut self.counts)));
@@ -622,17 +655,19 @@ impl<A: Algorithm> Core<A> {
         })
     }
 
-    /// `client`'s report at `now` (its update, or `None`: a completion notice), with its job
-    /// taken out of flight and the update's bytes counted.
+    /// `client`'s report at `now` (its update with its size and whether it was clipped, or
+    /// `None`: a completion notice), with its job taken out of flight and the update's bytes
+    /// counted.
     fn report(
         &mut self,
         now: SimTime,
         client: u32,
-        update: Option<(Stored<A::Update>, usize)>,
+        update: Option<(Stored<A::Update>, usize, bool)>,
         compute: SimDuration,
     ) -> Result<Report<A>, SimError> {
         let job = self.take_job(client)?;
-        let update = update.map(|(update, floats)| {
+        let clipped = update.as_ref().is_some_and(|u| u.2);
+        let update = update.map(|(update, floats, _)| {
             self.counts.bytes_up += payload_bytes(floats);
             update
         });
@@ -649,6 +684,7 @@ impl<A: Algorithm> Core<A> {
             job,
             update,
             compute,
+            clipped,
         })
     }
 
@@ -685,9 +721,10 @@ impl<A: Algorithm> Server<A> {
                 update,
                 floats,
                 compute,
+                clipped,
                 ..
             } => {
-                let report = core.report(now, client, Some((update, floats)), compute)?;
+                let report = core.report(now, client, Some((update, floats, clipped)), compute)?;
                 self.rounds.receive(core, report, &mut eff)?
             }
             ToServer::Done {
@@ -788,6 +825,7 @@ mod tests {
             }),
             floats: 4,
             compute: SimDuration(1),
+            clipped: false,
         }
     }
 

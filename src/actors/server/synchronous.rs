@@ -132,6 +132,7 @@ impl<A: Algorithm> Synchronous<A> {
         client: u32,
         job: &InFlight<A::Global>,
         update: Stored<A::Update>,
+        clipped: bool,
     ) -> JobOutcome {
         let outcome = job.late.unwrap_or(JobOutcome::Discarded);
         let staleness = self.round_joined_late(core, job);
@@ -146,6 +147,7 @@ impl<A: Algorithm> Synchronous<A> {
                 update,
                 base: job.base.clone(),
                 staleness,
+                clipped,
             });
             return JobOutcome::Late;
         }
@@ -232,6 +234,7 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
             job,
             update,
             compute,
+            clipped,
         } = report;
         let outcome = match (update, self.is_current(core, &job)) {
             (None, true) => {
@@ -246,10 +249,11 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
                     update,
                     base: job.base.clone(),
                     staleness: 0,
+                    clipped,
                 });
                 JobOutcome::Aggregated
             }
-            (Some(update), false) => self.late_arrival(core, client, &job, update),
+            (Some(update), false) => self.late_arrival(core, client, &job, update, clipped),
         };
         let staleness = match outcome {
             JobOutcome::Late => self.round_joined_late(core, &job),
