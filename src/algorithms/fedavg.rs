@@ -151,7 +151,7 @@ macro_rules! model_update_aggregation {
             Some($crate::algorithms::PrivateUpdates {
                 sent: |global, update| vec![(&global[..], &mut update.params[..])],
                 equal_weight: |_, update| update.weight = 1.0,
-                divisor: |_, aggregated| aggregated as f64,
+                divisor: |_, aggregated| aggregated,
                 global: |global| vec![&mut global[..]],
             });
 

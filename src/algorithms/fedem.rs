@@ -441,8 +441,8 @@ impl Algorithm for FedEm {
         },
         equal_weight: |fedem, update| update.weight = fedem.total_train / fedem.participants,
         divisor: |fedem, aggregated| match fedem.spec.unsampled {
-            Unsampled::KeepGlobal => fedem.participants.max(aggregated as f64),
-            Unsampled::Renormalize => aggregated as f64,
+            Unsampled::KeepGlobal => fedem.participants.max(aggregated),
+            Unsampled::Renormalize => aggregated,
         },
         global: |global| global.iter_mut().map(|g| &mut g[..]).collect(),
     });
@@ -658,7 +658,7 @@ mod tests {
                     (c, u)
                 })
                 .collect();
-            assert_eq!((hooks.divisor)(&fedem, 2), divisor);
+            assert_eq!((hooks.divisor)(&fedem, 2.0), divisor);
             let moved = 12.0 / divisor as f32;
             assert_eq!(
                 fedem.aggregate(&global, updates.into()),

@@ -355,7 +355,7 @@ impl<T: Finite> Finite for Vec<T> {
 /// the `Global` and `ClientState` values the actors hold.
 pub trait Algorithm: Send + Sync + 'static {
     /// What the server holds and broadcasts.
-    type Global: Finite + Send + Sync + Unpin + 'static;
+    type Global: Clone + Finite + Send + Sync + Unpin + 'static;
     /// What a client keeps between rounds (its float buffers, [`Floats`], may be spilled to
     /// a file while it is idle: `training.spill`).
     type ClientState: Finite + Floats + Clone + Send + Unpin + 'static;
@@ -655,11 +655,13 @@ impl Gradients for StackedBatch<'_> {
 /// vectors (the server's noise goes there). With equal weights, the algorithm's aggregation of
 /// fresh updates must move the global model by the sum of the clients' changes divided by
 /// `divisor` (of the number of updates aggregated), so that one client moves it by at most
-/// C / divisor and the server's noise is scaled alike.
+/// C / divisor and the server's noise is scaled alike. Under Poisson participation the server
+/// rescales the move to divide by `divisor` of the expected number instead (a fixed
+/// denominator), so `divisor` must be proportional to the count or not depend on it.
 pub struct PrivateUpdates<A: Algorithm + ?Sized> {
     pub sent: SentVectors<A>,
     pub equal_weight: fn(&A, &mut A::Update),
-    pub divisor: fn(&A, usize) -> f64,
+    pub divisor: fn(&A, f64) -> f64,
     pub global: fn(&mut A::Global) -> Vec<&mut [f32]>,
 }
 

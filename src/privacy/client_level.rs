@@ -116,6 +116,25 @@ fn default_clip_learning_rate() -> f64 {
     0.2
 }
 
+/// How a run draws its clients, as the accountant needs it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Participation {
+    /// K clients a round, uniformly without replacement.
+    FixedSize(usize),
+    /// Each client independently with this probability.
+    Poisson(f64),
+}
+
+/// Which two federations the guarantee tells apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Neighbours {
+    /// The same N clients, one client's data replaced (K of N drawn; local noise): the sum of
+    /// clipped changes moves by at most 2C.
+    ReplaceOne,
+    /// One client more or less (Poisson participation): the sum moves by at most C.
+    AddRemove,
+}
+
 /// Adaptive clipping as a run applies it (see [`AdaptiveClipSpec`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AdaptiveClipping {
@@ -133,14 +152,14 @@ impl AdaptiveClipping {
         &self,
         bound: f64,
         within: usize,
-        counted: usize,
+        counted: f64,
         rng: &mut impl Rng,
     ) -> (f64, Option<f64>) {
-        if counted == 0 {
+        if counted == 0.0 {
             return (bound, None);
         }
         let z: f64 = rng.sample(StandardNormal);
-        let fraction = (within as f64 + self.count_noise * z) / counted as f64;
+        let fraction = (within as f64 + self.count_noise * z) / counted;
         let next = bound * (-self.learning_rate * (fraction - self.quantile)).exp();
         (next, Some(fraction))
     }
@@ -216,22 +235,39 @@ impl PrivacySpec {
         Ok(())
     }
 
-    /// The mechanism of a run of `rounds` rounds that draws `per_round` of `population`
-    /// clients each round; a `target_epsilon` is turned into σ here.
+    /// The mechanism of a run of `rounds` rounds that draws its clients from `population`
+    /// as `participation` says; a `target_epsilon` is turned into σ here.
     pub fn resolve(
         &self,
         population: usize,
-        per_round: usize,
+        participation: Participation,
         rounds: u32,
     ) -> Result<ClientLevelPrivacy, FieldError> {
         self.validate()?;
-        let sampling = match self.mechanism {
-            Mechanism::Central => Subsampling::FixedSize {
-                sample: per_round as u64,
-                population: population as u64,
-            },
+        let (sampling, neighbours, fixed_count) = match (self.mechanism, participation) {
+            (Mechanism::Central, Participation::FixedSize(per_round)) => (
+                Subsampling::FixedSize {
+                    sample: per_round as u64,
+                    population: population as u64,
+                },
+                Neighbours::ReplaceOne,
+                None,
+            ),
+            (Mechanism::Central, Participation::Poisson(rate)) => (
+                Subsampling::Poisson { rate },
+                Neighbours::AddRemove,
+                Some(rate * population as f64),
+            ),
             // Every message is seen: no amplification; at worst a client sends every round.
-            Mechanism::Local => Subsampling::Poisson { rate: 1.0 },
+            (Mechanism::Local, _) => (
+                Subsampling::Poisson { rate: 1.0 },
+                Neighbours::ReplaceOne,
+                None,
+            ),
+        };
+        let per_round = match participation {
+            Participation::FixedSize(k) => k as f64,
+            Participation::Poisson(rate) => rate * population as f64,
         };
         let noise_multiplier = match (self.noise_multiplier, self.target_epsilon) {
             (Some(sigma), _) => sigma,
@@ -244,7 +280,7 @@ impl PrivacySpec {
         let adaptive = self.adaptive.as_ref().map(|a| AdaptiveClipping {
             quantile: a.quantile,
             learning_rate: a.learning_rate,
-            count_noise: a.count_noise.unwrap_or(per_round as f64 / 20.0),
+            count_noise: a.count_noise.unwrap_or(per_round / 20.0),
         });
         let update_noise_multiplier = match adaptive {
             None => noise_multiplier,
@@ -286,6 +322,8 @@ impl PrivacySpec {
             noise_multiplier,
             update_noise_multiplier,
             adaptive,
+            neighbours,
+            fixed_count,
             calibrated: self.target_epsilon.is_some(),
             delta: self.delta,
             sampling,
@@ -308,6 +346,11 @@ pub struct ClientLevelPrivacy {
     pub update_noise_multiplier: f64,
     /// How the bound moves between rounds, if it does.
     pub adaptive: Option<AdaptiveClipping>,
+    /// Which federations count as neighbours, so the sum's sensitivity.
+    pub neighbours: Neighbours,
+    /// Under Poisson participation (central): the expected number of clients a round, q·N,
+    /// that the server divides by whoever came (the fixed-denominator estimator).
+    pub fixed_count: Option<f64>,
     /// Whether σ was solved for (`target_epsilon`).
     pub calibrated: bool,
     pub delta: f64,
@@ -319,10 +362,13 @@ pub struct ClientLevelPrivacy {
 }
 
 impl ClientLevelPrivacy {
-    /// The sensitivity of the sum of updates clipped to `bound`: 2·`bound` (one client's data
-    /// replaced).
-    pub fn sensitivity(bound: f64) -> f64 {
-        2.0 * bound
+    /// The sensitivity of the sum of updates clipped to `bound`: 2·`bound` when one client's
+    /// data are replaced, `bound` when one client is added or removed.
+    pub fn sensitivity(&self, bound: f64) -> f64 {
+        match self.neighbours {
+            Neighbours::ReplaceOne => 2.0 * bound,
+            Neighbours::AddRemove => bound,
+        }
     }
 
     /// Scales each `(base, sent)` pair's change `sent − base` by min(1, C/‖Δ‖), C = `bound`
@@ -343,21 +389,26 @@ impl ClientLevelPrivacy {
         }
         let norm = squares.sqrt();
         if norm > bound {
-            let factor = bound / norm;
-            for (base, sent) in pairs.iter_mut() {
-                for (&b, s) in base.iter().zip(sent.iter_mut()) {
-                    *s = (b as f64 + factor * (*s as f64 - b as f64)) as f32;
-                }
-            }
+            Self::scale_changes(pairs, bound / norm);
         }
         norm
+    }
+
+    /// Scales each `(base, moved)` pair's change `moved − base` by `factor` (in f64): a clip,
+    /// or the server's fixed denominator under Poisson participation.
+    pub fn scale_changes(pairs: &mut [(&[f32], &mut [f32])], factor: f64) {
+        for (base, moved) in pairs.iter_mut() {
+            for (&b, m) in base.iter().zip(moved.iter_mut()) {
+                *m = (b as f64 + factor * (*m as f64 - b as f64)) as f32;
+            }
+        }
     }
 
     /// The standard deviation of the noise on a global model that moves by the sum of the
     /// clients' changes clipped to `bound`, divided by `divisor` (the clients aggregated, for
     /// a plain average): σ_Δ·2C/`divisor`, the sum's noise divided like the sum.
     pub fn noise_std(&self, bound: f64, divisor: f64) -> f64 {
-        self.update_noise_multiplier * Self::sensitivity(bound) / divisor
+        self.update_noise_multiplier * self.sensitivity(bound) / divisor
     }
 
     /// Adds N(0, `std`²) to every coordinate of `vectors`, in order, one standard normal each
@@ -377,7 +428,7 @@ impl ClientLevelPrivacy {
     /// The standard deviation of the noise a client adds to each coordinate of its clipped
     /// update under the local mechanism: σ·2C.
     pub fn local_noise_std(&self) -> f64 {
-        self.noise_multiplier * Self::sensitivity(self.clip)
+        self.noise_multiplier * self.sensitivity(self.clip)
     }
 
     /// ε at δ after `rounds` noised releases (∞ without noise): aggregations under the
@@ -400,7 +451,9 @@ mod tests {
     }
 
     fn resolved(yaml: &str) -> ClientLevelPrivacy {
-        spec(yaml).resolve(100, 10, 50).unwrap()
+        spec(yaml)
+            .resolve(100, Participation::FixedSize(10), 50)
+            .unwrap()
     }
 
     /// Δ = (3, 4) and (0, 12) together: ‖Δ‖ = 13; C = 6.5 halves every change.
@@ -418,10 +471,18 @@ mod tests {
         assert_eq!(s3, [1.25, 0.1]);
     }
 
+    /// A change of (2, −4) from (1, 1) scaled by 0.25: (1.5, 0).
+    #[test]
+    fn scaling_a_change_by_hand() {
+        let mut moved = [3.0f32, -3.0];
+        ClientLevelPrivacy::scale_changes(&mut [(&[1.0, 1.0], &mut moved)], 0.25);
+        assert_eq!(moved, [1.5, 0.0]);
+    }
+
     #[test]
     fn noise_is_the_streams_and_has_the_asked_spread() {
         let p = resolved("{clip: 0.5, noise_multiplier: 2}");
-        assert_eq!(ClientLevelPrivacy::sensitivity(p.clip), 1.0);
+        assert_eq!(p.sensitivity(p.clip), 1.0);
         assert_eq!(p.noise_std(p.clip, 4.0), 0.5);
         let noised = |seed| {
             let mut v = vec![0.0f32; 20_000];
@@ -490,8 +551,46 @@ mod tests {
             super::super::epsilon(gaussian, 3.0, 10, 1e-5)
         );
         let target = spec("{mechanism: local, clip: 1, target_epsilon: 8}");
-        let solved = target.resolve(100, 10, 50).unwrap();
+        let solved = target
+            .resolve(100, Participation::FixedSize(10), 50)
+            .unwrap();
         assert!((0.99 * 8.0..=8.0).contains(&solved.epsilon_after(50)));
+    }
+
+    /// Poisson participation at q = 0.05 of 200: add/remove neighbours (sensitivity C), the
+    /// accountant of Poisson sampling, a fixed denominator of qN = 10, and Andrew et al.'s
+    /// count noise qN/20; the local mechanism ignores how clients are drawn.
+    #[test]
+    fn poisson_participation_counts_one_client_more_or_less() {
+        let central = spec("{clip: 0.5, noise_multiplier: 1.5}");
+        let p = central
+            .resolve(200, Participation::Poisson(0.05), 50)
+            .unwrap();
+        assert_eq!(p.sampling, Subsampling::Poisson { rate: 0.05 });
+        assert_eq!(
+            (p.neighbours, p.fixed_count),
+            (Neighbours::AddRemove, Some(10.0))
+        );
+        assert_eq!(p.sensitivity(0.5), 0.5);
+        assert_eq!(p.noise_std(0.5, 10.0), 1.5 * 0.5 / 10.0);
+        assert_eq!(
+            p.epsilon_after(50),
+            super::super::epsilon(Subsampling::Poisson { rate: 0.05 }, 1.5, 50, 1e-5)
+        );
+        let adaptive = spec("{clip: 0.5, noise_multiplier: 0.3, adaptive: {}}");
+        let a = adaptive
+            .resolve(200, Participation::Poisson(0.05), 50)
+            .unwrap();
+        assert_eq!(a.adaptive.unwrap().count_noise, 0.5);
+        let local = spec("{mechanism: local, clip: 0.5, noise_multiplier: 1.5}");
+        let l = local
+            .resolve(200, Participation::Poisson(0.05), 50)
+            .unwrap();
+        assert_eq!(
+            (l.neighbours, l.fixed_count),
+            (Neighbours::ReplaceOne, None)
+        );
+        assert_eq!(l.local_noise_std(), 1.5);
     }
 
     /// σ = 1 with σ_b = 2: the updates keep (1 − 1/4)^(−1/2) = 2/√3 of the bound's noise, and
@@ -506,7 +605,7 @@ mod tests {
         assert!((p.noise_std(0.5, 10.0) - 2.0 / 3f64.sqrt() * 2.0 * 0.5 / 10.0).abs() < 1e-15);
         // The defaults: γ = 0.5, η = 0.2, σ_b = K/20 (K = 100 of 1 000 here).
         let a = spec("{clip: 0.1, noise_multiplier: 1, adaptive: {}}")
-            .resolve(1000, 100, 50)
+            .resolve(1000, Participation::FixedSize(100), 50)
             .unwrap()
             .adaptive
             .unwrap();
@@ -530,12 +629,12 @@ mod tests {
         };
         let mut rng = ChaCha20Rng::seed_from_u64(3);
         let z: f64 = rng.clone().sample(StandardNormal);
-        let (next, fraction) = a.next_bound(2.0, 7, 10, &mut rng);
+        let (next, fraction) = a.next_bound(2.0, 7, 10.0, &mut rng);
         let expected = (7.0 + 0.5 * z) / 10.0;
         assert_eq!(fraction, Some(expected));
         assert_eq!(next, 2.0 * (-0.2 * (expected - 0.5)).exp());
         let before = rng.clone();
-        assert_eq!(a.next_bound(2.0, 0, 0, &mut rng), (2.0, None));
+        assert_eq!(a.next_bound(2.0, 0, 0.0, &mut rng), (2.0, None));
         assert_eq!(rng, before, "nothing drawn");
     }
 
@@ -554,7 +653,7 @@ mod tests {
             let mut late = Vec::new();
             for round in 0..400 {
                 let within = (1..=100).filter(|&n| n as f64 <= bound).count();
-                bound = a.next_bound(bound, within, 100, &mut rng).0;
+                bound = a.next_bound(bound, within, 100.0, &mut rng).0;
                 if round >= 300 {
                     late.push(bound);
                 }
@@ -594,7 +693,8 @@ mod tests {
             "adaptive.count_noise"
         );
         // σ_b must exceed σ: by default K/20 = 0.5 of the 10 per round here.
-        let resolve = |yaml: &str| spec(yaml).resolve(100, 10, 50).unwrap_err();
+        let resolve =
+            |yaml: &str| (spec(yaml).resolve(100, Participation::FixedSize(10), 50)).unwrap_err();
         let e = resolve(&format!("{sigma}adaptive: {{}}}}"));
         assert_eq!(e.path, "adaptive");
         assert!(

@@ -16,5 +16,6 @@ pub use accounting::{
     SubsampledGaussian, Subsampling,
 };
 pub use client_level::{
-    AdaptiveClipSpec, AdaptiveClipping, ClientLevelPrivacy, Mechanism, PrivacySpec,
+    AdaptiveClipSpec, AdaptiveClipping, ClientLevelPrivacy, Mechanism, Neighbours, Participation,
+    PrivacySpec,
 };

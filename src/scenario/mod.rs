@@ -108,8 +108,11 @@ impl RunSpec {
             return Ok(None);
         };
         let participants = clients - (self.unseen_fraction * clients as f64).floor() as usize;
-        let per_round = self.sampling.to_select(participants);
-        (privacy.resolve(participants, per_round, self.rounds))
+        let participation = match self.sampling.poisson_rate() {
+            Some(rate) => crate::privacy::Participation::Poisson(rate),
+            None => crate::privacy::Participation::FixedSize(self.sampling.to_select(participants)),
+        };
+        (privacy.resolve(participants, participation, self.rounds))
             .map(Some)
             .map_err(|e| e.within("privacy"))
     }
@@ -445,11 +448,18 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     }
     if let PolicySpec::Fedbuff { .. } = raw.policy {
         let s = &raw.sampling;
-        if s.fraction.is_some() || s.count.is_some() || s.over_selection > 0.0 || s.available_only {
+        let poisson = s.strategy == Strategy::Poisson;
+        if s.fraction.is_some()
+            || s.count.is_some()
+            || s.over_selection > 0.0
+            || s.available_only
+            || poisson
+        {
             return bad(
                 "sampling",
                 "with `policy.kind: fedbuff`, `policy.concurrency` sets how many clients train \
-                 and only online clients start; keep only `strategy` (and `replacement`) here"
+                 and only online clients start; keep only `strategy` (uniform or weighted, and \
+                 `replacement`) here"
                     .into(),
             );
         }
@@ -535,10 +545,10 @@ fn validate_privacy(raw: &RawScenario, sampling: &Sampling) -> Result<(), FieldE
                 .into(),
         );
     }
-    if sampling.strategy != Strategy::Uniform {
+    if sampling.strategy == Strategy::Weighted {
         return bad(
-            "needs `sampling.strategy: uniform` (the accountant assumes clients drawn uniformly \
-             without replacement)"
+            "needs `sampling.strategy: uniform` or `poisson` (the accountant assumes clients \
+             drawn uniformly without replacement, or each with the same chance)"
                 .into(),
         );
     }

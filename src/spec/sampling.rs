@@ -24,6 +24,9 @@ pub enum Strategy {
     Uniform,
     /// With probability proportional to the clients' training-set sizes n_t.
     Weighted,
+    /// Poisson participation: each idle client joins a round independently with probability
+    /// q = `fraction`, so a round has q·T clients on average and may have none.
+    Poisson,
 }
 
 /// A round's client selection.
@@ -60,6 +63,14 @@ impl Sampling {
         }
     }
 
+    /// Under Poisson participation, each client's chance of joining a round: `fraction`.
+    pub fn poisson_rate(&self) -> Option<f64> {
+        match (self.strategy, &self.size) {
+            (Strategy::Poisson, SampleSize::Fraction(q)) => Some(*q),
+            _ => None,
+        }
+    }
+
     /// How many clients to select out of `total`: K, or ⌈(1 + o)·K⌉ with over-selection.
     pub fn to_select(&self, total: usize) -> usize {
         let k = self.per_round(total);
@@ -79,7 +90,8 @@ pub struct RawSampling {
     /// The number of clients a round selects, K (give this or `fraction`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<usize>,
-    /// `uniform` (without replacement) or `weighted` (by training-set size n_t).
+    /// `uniform` (K without replacement), `weighted` (by training-set size n_t), or
+    /// `poisson` (each client independently with probability `fraction`).
     #[serde(default)]
     pub strategy: Strategy,
     /// Weighted draws with replacement (duplicates train once).
@@ -115,6 +127,22 @@ impl RawSampling {
         };
         if s.replacement && s.strategy != Strategy::Weighted {
             return bad("replacement", "applies to `strategy: weighted` only".into());
+        }
+        if s.strategy == Strategy::Poisson {
+            if s.count.is_some() {
+                return bad(
+                    "count",
+                    "`strategy: poisson` takes `fraction` (each client's chance of joining a \
+                     round), not a count"
+                        .into(),
+                );
+            }
+            if s.over_selection > 0.0 {
+                return bad(
+                    "over_selection",
+                    "`strategy: poisson` has no round size K to over-select; use 0".into(),
+                );
+            }
         }
         if !(s.over_selection >= 0.0 && s.over_selection.is_finite()) {
             return bad(

@@ -64,6 +64,13 @@ fn private_runs_are_deterministic_across_threads_and_reruns() {
             "adaptive",
             vec!["privacy={clip: 0.05, noise_multiplier: 1.0, adaptive: {count_noise: 2}}"],
         ),
+        (
+            "poisson",
+            vec![
+                "sampling={strategy: poisson, fraction: 0.3}",
+                "privacy={clip: 0.5, noise_multiplier: 1.0, adaptive: {count_noise: 2}}",
+            ],
+        ),
     ] {
         let dir = |t: &str| tmp.path().join(format!("{name}-{t}"));
         for (label, threads) in [("1", 1), ("2", 2), ("4", 4), ("again", 2)] {
@@ -249,6 +256,62 @@ fn adaptive_clipping_moves_the_bound_by_the_noised_count() {
     assert!(rounds.column("clip").is_err() && rounds.column("unclipped_fraction").is_err());
 }
 
+/// Poisson participation: rounds of varying size (none at all with a small enough rate), the
+/// noise σ·C/(qN) of one client more or less over the expected count in every round, empty
+/// ones included, and ε that of Poisson sampling at q after each of them. With every client
+/// drawn (q = 1) and no noise, the fixed denominator is the count and the run is the uniform
+/// draw's.
+#[test]
+fn poisson_participation_releases_every_round_over_the_expected_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rounds_of = |name: &str, q: f64| {
+        let dir = tmp.path().join(name);
+        let sampling = format!("sampling={{strategy: poisson, fraction: {q}}}");
+        let privacy = "privacy={clip: 0.5, noise_multiplier: 1.0}";
+        run(&["rounds=8", &sampling, privacy], 2, &dir);
+        read_parquet(&dir.join("rounds.parquet")).unwrap()
+    };
+    for (name, q) in [("quarter", 0.25), ("rare", 0.02)] {
+        let rounds = rounds_of(name, q);
+        assert_eq!(rounds.height(), 8, "{name}: every round recorded");
+        let selected: Vec<u32> = (rounds.column("selected").unwrap().u32().unwrap())
+            .into_no_null_iter()
+            .collect();
+        let expected_count = q * 24.0;
+        for (t, (std, eps)) in (floats(&rounds, "noise_std").iter())
+            .zip(floats(&rounds, "epsilon"))
+            .enumerate()
+        {
+            assert_eq!(*std, 1.0 * 0.5 / expected_count, "{name} round {}", t + 1);
+            let poisson = Subsampling::Poisson { rate: q };
+            assert_eq!(eps, epsilon(poisson, 1.0, t as u64 + 1, 1e-5), "{name}");
+        }
+        if name == "quarter" {
+            assert!(selected.iter().any(|&k| k != selected[0]), "{selected:?}");
+        } else {
+            assert!(selected.contains(&0), "{selected:?}");
+        }
+    }
+    let final_model = |sampling: &str| {
+        let s = scenario(
+            SMALL,
+            &[sampling, "privacy={clip: 0.5, noise_multiplier: 0}"],
+        );
+        let out = simulate_scenario(&s, 2, |_| {}).unwrap();
+        out.records
+            .into_iter()
+            .find_map(|r| match r {
+                Record::FinalModels(m) => Some(m),
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert_eq!(
+        final_model("sampling={strategy: poisson, fraction: 1.0}"),
+        final_model("sampling={fraction: 1.0}")
+    );
+}
+
 /// With σ = 0 and full participation, a round moves the global model by the average of the
 /// clients' clipped changes, so by at most C (here 0.01; the same round unclipped moves it by
 /// more than 0.05).
@@ -298,7 +361,22 @@ fn clipping_bounds_how_far_a_round_moves_the_model() {
 
 #[test]
 fn bad_privacy_settings_are_refused_with_their_field() {
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 12] = [
+        (
+            &["sampling={strategy: poisson, count: 5}"],
+            "sampling.count",
+        ),
+        (
+            &["sampling={strategy: poisson, fraction: 0.5, over_selection: 0.2}"],
+            "sampling.over_selection",
+        ),
+        (
+            &[
+                "sampling={strategy: poisson}",
+                "policy={kind: fedbuff, concurrency: 4, buffer_size: 2}",
+            ],
+            "uniform or weighted",
+        ),
         (
             &["privacy={mechanism: local, clip: 1, noise_multiplier: 1, adaptive: {}}"],
             "`privacy.adaptive`: adaptive clipping needs `mechanism: central`",

@@ -30,7 +30,7 @@ use super::{
 };
 use crate::algorithms::{Algorithm, Finite, StaleUpdate, Updates};
 use crate::io::Stored;
-use crate::privacy::Mechanism;
+use crate::privacy::{ClientLevelPrivacy, Mechanism};
 use crate::records::{
     AdaptiveRound, DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundPrivacy,
     RoundRecord,
@@ -475,6 +475,15 @@ impl<A: Algorithm> Core<A> {
         exponent: f64,
     ) -> Result<(), SimError> {
         if held.is_empty() {
+            // Under Poisson participation a private round releases its noise (and moves an
+            // adaptive bound) whoever came, none included.
+            let poisson = (self.cfg.algorithm.privacy.as_ref())
+                .is_some_and(|p| p.mechanism == Mechanism::Central && p.fixed_count.is_some());
+            if poisson && A::PRIVATE_UPDATES.is_some() {
+                let mut next = (*self.global).clone();
+                self.add_privacy_noise(&mut next, 0, 0);
+                self.global = Arc::new(next);
+            }
             return Ok(());
         }
         held.sort_by_key(|h| h.client);
@@ -539,14 +548,31 @@ impl<A: Algorithm> Core<A> {
         if privacy.mechanism != Mechanism::Central {
             return;
         }
+        let divisor = (hooks.divisor)(self.alg(), aggregated as f64);
+        let divisor = match privacy.fixed_count {
+            None => divisor,
+            Some(expected) => {
+                // Poisson participation: move by the sum over the expected count instead.
+                let fixed = (hooks.divisor)(self.alg(), expected);
+                if aggregated > 0 && divisor != fixed {
+                    let mut base = (*self.global).clone();
+                    let (base, moved) = ((hooks.global)(&mut base), (hooks.global)(next));
+                    let mut pairs: Vec<(&[f32], &mut [f32])> =
+                        base.into_iter().map(|b| &*b).zip(moved).collect();
+                    ClientLevelPrivacy::scale_changes(&mut pairs, divisor / fixed);
+                }
+                fixed
+            }
+        };
         let mut rng = (self.cfg.seeds).rng(Entity::Server, "privacy_noise", self.round as u64);
-        let std = privacy.noise_std(self.clip, (hooks.divisor)(self.alg(), aggregated));
-        crate::privacy::ClientLevelPrivacy::add_noise(&mut (hooks.global)(next), std, &mut rng);
+        let std = privacy.noise_std(self.clip, divisor);
+        ClientLevelPrivacy::add_noise(&mut (hooks.global)(next), std, &mut rng);
         self.private_releases += 1;
         self.noise_std = std;
         if let Some(adaptive) = privacy.adaptive {
             let mut rng = (self.cfg.seeds).rng(Entity::Server, "privacy_clip", self.round as u64);
-            let (bound, unclipped) = adaptive.next_bound(self.clip, within, aggregated, &mut rng);
+            let counted = privacy.fixed_count.unwrap_or(aggregated as f64);
+            let (bound, unclipped) = adaptive.next_bound(self.clip, within, counted, &mut rng);
             self.adaptive_round = Some(AdaptiveRound {
                 clip: self.clip,
                 unclipped,

@@ -216,6 +216,10 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
             core.dispatch(now, c, round, round as u64, upload, eff);
         }
         core.counts.selected = self.selected.len() as u32;
+        if self.outstanding == 0 {
+            // Nobody drawn (Poisson participation can draw no one): the round ends now.
+            return self.maybe_close(core, now, eff);
+        }
         if let Some(deadline) = self.deadline {
             eff.to_hub(deadline, ToServer::Deadline { round });
         }
