@@ -28,6 +28,17 @@ fn summary_value(text: &str, column: &str) -> f64 {
         .unwrap()
 }
 
+/// The final global models of SMALL with `overrides` (2 threads, nothing written).
+fn final_models(overrides: &[&str]) -> Vec<Vec<f32>> {
+    let out = simulate_scenario(&scenario(SMALL, overrides), 2, |_| {}).unwrap();
+    (out.records.into_iter())
+        .find_map(|r| match r {
+            Record::FinalModels(m) => Some(m),
+            _ => None,
+        })
+        .unwrap()
+}
+
 fn floats(df: &polars::prelude::DataFrame, name: &str) -> Vec<f64> {
     let column = df.column(name).unwrap().f64().unwrap();
     column.into_no_null_iter().collect()
@@ -178,17 +189,7 @@ fn local_privacy_spends_per_update_of_the_busiest_client() {
         assert_eq!(std, 3.0 * 2.0 * 0.25);
     }
     // Without noise, local and central are the same clipping; the local noise moves the model.
-    let final_model = |privacy: &str| {
-        let s = scenario(SMALL, &[privacy]);
-        let out = simulate_scenario(&s, 2, |_| {}).unwrap();
-        out.records
-            .into_iter()
-            .find_map(|r| match r {
-                Record::FinalModels(m) => Some(m),
-                _ => None,
-            })
-            .unwrap()
-    };
+    let final_model = |privacy: &str| final_models(&[privacy]);
     let central = final_model("privacy={clip: 0.25, noise_multiplier: 0}");
     assert_eq!(
         central,
@@ -292,20 +293,8 @@ fn poisson_participation_releases_every_round_over_the_expected_count() {
             assert!(selected.contains(&0), "{selected:?}");
         }
     }
-    let final_model = |sampling: &str| {
-        let s = scenario(
-            SMALL,
-            &[sampling, "privacy={clip: 0.5, noise_multiplier: 0}"],
-        );
-        let out = simulate_scenario(&s, 2, |_| {}).unwrap();
-        out.records
-            .into_iter()
-            .find_map(|r| match r {
-                Record::FinalModels(m) => Some(m),
-                _ => None,
-            })
-            .unwrap()
-    };
+    let final_model =
+        |sampling: &str| final_models(&[sampling, "privacy={clip: 0.5, noise_multiplier: 0}"]);
     assert_eq!(
         final_model("sampling={strategy: poisson, fraction: 1.0}"),
         final_model("sampling={fraction: 1.0}")
@@ -333,19 +322,7 @@ fn clipping_bounds_how_far_a_round_moves_the_model() {
     let before = &read_models(&start, &arch).unwrap()[0];
     let moved = |clip: f64| {
         let privacy = format!("privacy={{clip: {clip}, noise_multiplier: 0}}");
-        let s = scenario(
-            SMALL,
-            &["rounds=1", "sampling.fraction=1.0", &init, &privacy],
-        );
-        let out = simulate_scenario(&s, 2, |_| {}).unwrap();
-        let after = out
-            .records
-            .iter()
-            .find_map(|r| match r {
-                Record::FinalModels(m) => Some(m[0].clone()),
-                _ => None,
-            })
-            .unwrap();
+        let after = &final_models(&["rounds=1", "sampling.fraction=1.0", &init, &privacy])[0];
         let squares: f64 = (after.iter().zip(before))
             .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
             .sum();
