@@ -103,9 +103,10 @@ pub struct RoundRecord {
 pub struct RoundPrivacy {
     /// σ, as given or solved for from `target_epsilon`.
     pub noise_multiplier: f64,
-    /// The noise's standard deviation: central, on this round's new global model (σ·2C over
-    /// the divisor of the sum, 0 when nothing was aggregated); local, what each client adds
-    /// to its update (σ·2C).
+    /// The noise's standard deviation: central, on this round's new global model (the
+    /// updates' σ times the sum's sensitivity, over the divisor of the sum; 0 when nothing was
+    /// aggregated, except under Poisson participation, which noises every round); local, what
+    /// each client adds to its update (σ·2C).
     pub noise_std: f64,
     /// The ε spent by the end of this round, at the scenario's δ.
     pub epsilon: f64,

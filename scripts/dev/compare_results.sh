@@ -101,7 +101,12 @@ else
     args=(run "$f" -q --threads 2 --set "rounds=$rounds" --set "$every=$rounds" "${extra[@]}")
     # Real data sets cut to a few minutes: 5 % of FEMNIST's writers, 5 % of the image sets.
     grep -q 'kind: femnist' "$f" && args+=(--set data.partition.fraction=0.05)
-    grep -qE 'kind: (mnist|fashion_mnist)' "$f" && args+=(--set data.fraction=0.05)
+    if grep -qE 'kind: (mnist|fashion_mnist)' "$f"; then
+      args+=(--set data.fraction=0.05)
+      # ... and a partition over more than 100 clients to a twentieth of them, so each keeps rows.
+      clients=$(grep -oE 'clients: [0-9]+' "$f" | head -1 | grep -oE '[0-9]+' || true)
+      [ "${clients:-0}" -le 100 ] || args+=(--set "data.partition.clients=$((clients / 20))")
+    fi
     grep -q 'kind: shakespeare' "$f" && args+=(--set data.fraction=0.02 --set data.max_samples=50)
     compare "$name" "${args[@]}"
   done

@@ -4,7 +4,7 @@ use crate::actors::{simulate, SimOutput};
 use crate::data::DataError;
 use crate::io::OutputRules;
 use crate::models::Architecture;
-use crate::records::{DivergenceRecord, EarlyEndRecord, Record};
+use crate::records::{DivergenceRecord, EarlyEndRecord, Record, RoundRecord};
 use crate::results::{ReportError, RunFiles, RunIdentity, RunMeta, Summary};
 use crate::scenario::Scenario;
 use crate::sim::{RecordObserver, SeedTree, SimError};
@@ -134,17 +134,27 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<RunReport, RunErr
     report
 }
 
-/// A run's progress bar: rounds done out of the scenario's rounds.
+/// A run's progress bar: rounds done out of the scenario's rounds (and, with privacy, the ε
+/// spent so far).
 pub fn style_run_bar(bar: &ProgressBar, s: &Scenario, prefix: &str) {
     bar.set_length(s.run.rounds as u64);
     bar.set_style(
         ProgressStyle::with_template(
-            "{prefix} [{bar:30}] round {pos}/{len} {elapsed_precise} eta {eta}",
+            "{prefix} [{bar:30}] round {pos}/{len}{msg} {elapsed_precise} eta {eta}",
         )
         .expect("valid template")
         .progress_chars("=> "),
     );
     bar.set_prefix(prefix.to_string());
+}
+
+/// What the progress bar says after `round` besides its number: the ε spent so far, with
+/// privacy.
+fn round_message(round: &RoundRecord) -> String {
+    match round.privacy {
+        Some(p) => format!(" ε {:.3}", p.epsilon),
+        None => String::new(),
+    }
 }
 
 /// [`run_scenario`], reporting finished rounds on `bar` (which it styles, keeping its prefix if
@@ -189,7 +199,10 @@ pub fn run_scenario_with_bar(
         opts.threads,
         RecordObserver::streaming(move |r| {
             match r {
-                Record::Round(round) => tick.set_position(round.round as u64),
+                Record::Round(round) => {
+                    tick.set_position(round.round as u64);
+                    tick.set_message(round_message(round));
+                }
                 Record::Gossip(round) => tick.set_position(round.round as u64),
                 _ => {}
             }
@@ -226,4 +239,21 @@ pub fn run_scenario_with_bar(
         ended_early,
         notes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::RoundPrivacy;
+
+    #[test]
+    fn the_bar_shows_the_privacy_spent() {
+        let mut round = RoundRecord::default();
+        assert_eq!(round_message(&round), "");
+        round.privacy = Some(RoundPrivacy {
+            epsilon: 1.23456,
+            ..Default::default()
+        });
+        assert_eq!(round_message(&round), " ε 1.235");
+    }
 }
