@@ -63,9 +63,16 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         } else {
             ""
         };
-        let who = match privacy.mechanism {
-            fedsim::privacy::Mechanism::Central => "central",
-            fedsim::privacy::Mechanism::Local => "local, for a client that sends every round",
+        let who = match (privacy.mechanism, privacy.sampling) {
+            (fedsim::privacy::Mechanism::Local, _) => {
+                "local, for a client that sends every round".to_string()
+            }
+            (_, fedsim::privacy::Subsampling::Poisson { rate }) => {
+                format!("central, Poisson participation q = {rate}, one client more or less")
+            }
+            (_, fedsim::privacy::Subsampling::FixedSize { sample, population }) => {
+                format!("central, {sample} of {population} a round, one client's data replaced")
+            }
         };
         let clip = match privacy.adaptive {
             None => format!("clip {}", privacy.clip),

@@ -167,6 +167,45 @@ fn describe_shows_the_data_and_its_bayes_ceiling() {
     assert!(out.status.success() && !text.contains("Bayes"), "{text}");
 }
 
+/// With `privacy:`, describe prints σ and the ε the run will spend, and which neighbours that ε
+/// tells apart: K of N drawn (one client's data replaced) or Poisson participation (one client
+/// more or less).
+#[test]
+fn describe_says_what_privacy_a_scenario_spends() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let describe = |extra: &[&str]| {
+        let out = bin()
+            .arg("describe")
+            .arg(root.join("scenarios/quickstart.yaml"))
+            .args(["--set", "privacy={clip: 1, target_epsilon: 4}"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text.lines()
+            .find(|l| l.contains("privacy ("))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let fixed = describe(&[]);
+    assert!(
+        fixed.contains("of 100 a round, one client's data replaced")
+            && fixed.contains("(solved for target_epsilon)")
+            && fixed.contains("spend ε = 3.9"),
+        "{fixed}"
+    );
+    let poisson = describe(&["--set", "sampling.strategy=poisson"]);
+    assert!(
+        poisson.contains("Poisson participation q = 0.1, one client more or less"),
+        "{poisson}"
+    );
+}
+
 #[test]
 fn a_reader_that_goes_away_ends_the_output_quietly() {
     // `fedsim check … | head -0`: the pipe's reading end is closed before fedsim writes.
