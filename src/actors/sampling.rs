@@ -98,7 +98,12 @@ impl Sampling {
         rng: &mut impl Rng,
     ) -> Vec<u32> {
         let n = candidates.len();
-        if let Some(rate) = self.poisson_rate() {
+        if self.strategy == Strategy::Poisson {
+            // `fraction` is the rate (a scenario gives no count with Poisson; a library caller
+            // that does asks for `count` of the candidates on average).
+            let rate = self
+                .poisson_rate()
+                .unwrap_or(count as f64 / n.max(1) as f64);
             return poisson(candidates, rate, rng);
         }
         if count == 0 || n == 0 {
