@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Recipe: the client-level differential privacy studies of issue 39 on MNIST over 1 000 clients
+# Recipe: the differential privacy studies of issue 39 on MNIST over 1 000 clients
 # (scenarios/studies/privacy_<study>.yaml, seeds 1-3), each a resumable sweep into
 # results/privacy_<study>/ tabled by `fedsim report` (mean and bottom-decile accuracy per cell,
 # in table.md there):
 #   epsilon        FedAvg and FedEM without privacy, clipping alone, ε = 8, 4, 2, 1 (3.4 min)
 #   clipping       adaptive against fixed clipping bounds, clipping alone and ε = 8, 4 (70 s)
 #   participation  K of N against Poisson participation at ε = 8, 4, 2 (48 s)
-#   bash analysis/privacy_studies.sh [STUDY ...]     (all three by default; 2 cores)
+#   dp_sgd         FedAvg and FedEM with DP-SGD: none, clipping alone, σ = 0.7, 1, 2
+#   bash analysis/privacy_studies.sh [STUDY ...]     (all four by default; 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
 fedsim=${FEDSIM:-target/release/fedsim}
 "$fedsim" data fetch mnist >/dev/null
-for study in "${@:-epsilon clipping participation}"; do
+for study in "${@:-epsilon clipping participation dp_sgd}"; do
   for name in $study; do
     out=results/privacy_$name
     "$fedsim" sweep "scenarios/studies/privacy_$name.yaml" --jobs 2 --out "$out"

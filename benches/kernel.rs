@@ -5,7 +5,8 @@
 //! `cargo bench --bench kernel -- fedem_fedem_synthetic`. `simulator_overhead` measures the
 //! kernel, actors and system model alone with the `noop` algorithm; `fedgmm_synthetic` FedGMM
 //! and FedEM on FedGMM's synthetic data; `cnn_epoch` one local epoch of FedEM's CNN over 1000
-//! images (against PyTorch: `benches/pytorch_cnn.py`); `cnn_cohort` a round's epoch of that CNN
+//! images (against PyTorch: `benches/pytorch_cnn.py`); `dp_sgd_epoch` DP-SGD's cost over plain
+//! local SGD (against Opacus: `benches/opacus_dp_sgd.py`); `cnn_cohort` a round's epoch of that CNN
 //! for small clients, each alone against stacked (on the CPU, and on a GPU where there is
 //! one); `cohort_epoch` one local epoch of all
 //! 300 clients of the FedEM synthetic benchmark stacked in cohorts against client by client,
@@ -71,6 +72,7 @@ fn local_sgd(c: &mut Criterion) {
         batch_size: 128,
         momentum: 0.9,
         weight_decay: 5e-4,
+        dp_sgd: None,
     };
     let init = arch.init(&mut rng);
     let mut g = c.benchmark_group("local_sgd");
@@ -132,6 +134,73 @@ fn cnn_epoch(c: &mut Criterion) {
     g.finish();
 }
 
+/// DP-SGD's cost over plain local SGD: one local epoch over 1000 MNIST-shaped rows, batch 128
+/// (DP-SGD: Poisson batches of 128 expected rows, 8 steps; clip 1, σ = 1), SGD with momentum
+/// 0.9, on one intra-op thread as a trainer worker runs it, for the linear model, an MLP
+/// 784 → 256 → 256 → 10 and FedEM's CNN: plain (`train_sgd`) against private
+/// (`train_dp_sgd_alone`). Compare with `bash benches/opacus_dp_sgd.sh` (the same models,
+/// rows and batches in PyTorch with and without Opacus 1.6).
+fn dp_sgd_epoch(c: &mut Criterion) {
+    use fedsim::data::SplitView;
+    use fedsim::models::{
+        train_dp_sgd_alone, train_sgd, Architecture, DpSgd, InputShape, ModelSpec,
+    };
+    let mut rng = SeedTree::new(1).rng(fedsim::sim::Entity::Run, "bench", 3);
+    tch::set_num_threads(1);
+    let n = 1000;
+    let (x, y, _, plain) = cnn_on_random_images(n, &mut rng);
+    let private = fedsim::models::LocalPlan {
+        dp_sgd: Some(DpSgd {
+            clip: 1.0,
+            noise_multiplier: 1.0,
+        }),
+        ..plain
+    };
+    let mut g = c.benchmark_group("dp_sgd_epoch");
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(20));
+    g.throughput(Throughput::Elements(n as u64));
+    for (name, spec) in [
+        ("linear", "{kind: linear}"),
+        ("mlp_256_256", "{kind: mlp, hidden: [256, 256]}"),
+        ("femnist_cnn", "{kind: cnn}"),
+    ] {
+        let arch = Architecture::for_input(
+            &ModelSpec::from_yaml(spec).unwrap(),
+            InputShape::Image([1, 28, 28]),
+            10,
+        );
+        let view = SplitView {
+            features: &x,
+            labels: &y,
+            dim: arch.input_dim,
+        };
+        let init = arch.init(&mut rng);
+        for (label, plan) in [("plain", &plain), ("dp_sgd", &private)] {
+            g.bench_function(format!("{name}_{label}_1000_rows_batch128_1_thread"), |b| {
+                b.iter(|| {
+                    let (mut p, mut m) = (init.clone(), Vec::new());
+                    let train = match plan.dp_sgd {
+                        None => train_sgd,
+                        Some(_) => train_dp_sgd_alone,
+                    };
+                    train(
+                        &arch,
+                        &mut p,
+                        &mut m,
+                        view,
+                        plan,
+                        0.01,
+                        &mut rng,
+                        &Default::default(),
+                    )
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 /// `n` random MNIST-sized images (pixels in [0, 1), 10 labels), FedEM's CNN for them, and the
 /// CNN benchmarks' local plan (one epoch, batch 128, momentum 0.9, weight decay 5e-4).
 fn cnn_on_random_images(
@@ -158,6 +227,7 @@ fn cnn_on_random_images(
         batch_size: 128,
         momentum: 0.9,
         weight_decay: 5e-4,
+        dp_sgd: None,
     };
     (x, y, arch, plan)
 }
@@ -231,6 +301,7 @@ fn cnn_cohort(c: &mut Criterion) {
                     first_row: c * per_client,
                     dropout: dropout_stream(&arch, &passes, &mut rng),
                     passes,
+                    private: None,
                     lr: 0.01,
                 }
             })
@@ -434,6 +505,7 @@ fn cohort_epoch(c: &mut Criterion) {
         batch_size: 128,
         momentum: 0.9,
         weight_decay: 5e-4,
+        dp_sgd: None,
     };
     let clients = data.num_clients();
     let rows: usize = (0..clients).map(|c| data.split_len(c, Split::Train)).sum();
@@ -475,6 +547,7 @@ fn cohort_epoch(c: &mut Criterion) {
                                 first_row: data.first_row(c, Split::Train),
                                 dropout: dropout_stream(&arch, &passes, &mut rng),
                                 passes,
+                                private: None,
                                 lr: 0.1,
                             }
                         })
@@ -598,6 +671,7 @@ criterion_group!(
     event_queue,
     local_sgd,
     cnn_epoch,
+    dp_sgd_epoch,
     cnn_cohort,
     cohort_epoch,
     simulator_overhead,

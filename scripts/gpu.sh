@@ -138,6 +138,11 @@ check() {
       step "$dir" fedem_synthetic_private 120 "$bin/fedsim" run scenarios/paper/fedem_synthetic_fedem.yaml \
         --device cuda -q --check-determinism --set privacy.clip=1.0 --set privacy.noise_multiplier=0.5 \
         --out "$dir/fedem_synthetic_private"
+      # Sample-level privacy (DP-SGD: per-record gradients of stacked copies) on the GPU path.
+      step "$dir" fedem_synthetic_dp_sgd 300 "$bin/fedsim" run scenarios/paper/fedem_synthetic_fedem.yaml \
+        --device cuda -q --check-determinism --set rounds=20 \
+        --set 'privacy={mechanism: dp_sgd, clip: 1.0, noise_multiplier: 0.5}' \
+        --out "$dir/fedem_synthetic_dp_sgd"
       [ ! -x "$bin/fedsim-before" ] || step "$dir" fedem_synthetic-before 120 "$bin/fedsim-before" run \
         scenarios/paper/fedem_synthetic_fedem.yaml --device cuda -q --out "$dir/fedem_synthetic-before"
       ;;

@@ -106,9 +106,11 @@ pub struct RoundPrivacy {
     /// The noise's standard deviation: central, on this round's new global model (the
     /// updates' σ times the sum's sensitivity, over the divisor of the sum; 0 when nothing was
     /// aggregated, except under Poisson participation, which noises every round); local, what
-    /// each client adds to its update (σ·2C).
+    /// each client adds to its update (σ·2C); DP-SGD, what each local step adds to its sum of
+    /// clipped gradients (σ·C).
     pub noise_std: f64,
-    /// The ε spent by the end of this round, at the scenario's δ.
+    /// The ε spent by the end of this round, at the scenario's δ (DP-SGD: the largest over the
+    /// clients' records).
     pub epsilon: f64,
     /// Under adaptive clipping: the round's bound and how it moved.
     pub adaptive: Option<AdaptiveRound>,

@@ -5,11 +5,11 @@
 use super::cohort::{Dispatch, EvalJob, TrainJob};
 use super::{
     Deliver, DivergenceWatch, EvalContext, FinishedWork, FlEffects, JobContext, Msg, Outbox,
-    Routed, Seen, ToClient, ToServer, TrainOrder,
+    PrivacyNote, Routed, Seen, ToClient, ToServer, TrainOrder,
 };
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::io::Stored;
-use crate::privacy::Mechanism;
+use crate::privacy::NoiseAt;
 use crate::records::DivergenceStage;
 use crate::records::Split;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
@@ -115,7 +115,7 @@ impl<A: Algorithm> Client<A> {
         let base = global.clone();
         // Local privacy's noise: the client's own stream for this job.
         let mut noise = (self.jobs.privacy.as_ref())
-            .filter(|p| p.mechanism == Mechanism::Local)
+            .filter(|p| p.noise_at == NoiseAt::Client)
             .map(|_| {
                 self.seeds
                     .rng(Entity::Client(self.id), "privacy_noise", job)
@@ -132,12 +132,12 @@ impl<A: Algorithm> Client<A> {
         // On the pool: checked, counted and spilled before the result waits for its time.
         let pending = self.dispatch.train(job, move |mut t| {
             let finite = t.update.is_finite() && t.state.is_finite();
-            let (update, update_len, clipped) = if upload {
-                let clipped = jobs.privatize(&base, &mut t.update, clip, noise.as_mut());
+            let (update, update_len, privacy) = if upload {
+                let privacy = jobs.privatize(&base, &mut t.update, clip, noise.as_mut());
                 let len = jobs.algorithm.update_len(&t.update);
-                (jobs.keep(t.update), len, clipped)
+                (jobs.keep(t.update), len, privacy)
             } else {
-                (Stored::in_memory(t.update), 0, false)
+                (Stored::in_memory(t.update), 0, PrivacyNote::default())
             };
             Routed::Member(ToClient::Trained(FinishedWork {
                 round,
@@ -147,7 +147,7 @@ impl<A: Algorithm> Client<A> {
                 state: jobs.keep(t.state),
                 upload,
                 compute,
-                clipped,
+                privacy,
             }))
         });
         self.awaited += 1;
@@ -174,7 +174,7 @@ impl<A: Algorithm> Client<A> {
             state,
             upload,
             compute,
-            clipped,
+            privacy,
             ..
         } = work;
         let kept = self.kept();
@@ -196,7 +196,7 @@ impl<A: Algorithm> Client<A> {
                 update,
                 floats,
                 compute,
-                clipped,
+                privacy,
             }
         } else {
             ToServer::Done {
@@ -435,7 +435,7 @@ mod tests {
             upload: true,
             compute: SimDuration(7),
             finite,
-            clipped: false,
+            privacy: PrivacyNote::default(),
         })
     }
 

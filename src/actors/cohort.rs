@@ -37,7 +37,7 @@ use crate::io::Stored;
 use crate::models::profile::{timed, Phase};
 use crate::models::{
     dropout_stream, evaluate_stacked, for_each_stacked_batch, train_sgd_stacked, Architecture,
-    BatchwiseRun, DeviceRows, EvalRequest, Placement, StackedRun,
+    BatchwiseRun, DeviceRows, DpSgdRun, EvalRequest, Placement, StackedRun,
 };
 use crate::records::NoveltyScores;
 use crate::records::Split;
@@ -605,13 +605,14 @@ fn train_cohort<A: Algorithm>(
                     &mut job.rng,
                 );
                 let n = ctx.train_view().len();
-                // Each run's passes, then its masks' words, as alone.
+                // Each run's passes, its DP-SGD noise stream, then its masks' words, as alone.
                 let passes = runs
                     .iter()
                     .map(|_| {
                         let passes = plan.passes(n, &mut job.rng);
+                        let private = DpSgdRun::draw(plan, n, &mut job.rng);
                         let dropout = dropout_stream(&jobs.arch, &passes, &mut job.rng);
-                        (passes, dropout)
+                        (passes, private, dropout)
                     })
                     .collect();
                 (job, runs, passes)
@@ -622,7 +623,7 @@ fn train_cohort<A: Algorithm>(
     let mut stacked: Vec<StackedRun<'_>> = Vec::new();
     for (k, (job, runs, passes)) in begun.iter_mut().enumerate() {
         let first_row = rows.data().first_row(rows.index(k), Split::Train);
-        for (run, (passes, dropout)) in runs.iter_mut().zip(std::mem::take(passes)) {
+        for (run, (passes, private, dropout)) in runs.iter_mut().zip(std::mem::take(passes)) {
             let SgdRun {
                 params,
                 momentum,
@@ -639,6 +640,7 @@ fn train_cohort<A: Algorithm>(
                 first_row,
                 passes,
                 dropout,
+                private,
                 lr: lr.unwrap_or(job.lr),
             });
         }

@@ -76,6 +76,17 @@ impl SimInit {
         threads: usize,
         privacy: Option<ClientLevelPrivacy>,
     ) -> Result<Started<A>, SimError> {
+        if spec.training.plan.dp_sgd.is_some() && !self.arch.stacks() {
+            return Err(SimError::Scenario(crate::spec::FieldError::new(
+                "privacy.mechanism".into(),
+                format!(
+                    "`dp_sgd` computes every record's gradient by stacking the model, and this \
+                     model ({}) does not stack (batch statistics); use a model without batch \
+                     norm",
+                    self.arch.summary()
+                ),
+            )));
+        }
         let mut rng = self.seeds.rng(Entity::Run, "model_init", 0);
         let mut init = InitialModels::from(&self.arch, &mut rng, self.initial_models.as_deref());
         let global = algorithm.init_global(&self.arch, &mut init);

@@ -30,7 +30,7 @@ use crate::data::{ClientRows, FederatedData};
 use crate::io::{Floats, SpillStore, Stored};
 use crate::models::Architecture;
 use crate::models::Placement;
-use crate::privacy::{ClientLevelPrivacy, Mechanism};
+use crate::privacy::{ClientLevelPrivacy, NoiseAt};
 use crate::records::Split;
 use crate::records::{
     DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, MixtureRecord,
@@ -154,8 +154,7 @@ pub enum ToServer<A: Algorithm> {
         update: Stored<A::Update>,
         floats: usize,
         compute: SimDuration,
-        /// With privacy: whether clipping scaled the update down (it was above the bound).
-        clipped: bool,
+        privacy: PrivacyNote,
     },
     /// A client that was not asked to upload has finished training.
     Done {
@@ -216,8 +215,17 @@ pub struct FinishedWork<A: Algorithm> {
     pub compute: SimDuration,
     /// Whether the update and the state hold only finite numbers (checked on the pool).
     pub finite: bool,
-    /// With privacy: whether clipping scaled the update down.
+    pub privacy: PrivacyNote,
+}
+
+/// What privacy tells the server about an update besides the update itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrivacyNote {
+    /// Client-level privacy: clipping scaled the update down (it was above the bound).
     pub clipped: bool,
+    /// DP-SGD: the local runs whose outcomes the update holds (one per vector it sends), what
+    /// the server's accountant composes for the client's records.
+    pub dp_sgd_runs: u32,
 }
 
 type FlEffects<A> = Effects<Msg<A>, Record>;
@@ -505,30 +513,38 @@ impl<A: Algorithm> JobContext<A> {
         }
     }
 
-    /// A client's fresh update as it leaves the client: with privacy, its changes from
+    /// A client's fresh update as it leaves the client: with client-level privacy, its changes from
     /// `global` clipped to `bound` (the order's), noised from `noise` under the local mechanism
     /// (the client's `privacy_noise` stream of the job), and its weight made every client's.
-    /// Returns whether clipping scaled it down.
+    /// Under DP-SGD, nothing changes: the note counts the vectors sent, each one local run's
+    /// outcome.
     fn privatize(
         &self,
         global: &A::Global,
         update: &mut A::Update,
         bound: Option<f64>,
         noise: Option<&mut ChaCha20Rng>,
-    ) -> bool {
+    ) -> PrivacyNote {
         let mut clipped = false;
+        let mut dp_sgd_runs = 0;
+        if let (Some(_), Some(hooks)) = (self.training.plan.dp_sgd, A::PRIVATE_UPDATES) {
+            dp_sgd_runs = (hooks.sent)(global, update).len() as u32;
+        }
         if let (Some(privacy), Some(hooks)) = (&self.privacy, A::PRIVATE_UPDATES) {
             let bound = bound.expect("a private run's order carries its bound");
             let mut sent = (hooks.sent)(global, update);
             clipped = ClientLevelPrivacy::clip(&mut sent, bound) > bound;
-            if privacy.mechanism == Mechanism::Local {
+            if privacy.noise_at == NoiseAt::Client {
                 let noise = noise.expect("the local mechanism's stream");
                 let mut vectors: Vec<&mut [f32]> = sent.into_iter().map(|(_, v)| v).collect();
                 ClientLevelPrivacy::add_noise(&mut vectors, privacy.local_noise_std(), noise);
             }
             (hooks.equal_weight)(&self.algorithm, update);
         }
-        clipped
+        PrivacyNote {
+            clipped,
+            dp_sgd_runs,
+        }
     }
 
     /// `value`, spilled if the run spills values of its size. Runs on the pool: a failed write
@@ -724,6 +740,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
                 policy: spec.policy.clone(),
                 system: system_model,
                 seeds,
+                sample_privacy: spec.sample_privacy(),
             },
             global,
         )

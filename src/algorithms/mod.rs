@@ -40,8 +40,8 @@ pub use registry::{
 use crate::data::{FederatedData, SplitView};
 use crate::io::{Floats, Stored};
 use crate::models::{
-    for_each_batch, train_sgd, Architecture, Batch, DeviceChoice, EvalStats, InitialModels,
-    LocalPlan, LocalWork, Objective, Predictor, Proximal, StackedBatch,
+    for_each_batch, train_dp_sgd_alone, train_sgd, Architecture, Batch, DeviceChoice, EvalStats,
+    InitialModels, LocalPlan, LocalWork, Objective, Predictor, Proximal, StackedBatch,
 };
 use crate::records::{ModelKind, NoveltyScores, Split};
 use rand_chacha::ChaCha20Rng;
@@ -232,16 +232,16 @@ impl LocalContext<'_> {
         };
         let lr = run.lr.unwrap_or(self.lr);
         let (params, momentum) = (&mut run.params, &mut run.momentum);
-        train_sgd(
-            self.arch,
-            params,
-            momentum,
-            self.train_view(),
-            &plan,
-            lr,
-            rng,
-            &objective,
-        );
+        let data = self.train_view();
+        if plan.dp_sgd.is_some() {
+            train_dp_sgd_alone(
+                self.arch, params, momentum, data, &plan, lr, rng, &objective,
+            );
+        } else {
+            train_sgd(
+                self.arch, params, momentum, data, &plan, lr, rng, &objective,
+            );
+        }
         self.training.settle_momentum(momentum);
     }
 
@@ -256,6 +256,7 @@ impl LocalContext<'_> {
     ) -> Vec<f32> {
         let plan = LocalPlan {
             work: LocalWork::Epochs(epochs),
+            dp_sgd: None,
             ..self.training.plan
         };
         let mut tuned = params.to_vec();
@@ -568,6 +569,11 @@ impl<A: Algorithm + ?Sized> LocalUpdate<A> {
     /// Whether a round's clients can train as one stacked computation.
     pub const fn stacks(&self) -> bool {
         !matches!(self, LocalUpdate::Own(_))
+    }
+
+    /// Whether the update is made of local SGD runs.
+    pub const fn is_sgd_runs(&self) -> bool {
+        matches!(self, LocalUpdate::Sgd(_))
     }
 }
 
@@ -895,6 +901,7 @@ pub(crate) mod testkit {
                         batch_size,
                         momentum: 0.0,
                         weight_decay: 0.0,
+                        dp_sgd: None,
                     },
                     lr,
                     schedule: LrSchedule::Constant,
@@ -969,6 +976,7 @@ mod tests {
                 batch_size: 1,
                 momentum: 0.0,
                 weight_decay: 0.0,
+                dp_sgd: None,
             },
             lr: 0.1,
             schedule: LrSchedule::MultiStep {

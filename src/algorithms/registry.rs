@@ -195,6 +195,9 @@ pub struct Capabilities {
     /// Its updates take client-level differential privacy (`privacy:`): clipped against
     /// the global model, every client weighing the same ([`Algorithm::PRIVATE_UPDATES`]).
     pub private_updates: bool,
+    /// Its update is made of local SGD runs ([`LocalUpdate::Sgd`](super::LocalUpdate::Sgd)),
+    /// which DP-SGD can train (`privacy: {mechanism: dp_sgd}`).
+    pub sgd_runs: bool,
     /// Model-sized vectors each client that has trained keeps ([`Algorithm::CLIENT_MODELS`]).
     pub client_models: usize,
 }
@@ -235,6 +238,7 @@ impl Registration {
                 stale_updates: <S::Algorithm as Algorithm>::STALE_UPDATES.is_some(),
                 private_updates: <S::Algorithm as Algorithm>::PRIVATE_UPDATES.is_some(),
                 cohorts: trains_in_cohorts::<S::Algorithm>(),
+                sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
                 client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
             },
             example: S::EXAMPLE,
@@ -261,6 +265,7 @@ impl Registration {
                 stale_updates: false,
                 private_updates: false,
                 cohorts: trains_in_cohorts::<S::Algorithm>(),
+                sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
                 client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
             },
             example: S::EXAMPLE,

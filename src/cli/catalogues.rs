@@ -7,7 +7,7 @@ use fedsim::models::Inputs;
 
 pub fn algorithms() -> Result<i32> {
     outln!(
-        "{:<12} {:<8} {:<6} {:<8} {:<8} what it is",
+        "{:<12} {:<8} {:<6} {:<8} {:<14} what it is",
         "name",
         "runs on",
         "stale",
@@ -19,12 +19,17 @@ pub fn algorithms() -> Result<i32> {
         let c = r.capabilities;
         let on = if c.decentralized { "peers" } else { "server" };
         outln!(
-            "{:<12} {:<8} {:<6} {:<8} {:<8} {}",
+            "{:<12} {:<8} {:<6} {:<8} {:<14} {}",
             r.name,
             on,
             yes(c.stale_updates),
             yes(c.cohorts),
-            yes(c.private_updates),
+            // Client-level privacy, and DP-SGD where the update is local SGD runs.
+            match (c.private_updates, c.sgd_runs) {
+                (true, true) => "client, dp_sgd",
+                (true, false) => "client",
+                (false, _) => "no",
+            },
             r.summary
         );
     }

@@ -63,8 +63,8 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         } else {
             ""
         };
-        let who = match (privacy.mechanism, privacy.sampling) {
-            (fedsim::privacy::Mechanism::Local, _) => {
+        let who = match (privacy.noise_at, privacy.sampling) {
+            (fedsim::privacy::NoiseAt::Client, _) => {
                 "local, for a client that sends every round".to_string()
             }
             (_, fedsim::privacy::Subsampling::Poisson { rate }) => {
@@ -87,6 +87,34 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
             s.run.rounds,
             privacy.epsilon_after(s.run.rounds as u64),
             privacy.delta
+        );
+    }
+    if let Some(sample) = s.run.sample_privacy() {
+        // Every client drawn every round, one local run a round: the most a record can spend.
+        let plan = &s.run.training.plan;
+        let sizes: std::collections::BTreeSet<usize> = (0..data.num_clients())
+            .map(|c| data.split_len(c, fedsim::records::Split::Train))
+            .filter(|&n| n > 0)
+            .collect();
+        let mut accountant = fedsim::privacy::RecordAccountant::new(sample);
+        let rounds = s.run.rounds as u64;
+        let worst = (sizes.iter())
+            .map(|&n| accountant.epsilon(plan.dp_sampling_rate(n), rounds * plan.steps(n)))
+            .fold(0.0, f64::max);
+        let rates = |n: Option<&usize>| n.map_or(0.0, |&n| plan.dp_sampling_rate(n));
+        outln!(
+            "  privacy (DP-SGD, one record of a client added or removed): σ = {:.4} per step, \
+             clip {} per record, Poisson batches at q = 1/⌈n/{}⌉ ({:.4} … {:.4}); a client \
+             drawn in all {} rounds with one local run each (FedEM: one per component) spends \
+             ε ≤ {:.4} at δ = {:e}",
+            sample.dp_sgd.noise_multiplier,
+            sample.dp_sgd.clip,
+            plan.batch_size,
+            rates(sizes.last()),
+            rates(sizes.first()),
+            s.run.rounds,
+            worst,
+            sample.delta
         );
     }
     if let Some(path) = heatmap {

@@ -397,6 +397,7 @@ mod tests {
                 batch_size: 6,
                 momentum: 0.0,
                 weight_decay: 0.0,
+                dp_sgd: None,
             };
             let objective = sgd::Objective::default();
             sgd::train_sgd(

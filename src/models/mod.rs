@@ -32,13 +32,13 @@ pub use lenet::Lenet5Spec;
 pub use lstm::LstmSpec;
 pub use mobilenet::MobilenetV2Spec;
 pub use sgd::{
-    confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch,
+    confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch, DpSgd,
     EvalStats, Gates, LocalPlan, LocalWork, MixtureGates, Objective, Pass, Predictor, Proximal,
     TrainStats,
 };
 pub use stacked::{
-    dropout_stream, evaluate_stacked, for_each_stacked_batch, train_sgd_stacked, BatchwiseRun,
-    EvalRequest, StackedBatch, StackedRun,
+    dropout_stream, evaluate_stacked, for_each_stacked_batch, train_dp_sgd_alone,
+    train_sgd_stacked, BatchwiseRun, DpSgdRun, EvalRequest, StackedBatch, StackedRun,
 };
 
 pub use weights::{models_to_safetensors, read_models, InitialModels, ModelInit};

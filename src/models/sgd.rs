@@ -23,6 +23,29 @@ pub struct LocalPlan {
     pub batch_size: usize,
     pub momentum: f64,
     pub weight_decay: f64,
+    /// Sample-level differential privacy inside the local runs (DP-SGD); `None`: plain SGD.
+    pub dp_sgd: Option<DpSgd>,
+}
+
+/// DP-SGD (Abadi et al. 2016) as local training runs it, with Opacus's sampling: each step's
+/// minibatch is a Poisson sample of the run's rows (each row independently with probability q
+/// = 1/⌈n/B⌉, so B rows on average), every row's gradient is clipped to L2 norm `clip` (all
+/// parameter tensors taken as one), the clipped gradients are summed, Gaussian noise of
+/// standard deviation `noise_multiplier · clip` is added to every coordinate of the sum, and
+/// the sum is divided by the expected batch size q·n. Weight decay, a proximal term and
+/// momentum act on that direction as in plain SGD (they use no data). An epoch is ⌈n/B⌉ such
+/// steps. Trained by [`super::train_sgd_stacked`], alone (one run) or in a cohort.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DpSgd {
+    pub clip: f64,
+    pub noise_multiplier: f64,
+}
+
+impl DpSgd {
+    /// The standard deviation of the noise on a step's sum of clipped gradients: σ·C.
+    pub fn noise_std(&self) -> f64 {
+        self.noise_multiplier * self.clip
+    }
 }
 
 impl LocalPlan {
@@ -34,11 +57,50 @@ impl LocalPlan {
         }
     }
 
+    /// Minibatch steps a local run over `n` rows takes.
+    pub fn steps(&self, n: usize) -> u64 {
+        match self.work {
+            _ if n == 0 => 0,
+            LocalWork::Epochs(e) => e as u64 * n.div_ceil(self.batch_size) as u64,
+            LocalWork::Steps(s) => s as u64,
+        }
+    }
+
+    /// Under DP-SGD, the chance that a row of a run over `n` rows joins a step's batch:
+    /// 1/⌈n/B⌉ (one over the batches of an epoch, as Opacus samples).
+    pub fn dp_sampling_rate(&self, n: usize) -> f64 {
+        1.0 / n.max(1).div_ceil(self.batch_size) as f64
+    }
+
     /// The shuffled passes over `n` rows of one local run: each pass is a permutation and the
-    /// `(start, len)` batches cut from it, in order. [`train_sgd`] draws them first.
+    /// `(start, len)` batches cut from it, in order. [`train_sgd`] draws them first. Under
+    /// DP-SGD, one pass per epoch (or one for all the steps) whose "permutation" lists each
+    /// step's Poisson sample in turn (a row may be in several steps' samples, and a step's
+    /// sample may be empty): each row of each step joins with probability
+    /// [`LocalPlan::dp_sampling_rate`], one uniform draw per row and step, in row order.
     pub fn passes(&self, n: usize, rng: &mut impl Rng) -> Vec<Pass> {
         let mut out = Vec::new();
         if n == 0 {
+            return out;
+        }
+        if self.dp_sgd.is_some() {
+            let q = self.dp_sampling_rate(n);
+            let mut poisson_pass = |steps: u64| {
+                let (mut order, mut batches) = (Vec::new(), Vec::new());
+                for _ in 0..steps {
+                    let start = order.len();
+                    order.extend((0..n as i64).filter(|_| rng.gen::<f64>() < q));
+                    batches.push((start, order.len() - start));
+                }
+                (order, batches)
+            };
+            match self.work {
+                LocalWork::Epochs(e) => {
+                    let per_epoch = n.div_ceil(self.batch_size) as u64;
+                    out.extend((0..e).map(|_| poisson_pass(per_epoch)));
+                }
+                LocalWork::Steps(s) => out.push(poisson_pass(s as u64)),
+            }
             return out;
         }
         let mut perm: Vec<i64> = (0..n as i64).collect();
@@ -174,6 +236,10 @@ pub fn train_sgd(
     rng: &mut impl Rng,
     objective: &Objective<'_>,
 ) -> TrainStats {
+    assert!(
+        plan.dp_sgd.is_none(),
+        "DP-SGD trains through train_dp_sgd_alone"
+    );
     let (x, y) = data_tensors(&data);
     let y = targets(arch, &y);
     let w = objective.sample_weights.map(|w| {
@@ -638,6 +704,7 @@ mod tests {
             batch_size: 4,
             momentum,
             weight_decay: wd,
+            dp_sgd: None,
         }
     }
 
@@ -757,6 +824,7 @@ mod tests {
             batch_size: 3,
             momentum: 0.0,
             weight_decay: 0.0,
+            dp_sgd: None,
         };
         let passes = pl.passes(7, &mut ChaCha20Rng::seed_from_u64(5));
         assert_eq!(passes.len(), 2);
@@ -770,6 +838,59 @@ mod tests {
         assert_eq!(pl.samples_processed(7), 14);
     }
 
+    /// DP-SGD's batches: ⌈n/B⌉ steps an epoch (or the steps asked), each a Poisson sample of
+    /// the rows at q = 1/⌈n/B⌉ in row order (so B rows on average, sometimes none), drawn
+    /// from the stream alone.
+    #[test]
+    fn dp_sgd_batches_are_poisson_samples_of_the_rows() {
+        let dp_sgd = Some(DpSgd {
+            clip: 1.0,
+            noise_multiplier: 1.0,
+        });
+        let plan = |work| LocalPlan {
+            work,
+            batch_size: 4,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            dp_sgd,
+        };
+        let epochs = plan(LocalWork::Epochs(2));
+        assert_eq!(epochs.dp_sampling_rate(10), 1.0 / 3.0);
+        assert_eq!(epochs.dp_sampling_rate(4), 1.0);
+        assert_eq!((epochs.steps(10), epochs.steps(0)), (6, 0));
+        assert_eq!(plan(LocalWork::Steps(5)).steps(10), 5);
+        let passes = epochs.passes(10, &mut ChaCha20Rng::seed_from_u64(3));
+        assert_eq!(
+            passes,
+            epochs.passes(10, &mut ChaCha20Rng::seed_from_u64(3))
+        );
+        assert_eq!(passes.len(), 2);
+        for (order, batches) in &passes {
+            assert_eq!(batches.len(), 3);
+            let mut at = 0;
+            for &(start, len) in batches {
+                assert_eq!(start, at);
+                let rows = &order[start..start + len];
+                assert!(rows.windows(2).all(|w| w[0] < w[1]), "{rows:?}");
+                at += len;
+            }
+            assert_eq!(at, order.len());
+        }
+        // Every row joins a step with probability 1/3: over 3 000 steps of 10 rows, each row's
+        // count within 5 standard deviations (√(3000·2/9) ≈ 26) of 1 000; some steps empty.
+        let long = plan(LocalWork::Steps(3_000)).passes(10, &mut ChaCha20Rng::seed_from_u64(4));
+        let mut joined = [0usize; 10];
+        long[0].0.iter().for_each(|&r| joined[r as usize] += 1);
+        assert!(
+            joined.iter().all(|&k| k.abs_diff(1_000) < 130),
+            "{joined:?}"
+        );
+        assert!(long[0].1.iter().any(|&(_, len)| len == 0));
+        // n ≤ B: every row every step.
+        let all = plan(LocalWork::Steps(3)).passes(4, &mut ChaCha20Rng::seed_from_u64(5));
+        assert_eq!(all[0].1, [(0, 4), (4, 4), (8, 4)]);
+    }
+
     #[test]
     fn steps_continue_across_passes() {
         let pl = LocalPlan {
@@ -777,6 +898,7 @@ mod tests {
             batch_size: 3,
             momentum: 0.0,
             weight_decay: 0.0,
+            dp_sgd: None,
         };
         let passes = pl.passes(7, &mut ChaCha20Rng::seed_from_u64(5));
         let batches: Vec<_> = passes.iter().flat_map(|(_, b)| b.clone()).collect();
@@ -807,6 +929,7 @@ mod tests {
             batch_size: 16,
             momentum: 0.9,
             weight_decay: 0.0,
+            dp_sgd: None,
         };
         train_sgd(
             &arch,

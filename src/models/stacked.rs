@@ -22,11 +22,13 @@
 
 use super::device::DeviceRows;
 use super::profile::{timed, Phase};
-use super::sgd::{EvalStats, LocalPlan, Pass, Predictor, Proximal};
+use super::sgd::{DpSgd, EvalStats, LocalPlan, Objective, Pass, Predictor, Proximal, TrainStats};
 use super::walk::{self, Conv, LayerOps, Norm};
 use super::{mobilenet, Architecture, Normalization};
 use crate::data::{InputShape, SplitView};
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use rand_distr::StandardNormal;
 use tch::{Device, Kind, Reduction, Tensor};
 
 /// One local SGD run of a cohort, trained in place.
@@ -46,7 +48,65 @@ pub struct StackedRun<'a> {
     pub passes: Vec<Pass>,
     /// Where its dropout masks come from ([`dropout_stream`]).
     pub dropout: ChaCha20Rng,
+    /// Under DP-SGD ([`LocalPlan::dp_sgd`]): its noise stream and expected batch size.
+    pub private: Option<DpSgdRun>,
     pub lr: f64,
+}
+
+/// What DP-SGD needs of one local run besides its passes.
+pub struct DpSgdRun {
+    /// Where its noise comes from: one standard normal per coordinate per step, in parameter
+    /// order (f64, scaled by σ·C, then rounded to f32).
+    pub noise: ChaCha20Rng,
+    /// q·n: what the noised sum of a step's clipped gradients is divided by.
+    pub expected_batch: f64,
+}
+
+impl DpSgdRun {
+    /// Under DP-SGD, a run over `n` rows whose noise stream is a fresh ChaCha stream seeded by
+    /// 32 bytes drawn from the client's stream `rng` right after the run's passes (alone and
+    /// in a cohort alike); `None`, drawing nothing, without DP-SGD.
+    pub fn draw(plan: &LocalPlan, n: usize, rng: &mut impl Rng) -> Option<DpSgdRun> {
+        plan.dp_sgd.map(|_| DpSgdRun {
+            noise: ChaCha20Rng::from_seed(rng.gen::<[u8; 32]>()),
+            expected_batch: plan.dp_sampling_rate(n) * n as f64,
+        })
+    }
+}
+
+/// [`super::train_sgd`] under DP-SGD: the run trains as a cohort of one ([`train_sgd_stacked`]), so
+/// alone and in a cohort a run takes the same steps from the same draws: its passes, its noise
+/// stream ([`DpSgdRun::draw`]), then its dropout masks ([`dropout_stream`]), from `rng`.
+#[allow(clippy::too_many_arguments)]
+pub fn train_dp_sgd_alone(
+    arch: &Architecture,
+    params: &mut [f32],
+    momentum: &mut Vec<f32>,
+    data: SplitView<'_>,
+    plan: &LocalPlan,
+    lr: f64,
+    rng: &mut ChaCha20Rng,
+    objective: &Objective<'_>,
+) -> TrainStats {
+    let passes = plan.passes(data.len(), rng);
+    let private = DpSgdRun::draw(plan, data.len(), rng);
+    let dropout = dropout_stream(arch, &passes, rng);
+    let steps = passes.iter().map(|(_, cuts)| cuts.len()).sum::<usize>() as u32;
+    let mut trained = params.to_vec();
+    let mut run = StackedRun {
+        params: &mut trained,
+        momentum: (plan.momentum != 0.0).then_some(momentum),
+        sample_weights: objective.sample_weights,
+        proximal: objective.proximal,
+        first_row: 0,
+        passes,
+        dropout,
+        private,
+        lr,
+    };
+    train_sgd_stacked(arch, plan, data, None, std::slice::from_mut(&mut run));
+    params.copy_from_slice(&trained);
+    TrainStats { steps }
 }
 
 /// The stream a run's dropout masks come from, split off its client's stream `rng` right after
@@ -134,12 +194,31 @@ pub fn train_sgd_stacked(
         (anchors, mu)
     });
     let lr: Vec<f32> = sorted.iter().map(|run| run.lr as f32).collect();
-    let mut steps = Steps::new(sorted.iter().map(|run| StepRun {
-        passes: &run.passes,
-        first_row: run.first_row,
-        sample_weights: run.sample_weights,
-        dropout: run.dropout.clone(),
-    }));
+    let mut private: Vec<DpSgdRun> = match plan.dp_sgd {
+        None => Vec::new(),
+        Some(_) => sorted
+            .iter()
+            .map(|run| {
+                let p = run
+                    .private
+                    .as_ref()
+                    .expect("a DP-SGD plan's runs are private");
+                DpSgdRun {
+                    noise: p.noise.clone(),
+                    expected_batch: p.expected_batch,
+                }
+            })
+            .collect(),
+    };
+    let mut steps = Steps::new(
+        sorted.iter().map(|run| StepRun {
+            passes: &run.passes,
+            first_row: run.first_row,
+            sample_weights: run.sample_weights,
+            dropout: run.dropout.clone(),
+        }),
+        plan.dp_sgd.is_some(),
+    );
     for step in 0..steps.count() {
         let active = steps.active(step);
         let a = active as i64;
@@ -149,8 +228,9 @@ pub fn train_sgd_stacked(
         let pick =
             |ts: &[Tensor]| -> Vec<Tensor> { ts.iter().map(|t| t.narrow(0, 0, a)).collect() };
         let ps = pick(&params);
-        let grads = timed(Phase::Gradients, device, || {
-            stacked_gradients(arch, &ps, &batch)
+        let grads = timed(Phase::Gradients, device, || match plan.dp_sgd {
+            None => stacked_gradients(arch, &ps, &batch),
+            Some(dp) => dp_sgd_directions(arch, &ps, &batch, dp, &mut private[..active]),
         });
         drop(batch);
         timed(Phase::Update, device, || {
@@ -217,6 +297,9 @@ struct Steps<'r> {
     batches: Vec<Vec<(usize, usize, usize)>>,
     /// The host buffer minibatches are gathered into (reused from step to step).
     gathered: Vec<f32>,
+    /// DP-SGD: a row weighs its sample weight alone (not over its batch's length), and a
+    /// step's batches may be empty.
+    per_sample: bool,
 }
 
 /// What [`Steps`] needs of a run.
@@ -235,7 +318,8 @@ struct StepBatch {
     x: Tensor,
     /// `[A, B]`.
     y: Tensor,
-    /// `[A, B]`: a row's weight over its run's batch length; zero on padding.
+    /// `[A, B]`: a row's weight over its run's batch length (under DP-SGD, the weight
+    /// alone); zero on padding.
     weight: Tensor,
     /// Per dropout layer, `[A, B, …]`: each run's masks for its batch (zero on padding).
     masks: Vec<Tensor>,
@@ -243,7 +327,7 @@ struct StepBatch {
 
 impl<'r> Steps<'r> {
     /// `runs` already sorted longest first.
-    fn new(runs: impl Iterator<Item = StepRun<'r>>) -> Self {
+    fn new(runs: impl Iterator<Item = StepRun<'r>>, per_sample: bool) -> Self {
         let runs: Vec<_> = runs.collect();
         let batches = runs
             .iter()
@@ -259,6 +343,7 @@ impl<'r> Steps<'r> {
             runs,
             batches,
             gathered: Vec::new(),
+            per_sample,
         }
     }
 
@@ -289,7 +374,8 @@ impl<'r> Steps<'r> {
                 .iter()
                 .map(|bs| bs[step].2)
                 .max()
-                .unwrap_or(0) as i64,
+                .unwrap_or(0)
+                .max(1) as i64,
         );
         let mut index: Vec<usize> = Vec::with_capacity((a * b) as usize);
         let mut weight = Vec::with_capacity((a * b) as usize);
@@ -301,7 +387,8 @@ impl<'r> Steps<'r> {
             let (pass, start, len) = bs[step];
             let order = &run.passes[pass].0[start..start + len];
             for j in 0..b as usize {
-                let row = order[j.min(len - 1)] as usize;
+                // Padding repeats the batch's last row (its run's first row for an empty batch).
+                let row = order.get(j.min(len.max(1) - 1)).map_or(0, |&r| r as usize);
                 index.push(run.first_row + row);
                 weight.push(match (j < len, run.sample_weights) {
                     (false, _) => 0.0,
@@ -309,7 +396,10 @@ impl<'r> Steps<'r> {
                     (true, Some(w)) => w[row],
                 });
             }
-            inv_len.push((1.0 / len as f64) as f32);
+            inv_len.push(match self.per_sample {
+                true => 1.0,
+                false => (1.0 / len as f64) as f32,
+            });
         }
         let dim = rows.dim as i64;
         let (x, y) = match resident {
@@ -464,12 +554,15 @@ pub fn for_each_stacked_batch(
         runs.windows(2).all(|w| steps_of(&w[0]) >= steps_of(&w[1])),
         "runs sorted by their number of steps, longest first"
     );
-    let mut steps = Steps::new(runs.iter().map(|run| StepRun {
-        passes: &run.passes,
-        first_row: run.first_row,
-        sample_weights: None,
-        dropout: run.dropout.clone(),
-    }));
+    let mut steps = Steps::new(
+        runs.iter().map(|run| StepRun {
+            passes: &run.passes,
+            first_row: run.first_row,
+            sample_weights: None,
+            dropout: run.dropout.clone(),
+        }),
+        false,
+    );
     for s in 0..steps.count() {
         let active = steps.active(s);
         let batch = StackedBatch {
@@ -618,6 +711,129 @@ fn stacked_gradients(arch: &Architecture, ps: &[Tensor], batch: &StepBatch) -> V
         true => linear_gradients(arch, ps, &batch.x, &batch.y, &batch.weight),
         false => autograd_gradients(arch, ps, batch),
     }
+}
+
+/// DP-SGD's step direction for each of the active runs ([`LocalPlan::dp_sgd`]): every row's
+/// gradient, clipped to L2 norm C, summed over the run's batch, plus N(0, (σC)²) on every
+/// coordinate (drawn from the run's noise stream, [`dp_sgd_noise`]), divided by the run's
+/// expected batch size: `[A, …]` per parameter tensor. Per-row gradients come batched, not
+/// one backward per row: each row becomes a run of its own, at a copy of its run's
+/// parameters, so one stacked gradient computation ([`stacked_gradients`]) gives them all
+/// (`[A·B, …]`). A padding row weighs zero, so its gradient is zero and it adds nothing.
+fn dp_sgd_directions(
+    arch: &Architecture,
+    ps: &[Tensor],
+    batch: &StepBatch,
+    dp: DpSgd,
+    runs: &mut [DpSgdRun],
+) -> Vec<Tensor> {
+    let (a, b) = (batch.x.size()[0], batch.x.size()[1]);
+    let rows = a * b;
+    let device = batch.x.device();
+    let one_row_each = |t: &Tensor| {
+        let mut shape = vec![rows, 1];
+        shape.extend(&t.size()[2..]);
+        t.reshape(&shape[..])
+    };
+    let per_row = StepBatch {
+        x: one_row_each(&batch.x),
+        y: batch.y.reshape([rows, 1]),
+        weight: batch.weight.reshape([rows, 1]),
+        masks: batch.masks.iter().map(one_row_each).collect(),
+    };
+    // Each row's copy of its run's parameters: for a run alone, views of them (no copy).
+    let copies: Vec<Tensor> = tch::no_grad(|| {
+        ps.iter()
+            .map(|p| {
+                let mut shape = p.size();
+                shape.insert(1, b);
+                let mut rows_shape = shape.clone();
+                rows_shape.remove(0);
+                rows_shape[0] = rows;
+                p.unsqueeze(1)
+                    .expand(&shape[..], false)
+                    .reshape(&rows_shape[..])
+            })
+            .collect()
+    });
+    let grads = stacked_gradients(arch, &copies, &per_row);
+    drop(copies);
+    let noise = dp_sgd_noise(arch, dp, runs, device);
+    let expected: Vec<f32> = runs.iter().map(|r| r.expected_batch as f32).collect();
+    tch::no_grad(|| {
+        // A dense weight's gradient comes transposed (`[R, out, in]` laid out as `[R, in, out]`):
+        // work on that layout, without a copy, and transpose the sum back.
+        let laid_out: Vec<(Tensor, bool)> = grads.iter().map(contiguous_rows).collect();
+        let squares = laid_out
+            .iter()
+            .map(|(g, _)| {
+                g.view([rows, -1])
+                    .norm_scalaropt_dim(2, [1], false)
+                    .square()
+            })
+            .reduce(|total, s| total + s)
+            .expect("a model has parameters");
+        // min(1, C/‖g‖); a zero gradient's factor is 1 (C/0 = ∞).
+        let factor = (squares.sqrt().reciprocal() * dp.clip)
+            .clamp_max(1.0)
+            .view([a, 1, b]);
+        laid_out
+            .iter()
+            .enumerate()
+            .map(|(j, (g, swapped))| {
+                let shape = &g.size()[1..];
+                // Σ_rows factor·g, as one product per run: `[A, 1, B] × [A, B, n]`.
+                let mut sum =
+                    (factor.bmm(&g.view([a, b, -1]))).view(&[&[a][..], shape].concat()[..]);
+                if *swapped {
+                    sum = sum.transpose(-1, -2);
+                }
+                if let Some(noise) = &noise {
+                    sum += &noise[j];
+                }
+                let dims = sum.dim();
+                sum / per_run(&expected, dims, device)
+            })
+            .collect()
+    })
+}
+
+/// `g` in a layout with contiguous rows: itself, its last two dimensions swapped (`true`) where
+/// that is contiguous (a dense weight's gradient), or else a contiguous copy.
+fn contiguous_rows(g: &Tensor) -> (Tensor, bool) {
+    if g.is_contiguous() {
+        (g.shallow_clone(), false)
+    } else if g.dim() >= 3 && g.transpose(-1, -2).is_contiguous() {
+        (g.transpose(-1, -2), true)
+    } else {
+        (g.contiguous(), false)
+    }
+}
+
+/// One step's DP-SGD noise for each of `runs`: σC times a standard normal per coordinate,
+/// drawn in f64 from the run's noise stream in parameter order and rounded to f32, stacked
+/// `[A, …]` per parameter tensor; `None` (nothing drawn) when σ = 0.
+fn dp_sgd_noise(
+    arch: &Architecture,
+    dp: DpSgd,
+    runs: &mut [DpSgdRun],
+    device: Device,
+) -> Option<Vec<Tensor>> {
+    let std = dp.noise_std();
+    if std == 0.0 {
+        return None;
+    }
+    let p = arch.num_params();
+    let vectors: Vec<Vec<f32>> = runs
+        .iter_mut()
+        .map(|run| {
+            (0..p)
+                .map(|_| (std * run.noise.sample::<f64, _>(StandardNormal)) as f32)
+                .collect()
+        })
+        .collect();
+    let vectors: Vec<Option<&[f32]>> = vectors.iter().map(|v| Some(&v[..])).collect();
+    Some(stack_vectors(&vectors, arch, device))
 }
 
 /// Rows `index` of `features` (rows of `dim` values) copied one after another into `out`.
@@ -1057,6 +1273,7 @@ mod tests {
                         first_row: firsts[k],
                         dropout: dropout_stream(&arch, &passes, &mut stream),
                         passes,
+                        private: None,
                         lr: 0.1 + 0.05 * k as f64,
                     }
                 })
@@ -1096,6 +1313,7 @@ mod tests {
             batch_size: 8,
             momentum,
             weight_decay,
+            dp_sgd: None,
         }
     }
 
@@ -1264,6 +1482,151 @@ mod tests {
         // The masks' stream ends where the client's stream goes on.
         assert_eq!(stream.get_word_pos(), split.get_word_pos());
         assert_eq!(split.gen::<u64>(), alone.gen::<u64>(), "the next draw");
+    }
+
+    fn dp_plan(work: LocalWork, batch_size: usize, clip: f64, noise_multiplier: f64) -> LocalPlan {
+        LocalPlan {
+            work,
+            batch_size,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            dp_sgd: Some(DpSgd {
+                clip,
+                noise_multiplier,
+            }),
+        }
+    }
+
+    /// One DP-SGD step by hand. Logistic regression at θ = 0 (p = ½): row 1, x = (2, 2), y = 0,
+    /// has gradient ½·(2, 2, 1) (weights, then bias), norm 1.5; row 2, x = (4, 8), y = 1, has
+    /// −½·(4, 8, 1), norm 4.5. With C = 1.5 the first stays, the second is scaled by ⅓ to
+    /// (−⅔, −4⁄3, −⅙); their sum is (⅓, −⅓, ⅓). Two rows in batches of 2: q = 1, so both rows
+    /// every step and an expected batch of 2: the direction is (⅙, −⅙, ⅙), and one step at
+    /// lr 1 (σ = 0) lands at (−⅙, ⅙, −⅙).
+    #[test]
+    fn dp_sgd_step_by_hand() {
+        let arch = Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 2, 2);
+        let (features, labels) = ([2.0f32, 2.0, 4.0, 8.0], [0i64, 1]);
+        let data = SplitView {
+            features: &features,
+            labels: &labels,
+            dim: 2,
+        };
+        let plan = dp_plan(LocalWork::Steps(1), 2, 1.5, 0.0);
+        let mut params = vec![0.0f32; 3];
+        let mut rng = ChaCha20Rng::seed_from_u64(1);
+        let stats = train_dp_sgd_alone(
+            &arch,
+            &mut params,
+            &mut Vec::new(),
+            data,
+            &plan,
+            1.0,
+            &mut rng,
+            &Objective::default(),
+        );
+        assert_eq!(stats.steps, 1);
+        let sixth = 1.0 / 6.0;
+        for (got, want) in params.iter().zip([-sixth, sixth, -sixth]) {
+            assert!((got - want).abs() < 1e-6, "{params:?}");
+        }
+        // σ = 2: the same step plus N(0, (σC)²)/2 per coordinate, from the run's noise stream.
+        let noisy = dp_plan(LocalWork::Steps(1), 2, 1.5, 2.0);
+        let mut params = vec![0.0f32; 3];
+        let mut rng = ChaCha20Rng::seed_from_u64(1);
+        let objective = Objective::default();
+        train_dp_sgd_alone(
+            &arch,
+            &mut params,
+            &mut Vec::new(),
+            data,
+            &noisy,
+            1.0,
+            &mut rng,
+            &objective,
+        );
+        let mut client = ChaCha20Rng::seed_from_u64(1);
+        let _ = noisy.passes(2, &mut client);
+        let mut noise = DpSgdRun::draw(&noisy, 2, &mut client).unwrap().noise;
+        for (got, want) in params.iter().zip([-sixth, sixth, -sixth]) {
+            let z: f64 = noise.sample(StandardNormal);
+            let expected = want as f64 - ((3.0 * z) as f32 / 2.0) as f64;
+            assert!((*got as f64 - expected).abs() < 1e-5, "{got} vs {expected}");
+        }
+    }
+
+    /// The batched per-row gradients (each row a run of its own) clip and sum as one backward
+    /// per row would: two runs of a CNN with dropout, three rows each, the second run's last
+    /// row padding (weight zero), C below most rows' norms.
+    #[test]
+    fn dp_sgd_directions_match_one_backward_per_row() {
+        let input = InputShape::Image([1, 8, 8]);
+        let spec = ModelSpec::from_yaml("{kind: small_cnn, dropout: 0.25}").unwrap();
+        let arch = Architecture::for_input(&spec, input, 4);
+        let mut rng = ChaCha20Rng::seed_from_u64(2);
+        let (features, labels) = random_rows(input, 6, 4, &mut rng);
+        let params: Vec<Vec<f32>> = (0..2).map(|_| arch.init(&mut rng)).collect();
+        let vectors: Vec<Option<&[f32]>> = params.iter().map(|p| Some(&p[..])).collect();
+        let ps = stack_vectors(&vectors, &arch, Device::Cpu);
+        let weights = [1.0f32, 0.5, 1.0, 1.0, 1.0, 0.0];
+        let masks: Vec<Vec<Tensor>> = (0..2).map(|_| arch.dropout_masks(3, &mut rng)).collect();
+        let stacked_masks: Vec<Tensor> = (0..masks[0].len())
+            .map(|l| Tensor::stack(&[&masks[0][l], &masks[1][l]], 0))
+            .collect();
+        let dim = input.len() as i64;
+        let batch = StepBatch {
+            x: Tensor::from_slice(&features).view([2, 3, dim]),
+            y: Tensor::from_slice(&labels).view([2, 3]),
+            weight: Tensor::from_slice(&weights).view([2, 3]),
+            masks: stacked_masks,
+        };
+        let clip = 0.05;
+        let dp = DpSgd {
+            clip,
+            noise_multiplier: 0.0,
+        };
+        let mut runs: Vec<DpSgdRun> = [2.5, 1.5]
+            .iter()
+            .map(|&expected_batch| DpSgdRun {
+                noise: ChaCha20Rng::seed_from_u64(0),
+                expected_batch,
+            })
+            .collect();
+        let batched = dp_sgd_directions(&arch, &ps, &batch, dp, &mut runs);
+        let flat = |ts: &[Tensor], run: i64| -> Vec<f64> {
+            let pieces: Vec<Tensor> = ts.iter().map(|t| t.get(run).reshape([-1])).collect();
+            Vec::<f64>::try_from(Tensor::cat(&pieces, 0).to_kind(Kind::Double)).unwrap()
+        };
+        let mut clipped_rows = 0;
+        for run in 0..2i64 {
+            let mut sum = vec![0.0f64; arch.num_params()];
+            for row in 0..3i64 {
+                let one = StepBatch {
+                    x: batch.x.get(run).get(row).view([1, 1, dim]),
+                    y: batch.y.get(run).get(row).view([1, 1]),
+                    weight: batch.weight.get(run).get(row).view([1, 1]),
+                    masks: (batch.masks.iter())
+                        .map(|m| m.get(run).get(row).unsqueeze(0).unsqueeze(0))
+                        .collect(),
+                };
+                let own: Vec<Tensor> = ps.iter().map(|p| p.get(run).unsqueeze(0)).collect();
+                let g = flat(&stacked_gradients(&arch, &own, &one), 0);
+                let norm = g.iter().map(|v| v * v).sum::<f64>().sqrt();
+                let factor = if norm > clip { clip / norm } else { 1.0 };
+                clipped_rows += usize::from(norm > clip);
+                sum.iter_mut().zip(&g).for_each(|(s, v)| *s += factor * v);
+            }
+            let expected = [2.5, 1.5][run as usize];
+            let got = flat(&batched, run);
+            for (g, s) in got.iter().zip(&sum) {
+                assert!(
+                    (g - s / expected).abs() < 1e-6,
+                    "run {run}: {g} vs {}",
+                    s / expected
+                );
+            }
+        }
+        assert!(clipped_rows >= 3, "C clips most rows ({clipped_rows})");
     }
 
     #[test]

@@ -51,6 +51,19 @@ pub enum Mechanism {
     Central,
     /// Each client noises its own clipped update before sending it (no trusted server).
     Local,
+    /// Sample-level: DP-SGD inside each client's local training, every record's gradient
+    /// clipped and every step noised (see [`super::sample_level`]); updates are sent and
+    /// aggregated as without privacy.
+    DpSgd,
+}
+
+/// Where a client-level run adds its noise (`privacy.mechanism` other than `dp_sgd`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoiseAt {
+    /// The server, on the sum of the clipped updates.
+    Server,
+    /// Each client, on its own clipped update.
+    Client,
 }
 
 /// Client-level differential privacy (`privacy:`): each client's update clipped, Gaussian
@@ -60,16 +73,18 @@ pub enum Mechanism {
 #[serde(deny_unknown_fields)]
 pub struct PrivacySpec {
     /// `central`: the server noises the sum of the clipped updates (DP-FedAvg); `local`: each
-    /// client noises its own before sending it.
+    /// client noises its own before sending it; `dp_sgd`: each client trains with DP-SGD
+    /// (each record's gradient clipped, each step noised), a guarantee for every record.
     #[serde(default)]
     pub mechanism: Mechanism,
     /// C: each client's update (its change from the global model it started from, every
-    /// vector it sends taken as one) is scaled down to at most this L2 norm.
+    /// vector it sends taken as one) is scaled down to at most this L2 norm; under `dp_sgd`,
+    /// each record's gradient (all parameters taken as one).
     pub clip: f64,
     /// σ: Gaussian noise of standard deviation σ·2C (2C: how far one client's clipped update
     /// can move when its data are replaced) is added to the sum of the clipped updates
-    /// (`central`) or to each of them (`local`); 0 adds none (ε is then infinite). Give this or
-    /// `target_epsilon`.
+    /// (`central`) or to each of them (`local`); under `dp_sgd`, σ·C to each step's sum of
+    /// clipped gradients. 0 adds none (ε is then infinite). Give this or `target_epsilon`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise_multiplier: Option<f64>,
     /// The ε the whole run may spend: the smallest σ that spends at most this (to within 1 %)
@@ -203,8 +218,17 @@ impl PrivacySpec {
         if !(self.delta > 0.0 && self.delta < 1.0) {
             return bad("delta", format!("must be in (0, 1), got {}", self.delta));
         }
+        if self.mechanism == Mechanism::DpSgd && self.target_epsilon.is_some() {
+            return bad(
+                "target_epsilon",
+                "`mechanism: dp_sgd` takes `noise_multiplier` (σ of every local step); its ε \
+                 depends on each client's rows and how often it is drawn, so it is reported \
+                 after every round (the largest over clients) rather than solved for"
+                    .into(),
+            );
+        }
         if let Some(adaptive) = &self.adaptive {
-            if self.mechanism == Mechanism::Local {
+            if self.mechanism != Mechanism::Central {
                 return bad(
                     "adaptive",
                     "adaptive clipping needs `mechanism: central` (the server noises the count \
@@ -235,6 +259,18 @@ impl PrivacySpec {
         Ok(())
     }
 
+    /// Under `mechanism: dp_sgd`, what local training does and the accountant needs;
+    /// `None` for the client-level mechanisms.
+    pub fn sample_level(&self) -> Option<super::SampleLevelPrivacy> {
+        (self.mechanism == Mechanism::DpSgd).then(|| super::SampleLevelPrivacy {
+            dp_sgd: crate::models::DpSgd {
+                clip: self.clip,
+                noise_multiplier: self.noise_multiplier.unwrap_or(0.0),
+            },
+            delta: self.delta,
+        })
+    }
+
     /// The mechanism of a run of `rounds` rounds that draws its clients from `population`
     /// as `participation` says; a `target_epsilon` is turned into σ here.
     pub fn resolve(
@@ -244,8 +280,20 @@ impl PrivacySpec {
         rounds: u32,
     ) -> Result<ClientLevelPrivacy, FieldError> {
         self.validate()?;
-        let (sampling, neighbours, fixed_count) = match (self.mechanism, participation) {
-            (Mechanism::Central, Participation::FixedSize(per_round)) => (
+        let noise_at = match self.mechanism {
+            Mechanism::Central => NoiseAt::Server,
+            Mechanism::Local => NoiseAt::Client,
+            Mechanism::DpSgd => {
+                return Err(FieldError::new(
+                    "mechanism".into(),
+                    "`dp_sgd` is sample-level privacy (`PrivacySpec::sample_level`), not \
+                     client-level"
+                        .into(),
+                ))
+            }
+        };
+        let (sampling, neighbours, fixed_count) = match (noise_at, participation) {
+            (NoiseAt::Server, Participation::FixedSize(per_round)) => (
                 Subsampling::FixedSize {
                     sample: per_round as u64,
                     population: population as u64,
@@ -253,13 +301,13 @@ impl PrivacySpec {
                 Neighbours::ReplaceOne,
                 None,
             ),
-            (Mechanism::Central, Participation::Poisson(rate)) => (
+            (NoiseAt::Server, Participation::Poisson(rate)) => (
                 Subsampling::Poisson { rate },
                 Neighbours::AddRemove,
                 Some(rate * population as f64),
             ),
             // Every message is seen: no amplification; at worst a client sends every round.
-            (Mechanism::Local, _) => (
+            (NoiseAt::Client, _) => (
                 Subsampling::Poisson { rate: 1.0 },
                 Neighbours::ReplaceOne,
                 None,
@@ -317,7 +365,7 @@ impl PrivacySpec {
         let accountant = RdpAccountant::default();
         let one_round = mechanism.rdp(accountant.orders());
         Ok(ClientLevelPrivacy {
-            mechanism: self.mechanism,
+            noise_at,
             clip: self.clip,
             noise_multiplier,
             update_noise_multiplier,
@@ -336,7 +384,7 @@ impl PrivacySpec {
 /// clients, ε by round.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClientLevelPrivacy {
-    pub mechanism: Mechanism,
+    pub noise_at: NoiseAt,
     /// C: the bound (under adaptive clipping, the first round's).
     pub clip: f64,
     /// σ, as given or solved for from `target_epsilon`: what the accountant composes.

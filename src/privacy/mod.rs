@@ -3,19 +3,22 @@
 //!
 //! Mechanisms and accountants are separate pieces (as in pfl-research): [`accounting`] is
 //! arithmetic only and draws nothing; [`client_level`] clips a client's update and noises the
-//! server's sum or the update itself, from the streams its callers pass. Neither knows when a
+//! server's sum or the update itself, from the streams its callers pass; [`sample_level`]
+//! accounts DP-SGD, which local training itself runs ([`crate::models::DpSgd`]). Neither knows when a
 //! round happens: the actors apply them (a client clips, and under the local mechanism noises,
 //! before it uploads; the server noises each aggregation under the central one, moves an
 //! adaptive bound, and asks the accountant after each round).
 
 pub mod accounting;
 pub mod client_level;
+pub mod sample_level;
 
 pub use accounting::{
     calibrate_noise_multiplier, default_orders, epsilon, CalibrationError, RdpAccountant,
     SubsampledGaussian, Subsampling,
 };
 pub use client_level::{
-    AdaptiveClipSpec, AdaptiveClipping, ClientLevelPrivacy, Mechanism, Neighbours, Participation,
-    PrivacySpec,
+    AdaptiveClipSpec, AdaptiveClipping, ClientLevelPrivacy, Mechanism, Neighbours, NoiseAt,
+    Participation, PrivacySpec,
 };
+pub use sample_level::{RecordAccountant, SampleLevelPrivacy};

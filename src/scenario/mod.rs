@@ -17,6 +17,7 @@ use crate::algorithms::{LrSchedule, Registration, Training};
 use crate::data::{DatasetSpec, InputShape, SplitSpec};
 use crate::models::ModelSpec;
 use crate::models::{LocalPlan, LocalWork};
+use crate::privacy::{Mechanism, PrivacySpec};
 use crate::spec::FieldError;
 use crate::spec::{check_client_counts, OnDivergence};
 use crate::spec::{EvaluationPlan, PolicySpec, RawEvaluation, RawSampling, Sampling, Strategy};
@@ -97,14 +98,20 @@ pub struct RunSpec {
 }
 
 impl RunSpec {
-    /// `privacy:` for a run over `clients` clients (held-out ones included): the accountant's
-    /// sampling is the round's selection among the participants, and a `target_epsilon` is
-    /// turned into σ for the scenario's rounds. `None` without `privacy:`.
+    /// Sample-level `privacy:` (`mechanism: dp_sgd`); `None` otherwise.
+    pub fn sample_privacy(&self) -> Option<crate::privacy::SampleLevelPrivacy> {
+        (self.privacy.as_ref()).and_then(crate::privacy::PrivacySpec::sample_level)
+    }
+
+    /// Client-level `privacy:` for a run over `clients` clients (held-out ones included): the
+    /// accountant's sampling is the round's selection among the participants, and a
+    /// `target_epsilon` is turned into σ for the scenario's rounds. `None` without `privacy:`
+    /// or under DP-SGD ([`RunSpec::sample_privacy`]).
     pub fn privacy_for(
         &self,
         clients: usize,
     ) -> Result<Option<crate::privacy::ClientLevelPrivacy>, FieldError> {
-        let Some(privacy) = &self.privacy else {
+        let Some(privacy) = self.privacy.as_ref().filter(|p| p.sample_level().is_none()) else {
             return Ok(None);
         };
         let participants = clients - (self.unseen_fraction * clients as f64).floor() as usize;
@@ -431,7 +438,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     raw.algorithm
         .validate()
         .map_err(|e| e.within("algorithm"))?;
-    let training = validate_training(&raw.training).map_err(|e| e.within("training"))?;
+    let mut training = validate_training(&raw.training).map_err(|e| e.within("training"))?;
     let sampling = raw.sampling.resolve().map_err(|e| e.within("sampling"))?;
     raw.policy.validate().map_err(|e| e.within("policy"))?;
     // Decentralized runs take no server policy at all (checked with the topology below).
@@ -478,6 +485,9 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     }
     validate_decentralized(&raw)?;
     validate_privacy(&raw, &sampling)?;
+    training.plan.dp_sgd = (raw.privacy.as_ref())
+        .and_then(PrivacySpec::sample_level)
+        .map(|p| p.dp_sgd);
     // With a data set of known size, check the client counts now (else when it is loaded).
     if let Some(clients) = raw.data.num_clients() {
         check_client_counts(clients, unseen_fraction, &sampling, &evaluation)?;
@@ -522,6 +532,23 @@ fn validate_privacy(raw: &RawScenario, sampling: &Sampling) -> Result<(), FieldE
     };
     privacy.validate().map_err(|e| e.within("privacy"))?;
     let bad = |message: String| Err(FieldError::new("privacy".into(), message));
+    if privacy.mechanism == Mechanism::DpSgd {
+        let capabilities = raw.algorithm.capabilities();
+        if !(capabilities.private_updates && capabilities.sgd_runs) {
+            return Err(FieldError::new(
+                "privacy.mechanism".into(),
+                format!(
+                    "`dp_sgd` trains local SGD runs of algorithms that declare what they send; \
+                     `{}` does not; use it with {}",
+                    raw.algorithm.name(),
+                    Registration::names_where(|c| c.private_updates && c.sgd_runs)
+                ),
+            ));
+        }
+        // Client-side only: any round policy and any draw of clients (no amplification by
+        // the draw is claimed).
+        return Ok(());
+    }
     if !raw.algorithm.takes_privacy() {
         return bad(format!(
             "`{}` does not take client-level privacy (its aggregation is not a sum of what \
@@ -676,6 +703,7 @@ fn validate_training(t: &RawTraining) -> Result<Training, FieldError> {
             batch_size: t.batch_size,
             momentum: t.momentum,
             weight_decay: t.weight_decay,
+            dp_sgd: None,
         },
         lr: t.lr,
         schedule,

@@ -118,15 +118,16 @@ fn algorithms_lists_the_registry_with_capabilities() {
             .find(|l| l.split_whitespace().next() == Some(name))
             .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
             .split_whitespace()
-            .take(5)
+            .take(6)
             .collect::<Vec<_>>()
             .join(" ")
     };
-    // name, runs on, stale updates, cohorts, privacy.
-    assert_eq!(row("fedavg"), "fedavg server yes yes yes");
-    assert_eq!(row("fedgmm"), "fedgmm server no yes no");
-    assert_eq!(row("pfedme"), "pfedme server no yes no");
-    assert_eq!(row("d_fedem"), "d_fedem peers no yes no");
+    // name, runs on, stale updates, cohorts, privacy (client-level, DP-SGD), then the summary.
+    assert_eq!(row("fedavg"), "fedavg server yes yes client, dp_sgd");
+    assert_eq!(row("apfl"), "apfl server yes yes client APFL");
+    assert_eq!(row("fedgmm"), "fedgmm server no yes no FedGMM");
+    assert_eq!(row("pfedme"), "pfedme server no yes no pFedMe");
+    assert_eq!(row("d_fedem"), "d_fedem peers no yes no D-FedEM");
     assert_eq!(
         text.lines().count(),
         1 + fedsim::algorithms::registry::REGISTRY.len()
@@ -203,6 +204,16 @@ fn describe_says_what_privacy_a_scenario_spends() {
     assert!(
         poisson.contains("Poisson participation q = 0.1, one client more or less"),
         "{poisson}"
+    );
+    let dp_sgd = describe(&[
+        "--set",
+        "privacy={mechanism: dp_sgd, clip: 1, noise_multiplier: 1}",
+    ]);
+    assert!(
+        dp_sgd.contains("(DP-SGD, one record of a client added or removed): σ = 1.0000")
+            && dp_sgd.contains("a client drawn in all 30 rounds")
+            && dp_sgd.contains("ε ≤ "),
+        "{dp_sgd}"
     );
 }
 

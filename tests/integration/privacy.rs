@@ -301,6 +301,98 @@ fn poisson_participation_releases_every_round_over_the_expected_count() {
     );
 }
 
+/// DP-SGD: each round's ε is the largest over clients of the Poisson accountant at the
+/// client's rate 1/⌈n/B⌉ over every local step it has sent (FedEM: one run per component),
+/// from jobs.parquet and the clients' training rows; the noise recorded is σ·C; the results
+/// are the same with 1, 2 and 4 threads, under FedBuff too (nothing of it is the server's).
+#[test]
+fn dp_sgd_spends_per_record_of_the_client_that_has_spent_most() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dp_sgd = "privacy={mechanism: dp_sgd, clip: 0.5, noise_multiplier: 1.2}";
+    let s = scenario(SMALL, &[dp_sgd]);
+    let data = (s
+        .data
+        .build(&s.split, &fedsim::sim::SeedTree::new(s.data_seed)))
+    .unwrap();
+    let rows = |c: u32| data.split_len(c as usize, fedsim::records::Split::Train);
+    for (name, runs, extra) in [
+        ("fedavg", 1, vec![dp_sgd]),
+        (
+            "fedem",
+            3,
+            vec![dp_sgd, "algorithm={name: fedem, components: 3}"],
+        ),
+    ] {
+        let dir = tmp.path().join(name);
+        run(&extra, 2, &dir);
+        let rounds = read_parquet(&dir.join("rounds.parquet")).unwrap();
+        let jobs = read_parquet(&dir.join("jobs.parquet")).unwrap();
+        let job_round = jobs.column("round").unwrap().u32().unwrap();
+        let job_client = jobs.column("client").unwrap().u32().unwrap();
+        let outcome = jobs.column("outcome").unwrap().str().unwrap();
+        let epsilons = floats(&rounds, "epsilon");
+        for (round, spent) in (1..=4u32).zip(&epsilons) {
+            let mut sent = std::collections::BTreeMap::<u32, u64>::new();
+            for i in 0..jobs.height() {
+                if outcome.get(i) == Some("aggregated") && job_round.get(i).unwrap() <= round {
+                    *sent.entry(job_client.get(i).unwrap()).or_default() += 1;
+                }
+            }
+            let worst = (sent.iter())
+                .map(|(&c, &updates)| {
+                    let batches = rows(c).div_ceil(16) as u64;
+                    let rate = Subsampling::Poisson {
+                        rate: 1.0 / batches as f64,
+                    };
+                    epsilon(rate, 1.2, updates * runs * batches, 1e-5)
+                })
+                .fold(0.0, f64::max);
+            assert_eq!(*spent, worst, "{name}, round {round}");
+        }
+        assert!(epsilons.windows(2).all(|w| w[0] <= w[1]), "{epsilons:?}");
+        assert!(floats(&rounds, "noise_std")
+            .iter()
+            .all(|&std| std == 1.2 * 0.5));
+    }
+    let fedbuff = [
+        dp_sgd,
+        "policy={kind: fedbuff, concurrency: 6, buffer_size: 3}",
+        "sampling={}",
+    ];
+    for (name, extra) in [("sync", &[dp_sgd][..]), ("fedbuff", &fedbuff[..])] {
+        let dir = |t: &str| tmp.path().join(format!("{name}-{t}"));
+        for (label, threads) in [("1", 1), ("2", 2), ("4", 4)] {
+            run(extra, threads, &dir(label));
+        }
+        for other in ["2", "4"] {
+            let differ = differing_files(&dir("1"), &dir(other));
+            assert!(
+                differ.is_empty(),
+                "{name}: 1 vs {other} threads: {differ:?}"
+            );
+        }
+    }
+}
+
+/// DP-SGD trains alone as in a cohort: the same steps from the same draws, so the same model
+/// up to the order of float sums; its noise moves the model, and without noise a bound no
+/// gradient reaches leaves only the Poisson sampling (not plain SGD's batches).
+#[test]
+fn dp_sgd_trains_alike_alone_and_in_cohorts() {
+    let dp_sgd = "privacy={mechanism: dp_sgd, clip: 0.5, noise_multiplier: 1.2}";
+    let alone = final_models(&[dp_sgd, "training.cohorts=off"]);
+    let stacked = final_models(&[dp_sgd, "training.cohorts=always"]);
+    for (a, s) in alone[0].iter().zip(&stacked[0]) {
+        assert!((a - s).abs() <= 1e-4 * (1.0 + a.abs()), "{a} vs {s}");
+    }
+    let quiet = final_models(&["privacy={mechanism: dp_sgd, clip: 0.5, noise_multiplier: 0}"]);
+    assert_ne!(quiet, stacked);
+    let unbounded =
+        final_models(&["privacy={mechanism: dp_sgd, clip: 1.0e9, noise_multiplier: 0}"]);
+    assert_ne!(unbounded, quiet);
+    assert_ne!(unbounded, final_models(&[]));
+}
+
 /// With σ = 0 and full participation, a round moves the global model by the average of the
 /// clients' clipped changes, so by at most C (here 0.01; the same round unclipped moves it by
 /// more than 0.05).
@@ -338,7 +430,22 @@ fn clipping_bounds_how_far_a_round_moves_the_model() {
 
 #[test]
 fn bad_privacy_settings_are_refused_with_their_field() {
-    let cases: [(&[&str], &str); 12] = [
+    let cases: [(&[&str], &str); 15] = [
+        (
+            &["privacy={mechanism: dp_sgd, clip: 1, target_epsilon: 2}"],
+            "`privacy.target_epsilon`: `mechanism: dp_sgd` takes `noise_multiplier`",
+        ),
+        (
+            &["privacy={mechanism: dp_sgd, clip: 1, noise_multiplier: 1, adaptive: {}}"],
+            "`privacy.adaptive`: adaptive clipping needs `mechanism: central`",
+        ),
+        (
+            &[
+                "privacy={mechanism: dp_sgd, clip: 1, noise_multiplier: 1}",
+                "algorithm={name: pfedme}",
+            ],
+            "`privacy.mechanism`: `dp_sgd` trains local SGD runs",
+        ),
         (
             &["sampling={strategy: poisson, count: 5}"],
             "sampling.count",

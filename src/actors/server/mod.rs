@@ -25,12 +25,12 @@ use super::evaluation::EvaluatedClients;
 use super::policy::staleness_factor;
 use super::sampling::{AllBut, Candidates};
 use super::{
-    Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, Seen, ToClient, ToServer,
-    TrainOrder,
+    Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, PrivacyNote, Seen, ToClient,
+    ToServer, TrainOrder,
 };
 use crate::algorithms::{Algorithm, Finite, StaleUpdate, Updates};
 use crate::io::Stored;
-use crate::privacy::{ClientLevelPrivacy, Mechanism};
+use crate::privacy::{ClientLevelPrivacy, NoiseAt, RecordAccountant, SampleLevelPrivacy};
 use crate::records::{
     AdaptiveRound, DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundPrivacy,
     RoundRecord,
@@ -58,6 +58,8 @@ pub(super) struct ServerConfig<A: Algorithm> {
     pub policy: PolicySpec,
     pub system: Arc<SystemModel>,
     pub seeds: SeedTree,
+    /// Under DP-SGD: what the accountant of the clients' records needs.
+    pub sample_privacy: Option<SampleLevelPrivacy>,
 }
 
 /// The participants a draw may choose from ([`Core::candidates`]).
@@ -304,6 +306,8 @@ struct Core<A: Algorithm> {
     /// Under adaptive clipping, set by this round's aggregation: the bound it used and the
     /// noised fraction of updates within it.
     adaptive_round: Option<AdaptiveRound>,
+    /// Under DP-SGD: what each client's records have spent, by the updates received.
+    records: Option<RecordAccountant>,
 }
 
 pub(super) struct Server<A: Algorithm> {
@@ -330,6 +334,7 @@ impl<A: Algorithm> Server<A> {
                 noise_std: 0.0,
                 clip: cfg.algorithm.privacy.as_ref().map_or(0.0, |p| p.clip),
                 adaptive_round: None,
+                records: cfg.sample_privacy.map(RecordAccountant::new),
                 cfg,
             },
         }
@@ -478,7 +483,7 @@ impl<A: Algorithm> Core<A> {
             // Under Poisson participation a private round releases its noise (and moves an
             // adaptive bound) whoever came, none included.
             let poisson = (self.cfg.algorithm.privacy.as_ref())
-                .is_some_and(|p| p.mechanism == Mechanism::Central && p.fixed_count.is_some());
+                .is_some_and(|p| p.noise_at == NoiseAt::Server && p.fixed_count.is_some());
             if poisson && A::PRIVATE_UPDATES.is_some() {
                 let mut next = (*self.global).clone();
                 self.add_privacy_noise(&mut next, 0, 0);
@@ -545,7 +550,7 @@ impl<A: Algorithm> Core<A> {
         let (Some(privacy), Some(hooks)) = (&self.cfg.algorithm.privacy, A::PRIVATE_UPDATES) else {
             return;
         };
-        if privacy.mechanism != Mechanism::Central {
+        if privacy.noise_at != NoiseAt::Server {
             return;
         }
         let divisor = (hooks.divisor)(self.alg(), aggregated as f64);
@@ -586,9 +591,9 @@ impl<A: Algorithm> Core<A> {
     fn end_round(&mut self, now: SimTime, eff: &mut FlEffects<A>) {
         self.counts.end = now;
         if let Some(privacy) = &self.cfg.algorithm.privacy {
-            let (noise_std, releases) = match privacy.mechanism {
-                Mechanism::Central => (std::mem::take(&mut self.noise_std), self.private_releases),
-                Mechanism::Local => (privacy.local_noise_std(), self.most_uploads),
+            let (noise_std, releases) = match privacy.noise_at {
+                NoiseAt::Server => (std::mem::take(&mut self.noise_std), self.private_releases),
+                NoiseAt::Client => (privacy.local_noise_std(), self.most_uploads),
             };
             let adaptive = privacy.adaptive.map(|_| {
                 (self.adaptive_round.take()).unwrap_or(AdaptiveRound {
@@ -601,6 +606,14 @@ impl<A: Algorithm> Core<A> {
                 noise_std,
                 epsilon: privacy.epsilon_after(releases),
                 adaptive,
+            });
+        }
+        if let (Some(records), Some(sample)) = (&self.records, &self.cfg.sample_privacy) {
+            self.counts.privacy = Some(RoundPrivacy {
+                noise_multiplier: sample.dp_sgd.noise_multiplier,
+                noise_std: sample.dp_sgd.noise_std(),
+                epsilon: records.worst_epsilon(),
+                adaptive: None,
             });
         }
         eff.record(Record::Round(std::mem::take(&mut self.counts)));
@@ -688,17 +701,24 @@ impl<A: Algorithm> Core<A> {
         &mut self,
         now: SimTime,
         client: u32,
-        update: Option<(Stored<A::Update>, usize, bool)>,
+        update: Option<(Stored<A::Update>, usize, PrivacyNote)>,
         compute: SimDuration,
     ) -> Result<Report<A>, SimError> {
         let job = self.take_job(client)?;
-        let clipped = update.as_ref().is_some_and(|u| u.2);
+        let note = update.as_ref().map_or(PrivacyNote::default(), |u| u.2);
+        let clipped = note.clipped;
+        if let Some(records) = &mut self.records {
+            let (plan, data) = (&self.cfg.algorithm.training.plan, &self.cfg.algorithm.data);
+            let rows = data.split_len(client as usize, crate::records::Split::Train);
+            let steps = note.dp_sgd_runs as u64 * plan.steps(rows);
+            records.add(client, plan.dp_sampling_rate(rows), steps);
+        }
         let update = update.map(|(update, floats, _)| {
             self.counts.bytes_up += payload_bytes(floats);
             update
         });
         let local =
-            (self.cfg.algorithm.privacy.as_ref()).is_some_and(|p| p.mechanism == Mechanism::Local);
+            (self.cfg.algorithm.privacy.as_ref()).is_some_and(|p| p.noise_at == NoiseAt::Client);
         if local && update.is_some() {
             let sent = self.uploads.entry(client).or_default();
             *sent += 1;
@@ -747,10 +767,10 @@ impl<A: Algorithm> Server<A> {
                 update,
                 floats,
                 compute,
-                clipped,
+                privacy,
                 ..
             } => {
-                let report = core.report(now, client, Some((update, floats, clipped)), compute)?;
+                let report = core.report(now, client, Some((update, floats, privacy)), compute)?;
                 self.rounds.receive(core, report, &mut eff)?
             }
             ToServer::Done {
@@ -801,6 +821,7 @@ mod tests {
             policy: s.run.policy.clone(),
             system,
             seeds,
+            sample_privacy: None,
         };
         Server::new(config, Arc::new(global))
     }
@@ -851,7 +872,7 @@ mod tests {
             }),
             floats: 4,
             compute: SimDuration(1),
-            clipped: false,
+            privacy: PrivacyNote::default(),
         }
     }
 
