@@ -1,5 +1,7 @@
 //! Client-level differential privacy (`privacy:` as written, [`PrivacySpec`], and as a run
 //! applies it, [`ClientLevelPrivacy`]): what one client sends is private, whatever its data.
+//! (`privacy: {mechanism: dp_sgd}` is read here too but is sample-level: see
+//! [`super::sample_level`].)
 //!
 //! Each client's change from the global model it started from is scaled down to L2 norm at
 //! most C (every vector it sends, as one), and every client weighs the same in the
