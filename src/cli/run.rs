@@ -98,8 +98,12 @@ pub fn run(args: RunArgs) -> Result<i32> {
             Some(target) => format!(", solved for ε = {target}"),
             None => String::new(),
         };
+        let whose = match spec.mechanism {
+            fedsim::privacy::Mechanism::DpSgd => " (the most any client's records spent)",
+            _ => "",
+        };
         outln!(
-            "  privacy spent            ε = {:.4} at δ = {:e}",
+            "  privacy spent            ε = {:.4} at δ = {:e}{whose}",
             p.epsilon,
             spec.delta
         );

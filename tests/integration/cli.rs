@@ -217,6 +217,38 @@ fn describe_says_what_privacy_a_scenario_spends() {
     );
 }
 
+/// `fedsim run` ends with the ε spent, and under DP-SGD says whose it is.
+#[test]
+fn run_says_what_privacy_was_spent() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    let spent = |privacy: &str| {
+        let out = bin()
+            .arg("run")
+            .arg(root.join("scenarios/quickstart.yaml"))
+            .args(["--quiet", "--set", "rounds=2", "--set", privacy, "--out"])
+            .arg(tmp.path().join("run"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let line = text.lines().find(|l| l.contains("privacy spent"));
+        line.unwrap_or_else(|| panic!("no privacy line in:\n{text}"))
+            .to_string()
+    };
+    let dp_sgd = spent("privacy={mechanism: dp_sgd, clip: 1, noise_multiplier: 1}");
+    assert!(
+        dp_sgd.contains("at δ = 1e-5 (the most any client's records spent)"),
+        "{dp_sgd}"
+    );
+    let central = spent("privacy={clip: 1, noise_multiplier: 1}");
+    assert!(central.ends_with("at δ = 1e-5"), "{central}");
+}
+
 #[test]
 fn a_reader_that_goes_away_ends_the_output_quietly() {
     // `fedsim check … | head -0`: the pipe's reading end is closed before fedsim writes.
