@@ -1,6 +1,7 @@
-"""Writes tests/data/privacy/dp_accounting_rdp.csv: the ε that Google's `dp-accounting` (PyPI)
-computes with its RDP accountant for the subsampled Gaussian mechanism, over the grid that
-fedsim's accountant (src/privacy/accounting.rs) is tested against, within 1 % relative.
+"""Writes tests/data/privacy/dp_accounting_rdp.csv and dp_accounting_pld.csv: the ε that Google's
+`dp-accounting` (PyPI) computes with its RDP and its PLD accountant for the subsampled Gaussian
+mechanism, over the grid that fedsim's accountants (src/privacy/accounting.rs, src/privacy/pld.rs)
+are tested against, within 1 % relative.
 
     .venv-bench/bin/pip install dp-accounting==0.6.0   # once
     .venv-bench/bin/python scripts/dev/make_privacy_fixtures.py
@@ -8,7 +9,9 @@ fedsim's accountant (src/privacy/accounting.rs) is tested against, within 1 % re
 Columns: sampling (`poisson`: each client joins with probability q, add-or-remove-one
 neighbours; `fixed_size`: q·population clients without replacement, replace-one neighbours,
 population 10 000), q, noise_multiplier, steps, delta, epsilon, order (the RDP order that
-gave ε). The accountant uses dp-accounting's default orders.
+gave ε). The accountant uses dp-accounting's default orders. The PLD file has the Poisson rows
+only (dp-accounting's PLD accountant has no sampling without replacement), without `order`, at
+the accountant's default discretisation (1e-4).
 """
 import csv
 import os
@@ -16,6 +19,7 @@ import os
 from absl import logging
 import dp_accounting
 from dp_accounting import dp_event
+from dp_accounting.pld import pld_privacy_accountant as pld
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
 POPULATION = 10_000
@@ -40,6 +44,13 @@ def epsilon(sampling, q, sigma, steps, delta):
     return accountant.get_epsilon_and_optimal_order(delta)
 
 
+def pld_epsilon(q, sigma, steps, delta):
+    accountant = pld.PLDAccountant(neighboring_relation=Rel.ADD_OR_REMOVE_ONE)
+    event = dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma))
+    accountant.compose(dp_event.SelfComposedDpEvent(event, steps))
+    return accountant.get_epsilon(delta)
+
+
 def main():
     # dp-accounting warns for each fractional order its series leaves out (ε = ∞ there);
     # fedsim's accountant leaves out the same ones.
@@ -58,6 +69,17 @@ def main():
                             eps, order = epsilon(sampling, q, sigma, steps, delta)
                             w.writerow([sampling, repr(q), repr(sigma), steps, repr(delta),
                                         repr(float(eps)), repr(float(order))])
+    print(f"wrote {os.path.normpath(out)}")
+    out = os.path.join(os.path.dirname(out), "dp_accounting_pld.csv")
+    with open(out, "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["q", "noise_multiplier", "steps", "delta", "epsilon"])
+        for q in QS:
+            for sigma in SIGMAS:
+                for steps in STEPS:
+                    for delta in DELTAS:
+                        eps = pld_epsilon(q, sigma, steps, delta)
+                        w.writerow([repr(q), repr(sigma), steps, repr(delta), repr(float(eps))])
     print(f"wrote {os.path.normpath(out)}")
 
 

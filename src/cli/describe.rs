@@ -81,13 +81,35 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
                 privacy.clip, a.quantile, a.count_noise, privacy.update_noise_multiplier
             ),
         };
-        outln!(
-            "  privacy ({who}): σ = {:.4}{solved}, {clip}; {} rounds spend ε = {:.4} at δ = {:e}",
+        let by = match privacy.accountant() {
+            fedsim::privacy::Accountant::Rdp => "",
+            fedsim::privacy::Accountant::Pld => " (PLD accountant)",
+        };
+        if privacy.tree_aggregation() {
+            use fedsim::privacy::tree::{one_release_squares, tree_epsilon};
+            let rounds = s.run.rounds as u64;
+            let sigma = privacy.noise_multiplier;
+            let once = tree_epsilon(sigma, one_release_squares(rounds), privacy.delta);
+            outln!(
+                "  privacy (DP-FTRL tree aggregation, {}, no amplification by sampling): σ = \
+                 {sigma:.4} per tree node, {clip}; over {rounds} rounds a client aggregated once \
+                 spends ε ≤ {once:.4}, one aggregated every round ε = {:.4}, at δ = {:e}",
+                match privacy.neighbours {
+                    fedsim::privacy::Neighbours::ReplaceOne => "one client's data replaced",
+                    fedsim::privacy::Neighbours::AddRemove => "one client more or less",
+                },
+                privacy.epsilon_after(rounds),
+                privacy.delta
+            );
+        } else {
+            outln!(
+            "  privacy ({who}): σ = {:.4}{solved}, {clip}; {} rounds spend ε = {:.4} at δ = {:e}{by}",
             privacy.noise_multiplier,
             s.run.rounds,
             privacy.epsilon_after(s.run.rounds as u64),
             privacy.delta
         );
+        }
     }
     if let Some(sample) = s.run.sample_privacy() {
         // Every client drawn every round, one local run a round: the most a record can spend.

@@ -100,6 +100,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         };
         let whose = match spec.mechanism {
             fedsim::privacy::Mechanism::DpSgd => " (the most any client's records spent)",
+            fedsim::privacy::Mechanism::DpFtrl => " (the most any client spent)",
             _ => "",
         };
         outln!(

@@ -167,23 +167,36 @@ pub enum CalibrationError {
 }
 
 /// The largest noise multiplier σ, to 1 % of ε, whose `steps` steps of `sampling` spend at
-/// most `target_epsilon` at `delta`: ε(σ) lies in [0.99 · target, target] (or σ is the smallest
-/// tried, 1e-3, when even that spends less).
+/// most `target_epsilon` at `delta` by RDP: ε(σ) lies in [0.99 · target, target] (or σ is the
+/// smallest tried, 1e-3, when even that spends less).
 pub fn calibrate_noise_multiplier(
     sampling: Subsampling,
     steps: u64,
     target_epsilon: f64,
     delta: f64,
 ) -> Result<f64, CalibrationError> {
-    if !(target_epsilon > 0.0 && target_epsilon.is_finite()) {
-        return Err(CalibrationError::Epsilon(target_epsilon));
-    }
     if !(delta > 0.0 && delta < 1.0) {
         return Err(CalibrationError::Delta(delta));
     }
+    calibrate(
+        |sigma| epsilon(sampling, sigma, steps, delta),
+        target_epsilon,
+    )
+}
+
+/// The largest noise multiplier σ, to 1 % of ε, with `epsilon_of(σ)` at most `target_epsilon`
+/// (ε falling as σ grows, whichever accountant gives it): ε(σ) lies in [0.99 · target, target]
+/// (or σ is the smallest tried, 1e-3, when even that spends less).
+pub fn calibrate(
+    epsilon_of: impl Fn(f64) -> f64,
+    target_epsilon: f64,
+) -> Result<f64, CalibrationError> {
+    if !(target_epsilon > 0.0 && target_epsilon.is_finite()) {
+        return Err(CalibrationError::Epsilon(target_epsilon));
+    }
     const MIN: f64 = 1e-3;
     const MAX: f64 = 1e6;
-    let epsilon = |sigma: f64| epsilon(sampling, sigma, steps, delta);
+    let epsilon = epsilon_of;
     // ε falls as σ grows: bracket the target between `low` (spends more) and `high` (spends
     // at most the target), then halve the bracket.
     let mut high = 1.0;
@@ -206,19 +219,21 @@ pub fn calibrate_noise_multiplier(
         high = low;
         low /= 2.0;
     }
-    while epsilon(high) < 0.99 * target_epsilon {
+    let mut spent = epsilon(high);
+    while spent < 0.99 * target_epsilon {
         let mid = 0.5 * (low + high);
-        if epsilon(mid) > target_epsilon {
+        let at_mid = epsilon(mid);
+        if at_mid > target_epsilon {
             low = mid;
         } else {
-            high = mid;
+            (high, spent) = (mid, at_mid);
         }
     }
     Ok(high)
 }
 
 /// log(e^x + e^y).
-fn log_add(x: f64, y: f64) -> f64 {
+pub(super) fn log_add(x: f64, y: f64) -> f64 {
     let (a, b) = (x.min(y), x.max(y));
     if a == f64::NEG_INFINITY {
         return b;
@@ -243,7 +258,7 @@ fn log_comb(n: f64, k: f64) -> f64 {
 }
 
 /// log erfc(x), accurate in the far tail where erfc underflows.
-fn log_erfc(x: f64) -> f64 {
+pub(super) fn log_erfc(x: f64) -> f64 {
     if x < 25.0 {
         erfc(x).ln()
     } else {

@@ -30,13 +30,16 @@
 //! one Gaussian mechanism of multiplier σ when the updates' noise uses
 //! σ_Δ = (σ⁻² − σ_b⁻²)^(−1/2): the accountant's ε is that of σ, as with a fixed bound.
 //!
+//! **DP-FTRL** (`mechanism: dp_ftrl`): the server's noise is that of tree aggregation over the
+//! releases ([`super::tree`]) rather than fresh each round, with σ·S per tree node; the ε
+//! reported is the largest over clients of the exact Gaussian ε of the nodes they took part in.
+//!
 //! This room does the arithmetic only (clip, noise, the bound's step, ε); the actors decide
 //! when. Noise is drawn from the stream the caller passes, one standard normal per coordinate
 //! in order.
 
-use super::accounting::{
-    calibrate_noise_multiplier, RdpAccountant, SubsampledGaussian, Subsampling,
-};
+use super::accounting::{calibrate, RdpAccountant, SubsampledGaussian, Subsampling};
+use super::pld::PldAccountant;
 use crate::spec::FieldError;
 use rand::Rng;
 use rand_distr::StandardNormal;
@@ -53,10 +56,35 @@ pub enum Mechanism {
     Central,
     /// Each client noises its own clipped update before sending it (no trusted server).
     Local,
+    /// The server releases noised prefix sums of the clipped updates by tree aggregation
+    /// (DP-FTRL, Kairouz et al. 2021; see [`super::tree`]): no amplification by sampling is
+    /// assumed, and each client's ε follows the releases it took part in.
+    DpFtrl,
     /// Sample-level: DP-SGD inside each client's local training, every record's gradient
     /// clipped and every step noised (see [`super::sample_level`]); updates are sent and
     /// aggregated as without privacy.
     DpSgd,
+}
+
+/// Which accountant turns the noise into ε (`privacy.accountant`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Accountant {
+    /// Rényi DP (Mironov et al. 2019; Wang et al. 2019 for K of N): every sampling fedsim
+    /// simulates.
+    #[default]
+    Rdp,
+    /// The privacy loss distribution (as `dp-accounting`'s `PLDAccountant`): tighter, for
+    /// Poisson participation or every client every round (and the local mechanism).
+    Pld,
+}
+
+impl Accountant {
+    fn is_rdp(&self) -> bool {
+        *self == Accountant::Rdp
+    }
 }
 
 /// Where a client-level run adds its noise (`privacy.mechanism` other than `dp_sgd`).
@@ -75,8 +103,10 @@ pub enum NoiseAt {
 #[serde(deny_unknown_fields)]
 pub struct PrivacySpec {
     /// `central`: the server noises the sum of the clipped updates (DP-FedAvg); `local`: each
-    /// client noises its own before sending it; `dp_sgd`: each client trains with DP-SGD
-    /// (each record's gradient clipped, each step noised), a guarantee for every record.
+    /// client noises its own before sending it; `dp_ftrl`: the server releases noised prefix
+    /// sums by tree aggregation (DP-FTRL), with no amplification by sampling assumed; `dp_sgd`:
+    /// each client trains with DP-SGD (each record's gradient clipped, each step noised), a
+    /// guarantee for every record.
     #[serde(default)]
     pub mechanism: Mechanism,
     /// C: each client's update (its change from the global model it started from, every
@@ -100,6 +130,11 @@ pub struct PrivacySpec {
     /// bound follows a quantile of the clients' update norms, estimated privately.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveClipSpec>,
+    /// How ε is counted: `rdp` (Rényi DP, every sampling) or `pld` (the privacy loss
+    /// distribution, tighter; for `sampling: {poisson}`, every client every round, or
+    /// `mechanism: local`). `target_epsilon` is solved with the same accountant.
+    #[serde(default, skip_serializing_if = "Accountant::is_rdp")]
+    pub accountant: Accountant,
 }
 
 fn default_delta() -> f64 {
@@ -229,6 +264,32 @@ impl PrivacySpec {
                     .into(),
             );
         }
+        if self.mechanism == Mechanism::DpFtrl && self.target_epsilon.is_some() {
+            return bad(
+                "target_epsilon",
+                "`mechanism: dp_ftrl` takes `noise_multiplier`; its ε depends on how often each \
+                 client takes part (no amplification by sampling is assumed), so it is reported \
+                 after every round (the largest over clients) rather than solved for; `fedsim \
+                 describe` gives the bounds for a client drawn once and in every round"
+                    .into(),
+            );
+        }
+        if self.mechanism == Mechanism::DpFtrl && self.accountant == Accountant::Pld {
+            return bad(
+                "accountant",
+                "`mechanism: dp_ftrl` releases one Gaussian mechanism over the tree, whose ε is \
+                 exact; `accountant` applies to `central` and `local` (leave it out)"
+                    .into(),
+            );
+        }
+        if self.mechanism == Mechanism::DpSgd && self.accountant == Accountant::Pld {
+            return bad(
+                "accountant",
+                "`mechanism: dp_sgd` is accounted by `rdp` (one accountant per client, every \
+                 round); `pld` covers the client-level mechanisms (`central`, `local`)"
+                    .into(),
+            );
+        }
         if let Some(adaptive) = &self.adaptive {
             if self.mechanism != Mechanism::Central {
                 return bad(
@@ -283,7 +344,7 @@ impl PrivacySpec {
     ) -> Result<ClientLevelPrivacy, FieldError> {
         self.validate()?;
         let noise_at = match self.mechanism {
-            Mechanism::Central => NoiseAt::Server,
+            Mechanism::Central | Mechanism::DpFtrl => NoiseAt::Server,
             Mechanism::Local => NoiseAt::Client,
             Mechanism::DpSgd => {
                 return Err(FieldError::new(
@@ -315,6 +376,20 @@ impl PrivacySpec {
                 None,
             ),
         };
+        if let (Accountant::Pld, Subsampling::FixedSize { sample, population }) =
+            (self.accountant, sampling)
+        {
+            if sample < population {
+                return Err(FieldError::new(
+                    "accountant".into(),
+                    format!(
+                        "`pld` accounts Poisson participation (`sampling: {{strategy: poisson}}`), \
+                         every client every round, or `mechanism: local`; {sample} of \
+                         {population} clients drawn without replacement is accounted by `rdp`"
+                    ),
+                ));
+            }
+        }
         let per_round = match participation {
             Participation::FixedSize(k) => k as f64,
             Participation::Poisson(rate) => rate * population as f64,
@@ -322,7 +397,14 @@ impl PrivacySpec {
         let noise_multiplier = match (self.noise_multiplier, self.target_epsilon) {
             (Some(sigma), _) => sigma,
             (None, Some(target)) => {
-                calibrate_noise_multiplier(sampling, rounds as u64, target, self.delta)
+                let steps = rounds as u64;
+                let epsilon = |sigma| match self.accountant {
+                    Accountant::Rdp => super::epsilon(sampling, sigma, steps, self.delta),
+                    Accountant::Pld => {
+                        PldAccountant::new(sampling.rate(), sigma).epsilon(steps, self.delta)
+                    }
+                };
+                calibrate(epsilon, target)
                     .map_err(|e| FieldError::new("target_epsilon".into(), e.to_string()))?
             }
             (None, None) => unreachable!("validated"),
@@ -364,8 +446,13 @@ impl PrivacySpec {
             sampling,
             noise_multiplier,
         };
-        let accountant = RdpAccountant::default();
-        let one_round = mechanism.rdp(accountant.orders());
+        let one_round = match (self.mechanism, self.accountant) {
+            (Mechanism::DpFtrl, _) => OneRound::Tree,
+            (_, Accountant::Rdp) => OneRound::Rdp(mechanism.rdp(RdpAccountant::default().orders())),
+            (_, Accountant::Pld) => {
+                OneRound::Pld(PldAccountant::new(sampling.rate(), noise_multiplier))
+            }
+        };
         Ok(ClientLevelPrivacy {
             noise_at,
             clip: self.clip,
@@ -407,8 +494,19 @@ pub struct ClientLevelPrivacy {
     /// How a release reaches a client's data, for the accountant: the round's sampling
     /// (central), or every message seen (local).
     pub sampling: Subsampling,
-    /// One release's RDP at the accountant's default orders.
-    one_round: Vec<f64>,
+    /// One release, as the scenario's accountant composes it.
+    one_round: OneRound,
+}
+
+/// One release as an accountant holds it.
+#[derive(Clone, Debug, PartialEq)]
+enum OneRound {
+    /// Its RDP at the default orders.
+    Rdp(Vec<f64>),
+    /// Its privacy loss distribution.
+    Pld(PldAccountant),
+    /// A leaf of DP-FTRL's tree: the server accounts per client ([`super::TreeAccountant`]).
+    Tree,
 }
 
 impl ClientLevelPrivacy {
@@ -475,6 +573,33 @@ impl ClientLevelPrivacy {
         }
     }
 
+    /// Adds `std` × (Σ `enter` − Σ `leave`) to every coordinate of `vectors`, in order, each
+    /// stream giving one standard normal per coordinate (DP-FTRL: the nodes entering and
+    /// leaving the prefix, [`super::tree::increment`]); the sum in f64. Nothing is drawn when
+    /// `std` is 0.
+    pub fn add_tree_noise(
+        vectors: &mut [&mut [f32]],
+        std: f64,
+        enter: &mut [impl Rng],
+        leave: &mut [impl Rng],
+    ) {
+        if std == 0.0 {
+            return;
+        }
+        for v in vectors.iter_mut() {
+            for x in v.iter_mut() {
+                let mut z = 0.0f64;
+                for rng in enter.iter_mut() {
+                    z += rng.sample::<f64, _>(StandardNormal);
+                }
+                for rng in leave.iter_mut() {
+                    z -= rng.sample::<f64, _>(StandardNormal);
+                }
+                *x = (*x as f64 + std * z) as f32;
+            }
+        }
+    }
+
     /// The standard deviation of the noise a client adds to each coordinate of its clipped
     /// update under the local mechanism: σ·2C.
     pub fn local_noise_std(&self) -> f64 {
@@ -482,11 +607,35 @@ impl ClientLevelPrivacy {
     }
 
     /// ε at δ after `rounds` noised releases (∞ without noise): aggregations under the
-    /// central mechanism, one client's updates under the local one.
+    /// central mechanism, one client's updates under the local one; under DP-FTRL, that of a
+    /// client in every release (the most it can be).
     pub fn epsilon_after(&self, rounds: u64) -> f64 {
-        let mut accountant = RdpAccountant::default();
-        accountant.compose_rdp(&self.one_round, rounds);
-        accountant.epsilon(self.delta).0
+        match &self.one_round {
+            OneRound::Rdp(rdp) => {
+                let mut accountant = RdpAccountant::default();
+                accountant.compose_rdp(rdp, rounds);
+                accountant.epsilon(self.delta).0
+            }
+            OneRound::Pld(pld) => pld.epsilon(rounds, self.delta),
+            OneRound::Tree => {
+                let squares = super::tree::every_release_squares(rounds);
+                super::tree::tree_epsilon(self.noise_multiplier, squares, self.delta)
+            }
+        }
+    }
+
+    /// Whether the server releases prefix sums by DP-FTRL's tree aggregation.
+    pub fn tree_aggregation(&self) -> bool {
+        self.one_round == OneRound::Tree
+    }
+
+    /// Which accountant gives [`ClientLevelPrivacy::epsilon_after`] (DP-FTRL's exact
+    /// Gaussian ε counts as PLD: it is the privacy loss itself).
+    pub fn accountant(&self) -> Accountant {
+        match self.one_round {
+            OneRound::Rdp(_) => Accountant::Rdp,
+            OneRound::Pld(_) | OneRound::Tree => Accountant::Pld,
+        }
     }
 }
 

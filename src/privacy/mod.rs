@@ -11,14 +11,18 @@
 
 pub mod accounting;
 pub mod client_level;
+pub mod pld;
 pub mod sample_level;
+pub mod tree;
 
 pub use accounting::{
-    calibrate_noise_multiplier, default_orders, epsilon, CalibrationError, RdpAccountant,
-    SubsampledGaussian, Subsampling,
+    calibrate, calibrate_noise_multiplier, default_orders, epsilon, CalibrationError,
+    RdpAccountant, SubsampledGaussian, Subsampling,
 };
 pub use client_level::{
-    AdaptiveClipSpec, AdaptiveClipping, ClientLevelPrivacy, Mechanism, Neighbours, NoiseAt,
-    Participation, PrivacySpec,
+    Accountant, AdaptiveClipSpec, AdaptiveClipping, ClientLevelPrivacy, Mechanism, Neighbours,
+    NoiseAt, Participation, PrivacySpec,
 };
+pub use pld::{pld_epsilon, PldAccountant};
 pub use sample_level::{RecordAccountant, SampleLevelPrivacy};
+pub use tree::TreeAccountant;

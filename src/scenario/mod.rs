@@ -17,10 +17,12 @@ use crate::algorithms::{LrSchedule, Registration, Training};
 use crate::data::{DatasetSpec, InputShape, SplitSpec};
 use crate::models::ModelSpec;
 use crate::models::{LocalPlan, LocalWork};
-use crate::privacy::{Mechanism, PrivacySpec};
+use crate::privacy::{Accountant, Mechanism, PrivacySpec};
 use crate::spec::FieldError;
 use crate::spec::{check_client_counts, OnDivergence};
-use crate::spec::{EvaluationPlan, PolicySpec, RawEvaluation, RawSampling, Sampling, Strategy};
+use crate::spec::{
+    EvaluationPlan, PolicySpec, RawEvaluation, RawSampling, SampleSize, Sampling, Strategy,
+};
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
 use serde_yaml::Value;
@@ -563,6 +565,25 @@ fn validate_privacy(raw: &RawScenario, sampling: &Sampling) -> Result<(), FieldE
              aggregation of the round's clients per round)"
                 .into(),
         );
+    }
+    if privacy.mechanism == Mechanism::DpFtrl {
+        // The tree's accountant counts who took part: any draw of clients.
+        return Ok(());
+    }
+    let every_client = sampling.size == SampleSize::Fraction(1.0) && sampling.over_selection == 0.0;
+    if privacy.accountant == Accountant::Pld
+        && privacy.mechanism == Mechanism::Central
+        && sampling.poisson_rate().is_none()
+        && !every_client
+    {
+        // K of N is known only with the data; `PrivacySpec::resolve` checks it then.
+        return Err(FieldError::new(
+            "privacy.accountant".into(),
+            "`pld` accounts Poisson participation (`sampling: {strategy: poisson}`), every \
+             client every round, or `mechanism: local`; clients drawn without replacement are \
+             accounted by `rdp`"
+                .into(),
+        ));
     }
     if sampling.available_only {
         return bad(

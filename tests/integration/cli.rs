@@ -215,9 +215,40 @@ fn describe_says_what_privacy_a_scenario_spends() {
             && dp_sgd.contains("ε ≤ "),
         "{dp_sgd}"
     );
+    // The PLD accountant says so, and solves for less noise than RDP.
+    let pld = describe(&[
+        "--set",
+        "sampling.strategy=poisson",
+        "--set",
+        "privacy={clip: 1, target_epsilon: 4, accountant: pld}",
+    ]);
+    let sigma = |line: &str| -> f64 {
+        let at = line.find("σ = ").expect("a σ") + "σ = ".len();
+        line[at..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(pld.ends_with("(PLD accountant)"), "{pld}");
+    assert!(sigma(&pld) < sigma(&poisson), "{pld} vs {poisson}");
+    let ftrl = describe(&[
+        "--set",
+        "privacy={mechanism: dp_ftrl, clip: 1, noise_multiplier: 3}",
+    ]);
+    use fedsim::privacy::tree::{every_release_squares, one_release_squares, tree_epsilon};
+    let once = tree_epsilon(3.0, one_release_squares(30), 1e-5);
+    let every = tree_epsilon(3.0, every_release_squares(30), 1e-5);
+    assert!(
+        ftrl.contains("(DP-FTRL tree aggregation, one client's data replaced, no amplification")
+            && ftrl.contains(&format!("aggregated once spends ε ≤ {once:.4}"))
+            && ftrl.contains(&format!("aggregated every round ε = {every:.4}")),
+        "{ftrl}"
+    );
 }
 
-/// `fedsim run` ends with the ε spent, and under DP-SGD says whose it is.
+/// `fedsim run` ends with the ε spent, and under DP-SGD and DP-FTRL says whose it is.
 #[test]
 fn run_says_what_privacy_was_spent() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -247,6 +278,11 @@ fn run_says_what_privacy_was_spent() {
     );
     let central = spent("privacy={clip: 1, noise_multiplier: 1}");
     assert!(central.ends_with("at δ = 1e-5"), "{central}");
+    let ftrl = spent("privacy={mechanism: dp_ftrl, clip: 1, noise_multiplier: 1}");
+    assert!(
+        ftrl.ends_with("at δ = 1e-5 (the most any client spent)"),
+        "{ftrl}"
+    );
 }
 
 #[test]

@@ -4,7 +4,8 @@
 
 use crate::common::{error, run_saving, scenario, SMALL};
 use fedsim::models::{read_models, Architecture, InputShape, ModelSpec};
-use fedsim::privacy::{epsilon, Subsampling};
+use fedsim::privacy::tree::{every_release_squares, tree_epsilon};
+use fedsim::privacy::{epsilon, pld_epsilon, Subsampling, TreeAccountant};
 use fedsim::records::Record;
 use fedsim::results::{differing_files, read_parquet, simulate_scenario};
 use std::path::Path;
@@ -85,6 +86,13 @@ fn private_runs_are_deterministic_across_threads_and_reruns() {
         (
             "dp_sgd",
             vec!["privacy={mechanism: dp_sgd, clip: 0.5, noise_multiplier: 1.2}"],
+        ),
+        (
+            "dp_ftrl",
+            vec![
+                "algorithm={name: fedem, components: 3}",
+                "privacy={mechanism: dp_ftrl, clip: 0.5, noise_multiplier: 1.0}",
+            ],
         ),
         (
             // Nothing of DP-SGD is the server's: asynchronous rounds take it too.
@@ -314,6 +322,97 @@ fn poisson_participation_releases_every_round_over_the_expected_count() {
     );
 }
 
+/// `accountant: pld`: each round's ε is the privacy loss distribution's (the same function,
+/// bit for bit), below RDP's for the same noise; solving `target_epsilon` with it spends the
+/// target to 1 % and needs less noise than RDP does.
+#[test]
+fn pld_accountant_reports_a_tighter_epsilon_and_needs_less_noise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let poisson = "sampling={strategy: poisson, fraction: 0.25}";
+    let rounds_of = |name: &str, privacy: &str| {
+        let dir = tmp.path().join(name);
+        run(&["rounds=4", poisson, privacy], 2, &dir);
+        read_parquet(&dir.join("rounds.parquet")).unwrap()
+    };
+    let pld = rounds_of(
+        "pld",
+        "privacy={clip: 0.5, noise_multiplier: 1.0, accountant: pld}",
+    );
+    for (t, eps) in floats(&pld, "epsilon").into_iter().enumerate() {
+        let steps = t as u64 + 1;
+        assert_eq!(eps, pld_epsilon(0.25, 1.0, steps, 1e-5), "round {steps}");
+        let rdp = epsilon(Subsampling::Poisson { rate: 0.25 }, 1.0, steps, 1e-5);
+        assert!(eps < rdp, "round {steps}: PLD {eps} ≥ RDP {rdp}");
+    }
+    let solved = |accountant: &str| {
+        let privacy = format!("privacy={{clip: 0.5, target_epsilon: 2, accountant: {accountant}}}");
+        let rounds = rounds_of(accountant, &privacy);
+        let last = |c| *floats(&rounds, c).last().unwrap();
+        (last("noise_std"), last("epsilon"))
+    };
+    let ((pld_std, pld_eps), (rdp_std, rdp_eps)) = (solved("pld"), solved("rdp"));
+    for eps in [pld_eps, rdp_eps] {
+        assert!((0.99 * 2.0..=2.0).contains(&eps), "ε {eps}");
+    }
+    assert!(
+        pld_std < rdp_std,
+        "PLD's σ·C/qN {pld_std} vs RDP's {rdp_std}"
+    );
+}
+
+/// DP-FTRL: with every client in every round, round t's ε is the Gaussian one of a client in
+/// all t releases and the noise added is σ·2C/K times √(nodes entering and leaving the
+/// prefix): 1, √2, 1, √3 for rounds 1–4. With half the clients a round (and weighted draws,
+/// which the tree's accountant allows), each round's ε is the largest over the clients of the
+/// releases they took part in (jobs.parquet). With σ = 0 the run is the noise-free central one.
+#[test]
+fn dp_ftrl_noises_prefix_sums_and_spends_by_participation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ftrl = "privacy={mechanism: dp_ftrl, clip: 0.5, noise_multiplier: 1.5}";
+    let dir = tmp.path().join("all");
+    run(&[ftrl, "sampling={fraction: 1.0}"], 2, &dir);
+    let rounds = read_parquet(&dir.join("rounds.parquet")).unwrap();
+    let k = 24.0; // every one of SMALL's clients
+    for (t, (eps, std)) in (floats(&rounds, "epsilon").into_iter())
+        .zip(floats(&rounds, "noise_std"))
+        .enumerate()
+    {
+        let t = t as u64 + 1;
+        assert_eq!(
+            eps,
+            tree_epsilon(1.5, every_release_squares(t), 1e-5),
+            "round {t}"
+        );
+        let nodes = [1.0, 2.0, 1.0, 3.0][t as usize - 1];
+        assert_eq!(std, 1.5 * 2.0 * 0.5 / k * f64::sqrt(nodes), "round {t}");
+    }
+    let dir = tmp.path().join("half");
+    run(
+        &[ftrl, "sampling={fraction: 0.5, strategy: weighted}"],
+        2,
+        &dir,
+    );
+    let rounds = read_parquet(&dir.join("rounds.parquet")).unwrap();
+    let jobs = read_parquet(&dir.join("jobs.parquet")).unwrap();
+    let job_round = jobs.column("round").unwrap().u32().unwrap();
+    let job_client = jobs.column("client").unwrap().u32().unwrap();
+    let outcome = jobs.column("outcome").unwrap().str().unwrap();
+    let mut tree = TreeAccountant::new(4);
+    for (round, spent) in (1..=4u32).zip(floats(&rounds, "epsilon")) {
+        let clients = (0..jobs.height())
+            .filter(|&i| outcome.get(i) == Some("aggregated") && job_round.get(i) == Some(round))
+            .map(|i| job_client.get(i).unwrap());
+        tree.release(round as u64, clients);
+        assert_eq!(spent, tree.worst_epsilon(1.5, 1e-5), "round {round}");
+    }
+    let noiseless = |mechanism: &str| {
+        final_models(&[&format!(
+            "privacy={{mechanism: {mechanism}, clip: 0.5, noise_multiplier: 0}}"
+        )])
+    };
+    assert_eq!(noiseless("dp_ftrl"), noiseless("central"));
+}
+
 /// DP-SGD: each round's ε is the largest over clients of the Poisson accountant at the
 /// client's rate 1/⌈n/B⌉ over every local step it has sent (FedEM: one run per component),
 /// from jobs.parquet and the clients' training rows; the noise recorded is σ·C (determinism:
@@ -425,7 +524,27 @@ fn clipping_bounds_how_far_a_round_moves_the_model() {
 
 #[test]
 fn bad_privacy_settings_are_refused_with_their_field() {
-    let cases: [(&[&str], &str); 15] = [
+    let cases: [(&[&str], &str); 20] = [
+        (
+            &["privacy={mechanism: dp_ftrl, clip: 1, target_epsilon: 2}"],
+            "`privacy.target_epsilon`: `mechanism: dp_ftrl` takes `noise_multiplier`",
+        ),
+        (
+            &["privacy={mechanism: dp_ftrl, clip: 1, noise_multiplier: 1, accountant: pld}"],
+            "`privacy.accountant`: `mechanism: dp_ftrl` releases one Gaussian mechanism",
+        ),
+        (
+            &["privacy={mechanism: dp_ftrl, clip: 1, noise_multiplier: 1, adaptive: {}}"],
+            "`privacy.adaptive`: adaptive clipping needs `mechanism: central`",
+        ),
+        (
+            &["privacy={clip: 1, noise_multiplier: 1, accountant: pld}"],
+            "`privacy.accountant`: `pld` accounts Poisson participation",
+        ),
+        (
+            &["privacy={mechanism: dp_sgd, clip: 1, noise_multiplier: 1, accountant: pld}"],
+            "`privacy.accountant`: `mechanism: dp_sgd` is accounted by `rdp`",
+        ),
         (
             &["privacy={mechanism: dp_sgd, clip: 1, target_epsilon: 2}"],
             "`privacy.target_epsilon`: `mechanism: dp_sgd` takes `noise_multiplier`",

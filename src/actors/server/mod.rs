@@ -30,7 +30,9 @@ use super::{
 };
 use crate::algorithms::{Algorithm, Finite, StaleUpdate, Updates};
 use crate::io::Stored;
-use crate::privacy::{ClientLevelPrivacy, NoiseAt, RecordAccountant, SampleLevelPrivacy};
+use crate::privacy::{
+    ClientLevelPrivacy, NoiseAt, RecordAccountant, SampleLevelPrivacy, TreeAccountant,
+};
 use crate::records::{
     AdaptiveRound, DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundPrivacy,
     RoundRecord,
@@ -308,6 +310,8 @@ struct Core<A: Algorithm> {
     adaptive_round: Option<AdaptiveRound>,
     /// Under DP-SGD: what each client's records have spent, by the updates received.
     records: Option<RecordAccountant>,
+    /// Under DP-FTRL: the releases each client took part in.
+    tree: Option<TreeAccountant>,
 }
 
 pub(super) struct Server<A: Algorithm> {
@@ -335,6 +339,9 @@ impl<A: Algorithm> Server<A> {
                 clip: cfg.algorithm.privacy.as_ref().map_or(0.0, |p| p.clip),
                 adaptive_round: None,
                 records: cfg.sample_privacy.map(RecordAccountant::new),
+                tree: (cfg.algorithm.privacy.as_ref())
+                    .filter(|p| p.tree_aggregation())
+                    .map(|_| TreeAccountant::new(cfg.rounds as u64)),
                 cfg,
             },
         }
@@ -486,7 +493,7 @@ impl<A: Algorithm> Core<A> {
                 .is_some_and(|p| p.noise_at == NoiseAt::Server && p.fixed_count.is_some());
             if poisson && A::PRIVATE_UPDATES.is_some() {
                 let mut next = (*self.global).clone();
-                self.add_privacy_noise(&mut next, 0, 0);
+                self.add_privacy_noise(&mut next, &[], 0);
                 self.global = Arc::new(next);
             }
             return Ok(());
@@ -500,14 +507,14 @@ impl<A: Algorithm> Core<A> {
             ))
         };
         let next = if held.iter().all(|h| h.staleness == 0) && server_lr == 1.0 {
-            let aggregated = held.len();
+            let aggregated: Vec<u32> = held.iter().map(|h| h.client).collect();
             let within = held.iter().filter(|h| !h.clipped).count();
             let updates = Updates::new(held.into_iter().map(|h| (h.client, h.update)).collect());
             // A spilled update that cannot be read back panics inside: the run's error.
             let aggregate = || self.alg().aggregate(&self.global, updates);
             let mut next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(aggregate))
                 .map_err(failed)?;
-            self.add_privacy_noise(&mut next, aggregated, within);
+            self.add_privacy_noise(&mut next, &aggregated, within);
             next
         } else {
             // Stale aggregations take their updates all at once.
@@ -542,11 +549,14 @@ impl<A: Algorithm> Core<A> {
         Ok(())
     }
 
-    /// With central privacy, Gaussian noise on the new global model `next`, made of
-    /// `aggregated` clipped updates, from the server's `privacy_noise` stream of this round;
-    /// under adaptive clipping, the bound moved by the noised count of the `within` updates
-    /// that were within it (from the server's `privacy_clip` stream of the round).
-    fn add_privacy_noise(&mut self, next: &mut A::Global, aggregated: usize, within: usize) {
+    /// With central privacy, Gaussian noise on the new global model `next`, made of the
+    /// clipped updates of the clients `aggregated` (in client order), from the server's
+    /// `privacy_noise` stream of this round (DP-FTRL: the tree's increment, each node from its
+    /// `dp_ftrl_node` stream); under adaptive clipping, the bound moved by the noised count of
+    /// the `within` updates that were within it (from the server's `privacy_clip` stream of the
+    /// round).
+    fn add_privacy_noise(&mut self, next: &mut A::Global, aggregated: &[u32], within: usize) {
+        let (clients, aggregated) = (aggregated, aggregated.len());
         let (Some(privacy), Some(hooks)) = (&self.cfg.algorithm.privacy, A::PRIVATE_UPDATES) else {
             return;
         };
@@ -569,11 +579,26 @@ impl<A: Algorithm> Core<A> {
                 fixed
             }
         };
-        let mut rng = (self.cfg.seeds).rng(Entity::Server, "privacy_noise", self.round as u64);
         let std = privacy.noise_std(self.clip, divisor);
-        ClientLevelPrivacy::add_noise(&mut (hooks.global)(next), std, &mut rng);
         self.private_releases += 1;
-        self.noise_std = std;
+        if let Some(tree) = &mut self.tree {
+            let leaf = self.private_releases;
+            tree.release(leaf, clients.iter().copied());
+            let (enter, leave) = crate::privacy::tree::increment(leaf);
+            let streams = |nodes: &[crate::privacy::tree::Node]| -> Vec<_> {
+                (nodes.iter())
+                    .map(|n| (self.cfg.seeds).rng(Entity::Server, "dp_ftrl_node", n.stream()))
+                    .collect()
+            };
+            let (mut enter_rngs, mut leave_rngs) = (streams(&enter), streams(&leave));
+            let vectors = &mut (hooks.global)(next);
+            ClientLevelPrivacy::add_tree_noise(vectors, std, &mut enter_rngs, &mut leave_rngs);
+            self.noise_std = std * ((enter.len() + leave.len()) as f64).sqrt();
+        } else {
+            let mut rng = (self.cfg.seeds).rng(Entity::Server, "privacy_noise", self.round as u64);
+            ClientLevelPrivacy::add_noise(&mut (hooks.global)(next), std, &mut rng);
+            self.noise_std = std;
+        }
         if let Some(adaptive) = privacy.adaptive {
             let mut rng = (self.cfg.seeds).rng(Entity::Server, "privacy_clip", self.round as u64);
             let counted = privacy.fixed_count.unwrap_or(aggregated as f64);
@@ -601,10 +626,14 @@ impl<A: Algorithm> Core<A> {
                     unclipped: None,
                 })
             });
+            let epsilon = match &self.tree {
+                Some(tree) => tree.worst_epsilon(privacy.noise_multiplier, privacy.delta),
+                None => privacy.epsilon_after(releases),
+            };
             self.counts.privacy = Some(RoundPrivacy {
                 noise_multiplier: privacy.noise_multiplier,
                 noise_std,
-                epsilon: privacy.epsilon_after(releases),
+                epsilon,
                 adaptive,
             });
         }
