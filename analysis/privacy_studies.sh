@@ -6,14 +6,15 @@
 #   epsilon        FedAvg and FedEM without privacy, clipping alone, ε = 8, 4, 2, 1 (3.4 min)
 #   clipping       adaptive against fixed clipping bounds, clipping alone and ε = 8, 4 (70 s)
 #   participation  K of N against Poisson participation at ε = 8, 4, 2 (48 s)
-#   dp_sgd         FedAvg and FedEM with DP-SGD: none, clipping alone, σ = 0.7, 1, 2
-#   bash analysis/privacy_studies.sh [STUDY ...]     (all four by default; 2 cores)
+#   dp_sgd         FedAvg and FedEM with DP-SGD: none, clipping alone, σ = 0.7, 1, 2 (8.6 min)
+#   accountants    RDP against PLD at ε = 4, 2; DP-FTRL at σ = 5, 10, 20 (Poisson q = 0.1)
+#   bash analysis/privacy_studies.sh [STUDY ...]     (all five by default; 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
 fedsim=${FEDSIM:-target/release/fedsim}
 "$fedsim" data fetch mnist >/dev/null
-for study in "${@:-epsilon clipping participation dp_sgd}"; do
+for study in "${@:-epsilon clipping participation dp_sgd accountants}"; do
   for name in $study; do
     out=results/privacy_$name
     "$fedsim" sweep "scenarios/studies/privacy_$name.yaml" --jobs 2 --out "$out"
