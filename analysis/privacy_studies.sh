@@ -7,17 +7,20 @@
 #   clipping       adaptive against fixed clipping bounds, clipping alone and ε = 8, 4 (70 s)
 #   participation  K of N against Poisson participation at ε = 8, 4, 2 (48 s)
 #   dp_sgd         FedAvg and FedEM with DP-SGD: none, clipping alone, σ = 0.7, 1, 2 (8.6 min)
-#   accountants    RDP against PLD at ε = 4, 2; DP-FTRL at σ = 5, 10, 20 (Poisson q = 0.1)
-#   bash analysis/privacy_studies.sh [STUDY ...]     (all five by default; 2 cores)
+#   accountants    RDP against PLD at ε = 4, 2; DP-FTRL at σ = 5, 10, 20 (Poisson q = 0.1) (72 s)
+#   secure_aggregation  SecAgg and SecAgg+ at dropout 0, 10, 30 % (round time, bytes, failures)
+#   bash analysis/privacy_studies.sh [STUDY ...]     (all six by default; 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
 fedsim=${FEDSIM:-target/release/fedsim}
 "$fedsim" data fetch mnist >/dev/null
-for study in "${@:-epsilon clipping participation dp_sgd accountants}"; do
+for study in "${@:-epsilon clipping participation dp_sgd accountants secure_aggregation}"; do
   for name in $study; do
-    out=results/privacy_$name
-    "$fedsim" sweep "scenarios/studies/privacy_$name.yaml" --jobs 2 --out "$out"
+    file=scenarios/studies/privacy_$name.yaml
+    [ -f "$file" ] || file=scenarios/studies/$name.yaml
+    out=results/$(basename "$file" .yaml)
+    "$fedsim" sweep "$file" --jobs 2 --out "$out"
     "$fedsim" report "$out" | grep '^|' | tee "$out/table.md"
   done
 done

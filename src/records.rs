@@ -96,6 +96,24 @@ pub struct RoundRecord {
     pub bytes_up: u64,
     /// With `privacy:`, the round's noise and the privacy spent so far.
     pub privacy: Option<RoundPrivacy>,
+    /// With `secure_aggregation:`, what the protocol added to the round.
+    pub secure_aggregation: Option<RoundSecAgg>,
+}
+
+/// What secure aggregation added to a round (see [`RoundRecord`]; its bytes are also in the
+/// round's `bytes_up` and `bytes_down`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RoundSecAgg {
+    /// Steps 1–2 (advertise and share keys), before the training orders went out.
+    pub setup: SimDuration,
+    /// The masks, the unmasking step and the server's work, after the last update.
+    pub finish: SimDuration,
+    /// The protocol's own bytes, both ways.
+    pub bytes: u64,
+    /// Clients that dropped in the protocol's own steps.
+    pub dropped: u32,
+    /// The masks could not be removed: the round aggregated nothing.
+    pub failed: bool,
 }
 
 /// A round of a run with `privacy:` (see [`RoundRecord`]).

@@ -741,6 +741,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
                 system: system_model,
                 seeds,
                 sample_privacy: spec.sample_privacy(),
+                secure_aggregation: spec.secure_aggregation.clone(),
             },
             global,
         )

@@ -84,6 +84,19 @@ pub fn rounds_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
             column("epsilon", &rounds, |r| r.privacy.map(|p| p.epsilon)),
         ]);
     }
+    // Secure aggregation only: what the protocol added.
+    if rounds.iter().any(|r| r.secure_aggregation.is_some()) {
+        let secagg = |r: &RoundRecord| r.secure_aggregation.unwrap_or_default();
+        columns.extend([
+            column("secagg_setup_s", &rounds, |r| secagg(r).setup.as_secs_f64()),
+            column("secagg_finish_s", &rounds, |r| {
+                secagg(r).finish.as_secs_f64()
+            }),
+            column("secagg_bytes", &rounds, |r| secagg(r).bytes),
+            column("secagg_dropped", &rounds, |r| secagg(r).dropped),
+            column("secagg_failed", &rounds, |r| secagg(r).failed),
+        ]);
+    }
     // Adaptive clipping only: the round's bound and the noised fraction within it.
     if rounds
         .iter()

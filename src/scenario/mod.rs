@@ -97,6 +97,8 @@ pub struct RunSpec {
     pub on_divergence: OnDivergence,
     /// Client-level differential privacy, resolved against the clients when the run starts.
     pub privacy: Option<crate::privacy::PrivacySpec>,
+    /// Secure aggregation's cost, paid by every synchronous round.
+    pub secure_aggregation: Option<crate::system::secagg::SecAggSpec>,
 }
 
 impl RunSpec {
@@ -487,6 +489,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     }
     validate_decentralized(&raw)?;
     validate_privacy(&raw, &sampling)?;
+    validate_secure_aggregation(&raw)?;
     training.plan.dp_sgd = (raw.privacy.as_ref())
         .and_then(PrivacySpec::sample_level)
         .map(|p| p.dp_sgd);
@@ -510,6 +513,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         topology: raw.topology,
         on_divergence: raw.on_divergence,
         privacy: raw.privacy,
+        secure_aggregation: raw.secure_aggregation,
     };
     Ok(Scenario {
         name: raw.name.clone(),
@@ -597,6 +601,34 @@ fn validate_privacy(raw: &RawScenario, sampling: &Sampling) -> Result<(), FieldE
         return bad(
             "needs `sampling.strategy: uniform` or `poisson` (the accountant assumes clients \
              drawn uniformly without replacement, or each with the same chance)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// `secure_aggregation:` holds for algorithms whose aggregation is a sum of what clients send
+/// (what the protocol computes), in synchronous rounds without late updates.
+fn validate_secure_aggregation(raw: &RawScenario) -> Result<(), FieldError> {
+    let Some(secagg) = &raw.secure_aggregation else {
+        return Ok(());
+    };
+    secagg
+        .validate()
+        .map_err(|e| e.within("secure_aggregation"))?;
+    let bad = |message: String| Err(FieldError::new("secure_aggregation".into(), message));
+    if raw.topology.is_some() || !raw.algorithm.takes_privacy() {
+        return bad(format!(
+            "secure aggregation computes the sum of what clients send; `{}` does not aggregate \
+             a sum on a server; use it with {}",
+            raw.algorithm.name(),
+            Registration::names_where(|c| c.private_updates)
+        ));
+    }
+    if !matches!(raw.policy, PolicySpec::Synchronous { .. }) || raw.policy.needs_stale_updates() {
+        return bad(
+            "needs synchronous rounds without late updates (`policy: {kind: synchronous}`): a \
+             masked sum is over one round's clients"
                 .into(),
         );
     }

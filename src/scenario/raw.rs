@@ -72,6 +72,11 @@ pub struct RawScenario {
     /// noise on the server's sum, ε spent reported after every round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privacy: Option<crate::privacy::PrivacySpec>,
+    /// Secure aggregation's cost in virtual time (SecAgg or SecAgg+): its extra message steps,
+    /// key and share bytes, computation and dropouts between steps; a round whose masks cannot
+    /// be removed aggregates nothing. Synchronous rounds only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_aggregation: Option<crate::system::secagg::SecAggSpec>,
     /// When a client, a peer or the server first sees NaN or infinite numbers: `stop` the run
     /// there (default) or `continue`. Either way `summary.csv` says the run diverged, and when.
     #[serde(default, skip_serializing_if = "OnDivergence::is_stop")]

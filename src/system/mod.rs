@@ -8,6 +8,7 @@
 
 mod availability;
 mod dist;
+pub mod secagg;
 
 pub use availability::{AvailabilityModel, Intervals, OnOff};
 pub use dist::{Dist, DrawnDist};

@@ -17,6 +17,7 @@ mod privacy;
 mod real_data;
 mod scale;
 mod scenario_errors;
+mod secure_aggregation;
 mod sweeps;
 mod systems;
 mod weights;

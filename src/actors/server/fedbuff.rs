@@ -7,7 +7,7 @@ use super::{Core, Held, InFlight, Report, RoundPolicy};
 use crate::actors::{FlEffects, Outbox, ToServer};
 use crate::algorithms::Algorithm;
 use crate::records::JobOutcome;
-use crate::sim::{SimError, SimTime};
+use crate::sim::{SimDuration, SimError, SimTime};
 
 /// FedBuff's settings, as the scenario's `policy` gives them.
 pub(super) struct Settings {
@@ -61,7 +61,7 @@ impl<A: Algorithm> Fedbuff<A> {
         for c in chosen {
             let job = self.jobs_started;
             self.jobs_started += 1;
-            core.dispatch(now, c, round, job, upload, eff);
+            core.dispatch(now, SimDuration::ZERO, c, round, job, upload, eff);
         }
         if core.in_flight.len() < concurrency {
             match core.next_online(now) {

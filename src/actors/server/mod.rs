@@ -62,6 +62,8 @@ pub(super) struct ServerConfig<A: Algorithm> {
     pub seeds: SeedTree,
     /// Under DP-SGD: what the accountant of the clients' records needs.
     pub sample_privacy: Option<SampleLevelPrivacy>,
+    /// Secure aggregation's cost, paid by every round.
+    pub secure_aggregation: Option<crate::system::secagg::SecAggSpec>,
 }
 
 /// The participants a draw may choose from ([`Core::candidates`]).
@@ -439,16 +441,20 @@ impl<A: Algorithm> Core<A> {
             .select(candidates, count, n_train, &mut rng)
     }
 
-    /// Sends the current model to `client` for job `job` of round `round`.
+    /// Sends the current model to `client` for job `job` of round `round`, `lead` after `now`
+    /// (secure aggregation's setup steps come first).
+    #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &mut self,
         now: SimTime,
+        lead: SimDuration,
         client: u32,
         round: u32,
         job: u64,
         upload: bool,
         eff: &mut FlEffects<A>,
     ) {
+        let now = now + lead;
         let bytes = payload_bytes(self.alg().broadcast_len(&self.global));
         let download = self.cfg.system.transfer_time(client, Link::Down, bytes);
         self.counts.bytes_down += bytes;
@@ -466,7 +472,7 @@ impl<A: Algorithm> Core<A> {
         self.set_busy(client, true);
         eff.to_member(
             client,
-            download,
+            lead + download,
             ToClient::Train(TrainOrder {
                 round,
                 job,
@@ -851,6 +857,7 @@ mod tests {
             system,
             seeds,
             sample_privacy: None,
+            secure_aggregation: None,
         };
         Server::new(config, Arc::new(global))
     }

@@ -1,14 +1,19 @@
 //! Synchronous rounds, one after the other. A round ends when every trainer has reported, when
 //! the first K updates are in (over-selection), or at its deadline; what arrives after that is a
 //! straggler (dropped, or held for the next aggregation with its staleness) or discarded.
+//! Under `secure_aggregation:` the protocol's key steps come before the training orders go out
+//! and its unmasking after the round closes ([`crate::system::secagg`]); a round whose masks
+//! cannot be removed aggregates nothing.
 
 use super::{Core, Held, InFlight, Report, RoundPolicy};
 use crate::actors::{FlEffects, Outbox, ToServer};
 use crate::algorithms::Algorithm;
 use crate::io::Stored;
-use crate::records::{JobOutcome, RoundRecord};
-use crate::sim::{SimDuration, SimError, SimTime};
+use crate::records::{JobOutcome, RoundRecord, RoundSecAgg};
+use crate::sim::{Entity, SimDuration, SimError, SimTime};
 use crate::spec::LateUpdates;
+use crate::system::secagg::{Setup, Step};
+use rand::Rng;
 
 pub(super) struct Synchronous<A: Algorithm> {
     /// How long after its start a round stops waiting.
@@ -28,6 +33,8 @@ pub(super) struct Synchronous<A: Algorithm> {
     fresh: Vec<Held<A>>,
     /// Stragglers accepted for the next aggregation.
     late: Vec<Held<A>>,
+    /// Under secure aggregation: this round's key steps.
+    setup: Option<Setup>,
 }
 
 impl<A: Algorithm> Synchronous<A> {
@@ -48,7 +55,53 @@ impl<A: Algorithm> Synchronous<A> {
             outstanding: 0,
             fresh: Vec::new(),
             late: Vec::new(),
+            setup: None,
         }
+    }
+
+    /// Whether `client` drops before secure aggregation's `step` of `round` (its own stream).
+    fn secagg_drops(core: &Core<A>, round: u32, client: u32, step: Step) -> bool {
+        let Some(spec) = &core.cfg.secure_aggregation else {
+            return false;
+        };
+        if spec.dropout == 0.0 {
+            return false;
+        }
+        let index = 3 * round as u64 + step.index();
+        let mut rng = (core.cfg.seeds).rng(Entity::Client(client), "secagg_dropout", index);
+        rng.gen::<f64>() < spec.dropout
+    }
+
+    /// Under secure aggregation, once the round's updates are in: the masks, the unmasking step
+    /// and the server's work (recorded on the round); how long they take, and whether the
+    /// masks came off (else `fresh` is emptied: nothing is aggregated).
+    fn unmask(&mut self, core: &mut Core<A>) -> SimDuration {
+        let (Some(setup), Some(spec)) = (self.setup.take(), core.cfg.secure_aggregation.clone())
+        else {
+            return SimDuration::ZERO;
+        };
+        let round = core.round;
+        let uploaded: Vec<bool> = (self.selected.iter())
+            .map(|c| self.fresh.iter().any(|h| h.client == *c))
+            .collect();
+        let floats = core.alg().broadcast_len(&core.global);
+        let system = core.cfg.system.clone();
+        let link = |c, link, bytes| system.transfer_time(c, link, bytes);
+        let drops = |c, step| Self::secagg_drops(core, round, c, step);
+        let finish = spec.finish(&self.selected, &setup, &uploaded, floats, link, drops);
+        if !finish.unmasked {
+            self.fresh.clear();
+        }
+        core.counts.bytes_up += finish.bytes_up;
+        core.counts.bytes_down += finish.bytes_down;
+        core.counts.secure_aggregation = Some(RoundSecAgg {
+            setup: setup.time,
+            finish: finish.time,
+            bytes: setup.bytes_up + setup.bytes_down + finish.bytes_up + finish.bytes_down,
+            dropped: setup.dropped + finish.dropped,
+            failed: !finish.unmasked,
+        });
+        finish.time
     }
 
     /// Whether `job` belongs to the round in progress (and its report counts there).
@@ -103,13 +156,15 @@ impl<A: Algorithm> Synchronous<A> {
                 }
             }
         }
+        let unmasking = self.unmask(core);
+        let now = now + unmasking;
         core.counts.completed = self.fresh.len() as u32;
         let mut held: Vec<Held<A>> = std::mem::take(&mut self.fresh);
         held.append(&mut self.late);
         core.aggregate(held, 1.0, self.staleness_exponent)?;
         core.end_round(now, eff);
         if round < core.cfg.rounds {
-            eff.to_hub(SimDuration::ZERO, ToServer::StartRound { round: round + 1 });
+            eff.to_hub(unmasking, ToServer::StartRound { round: round + 1 });
         }
         Ok(())
     }
@@ -193,10 +248,32 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
             eff.to_hub(at - now, ToServer::StartRound { round });
             return Ok(());
         };
-        let trainers = if core.alg().trains_unsampled() {
+        let mut trainers = if core.alg().trains_unsampled() {
             core.idle(now, online_only)
         } else {
             selected.clone()
+        };
+        // Secure aggregation's key steps: who is still there trains, after them.
+        let mut lead = SimDuration::ZERO;
+        let mut setup_bytes = (0, 0);
+        self.setup = match core.cfg.secure_aggregation.clone() {
+            None => None,
+            Some(spec) => {
+                let mut rng = (core.cfg.seeds).rng(Entity::Server, "secagg_graph", round as u64);
+                let graph = spec.graph(selected.len(), &mut rng);
+                let system = core.cfg.system.clone();
+                let link = |c, link, bytes| system.transfer_time(c, link, bytes);
+                let drops = |c, step| Self::secagg_drops(core, round, c, step);
+                let setup = spec.setup(&selected, graph, link, drops);
+                let gone: Vec<u32> = (selected.iter().zip(&setup.shared))
+                    .filter(|(_, &shared)| !shared)
+                    .map(|(&c, _)| c)
+                    .collect();
+                trainers.retain(|c| gone.binary_search(c).is_err());
+                lead = setup.time;
+                setup_bytes = (setup.bytes_up, setup.bytes_down);
+                Some(setup)
+            }
         };
         self.selected = selected;
         self.open = true;
@@ -213,15 +290,17 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
         self.outstanding = trainers.len();
         for c in trainers {
             let upload = self.selected.binary_search(&c).is_ok();
-            core.dispatch(now, c, round, round as u64, upload, eff);
+            core.dispatch(now, lead, c, round, round as u64, upload, eff);
         }
         core.counts.selected = self.selected.len() as u32;
+        core.counts.bytes_up += setup_bytes.0;
+        core.counts.bytes_down += setup_bytes.1;
         if self.outstanding == 0 {
             // Nobody drawn (Poisson participation can draw no one): the round ends now.
             return self.maybe_close(core, now, eff);
         }
         if let Some(deadline) = self.deadline {
-            eff.to_hub(deadline, ToServer::Deadline { round });
+            eff.to_hub(lead + deadline, ToServer::Deadline { round });
         }
         Ok(())
     }
