@@ -112,7 +112,8 @@ pub struct RoundSecAgg {
     pub bytes: u64,
     /// Clients that dropped in the protocol's own steps.
     pub dropped: u32,
-    /// The masks could not be removed: the round aggregated nothing.
+    /// The masks could not be removed: the round aggregated nothing (its fresh updates are
+    /// counted in `discarded`).
     pub failed: bool,
 }
 

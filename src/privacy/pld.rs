@@ -53,8 +53,11 @@ enum Step {
     NoNoise,
     /// Rate 1: the Gaussian mechanism of this multiplier, composed exactly.
     Gaussian(f64),
-    /// The "remove" and "add" pairs on the grid.
-    Sampled { remove: Pmf, add: Pmf },
+    /// The "remove" and "add" pairs on the grid, each with its [`Pmf::log_mgfs`].
+    Sampled {
+        remove: (Pmf, Vec<(f64, f64)>),
+        add: (Pmf, Vec<(f64, f64)>),
+    },
 }
 
 impl PldAccountant {
@@ -70,12 +73,14 @@ impl PldAccountant {
             Step::Gaussian(noise_multiplier)
         } else {
             let pair = |pair| {
-                SampledGaussianLoss {
+                let pmf = SampledGaussianLoss {
                     sigma: noise_multiplier,
                     rate,
                     pair,
                 }
-                .discretised()
+                .discretised();
+                let log_mgfs = pmf.log_mgfs();
+                (pmf, log_mgfs)
             };
             Step::Sampled {
                 remove: pair(Pair::Remove),
@@ -105,7 +110,8 @@ impl PldAccountant {
                 .map(|&delta| gaussian_epsilon(sigma / (steps as f64).sqrt(), delta))
                 .collect(),
             Step::Sampled { remove, add } => {
-                let (remove, add) = (remove.self_compose(steps), add.self_compose(steps));
+                let remove = remove.0.self_compose_with(steps, &remove.1);
+                let add = add.0.self_compose_with(steps, &add.1);
                 (deltas.iter())
                     .map(|&delta| remove.epsilon(delta).max(add.epsilon(delta)))
                     .collect()
@@ -288,11 +294,18 @@ impl Pmf {
 
     /// The distribution of the sum of `times` independent copies, its tails beyond
     /// [`COMPOSED_TAIL_MASS`] moved to +∞.
+    #[cfg(test)]
     fn self_compose(&self, times: u64) -> Pmf {
+        self.self_compose_with(times, &self.log_mgfs())
+    }
+
+    /// [`Pmf::self_compose`] with this distribution's [`Pmf::log_mgfs`] already at hand (they
+    /// do not depend on `times`; a run composes one step for every round).
+    fn self_compose_with(&self, times: u64, log_mgfs: &[(f64, f64)]) -> Pmf {
         if times == 1 {
             return self.clone();
         }
-        let (low, high) = self.chernoff_bounds(times);
+        let (low, high) = self.chernoff_bounds(times, log_mgfs);
         let out_len = (high - low + 1) as usize;
         let size = out_len.max(self.probs.len()).next_power_of_two();
         let mut re = vec![0.0; size];
@@ -315,20 +328,29 @@ impl Pmf {
         }
     }
 
+    /// The log moment-generating function of the grid index, ln Σ pᵢ·e^(i·λ), at the 40 orders
+    /// λ = ±1 … ±20 over the grid's length that the Chernoff bounds use.
+    fn log_mgfs(&self) -> Vec<(f64, f64)> {
+        let n = self.probs.len();
+        let orders = (-20..0).chain(1..21).map(|k| k as f64 / n as f64);
+        orders
+            .map(|order| {
+                let log_mgf = (self.probs.iter().enumerate())
+                    .filter(|(_, &p)| p > 0.0)
+                    .map(|(i, &p)| p.ln() + i as f64 * order)
+                    .fold(f64::NEG_INFINITY, log_add);
+                (order, log_mgf)
+            })
+            .collect()
+    }
+
     /// Offsets (in grid steps, from `times` × `first`) outside which the sum of `times`
-    /// copies has at most [`COMPOSED_TAIL_MASS`], by Chernoff bounds at 40 orders.
-    fn chernoff_bounds(&self, times: u64) -> (i64, i64) {
+    /// copies has at most [`COMPOSED_TAIL_MASS`], by Chernoff bounds at the orders of
+    /// `log_mgfs`.
+    fn chernoff_bounds(&self, times: u64, log_mgfs: &[(f64, f64)]) -> (i64, i64) {
         let n = self.probs.len();
         let (mut low, mut high) = (0i64, (n as i64 - 1) * times as i64);
-        for k in (-20..0).chain(1..21) {
-            let order = k as f64 / n as f64;
-            let log_mgf = self
-                .probs
-                .iter()
-                .enumerate()
-                .filter(|(_, &p)| p > 0.0)
-                .map(|(i, &p)| p.ln() + i as f64 * order)
-                .fold(f64::NEG_INFINITY, log_add);
+        for &(order, log_mgf) in log_mgfs {
             let bound = (times as f64 * log_mgf + (2.0 / COMPOSED_TAIL_MASS).ln()) / order;
             if !bound.is_finite() {
                 continue;

@@ -137,14 +137,19 @@ impl SecAggSpec {
                 format!("must be in [0, 1), got {}", self.dropout),
             );
         }
-        for (path, value) in [
-            ("key_agreement_ms", self.key_agreement_ms),
-            ("mask_floats_per_second", self.mask_floats_per_second),
-        ] {
-            if !(value.is_finite() && value >= 0.0) || (path != "key_agreement_ms" && value == 0.0)
-            {
-                return bad(path, format!("must be a positive number, got {value}"));
-            }
+        let ms = self.key_agreement_ms;
+        if !(ms.is_finite() && ms >= 0.0) {
+            return bad(
+                "key_agreement_ms",
+                format!("must be a number ≥ 0, got {ms}"),
+            );
+        }
+        let rate = self.mask_floats_per_second;
+        if !(rate.is_finite() && rate > 0.0) {
+            return bad(
+                "mask_floats_per_second",
+                format!("must be a positive number, got {rate}"),
+            );
         }
         Ok(())
     }

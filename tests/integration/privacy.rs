@@ -40,6 +40,19 @@ fn final_models(overrides: &[&str]) -> Vec<Vec<f32>> {
         .unwrap()
 }
 
+/// (round, client) of every job of the run in `dir` whose update was aggregated, as
+/// jobs.parquet says.
+fn aggregated_jobs(dir: &Path) -> Vec<(u32, u32)> {
+    let jobs = read_parquet(&dir.join("jobs.parquet")).unwrap();
+    let round = jobs.column("round").unwrap().u32().unwrap();
+    let client = jobs.column("client").unwrap().u32().unwrap();
+    let outcome = jobs.column("outcome").unwrap().str().unwrap();
+    (0..jobs.height())
+        .filter(|&i| outcome.get(i) == Some("aggregated"))
+        .map(|i| (round.get(i).unwrap(), client.get(i).unwrap()))
+        .collect()
+}
+
 fn floats(df: &polars::prelude::DataFrame, name: &str) -> Vec<f64> {
     let column = df.column(name).unwrap().f64().unwrap();
     column.into_no_null_iter().collect()
@@ -184,18 +197,12 @@ fn local_privacy_spends_per_update_of_the_busiest_client() {
         &dir,
     );
     let rounds = read_parquet(&dir.join("rounds.parquet")).unwrap();
-    let jobs = read_parquet(&dir.join("jobs.parquet")).unwrap();
-    let job_round = jobs.column("round").unwrap().u32().unwrap();
-    let job_client = jobs.column("client").unwrap().u32().unwrap();
-    let outcome = jobs.column("outcome").unwrap().str().unwrap();
+    let aggregated = aggregated_jobs(&dir);
     let mut most_so_far = Vec::new();
     for round in 1..=4u32 {
         let mut sent = std::collections::BTreeMap::<u32, u64>::new();
-        for i in 0..jobs.height() {
-            let arrived = outcome.get(i) == Some("aggregated");
-            if arrived && job_round.get(i).unwrap() <= round {
-                *sent.entry(job_client.get(i).unwrap()).or_default() += 1;
-            }
+        for &(_, client) in aggregated.iter().filter(|(r, _)| *r <= round) {
+            *sent.entry(client).or_default() += 1;
         }
         most_so_far.push(sent.values().copied().max().unwrap());
     }
@@ -393,15 +400,12 @@ fn dp_ftrl_noises_prefix_sums_and_spends_by_participation() {
         &dir,
     );
     let rounds = read_parquet(&dir.join("rounds.parquet")).unwrap();
-    let jobs = read_parquet(&dir.join("jobs.parquet")).unwrap();
-    let job_round = jobs.column("round").unwrap().u32().unwrap();
-    let job_client = jobs.column("client").unwrap().u32().unwrap();
-    let outcome = jobs.column("outcome").unwrap().str().unwrap();
+    let aggregated = aggregated_jobs(&dir);
     let mut tree = TreeAccountant::new(4);
     for (round, spent) in (1..=4u32).zip(floats(&rounds, "epsilon")) {
-        let clients = (0..jobs.height())
-            .filter(|&i| outcome.get(i) == Some("aggregated") && job_round.get(i) == Some(round))
-            .map(|i| job_client.get(i).unwrap());
+        let clients = (aggregated.iter())
+            .filter(|(r, _)| *r == round)
+            .map(|&(_, c)| c);
         tree.release(round as u64, clients);
         assert_eq!(spent, tree.worst_epsilon(1.5, 1e-5), "round {round}");
     }
@@ -438,17 +442,12 @@ fn dp_sgd_spends_per_record_of_the_client_that_has_spent_most() {
         let dir = tmp.path().join(name);
         run(&extra, 2, &dir);
         let rounds = read_parquet(&dir.join("rounds.parquet")).unwrap();
-        let jobs = read_parquet(&dir.join("jobs.parquet")).unwrap();
-        let job_round = jobs.column("round").unwrap().u32().unwrap();
-        let job_client = jobs.column("client").unwrap().u32().unwrap();
-        let outcome = jobs.column("outcome").unwrap().str().unwrap();
+        let aggregated = aggregated_jobs(&dir);
         let epsilons = floats(&rounds, "epsilon");
         for (round, spent) in (1..=4u32).zip(&epsilons) {
             let mut sent = std::collections::BTreeMap::<u32, u64>::new();
-            for i in 0..jobs.height() {
-                if outcome.get(i) == Some("aggregated") && job_round.get(i).unwrap() <= round {
-                    *sent.entry(job_client.get(i).unwrap()).or_default() += 1;
-                }
+            for &(_, client) in aggregated.iter().filter(|(r, _)| *r <= round) {
+                *sent.entry(client).or_default() += 1;
             }
             let worst = (sent.iter())
                 .map(|(&c, &updates)| {

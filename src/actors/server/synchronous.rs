@@ -90,6 +90,7 @@ impl<A: Algorithm> Synchronous<A> {
         let drops = |c, step| Self::secagg_drops(core, round, c, step);
         let finish = spec.finish(&self.selected, &setup, &uploaded, floats, link, drops);
         if !finish.unmasked {
+            core.counts.discarded += self.fresh.len() as u32;
             self.fresh.clear();
         }
         core.counts.bytes_up += finish.bytes_up;
@@ -296,6 +297,11 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
         core.counts.bytes_up += setup_bytes.0;
         core.counts.bytes_down += setup_bytes.1;
         if self.outstanding == 0 {
+            if lead > SimDuration::ZERO {
+                // Everyone dropped in secure aggregation's key steps: the round ends after them.
+                eff.to_hub(lead, ToServer::Deadline { round });
+                return Ok(());
+            }
             // Nobody drawn (Poisson participation can draw no one): the round ends now.
             return self.maybe_close(core, now, eff);
         }
