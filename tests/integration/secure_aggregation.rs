@@ -81,9 +81,9 @@ fn secure_aggregation_lengthens_rounds_by_its_steps_and_keeps_the_sum() {
     }
 }
 
-/// Clients dropping at every step (30 %): rounds fail (nothing aggregated) where too few
-/// holders answered, more often for SecAgg+ at a higher threshold; the files are the same with
-/// 1 and 4 threads.
+/// Clients dropping at every step (30 %): rounds fail (nothing aggregated, and jobs.parquet
+/// says so) where too few holders answered, more often at a higher threshold; the files are
+/// the same with 1 and 4 threads.
 #[test]
 fn dropouts_between_steps_fail_rounds_deterministically() {
     let tmp = tempfile::tempdir().unwrap();
@@ -96,6 +96,18 @@ fn dropouts_between_steps_fail_rounds_deterministically() {
             .map(|&f| f == 1)
             .collect();
         let completed = counts(&df, "completed");
+        // jobs.parquet agrees: a round's aggregated jobs are its completed updates.
+        let jobs = read_parquet(&dir.join("jobs.parquet")).unwrap();
+        let job_round = jobs.column("round").unwrap().u32().unwrap();
+        let outcome = jobs.column("outcome").unwrap().str().unwrap();
+        for (t, &done) in completed.iter().enumerate() {
+            let aggregated = (0..jobs.height())
+                .filter(|&i| {
+                    job_round.get(i) == Some(t as u32 + 1) && outcome.get(i) == Some("aggregated")
+                })
+                .count();
+            assert_eq!(aggregated as u64, done, "{name} round {}", t + 1);
+        }
         for (t, &f) in failed.iter().enumerate() {
             assert!(
                 !f || completed[t] == 0,

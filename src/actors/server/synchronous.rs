@@ -9,7 +9,7 @@ use super::{Core, Held, InFlight, Report, RoundPolicy};
 use crate::actors::{FlEffects, Outbox, ToServer};
 use crate::algorithms::Algorithm;
 use crate::io::Stored;
-use crate::records::{JobOutcome, RoundRecord, RoundSecAgg};
+use crate::records::{JobOutcome, Record, RoundRecord, RoundSecAgg};
 use crate::sim::{Entity, SimDuration, SimError, SimTime};
 use crate::spec::LateUpdates;
 use crate::system::secagg::{Setup, Step};
@@ -33,8 +33,10 @@ pub(super) struct Synchronous<A: Algorithm> {
     fresh: Vec<Held<A>>,
     /// Stragglers accepted for the next aggregation.
     late: Vec<Held<A>>,
-    /// Under secure aggregation: this round's key steps.
+    /// Under secure aggregation: this round's key steps, and the job records of its fresh
+    /// updates, held until the unmasking says whether they were aggregated.
     setup: Option<Setup>,
+    held_jobs: Vec<Record>,
 }
 
 impl<A: Algorithm> Synchronous<A> {
@@ -56,6 +58,7 @@ impl<A: Algorithm> Synchronous<A> {
             fresh: Vec::new(),
             late: Vec::new(),
             setup: None,
+            held_jobs: Vec::new(),
         }
     }
 
@@ -92,6 +95,11 @@ impl<A: Algorithm> Synchronous<A> {
         if !finish.unmasked {
             core.counts.discarded += self.fresh.len() as u32;
             self.fresh.clear();
+            for record in &mut self.held_jobs {
+                if let Record::Job(job) = record {
+                    job.outcome = JobOutcome::Discarded;
+                }
+            }
         }
         core.counts.bytes_up += finish.bytes_up;
         core.counts.bytes_down += finish.bytes_down;
@@ -158,6 +166,9 @@ impl<A: Algorithm> Synchronous<A> {
             }
         }
         let unmasking = self.unmask(core);
+        for record in self.held_jobs.drain(..) {
+            eff.record(record);
+        }
         let now = now + unmasking;
         core.counts.completed = self.fresh.len() as u32;
         let mut held: Vec<Held<A>> = std::mem::take(&mut self.fresh);
@@ -348,7 +359,13 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
             JobOutcome::Late => self.round_joined_late(core, &job),
             _ => 0,
         };
-        eff.record(core.job_record(now, client, &job, outcome, compute, staleness));
+        let record = core.job_record(now, client, &job, outcome, compute, staleness);
+        if outcome == JobOutcome::Aggregated && self.setup.is_some() {
+            // Secure aggregation: aggregated only if the masks come off.
+            self.held_jobs.push(record);
+        } else {
+            eff.record(record);
+        }
         self.maybe_close(core, now, eff)?;
         self.start_if_waiting(core, now, eff)
     }
