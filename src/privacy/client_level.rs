@@ -87,6 +87,11 @@ impl Accountant {
     }
 }
 
+/// Why `accountant: pld` is refused for clients drawn without replacement.
+pub const PLD_SAMPLING: &str = "`pld` accounts Poisson participation (`sampling: {strategy: \
+     poisson}`), every client every round, or `mechanism: local`; clients drawn without \
+     replacement are accounted by `rdp`";
+
 /// Where a client-level run adds its noise (`privacy.mechanism` other than `dp_sgd`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NoiseAt {
@@ -382,11 +387,7 @@ impl PrivacySpec {
             if sample < population {
                 return Err(FieldError::new(
                     "accountant".into(),
-                    format!(
-                        "`pld` accounts Poisson participation (`sampling: {{strategy: poisson}}`), \
-                         every client every round, or `mechanism: local`; {sample} of \
-                         {population} clients drawn without replacement is accounted by `rdp`"
-                    ),
+                    format!("{PLD_SAMPLING} ({sample} of {population} a round)"),
                 ));
             }
         }

@@ -583,10 +583,7 @@ fn validate_privacy(raw: &RawScenario, sampling: &Sampling) -> Result<(), FieldE
         // K of N is known only with the data; `PrivacySpec::resolve` checks it then.
         return Err(FieldError::new(
             "privacy.accountant".into(),
-            "`pld` accounts Poisson participation (`sampling: {strategy: poisson}`), every \
-             client every round, or `mechanism: local`; clients drawn without replacement are \
-             accounted by `rdp`"
-                .into(),
+            crate::privacy::client_level::PLD_SAMPLING.into(),
         ));
     }
     if sampling.available_only {

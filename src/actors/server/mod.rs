@@ -556,13 +556,13 @@ impl<A: Algorithm> Core<A> {
     }
 
     /// With central privacy, Gaussian noise on the new global model `next`, made of the
-    /// clipped updates of the clients `aggregated` (in client order), from the server's
+    /// clipped updates of `clients` (in client order), from the server's
     /// `privacy_noise` stream of this round (DP-FTRL: the tree's increment, each node from its
     /// `dp_ftrl_node` stream); under adaptive clipping, the bound moved by the noised count of
     /// the `within` updates that were within it (from the server's `privacy_clip` stream of the
     /// round).
-    fn add_privacy_noise(&mut self, next: &mut A::Global, aggregated: &[u32], within: usize) {
-        let (clients, aggregated) = (aggregated, aggregated.len());
+    fn add_privacy_noise(&mut self, next: &mut A::Global, clients: &[u32], within: usize) {
+        let aggregated = clients.len();
         let (Some(privacy), Some(hooks)) = (&self.cfg.algorithm.privacy, A::PRIVATE_UPDATES) else {
             return;
         };

@@ -84,8 +84,10 @@ impl<A: Algorithm> Synchronous<A> {
             return SimDuration::ZERO;
         };
         let round = core.round;
+        let mut arrived: Vec<u32> = self.fresh.iter().map(|h| h.client).collect();
+        arrived.sort_unstable();
         let uploaded: Vec<bool> = (self.selected.iter())
-            .map(|c| self.fresh.iter().any(|h| h.client == *c))
+            .map(|c| arrived.binary_search(c).is_ok())
             .collect();
         let floats = core.alg().broadcast_len(&core.global);
         let system = core.cfg.system.clone();
