@@ -10,13 +10,14 @@
 #   dp_sgd         FedAvg and FedEM with DP-SGD: none, clipping alone, σ = 0.7, 1, 2 (8.6 min)
 #   accountants    RDP against PLD at ε = 4, 2; DP-FTRL at σ = 5, 10, 20 (Poisson q = 0.1) (72 s)
 #   secure_aggregation  SecAgg and SecAgg+ at dropout 0, 10, 30 % (round time, bytes, failures)
-#   bash analysis/privacy_studies.sh [STUDY ...]     (all seven by default; 2 cores)
+#   distributed    distributed DP under SecAgg at dropout 0, 5, 10 %, against central noise
+#   bash analysis/privacy_studies.sh [STUDY ...]     (all eight by default; 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
 fedsim=${FEDSIM:-target/release/fedsim}
 "$fedsim" data fetch mnist >/dev/null
-for study in "${@:-epsilon clipping clipping_poisson participation dp_sgd accountants secure_aggregation}"; do
+for study in "${@:-epsilon clipping clipping_poisson participation dp_sgd accountants secure_aggregation distributed}"; do
   for name in $study; do
     file=scenarios/studies/privacy_$name.yaml
     [ -f "$file" ] || file=scenarios/studies/$name.yaml

@@ -158,6 +158,11 @@ check() {
           scenarios/paper/fedem_femnist_fedem.yaml --device cuda -q --set "rounds=${ROUNDS:-1}" \
           --set "eval_every=${ROUNDS:-1}" --out "$dir/${run/fedsim/fedem_femnist}"
       done
+      # FedEM's round under DP-SGD: per-record gradients of FEMNIST's CNN, in parts.
+      step "$dir" fedem_femnist_dp_sgd 250 env FEDSIM_PROFILE=1 "$bin/fedsim" run \
+        scenarios/paper/fedem_femnist_fedem.yaml --device cuda -q --set "rounds=${ROUNDS:-1}" \
+        --set "eval_every=${ROUNDS:-1}" --set 'privacy={mechanism: dp_sgd, clip: 1.0, noise_multiplier: 1.0}' \
+        --out "$dir/fedem_femnist_dp_sgd"
       # One round of FedGMM's FEMNIST setting (Table 2): the time a round of the full recipe takes.
       step "$dir" fedgmm_femnist 200 env FEDSIM_PROFILE=1 "$bin/fedsim" run \
         scenarios/paper/fedgmm_femnist_fedgmm.yaml --device cuda -q --set "rounds=${ROUNDS:-1}" \

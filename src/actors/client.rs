@@ -9,7 +9,6 @@ use super::{
 };
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::io::Stored;
-use crate::privacy::NoiseAt;
 use crate::records::DivergenceStage;
 use crate::records::Split;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
@@ -113,9 +112,10 @@ impl<A: Algorithm> Client<A> {
             return;
         }
         let base = global.clone();
-        // Local privacy's noise: the client's own stream for this job.
+        // Local privacy's noise (or its share of the server's): the client's own stream for
+        // this job.
         let mut noise = (self.jobs.privacy.as_ref())
-            .filter(|p| p.noise_at == NoiseAt::Client)
+            .filter(|p| p.client_noise_std().is_some())
             .map(|_| {
                 self.seeds
                     .rng(Entity::Client(self.id), "privacy_noise", job)

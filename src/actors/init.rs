@@ -36,6 +36,8 @@ pub(super) struct Started<A: Algorithm> {
     pub(super) jobs: Arc<JobContext<A>>,
     pub(super) dispatch: Dispatch<A>,
     pub(super) system: Arc<SystemModel>,
+    /// Under DP-SGD: its settings, σ solved for where the scenario gives `target_epsilon`.
+    pub(super) sample_privacy: Option<crate::privacy::SampleLevelPrivacy>,
 }
 
 impl SimInit {
@@ -87,6 +89,39 @@ impl SimInit {
                 ),
             )));
         }
+        let global = self.initial_global(&algorithm, spec)?;
+        let sample_privacy = self.sample_privacy::<A>(spec, &global)?.map(|(p, _)| p);
+        let solved;
+        let spec = match sample_privacy {
+            Some(p) if spec.training.plan.dp_sgd != Some(p.dp_sgd) => {
+                let mut with_sigma = spec.clone();
+                with_sigma.training.plan.dp_sgd = Some(p.dp_sgd);
+                solved = with_sigma;
+                &solved
+            }
+            _ => spec,
+        };
+        let jobs = Arc::new(JobContext::new(
+            algorithm, self.arch, spec, placement, self.data, privacy,
+        ));
+        let dispatch = Dispatch::new(TrainerPool::start(threads), jobs.clone());
+        Ok(Started {
+            seeds: self.seeds,
+            global,
+            jobs,
+            dispatch,
+            system: Arc::new(self.system),
+            sample_privacy,
+        })
+    }
+
+    /// `algorithm`'s initial global model, from the run's `model_init` stream (or the file of
+    /// `model.init`).
+    fn initial_global<A: Algorithm>(
+        &self,
+        algorithm: &A,
+        spec: &RunSpec,
+    ) -> Result<A::Global, SimError> {
         let mut rng = self.seeds.rng(Entity::Run, "model_init", 0);
         let mut init = InitialModels::from(&self.arch, &mut rng, self.initial_models.as_deref());
         let global = algorithm.init_global(&self.arch, &mut init);
@@ -98,17 +133,46 @@ impl SimInit {
                 .map(|i| i.from.display().to_string());
             init_error(format!("{}: {m}", file.unwrap_or_default()))
         })?;
-        let jobs = Arc::new(JobContext::new(
-            algorithm, self.arch, spec, placement, self.data, privacy,
-        ));
-        let dispatch = Dispatch::new(TrainerPool::start(threads), jobs.clone());
-        Ok(Started {
-            seeds: self.seeds,
-            global,
-            jobs,
-            dispatch,
-            system: Arc::new(self.system),
-        })
+        Ok(global)
+    }
+
+    /// DP-SGD as the run of `spec` with `algorithm` applies it, without running it (what
+    /// `fedsim describe` prints): [`SimInit::sample_privacy`] of its initial global model.
+    pub fn sample_privacy_of<A: Algorithm>(
+        &self,
+        algorithm: &A,
+        spec: &RunSpec,
+    ) -> Result<Option<(crate::privacy::SampleLevelPrivacy, u64)>, SimError> {
+        let global = self.initial_global(algorithm, spec)?;
+        self.sample_privacy::<A>(spec, &global)
+    }
+
+    /// DP-SGD's settings for this run (`None` without it), with the local runs an update
+    /// sends (one per vector of `global`): a `target_epsilon` is solved for the most a record
+    /// can spend, a client of any of the data's training-set sizes drawn in every round.
+    fn sample_privacy<A: Algorithm>(
+        &self,
+        spec: &RunSpec,
+        global: &A::Global,
+    ) -> Result<Option<(crate::privacy::SampleLevelPrivacy, u64)>, SimError> {
+        let Some(privacy) = &spec.privacy else {
+            return Ok(None);
+        };
+        let runs = A::PRIVATE_UPDATES.map_or(1, |hooks| (hooks.global)(&mut global.clone()).len());
+        let sizes: Vec<usize> = (0..self.data.num_clients())
+            .map(|c| self.data.split_len(c, crate::records::Split::Train))
+            .collect();
+        let rounds = spec.rounds as u64;
+        let runs = runs as u64;
+        let resolved = crate::privacy::sample_level::resolve(
+            privacy,
+            &spec.training.plan,
+            &sizes,
+            rounds,
+            runs,
+        )
+        .map_err(|e| SimError::Scenario(e.within("privacy")))?;
+        Ok(resolved.map(|p| (p, runs)))
     }
 }
 

@@ -30,7 +30,7 @@ use crate::data::{ClientRows, FederatedData};
 use crate::io::{Floats, SpillStore, Stored};
 use crate::models::Architecture;
 use crate::models::Placement;
-use crate::privacy::{ClientLevelPrivacy, NoiseAt};
+use crate::privacy::ClientLevelPrivacy;
 use crate::records::Split;
 use crate::records::{
     DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, MixtureRecord,
@@ -515,7 +515,8 @@ impl<A: Algorithm> JobContext<A> {
 
     /// A client's fresh update as it leaves the client: with client-level privacy, its changes from
     /// `global` clipped to `bound` (the order's), noised from `noise` under the local mechanism
-    /// (the client's `privacy_noise` stream of the job), and its weight made every client's.
+    /// or with its share of the noise under the distributed one (the client's `privacy_noise`
+    /// stream of the job), and its weight made every client's.
     /// Under DP-SGD, nothing changes: the note counts the vectors sent, each one local run's
     /// outcome.
     fn privatize(
@@ -534,10 +535,10 @@ impl<A: Algorithm> JobContext<A> {
             let bound = bound.expect("a private run's order carries its bound");
             let mut sent = (hooks.sent)(global, update);
             clipped = ClientLevelPrivacy::clip(&mut sent, bound) > bound;
-            if privacy.noise_at == NoiseAt::Client {
-                let noise = noise.expect("the local mechanism's stream");
+            if let Some(std) = privacy.client_noise_std() {
+                let noise = noise.expect("the client's noise stream");
                 let mut vectors: Vec<&mut [f32]> = sent.into_iter().map(|(_, v)| v).collect();
-                ClientLevelPrivacy::add_noise(&mut vectors, privacy.local_noise_std(), noise);
+                ClientLevelPrivacy::add_noise(&mut vectors, std, noise);
             }
             (hooks.equal_weight)(&self.algorithm, update);
         }
@@ -616,6 +617,71 @@ pub fn simulate(
         .map_err(SimError::Scenario)?
 }
 
+/// DP-SGD as `spec`'s run over `data` applies it (σ solved where it gives `target_epsilon`),
+/// with the local runs an update sends, without running it: what `fedsim describe` prints.
+/// `None` without DP-SGD.
+pub fn sample_privacy(
+    spec: &RunSpec,
+    data: Arc<FederatedData>,
+) -> Result<Option<(crate::privacy::SampleLevelPrivacy, u64)>, SimError> {
+    if spec.training.plan.dp_sgd.is_none() {
+        return Ok(None);
+    }
+    let held_out_count = (spec.unseen_fraction * data.num_clients() as f64).floor() as usize;
+    let unseen = unseen_clients(
+        &SeedTree::new(spec.seed),
+        data.num_clients(),
+        held_out_count,
+    );
+    let init = SimInit::new(spec, data.clone())?;
+    spec.algorithm
+        .launch(SamplePrivacy {
+            spec,
+            init,
+            population: population_of(&data, &unseen),
+        })
+        .map_err(SimError::Scenario)?
+}
+
+/// What [`sample_privacy`] hands the registry: it builds the algorithm, and its initial global
+/// model says how many local runs an update sends.
+struct SamplePrivacy<'a> {
+    spec: &'a RunSpec,
+    init: SimInit,
+    population: Population,
+}
+
+impl Launcher for SamplePrivacy<'_> {
+    type Output = Result<Option<(crate::privacy::SampleLevelPrivacy, u64)>, SimError>;
+
+    fn population(&self) -> Population {
+        self.population.clone()
+    }
+
+    fn server<A: Algorithm>(self, algorithm: A) -> Self::Output {
+        self.init.sample_privacy_of(&algorithm, self.spec)
+    }
+
+    fn peers<A: Gossip>(self, algorithm: A) -> Self::Output {
+        self.init.sample_privacy_of(&algorithm, self.spec)
+    }
+}
+
+/// The clients as an algorithm sees them when it is built (`unseen` sorted).
+fn population_of(data: &Arc<FederatedData>, unseen: &[u32]) -> Population {
+    let participants_train = (0..data.num_clients())
+        .filter(|&c| unseen.binary_search(&(c as u32)).is_err())
+        .map(|c| data.split_len(c, Split::Train))
+        .sum();
+    Population {
+        clients: data.num_clients(),
+        participants_train,
+        input_dim: data.dim,
+        data: Arc::clone(data),
+        unseen: unseen.to_vec(),
+    }
+}
+
 /// Everything a run needs but its algorithm: what the registry hands the algorithm it builds.
 pub struct Launch<'a> {
     spec: &'a RunSpec,
@@ -631,17 +697,7 @@ impl Launcher for Launch<'_> {
     type Output = Result<SimOutput, SimError>;
 
     fn population(&self) -> Population {
-        let participants_train = (0..self.data.num_clients())
-            .filter(|&c| self.unseen.binary_search(&(c as u32)).is_err())
-            .map(|c| self.data.split_len(c, Split::Train))
-            .sum();
-        Population {
-            clients: self.data.num_clients(),
-            participants_train,
-            input_dim: self.data.dim,
-            data: Arc::clone(&self.data),
-            unseen: self.unseen.clone(),
-        }
+        population_of(&self.data, &self.unseen)
     }
 
     fn server<A: Algorithm>(self, algorithm: A) -> Result<SimOutput, SimError> {
@@ -711,6 +767,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             jobs,
             dispatch,
             system: system_model,
+            sample_privacy,
         } = SimInit::new(&spec, data)?.start(algorithm, &spec, placement, threads, privacy)?;
         let _drain = dispatch.pool().drain_on_drop();
         let global = Arc::new(global);
@@ -740,7 +797,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
                 policy: spec.policy.clone(),
                 system: system_model,
                 seeds,
-                sample_privacy: spec.sample_privacy(),
+                sample_privacy,
                 secure_aggregation: spec.secure_aggregation.clone(),
             },
             global,

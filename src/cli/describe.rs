@@ -67,6 +67,15 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
             (fedsim::privacy::NoiseAt::Client, _) => {
                 "local, for a client that sends every round".to_string()
             }
+            (
+                fedsim::privacy::NoiseAt::Shares,
+                fedsim::privacy::Subsampling::FixedSize { sample, population },
+            ) => format!(
+                "distributed under secure aggregation, {sample} of {population} a round, one \
+                 client's data replaced, each client's noise share sized for {} of them (ε as \
+                 below while that many shares reach each sum; more when fewer do)",
+                privacy.shares_for.unwrap_or(0.0)
+            ),
             (_, fedsim::privacy::Subsampling::Poisson { rate }) => {
                 format!("central, Poisson participation q = {rate}, one client more or less")
             }
@@ -92,7 +101,7 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
             let once = tree_epsilon(sigma, one_release_squares(rounds), privacy.delta);
             outln!(
                 "  privacy (DP-FTRL tree aggregation, {}, no amplification by sampling): σ = \
-                 {sigma:.4} per tree node, {clip}; over {rounds} rounds a client aggregated once \
+                 {sigma:.4} per tree node{solved}, {clip}; over {rounds} rounds a client aggregated once \
                  spends ε ≤ {once:.4}, one aggregated every round ε = {:.4}, at δ = {:e}",
                 match privacy.neighbours {
                     fedsim::privacy::Neighbours::ReplaceOne => "one client's data replaced",
@@ -111,30 +120,41 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         );
         }
     }
-    if let Some(sample) = s.run.sample_privacy() {
-        // Every client drawn every round, one local run a round: the most a record can spend.
+    let sample_privacy = fedsim::actors::sample_privacy(&s.run, data.clone())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", scenario.display()))?;
+    if let Some((sample, runs)) = sample_privacy {
+        // Every client drawn every round: the most a record can spend.
         let plan = &s.run.training.plan;
-        let sizes: std::collections::BTreeSet<usize> = (0..data.num_clients())
+        let sizes: Vec<usize> = (0..data.num_clients())
             .map(|c| data.split_len(c, fedsim::records::Split::Train))
             .filter(|&n| n > 0)
             .collect();
-        let mut accountant = fedsim::privacy::RecordAccountant::new(sample);
         let rounds = s.run.rounds as u64;
-        let worst = (sizes.iter())
-            .map(|&n| accountant.epsilon(plan.dp_sampling_rate(n), rounds * plan.steps(n)))
-            .fold(0.0, f64::max);
+        let worst = sample.worst_case_epsilon(plan, &sizes, rounds, runs);
+        let (smallest, largest) = (sizes.iter().min(), sizes.iter().max());
         let rates = |n: Option<&usize>| n.map_or(0.0, |&n| plan.dp_sampling_rate(n));
+        let solved = if s
+            .run
+            .privacy
+            .as_ref()
+            .is_some_and(|p| p.target_epsilon.is_some())
+        {
+            " (solved for target_epsilon)"
+        } else {
+            ""
+        };
         outln!(
-            "  privacy (DP-SGD, one record of a client added or removed): σ = {:.4} per step, \
-             clip {} per record, Poisson batches at q = 1/⌈n/{}⌉ ({:.4} … {:.4}); a client \
-             drawn in all {} rounds with one local run each (FedEM: one per component) spends \
-             ε ≤ {:.4} at δ = {:e}",
+            "  privacy (DP-SGD, one record of a client added or removed): σ = {:.4} per \
+             step{solved}, clip {} per record, Poisson batches at q = 1/⌈n/{}⌉ ({:.4} … {:.4}); \
+             a client drawn in all {} rounds, {runs} local run{} an update, spends ε ≤ {:.4} \
+             at δ = {:e}",
             sample.dp_sgd.noise_multiplier,
             sample.dp_sgd.clip,
             plan.batch_size,
-            rates(sizes.last()),
-            rates(sizes.first()),
+            rates(largest),
+            rates(smallest),
             s.run.rounds,
+            if runs == 1 { "" } else { "s" },
             worst,
             sample.delta
         );

@@ -230,7 +230,14 @@ pub fn train_sgd_stacked(
         let ps = pick(&params);
         let grads = timed(Phase::Gradients, device, || match plan.dp_sgd {
             None => stacked_gradients(arch, &ps, &batch),
-            Some(dp) => dp_sgd_directions(arch, &ps, &batch, dp, &mut private[..active]),
+            Some(dp) => dp_sgd_directions(
+                arch,
+                &ps,
+                &batch,
+                dp,
+                &mut private[..active],
+                DP_SGD_ROW_FLOATS,
+            ),
         });
         drop(batch);
         timed(Phase::Update, device, || {
@@ -713,23 +720,112 @@ fn stacked_gradients(arch: &Architecture, ps: &[Tensor], batch: &StepBatch) -> V
     }
 }
 
+/// The most floats of per-row gradients (and of the per-row parameter copies behind them) that
+/// a DP-SGD step holds at once: 2^28, 1 GiB. A step's rows are taken in parts of as many runs
+/// as fit, or, where one run's batch does not fit, of as many of its rows as fit (one row at
+/// least), so that a cohort of a large model does not ask for runs × rows × parameters at once
+/// (FEMNIST's CNN, 200 runs of 128 rows: 690 GB). A fixed number, not the free memory, so the
+/// parts (and the results) depend on the scenario only.
+const DP_SGD_ROW_FLOATS: i64 = 1 << 28;
+
 /// DP-SGD's step direction for each of the active runs ([`LocalPlan::dp_sgd`]): every row's
-/// gradient, clipped to L2 norm C, summed over the run's batch, plus N(0, (σC)²) on every
+/// gradient, clipped to L2 norm C, summed over the run's batch ([`clipped_sums`], taken in
+/// parts of at most `max_row_floats` per-row gradient floats), plus N(0, (σC)²) on every
 /// coordinate (drawn from the run's noise stream, [`dp_sgd_noise`]), divided by the run's
-/// expected batch size: `[A, …]` per parameter tensor. Per-row gradients come batched, not
-/// one backward per row: each row becomes a run of its own, at a copy of its run's
-/// parameters, so one stacked gradient computation ([`stacked_gradients`]) gives them all
-/// (`[A·B, …]`). A padding row weighs zero, so its gradient is zero and it adds nothing.
+/// expected batch size: `[A, …]` per parameter tensor. A step that fits in one part runs as
+/// one computation.
 fn dp_sgd_directions(
     arch: &Architecture,
     ps: &[Tensor],
     batch: &StepBatch,
     dp: DpSgd,
     runs: &mut [DpSgdRun],
+    max_row_floats: i64,
 ) -> Vec<Tensor> {
     let (a, b) = (batch.x.size()[0], batch.x.size()[1]);
-    let rows = a * b;
+    let p = (arch.num_params() as i64).max(1);
+    let part = |t: &Tensor, dim: i64, start: i64, len: i64| t.narrow(dim, start, len);
+    let sub_batch = |dim: i64, start: i64, len: i64| StepBatch {
+        x: part(&batch.x, dim, start, len),
+        y: part(&batch.y, dim, start, len),
+        weight: part(&batch.weight, dim, start, len),
+        masks: (batch.masks.iter())
+            .map(|m| part(m, dim, start, len))
+            .collect(),
+    };
+    let sums = if a * b * p <= max_row_floats {
+        clipped_sums(arch, ps, batch, dp.clip)
+    } else {
+        let concat = |parts: Vec<Vec<Tensor>>| -> Vec<Tensor> {
+            (0..parts[0].len())
+                .map(|j| Tensor::cat(&parts.iter().map(|g| &g[j]).collect::<Vec<_>>(), 0))
+                .collect()
+        };
+        let runs_a_part = max_row_floats / (b * p);
+        if runs_a_part >= 1 {
+            let parts = (0..a).step_by(runs_a_part as usize).map(|start| {
+                let len = runs_a_part.min(a - start);
+                let sub_ps: Vec<Tensor> = ps.iter().map(|t| part(t, 0, start, len)).collect();
+                clipped_sums(arch, &sub_ps, &sub_batch(0, start, len), dp.clip)
+            });
+            concat(parts.collect())
+        } else {
+            // One run's batch is too large: its rows in parts, their clipped sums added.
+            let rows_a_part = (max_row_floats / p).max(1);
+            let per_run = (0..a).map(|run| {
+                let run_batch = StepBatch {
+                    x: part(&batch.x, 0, run, 1),
+                    y: part(&batch.y, 0, run, 1),
+                    weight: part(&batch.weight, 0, run, 1),
+                    masks: batch.masks.iter().map(|m| part(m, 0, run, 1)).collect(),
+                };
+                let run_ps: Vec<Tensor> = ps.iter().map(|t| part(t, 0, run, 1)).collect();
+                let mut total: Option<Vec<Tensor>> = None;
+                for start in (0..b).step_by(rows_a_part as usize) {
+                    let len = rows_a_part.min(b - start);
+                    let rows = StepBatch {
+                        x: part(&run_batch.x, 1, start, len),
+                        y: part(&run_batch.y, 1, start, len),
+                        weight: part(&run_batch.weight, 1, start, len),
+                        masks: (run_batch.masks.iter())
+                            .map(|m| part(m, 1, start, len))
+                            .collect(),
+                    };
+                    let sums = clipped_sums(arch, &run_ps, &rows, dp.clip);
+                    total = Some(match total {
+                        None => sums,
+                        Some(t) => t.iter().zip(&sums).map(|(t, s)| t + s).collect(),
+                    });
+                }
+                total.expect("a batch has rows")
+            });
+            concat(per_run.collect())
+        }
+    };
     let device = batch.x.device();
+    let noise = dp_sgd_noise(arch, dp, runs, device);
+    let expected: Vec<f32> = runs.iter().map(|r| r.expected_batch as f32).collect();
+    tch::no_grad(|| {
+        (sums.into_iter().enumerate())
+            .map(|(j, mut sum)| {
+                if let Some(noise) = &noise {
+                    sum += &noise[j];
+                }
+                let dims = sum.dim();
+                sum / per_run(&expected, dims, device)
+            })
+            .collect()
+    })
+}
+
+/// Each run's sum over its batch of every row's gradient clipped to L2 norm `clip`: `[A, …]`
+/// per parameter tensor. Per-row gradients come batched, not one backward per row: each row
+/// becomes a run of its own, at a copy of its run's parameters, so one stacked gradient
+/// computation ([`stacked_gradients`]) gives them all (`[A·B, …]`). A padding row weighs zero,
+/// so its gradient is zero and it adds nothing.
+fn clipped_sums(arch: &Architecture, ps: &[Tensor], batch: &StepBatch, clip: f64) -> Vec<Tensor> {
+    let (a, b) = (batch.x.size()[0], batch.x.size()[1]);
+    let rows = a * b;
     let one_row_each = |t: &Tensor| {
         let mut shape = vec![rows, 1];
         shape.extend(&t.size()[2..]);
@@ -758,8 +854,6 @@ fn dp_sgd_directions(
     });
     let grads = stacked_gradients(arch, &copies, &per_row);
     drop(copies);
-    let noise = dp_sgd_noise(arch, dp, runs, device);
-    let expected: Vec<f32> = runs.iter().map(|r| r.expected_batch as f32).collect();
     tch::no_grad(|| {
         // A dense weight's gradient comes transposed (`[R, out, in]` laid out as `[R, in, out]`):
         // work on that layout, without a copy, and transpose the sum back.
@@ -774,25 +868,20 @@ fn dp_sgd_directions(
             .reduce(|total, s| total + s)
             .expect("a model has parameters");
         // min(1, C/‖g‖); a zero gradient's factor is 1 (C/0 = ∞).
-        let factor = (squares.sqrt().reciprocal() * dp.clip)
+        let factor = (squares.sqrt().reciprocal() * clip)
             .clamp_max(1.0)
             .view([a, 1, b]);
         laid_out
             .iter()
-            .enumerate()
-            .map(|(j, (g, swapped))| {
+            .map(|(g, swapped)| {
                 let shape = &g.size()[1..];
                 // Σ_rows factor·g, as one product per run: `[A, 1, B] × [A, B, n]`.
-                let mut sum =
-                    (factor.bmm(&g.view([a, b, -1]))).view(&[&[a][..], shape].concat()[..]);
+                let sum = (factor.bmm(&g.view([a, b, -1]))).view(&[&[a][..], shape].concat()[..]);
                 if *swapped {
-                    sum = sum.transpose(-1, -2);
+                    sum.transpose(-1, -2)
+                } else {
+                    sum
                 }
-                if let Some(noise) = &noise {
-                    sum += &noise[j];
-                }
-                let dims = sum.dim();
-                sum / per_run(&expected, dims, device)
             })
             .collect()
     })
@@ -1592,7 +1681,31 @@ mod tests {
                 expected_batch,
             })
             .collect();
-        let batched = dp_sgd_directions(&arch, &ps, &batch, dp, &mut runs);
+        let batched = dp_sgd_directions(&arch, &ps, &batch, dp, &mut runs, DP_SGD_ROW_FLOATS);
+        // In parts, with noise from each run's own stream: the same directions as all runs at
+        // once.
+        let noisy = DpSgd {
+            clip,
+            noise_multiplier: 1.0,
+        };
+        let fresh = || -> Vec<DpSgdRun> {
+            (0..2)
+                .map(|seed| DpSgdRun {
+                    noise: ChaCha20Rng::seed_from_u64(seed),
+                    expected_batch: 2.0,
+                })
+                .collect()
+        };
+        let at_once = dp_sgd_directions(&arch, &ps, &batch, noisy, &mut fresh(), i64::MAX);
+        // Parts of one run each, then of one row each (the rows' clipped sums added).
+        for max_row_floats in [3 * arch.num_params() as i64, 1] {
+            let parts = dp_sgd_directions(&arch, &ps, &batch, noisy, &mut fresh(), max_row_floats);
+            for (g, b) in parts.iter().zip(&at_once) {
+                assert_eq!(g.size(), b.size());
+                let gap = f64::try_from((g - b).abs().max()).unwrap();
+                assert!(gap < 1e-6, "parts of {max_row_floats} vs at once: {gap}");
+            }
+        }
         let flat = |ts: &[Tensor], run: i64| -> Vec<f64> {
             let pieces: Vec<Tensor> = ts.iter().map(|t| t.get(run).reshape([-1])).collect();
             Vec::<f64>::try_from(Tensor::cat(&pieces, 0).to_kind(Kind::Double)).unwrap()

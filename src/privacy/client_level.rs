@@ -22,6 +22,14 @@
 //!   who has sent the most.
 //!
 //!
+//! - **distributed** (`mechanism: distributed`, with `secure_aggregation:`): each client adds
+//!   a share of the central noise to its clipped change, N(0, σ²S²/m), m the clients whose
+//!   shares are to make up σ·S (`share_survivors` × the K clients drawn a round; K of N only,
+//!   see [`DISTRIBUTED_SAMPLING`]); secure aggregation shows the server only the sum, which carries
+//!   the n shares of the clients that reached it: noise of σ·S·√(n/m). Each release is
+//!   accounted with the noise it really carried, σ·√(n/m) ([`ShareAccountant`]), so clients that
+//!   drop between the draw and the unmasking spend privacy, as in a deployment.
+//!
 //! **Adaptive clipping** (central only; Andrew et al. 2021): the bound C follows a quantile γ
 //! of the clients' update norms. Each client also reports whether its update was within the
 //! round's bound; the server counts them, noises the count with N(0, σ_b²) and moves the
@@ -64,6 +72,9 @@ pub enum Mechanism {
     /// clipped and every step noised (see [`super::sample_level`]); updates are sent and
     /// aggregated as without privacy.
     DpSgd,
+    /// Distributed DP under `secure_aggregation:`: each client adds its share of the central
+    /// noise to its clipped update, and the server sees only the sum of what reached it.
+    Distributed,
 }
 
 /// Which accountant turns the noise into ε (`privacy.accountant`).
@@ -92,6 +103,12 @@ pub const PLD_SAMPLING: &str = "`pld` accounts Poisson participation (`sampling:
      poisson}`), every client every round, or `mechanism: local`; clients drawn without \
      replacement are accounted by `rdp`";
 
+/// Why `mechanism: distributed` is refused under Poisson participation.
+pub const DISTRIBUTED_SAMPLING: &str = "`distributed` needs a fixed number of clients a round \
+     (`sampling.strategy: uniform`): secure aggregation shows the server how many clients' \
+     shares reached the sum, and under Poisson participation that count tells one client more \
+     or less apart";
+
 /// Where a client-level run adds its noise (`privacy.mechanism` other than `dp_sgd`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NoiseAt {
@@ -99,6 +116,9 @@ pub enum NoiseAt {
     Server,
     /// Each client, on its own clipped update.
     Client,
+    /// Each client a share of the server's noise, on its own clipped update, summed under
+    /// secure aggregation.
+    Shares,
 }
 
 /// Client-level differential privacy (`privacy:`): each client's update clipped, Gaussian
@@ -111,7 +131,8 @@ pub struct PrivacySpec {
     /// client noises its own before sending it; `dp_ftrl`: the server releases noised prefix
     /// sums by tree aggregation (DP-FTRL), with no amplification by sampling assumed; `dp_sgd`:
     /// each client trains with DP-SGD (each record's gradient clipped, each step noised), a
-    /// guarantee for every record.
+    /// guarantee for every record; `distributed` (with `secure_aggregation:`): each client
+    /// adds a share of the central noise, and the server sees only their sum.
     #[serde(default)]
     pub mechanism: Mechanism,
     /// C: each client's update (its change from the global model it started from, every
@@ -125,7 +146,9 @@ pub struct PrivacySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise_multiplier: Option<f64>,
     /// The ε the whole run may spend: the smallest σ that spends at most this (to within 1 %)
-    /// is solved for before the run and reported. Give this or `noise_multiplier`.
+    /// is solved for before the run and reported (under `dp_ftrl` and `dp_sgd`, for a client
+    /// in every round; under `distributed`, with `share_survivors` of the drawn clients' shares in every
+    /// sum). Give this or `noise_multiplier`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_epsilon: Option<f64>,
     /// δ of the (ε, δ) guarantee, in (0, 1); below 1/N for N clients is the usual choice.
@@ -140,6 +163,11 @@ pub struct PrivacySpec {
     /// `mechanism: local`). `target_epsilon` is solved with the same accountant.
     #[serde(default, skip_serializing_if = "Accountant::is_rdp")]
     pub accountant: Accountant,
+    /// `distributed` only: the fraction of a round's drawn clients whose noise shares are to make up σ·S, in (0, 1]; each share is sized
+    /// for that many, so a round keeps at least its σ while that many reach the sum, and
+    /// spends more privacy when fewer do. Default 1 (every drawn client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_survivors: Option<f64>,
 }
 
 fn default_delta() -> f64 {
@@ -260,25 +288,6 @@ impl PrivacySpec {
         if !(self.delta > 0.0 && self.delta < 1.0) {
             return bad("delta", format!("must be in (0, 1), got {}", self.delta));
         }
-        if self.mechanism == Mechanism::DpSgd && self.target_epsilon.is_some() {
-            return bad(
-                "target_epsilon",
-                "`mechanism: dp_sgd` takes `noise_multiplier` (σ of every local step); its ε \
-                 depends on each client's rows and how often it is drawn, so it is reported \
-                 after every round (the largest over clients) rather than solved for"
-                    .into(),
-            );
-        }
-        if self.mechanism == Mechanism::DpFtrl && self.target_epsilon.is_some() {
-            return bad(
-                "target_epsilon",
-                "`mechanism: dp_ftrl` takes `noise_multiplier`; its ε depends on how often each \
-                 client takes part (no amplification by sampling is assumed), so it is reported \
-                 after every round (the largest over clients) rather than solved for; `fedsim \
-                 describe` gives the bounds for a client drawn once and in every round"
-                    .into(),
-            );
-        }
         if self.mechanism == Mechanism::DpFtrl && self.accountant == Accountant::Pld {
             return bad(
                 "accountant",
@@ -294,6 +303,28 @@ impl PrivacySpec {
                  round); `pld` covers the client-level mechanisms (`central`, `local`)"
                     .into(),
             );
+        }
+        if self.mechanism == Mechanism::Distributed && self.accountant == Accountant::Pld {
+            return bad(
+                "accountant",
+                "`mechanism: distributed` is accounted by `rdp`: each round's noise depends on \
+                 how many clients' shares reached the sum, and `pld` composes identical rounds"
+                    .into(),
+            );
+        }
+        if let Some(fraction) = self.share_survivors {
+            if self.mechanism != Mechanism::Distributed {
+                return bad(
+                    "share_survivors",
+                    "applies to `mechanism: distributed` only (the clients' noise shares)".into(),
+                );
+            }
+            if !(fraction > 0.0 && fraction <= 1.0) {
+                return bad(
+                    "share_survivors",
+                    format!("must be in (0, 1], got {fraction}"),
+                );
+            }
         }
         if let Some(adaptive) = &self.adaptive {
             if self.mechanism != Mechanism::Central {
@@ -328,7 +359,8 @@ impl PrivacySpec {
     }
 
     /// Under `mechanism: dp_sgd`, what local training does and the accountant needs;
-    /// `None` for the client-level mechanisms.
+    /// `None` for the client-level mechanisms. With `target_epsilon` σ is 0 here: it is
+    /// solved with the clients' sizes ([`super::sample_level::resolve`]).
     pub fn sample_level(&self) -> Option<super::SampleLevelPrivacy> {
         (self.mechanism == Mechanism::DpSgd).then(|| super::SampleLevelPrivacy {
             dp_sgd: crate::models::DpSgd {
@@ -351,6 +383,7 @@ impl PrivacySpec {
         let noise_at = match self.mechanism {
             Mechanism::Central | Mechanism::DpFtrl => NoiseAt::Server,
             Mechanism::Local => NoiseAt::Client,
+            Mechanism::Distributed => NoiseAt::Shares,
             Mechanism::DpSgd => {
                 return Err(FieldError::new(
                     "mechanism".into(),
@@ -361,7 +394,7 @@ impl PrivacySpec {
             }
         };
         let (sampling, neighbours, fixed_count) = match (noise_at, participation) {
-            (NoiseAt::Server, Participation::FixedSize(per_round)) => (
+            (NoiseAt::Server | NoiseAt::Shares, Participation::FixedSize(per_round)) => (
                 Subsampling::FixedSize {
                     sample: per_round as u64,
                     population: population as u64,
@@ -369,6 +402,12 @@ impl PrivacySpec {
                 Neighbours::ReplaceOne,
                 None,
             ),
+            (NoiseAt::Shares, Participation::Poisson(_)) => {
+                return Err(FieldError::new(
+                    "mechanism".into(),
+                    DISTRIBUTED_SAMPLING.into(),
+                ))
+            }
             (NoiseAt::Server, Participation::Poisson(rate)) => (
                 Subsampling::Poisson { rate },
                 Neighbours::AddRemove,
@@ -399,9 +438,15 @@ impl PrivacySpec {
             (Some(sigma), _) => sigma,
             (None, Some(target)) => {
                 let steps = rounds as u64;
-                let epsilon = |sigma| match self.accountant {
-                    Accountant::Rdp => super::epsilon(sampling, sigma, steps, self.delta),
-                    Accountant::Pld => {
+                let epsilon = |sigma| match (self.mechanism, self.accountant) {
+                    // DP-FTRL: a client in every release, the most any can spend.
+                    (Mechanism::DpFtrl, _) => super::tree::tree_epsilon(
+                        sigma,
+                        super::tree::every_release_squares(steps),
+                        self.delta,
+                    ),
+                    (_, Accountant::Rdp) => super::epsilon(sampling, sigma, steps, self.delta),
+                    (_, Accountant::Pld) => {
                         PldAccountant::new(sampling.rate(), sigma).epsilon(steps, self.delta)
                     }
                 };
@@ -454,8 +499,11 @@ impl PrivacySpec {
                 OneRound::Pld(PldAccountant::new(sampling.rate(), noise_multiplier))
             }
         };
+        let shares_for =
+            (noise_at == NoiseAt::Shares).then(|| self.share_survivors.unwrap_or(1.0) * per_round);
         Ok(ClientLevelPrivacy {
             noise_at,
+            shares_for,
             clip: self.clip,
             noise_multiplier,
             update_noise_multiplier,
@@ -475,6 +523,9 @@ impl PrivacySpec {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClientLevelPrivacy {
     pub noise_at: NoiseAt,
+    /// Under the distributed mechanism: m, the number of clients whose noise shares make up
+    /// σ·S (`share_survivors` × the clients drawn a round).
+    pub shares_for: Option<f64>,
     /// C: the bound (under adaptive clipping, the first round's).
     pub clip: f64,
     /// σ, as given or solved for from `target_epsilon`: what the accountant composes.
@@ -602,9 +653,22 @@ impl ClientLevelPrivacy {
     }
 
     /// The standard deviation of the noise a client adds to each coordinate of its clipped
-    /// update under the local mechanism: σ·2C.
-    pub fn local_noise_std(&self) -> f64 {
-        self.noise_multiplier * self.sensitivity(self.clip)
+    /// update: σ·2C under the local mechanism, its share σ·S/√m under the distributed one;
+    /// `None` where the server adds the noise.
+    pub fn client_noise_std(&self) -> Option<f64> {
+        let full = self.noise_multiplier * self.sensitivity(self.clip);
+        match (self.noise_at, self.shares_for) {
+            (NoiseAt::Client, _) => Some(full),
+            (NoiseAt::Shares, Some(m)) => Some(full / m.sqrt()),
+            _ => None,
+        }
+    }
+
+    /// Under the distributed mechanism, the noise multiplier of a sum that carries `summed`
+    /// clients' shares: σ·√(n/m).
+    pub fn shares_noise_multiplier(&self, summed: usize) -> f64 {
+        let m = self.shares_for.expect("the distributed mechanism");
+        self.noise_multiplier * (summed as f64 / m).sqrt()
     }
 
     /// ε at δ after `rounds` noised releases (∞ without noise): aggregations under the
@@ -637,6 +701,50 @@ impl ClientLevelPrivacy {
             OneRound::Rdp(_) => Accountant::Rdp,
             OneRound::Pld(_) | OneRound::Tree => Accountant::Pld,
         }
+    }
+}
+
+/// The distributed mechanism's accountant: each release composed with the noise its sum
+/// really carried, σ·√(n/m) for n clients' shares (the one-step RDP kept by n).
+#[derive(Clone, Debug)]
+pub struct ShareAccountant {
+    spent: RdpAccountant,
+    by_count: std::collections::BTreeMap<usize, Vec<f64>>,
+}
+
+impl ShareAccountant {
+    pub fn new() -> Self {
+        ShareAccountant {
+            spent: RdpAccountant::default(),
+            by_count: Default::default(),
+        }
+    }
+
+    /// Composes one release of `privacy` whose sum carried `summed` (≥ 1) clients' shares;
+    /// returns its noise multiplier σ·√(n/m).
+    pub fn release(&mut self, privacy: &ClientLevelPrivacy, summed: usize) -> f64 {
+        let sigma = privacy.shares_noise_multiplier(summed);
+        let orders = self.spent.orders().to_vec();
+        let rdp = self.by_count.entry(summed).or_insert_with(|| {
+            let mechanism = SubsampledGaussian {
+                sampling: privacy.sampling,
+                noise_multiplier: sigma,
+            };
+            mechanism.rdp(&orders)
+        });
+        self.spent.compose_rdp(rdp, 1);
+        sigma
+    }
+
+    /// ε at `delta` of the releases so far.
+    pub fn epsilon(&self, delta: f64) -> f64 {
+        self.spent.epsilon(delta).0
+    }
+}
+
+impl Default for ShareAccountant {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -732,6 +840,16 @@ mod tests {
         assert!((0.99 * 4.0..=4.0).contains(&eps), "{eps}");
     }
 
+    /// DP-FTRL's target is met by a client aggregated in every one of the 50 rounds, the most
+    /// any client can spend.
+    #[test]
+    fn a_dp_ftrl_target_epsilon_holds_for_a_client_in_every_round() {
+        let p = resolved("{mechanism: dp_ftrl, clip: 1, target_epsilon: 4}");
+        assert!(p.calibrated && p.tree_aggregation());
+        let eps = p.epsilon_after(50);
+        assert!((0.99 * 4.0..=4.0).contains(&eps), "{eps}");
+    }
+
     /// Local: no amplification by sampling, so the same σ spends more than central with
     /// K of N; a client that sent r updates spends the Gaussian mechanism's ε composed r
     /// times, whatever the sampling.
@@ -740,7 +858,7 @@ mod tests {
         let local = resolved("{mechanism: local, clip: 0.5, noise_multiplier: 3}");
         let central = resolved("{clip: 0.5, noise_multiplier: 3}");
         assert_eq!(local.sampling, Subsampling::Poisson { rate: 1.0 });
-        assert_eq!(local.local_noise_std(), 3.0);
+        assert_eq!(local.client_noise_std(), Some(3.0));
         assert!(local.epsilon_after(10) > central.epsilon_after(10));
         let gaussian = Subsampling::FixedSize {
             sample: 1,
@@ -790,7 +908,59 @@ mod tests {
             (l.neighbours, l.fixed_count),
             (Neighbours::ReplaceOne, None)
         );
-        assert_eq!(l.local_noise_std(), 1.5);
+        assert_eq!(l.client_noise_std(), Some(1.5));
+    }
+
+    /// Distributed: K = 10 of 100, C = 0.5 (S = 2C = 1), σ = 2, shares sized for half of the
+    /// drawn clients (m = 5): each client adds σ·S/√m = 2/√5; a sum of 5 shares carries σ = 2
+    /// and spends what central noise of σ = 2 spends, a sum of 2 shares σ·√(2/5), more.
+    #[test]
+    fn noise_shares_make_up_the_central_noise_among_their_survivors() {
+        let p = resolved(
+            "{mechanism: distributed, clip: 0.5, noise_multiplier: 2, share_survivors: 0.5}",
+        );
+        let central = resolved("{clip: 0.5, noise_multiplier: 2}");
+        assert_eq!((p.noise_at, p.shares_for), (NoiseAt::Shares, Some(5.0)));
+        assert_eq!(
+            (p.sampling, p.neighbours),
+            (central.sampling, central.neighbours)
+        );
+        assert_eq!(p.client_noise_std(), Some(2.0 / 5f64.sqrt()));
+        assert_eq!(central.client_noise_std(), None);
+        assert_eq!(p.shares_noise_multiplier(5), 2.0);
+        assert_eq!(p.shares_noise_multiplier(2), 2.0 * (2.0f64 / 5.0).sqrt());
+        let mut full = ShareAccountant::new();
+        for _ in 0..3 {
+            assert_eq!(full.release(&p, 5), 2.0);
+        }
+        let (composed, multiplied) = (full.epsilon(1e-5), central.epsilon_after(3));
+        assert!((composed - multiplied).abs() <= 1e-12 * multiplied);
+        let mut short = ShareAccountant::new();
+        for n in [5, 2, 5] {
+            short.release(&p, n);
+        }
+        let two = SubsampledGaussian {
+            sampling: p.sampling,
+            noise_multiplier: 2.0 * 0.4f64.sqrt(),
+        };
+        let mut by_hand = RdpAccountant::default();
+        by_hand.compose(
+            &SubsampledGaussian {
+                noise_multiplier: 2.0,
+                ..two
+            },
+            2,
+        );
+        by_hand.compose(&two, 1);
+        assert_eq!(short.epsilon(1e-5), by_hand.epsilon(1e-5).0);
+        assert!(short.epsilon(1e-5) > full.epsilon(1e-5));
+        // Every drawn client by default; Poisson participation refused (the count is seen).
+        let all = resolved("{mechanism: distributed, clip: 0.5, noise_multiplier: 2}");
+        assert_eq!(all.shares_for, Some(10.0));
+        let poisson = spec("{mechanism: distributed, clip: 1, noise_multiplier: 1}")
+            .resolve(100, Participation::Poisson(0.1), 50)
+            .unwrap_err();
+        assert_eq!(poisson.path, "mechanism");
     }
 
     /// σ = 1 with σ_b = 2: the updates keep (1 − 1/4)^(−1/2) = 2/√3 of the bound's noise, and
@@ -868,6 +1038,18 @@ mod tests {
         let path = |yaml: &str| spec(yaml).validate().unwrap_err().path;
         assert_eq!(path("{clip: 0, noise_multiplier: 1}"), "clip");
         assert_eq!(path("{clip: 1, noise_multiplier: -1}"), "noise_multiplier");
+        assert_eq!(
+            path("{clip: 1, noise_multiplier: 1, share_survivors: 0.5}"),
+            "share_survivors"
+        );
+        assert_eq!(
+            path("{mechanism: distributed, clip: 1, noise_multiplier: 1, share_survivors: 0}"),
+            "share_survivors"
+        );
+        assert_eq!(
+            path("{mechanism: distributed, clip: 1, noise_multiplier: 1, accountant: pld}"),
+            "accountant"
+        );
         assert_eq!(path("{clip: 1}"), "noise_multiplier");
         assert_eq!(
             path("{clip: 1, noise_multiplier: 1, target_epsilon: 2}"),

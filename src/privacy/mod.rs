@@ -21,7 +21,7 @@ pub use accounting::{
 };
 pub use client_level::{
     Accountant, AdaptiveClipSpec, AdaptiveClipping, ClientLevelPrivacy, Mechanism, Neighbours,
-    NoiseAt, Participation, PrivacySpec,
+    NoiseAt, Participation, PrivacySpec, ShareAccountant,
 };
 pub use pld::{pld_epsilon, PldAccountant};
 pub use sample_level::{RecordAccountant, SampleLevelPrivacy};

@@ -10,19 +10,78 @@
 //! components: M runs a round). The sizes n are treated as public, as Opacus does. No
 //! amplification by the sampling of clients is claimed, so the ε reported is that of a client
 //! whatever the server does; it is the largest over the clients so far ([`RecordAccountant`]).
+//! A `target_epsilon` is met by the most any record can spend: a client drawn in every round
+//! ([`SampleLevelPrivacy::worst_case_epsilon`], [`resolve`]).
 //!
 //! This room does arithmetic only: it is told what each client sent and knows nothing of
 //! rounds, streams or tensors.
 
-use super::accounting::{RdpAccountant, SubsampledGaussian, Subsampling};
-use crate::models::DpSgd;
-use std::collections::BTreeMap;
+use super::accounting::{calibrate, RdpAccountant, SubsampledGaussian, Subsampling};
+use super::PrivacySpec;
+use crate::models::{DpSgd, LocalPlan};
+use crate::spec::FieldError;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Sample-level DP as a run applies it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SampleLevelPrivacy {
     pub dp_sgd: DpSgd,
     pub delta: f64,
+}
+
+impl SampleLevelPrivacy {
+    /// The most a record can spend over `rounds` rounds: that of a client drawn in every
+    /// round, sending the outcome of `runs` local runs each time (FedEM: one per component),
+    /// the largest over the training-set sizes `sizes` (each size n: rate 1/⌈n/B⌉, `runs` ×
+    /// the plan's steps over n a round). 0 without sizes.
+    pub fn worst_case_epsilon(
+        &self,
+        plan: &LocalPlan,
+        sizes: &[usize],
+        rounds: u64,
+        runs: u64,
+    ) -> f64 {
+        // The rate and the steps depend on n through ⌈n/B⌉ only: one ε per distinct pair.
+        let cases: BTreeSet<(u64, u64)> = (sizes.iter())
+            .filter(|&&n| n > 0)
+            .map(|&n| {
+                (
+                    plan.dp_sampling_rate(n).to_bits(),
+                    rounds * runs * plan.steps(n),
+                )
+            })
+            .collect();
+        let mut accountant = RecordAccountant::new(*self);
+        (cases.into_iter())
+            .map(|(rate, steps)| accountant.epsilon(f64::from_bits(rate), steps))
+            .fold(0.0, f64::max)
+    }
+}
+
+/// `privacy: {mechanism: dp_sgd}` for a run of `rounds` rounds over clients of training-set
+/// sizes `sizes`, each update the outcome of `runs` local runs: σ as given, or the largest
+/// that keeps [`SampleLevelPrivacy::worst_case_epsilon`] at most `target_epsilon` (within
+/// 1 %). `None` for the client-level mechanisms.
+pub fn resolve(
+    spec: &PrivacySpec,
+    plan: &LocalPlan,
+    sizes: &[usize],
+    rounds: u64,
+    runs: u64,
+) -> Result<Option<SampleLevelPrivacy>, FieldError> {
+    let Some(mut privacy) = spec.sample_level() else {
+        return Ok(None);
+    };
+    if let Some(target) = spec.target_epsilon {
+        let epsilon = |sigma| {
+            let mut at = privacy;
+            at.dp_sgd.noise_multiplier = sigma;
+            at.worst_case_epsilon(plan, sizes, rounds, runs)
+        };
+        privacy.dp_sgd.noise_multiplier = calibrate(epsilon, target)
+            .map_err(|e| FieldError::new("target_epsilon".into(), e.to_string()))?;
+    }
+    Ok(Some(privacy))
 }
 
 /// What each client's records have spent, and the most any client's have.
@@ -119,5 +178,49 @@ mod tests {
         a.add(3, 0.1, 400);
         assert_eq!(a.worst_epsilon(), poisson(0.1, 440));
         assert_eq!(accountant(0.0).epsilon(0.1, 1), f64::INFINITY);
+    }
+
+    fn plan() -> LocalPlan {
+        LocalPlan {
+            work: crate::models::LocalWork::Epochs(1),
+            batch_size: 10,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            dp_sgd: None,
+        }
+    }
+
+    /// Sizes 5, 25 and 30 with B = 10 over 4 rounds, 3 runs an update: n = 5 is one batch
+    /// (q = 1, 12 steps), n = 25 and 30 three (q = 1/3, 36 steps); the worst is the larger ε.
+    #[test]
+    fn the_worst_case_is_a_client_drawn_every_round() {
+        let privacy = accountant(2.0).privacy;
+        let poisson = |rate, steps| epsilon(Subsampling::Poisson { rate }, 2.0, steps, 1e-5);
+        let worst = poisson(1.0, 12).max(poisson(1.0 / 3.0, 36));
+        assert_eq!(
+            privacy.worst_case_epsilon(&plan(), &[5, 25, 30, 0], 4, 3),
+            worst
+        );
+        assert_eq!(privacy.worst_case_epsilon(&plan(), &[], 4, 3), 0.0);
+    }
+
+    /// A target ε is met by that worst case, within 1 % and never above.
+    #[test]
+    fn a_target_epsilon_is_met_by_the_worst_case() {
+        let spec: PrivacySpec =
+            serde_yaml::from_str("{mechanism: dp_sgd, clip: 1, target_epsilon: 3}").unwrap();
+        let solved = resolve(&spec, &plan(), &[25, 40, 120], 20, 2)
+            .unwrap()
+            .unwrap();
+        let sigma = solved.dp_sgd.noise_multiplier;
+        assert!(sigma > 0.0);
+        let spent = solved.worst_case_epsilon(&plan(), &[25, 40, 120], 20, 2);
+        assert!((0.99 * 3.0..=3.0).contains(&spent), "σ {sigma}: ε {spent}");
+        let given: PrivacySpec =
+            serde_yaml::from_str("{mechanism: dp_sgd, clip: 1, noise_multiplier: 1.5}").unwrap();
+        let kept = resolve(&given, &plan(), &[25], 20, 2).unwrap().unwrap();
+        assert_eq!(kept.dp_sgd.noise_multiplier, 1.5);
+        let central: PrivacySpec = serde_yaml::from_str("{clip: 1, target_epsilon: 3}").unwrap();
+        assert_eq!(resolve(&central, &plan(), &[25], 20, 2).unwrap(), None);
     }
 }

@@ -102,11 +102,6 @@ pub struct RunSpec {
 }
 
 impl RunSpec {
-    /// Sample-level `privacy:` (`mechanism: dp_sgd`); `None` otherwise.
-    pub fn sample_privacy(&self) -> Option<crate::privacy::SampleLevelPrivacy> {
-        (self.privacy.as_ref()).and_then(crate::privacy::PrivacySpec::sample_level)
-    }
-
     /// Client-level `privacy:` for a run over `clients` clients (held-out ones included): the
     /// accountant's sampling is the round's selection among the participants, and a
     /// `target_epsilon` is turned into σ for the scenario's rounds. `None` without `privacy:`
@@ -573,6 +568,23 @@ fn validate_privacy(raw: &RawScenario, sampling: &Sampling) -> Result<(), FieldE
     if privacy.mechanism == Mechanism::DpFtrl {
         // The tree's accountant counts who took part: any draw of clients.
         return Ok(());
+    }
+    if privacy.mechanism == Mechanism::Distributed {
+        if raw.secure_aggregation.is_none() {
+            return Err(FieldError::new(
+                "privacy.mechanism".into(),
+                "`distributed` needs a `secure_aggregation:` section: the clients' noise shares \
+                 protect only a sum the server cannot see apart (without it, use `local` or \
+                 `central`)"
+                    .into(),
+            ));
+        }
+        if sampling.poisson_rate().is_some() {
+            return Err(FieldError::new(
+                "privacy.mechanism".into(),
+                crate::privacy::client_level::DISTRIBUTED_SAMPLING.into(),
+            ));
+        }
     }
     let every_client = sampling.size == SampleSize::Fraction(1.0) && sampling.over_selection == 0.0;
     if privacy.accountant == Accountant::Pld

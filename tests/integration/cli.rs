@@ -215,6 +215,18 @@ fn describe_says_what_privacy_a_scenario_spends() {
             && dp_sgd.contains("ε ≤ "),
         "{dp_sgd}"
     );
+    // A target for DP-SGD is solved for that client; FedEM's three runs an update say so.
+    let dp_sgd_target = describe(&[
+        "--set",
+        "privacy={mechanism: dp_sgd, clip: 1, target_epsilon: 8}",
+        "--set",
+        "algorithm={name: fedem, components: 3}",
+    ]);
+    assert!(
+        dp_sgd_target.contains("per step (solved for target_epsilon)")
+            && dp_sgd_target.contains("3 local runs an update, spends ε ≤ 7.9"),
+        "{dp_sgd_target}"
+    );
     // The PLD accountant says so, and solves for less noise than RDP.
     let pld = describe(&[
         "--set",

@@ -59,8 +59,9 @@ fn floats(df: &polars::prelude::DataFrame, name: &str) -> Vec<f64> {
 }
 
 /// Clipping on the clients and noise on the server (FedAvg; Ditto spilled; FedEM's three
-/// components) or on the clients (local), and DP-SGD (synchronous and FedBuff), give identical
-/// result files with 1, 2 and 4 threads, and on a rerun.
+/// components), on the clients (local) or in shares under secure aggregation (distributed),
+/// DP-FTRL, and DP-SGD (synchronous and FedBuff; σ given or solved) give identical result files
+/// with 1, 2 and 4 threads, and on a rerun.
 #[test]
 fn private_runs_are_deterministic_across_threads_and_reruns() {
     let tmp = tempfile::tempdir().unwrap();
@@ -105,6 +106,21 @@ fn private_runs_are_deterministic_across_threads_and_reruns() {
             vec![
                 "algorithm={name: fedem, components: 3}",
                 "privacy={mechanism: dp_ftrl, clip: 0.5, noise_multiplier: 1.0}",
+            ],
+        ),
+        (
+            "distributed",
+            vec![
+                "privacy={mechanism: distributed, clip: 0.5, target_epsilon: 8}",
+                "secure_aggregation={protocol: secagg_plus, neighbours: 4, dropout: 0.1, \
+                 threshold: 0.2}",
+            ],
+        ),
+        (
+            "dp_sgd_target",
+            vec![
+                "algorithm={name: fedem, components: 3}",
+                "privacy={mechanism: dp_sgd, clip: 0.5, target_epsilon: 8}",
             ],
         ),
         (
@@ -467,6 +483,61 @@ fn dp_sgd_spends_per_record_of_the_client_that_has_spent_most() {
     }
 }
 
+/// DP-SGD with `target_epsilon`: σ is solved for a client of the smallest batches drawn in
+/// every round, each update one run per vector sent (FedEM: 3), so that that client would
+/// spend the target (within 1 %); the run, whose clients are drawn half the rounds, spends
+/// less, and `rounds.parquet` records the σ solved. FedEM's three runs an update need more
+/// noise than FedAvg's one.
+#[test]
+fn dp_sgd_target_epsilon_holds_for_a_client_in_every_round() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = "privacy={mechanism: dp_sgd, clip: 0.5, target_epsilon: 6}";
+    let sigma_of = |extra: &[&str], name: &str| {
+        let dir = tmp.path().join(name);
+        let mut overrides = vec![target];
+        overrides.extend_from_slice(extra);
+        run(&overrides, 2, &dir);
+        let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+        let sigma = summary_value(&summary, "noise_multiplier");
+        let spent = summary_value(&summary, "epsilon");
+        assert!(
+            sigma > 0.0 && spent <= 6.0,
+            "{name}: σ {sigma}, spent {spent}"
+        );
+        // Each round noised every step with σ·C.
+        let rounds = read_parquet(&dir.join("rounds.parquet")).unwrap();
+        assert!(floats(&rounds, "noise_std")
+            .iter()
+            .all(|&std| std == sigma * 0.5));
+        // That σ for a client in all 4 rounds: within 1 % of the target.
+        let s = scenario(SMALL, &overrides);
+        let data = (s
+            .data
+            .build(&s.split, &fedsim::sim::SeedTree::new(s.data_seed)))
+        .unwrap();
+        let plan = &s.run.training.plan;
+        let runs = if name == "fedem" { 3 } else { 1 };
+        let worst = (0..data.num_clients())
+            .map(|c| data.split_len(c, fedsim::records::Split::Train))
+            .filter(|&n| n > 0)
+            .map(|n| {
+                let rate = Subsampling::Poisson {
+                    rate: plan.dp_sampling_rate(n),
+                };
+                epsilon(rate, sigma, 4 * runs * plan.steps(n), 1e-5)
+            })
+            .fold(0.0, f64::max);
+        assert!(
+            (0.99 * 6.0..=6.0).contains(&worst),
+            "{name}: σ {sigma} gives {worst}"
+        );
+        sigma
+    };
+    let fedavg = sigma_of(&[], "fedavg");
+    let fedem = sigma_of(&["algorithm={name: fedem, components: 3}"], "fedem");
+    assert!(fedem > fedavg, "{fedem} vs {fedavg}");
+}
+
 /// DP-SGD trains alone as in a cohort: the same steps from the same draws, so the same model
 /// up to the order of float sums; its noise moves the model, and without noise a bound no
 /// gradient reaches leaves only the Poisson sampling (not plain SGD's batches).
@@ -525,8 +596,8 @@ fn clipping_bounds_how_far_a_round_moves_the_model() {
 fn bad_privacy_settings_are_refused_with_their_field() {
     let cases: [(&[&str], &str); 20] = [
         (
-            &["privacy={mechanism: dp_ftrl, clip: 1, target_epsilon: 2}"],
-            "`privacy.target_epsilon`: `mechanism: dp_ftrl` takes `noise_multiplier`",
+            &["privacy={mechanism: distributed, clip: 1, noise_multiplier: 1, accountant: pld}"],
+            "`privacy.accountant`: `mechanism: distributed` is accounted by `rdp`",
         ),
         (
             &["privacy={mechanism: dp_ftrl, clip: 1, noise_multiplier: 1, accountant: pld}"],
@@ -545,8 +616,8 @@ fn bad_privacy_settings_are_refused_with_their_field() {
             "`privacy.accountant`: `mechanism: dp_sgd` is accounted by `rdp`",
         ),
         (
-            &["privacy={mechanism: dp_sgd, clip: 1, target_epsilon: 2}"],
-            "`privacy.target_epsilon`: `mechanism: dp_sgd` takes `noise_multiplier`",
+            &["privacy={mechanism: local, clip: 1, noise_multiplier: 1, share_survivors: 0.5}"],
+            "`privacy.share_survivors`: applies to `mechanism: distributed` only",
         ),
         (
             &["privacy={mechanism: dp_sgd, clip: 1, noise_multiplier: 1, adaptive: {}}"],

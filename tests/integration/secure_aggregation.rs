@@ -168,3 +168,78 @@ fn bad_secure_aggregation_settings_are_refused_with_their_field() {
         assert!(e.contains(expected), "{overrides:?}: {e}");
     }
 }
+
+/// Distributed DP (`privacy.mechanism: distributed`): with every drawn client's share in each
+/// sum, each round spends what central noise of the same σ spends and carries the same noise;
+/// with clients dropping between the protocol's steps, sums carry fewer shares and the run
+/// spends more, less so when the shares were sized for fewer survivors; the same files with 1 and 4
+/// threads.
+#[test]
+fn distributed_noise_shares_spend_what_reaches_the_sum() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str], threads: usize, name: &str| {
+        let dir = tmp.path().join(name);
+        let mut overrides = vec!["rounds=6"];
+        overrides.extend_from_slice(extra);
+        run_saving(SMALL, &overrides, threads, &dir);
+        let df = rounds(&dir);
+        (dir, floats(&df, "epsilon"), floats(&df, "noise_std"))
+    };
+    let central = "privacy={clip: 1, noise_multiplier: 1}";
+    let distributed = "privacy={mechanism: distributed, clip: 1, noise_multiplier: 1}";
+    let secagg = "secure_aggregation={}";
+    let (_, eps_central, std_central) = run(&[central], 2, "central");
+    let (_, eps_all, std_all) = run(&[distributed, secagg], 2, "all");
+    // Composed round by round rather than multiplied: the same ε up to float rounding.
+    for (a, c) in eps_all.iter().zip(&eps_central) {
+        assert!(
+            (a - c).abs() <= 1e-12 * c,
+            "every share in every sum: central's ε, {a} vs {c}"
+        );
+    }
+    assert_eq!(std_all, std_central, "and central's noise");
+    let dropping = "secure_aggregation={protocol: secagg_plus, neighbours: 4, dropout: 0.2, \
+                    threshold: 0.2}";
+    let (one, eps_short, _) = run(&[distributed, dropping], 1, "short-1");
+    let (four, _, _) = run(&[distributed, dropping], 4, "short-4");
+    let differ = differing_files(&one, &four);
+    assert!(differ.is_empty(), "1 vs 4 threads: {differ:?}");
+    let last = |eps: &[f64]| *eps.last().unwrap();
+    assert!(
+        last(&eps_short) > last(&eps_all),
+        "{eps_short:?} vs {eps_all:?}"
+    );
+    let sized = "privacy={mechanism: distributed, clip: 1, noise_multiplier: 1, \
+                 share_survivors: 0.5}";
+    let (_, eps_sized, _) = run(&[sized, dropping], 2, "sized");
+    assert!(
+        last(&eps_sized) < last(&eps_short),
+        "shares sized for half of the clients: {eps_sized:?} vs {eps_short:?}"
+    );
+}
+
+#[test]
+fn distributed_privacy_needs_secure_aggregation_and_a_fixed_count() {
+    let distributed = "privacy={mechanism: distributed, clip: 1, noise_multiplier: 1}";
+    for (overrides, expected) in [
+        (vec![distributed], "`distributed` needs a `secure_aggregation:` section"),
+        (
+            vec![
+                distributed,
+                "secure_aggregation={}",
+                "sampling={strategy: poisson, fraction: 0.5}",
+            ],
+            "`distributed` needs a fixed number of clients a round",
+        ),
+        (
+            vec![
+                "privacy={mechanism: distributed, clip: 1, noise_multiplier: 1, share_survivors: 2}",
+                "secure_aggregation={}",
+            ],
+            "privacy.share_survivors",
+        ),
+    ] {
+        let e = error(SMALL, &overrides);
+        assert!(e.contains(expected), "{overrides:?}: {e}");
+    }
+}

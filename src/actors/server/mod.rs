@@ -31,7 +31,8 @@ use super::{
 use crate::algorithms::{Algorithm, Finite, StaleUpdate, Updates};
 use crate::io::Stored;
 use crate::privacy::{
-    ClientLevelPrivacy, NoiseAt, RecordAccountant, SampleLevelPrivacy, TreeAccountant,
+    ClientLevelPrivacy, NoiseAt, RecordAccountant, SampleLevelPrivacy, ShareAccountant,
+    TreeAccountant,
 };
 use crate::records::{
     AdaptiveRound, DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundPrivacy,
@@ -314,6 +315,8 @@ struct Core<A: Algorithm> {
     records: Option<RecordAccountant>,
     /// Under DP-FTRL: the releases each client took part in.
     tree: Option<TreeAccountant>,
+    /// Under distributed DP: the releases, each with the noise its sum carried.
+    shares: Option<ShareAccountant>,
 }
 
 pub(super) struct Server<A: Algorithm> {
@@ -344,6 +347,9 @@ impl<A: Algorithm> Server<A> {
                 tree: (cfg.algorithm.privacy.as_ref())
                     .filter(|p| p.tree_aggregation())
                     .map(|_| TreeAccountant::new(cfg.rounds as u64)),
+                shares: (cfg.algorithm.privacy.as_ref())
+                    .filter(|p| p.noise_at == NoiseAt::Shares)
+                    .map(|_| ShareAccountant::new()),
                 cfg,
             },
         }
@@ -566,10 +572,17 @@ impl<A: Algorithm> Core<A> {
         let (Some(privacy), Some(hooks)) = (&self.cfg.algorithm.privacy, A::PRIVATE_UPDATES) else {
             return;
         };
-        if privacy.noise_at != NoiseAt::Server {
+        if privacy.noise_at == NoiseAt::Client {
             return;
         }
         let divisor = (hooks.divisor)(self.alg(), aggregated as f64);
+        if let Some(shares) = &mut self.shares {
+            // The clients' shares are in the sum already: account the noise it carried.
+            self.private_releases += 1;
+            let sigma = shares.release(privacy, aggregated);
+            self.noise_std = sigma * privacy.sensitivity(self.clip) / divisor;
+            return;
+        }
         let divisor = match privacy.fixed_count {
             None => divisor,
             Some(expected) => {
@@ -623,8 +636,10 @@ impl<A: Algorithm> Core<A> {
         self.counts.end = now;
         if let Some(privacy) = &self.cfg.algorithm.privacy {
             let (noise_std, releases) = match privacy.noise_at {
-                NoiseAt::Server => (std::mem::take(&mut self.noise_std), self.private_releases),
-                NoiseAt::Client => (privacy.local_noise_std(), self.most_uploads),
+                NoiseAt::Server | NoiseAt::Shares => {
+                    (std::mem::take(&mut self.noise_std), self.private_releases)
+                }
+                NoiseAt::Client => (privacy.client_noise_std().unwrap_or(0.0), self.most_uploads),
             };
             let adaptive = privacy.adaptive.map(|_| {
                 (self.adaptive_round.take()).unwrap_or(AdaptiveRound {
@@ -632,9 +647,10 @@ impl<A: Algorithm> Core<A> {
                     unclipped: None,
                 })
             });
-            let epsilon = match &self.tree {
-                Some(tree) => tree.worst_epsilon(privacy.noise_multiplier, privacy.delta),
-                None => privacy.epsilon_after(releases),
+            let epsilon = match (&self.tree, &self.shares) {
+                (Some(tree), _) => tree.worst_epsilon(privacy.noise_multiplier, privacy.delta),
+                (_, Some(shares)) => shares.epsilon(privacy.delta),
+                _ => privacy.epsilon_after(releases),
             };
             self.counts.privacy = Some(RoundPrivacy {
                 noise_multiplier: privacy.noise_multiplier,
