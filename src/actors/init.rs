@@ -137,7 +137,8 @@ impl SimInit {
     }
 
     /// DP-SGD as the run of `spec` with `algorithm` applies it, without running it (what
-    /// `fedsim describe` prints): [`SimInit::sample_privacy`] of its initial global model.
+    /// `fedsim describe` prints), from its initial global model: σ solved where the scenario
+    /// gives `target_epsilon`, and the local runs an update sends.
     pub fn sample_privacy_of<A: Algorithm>(
         &self,
         algorithm: &A,

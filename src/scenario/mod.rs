@@ -105,7 +105,7 @@ impl RunSpec {
     /// Client-level `privacy:` for a run over `clients` clients (held-out ones included): the
     /// accountant's sampling is the round's selection among the participants, and a
     /// `target_epsilon` is turned into σ for the scenario's rounds. `None` without `privacy:`
-    /// or under DP-SGD ([`RunSpec::sample_privacy`]).
+    /// or under DP-SGD ([`crate::actors::sample_privacy`]).
     pub fn privacy_for(
         &self,
         clients: usize,
