@@ -152,6 +152,14 @@ fn bad_secure_aggregation_settings_are_refused_with_their_field() {
             "secure_aggregation.dropout",
         ),
         (
+            vec!["secure_aggregation={key_agreement_ms: -1}"],
+            "`secure_aggregation.key_agreement_ms`: must be a number ≥ 0, got -1",
+        ),
+        (
+            vec!["secure_aggregation={mask_floats_per_second: 0}"],
+            "`secure_aggregation.mask_floats_per_second`: must be a positive number, got 0",
+        ),
+        (
             vec![
                 "secure_aggregation={}",
                 "policy={kind: fedbuff, concurrency: 4, buffer_size: 2}",
