@@ -20,6 +20,8 @@
 //!    - [`system`]: devices, links and availability that turn work into simulated durations.
 //!    - [`privacy`]: differential privacy: clipping and noise of clients' updates, and the
 //!      accountant (ε spent at δ, noise calibration).
+//!    - [`compression`]: compressors of clients' updates and the bytes they put on the wire.
+//!    - [`robust`]: Byzantine clients' attacks and robust aggregation rules.
 //! 3. [`algorithms`]: federated algorithms behind one trait, and their registry.
 //! 4. [`scenario`]: a YAML scenario read, overridden and validated into a run's settings.
 //! 5. [`actors`]: the server, the clients, the peers and the trainer pool as actix actors.
@@ -31,7 +33,15 @@
 /// The layers, bottom first: a module may import from its own layer and the ones below.
 pub const LAYERS: &[&[&str]] = &[
     &["sim", "spec", "io", "records"],
-    &["data", "models", "topology", "system", "privacy"],
+    &[
+        "data",
+        "models",
+        "topology",
+        "system",
+        "privacy",
+        "compression",
+        "robust",
+    ],
     &["algorithms"],
     &["scenario"],
     &["actors"],
@@ -44,12 +54,14 @@ mod layering;
 
 pub mod actors;
 pub mod algorithms;
+pub mod compression;
 pub mod data;
 pub mod io;
 pub mod models;
 pub mod privacy;
 pub mod records;
 pub mod results;
+pub mod robust;
 pub mod scenario;
 pub mod sim;
 pub mod spec;

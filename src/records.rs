@@ -362,6 +362,8 @@ pub enum Record {
     Diverged(DivergenceRecord),
     /// The run ended before its last round: no client will be online again.
     EndedEarly(EarlyEndRecord),
+    /// The malicious clients (`adversary:`), sorted, before anything else.
+    Malicious(Vec<u32>),
 }
 
 /// Typicality scores (higher: more like the training data) of a client's rows.

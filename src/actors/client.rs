@@ -12,7 +12,7 @@ use crate::io::Stored;
 use crate::records::DivergenceStage;
 use crate::records::Split;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
-use crate::system::{payload_bytes, Link, SystemModel};
+use crate::system::{Link, SystemModel};
 use actix::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -42,6 +42,9 @@ pub(super) struct Client<A: Algorithm> {
 pub(super) struct Kept<A: Algorithm> {
     /// Spilled while the client is idle, where the run spills values of its size.
     state: Stored<A::ClientState>,
+    /// Under compression with error feedback, what has not been sent yet (from the client's
+    /// first compressed update on; spilled as `state` is).
+    residual: Option<Stored<Vec<f32>>>,
     last_trained: Option<u32>,
     watch: DivergenceWatch,
 }
@@ -62,6 +65,7 @@ impl<A: Algorithm> Client<A> {
         Client {
             kept: Some(Kept {
                 state: Stored::in_memory(state),
+                residual: None,
                 last_trained: None,
                 watch: DivergenceWatch::new(jobs.on_divergence),
             }),
@@ -120,6 +124,15 @@ impl<A: Algorithm> Client<A> {
                 self.seeds
                     .rng(Entity::Client(self.id), "privacy_noise", job)
             });
+        // A malicious client's own attack (its Gaussian draws from its `attack` stream).
+        let own_attack = (self.jobs.adversary.as_ref()).is_some_and(|a| a.attack.is_own());
+        let mut attack = (own_attack && self.jobs.is_malicious(self.id))
+            .then(|| self.seeds.rng(Entity::Client(self.id), "attack", job));
+        // Compression's draws (random-k, QSGD, quantization) and error feedback's residual.
+        let compression = self.jobs.uplink.map(|_| {
+            let rng = self.seeds.rng(Entity::Client(self.id), "compression", job);
+            (rng, self.kept().residual.take())
+        });
         let job = TrainJob {
             client: self.id,
             round,
@@ -132,19 +145,35 @@ impl<A: Algorithm> Client<A> {
         // On the pool: checked, counted and spilled before the result waits for its time.
         let pending = self.dispatch.train(job, move |mut t| {
             let finite = t.update.is_finite() && t.state.is_finite();
-            let (update, update_len, privacy) = if upload {
-                let privacy = jobs.privatize(&base, &mut t.update, clip, noise.as_mut());
-                let len = jobs.algorithm.update_len(&t.update);
-                (jobs.keep(t.update), len, privacy)
+            // The residual read back (empty before the client's first compressed update).
+            let mut compression = compression.map(|(rng, kept)| {
+                let residual = kept.map(|r| {
+                    r.into_inner()
+                        .unwrap_or_else(|e| panic!("reading a residual back: {e}"))
+                });
+                (rng, residual.unwrap_or_default())
+            });
+            let (update, bytes, privacy) = if upload {
+                let (privacy, bytes) = jobs.prepare_upload(
+                    &base,
+                    &mut t.update,
+                    attack.as_mut(),
+                    clip,
+                    noise.as_mut(),
+                    compression.as_mut().map(|(rng, r)| (rng, r)),
+                );
+                (jobs.keep(t.update), bytes, privacy)
             } else {
                 (Stored::in_memory(t.update), 0, PrivacyNote::default())
             };
+            let residual = compression.map(|(_, r)| r).filter(|r| !r.is_empty());
             Routed::Member(ToClient::Trained(FinishedWork {
                 round,
                 finite,
                 update,
-                update_len,
+                bytes,
                 state: jobs.keep(t.state),
+                residual: residual.map(|r| jobs.keep(r)),
                 upload,
                 compute,
                 privacy,
@@ -170,8 +199,9 @@ impl<A: Algorithm> Client<A> {
         let FinishedWork {
             round,
             update,
-            update_len: floats,
+            bytes,
             state,
+            residual,
             upload,
             compute,
             privacy,
@@ -179,10 +209,9 @@ impl<A: Algorithm> Client<A> {
         } = work;
         let kept = self.kept();
         kept.state = state;
+        kept.residual = residual;
         kept.last_trained = Some(round);
-        let delay = self
-            .system
-            .transfer_time(self.id, Link::Up, payload_bytes(floats));
+        let delay = self.system.transfer_time(self.id, Link::Up, bytes);
         let online_until = self.system.online_until(self.id, now).unwrap_or(now);
         if online_until < now + delay {
             self.fail(round, online_until - now, compute, eff);
@@ -194,7 +223,7 @@ impl<A: Algorithm> Client<A> {
                 round,
                 client,
                 update,
-                floats,
+                bytes,
                 compute,
                 privacy,
             }
@@ -309,6 +338,7 @@ impl<A: Algorithm> Roster<A> {
         let p = &self.parts;
         let kept = kept.unwrap_or_else(|| Kept {
             state: Stored::in_memory(p.jobs.algorithm.init_client(&p.initial, id)),
+            residual: None,
             last_trained: None,
             watch: DivergenceWatch::new(p.jobs.on_divergence),
         });
@@ -430,8 +460,9 @@ mod tests {
                 params: vec![if finite { 0.5 } else { f32::NAN }; 4],
                 weight: 10.0,
             }),
-            update_len: 4,
+            bytes: 16,
             state: Stored::in_memory(Vec::new()),
+            residual: None,
             upload: true,
             compute: SimDuration(7),
             finite,
@@ -483,7 +514,7 @@ mod tests {
             let (kept, spilled) = (first_job("off").await, first_job("always").await);
             assert!(!kept.state.is_spilled() && !kept.update.is_spilled());
             assert!(spilled.state.is_spilled() && spilled.update.is_spilled());
-            assert_eq!(spilled.update_len, kept.update_len);
+            assert_eq!(spilled.bytes, kept.bytes);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             let (a, b) = (
                 kept.state.into_inner().unwrap(),
@@ -522,7 +553,9 @@ mod tests {
         actix::System::new().block_on(async {
             let mut c = client(&[]);
             let eff = c.on_message(SimTime(1000), trained(true)).unwrap();
-            let upload = c.system.transfer_time(0, Link::Up, payload_bytes(4));
+            let upload = c
+                .system
+                .transfer_time(0, Link::Up, crate::system::payload_bytes(4));
             let sends: Vec<_> = eff.sends().collect();
             assert!(matches!(
                 sends[..],

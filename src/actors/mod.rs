@@ -26,6 +26,7 @@ pub use trainer::TrainerPool;
 use crate::algorithms::{
     Algorithm, ClientReport, Evaluation, Gossip, Population, Registration, Training,
 };
+use crate::compression::{compress_changes, Compressor};
 use crate::data::{ClientRows, FederatedData};
 use crate::io::{Floats, SpillStore, Stored};
 use crate::models::Architecture;
@@ -36,13 +37,14 @@ use crate::records::{
     DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, MixtureRecord,
     NoveltyRecord, Record,
 };
+use crate::robust::{Adversaries, RobustAggregation};
 use crate::scenario::RunSpec;
 use crate::sim::{
     Delivery, Effects, Entity, EntityId, Pending, RecordObserver, Scheduler, SeedTree, SimDuration,
     SimError, SimTime, World,
 };
 use crate::spec::OnDivergence;
-use crate::system::{Link, SystemModel};
+use crate::system::{payload_bytes, Link, SystemModel};
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use client::Client;
@@ -129,6 +131,21 @@ pub fn unseen_clients(seeds: &SeedTree, total: usize, count: usize) -> Vec<u32> 
     chosen
 }
 
+/// The malicious clients of a run (sorted): `adversary.fraction` of its participants (the
+/// clients not held out), drawn from the run's `adversary` stream; none without `adversary:`.
+pub fn malicious_clients(spec: &RunSpec, total: usize) -> Vec<u32> {
+    let Some(adversary) = &spec.adversary else {
+        return Vec::new();
+    };
+    let seeds = SeedTree::new(spec.seed);
+    let held_out = (spec.unseen_fraction * total as f64).floor() as usize;
+    let unseen = unseen_clients(&seeds, total, held_out);
+    let participants: Vec<u32> = (0..total as u32)
+        .filter(|c| unseen.binary_search(c).is_err())
+        .collect();
+    adversary.draw(&participants, &mut seeds.rng(Entity::Run, "adversary", 0))
+}
+
 /// What a finished run hands back.
 pub struct SimOutput {
     pub records: Vec<Record>,
@@ -147,12 +164,12 @@ pub enum ToServer<A: Algorithm> {
     Deadline { round: u32 },
     /// (FedBuff) A client may have come online; start jobs if slots are free.
     Wake,
-    /// A client's update has arrived (`floats`: its size, [`Algorithm::update_len`]).
+    /// A client's update has arrived (`bytes`: what it took on the uplink).
     Update {
         round: u32,
         client: u32,
         update: Stored<A::Update>,
-        floats: usize,
+        bytes: u64,
         compute: SimDuration,
         privacy: PrivacyNote,
     },
@@ -207,9 +224,12 @@ pub struct FinishedWork<A: Algorithm> {
     pub round: u32,
     /// Spilled on the pool where the run spills values of its size, as is `state`.
     pub update: Stored<A::Update>,
-    /// The update's size ([`Algorithm::update_len`], counted on the pool).
-    pub update_len: usize,
+    /// The update's bytes on the uplink (counted on the pool): 4 a float
+    /// ([`Algorithm::update_len`]), or what compression makes of them.
+    pub bytes: u64,
     pub state: Stored<A::ClientState>,
+    /// Under error feedback, what compression has not sent yet (see [`Compressor`]).
+    pub residual: Option<Stored<Vec<f32>>>,
     /// Whether the server asked for the update.
     pub upload: bool,
     pub compute: SimDuration,
@@ -486,6 +506,12 @@ pub(crate) struct JobContext<A: Algorithm> {
     spill: Option<Arc<SpillStore>>,
     /// Client-level privacy (`privacy:`): clients clip what they send, the server noises it.
     privacy: Option<ClientLevelPrivacy>,
+    /// How clients compress what they send (`compression.uplink`).
+    uplink: Option<Compressor>,
+    /// Which clients are malicious, and their attack (`adversary:`).
+    adversary: Option<Adversaries>,
+    /// The server's robust rule (`aggregation:`).
+    robust: Option<RobustAggregation>,
 }
 
 impl<A: Algorithm> JobContext<A> {
@@ -501,6 +527,7 @@ impl<A: Algorithm> JobContext<A> {
     ) -> Self {
         let spill = (spec.training.spill.store_settings())
             .map(|(min_floats, budget)| SpillStore::new(min_floats, budget));
+        let data_clients = data.num_clients();
         JobContext {
             algorithm,
             arch,
@@ -510,22 +537,130 @@ impl<A: Algorithm> JobContext<A> {
             on_divergence: spec.on_divergence,
             spill,
             privacy,
+            uplink: spec.compression.as_ref().map(|c| c.uplink),
+            adversary: (spec.adversary.as_ref()).map(|a| Adversaries {
+                attack: a.attack,
+                malicious: malicious_clients(spec, data_clients),
+            }),
+            robust: spec.aggregation,
         }
     }
 
-    /// A client's fresh update as it leaves the client: with client-level privacy, its changes from
-    /// `global` clipped to `bound` (the order's), noised from `noise` under the local mechanism
-    /// or with its share of the noise under the distributed one (the client's `privacy_noise`
-    /// stream of the job), and its weight made every client's.
-    /// Under DP-SGD, nothing changes: the note counts the vectors sent, each one local run's
-    /// outcome.
-    fn privatize(
+    /// Whether the server rewrites a round's updates before aggregating them
+    /// ([`JobContext::robust_round`]).
+    fn rewrites_rounds(&self) -> bool {
+        self.robust.is_some() || (self.adversary.as_ref()).is_some_and(|a| a.attack.is_crafted())
+    }
+
+    /// Whether `client` is one of the run's malicious clients.
+    fn is_malicious(&self, client: u32) -> bool {
+        (self.adversary.as_ref()).is_some_and(|a| a.malicious.binary_search(&client).is_ok())
+    }
+
+    /// Under a crafted attack or a robust rule, the round's fresh `updates` (in client order)
+    /// rewritten so that the algorithm's own aggregation makes the move they call for: the
+    /// malicious clients' vectors replaced by the attack crafted from the honest ones (ALIE,
+    /// IPM), then every update's change replaced by the robust rule's (one per sent vector;
+    /// FedEM: per component) with every client weighing the same. The algorithm's aggregation
+    /// then moves the global model as it would by a round of clients that all sent the rule's
+    /// change. Without either, nothing changes.
+    fn robust_round(&self, global: &A::Global, updates: &mut [(u32, A::Update)]) {
+        let crafted = (self.adversary.as_ref()).filter(|a| a.attack.is_crafted());
+        let (Some(hooks), true) = (
+            A::PRIVATE_UPDATES,
+            crafted.is_some() || self.robust.is_some(),
+        ) else {
+            return;
+        };
+        let n = updates.len();
+        // changes[i][j]: client i's change of sent vector j, in f64.
+        let mut changes: Vec<Vec<Vec<f64>>> = (updates.iter_mut())
+            .map(|(_, u)| {
+                (hooks.sent)(global, u)
+                    .iter()
+                    .map(|(b, s)| {
+                        b.iter()
+                            .zip(s.iter())
+                            .map(|(&b, &s)| s as f64 - b as f64)
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect();
+        let vectors = changes.first().map_or(0, Vec::len);
+        if let Some(adversary) = crafted {
+            let bad: Vec<bool> = updates.iter().map(|(c, _)| self.is_malicious(*c)).collect();
+            let malicious = bad.iter().filter(|&&b| b).count();
+            if malicious > 0 && malicious < n {
+                for j in 0..vectors {
+                    let honest: Vec<&[f64]> = (changes.iter().zip(&bad))
+                        .filter(|(_, &b)| !b)
+                        .map(|(c, _)| &c[j][..])
+                        .collect();
+                    let lie = adversary.attack.crafted(&honest, n, malicious);
+                    for (c, _) in changes.iter_mut().zip(&bad).filter(|(_, &b)| b) {
+                        c[j].clone_from(&lie);
+                    }
+                }
+            }
+        }
+        if let Some(rule) = &self.robust {
+            for j in 0..vectors {
+                let round: Vec<&[f64]> = changes.iter().map(|c| &c[j][..]).collect();
+                let combined = rule.combine(&round);
+                changes.iter_mut().for_each(|c| c[j].clone_from(&combined));
+            }
+        }
+        for ((_, u), change) in updates.iter_mut().zip(&changes) {
+            for ((base, sent), c) in (hooks.sent)(global, u).into_iter().zip(change) {
+                for ((s, &b), d) in sent.iter_mut().zip(base).zip(c) {
+                    *s = (b as f64 + d) as f32;
+                }
+            }
+            if self.robust.is_some() {
+                (hooks.equal_weight)(&self.algorithm, u);
+            }
+        }
+    }
+
+    /// A client's fresh update as it leaves the client, and the bytes it puts on the uplink
+    /// (`update_len` floats of 4 bytes each, or what compression makes of them). In order:
+    /// - a malicious client's own attack (`attack`: its `attack` stream of the job; crafted
+    ///   attacks are the server's, [`JobContext::robust_round`]);
+    /// - with client-level privacy, its changes from `global` clipped to `bound` (the
+    ///   order's), noised from `noise` under the local mechanism or with its share of the noise
+    ///   under the distributed one (the client's `privacy_noise` stream of the job);
+    /// - with `compression.uplink`, each sent vector's change (plus its part of `residual`
+    ///   under error feedback, which then keeps what was not sent) compressed, drawing from
+    ///   the client's `compression` stream of the job;
+    /// - with privacy, its weight made every client's.
+    ///
+    /// Under DP-SGD, privacy changes nothing here: the note counts the vectors sent, each one
+    /// local run's outcome.
+    fn prepare_upload(
         &self,
         global: &A::Global,
         update: &mut A::Update,
+        attack: Option<&mut ChaCha20Rng>,
         bound: Option<f64>,
         noise: Option<&mut ChaCha20Rng>,
-    ) -> PrivacyNote {
+        compression: Option<(&mut ChaCha20Rng, &mut Vec<f32>)>,
+    ) -> (PrivacyNote, u64) {
+        if let (Some(rng), Some(adversary), Some(hooks)) =
+            (attack, &self.adversary, A::PRIVATE_UPDATES)
+        {
+            for (base, sent) in (hooks.sent)(global, update) {
+                let mut change: Vec<f64> = base
+                    .iter()
+                    .zip(sent.iter())
+                    .map(|(&b, &s)| s as f64 - b as f64)
+                    .collect();
+                adversary.attack.own(&mut change, rng);
+                for ((s, &b), d) in sent.iter_mut().zip(base).zip(change) {
+                    *s = (b as f64 + d) as f32;
+                }
+            }
+        }
         let mut clipped = false;
         let mut dp_sgd_runs = 0;
         if let (Some(_), Some(hooks)) = (self.training.plan.dp_sgd, A::PRIVATE_UPDATES) {
@@ -540,12 +675,25 @@ impl<A: Algorithm> JobContext<A> {
                 let mut vectors: Vec<&mut [f32]> = sent.into_iter().map(|(_, v)| v).collect();
                 ClientLevelPrivacy::add_noise(&mut vectors, std, noise);
             }
+        }
+        // (bytes of the compressed vectors, floats they stood for)
+        let mut compressed = (0, 0);
+        if let (Some(uplink), Some(hooks)) = (&self.uplink, A::PRIVATE_UPDATES) {
+            let (rng, residual) = compression.expect("the client's compression stream");
+            let mut sent = (hooks.sent)(global, update);
+            let dense = sent.iter().map(|(b, _)| b.len()).sum();
+            compressed = (compress_changes(uplink, &mut sent, residual, rng), dense);
+        }
+        if let (Some(_), Some(hooks)) = (&self.privacy, A::PRIVATE_UPDATES) {
             (hooks.equal_weight)(&self.algorithm, update);
         }
-        PrivacyNote {
+        let floats = self.algorithm.update_len(update);
+        let bytes = compressed.0 + payload_bytes(floats.saturating_sub(compressed.1));
+        let note = PrivacyNote {
             clipped,
             dp_sgd_runs,
-        }
+        };
+        (note, bytes)
     }
 
     /// `value`, spilled if the run spills values of its size. Runs on the pool: a failed write
@@ -596,6 +744,14 @@ pub fn simulate(
         &spec.evaluation,
     )
     .map_err(SimError::Scenario)?;
+    crate::scenario::check_robust_counts(
+        spec.aggregation.as_ref(),
+        data.num_clients(),
+        spec.unseen_fraction,
+        &spec.sampling,
+    )
+    .map_err(SimError::Scenario)?;
+    let data = poisoned(spec, data)?;
     let placement = spec.training.device.resolve_here().map_err(|m| {
         SimError::Scenario(crate::spec::FieldError::new("training.device".into(), m))
     })?;
@@ -615,6 +771,27 @@ pub fn simulate(
             observer,
         })
         .map_err(SimError::Scenario)?
+}
+
+/// `data` with the malicious clients' training labels flipped, under a label-flipping
+/// adversary (resident data only: rows made on demand are made for each job, unpoisoned).
+fn poisoned(spec: &RunSpec, data: Arc<FederatedData>) -> Result<Arc<FederatedData>, SimError> {
+    if !(spec.adversary.as_ref()).is_some_and(|a| a.attack.poisons_data()) {
+        return Ok(data);
+    }
+    if !data.is_resident() {
+        return Err(SimError::Scenario(crate::spec::FieldError::new(
+            "adversary.attack".into(),
+            "`label_flip` flips the malicious clients' training labels in memory, and this \
+             data set makes its rows on demand; load it whole (no `on_demand`) or use another \
+             attack"
+                .into(),
+        )));
+    }
+    let malicious = malicious_clients(spec, data.num_clients());
+    let mut data = Arc::unwrap_or_clone(data);
+    data.flip_train_labels(&malicious);
+    Ok(Arc::new(data))
 }
 
 /// DP-SGD as `spec`'s run over `data` applies it (σ solved where it gives `target_epsilon`),
@@ -809,7 +986,10 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
             .map(|queue| queue as Arc<dyn cohort::Flush>);
         let start = vec![(HUB, HUB, Routed::Hub(ToServer::StartRound { round: 1 }))];
         // Each client's device is recorded when it first wakes.
-        run_world(world, start, Vec::new(), observer).await
+        // The malicious clients come first; each client's device is recorded when it first
+        // wakes.
+        let malicious = (jobs.adversary.as_ref()).map(|a| Record::Malicious(a.malicious.clone()));
+        run_world(world, start, malicious.into_iter().collect(), observer).await
     })
 }
 

@@ -53,6 +53,36 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
             None => outln!(),
         }
     }
+    if let Some(compression) = &s.run.compression {
+        let d = arch.num_params();
+        let (bytes, dense) = (compression.uplink.bytes(d), 4 * d as u64);
+        outln!(
+            "  uplink compression ({}): {bytes} bytes a model of {d} values against {dense} \
+             uncompressed ({:.1}× fewer){}",
+            serde_yaml::to_string(&compression.uplink)?
+                .trim()
+                .replace('\n', ", "),
+            dense as f64 / bytes as f64,
+            if compression.uplink.error_feedback() {
+                "; each client keeps a residual of the values it sends"
+            } else {
+                ""
+            }
+        );
+    }
+    if let Some(adversary) = &s.run.adversary {
+        let malicious = fedsim::actors::malicious_clients(&s.run, data.num_clients()).len();
+        outln!(
+            "  adversary: {malicious} malicious clients ({}); aggregation: {}",
+            serde_yaml::to_string(&adversary.attack)?
+                .trim()
+                .replace('\n', ", "),
+            match &s.run.aggregation {
+                Some(rule) => serde_yaml::to_string(rule)?.trim().replace('\n', ", "),
+                None => "the algorithm's weighted mean".into(),
+            }
+        );
+    }
     let privacy = s
         .run
         .privacy_for(data.num_clients())

@@ -422,6 +422,17 @@ impl FederatedData {
         self.clients[client].range(split).len()
     }
 
+    /// Replaces each label y of `clients`' training rows by C − 1 − y (a label-flipping
+    /// adversary's poisoned data). Resident data only.
+    pub fn flip_train_labels(&mut self, clients: &[u32]) {
+        assert!(self.is_resident(), "rows made on demand cannot be flipped");
+        let top = self.classes as i64 - 1;
+        for &c in clients {
+            let rows = self.clients[c as usize].range(Split::Train);
+            self.labels[rows].iter_mut().for_each(|y| *y = top - *y);
+        }
+    }
+
     /// Client `client`'s novel rows (empty when the data set has none).
     pub fn novel_view(&self, client: usize) -> SplitView<'_> {
         let r = self.novel.get(client).cloned().unwrap_or(0..0);

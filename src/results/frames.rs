@@ -232,6 +232,8 @@ pub fn clients_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFra
 #[derive(Clone, Debug, Default)]
 pub struct ClientsFileRows {
     rows: std::collections::BTreeMap<u32, ClientRow>,
+    /// Under `adversary:`, the malicious clients (sorted): the table then marks them.
+    malicious: Option<Vec<u32>>,
 }
 
 #[derive(Default, Clone, Debug)]
@@ -262,6 +264,7 @@ impl ClientsFileRows {
         let rows = &mut self.rows;
         match r {
             Record::Device(d) => rows.entry(d.client).or_default().device = Some(d.clone()),
+            Record::Malicious(m) => self.malicious = Some(m.clone()),
             Record::Job(j) => {
                 let row = rows.entry(j.client).or_default();
                 let k = OUTCOMES
@@ -310,6 +313,10 @@ impl ClientsFileRows {
             column("unseen", &rows, |(_, r)| r.last_eval.map(|e| e.3)),
             column("test_accuracy", &rows, |(_, r)| r.last_eval.map(|e| e.2)),
         ]);
+        if let Some(malicious) = &self.malicious {
+            let bad = |c: &u32| malicious.binary_search(c).is_ok();
+            columns.push(column("malicious", &rows, |(c, _)| bad(c)));
+        }
         DataFrame::new_infer_height(columns)
     }
 }
@@ -359,6 +366,8 @@ pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
             s.privacy.map(|p| p.noise_multiplier)
         }),
         column("epsilon", rows, |s| s.privacy.map(|p| p.epsilon)),
+        column("bytes_up", rows, |s| s.bytes.map(|b| b.0)),
+        column("bytes_down", rows, |s| s.bytes.map(|b| b.1)),
     ])
 }
 

@@ -105,7 +105,9 @@ pub struct MemoryTerm {
 /// - one job's batch plan: its shuffled passes over the smallest client's rows (8 bytes a row,
 ///   16 a batch);
 /// - the results kept of each evaluated client until the end (its row of `clients.parquet`
-///   and its last test evaluation; every other record is streamed to the files).
+///   and its last test evaluation; every other record is streamed to the files);
+/// - under compression with error feedback, the residuals of the first round's clients (a
+///   model's floats each).
 ///
 /// [`Capabilities::client_models`]: crate::algorithms::Capabilities::client_models
 pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<MemoryTerm> {
@@ -196,6 +198,26 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
                 run.algorithm.name()
             ),
             bytes: kept,
+        });
+    }
+    // Error feedback keeps, for each client that has compressed an update, what it has not
+    // sent yet: a float for each value it sends (one model here; FedEM's M components take M).
+    let feedback = (run.compression.as_ref()).is_some_and(|c| c.uplink.error_feedback());
+    let residuals = match run.training.spill.store_settings() {
+        _ if !feedback => 0.0,
+        Some((least, budget)) if params >= least as f64 => {
+            (first_round * 4.0 * params).min(budget as f64)
+        }
+        _ => first_round * 4.0 * params,
+    };
+    if residuals > 0.0 {
+        terms.push(MemoryTerm {
+            field: "compression.uplink.error_feedback",
+            what: format!(
+                "error feedback's residuals: a model's floats for each client that has \
+                 compressed, {first_round} of them in the first round"
+            ),
+            bytes: residuals,
         });
     }
     terms
@@ -391,6 +413,16 @@ mod tests {
                 ("evaluation.clients", 10.0 * per_client),
                 ("algorithm", 3.0 * 4.0 * 21.0),
             ]
+        );
+        // Error feedback keeps a model's floats for each of the first round's 3 clients.
+        let compressed = run_of(
+            "training: {local_steps: 10, batch_size: 3}\n\
+             compression: {uplink: {kind: sign, error_feedback: true}}\n",
+        );
+        let last = run_terms(&compressed, &shape).pop().unwrap();
+        assert_eq!(
+            (last.field, last.bytes),
+            ("compression.uplink.error_feedback", 3.0 * 4.0 * 21.0)
         );
         // Spilled, the kept models are not in memory.
         let spilled = run_of("training: {local_steps: 10, batch_size: 3, spill: always}\n");

@@ -107,6 +107,9 @@ pub struct Summary {
     /// With `privacy:`, σ and the ε the whole run spent (at the scenario's δ), as of its
     /// last round.
     pub privacy: Option<RoundPrivacy>,
+    /// Runs with a server: the bytes of every round, up (updates, and secure aggregation's
+    /// own) and down (models and the protocol's), as `rounds.parquet` counts them.
+    pub bytes: Option<(u64, u64)>,
 }
 
 /// What the summaries need of a run's records, gathered as they go past in event order, so a
@@ -123,6 +126,8 @@ pub struct SummaryInputs {
     novelty: Vec<NoveltyRecord>,
     /// The last round's privacy figures (runs with `privacy:`).
     privacy: Option<RoundPrivacy>,
+    /// Σ bytes up and down over the server's rounds (`None`: no round records).
+    bytes: Option<(u64, u64)>,
 }
 
 /// One group's evaluations (see [`SummaryInputs`]).
@@ -183,7 +188,14 @@ impl SummaryInputs {
             Record::Eval(e) => self.groups.entry((e.unseen, e.model)).or_default().see(e),
             Record::Diverged(d) if self.divergence.is_none() => self.divergence = Some(d.clone()),
             Record::EndedEarly(e) => self.ended_early = Some(e.clone()),
-            Record::Round(r) if r.privacy.is_some() => self.privacy = r.privacy,
+            Record::Round(r) => {
+                let (up, down) = self.bytes.get_or_insert((0, 0));
+                *up += r.bytes_up;
+                *down += r.bytes_down;
+                if r.privacy.is_some() {
+                    self.privacy = r.privacy;
+                }
+            }
             Record::Gossip(g) => {
                 let gossip = &mut self.gossip;
                 gossip.gap_sum += g.spectral_gap;
@@ -259,6 +271,7 @@ impl Summary {
                 s.novelty = super::NoveltyFigures::of_round(&inputs.novelty, unseen);
                 s.time_to_target_s = target_accuracy.and_then(|t| group.time_to(t));
                 s.privacy = inputs.privacy;
+                s.bytes = inputs.bytes;
                 (s.spectral_gap_mean, s.consensus_distance_final) = inputs.gossip_figures();
                 s
             })
@@ -307,6 +320,7 @@ impl Summary {
             ended_early: None,
             novelty: None,
             privacy: None,
+            bytes: None,
         }
     }
 }

@@ -99,6 +99,12 @@ pub struct RunSpec {
     pub privacy: Option<crate::privacy::PrivacySpec>,
     /// Secure aggregation's cost, paid by every synchronous round.
     pub secure_aggregation: Option<crate::system::secagg::SecAggSpec>,
+    /// How clients compress their updates before uploading them.
+    pub compression: Option<crate::compression::CompressionSpec>,
+    /// Which clients lie, and how.
+    pub adversary: Option<crate::robust::AdversarySpec>,
+    /// The server's robust rule, if not the algorithm's own mean.
+    pub aggregation: Option<crate::robust::RobustAggregation>,
 }
 
 impl RunSpec {
@@ -485,12 +491,20 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     validate_decentralized(&raw)?;
     validate_privacy(&raw, &sampling)?;
     validate_secure_aggregation(&raw)?;
+    validate_compression(&raw)?;
+    validate_robustness(&raw)?;
     training.plan.dp_sgd = (raw.privacy.as_ref())
         .and_then(PrivacySpec::sample_level)
         .map(|p| p.dp_sgd);
     // With a data set of known size, check the client counts now (else when it is loaded).
     if let Some(clients) = raw.data.num_clients() {
         check_client_counts(clients, unseen_fraction, &sampling, &evaluation)?;
+        check_robust_counts(
+            raw.aggregation.as_ref(),
+            clients,
+            unseen_fraction,
+            &sampling,
+        )?;
     }
     let resolved_yaml = serde_yaml::to_string(&raw).expect("a scenario always serialises");
     let content_hash = format!("{:x}", Sha256::digest(resolved_yaml.as_bytes()));
@@ -509,6 +523,9 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         on_divergence: raw.on_divergence,
         privacy: raw.privacy,
         secure_aggregation: raw.secure_aggregation,
+        compression: raw.compression,
+        adversary: raw.adversary,
+        aggregation: raw.aggregation,
     };
     Ok(Scenario {
         name: raw.name.clone(),
@@ -640,6 +657,145 @@ fn validate_secure_aggregation(raw: &RawScenario) -> Result<(), FieldError> {
              masked sum is over one round's clients"
                 .into(),
         );
+    }
+    Ok(())
+}
+
+/// `section` (compression, adversary, aggregation) acts on the updates clients send to a
+/// server, which the algorithm must declare ([`crate::algorithms::Algorithm::PRIVATE_UPDATES`]).
+fn sends_declared_updates(raw: &RawScenario, section: &str) -> Result<(), FieldError> {
+    if raw.topology.is_none() && raw.algorithm.takes_privacy() {
+        return Ok(());
+    }
+    Err(FieldError::new(
+        section.into(),
+        format!(
+            "acts on the updates clients send to a server; `{}` does not send updates it \
+             declares; use it with {}",
+            raw.algorithm.name(),
+            Registration::names_where(|c| c.private_updates)
+        ),
+    ))
+}
+
+/// Whether privacy noise is added after the clients (`central`, `dp_ftrl`, `distributed`),
+/// sized for a sum of updates clipped to C.
+fn noised_after_the_clients(raw: &RawScenario) -> bool {
+    (raw.privacy.as_ref()).is_some_and(|p| {
+        matches!(
+            p.mechanism,
+            Mechanism::Central | Mechanism::DpFtrl | Mechanism::Distributed
+        )
+    })
+}
+
+/// `compression:` holds for algorithms that declare what they send, with a server (peers
+/// gossip models, not updates), without secure aggregation (its masked sums are of dense
+/// vectors), and, where noise is added after the clients, only with compressors that keep a
+/// clipped update within its bound (the noise is sized for it).
+fn validate_compression(raw: &RawScenario) -> Result<(), FieldError> {
+    let Some(compression) = &raw.compression else {
+        return Ok(());
+    };
+    compression
+        .validate()
+        .map_err(|e| e.within("compression"))?;
+    sends_declared_updates(raw, "compression")?;
+    if raw.secure_aggregation.is_some() {
+        return Err(FieldError::new(
+            "compression".into(),
+            "cannot be combined with `secure_aggregation:`, whose masked sums are of dense \
+             vectors (quantized secure aggregation is not modelled); remove one of the two"
+                .into(),
+        ));
+    }
+    if noised_after_the_clients(raw) && !compression.uplink.keeps_norm_bound() {
+        return Err(FieldError::new(
+            "compression.uplink".into(),
+            "under `privacy` with noise added after the clients (`central`, `dp_ftrl`, \
+             `distributed`) an update must stay within its clipping bound, which only `top_k` \
+             and `sign` without error feedback guarantee; use one of them, or \
+             `mechanism: local` or `dp_sgd`"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `adversary:` and `aggregation:` hold for algorithms that declare what they send, with a
+/// server. A robust rule sees every update of a synchronous round apart, so it needs rounds
+/// without stale updates and refuses what sums updates unseen (secure aggregation) or noises
+/// their sum for a sum's sensitivity (central privacy). ALIE and IPM are crafted by the server
+/// from the round's honest updates: synchronous rounds without secure aggregation.
+fn validate_robustness(raw: &RawScenario) -> Result<(), FieldError> {
+    if let Some(adversary) = &raw.adversary {
+        sends_declared_updates(raw, "adversary")?;
+        adversary.validate().map_err(|e| e.within("adversary"))?;
+        if adversary.attack.is_crafted()
+            && (raw.policy.needs_stale_updates() || raw.secure_aggregation.is_some())
+        {
+            return Err(FieldError::new(
+                "adversary.attack".into(),
+                "ALIE and IPM are crafted from the honest updates of a synchronous round, which \
+                 the attackers are assumed to see: they need synchronous rounds without late \
+                 updates and without `secure_aggregation:` (use `sign_flip`, `gaussian` or \
+                 `scaled` there)"
+                    .into(),
+            ));
+        }
+    }
+    let Some(rule) = &raw.aggregation else {
+        return Ok(());
+    };
+    sends_declared_updates(raw, "aggregation")?;
+    rule.validate().map_err(|e| e.within("aggregation"))?;
+    let bad = |message: &str| Err(FieldError::new("aggregation".into(), message.into()));
+    if raw.policy.needs_stale_updates() {
+        return bad(
+            "a robust rule combines one synchronous round's fresh updates; it needs \
+             `policy: {kind: synchronous}` without late updates",
+        );
+    }
+    if raw.secure_aggregation.is_some() {
+        return bad(
+            "a robust rule needs every update apart, and secure aggregation shows the server \
+             only their sum; remove one of the two",
+        );
+    }
+    if noised_after_the_clients(raw) {
+        return bad(
+            "server-side privacy noise is sized for a sum of clipped updates, not for a robust \
+             rule's output; use `privacy.mechanism: local` or `dp_sgd` with it",
+        );
+    }
+    Ok(())
+}
+
+/// Krum and Bulyan need enough updates a round: refused, naming both fields, when the clients
+/// drawn each round are too few.
+pub fn check_robust_counts(
+    rule: Option<&crate::robust::RobustAggregation>,
+    clients: usize,
+    unseen_fraction: f64,
+    sampling: &Sampling,
+) -> Result<(), FieldError> {
+    let Some((least, why)) = rule.and_then(|r| r.least_updates()) else {
+        return Ok(());
+    };
+    if sampling.poisson_rate().is_some() {
+        return Ok(());
+    }
+    let participants = clients - (unseen_fraction * clients as f64).floor() as usize;
+    let per_round = sampling.per_round(participants);
+    if per_round < least {
+        return Err(FieldError::new(
+            "aggregation".into(),
+            format!(
+                "{why}, and `sampling` draws {per_round} a round from {participants} \
+                 participants; draw more (`sampling.fraction`) or tolerate fewer \
+                 (`aggregation.byzantine`)"
+            ),
+        ));
     }
     Ok(())
 }

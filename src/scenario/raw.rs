@@ -77,6 +77,20 @@ pub struct RawScenario {
     /// be removed aggregates nothing. Synchronous rounds only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secure_aggregation: Option<crate::system::secagg::SecAggSpec>,
+    /// Compressed updates: what each client does to its update before the uplink (top-k,
+    /// random-k, QSGD, scaled sign, uniform quantization; with or without error feedback),
+    /// and the exact bytes that then travel (they set the upload's simulated time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<crate::compression::CompressionSpec>,
+    /// Byzantine clients: a seeded share of the participants send an attack instead of their
+    /// honest update (sign flipping, Gaussian, scaled, ALIE, IPM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adversary: Option<crate::robust::AdversarySpec>,
+    /// A robust aggregation rule in place of the algorithm's weighted mean (coordinate-wise
+    /// median, trimmed mean, Krum, Bulyan, geometric median, centered clipping, norm
+    /// bounding), each client counting the same; FedEM: per component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregation: Option<crate::robust::RobustAggregation>,
     /// When a client, a peer or the server first sees NaN or infinite numbers: `stop` the run
     /// there (default) or `continue`. Either way `summary.csv` says the run diverged, and when.
     #[serde(default, skip_serializing_if = "OnDivergence::is_stop")]

@@ -188,7 +188,11 @@ pub fn markdown(rows: &[ReportRow]) -> String {
             let (mean, std) = r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
             let percent =
                 (m.starts_with("test_acc") && m != "test_acc_jain") || m.starts_with("novelty");
-            let k = if percent { 100.0 } else { 1.0 };
+            let k = match m {
+                _ if percent => 100.0,
+                "bytes_up" => 1e-6,
+                _ => 1.0,
+            };
             cells.push(if mean.is_nan() {
                 "–".into()
             } else if m == "test_acc_jain" || m == "spectral_gap_mean" {

@@ -21,7 +21,7 @@ const fn metric(column: &'static str, title: &'static str) -> ReportMetric {
 }
 
 /// The summary columns a report aggregates, in the order of its tables.
-pub const REPORT_METRICS: [ReportMetric; 14] = [
+pub const REPORT_METRICS: [ReportMetric; 15] = [
     metric("test_acc_mean", "accuracy"),
     metric("test_acc_bottom_decile", "bottom decile"),
     metric("test_acc_p10", "p10"),
@@ -33,6 +33,7 @@ pub const REPORT_METRICS: [ReportMetric; 14] = [
     metric("spectral_gap_mean", "spectral gap"),
     metric("consensus_distance_final", "consensus distance"),
     metric("sim_seconds", "simulated s"),
+    metric("bytes_up", "MB up"),
     metric("novelty_auroc", "novelty AUROC"),
     metric("novelty_ap", "novelty AP"),
     metric("novelty_max_f1", "novelty max-F1"),

@@ -168,6 +168,49 @@ fn describe_shows_the_data_and_its_bayes_ceiling() {
     assert!(out.status.success() && !text.contains("Bayes"), "{text}");
 }
 
+/// With `compression:` and `adversary:`, describe prints the bytes of a compressed model and
+/// how many clients are malicious.
+#[test]
+fn describe_says_what_compression_and_an_adversary_do() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = bin()
+        .arg("describe")
+        .arg(root.join("scenarios/quickstart.yaml"))
+        .args([
+            "--set",
+            "compression={uplink: {kind: sign, error_feedback: true}}",
+            "--set",
+            "adversary={fraction: 0.25, attack: {kind: alie}}",
+            "--set",
+            "aggregation={kind: median}",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |start: &str| text.lines().find(|l| l.contains(start)).unwrap_or_default();
+    let params: u64 = line("model: ")
+        .split("model: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the model's parameters");
+    let expected = format!(
+        "{} bytes a model of {params} values against {} uncompressed",
+        4 + params.div_ceil(8),
+        4 * params
+    );
+    assert!(line("uplink compression").contains(&expected), "{text}");
+    assert!(
+        line("adversary:").contains("25 malicious clients (kind: alie); aggregation: kind: median"),
+        "{text}"
+    );
+}
+
 /// With `privacy:`, describe prints σ and the ε the run will spend, and which neighbours that ε
 /// tells apart: K of N drawn (one client's data replaced) or Poisson participation (one client
 /// more or less).

@@ -1,8 +1,10 @@
 //! fedsim's integration tests: one binary, one module per concern.
 
+mod byzantine;
 mod cli;
 mod cohorts;
 mod common;
+mod compression;
 mod decentralized;
 mod determinism;
 mod divergence;

@@ -194,10 +194,11 @@ fn rounds_and_summary_report_the_noise_and_the_privacy_spent() {
         text.lines()
             .next()
             .unwrap()
-            .ends_with(",noise_multiplier,epsilon"),
+            .ends_with(",noise_multiplier,epsilon,bytes_up,bytes_down"),
         "{text}"
     );
-    assert!(text.lines().nth(1).unwrap().ends_with(",,"), "{text}");
+    let row: Vec<&str> = text.lines().nth(1).unwrap().split(',').collect();
+    assert!(row[row.len() - 4..row.len() - 2] == ["", ""], "{text}");
 }
 
 /// Local noise: each round's ε is the Gaussian mechanism's (no sampling) composed over the

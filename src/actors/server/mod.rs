@@ -521,7 +521,16 @@ impl<A: Algorithm> Core<A> {
         let next = if held.iter().all(|h| h.staleness == 0) && server_lr == 1.0 {
             let aggregated: Vec<u32> = held.iter().map(|h| h.client).collect();
             let within = held.iter().filter(|h| !h.clipped).count();
-            let updates = Updates::new(held.into_iter().map(|h| (h.client, h.update)).collect());
+            let mut updates =
+                Updates::new(held.into_iter().map(|h| (h.client, h.update)).collect());
+            if self.cfg.algorithm.rewrites_rounds() {
+                // Robust rules and crafted attacks need the round's updates all at once.
+                let mut all =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| updates.into_vec()))
+                        .map_err(failed)?;
+                self.cfg.algorithm.robust_round(&self.global, &mut all);
+                updates = Updates::from(all);
+            }
             // A spilled update that cannot be read back panics inside: the run's error.
             let aggregate = || self.alg().aggregate(&self.global, updates);
             let mut next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(aggregate))
@@ -752,7 +761,7 @@ impl<A: Algorithm> Core<A> {
         &mut self,
         now: SimTime,
         client: u32,
-        update: Option<(Stored<A::Update>, usize, PrivacyNote)>,
+        update: Option<(Stored<A::Update>, u64, PrivacyNote)>,
         compute: SimDuration,
     ) -> Result<Report<A>, SimError> {
         let job = self.take_job(client)?;
@@ -764,8 +773,8 @@ impl<A: Algorithm> Core<A> {
             let steps = note.dp_sgd_runs as u64 * plan.steps(rows);
             records.add(client, plan.dp_sampling_rate(rows), steps);
         }
-        let update = update.map(|(update, floats, _)| {
-            self.counts.bytes_up += payload_bytes(floats);
+        let update = update.map(|(update, bytes, _)| {
+            self.counts.bytes_up += bytes;
             update
         });
         let local =
@@ -816,12 +825,12 @@ impl<A: Algorithm> Server<A> {
             ToServer::Update {
                 client,
                 update,
-                floats,
+                bytes,
                 compute,
                 privacy,
                 ..
             } => {
-                let report = core.report(now, client, Some((update, floats, privacy)), compute)?;
+                let report = core.report(now, client, Some((update, bytes, privacy)), compute)?;
                 self.rounds.receive(core, report, &mut eff)?
             }
             ToServer::Done {
@@ -922,7 +931,7 @@ mod tests {
                 params: vec![value; 4],
                 weight: 10.0,
             }),
-            floats: 4,
+            bytes: 16,
             compute: SimDuration(1),
             privacy: PrivacyNote::default(),
         }
