@@ -564,7 +564,14 @@ impl<A: Algorithm> JobContext<A> {
     /// FedEM: per component) with every client weighing the same. The algorithm's aggregation
     /// then moves the global model as it would by a round of clients that all sent the rule's
     /// change. Without either, nothing changes.
-    fn robust_round(&self, global: &A::Global, updates: &mut [(u32, A::Update)]) {
+    /// `last` holds the rule's change of the previous round, per vector (empty before the
+    /// first), and is set to this round's.
+    fn robust_round(
+        &self,
+        global: &A::Global,
+        updates: &mut [(u32, A::Update)],
+        last: &mut Vec<Vec<f64>>,
+    ) {
         let crafted = (self.adversary.as_ref()).filter(|a| a.attack.is_crafted());
         let (Some(hooks), true) = (
             A::PRIVATE_UPDATES,
@@ -605,10 +612,11 @@ impl<A: Algorithm> JobContext<A> {
             }
         }
         if let Some(rule) = &self.robust {
-            for j in 0..vectors {
+            last.resize(vectors, Vec::new());
+            for (j, previous) in last.iter_mut().enumerate() {
                 let round: Vec<&[f64]> = changes.iter().map(|c| &c[j][..]).collect();
-                let combined = rule.combine(&round);
-                changes.iter_mut().for_each(|c| c[j].clone_from(&combined));
+                *previous = rule.combine(&round, previous);
+                changes.iter_mut().for_each(|c| c[j].clone_from(previous));
             }
         }
         for ((_, u), change) in updates.iter_mut().zip(&changes) {

@@ -286,8 +286,9 @@ pub enum RobustAggregation {
         #[serde(default = "default_smoothing")]
         smoothing: f64,
     },
-    /// Centered clipping (Karimireddy et al. 2021): from v = 0 (the global model), `iterations`
-    /// steps v ← v + mean_i clip(x_i − v, τ), clip scaling to L2 norm at most τ.
+    /// Centered clipping (Karimireddy et al. 2021): from v = the previous round's combined
+    /// change (0 in the first round), `iterations` steps v ← v + mean_i clip(x_i − v, τ), clip
+    /// scaling to L2 norm at most τ.
     CenteredClipping {
         /// τ.
         radius: f64,
@@ -365,9 +366,10 @@ impl RobustAggregation {
     }
 
     /// The change the global vector makes from the round's `changes` (one per client, in
-    /// client order, all of one length). A round with fewer changes than the rule needs
-    /// falls back to the coordinate-wise median.
-    pub fn combine(&self, changes: &[&[f64]]) -> Vec<f64> {
+    /// client order, all of one length); `previous` is the change this rule made the last time
+    /// (centered clipping starts from it; empty: none yet). A round with fewer changes than the
+    /// rule needs falls back to the coordinate-wise median.
+    pub fn combine(&self, changes: &[&[f64]], previous: &[f64]) -> Vec<f64> {
         let n = changes.len();
         assert!(n > 0, "a robust aggregation of no updates");
         let d = changes[0].len();
@@ -377,7 +379,7 @@ impl RobustAggregation {
                 .collect()
         };
         if self.least_updates().is_some_and(|(least, _)| n < least) {
-            return RobustAggregation::Median.combine(changes);
+            return RobustAggregation::Median.combine(changes, previous);
         }
         match *self {
             RobustAggregation::Median => coordinatewise(changes, |column| {
@@ -449,7 +451,11 @@ impl RobustAggregation {
                 z
             }
             RobustAggregation::CenteredClipping { radius, iterations } => {
-                let mut v = vec![0.0; d];
+                let mut v = if previous.len() == d {
+                    previous.to_vec()
+                } else {
+                    vec![0.0; d]
+                };
                 for _ in 0..iterations {
                     let mut step = vec![0.0; d];
                     for x in changes {
@@ -548,7 +554,7 @@ mod tests {
 
     fn combine(text: &str, changes: &[Vec<f64>]) -> Vec<f64> {
         let refs: Vec<&[f64]> = changes.iter().map(Vec::as_slice).collect();
-        rule(text).combine(&refs)
+        rule(text).combine(&refs, &[])
     }
 
     #[test]
@@ -605,6 +611,10 @@ mod tests {
         assert_eq!(cc, [1.25]);
         let cc2 = combine("{kind: centered_clipping, radius: 2, iterations: 2}", &x);
         assert!((cc2[0] - (1.25 + (3.0 * -0.25 + 2.0) / 4.0)).abs() < 1e-12);
+        // From the previous round's 1: (0 + 0 + 0 + 2) / 4 more.
+        let refs: Vec<&[f64]> = x.iter().map(Vec::as_slice).collect();
+        let from_last = rule("{kind: centered_clipping, radius: 2}").combine(&refs, &[1.0]);
+        assert_eq!(from_last, [1.5]);
     }
 
     #[test]

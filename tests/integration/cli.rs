@@ -1,6 +1,6 @@
 //! The `fedsim` binary: exit codes, messages, and no partial results on bad input.
 
-use crate::common::{bin, SMALL};
+use crate::common::{bin, stdout_of, SMALL};
 
 #[test]
 fn bad_inputs_exit_nonzero_and_leave_no_results() {
@@ -53,24 +53,18 @@ fn run_prints_a_summary_and_writes_files() {
     let file = tmp.path().join("s.yaml");
     std::fs::write(&file, SMALL).unwrap();
     let out_dir = tmp.path().join("out");
-    let out = bin()
-        .args([
-            "run",
-            file.to_str().unwrap(),
-            "--threads",
-            "2",
-            "--seed",
-            "3",
-            "--out",
-        ])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = stdout_of(
+        bin()
+            .args([
+                "run",
+                file.to_str().unwrap(),
+                "--threads",
+                "2",
+                "--seed",
+                "3",
+                "--out",
+            ])
+            .arg(&out_dir),
     );
     for needle in [
         "accuracy, weighted",
@@ -173,7 +167,8 @@ fn describe_shows_the_data_and_its_bayes_ceiling() {
 #[test]
 fn describe_says_what_compression_and_an_adversary_do() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = bin()
+    let mut describe = bin();
+    describe
         .arg("describe")
         .arg(root.join("scenarios/quickstart.yaml"))
         .args([
@@ -183,15 +178,8 @@ fn describe_says_what_compression_and_an_adversary_do() {
             "adversary={fraction: 0.25, attack: {kind: alie}}",
             "--set",
             "aggregation={kind: median}",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        ]);
+    let text = stdout_of(&mut describe);
     let line = |start: &str| text.lines().find(|l| l.contains(start)).unwrap_or_default();
     let params: u64 = line("model: ")
         .split("model: ")

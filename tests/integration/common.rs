@@ -47,6 +47,32 @@ pub fn bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_fedsim"))
 }
 
+/// What `command` prints on stdout; it must succeed (else its stderr is the failure).
+pub fn stdout_of(command: &mut std::process::Command) -> String {
+    let out = command.output().expect("the command starts");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A Parquet frame's column as f64 values (no nulls).
+pub fn f64_column(df: &polars::prelude::DataFrame, name: &str) -> Vec<f64> {
+    let column = df.column(name).unwrap().f64().unwrap();
+    column.into_no_null_iter().collect()
+}
+
+/// A Parquet frame's integer column as u64 values (no nulls).
+pub fn u64_column(df: &polars::prelude::DataFrame, name: &str) -> Vec<u64> {
+    let column = df
+        .column(name)
+        .unwrap()
+        .cast(&polars::prelude::DataType::UInt64);
+    column.unwrap().u64().unwrap().into_no_null_iter().collect()
+}
+
 /// A frame's column names, in order.
 pub fn column_names(df: &polars::prelude::DataFrame) -> Vec<String> {
     df.get_column_names()

@@ -4,7 +4,7 @@
 //! not, with local privacy) gives the same files with 1, 2 and 4 threads; what cannot work is
 //! refused with its field.
 
-use crate::common::{error, run_saving, SMALL};
+use crate::common::{error, f64_column as floats, run_saving, u64_column as counts, SMALL};
 use fedsim::compression::Compressor;
 use fedsim::results::{differing_files, read_parquet};
 use polars::prelude::DataFrame;
@@ -12,19 +12,6 @@ use std::path::Path;
 
 fn frame(dir: &Path, file: &str) -> DataFrame {
     read_parquet(&dir.join(file)).unwrap()
-}
-
-fn counts(df: &DataFrame, name: &str) -> Vec<u64> {
-    let column = df
-        .column(name)
-        .unwrap()
-        .cast(&polars::prelude::DataType::UInt64);
-    column.unwrap().u64().unwrap().into_no_null_iter().collect()
-}
-
-fn floats(df: &DataFrame, name: &str) -> Vec<f64> {
-    let column = df.column(name).unwrap().f64().unwrap();
-    column.into_no_null_iter().collect()
 }
 
 /// On a 1 Mbit/s uplink: each round's `bytes_up` is its updates times the compressor's bytes

@@ -3,7 +3,7 @@
 //! as it was when nobody drops, make a round aggregate nothing when too many drop, and give the
 //! same files with 1 and 4 threads; bad settings are refused with their field.
 
-use crate::common::{error, run_saving, SMALL};
+use crate::common::{error, f64_column as floats, run_saving, u64_column as counts, SMALL};
 use fedsim::results::{differing_files, read_parquet};
 
 const MODELS: &str = "models.safetensors";
@@ -12,23 +12,6 @@ use std::path::Path;
 
 fn rounds(dir: &Path) -> DataFrame {
     read_parquet(&dir.join("rounds.parquet")).unwrap()
-}
-
-fn floats(df: &DataFrame, name: &str) -> Vec<f64> {
-    df.column(name)
-        .unwrap()
-        .f64()
-        .unwrap()
-        .into_no_null_iter()
-        .collect()
-}
-
-fn counts(df: &DataFrame, name: &str) -> Vec<u64> {
-    let column = df
-        .column(name)
-        .unwrap()
-        .cast(&polars::prelude::DataType::UInt64);
-    column.unwrap().u64().unwrap().into_no_null_iter().collect()
 }
 
 /// With a network (latency and bandwidth) and nobody dropping: each round lasts its setup and

@@ -317,6 +317,9 @@ struct Core<A: Algorithm> {
     tree: Option<TreeAccountant>,
     /// Under distributed DP: the releases, each with the noise its sum carried.
     shares: Option<ShareAccountant>,
+    /// Under `aggregation:`, the robust rule's change of the last round, per sent vector
+    /// (centered clipping starts from it).
+    robust_last: Vec<Vec<f64>>,
 }
 
 pub(super) struct Server<A: Algorithm> {
@@ -350,6 +353,7 @@ impl<A: Algorithm> Server<A> {
                 shares: (cfg.algorithm.privacy.as_ref())
                     .filter(|p| p.noise_at == NoiseAt::Shares)
                     .map(|_| ShareAccountant::new()),
+                robust_last: Vec::new(),
                 cfg,
             },
         }
@@ -528,7 +532,10 @@ impl<A: Algorithm> Core<A> {
                 let mut all =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| updates.into_vec()))
                         .map_err(failed)?;
-                self.cfg.algorithm.robust_round(&self.global, &mut all);
+                let last = &mut self.robust_last;
+                self.cfg
+                    .algorithm
+                    .robust_round(&self.global, &mut all, last);
                 updates = Updates::from(all);
             }
             // A spilled update that cannot be read back panics inside: the run's error.
