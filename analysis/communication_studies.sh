@@ -8,13 +8,15 @@
 #   byzantine    20 % malicious clients: no attack, sign flipping, label flipping, Gaussian,
 #                ALIE, IPM × the mean, median, trimmed mean, Krum, Multi-Krum, Bulyan,
 #                geometric median, centered clipping, norm bounding (6.4 min)
-#   bash analysis/communication_studies.sh [STUDY ...]     (both by default)
+#   backdoor     a boosted or plain backdoor from 1 %, 5 % or 20 % of the clients × the mean,
+#                norm bounding, median, trimmed mean, Krum: accuracy and backdoor success
+#   bash analysis/communication_studies.sh [STUDY ...]     (all three by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
 fedsim=${FEDSIM:-target/release/fedsim}
 "$fedsim" data fetch mnist >/dev/null
-for study in ${@:-compression byzantine}; do
+for study in ${@:-compression byzantine backdoor}; do
   out=results/$study
   "$fedsim" sweep "scenarios/studies/$study.yaml" --jobs 2 --out "$out"
   "$fedsim" report "$out" | grep '^|' | tee "$out/table.md"

@@ -14,16 +14,24 @@ pub enum Split {
     Train,
     Val,
     Test,
+    /// A backdoor adversary's triggered test images (the client's test rows of other labels,
+    /// stamped and labelled with the target): accuracy there is the attack's success rate.
+    /// No client trains or is split on them.
+    Backdoor,
 }
 
 impl Split {
+    /// The splits a client's rows are dealt into.
     pub const ALL: [Split; 3] = [Split::Train, Split::Val, Split::Test];
+    /// The splits an evaluation measures where a client has rows in them.
+    pub const EVALUATED: [Split; 4] = [Split::Train, Split::Val, Split::Test, Split::Backdoor];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Split::Train => "train",
             Split::Val => "val",
             Split::Test => "test",
+            Split::Backdoor => "backdoor",
         }
     }
 }

@@ -461,9 +461,11 @@ impl<A: Algorithm> CohortQueue<A> {
         let cohort =
             std::mem::take(&mut *self.evaluations.lock().unwrap_or_else(|e| e.into_inner()));
         let data = &self.jobs.data;
+        let evaluated = self.jobs.evaluated;
         let rows = |job: &EvalJob<A>| {
-            Split::ALL
+            Split::EVALUATED
                 .into_iter()
+                .filter(|&s| crate::algorithms::is_measured(evaluated, s))
                 .map(|s| data.split_len(job.client as usize, s))
                 .sum::<usize>()
         };

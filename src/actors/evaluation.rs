@@ -82,6 +82,7 @@ mod tests {
             every: 5,
             clients,
             sample,
+            splits: crate::spec::EvaluatedSplits::ALL,
         }
     }
 

@@ -986,6 +986,7 @@ mod tests {
             ],
             truth: None,
             novel: Vec::new(),
+            backdoor: Vec::new(),
             on_demand: None,
             lead: 0,
         };

@@ -44,6 +44,7 @@ use crate::models::{
     InitialModels, LocalPlan, LocalWork, Objective, Predictor, Proximal, StackedBatch,
 };
 use crate::records::{ModelKind, NoveltyScores, Split};
+use crate::spec::EvaluatedSplits;
 use rand_chacha::ChaCha20Rng;
 use std::borrow::Cow;
 
@@ -207,6 +208,8 @@ pub struct LocalContext<'a> {
     pub round: u32,
     /// The learning rate of this round.
     pub lr: f64,
+    /// The splits an evaluation measures (`evaluation.splits`).
+    pub evaluated: EvaluatedSplits,
 }
 
 impl LocalContext<'_> {
@@ -290,12 +293,24 @@ impl LocalContext<'_> {
             .collect()
     }
 
-    /// This client's non-empty splits, in [`Split::ALL`] order.
+    /// The splits this client's evaluation measures: those the scenario asks for where the
+    /// client has rows, in [`Split::EVALUATED`] order.
     pub fn splits(&self) -> Vec<Split> {
-        Split::ALL
+        Split::EVALUATED
             .into_iter()
+            .filter(|&s| is_measured(self.evaluated, s))
             .filter(|&s| self.data.split_len(self.data_index, s) > 0)
             .collect()
+    }
+}
+
+/// Whether an evaluation with `splits` measures `split` (a backdoor's rows go with the test
+/// split, which is always measured).
+pub fn is_measured(splits: EvaluatedSplits, split: Split) -> bool {
+    match split {
+        Split::Train => splits.train,
+        Split::Val => splits.val,
+        Split::Test | Split::Backdoor => true,
     }
 }
 
@@ -889,6 +904,7 @@ pub(crate) mod testkit {
                 }],
                 truth: None,
                 novel: Vec::new(),
+                backdoor: Vec::new(),
                 on_demand: None,
                 lead: 0,
             };
@@ -922,6 +938,7 @@ pub(crate) mod testkit {
                 client: 0,
                 round: 1,
                 lr: self.training.lr,
+                evaluated: EvaluatedSplits::ALL,
             }
         }
     }

@@ -147,6 +147,7 @@ impl DatasetSettings for BlobsSpec {
             clients,
             truth: None,
             novel: Vec::new(),
+            backdoor: Vec::new(),
             on_demand: None,
             lead: 0,
         })

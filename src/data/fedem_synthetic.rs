@@ -531,6 +531,7 @@ impl FedemSyntheticSpec {
                 inputs: None,
             }),
             novel: Vec::new(),
+            backdoor: Vec::new(),
             on_demand: None,
             lead: 0,
         }

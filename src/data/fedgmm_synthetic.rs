@@ -179,6 +179,7 @@ impl FedgmmSyntheticSpec {
                 inputs: Some(laws.components),
             }),
             novel: novel_rows,
+            backdoor: Vec::new(),
             on_demand: None,
             lead: 0,
         }

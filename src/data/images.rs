@@ -651,6 +651,7 @@ impl Pool {
             clients: Vec::with_capacity(members.len()),
             truth: None,
             novel: Vec::new(),
+            backdoor: Vec::new(),
             on_demand: None,
             lead: 0,
         };

@@ -58,6 +58,7 @@ impl ClientShard {
             Split::Train => self.train.clone(),
             Split::Val => self.val.clone(),
             Split::Test => self.test.clone(),
+            Split::Backdoor => self.test.end..self.test.end,
         }
     }
 }
@@ -181,6 +182,9 @@ pub struct FederatedData {
     /// Per client, rows from a distribution no client trains on (novelty detection); empty
     /// for most data sets. They belong to no split.
     pub novel: Vec<Range<usize>>,
+    /// Per client, its [`Split::Backdoor`] rows (after every split's rows); empty without a
+    /// backdoor adversary.
+    pub backdoor: Vec<Range<usize>>,
     /// Clients whose rows are made when a job needs them; then `features`, `labels` and
     /// `clients` are empty and only [`FederatedData::rows_for`] gives rows.
     pub on_demand: Option<Arc<dyn OnDemandRows>>,
@@ -277,6 +281,7 @@ impl FederatedData {
             clients: Vec::new(),
             truth: None,
             novel: Vec::new(),
+            backdoor: Vec::new(),
             on_demand: Some(Arc::new(rows)),
             lead: 0,
         }
@@ -371,6 +376,7 @@ impl FederatedData {
                 clients: shards,
                 truth: None,
                 novel,
+                backdoor: Vec::new(),
                 on_demand: None,
                 lead,
             }),
@@ -383,9 +389,17 @@ impl FederatedData {
         self.on_demand.is_none()
     }
 
+    /// `client`'s rows of `split`, as indices into the buffers.
+    fn range(&self, client: usize, split: Split) -> Range<usize> {
+        match split {
+            Split::Backdoor => self.backdoor.get(client).cloned().unwrap_or(0..0),
+            split => self.clients[client].range(split),
+        }
+    }
+
     pub fn view(&self, client: usize, split: Split) -> SplitView<'_> {
         assert!(self.is_resident(), "rows made on demand: use rows_for");
-        let r = self.clients[client].range(split);
+        let r = self.range(client, split);
         let floats = self.lead + r.start * self.dim..self.lead + r.end * self.dim;
         SplitView {
             features: &self.features[floats],
@@ -407,7 +421,7 @@ impl FederatedData {
 
     /// Index of the first row of `client`'s `split` in [`FederatedData::all_rows`].
     pub fn first_row(&self, client: usize, split: Split) -> usize {
-        self.clients[client].range(split).start
+        self.range(client, split).start
     }
 
     pub fn split_len(&self, client: usize, split: Split) -> usize {
@@ -417,9 +431,10 @@ impl FederatedData {
                 Split::Train => s.train,
                 Split::Val => s.val,
                 Split::Test => s.test,
+                Split::Backdoor => 0,
             };
         }
-        self.clients[client].range(split).len()
+        self.range(client, split).len()
     }
 
     /// Replaces each label y of `clients`' training rows by C − 1 − y (a label-flipping

@@ -390,6 +390,7 @@ impl ParquetSpec {
             clients: Vec::with_capacity(clients),
             truth: None,
             novel: Vec::new(),
+            backdoor: Vec::new(),
             on_demand: None,
             lead: 0,
         };

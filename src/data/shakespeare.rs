@@ -148,6 +148,7 @@ impl ShakespeareSpec {
             clients: Vec::with_capacity(roles.len()),
             truth: None,
             novel: Vec::new(),
+            backdoor: Vec::new(),
             on_demand: None,
             lead: 0,
         };

@@ -260,6 +260,7 @@ impl SyntheticAbSpec {
             clients,
             truth: None,
             novel: Vec::new(),
+            backdoor: Vec::new(),
             on_demand: None,
             lead: 0,
         }

@@ -257,6 +257,7 @@ mod tests {
                 inputs: None,
             }),
             novel: Vec::new(),
+            backdoor: Vec::new(),
             on_demand: None,
             lead: 0,
         }

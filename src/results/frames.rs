@@ -323,7 +323,7 @@ impl ClientsFileRows {
 
 /// One row per run and evaluated model.
 pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
-    DataFrame::new_infer_height(vec![
+    let mut columns = vec![
         column("run_id", rows, |s| s.run_id.as_str()),
         column("name", rows, |s| s.name.as_str()),
         column("algorithm", rows, |s| s.algorithm.as_str()),
@@ -368,7 +368,12 @@ pub fn summary_frame(rows: &[Summary]) -> PolarsResult<DataFrame> {
         column("epsilon", rows, |s| s.privacy.map(|p| p.epsilon)),
         column("bytes_up", rows, |s| s.bytes.map(|b| b.0)),
         column("bytes_down", rows, |s| s.bytes.map(|b| b.1)),
-    ])
+    ];
+    // Runs under a backdoor adversary only.
+    if rows.iter().any(|s| s.backdoor_success.is_some()) {
+        columns.push(column("backdoor_success", rows, |s| s.backdoor_success));
+    }
+    DataFrame::new_infer_height(columns)
 }
 
 /// A column named `name` with one value per row: `value(row)`.

@@ -110,6 +110,10 @@ pub struct Summary {
     /// Runs with a server: the bytes of every round, up (updates, and secure aggregation's
     /// own) and down (models and the protocol's), as `rounds.parquet` counts them.
     pub bytes: Option<(u64, u64)>,
+    /// Under a backdoor adversary, the attack's success rate at the last evaluation: the share
+    /// of the clients' triggered test images of other labels classified as the target
+    /// (pooled over clients).
+    pub backdoor_success: Option<f64>,
 }
 
 /// What the summaries need of a run's records, gathered as they go past in event order, so a
@@ -137,6 +141,8 @@ struct GroupInputs {
     last: Vec<EvalRecord>,
     /// Per round: Σ accuracy·n, Σ n and the latest time, over test evaluations.
     by_round: BTreeMap<u32, (f64, f64, f64)>,
+    /// The latest round with backdoor evaluations: (round, Σ accuracy·n, Σ n).
+    backdoor: Option<(u32, f64, f64)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -149,6 +155,18 @@ struct GossipInputs {
 
 impl GroupInputs {
     fn see(&mut self, e: &EvalRecord) {
+        if e.split == Split::Backdoor {
+            let n = e.n_samples as f64;
+            match &mut self.backdoor {
+                Some((r, _, _)) if e.round < *r => {}
+                Some((r, hits, total)) if e.round == *r => {
+                    *hits += e.accuracy * n;
+                    *total += n;
+                }
+                _ => self.backdoor = Some((e.round, e.accuracy * n, n)),
+            }
+            return;
+        }
         if e.split != Split::Test {
             return;
         }
@@ -321,6 +339,10 @@ impl Summary {
             novelty: None,
             privacy: None,
             bytes: None,
+            backdoor_success: group
+                .backdoor
+                .filter(|&(_, _, n)| n > 0.0)
+                .map(|(_, hits, n)| hits / n),
         }
     }
 }

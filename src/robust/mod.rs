@@ -41,15 +41,11 @@ impl AdversarySpec {
         self.attack.validate().map_err(|e| e.within("attack"))
     }
 
-    /// The malicious clients among `participants` (sorted), drawn from `rng`.
-    pub fn draw(&self, participants: &[u32], rng: &mut impl Rng) -> Vec<u32> {
-        let k = (self.fraction * participants.len() as f64).floor() as usize;
-        let mut chosen: Vec<u32> = rand::seq::index::sample(rng, participants.len(), k)
-            .into_iter()
-            .map(|i| participants[i])
-            .collect();
-        chosen.sort_unstable();
-        chosen
+    /// The positions of the malicious clients among `participants` of them: ⌊fraction·N⌋
+    /// distinct positions drawn from `rng`, in draw order.
+    pub fn draw(&self, participants: usize, rng: &mut impl Rng) -> Vec<usize> {
+        let k = (self.fraction * participants as f64).floor() as usize;
+        rand::seq::index::sample(rng, participants, k).into_vec()
     }
 }
 
@@ -95,6 +91,80 @@ pub enum Attack {
     /// label y replaced by C − 1 − y (C classes); its validation and test rows keep theirs.
     /// Data held in memory only.
     LabelFlip,
+    /// A backdoor (Bagdasaryan et al. 2020; Sun et al. 2019): each malicious client stamps a
+    /// `trigger`×`trigger` square of `value` in the bottom-right corner of every channel of a
+    /// `poison` share of its training images (drawn from its `backdoor` stream), labels them
+    /// `target`, trains honestly on the rest, and sends `boost`·Δ (model replacement's
+    /// boosting; 1: none). Every client's test images of other labels, stamped, measure the
+    /// attack's success (`split: backdoor` in `metrics.parquet`, `backdoor_success` in
+    /// `summary.csv`). Image data held in memory only.
+    Backdoor(Backdoor),
+}
+
+/// The backdoor's settings ([`Attack::Backdoor`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Backdoor {
+    /// The label a triggered image gets: a class of the data set.
+    pub target: i64,
+    /// The side of the trigger's square, in pixels (at most the image's height and width).
+    #[serde(default = "default_trigger")]
+    pub trigger: usize,
+    /// The trigger's pixel value; default: the largest feature value of the data set (white).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f32>,
+    /// The share of a malicious client's training images it triggers, in (0, 1].
+    #[serde(default = "default_poison")]
+    pub poison: f64,
+    /// The factor on the malicious change, ≥ 1.
+    #[serde(default = "one")]
+    pub boost: f64,
+}
+
+fn default_trigger() -> usize {
+    4
+}
+fn default_poison() -> f64 {
+    0.5
+}
+
+impl Backdoor {
+    /// The trigger's value on `images` of `shape` (row-major, one after another): `value`, or
+    /// by default the smallest or largest value of `images`, whichever is farther from the
+    /// mean of the trigger's pixels over them (the larger on a tie).
+    pub fn value_on(&self, images: &[f32], shape: [usize; 3]) -> f32 {
+        if let Some(value) = self.value {
+            return value;
+        }
+        let dim: usize = shape.iter().product();
+        let mut mask = vec![0.0f32; dim];
+        self.stamp(&mut mask, shape, 1.0);
+        let lit: Vec<usize> = (0..dim).filter(|&i| mask[i] == 1.0).collect();
+        let (mut low, mut high, mut sum) = (f32::INFINITY, f32::NEG_INFINITY, 0.0f64);
+        for image in images.chunks_exact(dim) {
+            for &v in image {
+                (low, high) = (low.min(v), high.max(v));
+            }
+            sum += lit.iter().map(|&i| image[i] as f64).sum::<f64>();
+        }
+        let mean = sum / (lit.len() * (images.len() / dim)).max(1) as f64;
+        if high as f64 - mean >= mean - low as f64 {
+            high
+        } else {
+            low
+        }
+    }
+
+    /// Stamps the trigger on one image of `shape` (`[channels, height, width]`, row-major).
+    pub fn stamp(&self, image: &mut [f32], shape: [usize; 3], value: f32) {
+        let [channels, height, width] = shape;
+        for c in 0..channels {
+            for y in height - self.trigger..height {
+                let row = (c * height + y) * width;
+                image[row + width - self.trigger..row + width].fill(value);
+            }
+        }
+    }
 }
 
 fn one() -> f64 {
@@ -126,6 +196,17 @@ impl Attack {
             Attack::Ipm { epsilon } if !(epsilon > 0.0 && epsilon.is_finite()) => {
                 bad("epsilon", "a positive number", epsilon)
             }
+            Attack::Backdoor(b) if b.target < 0 => bad("target", "a class (≥ 0)", b.target as f64),
+            Attack::Backdoor(b) if b.trigger == 0 => bad("trigger", "at least 1 pixel", 0.0),
+            Attack::Backdoor(Backdoor { value: Some(v), .. }) if !v.is_finite() => {
+                bad("value", "a finite number", v as f64)
+            }
+            Attack::Backdoor(b) if !(b.poison > 0.0 && b.poison <= 1.0) => {
+                bad("poison", "in (0, 1]", b.poison)
+            }
+            Attack::Backdoor(b) if !(b.boost >= 1.0 && b.boost.is_finite()) => {
+                bad("boost", "a finite number ≥ 1", b.boost)
+            }
             _ => Ok(()),
         }
     }
@@ -138,15 +219,29 @@ impl Attack {
 
     /// Whether each malicious client rewrites its own change ([`Attack::own`]).
     pub fn is_own(&self) -> bool {
-        matches!(
-            self,
-            Attack::SignFlip { .. } | Attack::Gaussian { .. } | Attack::Scaled { .. }
-        )
+        match self {
+            Attack::SignFlip { .. } | Attack::Gaussian { .. } | Attack::Scaled { .. } => true,
+            Attack::Backdoor(b) => b.boost != 1.0,
+            Attack::Alie { .. } | Attack::Ipm { .. } | Attack::LabelFlip => false,
+        }
     }
 
-    /// Whether it poisons the malicious clients' training data (label flipping).
+    /// Whether it poisons the malicious clients' training data (label flipping, backdoor).
     pub fn poisons_data(&self) -> bool {
-        matches!(self, Attack::LabelFlip)
+        matches!(self, Attack::LabelFlip | Attack::Backdoor(_))
+    }
+
+    /// Its name in the scenario (`kind`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Attack::SignFlip { .. } => "sign_flip",
+            Attack::Gaussian { .. } => "gaussian",
+            Attack::Scaled { .. } => "scaled",
+            Attack::Alie { .. } => "alie",
+            Attack::Ipm { .. } => "ipm",
+            Attack::LabelFlip => "label_flip",
+            Attack::Backdoor(_) => "backdoor",
+        }
     }
 
     /// A malicious client's own attack on its change `delta` (one sent vector), drawing from
@@ -155,6 +250,7 @@ impl Attack {
         match *self {
             Attack::SignFlip { scale } => delta.iter_mut().for_each(|x| *x *= -scale),
             Attack::Scaled { factor } => delta.iter_mut().for_each(|x| *x *= factor),
+            Attack::Backdoor(Backdoor { boost, .. }) => delta.iter_mut().for_each(|x| *x *= boost),
             Attack::Gaussian { std } => delta
                 .iter_mut()
                 .for_each(|x| *x = std * rng.sample::<f64, _>(StandardNormal)),
@@ -637,6 +733,41 @@ mod tests {
         assert_eq!(d, [-2.0, 4.0]);
         Attack::Scaled { factor: 0.5 }.own(&mut d, &mut rng);
         assert_eq!(d, [-1.0, 2.0]);
+        let backdoor: Attack = serde_yaml::from_str("{kind: backdoor, target: 1}").unwrap();
+        assert!(
+            backdoor.poisons_data() && !backdoor.is_own(),
+            "no boost: honest updates"
+        );
+        let boosted: Attack =
+            serde_yaml::from_str("{kind: backdoor, target: 1, boost: 3}").unwrap();
+        assert!(boosted.is_own());
+        boosted.own(&mut d, &mut rng);
+        assert_eq!(d, [-3.0, 6.0]);
+        // A 2-pixel trigger on a 2×3×3 image: the bottom-right 2×2 of both channels.
+        let Attack::Backdoor(b) = boosted else {
+            unreachable!()
+        };
+        let mut image = vec![0.0f32; 18];
+        (Backdoor { trigger: 2, ..b }).stamp(&mut image, [2, 3, 3], 1.0);
+        let lit: Vec<usize> = (0..18).filter(|&i| image[i] == 1.0).collect();
+        assert_eq!(lit, [4, 5, 7, 8, 13, 14, 16, 17]);
+        // By default, the extreme farthest from the corners: two 1×2×2 images whose corner
+        // pixel (a 1-pixel trigger) holds 0.2 and 0.4, values in [0.1, 0.9]: mean 0.3, so 0.9;
+        // corners 0.8 and 0.9: 0.1.
+        let one = Backdoor { trigger: 1, ..b };
+        assert_eq!(
+            one.value_on(&[0.9, 0.5, 0.5, 0.2, 0.1, 0.5, 0.5, 0.4], [1, 2, 2]),
+            0.9
+        );
+        assert_eq!(
+            one.value_on(&[0.9, 0.5, 0.5, 0.8, 0.1, 0.5, 0.5, 0.9], [1, 2, 2]),
+            0.1
+        );
+        let set = Backdoor {
+            value: Some(-3.0),
+            ..one
+        };
+        assert_eq!(set.value_on(&[0.0; 4], [1, 2, 2]), -3.0);
         let honest: Vec<&[f64]> = vec![&[1.0, 0.0], &[3.0, 2.0]];
         // μ = (2, 1), σ = (1, 1).
         let ipm = Attack::Ipm { epsilon: 0.5 }.crafted(&honest, 3, 1);
@@ -663,5 +794,19 @@ mod tests {
         let adversary: AdversarySpec =
             serde_yaml::from_str("{fraction: 0.2, attack: {kind: gaussian, std: -1}}").unwrap();
         assert_eq!(adversary.validate().unwrap_err().path, "attack.std");
+        for (field, text) in [
+            ("target", "{target: -1}"),
+            ("trigger", "{target: 0, trigger: 0}"),
+            ("poison", "{target: 0, poison: 0}"),
+            ("boost", "{target: 0, boost: 0.5}"),
+        ] {
+            let attack = text.replace('{', "{kind: backdoor, ");
+            let adversary: AdversarySpec =
+                serde_yaml::from_str(&format!("{{fraction: 0.1, attack: {attack}}}")).unwrap();
+            assert_eq!(
+                adversary.validate().unwrap_err().path,
+                format!("attack.{field}")
+            );
+        }
     }
 }

@@ -21,7 +21,8 @@ use crate::privacy::{Accountant, Mechanism, PrivacySpec};
 use crate::spec::FieldError;
 use crate::spec::{check_client_counts, OnDivergence};
 use crate::spec::{
-    EvaluationPlan, PolicySpec, RawEvaluation, RawSampling, SampleSize, Sampling, Strategy,
+    EvaluatedSplits, EvaluationPlan, PolicySpec, RawEvaluation, RawSampling, SampleSize, Sampling,
+    Strategy,
 };
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
@@ -847,18 +848,21 @@ fn validate_decentralized(raw: &RawScenario) -> Result<(), FieldError> {
 
 /// The evaluation settings, from `eval_every` or `evaluation.every` (not both) and
 /// `evaluation`; leaves `raw` in its resolved form: `eval_every` always stated, `evaluation`
-/// only when it samples clients (so scenarios that do not are written as before).
+/// only when it samples clients or leaves splits out (so scenarios that do neither are written
+/// as before).
 fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, FieldError> {
     let section = raw.evaluation.take().unwrap_or_default();
     let plan = section.resolve(raw.eval_every)?;
     // The resolved scenario states the period at the top level, and a sample of the clients
     // (if any) under `evaluation`.
     raw.eval_every = Some(plan.every);
-    if !plan.clients.is_all() {
+    let all_splits = plan.splits == EvaluatedSplits::ALL;
+    if !plan.clients.is_all() || !all_splits {
         raw.evaluation = Some(RawEvaluation {
             every: None,
             clients: plan.clients,
             sample: plan.sample,
+            splits: (!all_splits).then(|| plan.splits.listed()),
         });
     }
     Ok(plan)

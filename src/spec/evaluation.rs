@@ -1,4 +1,5 @@
-//! `eval_every` and `evaluation:`: which rounds are evaluated, and on how many clients.
+//! `eval_every` and `evaluation:`: which rounds are evaluated, on how many clients, and on
+//! which of their splits.
 
 use super::FieldError;
 use serde::de::{self, Visitor};
@@ -117,22 +118,65 @@ pub enum EvalSample {
     Fresh,
 }
 
-/// When and on whom a run evaluates.
+/// A split an evaluation can measure (`evaluation.splits`).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum EvalSplit {
+    Train,
+    Val,
+    Test,
+}
+
+/// Which of the clients' splits an evaluation measures. The test split always: the summary,
+/// the reports and a sweep's check that a run finished read it. A backdoor's triggered test
+/// images are measured with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EvaluatedSplits {
+    pub train: bool,
+    pub val: bool,
+}
+
+impl EvaluatedSplits {
+    /// Every split (the default).
+    pub const ALL: EvaluatedSplits = EvaluatedSplits {
+        train: true,
+        val: true,
+    };
+
+    /// As the scenario lists them, in split order.
+    pub fn listed(&self) -> Vec<EvalSplit> {
+        let mut listed = Vec::new();
+        if self.train {
+            listed.push(EvalSplit::Train);
+        }
+        if self.val {
+            listed.push(EvalSplit::Val);
+        }
+        listed.push(EvalSplit::Test);
+        listed
+    }
+}
+
+/// When, on whom and on which splits a run evaluates.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EvaluationPlan {
     /// Evaluate after every this many rounds (and always after the last one).
     pub every: u32,
     pub clients: EvalClients,
     pub sample: EvalSample,
+    pub splits: EvaluatedSplits,
 }
 
 impl EvaluationPlan {
-    /// Every client after every `every` rounds.
+    /// Every client after every `every` rounds, on every split.
     pub fn all_every(every: u32) -> EvaluationPlan {
         EvaluationPlan {
             every,
             clients: EvalClients::All,
             sample: EvalSample::Fixed,
+            splits: EvaluatedSplits::ALL,
         }
     }
 
@@ -155,6 +199,12 @@ pub struct RawEvaluation {
     /// `fixed`: the same sample at every evaluation; `fresh`: a new one each time.
     #[serde(default)]
     pub sample: EvalSample,
+    /// The splits measured: any of `train`, `val` and `test`, with `test` among them (the
+    /// summary reads it). Default: all three, as every earlier run measured them (training
+    /// loss curves, and the paper reproductions' files unchanged); `[test]` pays only for what
+    /// the summary reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub splits: Option<Vec<EvalSplit>>,
 }
 
 impl RawEvaluation {
@@ -181,10 +231,36 @@ impl RawEvaluation {
         self.clients
             .check()
             .map_err(|m| FieldError::new("evaluation.clients".into(), m))?;
+        let splits = match &self.splits {
+            None => EvaluatedSplits::ALL,
+            Some(listed) => {
+                let bad = |message: &str| {
+                    Err(FieldError::new("evaluation.splits".into(), message.into()))
+                };
+                let mut sorted = listed.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                if sorted.len() != listed.len() {
+                    return bad("lists a split twice; list each of `train`, `val`, `test` once");
+                }
+                if !sorted.contains(&EvalSplit::Test) {
+                    return bad(
+                        "must include `test`: the summary, the reports and a sweep's check \
+                         that a run finished read the test split (e.g. `[test]` or \
+                         `[val, test]`)",
+                    );
+                }
+                EvaluatedSplits {
+                    train: sorted.contains(&EvalSplit::Train),
+                    val: sorted.contains(&EvalSplit::Val),
+                }
+            }
+        };
         Ok(EvaluationPlan {
             every,
             clients: self.clients,
             sample: self.sample,
+            splits,
         })
     }
 }

@@ -13,7 +13,9 @@ mod evaluation;
 mod policy;
 mod sampling;
 
-pub use evaluation::{EvalClients, EvalSample, EvaluationPlan, RawEvaluation};
+pub use evaluation::{
+    EvalClients, EvalSample, EvalSplit, EvaluatedSplits, EvaluationPlan, RawEvaluation,
+};
 pub use policy::{LateUpdates, PolicySpec};
 pub use sampling::{RawSampling, SampleSize, Sampling, Strategy};
 

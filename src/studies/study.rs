@@ -186,8 +186,9 @@ pub fn markdown(rows: &[ReportRow]) -> String {
                 continue;
             }
             let (mean, std) = r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
-            let percent =
-                (m.starts_with("test_acc") && m != "test_acc_jain") || m.starts_with("novelty");
+            let percent = (m.starts_with("test_acc") && m != "test_acc_jain")
+                || m.starts_with("novelty")
+                || m == "backdoor_success";
             let k = match m {
                 _ if percent => 100.0,
                 "bytes_up" => 1e-6,

@@ -21,7 +21,7 @@ const fn metric(column: &'static str, title: &'static str) -> ReportMetric {
 }
 
 /// The summary columns a report aggregates, in the order of its tables.
-pub const REPORT_METRICS: [ReportMetric; 15] = [
+pub const REPORT_METRICS: [ReportMetric; 16] = [
     metric("test_acc_mean", "accuracy"),
     metric("test_acc_bottom_decile", "bottom decile"),
     metric("test_acc_p10", "p10"),
@@ -34,6 +34,7 @@ pub const REPORT_METRICS: [ReportMetric; 15] = [
     metric("consensus_distance_final", "consensus distance"),
     metric("sim_seconds", "simulated s"),
     metric("bytes_up", "MB up"),
+    metric("backdoor_success", "backdoor success"),
     metric("novelty_auroc", "novelty AUROC"),
     metric("novelty_ap", "novelty AP"),
     metric("novelty_max_f1", "novelty max-F1"),

@@ -1,9 +1,11 @@
 //! Byzantine clients (`adversary:`) and robust aggregation (`aggregation:`): the malicious
 //! clients are a seeded set that `clients.csv` marks; a large sign flip wrecks FedAvg's mean
-//! and not the median; every attack and rule (FedEM per component included) gives the same
-//! files with 1, 2 and 4 threads; what cannot work is refused with its fields.
+//! and not the median; a boosted backdoor on MNIST takes FedAvg and not norm bounding, its
+//! success measured on every client's triggered test images; every attack and rule (FedEM per
+//! component included) gives the same files with 1, 2 and 4 threads; what cannot work is
+//! refused with its fields.
 
-use crate::common::{error, run_saving, SMALL};
+use crate::common::{bin, error, f64_column, run_saving, stdout_of, u64_column, SMALL};
 use fedsim::results::{differing_files, read_parquet};
 use std::path::Path;
 
@@ -46,6 +48,90 @@ fn sign_flipping_wrecks_the_mean_and_not_the_median() {
         plain.column("malicious").is_err(),
         "no column without `adversary:`"
     );
+}
+
+/// A tenth of MNIST over 100 clients, a linear model, 30 rounds of 20 clients.
+const MNIST_BACKDOOR: &str = "\
+name: mnist_backdoor
+seed: 1
+rounds: 30
+eval_every: 30
+data: {kind: mnist, partition: {kind: dirichlet, clients: 100, alpha: 0.4}, fraction: 0.1}
+split: {kind: fractions, train: 0.6, val: 0.0, test: 0.4}
+model: {kind: linear}
+algorithm: {name: fedavg}
+training: {local_epochs: 1, batch_size: 16, lr: 0.1}
+sampling: {fraction: 0.2}
+adversary: {fraction: 0.05, attack: {kind: backdoor, target: 0, boost: 10}}
+";
+
+/// Five of the 100 clients plant a 4-pixel backdoor (label 0) and boost their changes tenfold
+/// (model replacement): under FedAvg more than 80 % of the triggered test images of other
+/// digits are read as 0 (93 % when written); bounding every change's norm by 0.3 cuts that
+/// below 30 % (6.5 %). `backdoor_success` is the pooled accuracy of the `backdoor` rows of
+/// `metrics.parquet`, each client's stamped test images of other labels (about nine in ten
+/// of its test images). The norm-bounded run gives the same files with 1, 2 and 4 threads.
+#[test]
+fn a_boosted_backdoor_takes_fedavg_and_not_norm_bounding() {
+    let cache = crate::real_data::fetched("mnist");
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = tmp.path().join("backdoor.yaml");
+    std::fs::write(&scenario, MNIST_BACKDOOR).unwrap();
+    let run = |name: &str, threads: &str, extra: &[&str]| {
+        let dir = tmp.path().join(name);
+        let mut command = bin();
+        command.arg("run").arg(&scenario).arg("--out").arg(&dir);
+        command.args(["--quiet", "--threads", threads]);
+        extra.iter().for_each(|set| {
+            command.args(["--set", set]);
+        });
+        stdout_of(command.env("FEDSIM_DATA", &cache));
+        let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+        let mut lines = summary.lines();
+        let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let at = head.iter().position(|h| *h == "backdoor_success").unwrap();
+        (row[at].parse::<f64>().unwrap(), dir)
+    };
+    let (fedavg, dir) = run("fedavg", "2", &[]);
+    let bounded = ["aggregation={kind: norm_bounding, bound: 0.3}"];
+    let (norm_bounded, _) = run("bounded-1", "1", &bounded);
+    assert!(fedavg > 0.8, "FedAvg's backdoor success {fedavg}");
+    assert!(norm_bounded < 0.3, "norm bounding's {norm_bounded}");
+    for threads in ["2", "4"] {
+        let (_, other) = run(&format!("bounded-{threads}"), threads, &bounded);
+        let differ = differing_files(&tmp.path().join("bounded-1"), &other);
+        assert!(differ.is_empty(), "1 vs {threads} threads: {differ:?}");
+    }
+    // The success rate is the pooled accuracy on the last evaluation's backdoor rows.
+    let metrics = read_parquet(&dir.join("metrics.parquet")).unwrap();
+    let split = metrics.column("split").unwrap().str().unwrap();
+    let (n, accuracy) = (
+        u64_column(&metrics, "n_samples"),
+        f64_column(&metrics, "accuracy"),
+    );
+    let rows = |name: &str| {
+        (0..n.len())
+            .filter(|&i| split.get(i) == Some(name))
+            .collect::<Vec<_>>()
+    };
+    let (backdoor, test) = (rows("backdoor"), rows("test"));
+    assert_eq!(backdoor.len(), 100, "one backdoor row per client");
+    let total = |rows: &[usize]| rows.iter().map(|&i| n[i]).sum::<u64>() as f64;
+    let pooled = backdoor
+        .iter()
+        .map(|&i| accuracy[i] * n[i] as f64)
+        .sum::<f64>()
+        / total(&backdoor);
+    assert!((pooled - fedavg).abs() < 1e-12, "{pooled} vs {fedavg}");
+    let share = total(&backdoor) / total(&test);
+    assert!(
+        (0.85..0.95).contains(&share),
+        "test images of other digits: {share}"
+    );
+    let clients = read_parquet(&dir.join("clients.parquet")).unwrap();
+    let marked = clients.column("malicious").unwrap().bool().unwrap();
+    assert_eq!(marked.sum(), Some(5), "⌊0.05·100⌋ malicious clients");
 }
 
 /// Every attack against a rule that resists it, FedEM per component, and local privacy with
@@ -191,7 +277,27 @@ fn byzantine_settings_that_cannot_work_are_refused_with_their_fields() {
     };
     let e = fedsim::error_chain(&e);
     assert!(
-        e.contains("adversary.attack") && e.contains("`label_flip` flips"),
+        e.contains("adversary.attack") && e.contains("`label_flip` poisons"),
         "{e}"
     );
+    // When the run starts: a backdoor on data that are not images, and a fraction of the 24
+    // clients that is no client.
+    for (overrides, expected) in [
+        (
+            "adversary={fraction: 0.2, attack: {kind: backdoor, target: 0}}",
+            "`adversary.attack`: `backdoor` stamps a trigger on images, and this data set's \
+             rows are not images",
+        ),
+        (
+            "adversary={fraction: 0.01, attack: {kind: sign_flip}}",
+            "`adversary.fraction`: 0.01 of this run's participants is no client",
+        ),
+    ] {
+        let s = crate::common::scenario(SMALL, &[overrides]);
+        let Err(e) = fedsim::results::simulate_scenario(&s, 1, |_| {}) else {
+            panic!("{overrides} ran");
+        };
+        let e = fedsim::error_chain(&e);
+        assert!(e.contains(expected), "{overrides}: {e}");
+    }
 }

@@ -1,8 +1,9 @@
 //! Evaluation on a sample of the clients (`evaluation: {clients, every, sample}`): who is
-//! evaluated, that the summary is computed on them, and how bad settings are reported.
+//! evaluated, that the summary is computed on them, and how bad settings are reported; and on
+//! the splits asked for (`evaluation.splits`).
 
-use crate::common::{error, scenario, SMALL};
-use fedsim::records::Record;
+use crate::common::{error, run_saving, scenario, SMALL};
+use fedsim::records::{Record, Split};
 use fedsim::results::simulate_scenario;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -115,6 +116,47 @@ fn every_can_be_given_in_the_section_and_is_written_where_it_always_was() {
         .contains("evaluation:\n  clients: 5\n  sample: fixed\n"));
 }
 
+/// `evaluation.splits` leaves the other splits' evaluations out and changes nothing else: the
+/// records of `[test]` (and of `[val, test]`) are those of the run that measures every split,
+/// without the rows of the splits left out, alone and in cohorts. The setting is written into
+/// the resolved scenario, and its files are the same with 1 and 2 threads.
+#[test]
+fn only_the_splits_asked_for_are_measured() {
+    for cohorts in ["training.cohorts=off", "training.cohorts=always"] {
+        let all = run(&[cohorts]).records;
+        assert!(all
+            .iter()
+            .any(|r| matches!(r, Record::Eval(e) if e.split == Split::Train)));
+        for (splits, kept) in [
+            ("[test]", &[Split::Test][..]),
+            ("[val, test]", &[Split::Val, Split::Test][..]),
+        ] {
+            let asked = format!("evaluation={{splits: {splits}}}");
+            let measured = run(&[cohorts, &asked]).records;
+            let expected: Vec<Record> = (all.iter())
+                .filter(|r| !matches!(r, Record::Eval(e) if !kept.contains(&e.split)))
+                .cloned()
+                .collect();
+            assert!(measured == expected, "{cohorts} {splits}");
+        }
+    }
+    let test_only = scenario(SMALL, &["evaluation.splits=[test]"]);
+    assert!(
+        test_only
+            .resolved_yaml
+            .contains("evaluation:\n  sample: fixed\n  splits:\n  - test\n"),
+        "{}",
+        test_only.resolved_yaml
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    for threads in [1, 2] {
+        let dir = tmp.path().join(threads.to_string());
+        run_saving(SMALL, &["evaluation.splits=[test]"], threads, &dir);
+    }
+    let differ = fedsim::results::differing_files(&tmp.path().join("1"), &tmp.path().join("2"));
+    assert!(differ.is_empty(), "1 vs 2 threads: {differ:?}");
+}
+
 #[test]
 fn bad_evaluation_settings_name_the_field_and_what_is_allowed() {
     let both = error(SMALL, &["evaluation.every=3"]);
@@ -151,4 +193,22 @@ fn bad_evaluation_settings_name_the_field_and_what_is_allowed() {
         sample.contains("evaluation.sample") && sample.contains("fresh"),
         "{sample}"
     );
+    for (splits, says) in [
+        (
+            "[train, val]",
+            "field `evaluation.splits`: must include `test`: the summary",
+        ),
+        (
+            "[test, test]",
+            "field `evaluation.splits`: lists a split twice",
+        ),
+        (
+            "[test, backdoor]",
+            "field `evaluation.splits[1]`: unknown variant `backdoor`, expected one of `train`, \
+             `val`, `test`",
+        ),
+    ] {
+        let e = error(SMALL, &[&format!("evaluation.splits={splits}")]);
+        assert!(e.contains(says), "{splits}: {e}");
+    }
 }

@@ -414,6 +414,18 @@ fn test_cache() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-data")
 }
 
+/// The test cache, with the registry data set `name` fetched into it (once).
+pub(crate) fn fetched(name: &str) -> PathBuf {
+    let cache = test_cache();
+    let out = fedsim_with(&cache, &["data".as_ref(), "fetch".as_ref(), name.as_ref()]);
+    assert!(
+        out.status.success(),
+        "fetching {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cache
+}
+
 /// `fedsim ARGS` with the data cache `cache`.
 fn fedsim_with(cache: &Path, args: &[&std::ffi::OsStr]) -> std::process::Output {
     bin().args(args).env("FEDSIM_DATA", cache).output().unwrap()
