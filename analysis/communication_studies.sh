@@ -10,13 +10,16 @@
 #                geometric median, centered clipping, norm bounding (6.4 min)
 #   backdoor     a boosted or plain backdoor from 1 %, 5 % or 20 % of the clients × the mean,
 #                norm bounding, median, trimmed mean, Krum: accuracy and backdoor success
-#   bash analysis/communication_studies.sh [STUDY ...]     (all three by default)
+#                (2.0 min)
+#   alie_mlp     ALIE against the mean, median, trimmed mean and Krum in a setting like
+#                Baruch et al.'s: an MLP, 50 workers, one SGD step a round (12 min)
+#   bash analysis/communication_studies.sh [STUDY ...]     (all four by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
 fedsim=${FEDSIM:-target/release/fedsim}
 "$fedsim" data fetch mnist >/dev/null
-for study in ${@:-compression byzantine backdoor}; do
+for study in ${@:-compression byzantine backdoor alie_mlp}; do
   out=results/$study
   "$fedsim" sweep "scenarios/studies/$study.yaml" --jobs 2 --out "$out"
   "$fedsim" report "$out" | grep '^|' | tee "$out/table.md"
