@@ -13,14 +13,21 @@
 #                (2.0 min)
 #   alie_mlp     ALIE against the mean, median, trimmed mean and Krum in a setting like
 #                Baruch et al.'s: an MLP, 50 workers, one SGD step a round (12 min)
-#   bash analysis/communication_studies.sh [STUDY ...]     (all four by default)
+#   client_selection  uniform draws, power-of-choice and Oort on FedScale-format device and
+#                availability traces: time to 85 % (traces written into
+#                results/fedscale_traces/ first; 0.5 min)
+#   bash analysis/communication_studies.sh [STUDY ...]     (all five by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
 fedsim=${FEDSIM:-target/release/fedsim}
 "$fedsim" data fetch mnist >/dev/null
-for study in ${@:-compression byzantine backdoor alie_mlp}; do
+python3 scripts/dev/fedscale_large.py results/fedscale_traces 1000
+for study in ${@:-compression byzantine backdoor alie_mlp client_selection}; do
   out=results/$study
   "$fedsim" sweep "scenarios/studies/$study.yaml" --jobs 2 --out "$out"
   "$fedsim" report "$out" | grep '^|' | tee "$out/table.md"
+  if [ "$study" = client_selection ]; then
+    cp "$out/report/convergence_accuracy_time.png" analysis/figures/client_selection_time.png
+  fi
 done

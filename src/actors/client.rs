@@ -141,10 +141,13 @@ impl<A: Algorithm> Client<A> {
             state: self.kept().state.clone(),
             rng: self.seeds.rng(Entity::Client(self.id), "train", job),
         };
-        let jobs = self.jobs.clone();
+        let (jobs, client) = (self.jobs.clone(), self.id);
         // On the pool: checked, counted and spilled before the result waits for its time.
         let pending = self.dispatch.train(job, move |mut t| {
             let finite = t.update.is_finite() && t.state.is_finite();
+            let loss = upload
+                .then(|| jobs.starting_loss(client, &base, &mut t.update))
+                .flatten();
             // The residual read back (empty before the client's first compressed update).
             let mut compression = compression.map(|(rng, kept)| {
                 let residual = kept.map(|r| {
@@ -177,6 +180,7 @@ impl<A: Algorithm> Client<A> {
                 upload,
                 compute,
                 privacy,
+                loss,
             }))
         });
         self.awaited += 1;
@@ -205,6 +209,7 @@ impl<A: Algorithm> Client<A> {
             upload,
             compute,
             privacy,
+            loss,
             ..
         } = work;
         let kept = self.kept();
@@ -226,6 +231,7 @@ impl<A: Algorithm> Client<A> {
                 bytes,
                 compute,
                 privacy,
+                loss,
             }
         } else {
             ToServer::Done {
@@ -467,6 +473,7 @@ mod tests {
             compute: SimDuration(7),
             finite,
             privacy: PrivacyNote::default(),
+            loss: None,
         })
     }
 

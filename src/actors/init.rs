@@ -90,6 +90,7 @@ impl SimInit {
             )));
         }
         let global = self.initial_global(&algorithm, spec)?;
+        check_reported_loss::<A>(spec, &global)?;
         let sample_privacy = self.sample_privacy::<A>(spec, &global)?.map(|(p, _)| p);
         let solved;
         let spec = match sample_privacy {
@@ -175,6 +176,27 @@ impl SimInit {
         .map_err(|e| SimError::Scenario(e.within("privacy")))?;
         Ok(resolved.map(|p| (p, runs)))
     }
+}
+
+/// A loss-guided `sampling.strategy` needs clients to report the loss of the model they start
+/// from: one vector an update moves ([`Algorithm::PRIVATE_UPDATES`]), not a mixture's several.
+fn check_reported_loss<A: Algorithm>(spec: &RunSpec, global: &A::Global) -> Result<(), SimError> {
+    if !spec.sampling.strategy.uses_feedback() {
+        return Ok(());
+    }
+    let vectors = A::PRIVATE_UPDATES.map_or(0, |hooks| (hooks.global)(&mut global.clone()).len());
+    if vectors == 1 {
+        return Ok(());
+    }
+    Err(SimError::Scenario(crate::spec::FieldError::new(
+        "sampling.strategy".into(),
+        format!(
+            "a loss-guided strategy ranks clients by the loss of the one model they start \
+             from, and this algorithm's server sends {vectors} models (a mixture's components \
+             have no loss of their own); use `uniform`, `weighted` or `poisson`, or an \
+             algorithm with one global model"
+        ),
+    )))
 }
 
 /// An error of `model.init`'s file, at the field that names it.

@@ -49,6 +49,7 @@ use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use client::Client;
 use rand_chacha::ChaCha20Rng;
+use sampling::ReportedLoss;
 use server::Server;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -185,6 +186,8 @@ pub enum ToServer<A: Algorithm> {
         bytes: u64,
         compute: SimDuration,
         privacy: PrivacyNote,
+        /// Under a loss-guided strategy, the loss of the model it started from.
+        loss: Option<ReportedLoss>,
     },
     /// A client that was not asked to upload has finished training.
     Done {
@@ -249,6 +252,9 @@ pub struct FinishedWork<A: Algorithm> {
     /// Whether the update and the state hold only finite numbers (checked on the pool).
     pub finite: bool,
     pub privacy: PrivacyNote,
+    /// Under a loss-guided strategy, the loss of the model the job started from on the
+    /// client's training rows (measured on the pool).
+    pub loss: Option<ReportedLoss>,
 }
 
 /// What privacy tells the server about an update besides the update itself.
@@ -527,6 +533,8 @@ pub(crate) struct JobContext<A: Algorithm> {
     robust: Option<RobustAggregation>,
     /// The splits an evaluation measures (`evaluation.splits`).
     evaluated: EvaluatedSplits,
+    /// Clients report the loss of the model they start from (`sampling.strategy` reads it).
+    reports_loss: bool,
 }
 
 impl<A: Algorithm> JobContext<A> {
@@ -559,7 +567,28 @@ impl<A: Algorithm> JobContext<A> {
             }),
             robust: spec.aggregation,
             evaluated: spec.evaluation.splits,
+            reports_loss: spec.sampling.strategy.uses_feedback(),
         }
+    }
+
+    /// Where clients report their loss, the loss of the model `client`'s job started from
+    /// (the global vector `update` moves from) on its training rows; `None` where they do not.
+    /// Runs on the pool.
+    fn starting_loss(
+        &self,
+        client: u32,
+        global: &A::Global,
+        update: &mut A::Update,
+    ) -> Option<ReportedLoss> {
+        let hooks = A::PRIVATE_UPDATES.filter(|_| self.reports_loss)?;
+        let sent = (hooks.sent)(global, update);
+        let [(base, _)] = &sent[..] else {
+            panic!("a loss-guided strategy runs only with algorithms that send one vector");
+        };
+        let rows = self.data.rows_for(&[client]);
+        let view = rows.data().view(rows.index(0), Split::Train);
+        let losses = crate::models::sample_losses(&self.arch, &[base.to_vec()], view);
+        Some(ReportedLoss::of(&losses[0]))
     }
 
     /// Whether the server rewrites a round's updates before aggregating them

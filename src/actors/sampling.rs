@@ -1,9 +1,83 @@
 //! Client selection for a round, drawn from the server's seeded stream (the settings are
-//! [`crate::spec::Sampling`]).
+//! [`crate::spec::Sampling`]). Loss-guided strategies (power-of-choice, Oort) read only
+//! [`Feedback`]: what clients reported with updates that have reached the server, never what a
+//! client would report if asked now.
 
-use crate::spec::{Sampling, Strategy};
+use crate::sim::SimDuration;
+use crate::spec::{Oort, Sampling, Strategy};
 use rand::distributions::{Distribution, WeightedIndex};
 use rand::Rng;
+use std::collections::BTreeMap;
+
+/// The per-row losses of the model a client started a job from, on its training rows (its
+/// F_k(w) when it trained), summarised: what it reports with its update under a loss-guided
+/// strategy.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReportedLoss {
+    pub rows: usize,
+    /// Σ ℓ / n, in f64 in row order.
+    pub mean: f64,
+    /// Σ ℓ² / n.
+    pub mean_square: f64,
+}
+
+impl ReportedLoss {
+    pub fn of(losses: &[f32]) -> Self {
+        let n = losses.len().max(1) as f64;
+        ReportedLoss {
+            rows: losses.len(),
+            mean: losses.iter().map(|&l| l as f64).sum::<f64>() / n,
+            mean_square: losses.iter().map(|&l| (l as f64).powi(2)).sum::<f64>() / n,
+        }
+    }
+
+    /// Oort's statistical utility |B|·√(Σ ℓ² / |B|).
+    pub fn utility(&self) -> f64 {
+        self.rows as f64 * self.mean_square.sqrt()
+    }
+}
+
+/// What the server last heard from a client: the loss its update reported, how long its job
+/// took (sent to update received, on the server's clock) and the round it was sent for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Heard {
+    pub loss: ReportedLoss,
+    pub duration: SimDuration,
+    pub round: u32,
+}
+
+/// What the server has heard from each client so far, by client.
+#[derive(Debug, Default)]
+pub struct Feedback {
+    heard: BTreeMap<u32, Heard>,
+}
+
+impl Feedback {
+    /// Nothing heard yet.
+    pub const EMPTY: Feedback = Feedback {
+        heard: BTreeMap::new(),
+    };
+
+    pub fn hear(&mut self, client: u32, heard: Heard) {
+        self.heard.insert(client, heard);
+    }
+
+    pub fn get(&self, client: u32) -> Option<&Heard> {
+        self.heard.get(&client)
+    }
+
+    /// Oort's preferred round duration T: the `percentile` of the durations heard (`None`:
+    /// at 100, or before any, no client is slower than preferred).
+    fn preferred_duration(&self, percentile: f64) -> Option<SimDuration> {
+        if percentile >= 100.0 || self.heard.is_empty() {
+            return None;
+        }
+        let mut durations: Vec<SimDuration> = self.heard.values().map(|h| h.duration).collect();
+        durations.sort_unstable();
+        let at = ((durations.len() as f64 * percentile / 100.0) as usize).min(durations.len() - 1);
+        Some(durations[at])
+    }
+}
 
 /// The clients a draw chooses from, in id order: the draw picks positions, so the same
 /// positions give the same clients however the list is held.
@@ -87,14 +161,16 @@ impl Candidates for AllBut<'_> {
 }
 
 impl Sampling {
-    /// `count` of the `candidates` (or all of them, if there are no more), sorted by id.
-    /// `weight` gives n_t for the weighted strategy. A uniform draw reads only the candidates
-    /// it draws, so it costs what the round draws, whatever the population.
+    /// `count` of the `candidates` (or all of them, if there are no more), sorted by id, for
+    /// round `round`. `weight` gives n_t for the weighted strategies; `feedback` is what the
+    /// loss-guided ones read. A uniform draw reads only the candidates it draws, so it costs
+    /// what the round draws, whatever the population.
     pub fn select(
         &self,
         candidates: &(impl Candidates + ?Sized),
         count: usize,
         weight: impl Fn(u32) -> f64,
+        (feedback, round): (&Feedback, u32),
         rng: &mut impl Rng,
     ) -> Vec<u32> {
         let n = candidates.len();
@@ -129,12 +205,133 @@ impl Sampling {
                     .map(|ix| ix.into_iter().map(|i| candidates[i]).collect())
                     .unwrap_or_default()
             }
+            Strategy::PowerOfChoice => {
+                let d = self.candidates_for(count, n);
+                power_of_choice(&candidates.to_vec(), count, d, weight, feedback, rng)
+            }
+            Strategy::Oort => oort(
+                &self.oort,
+                &candidates.to_vec(),
+                count,
+                weight,
+                (feedback, round),
+                rng,
+            ),
             Strategy::Poisson => unreachable!("drawn above"),
         };
         chosen.sort_unstable();
         chosen.dedup();
         chosen
     }
+}
+
+/// `count` of `candidates` drawn without replacement with probability proportional to
+/// `weight` (positive), in draw order.
+fn weighted_draw(
+    candidates: &[u32],
+    weight: impl Fn(u32) -> f64,
+    count: usize,
+    rng: &mut impl Rng,
+) -> Vec<u32> {
+    let weight = |i: usize| weight(candidates[i]).max(f64::MIN_POSITIVE);
+    rand::seq::index::sample_weighted(rng, candidates.len(), weight, count)
+        .map(|ix| ix.into_iter().map(|i| candidates[i]).collect())
+        .unwrap_or_default()
+}
+
+/// Power-of-choice in its rpow-d form (Cho, Wang and Joshi 2022): `d` candidates drawn by
+/// `weight` (n_t), of which the `count` with the highest loss last heard are chosen; a
+/// candidate not heard from yet ranks above every one heard from (its loss is unknown, so
+/// taken as the highest), ties go to the lower id.
+fn power_of_choice(
+    candidates: &[u32],
+    count: usize,
+    d: usize,
+    weight: impl Fn(u32) -> f64,
+    feedback: &Feedback,
+    rng: &mut impl Rng,
+) -> Vec<u32> {
+    let mut drawn = weighted_draw(candidates, weight, d, rng);
+    let loss = |c: u32| feedback.get(c).map_or(f64::INFINITY, |h| h.loss.mean);
+    drawn.sort_by(|&a, &b| loss(b).total_cmp(&loss(a)).then(a.cmp(&b)));
+    drawn.truncate(count);
+    drawn
+}
+
+/// Oort's training selection (Lai et al. 2021, Algorithm 1, as FedScale implements it; see
+/// [`crate::spec::Oort`] for the settings). Of the `count` clients:
+/// - about (1 − ε)·`count` are exploited among the candidates heard from. Each scores its
+///   utility (clipped at the `clip_quantile` of those heard, scaled to [0, 1]) plus
+///   √(0.1·ln R / r), r the round it was last sent for and R this `round`, times
+///   (T / its duration)^α if it was slower than the preferred duration T. They are drawn by
+///   score among those within `cutoff` of the last score a plain ranking would take;
+/// - the rest are explored: drawn by `weight` (n_t) among the `sample_window` times as many
+///   largest candidates not heard from yet (FedScale ranks them by size too);
+/// - where one group runs short, the other fills the round.
+fn oort(
+    settings: &Oort,
+    candidates: &[u32],
+    count: usize,
+    weight: impl Fn(u32) -> f64,
+    (feedback, round): (&Feedback, u32),
+    rng: &mut impl Rng,
+) -> Vec<u32> {
+    let (heard, unheard): (Vec<u32>, Vec<u32>) =
+        candidates.iter().partition(|&&c| feedback.get(c).is_some());
+    let explore_share = (count as f64 * settings.exploration_at(round)).floor() as usize;
+    let explore = unheard
+        .len()
+        .min(count - (count - explore_share).min(heard.len()));
+    let exploit = (count - explore).min(heard.len());
+    let mut chosen = exploit_scored(settings, &heard, exploit, (feedback, round), rng);
+    // Exploration: the largest first, drawn by size within the window.
+    let mut unheard = unheard;
+    unheard.sort_by(|&a, &b| weight(b).total_cmp(&weight(a)).then(a.cmp(&b)));
+    let window = ((settings.sample_window * explore as f64).ceil() as usize).min(unheard.len());
+    chosen.extend(weighted_draw(&unheard[..window], weight, explore, rng));
+    chosen
+}
+
+/// Oort's exploitation: `count` of the `heard` candidates, drawn by score (see [`oort`]).
+fn exploit_scored(
+    settings: &Oort,
+    heard: &[u32],
+    count: usize,
+    (feedback, round): (&Feedback, u32),
+    rng: &mut impl Rng,
+) -> Vec<u32> {
+    if count == 0 {
+        return Vec::new();
+    }
+    let known = |c: u32| feedback.get(c).expect("a candidate heard from");
+    let mut utilities: Vec<f64> = heard.iter().map(|&c| known(c).loss.utility()).collect();
+    utilities.sort_by(f64::total_cmp);
+    let last = utilities.len() - 1;
+    let clip = utilities[((utilities.len() as f64 * settings.clip_quantile) as usize).min(last)];
+    let low = utilities[0] * 0.999;
+    let range = (utilities[last] - low).max(1e-4);
+    let preferred = feedback.preferred_duration(settings.preferred_percentile);
+    let score = |c: u32| {
+        let h = known(c);
+        let staleness = (0.1 * (round as f64).ln() / h.round.max(1) as f64).sqrt();
+        let score = (h.loss.utility().min(clip) - low) / range + staleness;
+        match preferred {
+            Some(t) if h.duration > t => {
+                score * (t.0 as f64 / h.duration.0 as f64).powf(settings.penalty)
+            }
+            _ => score,
+        }
+    };
+    let mut scored: Vec<(u32, f64)> = heard.iter().map(|&c| (c, score(c))).collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let cut = scored[count - 1].1 * settings.cutoff;
+    let admitted: Vec<u32> = scored
+        .iter()
+        .take_while(|(_, s)| *s >= cut)
+        .map(|&(c, _)| c)
+        .collect();
+    let score_of: BTreeMap<u32, f64> = scored.into_iter().collect();
+    weighted_draw(&admitted, |c| score_of[&c], count, rng)
 }
 
 /// Each candidate independently with probability `rate`, in id order. The gaps between the
@@ -168,6 +365,8 @@ mod tests {
     use crate::spec::SampleSize;
     use rand::SeedableRng;
 
+    const NOTHING: (&Feedback, u32) = (&Feedback::EMPTY, 1);
+
     #[test]
     fn counts_and_sorted_unique_choice() {
         let frac = |f| Sampling::uniform(SampleSize::Fraction(f));
@@ -185,12 +384,12 @@ mod tests {
         assert_eq!(over.to_select(5), 2);
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
         let all: Vec<u32> = (0..50).collect();
-        let s = frac(0.2).select(all.as_slice(), 10, |_| 1.0, &mut rng);
+        let s = frac(0.2).select(all.as_slice(), 10, |_| 1.0, NOTHING, &mut rng);
         assert_eq!(s.len(), 10);
         assert!(s.windows(2).all(|w| w[0] < w[1]));
         assert!(s.iter().all(|&c| c < 50));
         assert_eq!(
-            frac(0.2).select([4, 9].as_slice(), 10, |_| 1.0, &mut rng),
+            frac(0.2).select([4, 9].as_slice(), 10, |_| 1.0, NOTHING, &mut rng),
             vec![4, 9]
         );
     }
@@ -220,8 +419,8 @@ mod tests {
                 let mut a = rand_chacha::ChaCha20Rng::seed_from_u64(count as u64);
                 let mut b = a.clone();
                 assert_eq!(
-                    s.select(&view, count, weight, &mut a),
-                    s.select(copied.as_slice(), count, weight, &mut b)
+                    s.select(&view, count, weight, NOTHING, &mut a),
+                    s.select(copied.as_slice(), count, weight, NOTHING, &mut b)
                 );
             }
         }
@@ -240,17 +439,17 @@ mod tests {
         let all: Vec<u32> = (0..2000).collect();
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
         assert_eq!(
-            poisson(1.0).select(all.as_slice(), 0, |_| 1.0, &mut rng),
+            poisson(1.0).select(all.as_slice(), 0, |_| 1.0, NOTHING, &mut rng),
             all
         );
         let s = poisson(0.1);
         let mut hits = vec![0u32; 2000];
         for _ in 0..200 {
             let again = rng.clone();
-            let round = s.select(all.as_slice(), 0, |_| 1.0, &mut rng);
+            let round = s.select(all.as_slice(), 0, |_| 1.0, NOTHING, &mut rng);
             assert_eq!(
                 round,
-                s.select(all.as_slice(), 0, |_| 1.0, &mut again.clone())
+                s.select(all.as_slice(), 0, |_| 1.0, NOTHING, &mut again.clone())
             );
             assert!(round.windows(2).all(|w| w[0] < w[1]));
             assert!(
@@ -266,9 +465,14 @@ mod tests {
         assert!((first as f64 - 2000.0).abs() < 250.0 && (last as f64 - 2000.0).abs() < 250.0);
         // Ten million candidates, about 10 chosen.
         let view = AllBut::new(&all[..1], []);
-        assert!(poisson(0.5).select(&view, 0, |_| 1.0, &mut rng).len() <= 1);
+        assert!(
+            poisson(0.5)
+                .select(&view, 0, |_| 1.0, NOTHING, &mut rng)
+                .len()
+                <= 1
+        );
         let many = Many(10_000_000);
-        let round = poisson(1e-6).select(&many, 0, |_| 1.0, &mut rng);
+        let round = poisson(1e-6).select(&many, 0, |_| 1.0, NOTHING, &mut rng);
         assert!(round.len() < 40, "{}", round.len());
     }
 
@@ -302,9 +506,174 @@ mod tests {
                 ..Sampling::uniform(SampleSize::Count(1))
             };
             let hits = (0..200)
-                .filter(|_| s.select(all.as_slice(), 1, w, &mut rng) == vec![9])
+                .filter(|_| s.select(all.as_slice(), 1, w, NOTHING, &mut rng) == vec![9])
                 .count();
             assert!(hits > 170, "{hits}");
         }
+    }
+
+    /// What the server heard from clients `0..`: `(Σℓ²/n with n = 10, duration in s, round)`.
+    fn heard(reports: &[(f64, u64, u32)]) -> Feedback {
+        let mut feedback = Feedback::default();
+        for (c, &(mean_square, secs, round)) in reports.iter().enumerate() {
+            let loss = ReportedLoss {
+                rows: 10,
+                mean: mean_square.sqrt(),
+                mean_square,
+            };
+            let duration = SimDuration(secs * 1_000_000);
+            feedback.hear(
+                c as u32,
+                Heard {
+                    loss,
+                    duration,
+                    round,
+                },
+            );
+        }
+        feedback
+    }
+
+    #[test]
+    fn reported_losses_by_hand() {
+        let loss = ReportedLoss::of(&[1.0, 3.0]);
+        assert_eq!((loss.rows, loss.mean, loss.mean_square), (2, 2.0, 5.0));
+        assert_eq!(loss.utility(), 2.0 * 5f64.sqrt());
+        // Durations 1, 1, 1, 1, 10 s: the 30th percentile is the second, 1 s; at 100, none.
+        let feedback = heard(&[
+            (1.0, 1, 1),
+            (1.0, 1, 1),
+            (1.0, 10, 1),
+            (1.0, 1, 1),
+            (1.0, 1, 1),
+        ]);
+        assert_eq!(
+            feedback.preferred_duration(30.0),
+            Some(SimDuration(1_000_000))
+        );
+        assert_eq!(
+            feedback.preferred_duration(90.0),
+            Some(SimDuration(10_000_000))
+        );
+        assert_eq!(feedback.preferred_duration(100.0), None);
+        let oort = Oort::default();
+        assert!((oort.exploration_at(1) - 0.9 * 0.98).abs() < 1e-15);
+        assert_eq!(oort.exploration_at(100), 0.3);
+    }
+
+    /// Power-of-choice: clients not heard from first, then the highest loss (ties to the lower
+    /// id); with d = K it is the weighted draw itself.
+    #[test]
+    fn power_of_choice_takes_the_highest_losses_of_its_candidates() {
+        let poc = |d| Sampling {
+            strategy: Strategy::PowerOfChoice,
+            candidates: Some(d),
+            ..Sampling::uniform(SampleSize::Count(2))
+        };
+        let all: Vec<u32> = (0..6).collect();
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(2);
+        // Losses √(Σℓ²/n): 0.5, 2, 1, 2, then clients 4 and 5 unheard.
+        let some = heard(&[(0.25, 1, 1), (4.0, 1, 1), (1.0, 1, 1), (4.0, 1, 1)]);
+        let chosen = poc(6).select(all.as_slice(), 2, |_| 1.0, (&some, 2), &mut rng);
+        assert_eq!(chosen, [4, 5]);
+        let every = heard(&[
+            (0.25, 1, 1),
+            (4.0, 1, 1),
+            (1.0, 1, 1),
+            (4.0, 1, 1),
+            (0.01, 1, 1),
+            (0.09, 1, 1),
+        ]);
+        let chosen = poc(6).select(all.as_slice(), 2, |_| 1.0, (&every, 2), &mut rng);
+        assert_eq!(chosen, [1, 3]);
+        let weight = |c: u32| (c + 1) as f64;
+        let weighted = Sampling {
+            strategy: Strategy::Weighted,
+            ..Sampling::uniform(SampleSize::Count(2))
+        };
+        let mut again = rng.clone();
+        assert_eq!(
+            poc(2).select(all.as_slice(), 2, weight, (&every, 2), &mut rng),
+            weighted.select(all.as_slice(), 2, weight, NOTHING, &mut again)
+        );
+        assert_eq!(poc(1).candidates_for(2, 6), 2);
+        assert_eq!(poc(9).candidates_for(2, 6), 6);
+        assert_eq!(
+            Sampling::uniform(SampleSize::Count(2)).candidates_for(2, 6),
+            4
+        );
+    }
+
+    /// Oort by hand. Utilities 10·√(Σℓ²/n) = 10, 20, 30, 40, 50 score (u − 9.99)/40.01 in
+    /// round 1 (no staleness bonus): with cutoff 1 and no exploration, the two highest. A
+    /// client ten times slower than the preferred 1 s keeps (1/10)² of its score.
+    #[test]
+    fn oort_exploits_utility_penalises_slowness_and_explores_by_size() {
+        let oort = |settings: Oort, count| Sampling {
+            strategy: Strategy::Oort,
+            oort: settings,
+            ..Sampling::uniform(SampleSize::Count(count))
+        };
+        let exploit_only = Oort {
+            exploration: 0.0,
+            exploration_min: 0.0,
+            cutoff: 1.0,
+            clip_quantile: 1.0,
+            ..Oort::default()
+        };
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
+        let five: Vec<u32> = (0..5).collect();
+        let reports = [
+            (1.0, 1, 1),
+            (4.0, 1, 1),
+            (9.0, 1, 1),
+            (16.0, 1, 1),
+            (25.0, 1, 1),
+        ];
+        let s = oort(exploit_only.clone(), 2);
+        let chosen = s.select(five.as_slice(), 2, |_| 1.0, (&heard(&reports), 1), &mut rng);
+        assert_eq!(chosen, [3, 4]);
+        let mut slow = reports;
+        slow[4].1 = 10;
+        let chosen = s.select(five.as_slice(), 2, |_| 1.0, (&heard(&slow), 1), &mut rng);
+        assert_eq!(chosen, [2, 3]);
+        // Equal utilities in round 10: the bonus √(0.1·ln 10 / r) goes to the stalest.
+        let stale = heard(&[(1.0, 1, 9), (1.0, 1, 1), (1.0, 1, 5), (1.0, 1, 9)]);
+        let s1 = oort(exploit_only, 1);
+        assert_eq!(
+            s1.select(&five[..4], 1, |_| 1.0, (&stale, 10), &mut rng),
+            [1]
+        );
+        // ε = 0.5 of 4: two exploited (3, 4) and two explored, the largest unheard with a
+        // window of 1 (6 and 7 of sizes 1, 100, 50).
+        let half = Oort {
+            exploration: 0.5,
+            exploration_decay: 1.0,
+            exploration_min: 0.5,
+            cutoff: 1.0,
+            clip_quantile: 1.0,
+            sample_window: 1.0,
+            ..Oort::default()
+        };
+        let eight: Vec<u32> = (0..8).collect();
+        let size = |c: u32| match c {
+            6 => 100.0,
+            7 => 50.0,
+            _ => 1.0,
+        };
+        let s4 = oort(half, 4);
+        let feedback = heard(&reports);
+        assert_eq!(
+            s4.select(eight.as_slice(), 4, size, (&feedback, 1), &mut rng),
+            [3, 4, 6, 7]
+        );
+        // One unheard client: it is explored and the heard fill the round.
+        assert_eq!(
+            s4.select(&eight[..6], 4, size, (&feedback, 1), &mut rng),
+            [2, 3, 4, 5]
+        );
+        // Nothing heard yet: every client explored.
+        let chosen = s4.select(eight.as_slice(), 4, size, NOTHING, &mut rng);
+        assert_eq!(chosen, [0, 1, 6, 7]);
     }
 }

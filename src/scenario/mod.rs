@@ -461,12 +461,12 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     }
     if let PolicySpec::Fedbuff { .. } = raw.policy {
         let s = &raw.sampling;
-        let poisson = s.strategy == Strategy::Poisson;
+        let drawn_by_size = matches!(s.strategy, Strategy::Uniform | Strategy::Weighted);
         if s.fraction.is_some()
             || s.count.is_some()
             || s.over_selection > 0.0
             || s.available_only
-            || poisson
+            || !drawn_by_size
         {
             return bad(
                 "sampling",
@@ -494,6 +494,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     validate_secure_aggregation(&raw)?;
     validate_compression(&raw)?;
     validate_robustness(&raw)?;
+    validate_guided_sampling(&raw)?;
     training.plan.dp_sgd = (raw.privacy.as_ref())
         .and_then(PrivacySpec::sample_level)
         .map(|p| p.dp_sgd);
@@ -630,6 +631,26 @@ fn validate_privacy(raw: &RawScenario, sampling: &Sampling) -> Result<(), FieldE
              drawn uniformly without replacement, or each with the same chance)"
                 .into(),
         );
+    }
+    Ok(())
+}
+
+/// A loss-guided `sampling.strategy` (power-of-choice, Oort) reads the loss clients report with
+/// their updates: algorithms that declare what they send, without privacy (a reported loss
+/// is not privatized, and no accountant counts a draw that depends on the data).
+fn validate_guided_sampling(raw: &RawScenario) -> Result<(), FieldError> {
+    if !raw.sampling.strategy.uses_feedback() {
+        return Ok(());
+    }
+    sends_declared_updates(raw, "sampling.strategy")?;
+    if raw.privacy.is_some() {
+        return Err(FieldError::new(
+            "sampling.strategy".into(),
+            "a loss-guided draw reads the losses clients report, which `privacy:` does not \
+             protect, and its accountant assumes draws that do not depend on the data; use \
+             `uniform` or `poisson` with privacy"
+                .into(),
+        ));
     }
     Ok(())
 }

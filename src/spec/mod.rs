@@ -17,7 +17,7 @@ pub use evaluation::{
     EvalClients, EvalSample, EvalSplit, EvaluatedSplits, EvaluationPlan, RawEvaluation,
 };
 pub use policy::{LateUpdates, PolicySpec};
-pub use sampling::{RawSampling, SampleSize, Sampling, Strategy};
+pub use sampling::{Oort, RawSampling, SampleSize, Sampling, Strategy};
 
 /// A problem with one field of a scenario section: the dotted path below the section that
 /// holds it, and what is wrong and what is allowed.

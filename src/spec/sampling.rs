@@ -27,6 +27,134 @@ pub enum Strategy {
     /// Poisson participation: each idle client joins a round independently with probability
     /// q = `fraction`, so a round has q·T clients on average and may have none.
     Poisson,
+    /// Power-of-choice (Cho et al. 2022, its rpow-d form): `candidates` clients drawn by n_t,
+    /// of which the K with the highest loss last reported are selected (clients not heard
+    /// from yet first).
+    PowerOfChoice,
+    /// Oort (Lai et al. 2021): clients ranked by their last reported statistical utility, a
+    /// bonus for staleness and a penalty for being slower than the preferred round duration,
+    /// with a decaying share of the round kept for clients not heard from yet (`oort:`).
+    Oort,
+}
+
+impl Strategy {
+    /// Whether the draw reads what clients reported with their updates (their losses and
+    /// durations), so that clients measure their loss when they train.
+    pub fn uses_feedback(self) -> bool {
+        matches!(self, Strategy::PowerOfChoice | Strategy::Oort)
+    }
+}
+
+/// Oort's settings (`sampling.oort`), named and defaulted as in FedScale's implementation
+/// (`thirdparty/oort/oort.py`) except `cutoff`, which takes the paper's c = 0.95.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Oort {
+    /// ε: the share of a round first kept for clients not heard from yet, in [0, 1].
+    pub exploration: f64,
+    /// ε is multiplied by this at every round, in (0, 1].
+    pub exploration_decay: f64,
+    /// ε never falls below this, in [0, 1].
+    pub exploration_min: f64,
+    /// The preferred round duration T is this percentile of the durations reported so far,
+    /// in (0, 100] (100: no preferred duration, so no client is penalised).
+    pub preferred_percentile: f64,
+    /// α: a client slower than T has its score scaled by (T / its duration)^α, α ≥ 0.
+    pub penalty: f64,
+    /// Utilities are clipped at this quantile of those reported, in (0, 1].
+    pub clip_quantile: f64,
+    /// c: the clients exploited are drawn, by score, among those within c of the score of
+    /// the last one a plain ranking would take, in (0, 1].
+    pub cutoff: f64,
+    /// Clients explored are drawn, by training-set size, among the `sample_window` times as
+    /// many largest ones not heard from yet, at least 1.
+    pub sample_window: f64,
+}
+
+impl Default for Oort {
+    fn default() -> Self {
+        Oort {
+            exploration: 0.9,
+            exploration_decay: 0.98,
+            exploration_min: 0.3,
+            preferred_percentile: 30.0,
+            penalty: 2.0,
+            clip_quantile: 0.9,
+            cutoff: 0.95,
+            sample_window: 5.0,
+        }
+    }
+}
+
+impl Oort {
+    /// Checks the ranges; an error's path is below `oort`.
+    fn validate(&self) -> Result<(), FieldError> {
+        let unit = |v: f64| (0.0..=1.0).contains(&v);
+        let positive_unit = |v: f64| v > 0.0 && v <= 1.0;
+        let at_least = |v: f64, least: f64| v >= least && v.is_finite();
+        let checks = [
+            (
+                "exploration",
+                self.exploration,
+                unit(self.exploration),
+                "in [0, 1]",
+            ),
+            (
+                "exploration_decay",
+                self.exploration_decay,
+                positive_unit(self.exploration_decay),
+                "in (0, 1]",
+            ),
+            (
+                "exploration_min",
+                self.exploration_min,
+                unit(self.exploration_min),
+                "in [0, 1]",
+            ),
+            (
+                "preferred_percentile",
+                self.preferred_percentile,
+                self.preferred_percentile > 0.0 && self.preferred_percentile <= 100.0,
+                "in (0, 100]",
+            ),
+            (
+                "penalty",
+                self.penalty,
+                at_least(self.penalty, 0.0),
+                "a finite number ≥ 0",
+            ),
+            (
+                "clip_quantile",
+                self.clip_quantile,
+                positive_unit(self.clip_quantile),
+                "in (0, 1]",
+            ),
+            (
+                "cutoff",
+                self.cutoff,
+                positive_unit(self.cutoff),
+                "in (0, 1]",
+            ),
+            (
+                "sample_window",
+                self.sample_window,
+                at_least(self.sample_window, 1.0),
+                "a finite number ≥ 1",
+            ),
+        ];
+        match checks.into_iter().find(|c| !c.2) {
+            Some((name, value, _, allowed)) => Err(FieldError::new(
+                name.into(),
+                format!("must be {allowed}, got {value}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// ε in round `round` (from 1): ε₀·decay^round, never below the minimum.
+    pub fn exploration_at(&self, round: u32) -> f64 {
+        (self.exploration * self.exploration_decay.powi(round as i32)).max(self.exploration_min)
+    }
 }
 
 /// A round's client selection.
@@ -41,6 +169,10 @@ pub struct Sampling {
     pub available_only: bool,
     /// Over-selection o: select ⌈(1 + o)·K⌉ and aggregate the first K updates to arrive.
     pub over_selection: f64,
+    /// Power-of-choice's candidates d (`None`: 2·K).
+    pub candidates: Option<usize>,
+    /// Oort's settings (read under `strategy: oort` only).
+    pub oort: Oort,
 }
 
 impl Sampling {
@@ -52,6 +184,8 @@ impl Sampling {
             replacement: false,
             available_only: false,
             over_selection: 0.0,
+            candidates: None,
+            oort: Oort::default(),
         }
     }
 
@@ -76,6 +210,12 @@ impl Sampling {
         let k = self.per_round(total);
         ((k as f64 * (1.0 + self.over_selection)).ceil() as usize).clamp(k, total)
     }
+
+    /// Power-of-choice's d when a round selects `count` of `total` candidates: `candidates`
+    /// or 2·`count`, at least `count` and at most `total`.
+    pub fn candidates_for(&self, count: usize, total: usize) -> usize {
+        self.candidates.unwrap_or(2 * count).max(count).min(total)
+    }
 }
 
 /// Clients per round: a fraction of the training clients or a count (K), and how they are
@@ -90,8 +230,10 @@ pub struct RawSampling {
     /// The number of clients a round selects, K (give this or `fraction`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<usize>,
-    /// `uniform` (K without replacement), `weighted` (by training-set size n_t), or
-    /// `poisson` (each client independently with probability `fraction`).
+    /// `uniform` (K without replacement), `weighted` (by training-set size n_t), `poisson`
+    /// (each client independently with probability `fraction`), `power_of_choice` (the K of
+    /// `candidates` drawn by n_t with the highest loss last reported) or `oort` (by reported
+    /// utility and speed, exploring clients not heard from yet).
     #[serde(default)]
     pub strategy: Strategy,
     /// Weighted draws with replacement (duplicates train once).
@@ -103,6 +245,13 @@ pub struct RawSampling {
     /// Select ⌈(1 + o)·K⌉ clients and aggregate the first K updates to arrive.
     #[serde(default)]
     pub over_selection: f64,
+    /// `strategy: power_of_choice`: how many clients d are drawn (by n_t) to choose the K
+    /// from, at least K (2·K when not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<usize>,
+    /// `strategy: oort`: Oort's settings (FedScale's defaults when not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oort: Option<Oort>,
 }
 
 impl RawSampling {
@@ -144,6 +293,21 @@ impl RawSampling {
                 );
             }
         }
+        if s.candidates.is_some() && s.strategy != Strategy::PowerOfChoice {
+            return bad(
+                "candidates",
+                "applies to `strategy: power_of_choice` only".into(),
+            );
+        }
+        if s.candidates == Some(0) {
+            return bad("candidates", "must be at least 1".into());
+        }
+        if s.oort.is_some() && s.strategy != Strategy::Oort {
+            return bad("oort", "applies to `strategy: oort` only".into());
+        }
+        if let Some(oort) = &s.oort {
+            oort.validate().map_err(|e| e.within("oort"))?;
+        }
         if !(s.over_selection >= 0.0 && s.over_selection.is_finite()) {
             return bad(
                 "over_selection",
@@ -156,6 +320,8 @@ impl RawSampling {
             replacement: s.replacement,
             available_only: s.available_only,
             over_selection: s.over_selection,
+            candidates: s.candidates,
+            oort: s.oort.clone().unwrap_or_default(),
         })
     }
 }

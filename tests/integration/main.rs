@@ -20,6 +20,7 @@ mod real_data;
 mod scale;
 mod scenario_errors;
 mod secure_aggregation;
+mod selection;
 mod sweeps;
 mod systems;
 mod weights;

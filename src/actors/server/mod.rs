@@ -23,7 +23,7 @@ mod synchronous;
 
 use super::evaluation::EvaluatedClients;
 use super::policy::staleness_factor;
-use super::sampling::{AllBut, Candidates};
+use super::sampling::{AllBut, Candidates, Feedback, Heard, ReportedLoss};
 use super::{
     Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, PrivacyNote, Seen, ToClient,
     ToServer, TrainOrder,
@@ -320,6 +320,8 @@ struct Core<A: Algorithm> {
     /// Under `aggregation:`, the robust rule's change of the last round, per sent vector
     /// (centered clipping starts from it).
     robust_last: Vec<Vec<f64>>,
+    /// Under a loss-guided strategy, what clients reported with the updates received.
+    feedback: Feedback,
 }
 
 pub(super) struct Server<A: Algorithm> {
@@ -354,6 +356,7 @@ impl<A: Algorithm> Server<A> {
                     .filter(|p| p.noise_at == NoiseAt::Shares)
                     .map(|_| ShareAccountant::new()),
                 robust_last: Vec::new(),
+                feedback: Feedback::default(),
                 cfg,
             },
         }
@@ -446,9 +449,10 @@ impl<A: Algorithm> Core<A> {
         let mut rng = self.cfg.seeds.rng(Entity::Server, "sampling", index);
         let data = &self.cfg.algorithm.data;
         let n_train = |c: u32| data.split_len(c as usize, crate::records::Split::Train) as f64;
+        let guide = (&self.feedback, index as u32);
         self.cfg
             .sampling
-            .select(candidates, count, n_train, &mut rng)
+            .select(candidates, count, n_train, guide, &mut rng)
     }
 
     /// Sends the current model to `client` for job `job` of round `round`, `lead` after `now`
@@ -762,16 +766,25 @@ impl<A: Algorithm> Core<A> {
     }
 
     /// `client`'s report at `now` (its update with its size and whether it was clipped, or
-    /// `None`: a completion notice), with its job taken out of flight and the update's bytes
-    /// counted.
+    /// `None`: a completion notice), with its job taken out of flight, the update's bytes
+    /// counted and the loss it reports heard.
     fn report(
         &mut self,
         now: SimTime,
         client: u32,
         update: Option<(Stored<A::Update>, u64, PrivacyNote)>,
+        loss: Option<ReportedLoss>,
         compute: SimDuration,
     ) -> Result<Report<A>, SimError> {
         let job = self.take_job(client)?;
+        if let Some(loss) = loss {
+            let heard = Heard {
+                loss,
+                duration: now - job.sent,
+                round: job.round,
+            };
+            self.feedback.hear(client, heard);
+        }
         let note = update.as_ref().map_or(PrivacyNote::default(), |u| u.2);
         let clipped = note.clipped;
         if let Some(records) = &mut self.records {
@@ -835,15 +848,17 @@ impl<A: Algorithm> Server<A> {
                 bytes,
                 compute,
                 privacy,
+                loss,
                 ..
             } => {
-                let report = core.report(now, client, Some((update, bytes, privacy)), compute)?;
+                let update = Some((update, bytes, privacy));
+                let report = core.report(now, client, update, loss, compute)?;
                 self.rounds.receive(core, report, &mut eff)?
             }
             ToServer::Done {
                 client, compute, ..
             } => {
-                let report = core.report(now, client, None, compute)?;
+                let report = core.report(now, client, None, None, compute)?;
                 self.rounds.receive(core, report, &mut eff)?
             }
             ToServer::Failed {
@@ -941,6 +956,7 @@ mod tests {
             bytes: 16,
             compute: SimDuration(1),
             privacy: PrivacyNote::default(),
+            loss: None,
         }
     }
 
@@ -982,6 +998,30 @@ mod tests {
         assert_eq!(sends, ["1 evaluate 1", "2 evaluate 1", "0 start 2"]);
         let eff = s.on_message(secs(120), update(1, 1, 0.5)).unwrap();
         assert_eq!(effects(&eff).1, ["job 1 straggler"]);
+    }
+
+    /// The server hears a client's reported loss when its update arrives, with the time its
+    /// job took on the server's clock, and nothing of a client that only finished.
+    #[test]
+    fn reported_losses_are_heard_when_updates_arrive() {
+        let mut s = server("{kind: synchronous}");
+        s.on_message(secs(0), ToServer::StartRound { round: 1 })
+            .unwrap();
+        let loss = ReportedLoss::of(&[0.5, 1.5]);
+        let mut reported = update(1, 0, 0.5);
+        if let ToServer::Update { loss: l, .. } = &mut reported {
+            *l = Some(loss);
+        }
+        assert!(s.core.feedback.get(0).is_none());
+        s.on_message(secs(3), reported).unwrap();
+        let heard = Heard {
+            loss,
+            duration: SimDuration(3_000_000),
+            round: 1,
+        };
+        assert_eq!(s.core.feedback.get(0), Some(&heard));
+        s.on_message(secs(4), update(1, 1, 0.5)).unwrap();
+        assert!(s.core.feedback.get(1).is_none());
     }
 
     #[test]
