@@ -16,14 +16,16 @@
 #   client_selection  uniform draws, power-of-choice and Oort on FedScale-format device and
 #                availability traces: time to 85 % (traces written into
 #                results/fedscale_traces/ first; 0.5 min)
-#   bash analysis/communication_studies.sh [STUDY ...]     (all five by default)
+#   downlink     the uplink alone or both links compressed on a link slow both ways, K = 100
+#                of 1 000 clients or all of 100: time to 85 % and MB down (6.5 min)
+#   bash analysis/communication_studies.sh [STUDY ...]     (all six by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
 fedsim=${FEDSIM:-target/release/fedsim}
 "$fedsim" data fetch mnist >/dev/null
 python3 scripts/dev/fedscale_large.py results/fedscale_traces 1000
-for study in ${@:-compression byzantine backdoor alie_mlp client_selection}; do
+for study in ${@:-compression byzantine backdoor alie_mlp client_selection downlink}; do
   out=results/$study
   "$fedsim" sweep "scenarios/studies/$study.yaml" --jobs 2 --out "$out"
   "$fedsim" report "$out" | grep '^|' | tee "$out/table.md"

@@ -560,7 +560,7 @@ impl<A: Algorithm> JobContext<A> {
             on_divergence: spec.on_divergence,
             spill,
             privacy,
-            uplink: spec.compression.as_ref().map(|c| c.uplink),
+            uplink: spec.compression.as_ref().and_then(|c| c.uplink),
             adversary: (spec.adversary.as_ref()).map(|a| Adversaries {
                 attack: a.attack,
                 malicious: malicious_clients(spec, data_clients),
@@ -1131,6 +1131,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
                 seeds,
                 sample_privacy,
                 secure_aggregation: spec.secure_aggregation.clone(),
+                downlink: spec.compression.as_ref().and_then(|c| c.downlink),
             },
             global,
         )

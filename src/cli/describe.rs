@@ -55,20 +55,33 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
     }
     if let Some(compression) = &s.run.compression {
         let d = arch.num_params();
-        let (bytes, dense) = (compression.uplink.bytes(d), 4 * d as u64);
-        outln!(
-            "  uplink compression ({}): {bytes} bytes a model of {d} values against {dense} \
-             uncompressed ({:.1}× fewer){}",
-            serde_yaml::to_string(&compression.uplink)?
-                .trim()
-                .replace('\n', ", "),
-            dense as f64 / bytes as f64,
-            if compression.uplink.error_feedback() {
-                "; each client keeps a residual of the values it sends"
-            } else {
-                ""
-            }
-        );
+        let dense = 4 * d as u64;
+        let links = [
+            ("uplink", compression.uplink),
+            ("downlink", compression.downlink),
+        ];
+        for (link, compressor) in links {
+            let Some(compressor) = compressor else {
+                continue;
+            };
+            let bytes = compressor.bytes(d);
+            outln!(
+                "  {link} compression ({}): {bytes} bytes a model of {d} values against {dense} \
+                 uncompressed ({:.1}× fewer){}",
+                serde_yaml::to_string(&compressor)?
+                    .trim()
+                    .replace('\n', ", "),
+                dense as f64 / bytes as f64,
+                match (link, compressor.error_feedback()) {
+                    ("uplink", true) => "; each client keeps a residual of the values it sends",
+                    ("downlink", _) => {
+                        "; a client pays the changes since the copy it last received, or the \
+                         whole model if that is less"
+                    }
+                    _ => "",
+                }
+            );
+        }
     }
     if let Some(adversary) = &s.run.adversary {
         let malicious = fedsim::actors::malicious_clients(&s.run, data.num_clients()).len();

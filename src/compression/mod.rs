@@ -20,12 +20,41 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct CompressionSpec {
     /// What each client does to its update's changes before uploading them.
-    pub uplink: Compressor,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uplink: Option<Compressor>,
+    /// What the server does to the model it sends: the clients' copy moves, after every
+    /// aggregation, by the compressed difference between the server's model and it (what a
+    /// broadcast drops, the next one carries, so `error_feedback` does not apply here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downlink: Option<Compressor>,
 }
 
 impl CompressionSpec {
     pub fn validate(&self) -> Result<(), FieldError> {
-        self.uplink.validate().map_err(|e| e.within("uplink"))
+        if self.uplink.is_none() && self.downlink.is_none() {
+            return Err(FieldError::new(
+                String::new(),
+                "give `uplink`, `downlink` or both (each a compressor: `{kind: top_k, \
+                 fraction: 0.01}`, …)"
+                    .into(),
+            ));
+        }
+        if let Some(uplink) = &self.uplink {
+            uplink.validate().map_err(|e| e.within("uplink"))?;
+        }
+        if let Some(downlink) = &self.downlink {
+            downlink.validate().map_err(|e| e.within("downlink"))?;
+            if downlink.error_feedback() {
+                return Err(FieldError::new(
+                    "downlink.error_feedback".into(),
+                    "the downlink always carries what it dropped: the clients' copy moves by \
+                     the compressed difference between the server's model and it, so the next \
+                     broadcast sends what this one did not; remove `error_feedback`"
+                        .into(),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

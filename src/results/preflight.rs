@@ -202,7 +202,9 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
     }
     // Error feedback keeps, for each client that has compressed an update, what it has not
     // sent yet: a float for each value it sends (one model here; FedEM's M components take M).
-    let feedback = (run.compression.as_ref()).is_some_and(|c| c.uplink.error_feedback());
+    let feedback = (run.compression.as_ref())
+        .and_then(|c| c.uplink)
+        .is_some_and(|u| u.error_feedback());
     let residuals = match run.training.spill.store_settings() {
         _ if !feedback => 0.0,
         Some((least, budget)) if params >= least as f64 => {
@@ -210,6 +212,17 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
         }
         _ => first_round * 4.0 * params,
     };
+    if run
+        .compression
+        .as_ref()
+        .is_some_and(|c| c.downlink.is_some())
+    {
+        terms.push(MemoryTerm {
+            field: "compression.downlink",
+            what: "the clients' public copy of the model, and a second copy while it moves".into(),
+            bytes: 2.0 * 4.0 * params,
+        });
+    }
     if residuals > 0.0 {
         terms.push(MemoryTerm {
             field: "compression.uplink.error_feedback",

@@ -714,7 +714,8 @@ fn noised_after_the_clients(raw: &RawScenario) -> bool {
 /// `compression:` holds for algorithms that declare what they send, with a server (peers
 /// gossip models, not updates), without secure aggregation (its masked sums are of dense
 /// vectors), and, where noise is added after the clients, only with compressors that keep a
-/// clipped update within its bound (the noise is sized for it).
+/// clipped update within its bound (the noise is sized for it). A compressed downlink leaves
+/// out privacy and robustness, which read updates against the server's own model.
 fn validate_compression(raw: &RawScenario) -> Result<(), FieldError> {
     let Some(compression) = &raw.compression else {
         return Ok(());
@@ -731,7 +732,8 @@ fn validate_compression(raw: &RawScenario) -> Result<(), FieldError> {
                 .into(),
         ));
     }
-    if noised_after_the_clients(raw) && !compression.uplink.keeps_norm_bound() {
+    let lengthens = compression.uplink.is_some_and(|u| !u.keeps_norm_bound());
+    if noised_after_the_clients(raw) && lengthens {
         return Err(FieldError::new(
             "compression.uplink".into(),
             "under `privacy` with noise added after the clients (`central`, `dp_ftrl`, \
@@ -739,6 +741,21 @@ fn validate_compression(raw: &RawScenario) -> Result<(), FieldError> {
              and `sign` without error feedback guarantee; use one of them, or \
              `mechanism: local` or `dp_sgd`"
                 .into(),
+        ));
+    }
+    let with = [
+        ("privacy", raw.privacy.is_some()),
+        ("adversary", raw.adversary.is_some()),
+        ("aggregation", raw.aggregation.is_some()),
+    ];
+    if let (Some(_), Some((section, _))) = (compression.downlink, with.iter().find(|w| w.1)) {
+        return Err(FieldError::new(
+            "compression.downlink".into(),
+            format!(
+                "cannot be combined with `{section}:`, which reads each update against the \
+                 server's model while clients train from their compressed copy of it; \
+                 remove one of the two"
+            ),
         ));
     }
     Ok(())

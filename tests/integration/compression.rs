@@ -1,5 +1,6 @@
 //! Compressed updates (`compression:`): each upload carries the bytes of its compressor's
-//! formula, which shortens its simulated time on a slow uplink; every compressor (with and
+//! formula, which shortens its simulated time on a slow uplink; a compressed downlink charges
+//! each client the moves of the model's copy it missed; every compressor (with and
 //! without error feedback, FedAvg and FedEM's components, synchronous and FedBuff, spilled or
 //! not, with local privacy) gives the same files with 1, 2 and 4 threads; what cannot work is
 //! refused with its field.
@@ -136,6 +137,75 @@ fn compressed_runs_are_deterministic_across_threads_and_spilling() {
     assert!(differ.iter().any(|f| f.contains("models")), "{differ:?}");
 }
 
+/// A compressed downlink (top-k at 10 %): a client pays the whole model the first time it
+/// is sent one, then the compressed moves of the clients' copy since the version it holds (one
+/// move per aggregation), at most the whole model; `rounds.parquet`'s `bytes_down` is what
+/// the jobs of `jobs.parquet` replayed that way cost, the uplink is untouched, and the files
+/// are identical with 1, 2 and 4 threads, for FedAvg, FedEM (every component) and FedBuff.
+#[test]
+fn a_compressed_downlink_charges_each_client_what_it_missed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let top_k = "{kind: top_k, fraction: 0.1}";
+    let compressor: Compressor = serde_yaml::from_str(top_k).unwrap();
+    let downlink = format!("compression={{downlink: {top_k}}}");
+    let plain = tmp.path().join("plain");
+    run_saving(SMALL, &["rounds=6"], 2, &plain);
+    let dir = |name: &str| tmp.path().join(name);
+    run_saving(SMALL, &["rounds=6", &downlink], 1, &dir("1"));
+    let (rounds, jobs) = (
+        frame(&dir("1"), "rounds.parquet"),
+        frame(&dir("1"), "jobs.parquet"),
+    );
+    let plain_rounds = frame(&plain, "rounds.parquet");
+    assert_eq!(
+        counts(&rounds, "bytes_up"),
+        counts(&plain_rounds, "bytes_up")
+    );
+    let whole = counts(&plain_rounds, "bytes_down")[0] / counts(&plain_rounds, "selected")[0];
+    let moved = compressor.bytes((whole / 4) as usize);
+    let mut held = std::collections::BTreeMap::new();
+    let mut expected = vec![0u64; 6];
+    for (round, client) in counts(&jobs, "round")
+        .into_iter()
+        .zip(counts(&jobs, "client"))
+    {
+        // Round r is sent the copy's version r − 1.
+        let version = round - 1;
+        expected[round as usize - 1] += match held.insert(client, version) {
+            Some(had) => ((version - had) * moved).min(whole),
+            None => whole,
+        };
+    }
+    assert_eq!(counts(&rounds, "bytes_down"), expected);
+    assert!(expected[5] < counts(&plain_rounds, "bytes_down")[5]);
+    let differ = differing_files(&plain, &dir("1"));
+    assert!(differ.iter().any(|f| f.contains("models")), "{differ:?}");
+    for (name, extra) in [
+        ("fedavg", vec![]),
+        ("fedem", vec!["algorithm={name: fedem, components: 3}"]),
+        (
+            "fedbuff",
+            vec![
+                "policy={kind: fedbuff, concurrency: 6, buffer_size: 3}",
+                "sampling={}",
+            ],
+        ),
+    ] {
+        let run = |threads: usize| {
+            let out = dir(&format!("{name}-{threads}"));
+            let mut overrides = vec!["rounds=6", downlink.as_str()];
+            overrides.extend_from_slice(&extra);
+            run_saving(SMALL, &overrides, threads, &out);
+            out
+        };
+        let one = run(1);
+        for threads in [2, 4] {
+            let differ = differing_files(&one, &run(threads));
+            assert!(differ.is_empty(), "{name}: 1 vs {threads}: {differ:?}");
+        }
+    }
+}
+
 #[test]
 fn compression_that_cannot_work_is_refused_with_its_field() {
     for (overrides, expected) in [
@@ -178,6 +248,28 @@ fn compression_that_cannot_work_is_refused_with_its_field() {
                 "privacy={mechanism: dp_ftrl, clip: 1, noise_multiplier: 1}",
             ],
             "only `top_k` and `sign` without error feedback",
+        ),
+        (
+            vec!["compression={}"],
+            "`compression`: give `uplink`, `downlink` or both",
+        ),
+        (
+            vec!["compression={downlink: {kind: sign, error_feedback: true}}"],
+            "`compression.downlink.error_feedback`: the downlink always carries what it dropped",
+        ),
+        (
+            vec![
+                "compression={downlink: {kind: top_k, fraction: 0.1}}",
+                "aggregation={kind: median}",
+            ],
+            "`compression.downlink`: cannot be combined with `aggregation:`",
+        ),
+        (
+            vec![
+                "compression={downlink: {kind: qsgd, levels: 7}}",
+                "privacy={mechanism: local, clip: 1, noise_multiplier: 1}",
+            ],
+            "`compression.downlink`: cannot be combined with `privacy:`",
         ),
     ] {
         let e = error(SMALL, &overrides);

@@ -17,6 +17,7 @@
 //! model only to ask who is online; all durations are the clients' and the links'. A policy
 //! must not read another policy's settings, nor start a job except through [`Core::dispatch`].
 
+mod downlink;
 mod fedbuff;
 mod online;
 mod synchronous;
@@ -43,6 +44,7 @@ use crate::spec::PolicySpec;
 use crate::spec::Sampling;
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
+use downlink::Downlink;
 use fedbuff::Fedbuff;
 use online::{OnlineIdle, OnlineIdleView};
 use std::collections::BTreeMap;
@@ -65,6 +67,8 @@ pub(super) struct ServerConfig<A: Algorithm> {
     pub sample_privacy: Option<SampleLevelPrivacy>,
     /// Secure aggregation's cost, paid by every round.
     pub secure_aggregation: Option<crate::system::secagg::SecAggSpec>,
+    /// How the model sent to clients is compressed (`compression.downlink`).
+    pub downlink: Option<crate::compression::Compressor>,
 }
 
 /// The participants a draw may choose from ([`Core::candidates`]).
@@ -322,6 +326,8 @@ struct Core<A: Algorithm> {
     robust_last: Vec<Vec<f64>>,
     /// Under a loss-guided strategy, what clients reported with the updates received.
     feedback: Feedback,
+    /// Under `compression.downlink`, the clients' copy of the model and what each holds.
+    downlink: Option<Downlink<A::Global>>,
 }
 
 pub(super) struct Server<A: Algorithm> {
@@ -331,6 +337,7 @@ pub(super) struct Server<A: Algorithm> {
 
 impl<A: Algorithm> Server<A> {
     pub fn new(cfg: ServerConfig<A>, global: Arc<A::Global>) -> Self {
+        let initial = global.clone();
         Server {
             rounds: round_policy(&cfg.policy),
             core: Core {
@@ -357,6 +364,7 @@ impl<A: Algorithm> Server<A> {
                     .map(|_| ShareAccountant::new()),
                 robust_last: Vec::new(),
                 feedback: Feedback::default(),
+                downlink: (cfg.downlink).map(|c| Downlink::new(c, initial)),
                 cfg,
             },
         }
@@ -469,7 +477,11 @@ impl<A: Algorithm> Core<A> {
         eff: &mut FlEffects<A>,
     ) {
         let now = now + lead;
-        let bytes = payload_bytes(self.alg().broadcast_len(&self.global));
+        let whole = payload_bytes(self.alg().broadcast_len(&self.global));
+        let (model, bytes) = match &mut self.downlink {
+            Some(downlink) => downlink.send_to(client, whole),
+            None => (self.global.clone(), whole),
+        };
         let download = self.cfg.system.transfer_time(client, Link::Down, bytes);
         self.counts.bytes_down += bytes;
         self.counts.selected += 1;
@@ -477,7 +489,7 @@ impl<A: Algorithm> Core<A> {
             client,
             InFlight {
                 round,
-                base: self.global.clone(),
+                base: model.clone(),
                 sent: now,
                 download,
                 late: None,
@@ -490,7 +502,7 @@ impl<A: Algorithm> Core<A> {
             ToClient::Train(TrainOrder {
                 round,
                 job,
-                global: self.global.clone(),
+                global: model,
                 lr: self.cfg.algorithm.training.lr_at(round),
                 upload,
                 clip: self.cfg.algorithm.privacy.as_ref().map(|_| self.clip),
@@ -514,7 +526,7 @@ impl<A: Algorithm> Core<A> {
             if poisson && A::PRIVATE_UPDATES.is_some() {
                 let mut next = (*self.global).clone();
                 self.add_privacy_noise(&mut next, &[], 0);
-                self.global = Arc::new(next);
+                self.set_global(next);
             }
             return Ok(());
         }
@@ -577,8 +589,25 @@ impl<A: Algorithm> Core<A> {
             };
             aggregate_stale(self.alg(), &self.global, &stale, server_lr)
         };
-        self.global = Arc::new(next);
+        self.set_global(next);
         Ok(())
+    }
+
+    /// Makes `next` the global model; under a compressed downlink, the clients' copy follows
+    /// it (from the server's `downlink` stream of the copy's next version).
+    fn set_global(&mut self, next: A::Global) {
+        if let (Some(downlink), Some(hooks)) = (&mut self.downlink, A::PRIVATE_UPDATES) {
+            let floats = self.cfg.algorithm.algorithm.broadcast_len(&next);
+            let vectors: usize = (hooks.global)(&mut next.clone())
+                .iter()
+                .map(|v| v.len())
+                .sum();
+            let extra = payload_bytes(floats.saturating_sub(vectors));
+            let version = downlink.version() as u64 + 1;
+            let mut rng = self.cfg.seeds.rng(Entity::Server, "downlink", version);
+            downlink.follow(&next, hooks.global, extra, &mut rng);
+        }
+        self.global = Arc::new(next);
     }
 
     /// With central privacy, Gaussian noise on the new global model `next`, made of the
@@ -905,6 +934,7 @@ mod tests {
             seeds,
             sample_privacy: None,
             secure_aggregation: None,
+            downlink: None,
         };
         Server::new(config, Arc::new(global))
     }
