@@ -74,9 +74,11 @@ pub enum Attack {
     },
     /// Scaled update (model replacement's boosting, Bagdasaryan et al. 2020): factor·Δ.
     Scaled { factor: f64 },
-    /// A little is enough (Baruch et al. 2019): μ − z·σ, μ and σ the coordinate-wise mean and
-    /// standard deviation of the round's honest changes. Without `z`, Baruch et al.'s
-    /// z = Φ⁻¹((n − s)/n), s = ⌊n/2 + 1⌋ − f, for the round's n updates of which f malicious.
+    /// A little is enough (Baruch et al. 2019): the gradient μ − z·σ, μ and σ the
+    /// coordinate-wise mean and standard deviation of the round's honest gradients. A change
+    /// is a step against the gradient, so the change sent is μ + z·σ of the honest changes.
+    /// Without `z`, Baruch et al.'s z = Φ⁻¹((n − s)/n), s = ⌊n/2 + 1⌋ − f, for the round's n
+    /// updates of which f malicious.
     Alie {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         z: Option<f64>,
@@ -274,7 +276,8 @@ impl Attack {
                 (0..d)
                     .map(|j| {
                         let var = honest.iter().map(|v| (v[j] - mean[j]).powi(2)).sum::<f64>() / h;
-                        mean[j] - z * var.sqrt()
+                        // μ − z·σ of the gradients: changes point against them.
+                        mean[j] + z * var.sqrt()
                     })
                     .collect()
             }
@@ -772,8 +775,9 @@ mod tests {
         // μ = (2, 1), σ = (1, 1).
         let ipm = Attack::Ipm { epsilon: 0.5 }.crafted(&honest, 3, 1);
         assert_eq!(ipm, [-1.0, -0.5]);
+        // ALIE: the gradients' μ − 1.5·σ is the changes' μ + 1.5·σ.
         let alie = Attack::Alie { z: Some(1.5) }.crafted(&honest, 3, 1);
-        assert_eq!(alie, [0.5, -0.5]);
+        assert_eq!(alie, [3.5, 2.5]);
     }
 
     #[test]
