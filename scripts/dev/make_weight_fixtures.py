@@ -1,5 +1,6 @@
-"""Writes tests/data/weights/: a LeNet-5 made and run by PyTorch, for the test that fedsim's
-`lenet5` loaded from PyTorch's weights (`model.init`) computes what PyTorch computes.
+"""Writes tests/data/weights/: a LeNet-5 and a FemnistCNN made and run by PyTorch, for the tests
+that fedsim's `lenet5`, and the FedEM authors' FemnistCNN written as a layer list, loaded from
+PyTorch's weights (`model.init`) compute what PyTorch computes.
 
     bash benches/pytorch_cnn.sh >/dev/null   # once: .venv-bench with torch and safetensors
     .venv-bench/bin/python scripts/dev/make_weight_fixtures.py
@@ -7,7 +8,13 @@
 - lenet5.safetensors: PyTorch's default initialisation after torch.manual_seed(0), under
   fedsim's tensor names (scripts/torch_weights.py's `fedsim_tensors`), 1×28×28 inputs, 10 classes;
 - lenet5_io.safetensors: `x` [5, 784], five images of uniform [0, 1) pixels (seed 1), and
-  `logits` [5, 10], PyTorch's forward pass of them (float32, CPU).
+  `logits` [5, 10], PyTorch's forward pass of them (float32, CPU);
+- femnist_cnn16.safetensors, femnist_cnn16_io.safetensors: the same for the FedEM authors'
+  FemnistCNN (scripts/torch_weights.py) on 1×16×16 images (on their 28×28 images the file would
+  be 8 MB), 10 classes, and in `parameters` the number of parameters of their class as they
+  use it (28×28 images, 62 classes);
+- femnist_cnn16_model.yaml: that FemnistCNN as the `model:` section `scripts/torch_weights.py
+  layers` writes for it.
 """
 import os
 import sys
@@ -18,7 +25,7 @@ from torch import nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from torch_weights import fedsim_tensors  # noqa: E402
+from torch_weights import FemnistCNN, fedsim_layers, fedsim_tensors, model_section  # noqa: E402
 
 
 class LeNet5(nn.Module):
@@ -49,4 +56,18 @@ os.makedirs(out, exist_ok=True)
 save_file(fedsim_tensors(model), os.path.join(out, "lenet5.safetensors"))
 save_file({"x": x.reshape(5, 784).contiguous(), "logits": logits.contiguous()},
           os.path.join(out, "lenet5_io.safetensors"))
-print("tests/data/weights: lenet5.safetensors, lenet5_io.safetensors")
+
+torch.manual_seed(0)
+model = FemnistCNN(10, side=16)
+x = torch.rand(5, 1, 16, 16, generator=torch.Generator().manual_seed(1))
+with torch.no_grad():
+    logits = model(x)
+theirs = sum(p.numel() for p in FemnistCNN(62).parameters())
+save_file(fedsim_tensors(model), os.path.join(out, "femnist_cnn16.safetensors"))
+save_file({"x": x.reshape(5, 256).contiguous(), "logits": logits.contiguous(),
+           "parameters": torch.tensor([theirs], dtype=torch.int64)},
+          os.path.join(out, "femnist_cnn16_io.safetensors"))
+with open(os.path.join(out, "femnist_cnn16_model.yaml"), "w") as f:
+    f.write(model_section(fedsim_layers(model, (1, 16, 16))))
+print("tests/data/weights: lenet5.safetensors, lenet5_io.safetensors, "
+      "femnist_cnn16.safetensors, femnist_cnn16_io.safetensors, femnist_cnn16_model.yaml")

@@ -45,6 +45,11 @@ impl SimInit {
     /// system model of its clients (one per client of `data`, held-out ones included).
     pub fn new(spec: &RunSpec, data: Arc<FederatedData>) -> Result<SimInit, SimError> {
         let seeds = SeedTree::new(spec.seed);
+        // The scenario checked the model against the shape it declares; a Parquet file's rows
+        // are known only now.
+        spec.model
+            .check_shape(data.input_shape())
+            .map_err(|e| SimError::Scenario(e.within("model")))?;
         let arch = Architecture::for_input(&spec.model, data.input_shape(), data.classes);
         let initial_models = match &spec.model.init {
             Some(init) => Some(read_models(&init.from, &arch).map_err(init_error)?),

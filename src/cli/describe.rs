@@ -41,6 +41,29 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         arch.flops_per_sample() as f64 / 1e6,
         arch.summary()
     );
+    let rows = arch.layer_table();
+    let width = rows
+        .iter()
+        .map(|r| r.layer.chars().count())
+        .max()
+        .unwrap_or(0);
+    outln!(
+        "    {:>3}  {:<width$}  {:>12}  {:>10}  {:>8}",
+        "#",
+        "layer",
+        "output",
+        "parameters",
+        "MFLOP"
+    );
+    for (i, row) in rows.iter().enumerate() {
+        outln!(
+            "    {i:>3}  {:<width$}  {:>12}  {:>10}  {:>8.3}",
+            row.layer,
+            row.output.to_string(),
+            row.parameters,
+            row.flops as f64 / 1e6
+        );
+    }
     let clients = data.num_clients() as u32;
     if let Some((online, gone)) = system.availability_outlook(clients, SimTime::ZERO) {
         out!("  availability: {online} of {clients} clients online at the start");

@@ -5,6 +5,7 @@ pub mod catalogues;
 pub mod check;
 pub mod data;
 pub mod describe;
+pub mod export;
 pub mod report;
 pub mod run;
 pub mod schema;

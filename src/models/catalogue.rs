@@ -44,6 +44,10 @@ pub static MODELS: &[Registration] = &[
         "mobilenet_v2",
         "MobileNet-v2 as torchvision builds it, normalisation without running statistics",
     ),
+    Registration::of::<super::layers::LayersSpec>(
+        "layers",
+        "the scenario's own list of layers, shapes inferred from the data",
+    ),
 ];
 
 /// The inputs a model family takes.
@@ -86,6 +90,12 @@ pub trait ModelSettings: ItemSettings {
 
     /// Checks the settings; a path is below `model`.
     fn validate(&self) -> Result<(), FieldError> {
+        Ok(())
+    }
+
+    /// Checks the settings against rows of `input` (of the kind [`Self::INPUTS`] says); a path
+    /// is below `model`. Where this passes, [`Self::network`] builds.
+    fn check_shape(&self, _input: InputShape) -> Result<(), FieldError> {
         Ok(())
     }
 
@@ -141,6 +151,7 @@ trait Settings: fmt::Debug + Send + Sync {
     fn fields(&self) -> Value;
     fn clone_box(&self) -> Box<dyn Settings>;
     fn validate(&self) -> Result<(), FieldError>;
+    fn check_shape(&self, input: InputShape) -> Result<(), FieldError>;
     fn network(&self, input: InputShape, outputs: usize) -> Network;
 }
 
@@ -156,6 +167,9 @@ impl<S: ModelSettings> Settings for S {
     }
     fn validate(&self) -> Result<(), FieldError> {
         ModelSettings::validate(self)
+    }
+    fn check_shape(&self, input: InputShape) -> Result<(), FieldError> {
+        ModelSettings::check_shape(self, input)
     }
     fn network(&self, input: InputShape, outputs: usize) -> Network {
         ModelSettings::network(self, input, outputs)
@@ -235,7 +249,14 @@ impl ModelSpec {
         self.settings.validate()
     }
 
-    /// The network for inputs of `input` and `outputs` outputs (after [`Self::check_input`]).
+    /// Checks the settings against rows of `input` (after [`Self::check_input`]); an error's
+    /// path is below `model`.
+    pub fn check_shape(&self, input: InputShape) -> Result<(), FieldError> {
+        self.settings.check_shape(input)
+    }
+
+    /// The network for inputs of `input` and `outputs` outputs (after [`Self::check_input`]
+    /// and [`Self::check_shape`]).
     pub fn network(&self, input: InputShape, outputs: usize) -> Network {
         self.settings.network(input, outputs)
     }

@@ -12,6 +12,7 @@ mod conv;
 mod dense;
 mod device;
 mod gaussian;
+mod layers;
 mod lenet;
 mod lstm;
 mod mobilenet;
@@ -28,6 +29,7 @@ pub use conv::{CnnSpec, SmallCnnSpec};
 pub use dense::{LinearSpec, MlpSpec};
 pub use device::{set_cublas_workspace, DeviceChoice, DeviceRows, Placement, DEVICE_ALLOWED};
 pub use gaussian::{Gaussian, GaussianInputs, Moments};
+pub use layers::{Initialisation, LayerSpec, LayersSpec, Shape};
 pub use lenet::Lenet5Spec;
 pub use lstm::LstmSpec;
 pub use mobilenet::MobilenetV2Spec;
@@ -147,6 +149,16 @@ pub enum InitScheme {
     Torchvision,
 }
 
+/// One row of [`Architecture::layer_table`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerRow {
+    pub layer: String,
+    /// One row's activation after the layer.
+    pub output: Shape,
+    pub parameters: usize,
+    pub flops: u64,
+}
+
 /// A concrete model: layers for a given input shape and number of classes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Architecture {
@@ -193,75 +205,81 @@ impl Architecture {
     /// layer's weight then bias; a normalisation's scale then shift; an embedding's weight;
     /// each LSTM layer's `weight_ih`, `weight_hh`, `bias_ih`, `bias_hh` (PyTorch's order).
     fn parameter_shapes(&self) -> Vec<(Vec<i64>, Init)> {
+        self.layers
+            .iter()
+            .flat_map(|l| self.layer_parameters(l))
+            .collect()
+    }
+
+    /// The parameter tensors of one layer, as [`Architecture::parameter_shapes`] lists them.
+    fn layer_parameters(&self, layer: &Layer) -> Vec<(Vec<i64>, Init)> {
         let torchvision = self.init == InitScheme::Torchvision;
         let mut out = Vec::new();
-        for l in &self.layers {
-            match *l {
-                Layer::Dense { inputs, outputs } => {
-                    let bound = Init::Uniform(1.0 / (inputs as f32).sqrt());
-                    let (weight, bias) = match torchvision {
-                        true => (Init::Normal(0.01), Init::Constant(0.0)),
-                        false => (bound, bound),
-                    };
-                    out.push((vec![outputs as i64, inputs as i64], weight));
-                    out.push((vec![outputs as i64], bias));
-                }
-                Layer::Conv {
-                    inputs,
-                    outputs,
-                    kernel,
-                    groups,
-                    bias,
-                    ..
-                } => {
-                    let fan_in = inputs / groups * kernel * kernel;
-                    let bound = Init::Uniform(1.0 / (fan_in as f32).sqrt());
-                    let (weight, shift) = match torchvision {
-                        true => {
-                            let fan_out = outputs * kernel * kernel;
-                            (
-                                Init::Normal((2.0 / fan_out as f32).sqrt()),
-                                Init::Constant(0.0),
-                            )
-                        }
-                        false => (bound, bound),
-                    };
-                    let (i, o, k) = ((inputs / groups) as i64, outputs as i64, kernel as i64);
-                    out.push((vec![o, i, k, k], weight));
-                    if bias {
-                        out.push((vec![o], shift));
-                    }
-                }
-                Layer::Norm { channels, .. } => {
-                    out.push((vec![channels as i64], Init::Constant(1.0)));
-                    out.push((vec![channels as i64], Init::Constant(0.0)));
-                }
-                Layer::Embedding { vocab, dim } => {
-                    out.push((vec![vocab as i64, dim as i64], Init::Normal(1.0)))
-                }
-                Layer::Lstm {
-                    inputs,
-                    hidden,
-                    layers,
-                } => {
-                    let bound = Init::Uniform(1.0 / (hidden as f32).sqrt());
-                    let (h4, h) = (4 * hidden as i64, hidden as i64);
-                    for l in 0..layers {
-                        let i = if l == 0 { inputs as i64 } else { h };
-                        out.push((vec![h4, i], bound));
-                        out.push((vec![h4, h], bound));
-                        out.push((vec![h4], bound));
-                        out.push((vec![h4], bound));
-                    }
-                }
-                Layer::Relu
-                | Layer::Relu6
-                | Layer::MaxPool
-                | Layer::Dropout { .. }
-                | Layer::Save
-                | Layer::AddSaved
-                | Layer::GlobalAvgPool => {}
+        match *layer {
+            Layer::Dense { inputs, outputs } => {
+                let bound = Init::Uniform(1.0 / (inputs as f32).sqrt());
+                let (weight, bias) = match torchvision {
+                    true => (Init::Normal(0.01), Init::Constant(0.0)),
+                    false => (bound, bound),
+                };
+                out.push((vec![outputs as i64, inputs as i64], weight));
+                out.push((vec![outputs as i64], bias));
             }
+            Layer::Conv {
+                inputs,
+                outputs,
+                kernel,
+                groups,
+                bias,
+                ..
+            } => {
+                let fan_in = inputs / groups * kernel * kernel;
+                let bound = Init::Uniform(1.0 / (fan_in as f32).sqrt());
+                let (weight, shift) = match torchvision {
+                    true => {
+                        let fan_out = outputs * kernel * kernel;
+                        (
+                            Init::Normal((2.0 / fan_out as f32).sqrt()),
+                            Init::Constant(0.0),
+                        )
+                    }
+                    false => (bound, bound),
+                };
+                let (i, o, k) = ((inputs / groups) as i64, outputs as i64, kernel as i64);
+                out.push((vec![o, i, k, k], weight));
+                if bias {
+                    out.push((vec![o], shift));
+                }
+            }
+            Layer::Norm { channels, .. } => {
+                out.push((vec![channels as i64], Init::Constant(1.0)));
+                out.push((vec![channels as i64], Init::Constant(0.0)));
+            }
+            Layer::Embedding { vocab, dim } => {
+                out.push((vec![vocab as i64, dim as i64], Init::Normal(1.0)))
+            }
+            Layer::Lstm {
+                inputs,
+                hidden,
+                layers,
+            } => {
+                let bound = Init::Uniform(1.0 / (hidden as f32).sqrt());
+                let (h4, h) = (4 * hidden as i64, hidden as i64);
+                for l in 0..layers {
+                    let i = if l == 0 { inputs as i64 } else { h };
+                    out.push((vec![h4, i], bound));
+                    out.push((vec![h4, h], bound));
+                    out.push((vec![h4], bound));
+                    out.push((vec![h4], bound));
+                }
+            }
+            Layer::Relu
+            | Layer::Relu6
+            | Layer::MaxPool
+            | Layer::Dropout { .. }
+            | Layer::Save
+            | Layer::AddSaved
+            | Layer::GlobalAvgPool => {}
         }
         out
     }
@@ -377,44 +395,49 @@ impl Architecture {
     /// times this): what `describe` reports and `flops_per_second` devices are charged.
     /// Normalisation, activations and pooling are not counted.
     pub fn flops_per_sample(&self) -> u64 {
-        let steps = match self.input {
-            InputShape::Tokens { len, .. } => len,
-            _ => 1,
-        };
         let mut shape = self.input_shape();
         let mut flops = 0u64;
         for l in &self.layers {
             let next = Self::next_shape(l, &shape);
-            match *l {
-                Layer::Dense { inputs, outputs } => flops += 2 * (inputs * outputs) as u64,
-                Layer::Conv {
-                    inputs,
-                    outputs,
-                    kernel,
-                    groups,
-                    ..
-                } => {
-                    let per_pixel = inputs / groups * kernel * kernel * outputs;
-                    flops += 2 * (per_pixel * next[1] * next[2]) as u64;
-                }
-                Layer::Lstm {
-                    inputs,
-                    hidden,
-                    layers,
-                } => {
-                    let per_step: usize = (0..layers)
-                        .map(|l| {
-                            let i = if l == 0 { inputs } else { hidden };
-                            4 * hidden * (i + hidden)
-                        })
-                        .sum();
-                    flops += 2 * (per_step * steps) as u64;
-                }
-                _ => {}
-            }
+            flops += self.layer_flops(l, &next);
             shape = next;
         }
         flops
+    }
+
+    /// [`Architecture::flops_per_sample`] of one layer, whose output is `next`.
+    fn layer_flops(&self, layer: &Layer, next: &[usize]) -> u64 {
+        let steps = match self.input {
+            InputShape::Tokens { len, .. } => len,
+            _ => 1,
+        };
+        match *layer {
+            Layer::Dense { inputs, outputs } => 2 * (inputs * outputs) as u64,
+            Layer::Conv {
+                inputs,
+                outputs,
+                kernel,
+                groups,
+                ..
+            } => {
+                let per_pixel = inputs / groups * kernel * kernel * outputs;
+                2 * (per_pixel * next[1] * next[2]) as u64
+            }
+            Layer::Lstm {
+                inputs,
+                hidden,
+                layers,
+            } => {
+                let per_step: usize = (0..layers)
+                    .map(|l| {
+                        let i = if l == 0 { inputs } else { hidden };
+                        4 * hidden * (i + hidden)
+                    })
+                    .sum();
+                2 * (per_step * steps) as u64
+            }
+            _ => 0,
+        }
     }
 
     /// A short description of the layers, for `describe`.
@@ -422,45 +445,70 @@ impl Architecture {
         if let Some(name) = &self.name {
             return name.clone();
         }
-        let parts: Vec<String> = self
-            .layers
-            .iter()
-            .map(|l| match *l {
-                Layer::Dense { inputs, outputs } => format!("dense {inputs}→{outputs}"),
-                Layer::Conv {
-                    inputs,
-                    outputs,
-                    kernel,
-                    stride,
-                    groups,
-                    ..
-                } => {
-                    let mut s = format!("conv {kernel}×{kernel} {inputs}→{outputs}");
-                    if stride > 1 {
-                        s += &format!(" stride {stride}");
-                    }
-                    if groups > 1 {
-                        s += &format!(" in {groups} groups");
-                    }
-                    s
-                }
-                Layer::Norm { kind, .. } => format!("{kind:?} norm").to_lowercase(),
-                Layer::Relu => "relu".into(),
-                Layer::Relu6 => "relu6".into(),
-                Layer::MaxPool => "max-pool 2".into(),
-                Layer::GlobalAvgPool => "global average pool".into(),
-                Layer::Save => "(residual".into(),
-                Layer::AddSaved => "+ residual)".into(),
-                Layer::Dropout { p } => format!("dropout {p}"),
-                Layer::Embedding { vocab, dim } => format!("embedding {vocab}→{dim}"),
-                Layer::Lstm {
-                    inputs,
-                    hidden,
-                    layers,
-                } => format!("lstm {inputs}→{hidden} ×{layers} layers, last step"),
-            })
-            .collect();
+        let parts: Vec<String> = self.layers.iter().map(Self::layer_label).collect();
         parts.join(", ")
+    }
+
+    /// One layer in words: `conv 5×5 1→32`.
+    fn layer_label(layer: &Layer) -> String {
+        match *layer {
+            Layer::Dense { inputs, outputs } => format!("dense {inputs}→{outputs}"),
+            Layer::Conv {
+                inputs,
+                outputs,
+                kernel,
+                stride,
+                groups,
+                ..
+            } => {
+                let mut s = format!("conv {kernel}×{kernel} {inputs}→{outputs}");
+                if stride > 1 {
+                    s += &format!(" stride {stride}");
+                }
+                if groups > 1 {
+                    s += &format!(" in {groups} groups");
+                }
+                s
+            }
+            Layer::Norm { kind, .. } => format!("{kind:?} norm").to_lowercase(),
+            Layer::Relu => "relu".into(),
+            Layer::Relu6 => "relu6".into(),
+            Layer::MaxPool => "max-pool 2".into(),
+            Layer::GlobalAvgPool => "global average pool".into(),
+            Layer::Save => "(residual".into(),
+            Layer::AddSaved => "+ residual)".into(),
+            Layer::Dropout { p } => format!("dropout {p}"),
+            Layer::Embedding { vocab, dim } => format!("embedding {vocab}→{dim}"),
+            Layer::Lstm {
+                inputs,
+                hidden,
+                layers,
+            } => format!("lstm {inputs}→{hidden} ×{layers} layers, last step"),
+        }
+    }
+
+    /// The layers with the shape of one row after each, their parameters and their FLOPs (as
+    /// [`Architecture::flops_per_sample`] counts them): `fedsim describe`'s table.
+    pub fn layer_table(&self) -> Vec<LayerRow> {
+        let mut shape = self.input_shape();
+        let mut display = Shape::of(self.input);
+        let mut rows = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            let next = Self::next_shape(l, &shape);
+            display = display.after(l);
+            rows.push(LayerRow {
+                layer: Self::layer_label(l),
+                output: display,
+                parameters: self
+                    .layer_parameters(l)
+                    .iter()
+                    .map(|(s, _)| s.iter().product::<i64>() as usize)
+                    .sum(),
+                flops: self.layer_flops(l, &next),
+            });
+            shape = next;
+        }
+        rows
     }
 
     /// The initial parameters, drawn from `rng` in parameter order (see `InitScheme`).

@@ -367,6 +367,8 @@ pub fn apply_override(tree: &mut Value, arg: &str) -> Result<Option<String>, Sce
     let (path, value) = arg
         .split_once('=')
         .ok_or_else(|| err("expected PATH=VALUE, e.g. sampling.fraction=0.1".into()))?;
+    // `layers[3].kernel`, as errors write it, is `layers.3.kernel`.
+    let path = &path.replace('[', ".").replace(']', "");
     if path.is_empty() || path.split('.').any(str::is_empty) {
         return Err(err(
             "the path must be dot-separated field names, e.g. training.lr".into(),
@@ -440,6 +442,9 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     raw.model
         .check_input(shape)
         .map_err(|m| FieldError::new("model.kind".into(), m))?;
+    raw.model
+        .check_shape(shape)
+        .map_err(|e| e.within("model"))?;
     raw.system.validate().map_err(|e| e.within("system"))?;
     raw.algorithm
         .validate()

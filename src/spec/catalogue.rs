@@ -17,10 +17,23 @@ pub fn read_settings<S: DeserializeOwned>(fields: Value) -> Result<S, String> {
     serde_path_to_error::deserialize(fields).map_err(|e| {
         let path = e.path().to_string();
         let message = e.into_inner().to_string();
-        if path == "." {
-            message
-        } else {
-            format!("`{path}`: {message}")
+        // An item within reads its own fields the same way: "`kernel`: …" under `layers[3]`
+        // is "`layers[3].kernel`: …".
+        let inner = message
+            .strip_prefix('`')
+            .and_then(|m| m.split_once("`: "))
+            .filter(|(inner, _)| {
+                inner
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || "_.[]".contains(c))
+            });
+        match (path.as_str(), inner) {
+            (".", _) => message,
+            (_, Some((inner, rest))) => {
+                let dot = if inner.starts_with('[') { "" } else { "." };
+                format!("`{path}{dot}{inner}`: {rest}")
+            }
+            _ => format!("`{path}`: {message}"),
         }
     })
 }

@@ -10,13 +10,13 @@ use std::path::Path;
 
 /// A run's final server models, its evaluation rows (client, split, model, loss) and their
 /// accuracies.
-struct Outcome {
-    models: Vec<Vec<f32>>,
+pub(crate) struct Outcome {
+    pub(crate) models: Vec<Vec<f32>>,
     losses: Vec<(u32, String, f64)>,
     accuracies: Vec<f64>,
 }
 
-fn simulate(text: &str, overrides: &[&str], threads: usize) -> Outcome {
+pub(crate) fn simulate(text: &str, overrides: &[&str], threads: usize) -> Outcome {
     let s = scenario(text, overrides);
     let out = simulate_scenario(&s, threads, |_| {}).expect("run succeeds");
     let mut models = Vec::new();
@@ -46,7 +46,7 @@ fn simulate(text: &str, overrides: &[&str], threads: usize) -> Outcome {
 }
 
 /// ‖a − b‖∞ ≤ tol·max(‖a‖∞, ‖b‖∞) for every model, and every loss within `tol` relative.
-fn assert_close(what: &str, a: &Outcome, b: &Outcome, tol: f64) {
+pub(crate) fn assert_close(what: &str, a: &Outcome, b: &Outcome, tol: f64) {
     assert_eq!(a.models.len(), b.models.len(), "{what}: number of models");
     for (m, (x, y)) in a.models.iter().zip(&b.models).enumerate() {
         assert_eq!(x.len(), y.len());

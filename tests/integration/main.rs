@@ -12,6 +12,7 @@ mod evaluation;
 mod fedgmm;
 mod fuzz;
 mod hardening;
+mod layers;
 mod paper;
 mod parquet_data;
 mod population;

@@ -15,18 +15,46 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 /// PyTorch's LeNet-5 (scripts/dev/make_weight_fixtures.py), loaded into fedsim's `lenet5`,
-/// gives PyTorch's outputs: for each of five images and each of the ten labels, fedsim's
-/// cross-entropy equals logsumexp(PyTorch's logits) − PyTorch's logit of the label, to 1e-5.
+/// gives PyTorch's outputs (see [`assert_pytorchs_outputs`]).
 #[test]
 fn pytorch_weights_give_pytorchs_outputs() {
+    assert_pytorchs_outputs("{kind: lenet5}", [1, 28, 28], "lenet5");
+}
+
+/// The FedEM authors' FemnistCNN as the layer list `scripts/torch_weights.py layers` writes for
+/// their PyTorch class has as many parameters as the class (28×28 images, 62 classes), and
+/// with PyTorch's weights gives PyTorch's outputs (on 16×16 images, a smaller file).
+#[test]
+fn the_femnist_cnn_as_a_layer_list_gives_pytorchs_outputs() {
+    let section: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(fixture("femnist_cnn16_model.yaml")).unwrap(),
+    )
+    .unwrap();
+    let list = serde_yaml::to_string(&section["model"]).unwrap();
+    let spec = ModelSpec::from_yaml(&list).unwrap();
+    assert_eq!(spec.kind(), "layers");
+    let io = std::fs::read(fixture("femnist_cnn16_io.safetensors")).unwrap();
+    let io = safetensors::SafeTensors::deserialize(&io).unwrap();
+    let theirs = i64::from_le_bytes(io.tensor("parameters").unwrap().data().try_into().unwrap());
+    let arch = Architecture::for_input(&spec, InputShape::Image([1, 28, 28]), 62);
+    assert_eq!(arch.num_params() as i64, theirs);
+    assert_pytorchs_outputs(&list, [1, 16, 16], "femnist_cnn16");
+}
+
+/// PyTorch's model `name` (`NAME.safetensors`, and `NAME_io.safetensors`: five images `x` and
+/// PyTorch's `logits` of them for ten classes), loaded into the model `spec` for images of
+/// `image`: for each image and each label, fedsim's cross-entropy equals
+/// logsumexp(PyTorch's logits) − PyTorch's logit of the label, to 1e-5.
+fn assert_pytorchs_outputs(spec: &str, image: [usize; 3], name: &str) {
     let arch = Architecture::for_input(
-        &ModelSpec::from_yaml("{kind: lenet5}").unwrap(),
-        InputShape::Image([1, 28, 28]),
+        &ModelSpec::from_yaml(spec).unwrap(),
+        InputShape::Image(image),
         10,
     );
-    let models = read_models(&fixture("lenet5.safetensors"), &arch).expect("PyTorch's file reads");
+    let models =
+        read_models(&fixture(&format!("{name}.safetensors")), &arch).expect("PyTorch's file reads");
     assert_eq!(models.len(), 1);
-    let io = std::fs::read(fixture("lenet5_io.safetensors")).unwrap();
+    let io = std::fs::read(fixture(&format!("{name}_io.safetensors"))).unwrap();
     let io = safetensors::SafeTensors::deserialize(&io).unwrap();
     let floats = |name: &str| -> Vec<f32> {
         io.tensor(name)
@@ -36,9 +64,11 @@ fn pytorch_weights_give_pytorchs_outputs() {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect()
     };
+    let dim = image.iter().product();
     let (x, logits) = (floats("x"), floats("logits"));
+    assert_eq!(x.len(), 5 * dim);
     let (mut features, mut labels, mut expected) = (Vec::new(), Vec::new(), Vec::new());
-    for (image, row) in x.chunks(784).zip(logits.chunks(10)) {
+    for (image, row) in x.chunks(dim).zip(logits.chunks(10)) {
         let most = row.iter().fold(f64::MIN, |m, &v| m.max(v as f64));
         let lse = most
             + row
@@ -55,13 +85,14 @@ fn pytorch_weights_give_pytorchs_outputs() {
     let view = SplitView {
         features: &features,
         labels: &labels,
-        dim: 784,
+        dim,
     };
     let losses = &sample_losses(&arch, &models, view)[0];
+    assert_eq!(losses.len(), 50);
     for (i, (&got, want)) in losses.iter().zip(&expected).enumerate() {
         assert!(
             (got as f64 - want).abs() <= 1e-5,
-            "image {} label {}: fedsim {got}, PyTorch {want}",
+            "{name}: image {} label {}: fedsim {got}, PyTorch {want}",
             i / 10,
             i % 10
         );
@@ -146,4 +177,51 @@ fn check_refuses_a_file_of_another_model() {
     ] {
         assert!(e.contains(part), "{part} missing in: {e}");
     }
+}
+
+/// `fedsim export-weights` of a run that did not save its models re-runs it and writes the
+/// models `--save-models` writes, byte for byte; a run whose result files the re-run does not
+/// reproduce is refused, and nothing is written.
+#[test]
+fn export_weights_writes_the_models_a_run_would_have_saved() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fedem = ["algorithm={name: fedem, components: 3}", "rounds=2"];
+    run_saving(SMALL, &fedem, 2, &tmp.path().join("saved"));
+    let opts = fedsim::results::RunOptions {
+        out_dir: tmp.path().join("plain"),
+        threads: 2,
+        progress: false,
+        force: false,
+        save_models: false,
+    };
+    fedsim::results::run_scenario(&scenario(SMALL, &fedem), &opts).unwrap();
+    assert!(!tmp.path().join("plain/models.safetensors").exists());
+    let out = tmp.path().join("exported.safetensors");
+    let export = |dir: &str| {
+        crate::common::bin()
+            .args(["export-weights", "--threads", "1", "--out"])
+            .arg(&out)
+            .arg(tmp.path().join(dir))
+            .output()
+            .unwrap()
+    };
+    let done = export("plain");
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(tmp.path().join("saved/models.safetensors")).unwrap()
+    );
+    assert!(!tmp.path().join("plain/.export-weights").exists());
+    // A run whose metrics were changed is not the run its scenario makes.
+    std::fs::remove_file(&out).unwrap();
+    std::fs::write(tmp.path().join("plain/metrics.csv"), "changed\n").unwrap();
+    let refused = export("plain");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(stderr.contains("metrics.csv differ"), "{stderr}");
+    assert!(!out.exists());
 }

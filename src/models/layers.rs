@@ -1,0 +1,951 @@
+//! `layers`: a model the scenario writes as a list of layers, and the built-in families
+//! written the same way.
+//!
+//! ```yaml
+//! model:
+//!   kind: layers
+//!   layers:
+//!     - {kind: conv, channels: 32, kernel: 5}
+//!     - relu
+//!     - max_pool
+//!     - {kind: dense, units: 2048}
+//!     - relu
+//!     - dense            # the last layer: one output per class (one for two classes)
+//! ```
+//!
+//! Every shape is inferred from the data's rows: a layer names only what it adds (a
+//! convolution its output channels, a dense layer its units), and a layer that cannot take
+//! what reaches it is refused at `fedsim check` with its index and field. The built-in families
+//! are such lists ([`LayersSpec::of`] writes any of them back), so there is one model code
+//! path. This room only reads, checks and writes lists; what a layer computes is in `walk`.
+
+use super::catalogue::{Inputs, ModelSettings, Network};
+use super::{InitScheme, InputShape, Layer, Normalization};
+use crate::spec::catalogue::{read_settings, split_tag, tagged, unknown};
+use crate::spec::FieldError;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_yaml::{Mapping, Value};
+use std::fmt;
+
+/// A network written as its layers, in forward order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LayersSpec {
+    /// The layers, input side first. A layer with no settings may be written as its kind
+    /// alone (`relu`); the last layer is `dense` without `units`: one output per class (one
+    /// for two classes).
+    pub layers: Vec<LayerSpec>,
+    /// How the parameters are drawn: `pytorch` (each layer's PyTorch default) or
+    /// `torchvision` (torchvision's MobileNet-v2: conv weights Kaiming fan-out normal, dense
+    /// weights N(0, 0.01²), biases 0).
+    #[serde(default)]
+    pub initialisation: Initialisation,
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+/// How a layer list's parameters are drawn ([`InitScheme`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Initialisation {
+    #[default]
+    Pytorch,
+    Torchvision,
+}
+
+/// One layer of a [`LayersSpec`]: `{kind: conv, channels: 32, kernel: 5}`, or a kind alone.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LayerSpec {
+    Dense(Dense),
+    Conv(Conv),
+    BatchNorm(NoSettings),
+    GroupNorm(NoSettings),
+    Relu(NoSettings),
+    Relu6(NoSettings),
+    MaxPool(NoSettings),
+    GlobalAvgPool(NoSettings),
+    Flatten(NoSettings),
+    Dropout(Dropout),
+    Embedding(Embedding),
+    Lstm(Lstm),
+    Residual(Residual),
+}
+
+/// A fully connected layer (a bias included); an image activation is flattened first.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Dense {
+    /// Output units; left out on the last layer, whose units are the data's classes (one for
+    /// two classes), and given on every other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub units: Option<usize>,
+}
+
+/// A 2-d convolution with a square kernel (PyTorch's `nn.Conv2d`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Conv {
+    /// Output channels.
+    pub channels: usize,
+    /// The kernel's side.
+    pub kernel: usize,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub stride: usize,
+    /// Zero padding on each side.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub padding: usize,
+    /// Channel groups (depthwise when it equals both channel counts); both channel counts
+    /// are multiples of it.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub groups: usize,
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub bias: bool,
+}
+
+/// Zeroes each activation with probability `rate` in training (masks from the job's stream)
+/// and scales the rest by 1 / (1 − rate); passes everything when evaluating.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Dropout {
+    /// In [0, 1); 0 is no layer at all.
+    pub rate: f64,
+}
+
+/// Token ids to vectors of `dim` (PyTorch's `nn.Embedding`); the first layer of a model of
+/// token windows, the vocabulary the data's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Embedding {
+    pub dim: usize,
+}
+
+/// Stacked LSTM layers over an embedded window (PyTorch's `nn.LSTM`, batch first), passing on
+/// the last step's hidden state of the top layer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Lstm {
+    /// The hidden state's width.
+    pub hidden: usize,
+    /// Stacked layers.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub layers: usize,
+}
+
+/// Layers whose output is added to their input (an identity shortcut): they keep the shape
+/// of what enters. Blocks do not nest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Residual {
+    pub layers: Vec<LayerSpec>,
+}
+
+/// A layer without settings.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoSettings {}
+
+fn one() -> usize {
+    1
+}
+fn is_one(v: &usize) -> bool {
+    *v == 1
+}
+fn yes() -> bool {
+    true
+}
+fn is_true(v: &bool) -> bool {
+    *v
+}
+
+/// The layer kinds: name, what it is, its settings' schema.
+const KINDS: &[(&str, &str)] = &[
+    (
+        "dense",
+        "fully connected layer; `units` (left out on the last layer)",
+    ),
+    (
+        "conv",
+        "2-d convolution; `channels`, `kernel`, `stride` 1, `padding` 0, `groups` 1, `bias` true",
+    ),
+    (
+        "batch_norm",
+        "batch normalisation with the batch's statistics, trained scale and shift",
+    ),
+    (
+        "group_norm",
+        "group normalisation in gcd(channels, 32) groups, trained scale and shift",
+    ),
+    ("relu", "max(x, 0)"),
+    ("relu6", "min(max(x, 0), 6)"),
+    ("max_pool", "2×2 max pooling, stride 2"),
+    (
+        "global_avg_pool",
+        "mean over each channel's pixels: C×H×W to C×1×1",
+    ),
+    (
+        "flatten",
+        "an image activation as one vector (a dense layer flattens on its own)",
+    ),
+    ("dropout", "dropout with `rate` in training"),
+    ("embedding", "token ids to vectors of `dim`"),
+    (
+        "lstm",
+        "stacked LSTM (`hidden`, `layers` 1), the last step's hidden state",
+    ),
+    ("residual", "`layers` whose output is added to their input"),
+];
+
+impl LayerSpec {
+    /// The kind, as a list writes it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LayerSpec::Dense(_) => "dense",
+            LayerSpec::Conv(_) => "conv",
+            LayerSpec::BatchNorm(_) => "batch_norm",
+            LayerSpec::GroupNorm(_) => "group_norm",
+            LayerSpec::Relu(_) => "relu",
+            LayerSpec::Relu6(_) => "relu6",
+            LayerSpec::MaxPool(_) => "max_pool",
+            LayerSpec::GlobalAvgPool(_) => "global_avg_pool",
+            LayerSpec::Flatten(_) => "flatten",
+            LayerSpec::Dropout(_) => "dropout",
+            LayerSpec::Embedding(_) => "embedding",
+            LayerSpec::Lstm(_) => "lstm",
+            LayerSpec::Residual(_) => "residual",
+        }
+    }
+
+    /// The layer `kind` with `fields` (its settings, without `kind`).
+    fn parse(kind: &str, fields: Value) -> Result<LayerSpec, String> {
+        Ok(match kind {
+            "dense" => LayerSpec::Dense(read_settings(fields)?),
+            "conv" => LayerSpec::Conv(read_settings(fields)?),
+            "batch_norm" => LayerSpec::BatchNorm(read_settings(fields)?),
+            "group_norm" => LayerSpec::GroupNorm(read_settings(fields)?),
+            "relu" => LayerSpec::Relu(read_settings(fields)?),
+            "relu6" => LayerSpec::Relu6(read_settings(fields)?),
+            "max_pool" => LayerSpec::MaxPool(read_settings(fields)?),
+            "global_avg_pool" => LayerSpec::GlobalAvgPool(read_settings(fields)?),
+            "flatten" => LayerSpec::Flatten(read_settings(fields)?),
+            "dropout" => LayerSpec::Dropout(read_settings(fields)?),
+            "embedding" => LayerSpec::Embedding(read_settings(fields)?),
+            "lstm" => LayerSpec::Lstm(read_settings(fields)?),
+            "residual" => LayerSpec::Residual(read_settings(fields)?),
+            other => return Err(unknown(other, KINDS.iter().map(|(k, _)| *k))),
+        })
+    }
+
+    /// The settings as a mapping (empty for a layer without settings).
+    fn fields(&self) -> Value {
+        let value = match self {
+            LayerSpec::Dense(s) => serde_yaml::to_value(s),
+            LayerSpec::Conv(s) => serde_yaml::to_value(s),
+            LayerSpec::Dropout(s) => serde_yaml::to_value(s),
+            LayerSpec::Embedding(s) => serde_yaml::to_value(s),
+            LayerSpec::Lstm(s) => serde_yaml::to_value(s),
+            LayerSpec::Residual(s) => serde_yaml::to_value(s),
+            LayerSpec::BatchNorm(s)
+            | LayerSpec::GroupNorm(s)
+            | LayerSpec::Relu(s)
+            | LayerSpec::Relu6(s)
+            | LayerSpec::MaxPool(s)
+            | LayerSpec::GlobalAvgPool(s)
+            | LayerSpec::Flatten(s) => serde_yaml::to_value(s),
+        };
+        value.unwrap_or(Value::Null)
+    }
+
+    /// The JSON Schema of the kind's settings.
+    fn settings_schema(kind: &str, generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        match kind {
+            "dense" => generator.subschema_for::<Dense>(),
+            "conv" => generator.subschema_for::<Conv>(),
+            "dropout" => generator.subschema_for::<Dropout>(),
+            "embedding" => generator.subschema_for::<Embedding>(),
+            "lstm" => generator.subschema_for::<Lstm>(),
+            "residual" => generator.subschema_for::<Residual>(),
+            _ => generator.subschema_for::<NoSettings>(),
+        }
+    }
+}
+
+impl Serialize for LayerSpec {
+    /// A layer without settings as its kind alone, any other as `{kind: …, settings…}`.
+    fn serialize<Z: serde::Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
+        match self.fields() {
+            Value::Mapping(m) if m.is_empty() => serializer.serialize_str(self.kind()),
+            fields => tagged("kind", self.kind(), &fields).serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for LayerSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let item = match Value::deserialize(deserializer)? {
+            Value::String(kind) => {
+                Value::Mapping(Mapping::from_iter([("kind".into(), Value::String(kind))]))
+            }
+            other => other,
+        };
+        let (kind, fields) = split_tag(item, "kind", "{kind: conv, channels: 32, kernel: 5}")
+            .map_err(D::Error::custom)?;
+        LayerSpec::parse(&kind, fields).map_err(D::Error::custom)
+    }
+}
+
+impl JsonSchema for LayerSpec {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "LayerSpec".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let settings: Vec<(&'static str, &'static str, schemars::Schema)> = KINDS
+            .iter()
+            .map(|&(kind, summary)| (kind, summary, Self::settings_schema(kind, generator)))
+            .collect();
+        let bare: Vec<&str> = KINDS
+            .iter()
+            .filter(|(kind, _)| {
+                !matches!(
+                    *kind,
+                    "conv" | "dropout" | "embedding" | "lstm" | "residual"
+                )
+            })
+            .map(|(kind, _)| *kind)
+            .collect();
+        let mut variants = vec![serde_json::json!({
+            "description": "a layer without settings (or a last `dense`), by its kind alone",
+            "type": "string",
+            "enum": bare,
+        })];
+        for (kind, summary, schema) in settings {
+            let mut schema = schema.to_value();
+            if let Some(serde_json::Value::String(r)) = schema.get("$ref") {
+                let name = r.rsplit('/').next().unwrap_or(r).to_string();
+                schema = generator
+                    .definitions()
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or(schema);
+            }
+            let mut properties = serde_json::Map::from_iter([(
+                "kind".to_string(),
+                serde_json::json!({"const": kind, "description": summary}),
+            )]);
+            if let Some(serde_json::Value::Object(own)) = schema.get("properties") {
+                properties.extend(own.clone());
+            }
+            let mut required = vec![serde_json::json!("kind")];
+            if let Some(serde_json::Value::Array(own)) = schema.get("required") {
+                required.extend(own.iter().cloned());
+            }
+            variants.push(serde_json::json!({
+                "title": kind,
+                "description": summary,
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": false,
+            }));
+        }
+        schemars::json_schema!({
+            "description": "One layer: its kind alone, or a mapping with `kind` and its settings.",
+            "oneOf": variants,
+        })
+    }
+}
+
+/// What one row is between two layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// A vector of features.
+    Flat(usize),
+    /// `[channels, height, width]`.
+    Image([usize; 3]),
+    /// A window of `len` token ids below `vocab`.
+    Tokens { len: usize, vocab: usize },
+    /// A window of `len` vectors of `dim`.
+    Sequence { len: usize, dim: usize },
+}
+
+impl Shape {
+    pub fn of(input: InputShape) -> Shape {
+        match input {
+            InputShape::Flat(d) => Shape::Flat(d),
+            InputShape::Image(s) => Shape::Image(s),
+            InputShape::Tokens { len, vocab } => Shape::Tokens { len, vocab },
+        }
+    }
+}
+
+impl Shape {
+    /// The shape after `layer`, which takes rows of this shape.
+    pub fn after(self, layer: &Layer) -> Shape {
+        match (*layer, self) {
+            (Layer::Dense { outputs, .. }, _) => Shape::Flat(outputs),
+            (
+                Layer::Conv {
+                    outputs,
+                    kernel,
+                    stride,
+                    padding,
+                    ..
+                },
+                Shape::Image([_, h, w]),
+            ) => {
+                let side = |s: usize| (s + 2 * padding - kernel) / stride + 1;
+                Shape::Image([outputs, side(h), side(w)])
+            }
+            (Layer::MaxPool, Shape::Image([c, h, w])) => Shape::Image([c, h / 2, w / 2]),
+            (Layer::GlobalAvgPool, Shape::Image([c, _, _])) => Shape::Image([c, 1, 1]),
+            (Layer::Embedding { dim, .. }, Shape::Tokens { len, .. }) => {
+                Shape::Sequence { len, dim }
+            }
+            (Layer::Lstm { hidden, .. }, _) => Shape::Flat(hidden),
+            _ => self,
+        }
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Shape::Flat(d) => write!(f, "{d}"),
+            Shape::Image([c, h, w]) => write!(f, "{c}×{h}×{w}"),
+            Shape::Tokens { len, .. } => write!(f, "{len} tokens"),
+            Shape::Sequence { len, dim } => write!(f, "{len}×{dim}"),
+        }
+    }
+}
+
+/// A layer list's error: the path below `layers` (`[3].kernel`) and what is wrong.
+struct LayerError {
+    path: String,
+    message: String,
+}
+
+impl LayerError {
+    fn at(index: usize, field: Option<&str>, message: String) -> LayerError {
+        let path = match field {
+            Some(f) => format!("[{index}].{f}"),
+            None => format!("[{index}]"),
+        };
+        LayerError { path, message }
+    }
+
+    /// This error of a residual block's layers, the block at `index`.
+    fn within(self, index: usize) -> LayerError {
+        LayerError {
+            path: format!("[{index}].layers{}", self.path),
+            message: self.message,
+        }
+    }
+
+    fn into_field(self) -> FieldError {
+        FieldError::new(format!("layers{}", self.path), self.message)
+    }
+}
+
+/// The layers of `list` for rows of `shape`, appended to `out`, and the shape they leave;
+/// `outputs` is the last dense layer's units.
+fn infer(
+    list: &[LayerSpec],
+    mut shape: Shape,
+    outputs: usize,
+    out: &mut Vec<Layer>,
+) -> Result<Shape, LayerError> {
+    for (i, layer) in list.iter().enumerate() {
+        let err = |field: Option<&str>, message: String| LayerError::at(i, field, message);
+        let needs_image = |what: &str| {
+            err(
+                None,
+                format!(
+                    "{what} takes images (channels × height × width), but {} reach it{}",
+                    describe(shape),
+                    match shape {
+                        Shape::Flat(_) => {
+                            " (after a dense or flatten layer; a Parquet file declares its \
+                             image shape with `data.shape`)"
+                        }
+                        _ => "",
+                    }
+                ),
+            )
+        };
+        let features = match shape {
+            Shape::Flat(d) => Some(d),
+            Shape::Image([c, h, w]) => Some(c * h * w),
+            Shape::Tokens { .. } | Shape::Sequence { .. } => None,
+        };
+        let kind = layer.kind();
+        let built = match layer {
+            LayerSpec::Dense(dense) => {
+                let Some(inputs) = features else {
+                    return Err(err(
+                        None,
+                        format!(
+                            "a dense layer takes flat rows or images, but {} reach it (put an \
+                             `lstm` before it{})",
+                            describe(shape),
+                            match shape {
+                                Shape::Tokens { .. } => ", after an `embedding`",
+                                _ => "",
+                            }
+                        ),
+                    ));
+                };
+                Layer::Dense {
+                    inputs,
+                    outputs: dense.units.unwrap_or(outputs),
+                }
+            }
+            LayerSpec::Conv(conv) => {
+                let Shape::Image([c, h, w]) = shape else {
+                    return Err(needs_image("a convolution"));
+                };
+                if c % conv.groups != 0 {
+                    return Err(err(
+                        Some("groups"),
+                        format!(
+                            "{} does not divide the {c} channels that reach this layer",
+                            conv.groups
+                        ),
+                    ));
+                }
+                let reach = |side: usize| side + 2 * conv.padding;
+                if conv.kernel > reach(h) || conv.kernel > reach(w) {
+                    return Err(err(
+                        Some("kernel"),
+                        format!(
+                            "{} is larger than the {h}×{w} input of this layer{}",
+                            conv.kernel,
+                            match conv.padding {
+                                0 => String::new(),
+                                p => format!(" with padding {p} ({}×{})", reach(h), reach(w)),
+                            }
+                        ),
+                    ));
+                }
+                Layer::Conv {
+                    inputs: c,
+                    outputs: conv.channels,
+                    kernel: conv.kernel,
+                    stride: conv.stride,
+                    padding: conv.padding,
+                    groups: conv.groups,
+                    bias: conv.bias,
+                }
+            }
+            LayerSpec::BatchNorm(_) | LayerSpec::GroupNorm(_) => {
+                let Shape::Image([c, _, _]) = shape else {
+                    return Err(needs_image("normalisation"));
+                };
+                let norm = match layer {
+                    LayerSpec::BatchNorm(_) => Normalization::Batch,
+                    _ => Normalization::Group,
+                };
+                Layer::Norm {
+                    channels: c,
+                    kind: norm,
+                }
+            }
+            LayerSpec::Relu(_) | LayerSpec::Relu6(_) | LayerSpec::Dropout(_) => {
+                if features.is_none() {
+                    return Err(err(
+                        None,
+                        format!(
+                            "`{kind}` takes flat rows or images, but {} reach it",
+                            describe(shape)
+                        ),
+                    ));
+                }
+                match layer {
+                    LayerSpec::Relu(_) => Layer::Relu,
+                    LayerSpec::Relu6(_) => Layer::Relu6,
+                    LayerSpec::Dropout(d) => Layer::Dropout { p: d.rate },
+                    _ => unreachable!("matched above"),
+                }
+            }
+            LayerSpec::MaxPool(_) => {
+                let Shape::Image([_, h, w]) = shape else {
+                    return Err(needs_image("max pooling"));
+                };
+                if h < 2 || w < 2 {
+                    return Err(err(
+                        None,
+                        format!("2×2 max pooling needs at least 2×2 pixels, {h}×{w} reach it"),
+                    ));
+                }
+                Layer::MaxPool
+            }
+            LayerSpec::GlobalAvgPool(_) => {
+                if !matches!(shape, Shape::Image(_)) {
+                    return Err(needs_image("global average pooling"));
+                }
+                Layer::GlobalAvgPool
+            }
+            LayerSpec::Flatten(_) => match features {
+                Some(d) => {
+                    shape = Shape::Flat(d);
+                    continue;
+                }
+                None => {
+                    return Err(err(
+                        None,
+                        format!("flatten takes images, but {} reach it", describe(shape)),
+                    ))
+                }
+            },
+            LayerSpec::Embedding(e) => {
+                let Shape::Tokens { vocab, .. } = shape else {
+                    return Err(err(
+                        None,
+                        format!(
+                            "an embedding takes token ids (a text data set such as \
+                             `shakespeare`), but {} reach it",
+                            describe(shape)
+                        ),
+                    ));
+                };
+                Layer::Embedding { vocab, dim: e.dim }
+            }
+            LayerSpec::Lstm(lstm) => {
+                let Shape::Sequence { dim, .. } = shape else {
+                    return Err(err(
+                        None,
+                        format!(
+                            "an LSTM takes a window of vectors (after an `embedding`), but {} \
+                             reach it",
+                            describe(shape)
+                        ),
+                    ));
+                };
+                Layer::Lstm {
+                    inputs: dim,
+                    hidden: lstm.hidden,
+                    layers: lstm.layers,
+                }
+            }
+            LayerSpec::Residual(block) => {
+                out.push(Layer::Save);
+                let after = infer(&block.layers, shape, outputs, out).map_err(|e| e.within(i))?;
+                if after != shape {
+                    return Err(err(
+                        Some("layers"),
+                        format!(
+                            "the block turns rows of {shape} into {after}; a residual block \
+                             adds its output to its input, so it must keep the shape"
+                        ),
+                    ));
+                }
+                out.push(Layer::AddSaved);
+                continue;
+            }
+        };
+        shape = shape.after(&built);
+        out.push(built);
+    }
+    Ok(shape)
+}
+
+/// "rows of 3×32×32", as an error says what reaches a layer.
+fn describe(shape: Shape) -> String {
+    match shape {
+        Shape::Flat(0) => "flat rows".into(),
+        Shape::Flat(d) => format!("flat rows of {d}"),
+        Shape::Image(_) => format!("images of {shape}"),
+        Shape::Tokens { len, .. } => format!("token ids (windows of {len})"),
+        Shape::Sequence { len, dim } => format!("windows of {len} vectors of {dim}"),
+    }
+}
+
+/// Checks what needs no input shape: sizes, rates, where `units` is left out, nesting.
+fn check_list(list: &[LayerSpec], top: bool) -> Result<(), LayerError> {
+    if list.is_empty() {
+        return Err(LayerError {
+            path: String::new(),
+            message: match top {
+                true => "must list at least one layer (the last a `dense` without `units`)".into(),
+                false => "a residual block must hold at least one layer".into(),
+            },
+        });
+    }
+    let last = list.len() - 1;
+    for (i, layer) in list.iter().enumerate() {
+        let err = |field: &str, message: &str| Err(LayerError::at(i, Some(field), message.into()));
+        let positive = |fields: &[(&str, usize)]| match fields.iter().find(|(_, v)| *v == 0) {
+            Some((field, _)) => err(field, "must be at least 1"),
+            None => Ok(()),
+        };
+        match layer {
+            LayerSpec::Dense(Dense { units }) => match (top && i == last, units) {
+                (true, Some(_)) => err(
+                    "units",
+                    "leave it out on the last layer: its units are the data's classes (one \
+                     for two classes)",
+                )?,
+                (false, None) => err(
+                    "units",
+                    "missing: every dense layer but the last gives its units (the last one's \
+                     are the data's classes)",
+                )?,
+                (_, Some(0)) => err("units", "must be at least 1")?,
+                _ => {}
+            },
+            LayerSpec::Conv(c) => {
+                positive(&[
+                    ("channels", c.channels),
+                    ("kernel", c.kernel),
+                    ("stride", c.stride),
+                    ("groups", c.groups),
+                ])?;
+                if c.channels % c.groups != 0 {
+                    err(
+                        "groups",
+                        &format!(
+                            "{} does not divide the {} output channels",
+                            c.groups, c.channels
+                        ),
+                    )?;
+                }
+            }
+            LayerSpec::Dropout(d) if !(0.0..1.0).contains(&d.rate) => {
+                err("rate", &format!("must be in [0, 1), got {}", d.rate))?
+            }
+            LayerSpec::Embedding(e) => positive(&[("dim", e.dim)])?,
+            LayerSpec::Lstm(l) => positive(&[("hidden", l.hidden), ("layers", l.layers)])?,
+            LayerSpec::Residual(block) => {
+                if !top {
+                    return Err(LayerError::at(
+                        i,
+                        None,
+                        "residual blocks do not nest: write the inner block's layers in the \
+                         outer block, or the blocks one after another"
+                            .into(),
+                    ));
+                }
+                check_list(&block.layers, false).map_err(|e| e.within(i))?;
+            }
+            _ => {}
+        }
+        if top && i == last && !matches!(layer, LayerSpec::Dense(_)) {
+            return Err(LayerError::at(
+                i,
+                None,
+                format!(
+                    "the last layer is `{}`; it must be `dense` without `units` (one output per \
+                     class)",
+                    layer.kind()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl LayersSpec {
+    /// The network of rows of `input` with `outputs` outputs, or where the list cannot take
+    /// such rows (a path below `model`).
+    pub fn build(&self, input: InputShape, outputs: usize) -> Result<Network, FieldError> {
+        let mut layers = Vec::new();
+        infer(&self.layers, Shape::of(input), outputs, &mut layers)
+            .map_err(LayerError::into_field)?;
+        Ok(Network {
+            layers,
+            init: match self.initialisation {
+                Initialisation::Pytorch => InitScheme::LayerDefaults,
+                Initialisation::Torchvision => InitScheme::Torchvision,
+            },
+            name: None,
+        })
+    }
+
+    /// `network` written as a layer list: the same layers, parameters and initialisation
+    /// when built for the input it was made for.
+    pub fn of(network: &Network) -> LayersSpec {
+        let mut top: Vec<LayerSpec> = Vec::new();
+        let mut block: Option<Vec<LayerSpec>> = None;
+        let none = NoSettings::default;
+        for layer in &network.layers {
+            let spec = match *layer {
+                Layer::Save => {
+                    block = Some(Vec::new());
+                    continue;
+                }
+                Layer::AddSaved => LayerSpec::Residual(Residual {
+                    layers: block.take().expect("a residual starts before it ends"),
+                }),
+                Layer::Dense { outputs, .. } => LayerSpec::Dense(Dense {
+                    units: Some(outputs),
+                }),
+                Layer::Conv {
+                    outputs,
+                    kernel,
+                    stride,
+                    padding,
+                    groups,
+                    bias,
+                    ..
+                } => LayerSpec::Conv(Conv {
+                    channels: outputs,
+                    kernel,
+                    stride,
+                    padding,
+                    groups,
+                    bias,
+                }),
+                Layer::Norm {
+                    kind: Normalization::Batch,
+                    ..
+                } => LayerSpec::BatchNorm(none()),
+                Layer::Norm {
+                    kind: Normalization::Group,
+                    ..
+                } => LayerSpec::GroupNorm(none()),
+                Layer::Relu => LayerSpec::Relu(none()),
+                Layer::Relu6 => LayerSpec::Relu6(none()),
+                Layer::MaxPool => LayerSpec::MaxPool(none()),
+                Layer::GlobalAvgPool => LayerSpec::GlobalAvgPool(none()),
+                Layer::Dropout { p } => LayerSpec::Dropout(Dropout { rate: p }),
+                Layer::Embedding { dim, .. } => LayerSpec::Embedding(Embedding { dim }),
+                Layer::Lstm { hidden, layers, .. } => LayerSpec::Lstm(Lstm { hidden, layers }),
+            };
+            match &mut block {
+                Some(inner) => inner.push(spec),
+                None => top.push(spec),
+            }
+        }
+        if let Some(LayerSpec::Dense(last)) = top.last_mut() {
+            last.units = None;
+        }
+        LayersSpec {
+            layers: top,
+            initialisation: match network.init {
+                InitScheme::LayerDefaults => Initialisation::Pytorch,
+                InitScheme::Torchvision => Initialisation::Torchvision,
+            },
+        }
+    }
+}
+
+impl ModelSettings for LayersSpec {
+    const INPUTS: Inputs = Inputs::Any;
+    const EXAMPLE: &'static str = "{layers: [{kind: dense, units: 16}, relu, dense]}";
+
+    fn validate(&self) -> Result<(), FieldError> {
+        check_list(&self.layers, true).map_err(LayerError::into_field)
+    }
+
+    fn check_shape(&self, input: InputShape) -> Result<(), FieldError> {
+        self.build(input, 1).map(|_| ())
+    }
+
+    fn network(&self, input: InputShape, outputs: usize) -> Network {
+        self.build(input, outputs)
+            .unwrap_or_else(|e| panic!("a layer list is checked against its data: {e:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::{Architecture, ModelSpec, MODELS};
+
+    /// Every built-in family is a layer list: its network, written back by [`LayersSpec::of`]
+    /// and read from YAML, builds the same layers with the same initialisation, for every input
+    /// it takes and for one output and ten.
+    #[test]
+    fn every_family_is_a_layer_list() {
+        for r in MODELS.iter().filter(|r| r.kind != "layers") {
+            let spec = ModelSpec::from_yaml(&r.example_section()).unwrap();
+            let inputs = match r.inputs {
+                Inputs::Any => vec![InputShape::Flat(6), InputShape::Image([1, 28, 28])],
+                Inputs::Images { min_side } => vec![
+                    InputShape::Image([1, min_side.max(28), min_side.max(28)]),
+                    InputShape::Image([3, min_side.max(32), min_side.max(32)]),
+                ],
+                Inputs::Tokens => vec![InputShape::Tokens { len: 5, vocab: 7 }],
+            };
+            for input in inputs {
+                for outputs in [1, 10] {
+                    let network = spec.network(input, outputs);
+                    let text =
+                        serde_yaml::to_string(&ModelSpec::of(LayersSpec::of(&network))).unwrap();
+                    let list = ModelSpec::from_yaml(&text).unwrap();
+                    list.validate().unwrap();
+                    list.check_shape(input).unwrap();
+                    let rebuilt = list.network(input, outputs);
+                    let what = format!("{} on {input:?}:\n{text}", r.kind);
+                    assert!(rebuilt.layers == network.layers, "{what}");
+                    assert!(rebuilt.init == network.init, "{what}");
+                }
+            }
+        }
+    }
+
+    /// Shapes, parameters and FLOPs of a small residual network worked by hand, on 3×8×8
+    /// images and 3 classes.
+    #[test]
+    fn a_residual_list_by_hand() {
+        let spec = ModelSpec::from_yaml(
+            "{kind: layers, layers: [{kind: conv, channels: 4, kernel: 3, padding: 1}, \
+             {kind: residual, layers: [relu, {kind: conv, channels: 4, kernel: 3, padding: 1, \
+             bias: false}]}, max_pool, flatten, {kind: dropout, rate: 0.5}, \
+             {kind: dense, units: 10}, relu, dense]}",
+        )
+        .unwrap();
+        spec.validate().unwrap();
+        let arch = Architecture::for_input(&spec, InputShape::Image([3, 8, 8]), 3);
+        let rows: Vec<(String, String, usize, u64)> = arch
+            .layer_table()
+            .into_iter()
+            .map(|r| (r.layer, r.output.to_string(), r.parameters, r.flops))
+            .collect();
+        let row = |l: &str, o: &str, p: usize, f: u64| (l.to_string(), o.to_string(), p, f);
+        assert_eq!(
+            rows,
+            [
+                // 3·4·3·3 weights + 4 biases; 2·(3·3·3·4) flops at each of 8·8 pixels.
+                row("conv 3×3 3→4", "4×8×8", 112, 2 * 108 * 64),
+                row("(residual", "4×8×8", 0, 0),
+                row("relu", "4×8×8", 0, 0),
+                row("conv 3×3 4→4", "4×8×8", 144, 2 * 144 * 64),
+                row("+ residual)", "4×8×8", 0, 0),
+                row("max-pool 2", "4×4×4", 0, 0),
+                row("dropout 0.5", "4×4×4", 0, 0),
+                // flatten adds no layer: the dense layer takes the 64 values.
+                row("dense 64→10", "10", 650, 2 * 640),
+                row("relu", "10", 0, 0),
+                row("dense 10→3", "3", 33, 2 * 30),
+            ]
+        );
+        assert_eq!(arch.num_params(), 112 + 144 + 650 + 33);
+        assert_eq!(
+            arch.flops_per_sample(),
+            2 * 108 * 64 + 2 * 144 * 64 + 2 * 640 + 2 * 30
+        );
+    }
+
+    /// A layer without settings reads and writes as its kind alone; settings round-trip.
+    #[test]
+    fn layers_read_and_write_kinds_alone() {
+        let spec: LayersSpec = serde_yaml::from_str(
+            "layers: [relu, {kind: relu6}, {kind: conv, channels: 2, kernel: 3, bias: false}, \
+             {kind: dense}]",
+        )
+        .unwrap();
+        assert_eq!(spec.layers[0], LayerSpec::Relu(NoSettings {}));
+        assert_eq!(spec.layers[1], LayerSpec::Relu6(NoSettings {}));
+        let text = serde_yaml::to_string(&spec).unwrap();
+        assert_eq!(
+            text,
+            "layers:\n- relu\n- relu6\n- kind: conv\n  channels: 2\n  kernel: 3\n  bias: false\n\
+             - dense\ninitialisation: pytorch\n"
+        );
+        assert_eq!(serde_yaml::from_str::<LayersSpec>(&text).unwrap(), spec);
+    }
+}
