@@ -587,7 +587,7 @@ impl<A: Algorithm> JobContext<A> {
         };
         let rows = self.data.rows_for(&[client]);
         let view = rows.data().view(rows.index(0), Split::Train);
-        let losses = crate::models::sample_losses(&self.arch, &[base.to_vec()], view);
+        let losses = crate::models::sample_losses(&self.arch, &[base], view);
         Some(ReportedLoss::of(&losses[0]))
     }
 

@@ -396,9 +396,9 @@ fn sgd_update(
 
 /// The loss of every row of a split under each of `models` (FedEM's E-step): `[model][row]`.
 /// Linear models are evaluated together, as one product with their weights side by side.
-pub fn sample_losses(
+pub fn sample_losses<M: AsRef<[f32]>>(
     arch: &Architecture,
-    models: &[Vec<f32>],
+    models: &[M],
     data: SplitView<'_>,
 ) -> Vec<Vec<f32>> {
     let n = data.len();
@@ -417,11 +417,11 @@ pub fn sample_losses(
             let split = (o * i) as usize;
             let weights: Vec<f32> = models
                 .iter()
-                .flat_map(|m| m[..split].iter().copied())
+                .flat_map(|m| m.as_ref()[..split].iter().copied())
                 .collect();
             let biases: Vec<f32> = models
                 .iter()
-                .flat_map(|m| m[split..].iter().copied())
+                .flat_map(|m| m.as_ref()[split..].iter().copied())
                 .collect();
             let w = Tensor::from_slice(&weights).view([k * o, i]);
             let z = Tensor::from_slice(&biases).addmm(&x, &w.tr()); // [n, K·o]
@@ -438,7 +438,9 @@ pub fn sample_losses(
             let each: Vec<Tensor> = models
                 .iter()
                 .map(|params| {
-                    let ps: Vec<Tensor> = arch.params(params).iter().map(Tensor::detach).collect();
+                    let ps: Vec<Tensor> = (arch.params(params.as_ref()).iter())
+                        .map(Tensor::detach)
+                        .collect();
                     loss(
                         arch,
                         &arch.forward(&arch.layers(&ps), &x, &[]),

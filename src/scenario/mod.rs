@@ -647,7 +647,12 @@ fn validate_guided_sampling(raw: &RawScenario) -> Result<(), FieldError> {
     if !raw.sampling.strategy.uses_feedback() {
         return Ok(());
     }
-    sends_declared_updates(raw, "sampling.strategy")?;
+    sends_declared_updates(
+        raw,
+        "sampling.strategy",
+        "a loss-guided draw ranks clients by the loss they report with the updates they send \
+         to a server (of one global model: FedEM's components are refused when the run starts)",
+    )?;
     if raw.privacy.is_some() {
         return Err(FieldError::new(
             "sampling.strategy".into(),
@@ -688,17 +693,17 @@ fn validate_secure_aggregation(raw: &RawScenario) -> Result<(), FieldError> {
     Ok(())
 }
 
-/// `section` (compression, adversary, aggregation) acts on the updates clients send to a
-/// server, which the algorithm must declare ([`crate::algorithms::Algorithm::PRIVATE_UPDATES`]).
-fn sends_declared_updates(raw: &RawScenario, section: &str) -> Result<(), FieldError> {
+/// `section` (compression, adversary, aggregation, a loss-guided sampling strategy) does
+/// `what` with the updates clients send to a server, which the algorithm must declare
+/// ([`crate::algorithms::Algorithm::PRIVATE_UPDATES`]).
+fn sends_declared_updates(raw: &RawScenario, section: &str, what: &str) -> Result<(), FieldError> {
     if raw.topology.is_none() && raw.algorithm.takes_privacy() {
         return Ok(());
     }
     Err(FieldError::new(
         section.into(),
         format!(
-            "acts on the updates clients send to a server; `{}` does not send updates it \
-             declares; use it with {}",
+            "{what}; `{}` does not send updates it declares; use it with {}",
             raw.algorithm.name(),
             Registration::names_where(|c| c.private_updates)
         ),
@@ -728,7 +733,11 @@ fn validate_compression(raw: &RawScenario) -> Result<(), FieldError> {
     compression
         .validate()
         .map_err(|e| e.within("compression"))?;
-    sends_declared_updates(raw, "compression")?;
+    sends_declared_updates(
+        raw,
+        "compression",
+        "compresses the updates clients send to a server",
+    )?;
     if raw.secure_aggregation.is_some() {
         return Err(FieldError::new(
             "compression".into(),
@@ -773,7 +782,11 @@ fn validate_compression(raw: &RawScenario) -> Result<(), FieldError> {
 /// from the round's honest updates: synchronous rounds without secure aggregation.
 fn validate_robustness(raw: &RawScenario) -> Result<(), FieldError> {
     if let Some(adversary) = &raw.adversary {
-        sends_declared_updates(raw, "adversary")?;
+        sends_declared_updates(
+            raw,
+            "adversary",
+            "attacks through the updates clients send to a server",
+        )?;
         adversary.validate().map_err(|e| e.within("adversary"))?;
         if adversary.attack.is_crafted()
             && (raw.policy.needs_stale_updates() || raw.secure_aggregation.is_some())
@@ -791,7 +804,11 @@ fn validate_robustness(raw: &RawScenario) -> Result<(), FieldError> {
     let Some(rule) = &raw.aggregation else {
         return Ok(());
     };
-    sends_declared_updates(raw, "aggregation")?;
+    sends_declared_updates(
+        raw,
+        "aggregation",
+        "combines the updates clients send to a server",
+    )?;
     rule.validate().map_err(|e| e.within("aggregation"))?;
     let bad = |message: &str| Err(FieldError::new("aggregation".into(), message.into()));
     if raw.policy.needs_stale_updates() {

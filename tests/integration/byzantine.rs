@@ -213,11 +213,11 @@ fn byzantine_settings_that_cannot_work_are_refused_with_their_fields() {
         ),
         (
             vec![sign, "algorithm={name: pfedme}"],
-            "`adversary`: acts on the updates clients send to a server; `pfedme`",
+            "`adversary`: attacks through the updates clients send to a server; `pfedme`",
         ),
         (
             vec!["aggregation={kind: median}", "algorithm={name: clustered}"],
-            "`aggregation`: acts on the updates clients send to a server",
+            "`aggregation`: combines the updates clients send to a server",
         ),
         (
             vec!["aggregation={kind: trimmed_mean, trim: 0.6}"],

@@ -226,7 +226,7 @@ fn compression_that_cannot_work_is_refused_with_its_field() {
                 "compression={uplink: {kind: top_k, fraction: 0.1}}",
                 "algorithm={name: pfedme}",
             ],
-            "`compression`: acts on the updates clients send to a server; `pfedme`",
+            "`compression`: compresses the updates clients send to a server; `pfedme`",
         ),
         (
             vec![

@@ -109,7 +109,7 @@ fn loss_guided_settings_that_cannot_work_are_refused_with_their_fields() {
         ),
         (
             vec!["sampling.strategy=oort", "algorithm={name: pfedme}"],
-            "`sampling.strategy`: acts on the updates clients send to a server; `pfedme`",
+            "`sampling.strategy`: a loss-guided draw ranks clients by the loss they report",
         ),
         (
             vec![

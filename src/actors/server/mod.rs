@@ -595,13 +595,10 @@ impl<A: Algorithm> Core<A> {
 
     /// Makes `next` the global model; under a compressed downlink, the clients' copy follows
     /// it (from the server's `downlink` stream of the copy's next version).
-    fn set_global(&mut self, next: A::Global) {
+    fn set_global(&mut self, mut next: A::Global) {
         if let (Some(downlink), Some(hooks)) = (&mut self.downlink, A::PRIVATE_UPDATES) {
             let floats = self.cfg.algorithm.algorithm.broadcast_len(&next);
-            let vectors: usize = (hooks.global)(&mut next.clone())
-                .iter()
-                .map(|v| v.len())
-                .sum();
+            let vectors: usize = (hooks.global)(&mut next).iter().map(|v| v.len()).sum();
             let extra = payload_bytes(floats.saturating_sub(vectors));
             let version = downlink.version() as u64 + 1;
             let mut rng = self.cfg.seeds.rng(Entity::Server, "downlink", version);
