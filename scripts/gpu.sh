@@ -131,6 +131,7 @@ check() {
   case "$what" in
     synthetic)
       step "$dir" gpu_cohorts_test 180 "$bin/integration" --ignored gpu_cohorts --test-threads=1 --nocapture
+      step "$dir" gpu_layer_lists_test 120 "$bin/integration" --ignored gpu_layer_lists --test-threads=1 --nocapture
       step "$dir" cnn_cohort_bench 150 "$bin/kernel" --bench 'cnn_cohort/femnist_cnn_(100|mixture_evaluation_100)'
       step "$dir" fedem_synthetic 120 "$bin/fedsim" run scenarios/paper/fedem_synthetic_fedem.yaml \
         --device cuda -q --check-determinism --out "$dir/fedem_synthetic"

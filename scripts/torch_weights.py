@@ -22,6 +22,15 @@ prefixed `M.`.
     python scripts/torch_weights.py weights mynet.py:Net(classes=10) --input 1,28,28 \\
         --state-dict trained.pt --out init.safetensors
 
+    # A module a layer list cannot say, as a TorchScript file (`model: {kind: torchscript}`):
+    python scripts/torch_weights.py script mynet.py:Net(classes=10) --input 1,28,28 \\
+        --state-dict trained.pt --out mynet.pt
+
+`script` traces the module in eval mode (torch.jit.trace on a batch of two rows of zeros) and
+prints its `model:` section, with the FLOPs of one row's forward pass as PyTorch's FLOP counter
+(torch.utils.flop_counter) counts them: multiply-adds ×2 of convolutions and products, as fedsim
+counts its own layers.
+
 `layers` traces the module (torch.fx) and maps each step of its forward pass to a layer: Conv2d
 (square kernel, stride and padding), Linear, ReLU, ReLU6, MaxPool2d(2), AdaptiveAvgPool2d(1),
 Flatten (or `view`/`reshape`/`flatten` to one vector per row), Dropout, BatchNorm2d (without
@@ -62,6 +71,24 @@ class FemnistCNN(nn.Module):
         x = x.view(-1, self.features)
         x = F.relu(self.fc1(x))
         return self.output(x)
+
+
+class SmallCNN(nn.Module):
+    """The small CNN of FedEM's App. I.1 (Keras' MNIST example): fedsim's `small_cnn`."""
+
+    def __init__(self, num_classes, dropout=0.25, side=28):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3)
+        self.conv2 = nn.Conv2d(32, 64, 3)
+        self.drop1 = nn.Dropout(dropout)
+        self.fc1 = nn.Linear(64 * ((side - 4) // 2) ** 2, 128)
+        self.drop2 = nn.Dropout(2 * dropout)
+        self.output = nn.Linear(128, num_classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
+        x = self.drop1(x).flatten(1)
+        return self.output(self.drop2(F.relu(self.fc1(x))))
 
 
 def fedsim_tensors(module, prefix=""):
@@ -241,6 +268,23 @@ def model_section(layers):
     return "\n".join(lines) + "\n"
 
 
+def traced(module, shape):
+    """`module` in eval mode, traced by TorchScript on a batch of two rows of `shape`."""
+    module = module.eval()
+    with torch.no_grad():
+        return torch.jit.trace(module, torch.zeros((2,) + tuple(shape)))
+
+
+def flops_per_row(module, shape):
+    """Multiply-adds ×2 of one row's forward pass, by PyTorch's FLOP counter."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        module.eval()(torch.zeros((1,) + tuple(shape)))
+    return counter.get_total_flops()
+
+
 def load_module(spec):
     """`FILE.py:EXPRESSION`: the module EXPRESSION builds in FILE's namespace."""
     import runpy
@@ -261,11 +305,12 @@ def main():
     cnn.add_argument("--classes", type=int, default=62)
     cnn.add_argument("--out", required=True)
     for name, what in [("layers", "print a module's `model:` section"),
-                       ("weights", "write a module's weights under fedsim's names")]:
+                       ("weights", "write a module's weights under fedsim's names"),
+                       ("script", "write a module as TorchScript and print its `model:` section")]:
         sub = commands.add_parser(name, help=what)
         sub.add_argument("module", help="FILE.py:EXPRESSION, e.g. mynet.py:Net(classes=10)")
         sub.add_argument("--input", required=True, help="one row's shape, e.g. 1,28,28")
-        if name == "weights":
+        if name in ("weights", "script"):
             sub.add_argument("--state-dict", help="a torch.save'd state_dict to load first")
             sub.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -280,6 +325,13 @@ def main():
         return
     module = load_module(args.module)
     shape = tuple(int(d) for d in args.input.split(","))
+    if args.command == "script":
+        if args.state_dict:
+            module.load_state_dict(torch.load(args.state_dict, map_location="cpu"))
+        traced(module, shape).save(args.out)
+        flops = flops_per_row(module, shape)
+        print(f"model: {{kind: torchscript, path: {args.out}, flops: {flops}}}")
+        return
     try:
         layers = fedsim_layers(module, shape)
     except Unsupported as e:

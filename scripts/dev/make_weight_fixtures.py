@@ -14,7 +14,15 @@ PyTorch's weights (`model.init`) compute what PyTorch computes.
   be 8 MB), 10 classes, and in `parameters` the number of parameters of their class as they
   use it (28×28 images, 62 classes);
 - femnist_cnn16_model.yaml: that FemnistCNN as the `model:` section `scripts/torch_weights.py
-  layers` writes for it.
+  layers` writes for it;
+- femnist_cnn16.pt: that FemnistCNN traced by TorchScript (`scripts/torch_weights.py script`),
+  for `model: {kind: torchscript}`; femnist_cnn16_script.yaml its `model:` section (the path
+  relative to the repository);
+- noisy.pt: a linear model of 1×16×16 images (10 classes) that adds `randn_like` noise to its
+  logits, which fedsim refuses (it would draw from libtorch's global generator).
+
+Rerunning it rewrites lenet5_io.safetensors with logits that may differ in their last bits
+(another machine's float rounding); the tests' tolerance covers either.
 """
 import os
 import sys
@@ -25,7 +33,8 @@ from torch import nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from torch_weights import FemnistCNN, fedsim_layers, fedsim_tensors, model_section  # noqa: E402
+from torch_weights import (FemnistCNN, fedsim_layers, fedsim_tensors, flops_per_row,  # noqa: E402
+                           model_section, traced)
 
 
 class LeNet5(nn.Module):
@@ -69,5 +78,24 @@ save_file({"x": x.reshape(5, 256).contiguous(), "logits": logits.contiguous(),
           os.path.join(out, "femnist_cnn16_io.safetensors"))
 with open(os.path.join(out, "femnist_cnn16_model.yaml"), "w") as f:
     f.write(model_section(fedsim_layers(model, (1, 16, 16))))
+traced(model, (1, 16, 16)).save(os.path.join(out, "femnist_cnn16.pt"))
+with open(os.path.join(out, "femnist_cnn16_script.yaml"), "w") as f:
+    f.write("model: {kind: torchscript, path: tests/data/weights/femnist_cnn16.pt, "
+            f"flops: {flops_per_row(model, (1, 16, 16))}}}\n")
+
+
+class Noisy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(256, 10)
+
+    def forward(self, x):
+        z = self.fc(x.flatten(1))
+        return z + 0.01 * torch.randn_like(z)
+
+
+torch.manual_seed(0)
+traced(Noisy(), (1, 16, 16)).save(os.path.join(out, "noisy.pt"))
 print("tests/data/weights: lenet5.safetensors, lenet5_io.safetensors, "
-      "femnist_cnn16.safetensors, femnist_cnn16_io.safetensors, femnist_cnn16_model.yaml")
+      "femnist_cnn16.safetensors, femnist_cnn16_io.safetensors, femnist_cnn16_model.yaml, "
+      "femnist_cnn16.pt, femnist_cnn16_script.yaml, noisy.pt")

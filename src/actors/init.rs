@@ -48,7 +48,7 @@ impl SimInit {
         // The scenario checked the model against the shape it declares; a Parquet file's rows
         // are known only now.
         spec.model
-            .check_shape(data.input_shape())
+            .check_shape(data.input_shape(), Some(data.classes))
             .map_err(|e| SimError::Scenario(e.within("model")))?;
         let arch = Architecture::for_input(&spec.model, data.input_shape(), data.classes);
         let initial_models = match &spec.model.init {
@@ -88,8 +88,8 @@ impl SimInit {
                 "privacy.mechanism".into(),
                 format!(
                     "`dp_sgd` computes every record's gradient by stacking the model, and this \
-                     model ({}) does not stack (batch statistics); use a model without batch \
-                     norm",
+                     model ({}) does not stack (batch statistics, or a TorchScript module); use \
+                     a layer list without batch norm",
                     self.arch.summary()
                 ),
             )));

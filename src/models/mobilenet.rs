@@ -320,7 +320,7 @@ mod tests {
                 flat.extend((at..at + n).map(|i| match init {
                     Init::Normal(sigma) => (sigma as f64 * 3f64.sqrt() * hashed(i)) as f32,
                     Init::Constant(c) => (c as f64 + 0.1 * hashed(i)) as f32,
-                    Init::Uniform(_) => unreachable!("torchvision's initialisation"),
+                    Init::Uniform(_) | Init::Saved => unreachable!("torchvision's initialisation"),
                 }));
             }
             let pixels: Vec<f32> = (0..8 * 3072).map(|j| hashed(j) as f32).collect();

@@ -17,6 +17,7 @@ mod lenet;
 mod lstm;
 mod mobilenet;
 pub mod profile;
+mod script;
 mod sgd;
 mod stacked;
 mod walk;
@@ -46,6 +47,7 @@ pub use stacked::{
 pub use weights::{models_to_safetensors, read_models, InitialModels, ModelInit};
 
 pub use crate::data::InputShape;
+pub use script::{ScriptId, TorchScriptSpec};
 
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -126,6 +128,11 @@ pub enum Layer {
         hidden: usize,
         layers: usize,
     },
+    /// A TorchScript module, the whole network (see `script`): its parameters in its
+    /// `named_parameters` order, its saved values the initial model.
+    Script {
+        id: ScriptId,
+    },
 }
 
 /// How a parameter tensor is initialised.
@@ -136,6 +143,8 @@ enum Init {
     /// N(0, σ²).
     Normal(f32),
     Constant(f32),
+    /// The values a TorchScript module was saved with (see [`Architecture::init`]).
+    Saved,
 }
 
 /// Which initialisation a model's layers follow.
@@ -273,6 +282,12 @@ impl Architecture {
                     out.push((vec![h4], bound));
                 }
             }
+            Layer::Script { id } => out.extend(
+                script::script(id)
+                    .shapes
+                    .iter()
+                    .map(|s| (s.clone(), Init::Saved)),
+            ),
             Layer::Relu
             | Layer::Relu6
             | Layer::MaxPool
@@ -302,6 +317,7 @@ impl Architecture {
             Layer::MaxPool => vec![shape[0], shape[1] / 2, shape[2] / 2],
             Layer::GlobalAvgPool => vec![shape[0], 1, 1],
             Layer::Lstm { hidden, .. } => vec![hidden],
+            Layer::Script { id } => vec![script::script(id).outputs],
             Layer::Embedding { .. }
             | Layer::Relu
             | Layer::Relu6
@@ -338,6 +354,8 @@ impl Architecture {
                             .map(|n| format!("{n}_l{j}"))
                     })
                     .collect(),
+                // A module's own names (`conv1.weight`), as its `state_dict` has them.
+                Layer::Script { id } => return script::script(id).names.clone(),
                 _ => continue,
             };
             out.extend(names.into_iter().map(|n| format!("{k}.{n}")));
@@ -436,6 +454,7 @@ impl Architecture {
                     .sum();
                 2 * (per_step * steps) as u64
             }
+            Layer::Script { id } => script::script(id).flops,
             _ => 0,
         }
     }
@@ -484,6 +503,7 @@ impl Architecture {
                 hidden,
                 layers,
             } => format!("lstm {inputs}→{hidden} ×{layers} layers, last step"),
+            Layer::Script { .. } => "TorchScript module".into(),
         }
     }
 
@@ -513,6 +533,9 @@ impl Architecture {
 
     /// The initial parameters, drawn from `rng` in parameter order (see `InitScheme`).
     pub fn init(&self, rng: &mut impl Rng) -> Vec<f32> {
+        if let [Layer::Script { id }] = self.layers[..] {
+            return script::script(id).saved.clone();
+        }
         let mut flat = Vec::with_capacity(self.num_params());
         for (shape, init) in self.parameter_shapes() {
             let n = shape.iter().product::<i64>() as usize;
@@ -523,6 +546,7 @@ impl Architecture {
                     z * sigma
                 })),
                 Init::Constant(c) => flat.resize(flat.len() + n, c),
+                Init::Saved => unreachable!("a TorchScript module is the whole network"),
             }
         }
         flat
@@ -534,6 +558,7 @@ impl Architecture {
     pub fn stacks(&self) -> bool {
         self.layers.iter().all(|l| match l {
             Layer::Norm { kind, .. } => *kind == Normalization::Group,
+            Layer::Script { .. } => false,
             _ => true,
         })
     }
@@ -548,7 +573,7 @@ impl Architecture {
     /// Linear models are trained with hand-written gradients on one flat tensor; deeper models
     /// with autograd on one leaf tensor per parameter tensor. Both hold `flat` in its order.
     fn is_linear(&self) -> bool {
-        self.layers.len() == 1
+        matches!(self.layers[..], [Layer::Dense { .. }])
     }
 
     /// Whether training draws dropout masks.
@@ -632,6 +657,7 @@ impl Architecture {
                 Layer::Lstm { layers, .. } => {
                     out.extend(rest.by_ref().take(4 * layers).map(Tensor::shallow_clone));
                 }
+                Layer::Script { .. } => out.extend(rest.by_ref().map(Tensor::shallow_clone)),
                 Layer::Relu
                 | Layer::Relu6
                 | Layer::MaxPool
@@ -680,6 +706,9 @@ impl Architecture {
     /// evaluating. The layers are walked by [`walk::forward`], which a cohort's stacked runs
     /// share.
     fn forward(&self, weights: &[Tensor], x: &Tensor, masks: &[Tensor]) -> Tensor {
+        if let [Layer::Script { id }] = self.layers[..] {
+            return script::forward(id, self.input, weights, x);
+        }
         walk::forward(self, &mut walk::Single, weights, x, masks)
     }
 
@@ -735,15 +764,18 @@ impl Architecture {
         w: Option<&Tensor>,
         masks: &[Tensor],
     ) -> Vec<Tensor> {
-        let logits = self.forward(&self.layers(params), x, masks);
-        let l = match w {
-            None => sgd::loss(self, &logits, y, tch::Reduction::Mean),
+        let loss = |logits: &Tensor| match w {
+            None => sgd::loss(self, logits, y, tch::Reduction::Mean),
             Some(w) => {
-                let per_row = sgd::loss(self, &logits, y, tch::Reduction::None);
+                let per_row = sgd::loss(self, logits, y, tch::Reduction::None);
                 (per_row.view([-1]) * w.view([-1])).sum(Kind::Float) / x.size()[0] as f64
             }
         };
-        Tensor::run_backward(&[&l], params, false, false)
+        if let [Layer::Script { id }] = self.layers[..] {
+            return script::gradients(id, self.input, params, x, loss);
+        }
+        let logits = self.forward(&self.layers(params), x, masks);
+        Tensor::run_backward(&[&loss(&logits)], params, false, false)
     }
 }
 

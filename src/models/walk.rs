@@ -101,6 +101,7 @@ pub(super) fn forward(
                 let tensors: Vec<&Tensor> = (0..4 * layers).map(|_| next()).collect();
                 ops.lstm(h, &tensors, hidden, layers)
             }
+            Layer::Script { .. } => unreachable!("a TorchScript module runs by script::forward"),
         };
     }
     h

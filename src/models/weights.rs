@@ -287,7 +287,7 @@ mod tests {
     /// reads back bit for bit: one model with plain names, several with prefixes.
     #[test]
     fn models_round_trip_through_a_file() {
-        for r in crate::models::MODELS {
+        for r in crate::models::MODELS.iter().filter(|r| !r.reads_file) {
             let spec = ModelSpec::from_yaml(&r.example_section()).unwrap();
             let input = match r.inputs {
                 crate::models::Inputs::Any => InputShape::Flat(6),

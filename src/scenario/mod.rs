@@ -443,7 +443,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         .check_input(shape)
         .map_err(|m| FieldError::new("model.kind".into(), m))?;
     raw.model
-        .check_shape(shape)
+        .check_shape(shape, raw.data.classes())
         .map_err(|e| e.within("model"))?;
     raw.system.validate().map_err(|e| e.within("system"))?;
     raw.algorithm

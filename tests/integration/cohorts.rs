@@ -93,7 +93,7 @@ fn cohort_algorithms(peers: bool) -> Vec<String> {
 fn flat_models() -> Vec<String> {
     let found: Vec<String> = fedsim::models::MODELS
         .iter()
-        .filter(|r| r.inputs == fedsim::models::Inputs::Any)
+        .filter(|r| r.inputs == fedsim::models::Inputs::Any && !r.reads_file)
         .map(|r| format!("model={}", r.example_section()))
         .collect();
     assert!(found.len() >= 2, "{found:?}");

@@ -114,3 +114,16 @@ pub fn run_saving(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
     };
     run_scenario(&scenario(text, overrides), &opts).expect("run succeeds");
 }
+
+/// Runs `text` with `overrides` on 1, 2 and 4 trainer threads, into folders named `what` under
+/// `dir`, and asserts every reproducible result file identical (`what` names the case).
+pub fn assert_identical_on_1_2_4_threads(what: &str, text: &str, overrides: &[&str], dir: &Path) {
+    let dirs = [1, 2, 4].map(|t| dir.join(format!("{what}-{t}")));
+    for (threads, out) in [1, 2, 4].iter().zip(&dirs) {
+        run_saving(text, overrides, *threads, out);
+    }
+    for other in &dirs[1..] {
+        let differ = fedsim::results::differing_files(&dirs[0], other);
+        assert!(differ.is_empty(), "{what} {other:?}: {differ:?} differ");
+    }
+}

@@ -705,3 +705,51 @@ fn result_folders_in_any_state_keep_every_foreign_file() {
         drop(held);
     }
 }
+
+#[test]
+fn torchscript_sections_and_corrupted_modules_give_ok_or_an_error_with_its_path() {
+    // A valid TorchScript scenario (the fixture module on 1×16×16 images of 10 classes), then
+    // any value at its fields, or the module file corrupted (bytes flipped, inserted, removed,
+    // cut): a scenario or an error that names a field, never a panic.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("images.parquet");
+    crate::layers::write_images(&data, 1, 16, 4);
+    let module = tmp.path().join("module.pt");
+    let fixture = std::fs::read(crate::weights::fixture("femnist_cnn16.pt")).unwrap();
+    let model = format!(
+        "{{kind: torchscript, path: '{}', flops: 1000}}",
+        module.display()
+    );
+    let text = crate::layers::images_scenario(&data, [1, 16, 16], &model)
+        .replace("classes: 4", "classes: 10");
+    std::fs::write(&module, &fixture).unwrap();
+    Scenario::from_yaml(&text, Path::new("fuzz.yaml"), &[]).expect("the base scenario is valid");
+    let fields = [
+        "model.path",
+        "model.flops",
+        "model.init",
+        "model.kind",
+        "model",
+    ];
+    let mut rng = rng(9);
+    // Loading a module takes milliseconds: a tenth of the other targets' cases.
+    for _ in 0..cases().div_ceil(10) {
+        let overrides: Vec<String> = match rng.gen_range(0..2) {
+            0 => {
+                std::fs::write(&module, &fixture).unwrap();
+                let field = fields[rng.gen_range(0..fields.len())];
+                vec![format!("{field}={}", random_value(&mut rng, 2))]
+            }
+            _ => {
+                std::fs::write(&module, mutate(&mut rng, &fixture)).unwrap();
+                Vec::new()
+            }
+        };
+        let input = &overrides;
+        if let Err(e) = no_panic("Scenario::from_yaml", input, || {
+            Scenario::from_yaml(&text, Path::new("fuzz.yaml"), &overrides)
+        }) {
+            assert_located(&e, input);
+        }
+    }
+}

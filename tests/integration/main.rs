@@ -24,5 +24,6 @@ mod secure_aggregation;
 mod selection;
 mod sweeps;
 mod systems;
+mod torchscript;
 mod weights;
 mod writes;

@@ -112,6 +112,10 @@ fn loss_guided_settings_that_cannot_work_are_refused_with_their_fields() {
             "`sampling.strategy`: a loss-guided draw ranks clients by the loss they report",
         ),
         (
+            vec!["sampling.strategy=oort", "algorithm={name: pfedme}"],
+            "; `pfedme` does not send updates it declares; use it with",
+        ),
+        (
             vec![
                 "sampling.strategy=power_of_choice",
                 "privacy={clip: 1, noise_multiplier: 1}",

@@ -8,7 +8,7 @@ use fedsim::records::Record;
 use fedsim::results::{differing_files, simulate_scenario};
 use std::path::{Path, PathBuf};
 
-fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/weights")
         .join(name)
@@ -53,6 +53,17 @@ fn assert_pytorchs_outputs(spec: &str, image: [usize; 3], name: &str) {
     );
     let models =
         read_models(&fixture(&format!("{name}.safetensors")), &arch).expect("PyTorch's file reads");
+    assert_gives_pytorchs_outputs(&arch, &models, image, name);
+}
+
+/// `models` (one) of `arch` give the logits of `NAME_io.safetensors`, as
+/// [`assert_pytorchs_outputs`] checks them.
+pub(crate) fn assert_gives_pytorchs_outputs(
+    arch: &Architecture,
+    models: &[Vec<f32>],
+    image: [usize; 3],
+    name: &str,
+) {
     assert_eq!(models.len(), 1);
     let io = std::fs::read(fixture(&format!("{name}_io.safetensors"))).unwrap();
     let io = safetensors::SafeTensors::deserialize(&io).unwrap();
@@ -87,7 +98,7 @@ fn assert_pytorchs_outputs(spec: &str, image: [usize; 3], name: &str) {
         labels: &labels,
         dim,
     };
-    let losses = &sample_losses(&arch, &models, view)[0];
+    let losses = &sample_losses(arch, models, view)[0];
     assert_eq!(losses.len(), 50);
     for (i, (&got, want)) in losses.iter().zip(&expected).enumerate() {
         assert!(
