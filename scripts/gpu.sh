@@ -9,7 +9,7 @@
 #   bash scripts/gpu.sh pack     here: the CUDA build of fedsim, the integration tests and the
 #                                kernel benchmarks (stripped), LibTorch 2.13's libraries and
 #                                FEMNIST, as target/gpu/fedsim.part-NN and
-#                                target/gpu/femnist.part-NN (each under 60 MiB), and the list
+#                                target/gpu/femnist.part-NN (54 MiB each at most), and the list
 #                                of them in target/gpu/PARTS
 #   bash scripts/gpu.sh unpack   there, once the parts have been carried (`carry:
 #                                ["target/gpu/fedsim.part-00"]`, then the next, ...): unpacks
@@ -39,7 +39,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "gpu: $*" >&2; }
 out=target/gpu
-part_size=58m
+part_size=54m
 libtorch=.venv/libtorch/lib
 # LibTorch's libraries that fedsim loads (libtorch_cuda_linalg is loaded lazily, for
 # decompositions on a GPU, which fedsim does on the CPU).
