@@ -56,22 +56,80 @@ pub enum Initialisation {
     Torchvision,
 }
 
-/// One layer of a [`LayersSpec`]: `{kind: conv, channels: 32, kernel: 5}`, or a kind alone.
-#[derive(Clone, Debug, PartialEq)]
-pub enum LayerSpec {
-    Dense(Dense),
-    Conv(Conv),
-    BatchNorm(NoSettings),
-    GroupNorm(NoSettings),
-    Relu(NoSettings),
-    Relu6(NoSettings),
-    MaxPool(NoSettings),
-    GlobalAvgPool(NoSettings),
-    Flatten(NoSettings),
-    Dropout(Dropout),
-    Embedding(Embedding),
-    Lstm(Lstm),
-    Residual(Residual),
+/// Every layer kind in one table, in the order the reference lists them: its variant and
+/// settings type, its name, whether it may be written as its name alone, and what it is. The
+/// enum, reading, writing and the schema of a layer all come from this table.
+macro_rules! layer_kinds {
+    ($($variant:ident($settings:ty) = $kind:literal, alone: $alone:literal, $summary:literal;)*) => {
+        /// One layer of a [`LayersSpec`]: `{kind: conv, channels: 32, kernel: 5}`, or a kind
+        /// alone.
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum LayerSpec {
+            $($variant($settings),)*
+        }
+
+        /// The layer kinds: name, whether it may be written alone, what it is.
+        const KINDS: &[(&str, bool, &str)] = &[$(($kind, $alone, $summary),)*];
+
+        impl LayerSpec {
+            /// The kind, as a list writes it.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $(LayerSpec::$variant(_) => $kind,)*
+                }
+            }
+
+            /// The layer `kind` with `fields` (its settings, without `kind`).
+            fn parse(kind: &str, fields: Value) -> Result<LayerSpec, String> {
+                Ok(match kind {
+                    $($kind => LayerSpec::$variant(read_settings(fields)?),)*
+                    other => return Err(unknown(other, KINDS.iter().map(|k| k.0))),
+                })
+            }
+
+            /// The settings as a mapping (empty for a layer without settings).
+            fn fields(&self) -> Value {
+                let value = match self {
+                    $(LayerSpec::$variant(s) => serde_yaml::to_value(s),)*
+                };
+                value.unwrap_or(Value::Null)
+            }
+
+            /// The JSON Schema of the kind's settings.
+            fn settings_schema(
+                kind: &str,
+                generator: &mut schemars::SchemaGenerator,
+            ) -> schemars::Schema {
+                match kind {
+                    $($kind => generator.subschema_for::<$settings>(),)*
+                    other => unreachable!("`{other}` is not a layer kind"),
+                }
+            }
+        }
+    };
+}
+
+layer_kinds! {
+    Dense(Dense) = "dense", alone: true,
+        "fully connected layer; `units` (left out on the last layer)";
+    Conv(Conv) = "conv", alone: false,
+        "2-d convolution; `channels`, `kernel`, `stride` 1, `padding` 0, `groups` 1, `bias` true";
+    BatchNorm(NoSettings) = "batch_norm", alone: true,
+        "batch normalisation with the batch's statistics, trained scale and shift";
+    GroupNorm(NoSettings) = "group_norm", alone: true,
+        "group normalisation in gcd(channels, 32) groups, trained scale and shift";
+    Relu(NoSettings) = "relu", alone: true, "max(x, 0)";
+    Relu6(NoSettings) = "relu6", alone: true, "min(max(x, 0), 6)";
+    MaxPool(NoSettings) = "max_pool", alone: true, "2×2 max pooling, stride 2";
+    GlobalAvgPool(NoSettings) = "global_avg_pool", alone: true,
+        "mean over each channel's pixels: C×H×W to C×1×1";
+    Flatten(NoSettings) = "flatten", alone: true,
+        "an image activation as one vector (a dense layer flattens on its own)";
+    Dropout(Dropout) = "dropout", alone: false, "dropout with `rate` in training";
+    Embedding(Embedding) = "embedding", alone: false, "token ids to vectors of `dim`";
+    Lstm(Lstm) = "lstm", alone: false,
+        "stacked LSTM (`hidden`, `layers` 1), the last step's hidden state";
+    Residual(Residual) = "residual", alone: false, "`layers` whose output is added to their input";
 }
 
 /// A fully connected layer (a bias included); an image activation is flattened first.
@@ -160,118 +218,6 @@ fn is_true(v: &bool) -> bool {
     *v
 }
 
-/// The layer kinds: name, what it is, its settings' schema.
-const KINDS: &[(&str, &str)] = &[
-    (
-        "dense",
-        "fully connected layer; `units` (left out on the last layer)",
-    ),
-    (
-        "conv",
-        "2-d convolution; `channels`, `kernel`, `stride` 1, `padding` 0, `groups` 1, `bias` true",
-    ),
-    (
-        "batch_norm",
-        "batch normalisation with the batch's statistics, trained scale and shift",
-    ),
-    (
-        "group_norm",
-        "group normalisation in gcd(channels, 32) groups, trained scale and shift",
-    ),
-    ("relu", "max(x, 0)"),
-    ("relu6", "min(max(x, 0), 6)"),
-    ("max_pool", "2×2 max pooling, stride 2"),
-    (
-        "global_avg_pool",
-        "mean over each channel's pixels: C×H×W to C×1×1",
-    ),
-    (
-        "flatten",
-        "an image activation as one vector (a dense layer flattens on its own)",
-    ),
-    ("dropout", "dropout with `rate` in training"),
-    ("embedding", "token ids to vectors of `dim`"),
-    (
-        "lstm",
-        "stacked LSTM (`hidden`, `layers` 1), the last step's hidden state",
-    ),
-    ("residual", "`layers` whose output is added to their input"),
-];
-
-impl LayerSpec {
-    /// The kind, as a list writes it.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            LayerSpec::Dense(_) => "dense",
-            LayerSpec::Conv(_) => "conv",
-            LayerSpec::BatchNorm(_) => "batch_norm",
-            LayerSpec::GroupNorm(_) => "group_norm",
-            LayerSpec::Relu(_) => "relu",
-            LayerSpec::Relu6(_) => "relu6",
-            LayerSpec::MaxPool(_) => "max_pool",
-            LayerSpec::GlobalAvgPool(_) => "global_avg_pool",
-            LayerSpec::Flatten(_) => "flatten",
-            LayerSpec::Dropout(_) => "dropout",
-            LayerSpec::Embedding(_) => "embedding",
-            LayerSpec::Lstm(_) => "lstm",
-            LayerSpec::Residual(_) => "residual",
-        }
-    }
-
-    /// The layer `kind` with `fields` (its settings, without `kind`).
-    fn parse(kind: &str, fields: Value) -> Result<LayerSpec, String> {
-        Ok(match kind {
-            "dense" => LayerSpec::Dense(read_settings(fields)?),
-            "conv" => LayerSpec::Conv(read_settings(fields)?),
-            "batch_norm" => LayerSpec::BatchNorm(read_settings(fields)?),
-            "group_norm" => LayerSpec::GroupNorm(read_settings(fields)?),
-            "relu" => LayerSpec::Relu(read_settings(fields)?),
-            "relu6" => LayerSpec::Relu6(read_settings(fields)?),
-            "max_pool" => LayerSpec::MaxPool(read_settings(fields)?),
-            "global_avg_pool" => LayerSpec::GlobalAvgPool(read_settings(fields)?),
-            "flatten" => LayerSpec::Flatten(read_settings(fields)?),
-            "dropout" => LayerSpec::Dropout(read_settings(fields)?),
-            "embedding" => LayerSpec::Embedding(read_settings(fields)?),
-            "lstm" => LayerSpec::Lstm(read_settings(fields)?),
-            "residual" => LayerSpec::Residual(read_settings(fields)?),
-            other => return Err(unknown(other, KINDS.iter().map(|(k, _)| *k))),
-        })
-    }
-
-    /// The settings as a mapping (empty for a layer without settings).
-    fn fields(&self) -> Value {
-        let value = match self {
-            LayerSpec::Dense(s) => serde_yaml::to_value(s),
-            LayerSpec::Conv(s) => serde_yaml::to_value(s),
-            LayerSpec::Dropout(s) => serde_yaml::to_value(s),
-            LayerSpec::Embedding(s) => serde_yaml::to_value(s),
-            LayerSpec::Lstm(s) => serde_yaml::to_value(s),
-            LayerSpec::Residual(s) => serde_yaml::to_value(s),
-            LayerSpec::BatchNorm(s)
-            | LayerSpec::GroupNorm(s)
-            | LayerSpec::Relu(s)
-            | LayerSpec::Relu6(s)
-            | LayerSpec::MaxPool(s)
-            | LayerSpec::GlobalAvgPool(s)
-            | LayerSpec::Flatten(s) => serde_yaml::to_value(s),
-        };
-        value.unwrap_or(Value::Null)
-    }
-
-    /// The JSON Schema of the kind's settings.
-    fn settings_schema(kind: &str, generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        match kind {
-            "dense" => generator.subschema_for::<Dense>(),
-            "conv" => generator.subschema_for::<Conv>(),
-            "dropout" => generator.subschema_for::<Dropout>(),
-            "embedding" => generator.subschema_for::<Embedding>(),
-            "lstm" => generator.subschema_for::<Lstm>(),
-            "residual" => generator.subschema_for::<Residual>(),
-            _ => generator.subschema_for::<NoSettings>(),
-        }
-    }
-}
-
 impl Serialize for LayerSpec {
     /// A layer without settings as its kind alone, any other as `{kind: …, settings…}`.
     fn serialize<Z: serde::Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
@@ -305,17 +251,12 @@ impl JsonSchema for LayerSpec {
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
         let settings: Vec<(&'static str, &'static str, schemars::Schema)> = KINDS
             .iter()
-            .map(|&(kind, summary)| (kind, summary, Self::settings_schema(kind, generator)))
+            .map(|&(kind, _, summary)| (kind, summary, Self::settings_schema(kind, generator)))
             .collect();
         let bare: Vec<&str> = KINDS
             .iter()
-            .filter(|(kind, _)| {
-                !matches!(
-                    *kind,
-                    "conv" | "dropout" | "embedding" | "lstm" | "residual"
-                )
-            })
-            .map(|(kind, _)| *kind)
+            .filter(|(_, alone, _)| *alone)
+            .map(|(kind, _, _)| *kind)
             .collect();
         let mut variants = vec![serde_json::json!({
             "description": "a layer without settings (or a last `dense`), by its kind alone",
