@@ -32,10 +32,10 @@ prints its `model:` section, with the FLOPs of one row's forward pass as PyTorch
 counts its own layers.
 
 `layers` traces the module (torch.fx) and maps each step of its forward pass to a layer: Conv2d
-(square kernel, stride and padding), Linear, ReLU, ReLU6, MaxPool2d(2), AdaptiveAvgPool2d(1),
-Flatten (or `view`/`reshape`/`flatten` to one vector per row), Dropout, BatchNorm2d (without
-running statistics), GroupNorm (gcd(channels, 32) groups), Embedding, LSTM (batch first; fedsim
-passes on the last step's hidden state). A forward pass that branches (a residual `x + f(x)`) is
+(square kernel, stride and padding), Linear, ReLU, ReLU6, Tanh, GELU (exact), MaxPool2d(2),
+AdaptiveAvgPool2d(1), Flatten (or `view`/`reshape`/`flatten` to one vector per row), Dropout,
+BatchNorm2d (without running statistics), GroupNorm (gcd(channels, 32) groups), Embedding, LSTM
+(batch first; fedsim passes on the last step's hidden state). A forward pass that branches (a residual `x + f(x)`) is
 refused: write such blocks as `{kind: residual, layers: [...]}` by hand.
 
 Needs torch and safetensors (`bash benches/pytorch_cnn.sh` installs both into .venv-bench).
@@ -186,6 +186,12 @@ def fedsim_layers(module, input_shape):
                 layers.append("relu")
             elif isinstance(m, nn.ReLU6):
                 layers.append("relu6")
+            elif isinstance(m, nn.Tanh):
+                layers.append("tanh")
+            elif isinstance(m, nn.GELU):
+                if m.approximate != "none":
+                    raise step_error(node, "only the exact GELU has a layer (approximate='none')")
+                layers.append("gelu")
             elif isinstance(m, nn.MaxPool2d):
                 if square(node, "kernel", m.kernel_size) != 2 or square(node, "stride", m.stride) != 2 \
                         or m.padding not in (0, (0, 0)) or m.dilation not in (1, (1, 1)):
@@ -222,8 +228,10 @@ def fedsim_layers(module, input_shape):
                 raise step_error(node, f"{type(m).__name__} has no fedsim layer")
         elif node.op == "call_function":
             name = getattr(node.target, "__name__", str(node.target))
-            if name in ("relu", "relu6"):
+            if name in ("relu", "relu6", "tanh"):
                 layers.append(name)
+            elif name == "gelu" and node.kwargs.get("approximate", "none") == "none":
+                layers.append("gelu")
             elif name == "max_pool2d" and node.args[1:2] == (2,) and not node.args[2:] \
                     and set(node.kwargs) <= {"stride"} and node.kwargs.get("stride", 2) in (2, None):
                 layers.append("max_pool")
@@ -236,7 +244,7 @@ def fedsim_layers(module, input_shape):
         elif node.op == "call_method":
             if node.target in ("view", "reshape", "flatten"):
                 layers.append("flatten")
-            elif node.target in ("relu", "relu6"):
+            elif node.target in ("relu", "relu6", "tanh"):
                 layers.append(node.target)
             else:
                 raise step_error(node, "this method has no fedsim layer")

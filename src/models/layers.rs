@@ -120,6 +120,8 @@ layer_kinds! {
         "group normalisation in gcd(channels, 32) groups, trained scale and shift";
     Relu(NoSettings) = "relu", alone: true, "max(x, 0)";
     Relu6(NoSettings) = "relu6", alone: true, "min(max(x, 0), 6)";
+    Tanh(NoSettings) = "tanh", alone: true, "the hyperbolic tangent";
+    Gelu(NoSettings) = "gelu", alone: true, "x·Φ(x), Φ the standard normal CDF (exact GELU)";
     MaxPool(NoSettings) = "max_pool", alone: true, "2×2 max pooling, stride 2";
     GlobalAvgPool(NoSettings) = "global_avg_pool", alone: true,
         "mean over each channel's pixels: C×H×W to C×1×1";
@@ -495,7 +497,11 @@ fn infer(
                     kind: norm,
                 }
             }
-            LayerSpec::Relu(_) | LayerSpec::Relu6(_) | LayerSpec::Dropout(_) => {
+            LayerSpec::Relu(_)
+            | LayerSpec::Relu6(_)
+            | LayerSpec::Tanh(_)
+            | LayerSpec::Gelu(_)
+            | LayerSpec::Dropout(_) => {
                 if features.is_none() {
                     return Err(err(
                         None,
@@ -508,6 +514,8 @@ fn infer(
                 match layer {
                     LayerSpec::Relu(_) => Layer::Relu,
                     LayerSpec::Relu6(_) => Layer::Relu6,
+                    LayerSpec::Tanh(_) => Layer::Tanh,
+                    LayerSpec::Gelu(_) => Layer::Gelu,
                     LayerSpec::Dropout(d) => Layer::Dropout { p: d.rate },
                     _ => unreachable!("matched above"),
                 }
@@ -750,6 +758,8 @@ impl LayersSpec {
                 } => LayerSpec::GroupNorm(none()),
                 Layer::Relu => LayerSpec::Relu(none()),
                 Layer::Relu6 => LayerSpec::Relu6(none()),
+                Layer::Tanh => LayerSpec::Tanh(none()),
+                Layer::Gelu => LayerSpec::Gelu(none()),
                 Layer::MaxPool => LayerSpec::MaxPool(none()),
                 Layer::GlobalAvgPool => LayerSpec::GlobalAvgPool(none()),
                 Layer::Dropout { p } => LayerSpec::Dropout(Dropout { rate: p }),
@@ -797,6 +807,7 @@ impl ModelSettings for LayersSpec {
 mod tests {
     use super::*;
     use crate::models::{Architecture, ModelSpec, MODELS};
+    use tch::Tensor;
 
     /// Every built-in family is a layer list: its network, written back by [`LayersSpec::of`]
     /// and read from YAML, builds the same layers with the same initialisation, for every input
@@ -874,6 +885,62 @@ mod tests {
             arch.flops_per_sample(),
             2 * 108 * 64 + 2 * 144 * 64 + 2 * 640 + 2 * 30
         );
+    }
+
+    /// `tanh` and `gelu` by hand: with an identity dense layer after them, the logits of x = (1,
+    /// −1) are tanh(x) = ±(e² − 1)/(e² + 1), and gelu(x) = x·Φ(x) = (Φ(1), −(1 − Φ(1))), Φ(1)
+    /// by Simpson's rule on the normal density (PyTorch's tanh approximation of GELU is 1.5e-4
+    /// off at 1).
+    #[test]
+    fn tanh_and_gelu_by_hand() {
+        let x = Tensor::from_slice(&[1.0f32, -1.0]).view([1, 2]);
+        let logits = |activation: &str| -> Vec<f64> {
+            let yaml = format!("{{kind: layers, layers: [{activation}, dense]}}");
+            let arch = Architecture::for_input(
+                &ModelSpec::from_yaml(&yaml).unwrap(),
+                InputShape::Flat(2),
+                3,
+            );
+            // The dense layer's weight [3, 2] (rows: the identity, then zeros) and bias [3].
+            let flat = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0f32];
+            let ps = arch.params(&flat);
+            let z = tch::no_grad(|| arch.forward(&arch.layers(&ps), &x, &[]));
+            Vec::<f32>::try_from(z.view([-1]))
+                .unwrap()
+                .into_iter()
+                .map(f64::from)
+                .collect()
+        };
+        let e2 = 2f64.exp();
+        let tanh1 = (e2 - 1.0) / (e2 + 1.0);
+        let n = 1000;
+        let density = |t: f64| (-t * t / 2.0).exp() / (2.0 * std::f64::consts::PI).sqrt();
+        let simpson: f64 = (0..=n)
+            .map(|i| {
+                let w = if i == 0 || i == n {
+                    1.0
+                } else if i % 2 == 1 {
+                    4.0
+                } else {
+                    2.0
+                };
+                w * density(i as f64 / n as f64)
+            })
+            .sum::<f64>()
+            / (3.0 * n as f64);
+        let phi1 = 0.5 + simpson;
+        for (activation, want) in [
+            ("tanh", [tanh1, -tanh1, 0.0]),
+            ("gelu", [phi1, -(1.0 - phi1), 0.0]),
+        ] {
+            let got = logits(activation);
+            for (g, w) in got.iter().zip(want) {
+                assert!(
+                    (g - w).abs() < 1e-6,
+                    "{activation}: {got:?} against {want:?}"
+                );
+            }
+        }
     }
 
     /// A layer without settings reads and writes as its kind alone; settings round-trip.

@@ -103,6 +103,10 @@ pub enum Layer {
     Relu,
     /// min(max(x, 0), 6).
     Relu6,
+    /// The hyperbolic tangent.
+    Tanh,
+    /// x·Φ(x), Φ the standard normal CDF (PyTorch's exact `gelu`, no tanh approximation).
+    Gelu,
     /// Keeps the activation for the next [`Layer::AddSaved`] (a residual connection's start).
     Save,
     /// Adds the activation kept by [`Layer::Save`].
@@ -290,6 +294,8 @@ impl Architecture {
             ),
             Layer::Relu
             | Layer::Relu6
+            | Layer::Tanh
+            | Layer::Gelu
             | Layer::MaxPool
             | Layer::Dropout { .. }
             | Layer::Save
@@ -321,6 +327,8 @@ impl Architecture {
             Layer::Embedding { .. }
             | Layer::Relu
             | Layer::Relu6
+            | Layer::Tanh
+            | Layer::Gelu
             | Layer::Norm { .. }
             | Layer::Dropout { .. }
             | Layer::Save
@@ -492,6 +500,8 @@ impl Architecture {
             Layer::Norm { kind, .. } => format!("{kind:?} norm").to_lowercase(),
             Layer::Relu => "relu".into(),
             Layer::Relu6 => "relu6".into(),
+            Layer::Tanh => "tanh".into(),
+            Layer::Gelu => "gelu".into(),
             Layer::MaxPool => "max-pool 2".into(),
             Layer::GlobalAvgPool => "global average pool".into(),
             Layer::Save => "(residual".into(),
@@ -660,6 +670,8 @@ impl Architecture {
                 Layer::Script { .. } => out.extend(rest.by_ref().map(Tensor::shallow_clone)),
                 Layer::Relu
                 | Layer::Relu6
+                | Layer::Tanh
+                | Layer::Gelu
                 | Layer::MaxPool
                 | Layer::Dropout { .. }
                 | Layer::Save

@@ -85,6 +85,8 @@ pub(super) fn forward(
             }
             Layer::Relu => h.relu(),
             Layer::Relu6 => h.relu6(),
+            Layer::Tanh => h.tanh(),
+            Layer::Gelu => h.gelu("none"),
             Layer::Save => {
                 saved = Some(h.shallow_clone());
                 h

@@ -144,6 +144,20 @@ fn a_residual_network_on_colour_images_trains_in_cohorts_as_each_client_alone() 
 }
 
 #[test]
+fn tanh_and_gelu_train_in_cohorts_as_each_client_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("colour.parquet");
+    write_images(&data, 3, 8, 6);
+    let model = "{kind: layers, layers: [{kind: conv, channels: 4, kernel: 3, padding: 1}, \
+                 gelu, max_pool, flatten, {kind: dense, units: 16}, tanh, dense]}";
+    let text = images_scenario(&data, [3, 8, 8], model);
+    let alone = simulate(&text, &["training.cohorts=off"], 2);
+    let cohort = simulate(&text, &["training.cohorts=always"], 2);
+    assert!(!alone.models.is_empty());
+    assert_close("tanh and gelu", &alone, &cohort, 1e-5);
+}
+
+#[test]
 fn a_residual_network_is_identical_on_every_thread_count() {
     // Every client trains each round; stacked in cohorts, the cohort is cut into as many
     // shards as threads.
