@@ -276,6 +276,11 @@ pub fn check_run_fits(
     data: &crate::data::FederatedData,
     available: Option<f64>,
 ) -> Result<(), FieldError> {
+    // The model against the rows and classes of the data as read (a Parquet file's classes
+    // are known only now), before anything builds it for them.
+    run.model
+        .check_shape(data.input_shape(), Some(data.classes))
+        .map_err(|e| e.within("model"))?;
     let on_demand = data.on_demand.is_some();
     let least_train_rows = if on_demand {
         1

@@ -148,6 +148,16 @@ fn bad_torchscript_modules_are_refused_with_the_file_and_the_reason() {
     .unwrap();
     let err = error(&text.replace(&femnist_cnn16(), &no_flops), &[]);
     assert!(err.contains("missing field `flops`"), "{err}");
+    // A Parquet file without declared classes: the module is checked against the classes
+    // read (4), before anything builds the model for them.
+    let undeclared = scenario(&text.replace(", classes: 10", ""), &[]);
+    let err = simulate_scenario(&undeclared, 1, |_| {})
+        .err()
+        .expect("refused");
+    let err = fedsim::error_chain(&err);
+    for part in ["model.path", "the data need [2, 4]"] {
+        assert!(err.contains(part), "{part} missing in: {err}");
+    }
     // DP-SGD stacks the model to get every record's gradient: refused at the start.
     let dp_sgd = scenario(
         &text,
