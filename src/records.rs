@@ -251,6 +251,17 @@ pub struct MixtureRecord {
     pub weights: Vec<f64>,
 }
 
+/// The models a client (or peer) holds as its own at an evaluation, kept only when the run
+/// saves them (`fedsim run --save-client-models`): each kind it is tested with besides the
+/// server's (a peer's own copy in a decentralized run), as flat parameter vectors (several for
+/// a model of several vectors, such as a peer's FedEM components).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientModelsRecord {
+    pub round: u32,
+    pub client: u32,
+    pub models: Vec<(ModelKind, Vec<Vec<f32>>)>,
+}
+
 /// Numbers an algorithm reports about a client at an evaluation under a name of its own
 /// (FedGMM's Gaussians, say): one open record instead of a column per algorithm.
 #[derive(Clone, Debug, PartialEq)]
@@ -366,6 +377,8 @@ pub enum Record {
     /// Clustered FL: one per cluster; decentralized runs: the peers' average), flat in
     /// parameter order.
     FinalModels(Vec<Vec<f32>>),
+    /// A client's own models at an evaluation, in runs that save them.
+    ClientModels(ClientModelsRecord),
     /// An entity saw non-finite numbers for the first time.
     Diverged(DivergenceRecord),
     /// The run ended before its last round: no client will be online again.

@@ -233,11 +233,11 @@ impl<A: Algorithm> EvalJob<A> {
             jobs.algorithm
                 .tested_models(&ctx, &self.global, self.state.get(), &mut self.rng);
         let results = ctx.evaluate(&tested);
+        let models = jobs.own_models(&tested);
         drop(tested);
-        Evaluated {
-            results,
-            report: self.report(jobs, &ctx),
-        }
+        let mut report = self.report(jobs, &ctx);
+        report.models = models;
+        Evaluated { results, report }
     }
 }
 
@@ -545,14 +545,20 @@ fn evaluate_shard<A: Algorithm>(
         .map(|(ctx, tested)| tested.len() * ctx.splits().len())
         .collect();
     drop(requests);
+    let mut models: Vec<_> = tested.iter().map(|t| jobs.own_models(t)).collect();
     drop(tested);
     shard
         .iter()
         .zip(&contexts)
         .zip(counts)
-        .map(|((job, ctx), count)| Evaluated {
-            results: stats.by_ref().take(count).collect(),
-            report: job.report(jobs, ctx),
+        .zip(&mut models)
+        .map(|(((job, ctx), count), models)| {
+            let mut report = job.report(jobs, ctx);
+            report.models = std::mem::take(models);
+            Evaluated {
+                results: stats.by_ref().take(count).collect(),
+                report,
+            }
         })
         .collect()
 }

@@ -24,19 +24,19 @@ pub use policy::staleness_factor;
 pub use trainer::TrainerPool;
 
 use crate::algorithms::{
-    Algorithm, ClientReport, Evaluation, Gossip, Population, Registration, Training,
+    Algorithm, ClientReport, Evaluation, Gossip, Population, Registration, Tested, Training,
 };
 use crate::compression::{compress_changes, Compressor};
 use crate::data::{ClientRows, FederatedData};
 use crate::io::{Floats, SpillStore, Stored};
 use crate::models::Architecture;
-use crate::models::Placement;
+use crate::models::{Placement, Predictor};
 use crate::privacy::ClientLevelPrivacy;
-use crate::records::Split;
 use crate::records::{
-    DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord, MixtureRecord,
-    NoveltyRecord, Record,
+    ClientModelsRecord, DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord,
+    MixtureRecord, NoveltyRecord, Record,
 };
+use crate::records::{ModelKind, Split};
 use crate::robust::{Adversaries, Attack, RobustAggregation};
 use crate::scenario::RunSpec;
 use crate::sim::{
@@ -455,7 +455,15 @@ fn evaluation_records(
         cluster,
         extras,
         novelty,
+        models,
     } = report;
+    let models = (!models.is_empty()).then_some({
+        Record::ClientModels(ClientModelsRecord {
+            round,
+            client,
+            models,
+        })
+    });
     let novelty = novelty.map(|scores| {
         Record::Novelty(NoveltyRecord {
             round,
@@ -500,6 +508,7 @@ fn evaluation_records(
         .into_iter()
         .chain(extras)
         .chain(novelty)
+        .chain(models)
         .chain(rows)
         .collect()
 }
@@ -535,6 +544,9 @@ pub(crate) struct JobContext<A: Algorithm> {
     evaluated: EvaluatedSplits,
     /// Clients report the loss of the model they start from (`sampling.strategy` reads it).
     reports_loss: bool,
+    /// Clients copy their own models into their evaluation reports
+    /// ([`RunSpec::saves_client_models`]).
+    saves_client_models: bool,
 }
 
 impl<A: Algorithm> JobContext<A> {
@@ -568,7 +580,25 @@ impl<A: Algorithm> JobContext<A> {
             robust: spec.aggregation,
             evaluated: spec.evaluation.splits,
             reports_loss: spec.sampling.strategy.uses_feedback(),
+            saves_client_models: spec.saves_client_models,
         }
+    }
+
+    /// Where the run saves its clients' own models, copies of those in `tested` (every kind but
+    /// the server's model, whose parameters are in the final models; a mixture's weights are
+    /// in the report already), for the client's report.
+    fn own_models(&self, tested: &[Tested<'_>]) -> Vec<(ModelKind, Vec<Vec<f32>>)> {
+        if !self.saves_client_models {
+            return Vec::new();
+        }
+        tested
+            .iter()
+            .filter(|t| t.kind != ModelKind::Global)
+            .filter_map(|t| match &t.model {
+                Predictor::Params(params) => Some((t.kind, vec![params.to_vec()])),
+                Predictor::Mixture { .. } => None,
+            })
+            .collect()
     }
 
     /// Where clients report their loss, the loss of the model `client`'s job started from

@@ -39,8 +39,7 @@ use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip};
 use crate::data::FederatedData;
 use crate::io::Stored;
 use crate::models::Placement;
-use crate::records::Split;
-use crate::records::{DivergenceStage, GossipRecord, Record};
+use crate::records::{ClientModelsRecord, DivergenceStage, GossipRecord, ModelKind, Record, Split};
 use crate::scenario::RunSpec;
 use crate::sim::{Effects, Entity, RecordObserver, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, SystemModel};
@@ -465,6 +464,16 @@ impl<A: Gossip> Monitor<A> {
             bytes,
             dropped,
         }));
+        if round == self.shared.rounds && self.shared.jobs.saves_client_models {
+            // Each peer's own copy after the last round: its `global` model.
+            for (peer, model) in (0..).zip(&models) {
+                eff.record(Record::ClientModels(ClientModelsRecord {
+                    round,
+                    client: peer,
+                    models: vec![(ModelKind::Global, algorithm.models(model))],
+                }));
+            }
+        }
         if round == self.shared.rounds {
             let uniform: Vec<(f64, &A::Global)> = models.iter().map(|m| (1.0, &**m)).collect();
             eff.record(Record::FinalModels(

@@ -715,6 +715,10 @@ pub struct ClientReport {
     /// has novel rows and the algorithm scores them (filled in by the client from
     /// [`Algorithm::typicality`]): `novelty.parquet` and the summary's novelty figures.
     pub novelty: Option<NoveltyScores>,
+    /// The client's own models it was tested with (every kind but the server's), where the
+    /// run saves them (filled in by the client from [`Algorithm::tested_models`]):
+    /// `client_models.safetensors`.
+    pub models: Vec<(ModelKind, Vec<Vec<f32>>)>,
 }
 
 /// An algorithm that also runs without a server (D-PSGD from FedAvg, D-FedEM from FedEM):

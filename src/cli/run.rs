@@ -35,6 +35,11 @@ pub struct RunArgs {
     /// `model.init` reads them, so a run can start from another's models).
     #[arg(long)]
     pub save_models: bool,
+    /// Also write each client's own models (personalized, local, cluster; a peer's copy;
+    /// FedEM's mixture weights) at its last evaluation as client_models.safetensors. Keeps a
+    /// copy of every client's models in memory until the run ends.
+    #[arg(long)]
+    pub save_client_models: bool,
 }
 
 pub fn run(args: RunArgs) -> Result<i32> {
@@ -47,6 +52,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         check_determinism,
         force,
         save_models,
+        save_client_models,
     } = args;
     let s = overrides.load(&scenario)?;
     let opts = RunOptions {
@@ -55,6 +61,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         progress: !quiet && std::io::stderr().is_terminal(),
         force,
         save_models,
+        save_client_models,
     };
     let report =
         run_scenario(&s, &opts).with_context(|| format!("running {}", scenario.display()))?;
@@ -154,6 +161,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
             progress: opts.progress,
             force: false,
             save_models,
+            save_client_models,
         };
         run_scenario(&s, &rerun).context("determinism check rerun")?;
         let differing = differing_files(&opts.out_dir, &rerun_dir);

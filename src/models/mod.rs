@@ -44,7 +44,10 @@ pub use stacked::{
     train_sgd_stacked, BatchwiseRun, DpSgdRun, EvalRequest, StackedBatch, StackedRun,
 };
 
-pub use weights::{models_to_safetensors, read_models, InitialModels, ModelInit};
+pub use weights::{
+    client_models_to_safetensors, models_to_safetensors, read_models, ClientModels, InitialModels,
+    ModelInit,
+};
 
 pub use crate::data::InputShape;
 pub use script::{ScriptId, TorchScriptSpec};

@@ -198,22 +198,76 @@ fn unexpected(name: &str, expected: &str) -> String {
 /// Gaussians) is written whole as the 1-D tensor `extra.I`, I its place in `models`, which
 /// [`read_models`] passes over.
 pub fn models_to_safetensors(arch: &Architecture, models: &[Vec<f32>]) -> Vec<u8> {
+    serialize(model_tensors(arch, models, ""), None)
+}
+
+/// One client's own models in `client_models.safetensors` (see
+/// [`client_models_to_safetensors`]).
+pub struct ClientModels<'a> {
+    pub client: u32,
+    /// The evaluation (after this round) the models were last seen at.
+    pub round: u32,
+    /// The client's models by kind name (`personalized`, `local`, `cluster`, a peer's
+    /// `global`), each one flat vector or several.
+    pub models: Vec<(&'static str, &'a [Vec<f32>])>,
+    /// The client's mixture weights (FedEM's π), if it has them.
+    pub mixture: Option<&'a [f64]>,
+}
+
+/// Clients' own models as a safetensors file's bytes: client C's model of kind K under
+/// `C.K.` + the names [`models_to_safetensors`] gives it (so the tensors under one `C.K.`
+/// prefix, prefix removed, are a file `model.init` reads), its mixture weights as the F64
+/// tensor `C.mixture.weights`, and the round of each client's models in the metadata: under
+/// `rounds`, a JSON object from client to round (`{"0": 100, "1": 100}`, in client order).
+pub fn client_models_to_safetensors(arch: &Architecture, clients: &[ClientModels<'_>]) -> Vec<u8> {
+    let mut tensors = Vec::new();
+    let mut rounds = Vec::new();
+    for c in clients {
+        for (kind, models) in &c.models {
+            tensors.extend(model_tensors(
+                arch,
+                models,
+                &format!("{}.{kind}.", c.client),
+            ));
+        }
+        if let Some(weights) = c.mixture {
+            let data = weights.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let name = format!("{}.mixture.weights", c.client);
+            tensors.push((name, Dtype::F64, vec![weights.len()], data));
+        }
+        rounds.push(format!("\"{}\": {}", c.client, c.round));
+    }
+    // One key: the metadata is a hash map, written in no fixed order.
+    let metadata = HashMap::from([("rounds".to_string(), format!("{{{}}}", rounds.join(", ")))]);
+    serialize(tensors, Some(metadata))
+}
+
+/// A tensor to write: name, type, shape and little-endian bytes.
+type TensorBytes = (String, Dtype, Vec<usize>, Vec<u8>);
+
+/// The tensors of `models` (see [`models_to_safetensors`]), each name after `prefix`.
+fn model_tensors(arch: &Architecture, models: &[Vec<f32>], prefix: &str) -> Vec<TensorBytes> {
     let names = arch.parameter_names();
     let shapes = arch.parameter_tensor_shapes();
     let size = arch.num_params();
     let several = models.iter().filter(|m| m.len() == size).count() > 1;
-    let mut bytes: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut bytes = Vec::new();
     let mut m = 0;
     for (i, flat) in models.iter().enumerate() {
         if flat.len() != size {
             let data = flat.iter().flat_map(|v| v.to_le_bytes()).collect();
-            bytes.push((format!("{EXTRA}{i}"), vec![flat.len()], data));
+            bytes.push((
+                format!("{prefix}{EXTRA}{i}"),
+                Dtype::F32,
+                vec![flat.len()],
+                data,
+            ));
             continue;
         }
-        let prefix = if several {
-            format!("{m}.")
+        let model = if several {
+            format!("{prefix}{m}.")
         } else {
-            String::new()
+            prefix.to_string()
         };
         m += 1;
         let mut offset = 0;
@@ -225,18 +279,23 @@ pub fn models_to_safetensors(arch: &Architecture, models: &[Vec<f32>]) -> Vec<u8
                 .collect();
             offset += n;
             let shape = shape.iter().map(|&d| d as usize).collect();
-            bytes.push((format!("{prefix}{name}"), shape, data));
+            bytes.push((format!("{model}{name}"), Dtype::F32, shape, data));
         }
     }
-    let views: Vec<(String, TensorView<'_>)> = bytes
+    bytes
+}
+
+/// A safetensors file of `tensors`, with `metadata`.
+fn serialize(tensors: Vec<TensorBytes>, metadata: Option<HashMap<String, String>>) -> Vec<u8> {
+    let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
-        .map(|(name, shape, data)| {
-            let view = TensorView::new(Dtype::F32, shape.clone(), data)
+        .map(|(name, dtype, shape, data)| {
+            let view = TensorView::new(*dtype, shape.clone(), data)
                 .expect("the data has the shape's size");
             (name.clone(), view)
         })
         .collect();
-    safetensors::serialize(views, &None).expect("F32 tensors serialize")
+    safetensors::serialize(views, &metadata).expect("tensors serialize")
 }
 
 #[cfg(test)]
@@ -418,5 +477,65 @@ mod tests {
             e.contains("starts 3: give 3 models' tensors, named `0.…` to `2.…`"),
             "{e}"
         );
+    }
+
+    /// Two clients of a linear model of 2 inputs and 3 classes (`0.weight [3, 2]`, `0.bias
+    /// [3]`): names under `C.K.`, a client's two components under `C.K.M.`, the mixture
+    /// weights as F64, the rounds in client order; a client's tensors with their prefix
+    /// removed read back as its models.
+    #[test]
+    fn client_models_by_hand() {
+        let a = arch("{kind: linear}", InputShape::Flat(2), 3);
+        let one: Vec<f32> = (0..9).map(|v| v as f32).collect();
+        let two: Vec<f32> = (0..9).map(|v| -(v as f32)).collect();
+        let (first, second) = ([one.clone()], [one.clone(), two.clone()]);
+        let clients = [
+            ClientModels {
+                client: 3,
+                round: 10,
+                models: vec![("personalized", &first[..])],
+                mixture: None,
+            },
+            ClientModels {
+                client: 12,
+                round: 8,
+                models: vec![("global", &second[..])],
+                mixture: Some(&[0.25, 0.75]),
+            },
+        ];
+        let bytes = client_models_to_safetensors(&a, &clients);
+        let file = SafeTensors::deserialize(&bytes).unwrap();
+        let mut names: Vec<&String> = file.names();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "12.global.0.0.bias",
+                "12.global.0.0.weight",
+                "12.global.1.0.bias",
+                "12.global.1.0.weight",
+                "12.mixture.weights",
+                "3.personalized.0.bias",
+                "3.personalized.0.weight",
+            ]
+        );
+        let bias = file.tensor("12.global.1.0.bias").unwrap();
+        assert_eq!((bias.dtype(), bias.shape()), (Dtype::F32, &[3][..]));
+        let bias: Vec<f32> = (bias.data().chunks(4))
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(bias, [-6.0, -7.0, -8.0]);
+        let pi = file.tensor("12.mixture.weights").unwrap();
+        assert_eq!((pi.dtype(), pi.shape()), (Dtype::F64, &[2][..]));
+        assert_eq!(&pi.data()[8..], 0.75f64.to_le_bytes());
+        let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
+        let rounds = &header.metadata().as_ref().unwrap()["rounds"];
+        assert_eq!(rounds, r#"{"3": 10, "12": 8}"#);
+
+        let own: Vec<(String, TensorView<'_>)> = (file.tensors().into_iter())
+            .filter_map(|(n, t)| Some((n.strip_prefix("12.global.")?.to_string(), t)))
+            .collect();
+        let f = write(&safetensors::serialize(own, &None).unwrap());
+        assert_eq!(read_models(f.path(), &a).unwrap(), [one, two]);
     }
 }

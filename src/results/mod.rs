@@ -28,7 +28,7 @@ pub use run::{
     default_out_dir, default_threads, observe_scenario, run_scenario, run_scenario_with_bar,
     simulate_scenario, style_run_bar, RunError, RunOptions, RunReport,
 };
-pub use run_files::{RunFiles, BUFFER_BYTES, ROW_GROUP};
+pub use run_files::{RunFiles, BUFFER_BYTES, CLIENT_MODELS_FILE, MODELS_FILE, ROW_GROUP};
 pub use summary::{percentile, time_to_accuracy, Fairness, RunIdentity, Summary, SummaryInputs};
 
 use polars::prelude::*;
@@ -207,14 +207,15 @@ pub const REPRODUCIBLE_FILES: [&str; 7] = [
 
 /// Reproducible files that only some runs write (`gossip.parquet`: decentralized runs;
 /// `mixtures.parquet`: mixture models; `extras.parquet`: what an algorithm reports by name;
-/// `novelty.parquet`: data sets with novel rows; `models.safetensors`: runs asked to save their
-/// final models).
-pub const OPTIONAL_REPRODUCIBLE_FILES: [&str; 5] = [
+/// `novelty.parquet`: data sets with novel rows; `models.safetensors` and
+/// `client_models.safetensors`: runs asked to save their final models, or their clients').
+pub const OPTIONAL_REPRODUCIBLE_FILES: [&str; 6] = [
     "gossip.parquet",
     "mixtures.parquet",
     "extras.parquet",
     "novelty.parquet",
     run_files::MODELS_FILE,
+    run_files::CLIENT_MODELS_FILE,
 ];
 
 /// Every file a run may write into its folder, `summary.csv` first (the order in which an

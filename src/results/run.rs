@@ -28,6 +28,9 @@ pub struct RunOptions {
     /// Write the final global models as `models.safetensors` ([`crate::models::read_models`]
     /// reads them back, `model.init` starts a run from them).
     pub save_models: bool,
+    /// Write each client's own models at its last evaluation as `client_models.safetensors`
+    /// ([`crate::models::client_models_to_safetensors`]).
+    pub save_client_models: bool,
 }
 
 #[derive(Debug)]
@@ -190,6 +193,16 @@ pub fn run_scenario_with_bar(
     if opts.save_models {
         files.keep_final_models();
     }
+    let saving_clients;
+    let s = if opts.save_client_models {
+        files.keep_client_models();
+        let mut with = s.clone();
+        with.run.saves_client_models = true;
+        saving_clients = with;
+        &saving_clients
+    } else {
+        s
+    };
     // The records stream into the result files as they are made; the run keeps none.
     let notes = files.notes().to_vec();
     let files = Rc::new(RefCell::new(files));

@@ -26,16 +26,20 @@ use super::{
     summary_frame, write_atomic, write_csv, DiskFile, ReportError, RunMeta, Summary, SummaryInputs,
 };
 use crate::io::{OutputFolder, OutputRules};
-use crate::models::Architecture;
-use crate::records::Record;
+use crate::models::{Architecture, ClientModels};
+use crate::records::{ClientModelsRecord, MixtureRecord, ModelKind, Record};
 use polars::io::csv::write::BatchedWriter as CsvBatches;
 use polars::io::parquet::write::BatchedWriter as ParquetBatches;
 use polars::prelude::*;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// The final global models of a run asked to save them (`fedsim run --save-models`).
 pub const MODELS_FILE: &str = "models.safetensors";
+
+/// The clients' own models of a run asked to save them (`fedsim run --save-client-models`).
+pub const CLIENT_MODELS_FILE: &str = "client_models.safetensors";
 
 /// Rows per Parquet row group of a streamed table: polars' default.
 pub const ROW_GROUP: usize = 512 * 512;
@@ -318,8 +322,41 @@ pub struct RunFiles {
     /// `Some` when the run's final models are kept for `models.safetensors`: the last
     /// [`Record::FinalModels`] seen.
     final_models: Option<Vec<Vec<f32>>>,
+    /// `Some` when the clients' own models are kept for `client_models.safetensors`: each
+    /// client's latest.
+    client_models: Option<BTreeMap<u32, KeptClient>>,
     /// Files staged besides the tables (`models.safetensors`).
     staged: Vec<PathBuf>,
+}
+
+/// A client's latest own models ([`Record::ClientModels`]) and mixture weights
+/// ([`Record::Mixture`]), and the round of the evaluation they were last seen at.
+#[derive(Default)]
+struct KeptClient {
+    round: u32,
+    models: Vec<(ModelKind, Vec<Vec<f32>>)>,
+    mixture: Option<Vec<f64>>,
+}
+
+impl KeptClient {
+    fn see(&mut self, r: &Record) {
+        match r {
+            Record::ClientModels(c) => {
+                self.round = c.round;
+                for (kind, models) in &c.models {
+                    match self.models.iter_mut().find(|(k, _)| k == kind) {
+                        Some((_, kept)) => kept.clone_from(models),
+                        None => self.models.push((*kind, models.clone())),
+                    }
+                }
+            }
+            Record::Mixture(m) => {
+                self.round = m.round;
+                self.mixture = Some(m.weights.clone());
+            }
+            _ => {}
+        }
+    }
 }
 
 impl RunFiles {
@@ -350,6 +387,7 @@ impl RunFiles {
             summary: SummaryInputs::default(),
             failed: None,
             final_models: None,
+            client_models: None,
             staged: Vec::new(),
         };
         let header = format!(
@@ -380,6 +418,12 @@ impl RunFiles {
         if let (Some(kept), Record::FinalModels(models)) = (&mut self.final_models, r) {
             kept.clone_from(models);
         }
+        if let (Some(kept), Record::ClientModels(ClientModelsRecord { client, .. }))
+        | (Some(kept), Record::Mixture(MixtureRecord { client, .. })) =
+            (&mut self.client_models, r)
+        {
+            kept.entry(*client).or_default().see(r);
+        }
         if self.failed.is_some() {
             return;
         }
@@ -396,14 +440,43 @@ impl RunFiles {
         self.final_models = Some(Vec::new());
     }
 
+    /// Keeps each client's latest own models, for [`RunFiles::write_final_models`].
+    pub fn keep_client_models(&mut self) {
+        self.client_models = Some(BTreeMap::new());
+    }
+
     /// Writes the kept final models as `models.safetensors` (tensor names of `arch`, see
-    /// [`crate::models::models_to_safetensors`]); nothing unless they were kept.
+    /// [`crate::models::models_to_safetensors`]) and the kept clients' models, where any
+    /// client had its own, as `client_models.safetensors`
+    /// ([`crate::models::client_models_to_safetensors`]); nothing that was not kept.
     pub fn write_final_models(&mut self, arch: &Architecture) -> Result<(), ReportError> {
-        let Some(models) = self.final_models.take() else {
-            return Ok(());
-        };
-        let path = self.at.dir.join(MODELS_FILE);
-        let bytes = crate::models::models_to_safetensors(arch, &models);
+        if let Some(models) = self.final_models.take() {
+            let bytes = crate::models::models_to_safetensors(arch, &models);
+            self.stage(MODELS_FILE, &bytes)?;
+        }
+        let clients = self.client_models.take().unwrap_or_default();
+        let clients: Vec<ClientModels<'_>> = clients
+            .iter()
+            .filter(|(_, kept)| !kept.models.is_empty() || kept.mixture.is_some())
+            .map(|(&client, kept)| ClientModels {
+                client,
+                round: kept.round,
+                models: (kept.models.iter())
+                    .map(|(kind, models)| (kind.as_str(), &models[..]))
+                    .collect(),
+                mixture: kept.mixture.as_deref(),
+            })
+            .collect();
+        if !clients.is_empty() {
+            let bytes = crate::models::client_models_to_safetensors(arch, &clients);
+            self.stage(CLIENT_MODELS_FILE, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` as the staged file `name`, published with the tables.
+    fn stage(&mut self, name: &str, bytes: &[u8]) -> Result<(), ReportError> {
+        let path = self.at.dir.join(name);
         std::fs::write(&path, bytes).map_err(|source| ReportError::Io {
             path: path.clone(),
             source,

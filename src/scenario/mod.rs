@@ -106,6 +106,9 @@ pub struct RunSpec {
     pub adversary: Option<crate::robust::AdversarySpec>,
     /// The server's robust rule, if not the algorithm's own mean.
     pub aggregation: Option<crate::robust::RobustAggregation>,
+    /// Not the scenario's: set for a run that saves its clients' own models
+    /// (`fedsim run --save-client-models`), which then copy them into their evaluation reports.
+    pub saves_client_models: bool,
 }
 
 impl RunSpec {
@@ -533,6 +536,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         compression: raw.compression,
         adversary: raw.adversary,
         aggregation: raw.aggregation,
+        saves_client_models: false,
     };
     Ok(Scenario {
         name: raw.name.clone(),

@@ -179,6 +179,7 @@ fn run_cell(
         progress: false,
         force,
         save_models: false,
+        save_client_models: false,
     };
     let report = run_scenario_with_bar(&cell.scenario, &opts, bar)?;
     let marker = partial.join(STAGING_MARKER);

@@ -347,6 +347,7 @@ fn assert_reruns_identical(what: &str, settings: &[&str], threads: &[usize]) {
                 progress: false,
                 force: false,
                 save_models: false,
+                save_client_models: false,
             };
             fedsim::results::run_scenario(&scenario(SMALL, settings), &opts).expect("run succeeds");
             dir
@@ -418,6 +419,7 @@ fn fedem_synthetic_full_run_agrees_with_training_alone() {
             progress: false,
             force: false,
             save_models: false,
+            save_client_models: false,
         };
         let r = fedsim::results::run_scenario(&s, &opts).unwrap();
         let h = r.headline().expect("evaluated").test;

@@ -102,8 +102,8 @@ pub fn skipped(check: &str, why: &str) {
     }
 }
 
-/// Runs `text` with `overrides` on `threads` threads into `dir`, saving the final models
-/// (`--save-models`).
+/// Runs `text` with `overrides` on `threads` threads into `dir`, saving the final models and
+/// the clients' own (`--save-models --save-client-models`).
 pub fn run_saving(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
     let opts = RunOptions {
         out_dir: dir.to_path_buf(),
@@ -111,6 +111,7 @@ pub fn run_saving(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
         progress: false,
         force: false,
         save_models: true,
+        save_client_models: true,
     };
     run_scenario(&scenario(text, overrides), &opts).expect("run succeeds");
 }

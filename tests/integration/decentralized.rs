@@ -290,7 +290,8 @@ fn run_to(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
         threads,
         progress: false,
         force: false,
-        save_models: false,
+        save_models: true,
+        save_client_models: true,
     };
     run_scenario(&scenario(text, overrides), &opts).expect("run succeeds");
 }
@@ -336,6 +337,29 @@ fn decentralized_runs_are_deterministic_across_threads_and_reruns() {
             "{overrides:?}: rerun: {:?}",
             differing_files(&a, &c)
         );
+        // Each peer's own copy after the last round, as its `global` model (D-FedEM: two
+        // components, and the peer's mixture weights).
+        let names = crate::weights::client_tensor_names(&a);
+        let fedem = overrides[0].contains("d_fedem");
+        for peer in 0..8 {
+            let expected = if fedem {
+                [
+                    format!("{peer}.global.0.0.weight"),
+                    format!("{peer}.global.1.0.bias"),
+                    format!("{peer}.mixture.weights"),
+                ]
+                .to_vec()
+            } else {
+                [
+                    format!("{peer}.global.0.weight"),
+                    format!("{peer}.global.0.bias"),
+                ]
+                .to_vec()
+            };
+            for name in expected {
+                assert!(names.contains(&name), "{name} missing in {names:?}");
+            }
+        }
         let g = read_parquet(&a.join("gossip.parquet")).unwrap();
         assert_eq!(g.height(), 4);
         let names = column_names(&g);

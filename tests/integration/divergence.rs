@@ -70,6 +70,7 @@ fn on_divergence_continue_runs_every_round_and_still_says_when() {
         progress: false,
         force: false,
         save_models: false,
+        save_client_models: false,
     };
     let report = run_scenario(&s, &opts).unwrap();
     let d = report.divergence.clone().expect("diverged");
@@ -173,6 +174,7 @@ fn where_a_run_diverges_does_not_depend_on_threads() {
             progress: false,
             force: false,
             save_models: false,
+            save_client_models: false,
         };
         run_scenario(&s, &opts).unwrap();
         opts.out_dir

@@ -36,6 +36,7 @@ fn run(s: &Scenario, dir: &Path) -> DataFrame {
         progress: false,
         force: false,
         save_models: false,
+        save_client_models: false,
     };
     run_scenario(s, &opts).expect("run succeeds");
     CsvReadOptions::default()
@@ -290,6 +291,7 @@ fn a_projection_file_shapes_the_gaussians() {
         progress: false,
         force: false,
         save_models: false,
+        save_client_models: false,
     };
     let e = fedsim::error_chain(&run_scenario(&s, &opts).unwrap_err());
     assert!(

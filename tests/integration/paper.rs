@@ -31,6 +31,7 @@ fn run_paper_all(file: &str, overrides: &[String]) -> Vec<Summary> {
         progress: false,
         force: false,
         save_models: false,
+        save_client_models: false,
     };
     let r = run_scenario(&s, &opts).unwrap();
     let h = r.headline().expect("paper runs evaluate their clients");

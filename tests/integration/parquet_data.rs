@@ -100,6 +100,7 @@ fn split_column_and_feature_columns() {
         progress: false,
         force: false,
         save_models: false,
+        save_client_models: false,
     };
     run_scenario(&s, &opts).unwrap();
     let rows = test_rows_per_client(&out);

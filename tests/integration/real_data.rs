@@ -48,6 +48,7 @@ fn run_in(s: &Scenario, threads: usize, dir: &Path) {
         progress: false,
         force: false,
         save_models: false,
+        save_client_models: false,
     };
     run_scenario(s, &opts).unwrap_or_else(|e| panic!("{}", fedsim::error_chain(&e)));
 }

@@ -124,6 +124,7 @@ fn on_demand_files_are_identical_with_1_and_3_threads(data: Option<&str>) {
             progress: false,
             force: false,
             save_models: false,
+            save_client_models: false,
         };
         fedsim::results::run_scenario(&s, &opts).unwrap();
         files.push(

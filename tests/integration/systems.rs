@@ -465,6 +465,7 @@ fn files(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<Vec<
         progress: false,
         force: false,
         save_models: false,
+        save_client_models: false,
     };
     run_scenario(&s, &opts).unwrap();
     REPRODUCIBLE_FILES

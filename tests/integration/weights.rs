@@ -198,25 +198,11 @@ fn export_weights_writes_the_models_a_run_would_have_saved() {
     let tmp = tempfile::tempdir().unwrap();
     let fedem = ["algorithm={name: fedem, components: 3}", "rounds=2"];
     run_saving(SMALL, &fedem, 2, &tmp.path().join("saved"));
-    let opts = fedsim::results::RunOptions {
-        out_dir: tmp.path().join("plain"),
-        threads: 2,
-        progress: false,
-        force: false,
-        save_models: false,
-    };
-    fedsim::results::run_scenario(&scenario(SMALL, &fedem), &opts).unwrap();
-    assert!(!tmp.path().join("plain/models.safetensors").exists());
+    let plain = tmp.path().join("plain");
+    run_without_saving(&fedem, &plain);
+    assert!(!plain.join("models.safetensors").exists());
     let out = tmp.path().join("exported.safetensors");
-    let export = |dir: &str| {
-        crate::common::bin()
-            .args(["export-weights", "--threads", "1", "--out"])
-            .arg(&out)
-            .arg(tmp.path().join(dir))
-            .output()
-            .unwrap()
-    };
-    let done = export("plain");
+    let done = export_weights(&[], &plain, &out);
     assert!(
         done.status.success(),
         "{}",
@@ -226,13 +212,158 @@ fn export_weights_writes_the_models_a_run_would_have_saved() {
         std::fs::read(&out).unwrap(),
         std::fs::read(tmp.path().join("saved/models.safetensors")).unwrap()
     );
-    assert!(!tmp.path().join("plain/.export-weights").exists());
     // A run whose metrics were changed is not the run its scenario makes.
     std::fs::remove_file(&out).unwrap();
-    std::fs::write(tmp.path().join("plain/metrics.csv"), "changed\n").unwrap();
-    let refused = export("plain");
+    std::fs::write(plain.join("metrics.csv"), "changed\n").unwrap();
+    let refused = export_weights(&[], &plain, &out);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success());
     assert!(stderr.contains("metrics.csv differ"), "{stderr}");
+    assert!(!out.exists());
+}
+
+/// Runs `SMALL` with `overrides` into `dir`, saving no models.
+fn run_without_saving(overrides: &[&str], dir: &Path) {
+    let opts = fedsim::results::RunOptions {
+        out_dir: dir.to_path_buf(),
+        threads: 2,
+        progress: false,
+        force: false,
+        save_models: false,
+        save_client_models: false,
+    };
+    fedsim::results::run_scenario(&scenario(SMALL, overrides), &opts).unwrap();
+}
+
+/// `fedsim export-weights ARGS --threads 1 --out OUT RUN_DIR`; one that succeeds leaves no
+/// re-run behind.
+fn export_weights(args: &[&str], run_dir: &Path, out: &Path) -> std::process::Output {
+    let done = crate::common::bin()
+        .arg("export-weights")
+        .args(args)
+        .args(["--threads", "1", "--out"])
+        .arg(out)
+        .arg(run_dir)
+        .output()
+        .unwrap();
+    if done.status.success() {
+        assert!(!run_dir.join(".export-weights").exists());
+    }
+    done
+}
+
+/// The tensor names of `dir/client_models.safetensors`, sorted.
+pub(crate) fn client_tensor_names(dir: &Path) -> Vec<String> {
+    let bytes = std::fs::read(dir.join("client_models.safetensors")).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<String> = file.names().into_iter().cloned().collect();
+    names.sort();
+    names
+}
+
+/// The tensors of `bytes` (a safetensors file) under `prefix`, prefix removed, as a file of
+/// their own at `to`.
+fn strip_prefix(bytes: &[u8], prefix: &str, to: &Path) {
+    let file = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    let tensors: Vec<(String, safetensors::tensor::TensorView<'_>)> = file
+        .tensors()
+        .into_iter()
+        .filter_map(|(name, t)| Some((name.strip_prefix(prefix)?.to_string(), t)))
+        .collect();
+    assert!(!tensors.is_empty(), "no tensor under {prefix}");
+    std::fs::write(to, safetensors::serialize(tensors, &None).unwrap()).unwrap();
+}
+
+/// `--save-client-models` writes each client's own models at its last evaluation: Ditto's
+/// personal models, one per client and different, identical with 1, 2 and 4 threads; each,
+/// read back through `model.init`'s reader, gives the client's recorded test accuracy and
+/// loss. FedEM's clients have their mixture weights there (the last recorded), and `fedsim
+/// export-weights --clients` writes a run's file byte for byte or says why it has none.
+#[test]
+fn clients_save_their_own_models_which_give_their_recorded_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ditto = ["algorithm={name: ditto, lambda: 0.1}", "rounds=3"];
+    crate::common::assert_identical_on_1_2_4_threads("ditto", SMALL, &ditto, tmp.path());
+    let dir = tmp.path().join("ditto-2");
+    let bytes = std::fs::read(dir.join("client_models.safetensors")).unwrap();
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let rounds = header.metadata().as_ref().unwrap()["rounds"].clone();
+    let every: Vec<String> = (0..24).map(|c| format!("\"{c}\": 3")).collect();
+    assert_eq!(rounds, format!("{{{}}}", every.join(", ")));
+
+    let s = scenario(SMALL, &ditto);
+    let data = (s.data)
+        .build(&s.split, &fedsim::sim::SeedTree::new(s.data_seed))
+        .unwrap();
+    let out = simulate_scenario(&s, 2, |_| {}).unwrap();
+    let arch = Architecture::for_input(&s.run.model, data.input_shape(), data.classes);
+    let mut models = Vec::new();
+    for client in 0..24u32 {
+        let file = tmp.path().join(format!("client{client}.safetensors"));
+        strip_prefix(&bytes, &format!("{client}.personalized."), &file);
+        let [model]: [Vec<f32>; 1] = read_models(&file, &arch).unwrap().try_into().unwrap();
+        let recorded = (out.records.iter())
+            .find_map(|r| match r {
+                Record::Eval(e)
+                    if e.round == 3
+                        && e.client == client
+                        && e.split == fedsim::records::Split::Test
+                        && e.model == fedsim::records::ModelKind::Personalized =>
+                {
+                    Some(e.clone())
+                }
+                _ => None,
+            })
+            .expect("the client's test row");
+        let view = data.view(client as usize, fedsim::records::Split::Test);
+        let stats = fedsim::models::evaluate(&arch, &model, view);
+        assert_eq!(stats.accuracy, recorded.accuracy, "client {client}");
+        assert!((stats.loss - recorded.loss).abs() < 1e-6, "client {client}");
+        models.push(model);
+    }
+    assert!(models.windows(2).all(|w| w[0] != w[1]), "one model each");
+
+    // FedEM: the mixture weights of each client's last evaluation.
+    let fedem = ["algorithm={name: fedem, components: 3}", "rounds=2"];
+    run_saving(SMALL, &fedem, 2, &tmp.path().join("fedem"));
+    let bytes = std::fs::read(tmp.path().join("fedem/client_models.safetensors")).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(file.names().len(), 24, "π only: {:?}", file.names());
+    let out = simulate_scenario(&scenario(SMALL, &fedem), 2, |_| {}).unwrap();
+    for r in &out.records {
+        if let Record::Mixture(m) = r {
+            if m.round == 2 {
+                let t = file
+                    .tensor(&format!("{}.mixture.weights", m.client))
+                    .unwrap();
+                let saved: Vec<f64> = (t.data().chunks(8))
+                    .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+                    .collect();
+                assert_eq!(saved, m.weights);
+            }
+        }
+    }
+
+    // `export-weights --clients` of runs that did not save them.
+    let export = |overrides: &[&str], name: &str| {
+        let plain = tmp.path().join(name);
+        run_without_saving(overrides, &plain);
+        let out = tmp.path().join(format!("{name}.safetensors"));
+        (export_weights(&["--clients"], &plain, &out), out)
+    };
+    let (done, out) = export(&ditto, "plain");
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(dir.join("client_models.safetensors")).unwrap()
+    );
+    let (refused, out) = export(&["rounds=1"], "fedavg");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(stderr.contains("have no models of their own"), "{stderr}");
     assert!(!out.exists());
 }
