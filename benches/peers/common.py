@@ -78,8 +78,9 @@ def load(path, clients):
     order = np.lexsort((np.arange(len(y)), test, client))
     key = client[order] * 2 + test[order]
     bounds = np.searchsorted(key, np.arange(2 * clients + 1))
-    x = torch.from_numpy(x[order].astype(np.float32) / 255.0)
-    y = torch.from_numpy(y[order])
+    x = x[order].astype(np.float32)
+    x /= 255.0  # in place: no second float copy of the images
+    x, y = torch.from_numpy(x), torch.from_numpy(y[order])
     out = []
     for c in range(clients):
         (a, b), (_, d) = bounds[2 * c : 2 * c + 2], bounds[2 * c + 1 : 2 * c + 3]
