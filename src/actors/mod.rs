@@ -660,12 +660,7 @@ impl<A: Algorithm> JobContext<A> {
             .map(|(_, u)| {
                 (hooks.sent)(global, u)
                     .iter()
-                    .map(|(b, s)| {
-                        b.iter()
-                            .zip(s.iter())
-                            .map(|(&b, &s)| s as f64 - b as f64)
-                            .collect()
-                    })
+                    .map(|(b, s)| crate::models::change(b, s))
                     .collect()
             })
             .collect();
@@ -733,11 +728,7 @@ impl<A: Algorithm> JobContext<A> {
             (attack, &self.adversary, A::PRIVATE_UPDATES)
         {
             for (base, sent) in (hooks.sent)(global, update) {
-                let mut change: Vec<f64> = base
-                    .iter()
-                    .zip(sent.iter())
-                    .map(|(&b, &s)| s as f64 - b as f64)
-                    .collect();
+                let mut change = crate::models::change(base, sent);
                 adversary.attack.own(&mut change, rng);
                 for ((s, &b), d) in sent.iter_mut().zip(base).zip(change) {
                     *s = (b as f64 + d) as f32;

@@ -303,17 +303,8 @@ pub fn compress_changes(
     let mut bytes = 0;
     let mut at = 0;
     for (base, sent) in pairs.iter_mut() {
-        assert_eq!(
-            base.len(),
-            sent.len(),
-            "a sent vector and its base differ in length"
-        );
         let d = base.len();
-        let mut change: Vec<f64> = base
-            .iter()
-            .zip(sent.iter())
-            .map(|(&b, &s)| s as f64 - b as f64)
-            .collect();
+        let mut change = crate::models::change(base, sent);
         if feedback {
             for (c, &e) in change.iter_mut().zip(&residual[at..at + d]) {
                 *c += e as f64;

@@ -794,6 +794,21 @@ impl Architecture {
     }
 }
 
+/// The change `sent − base` of a flat vector, element by element in f64 (what clipping,
+/// attacks and compressors work on; adding it back to `base` in f64 and rounding gives `sent`
+/// again).
+pub fn change(base: &[f32], sent: &[f32]) -> Vec<f64> {
+    assert_eq!(
+        base.len(),
+        sent.len(),
+        "a vector and its base differ in length"
+    );
+    base.iter()
+        .zip(sent)
+        .map(|(&b, &s)| s as f64 - b as f64)
+        .collect()
+}
+
 /// Copies tensors back into a flat vector, in parameter order.
 fn flatten_into(params: &[Tensor], flat: &mut [f32]) {
     let mut at = 0;

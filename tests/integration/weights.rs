@@ -203,15 +203,7 @@ fn export_weights_writes_the_models_a_run_would_have_saved() {
     assert!(!plain.join("models.safetensors").exists());
     let out = tmp.path().join("exported.safetensors");
     let done = export_weights(&[], &plain, &out);
-    assert!(
-        done.status.success(),
-        "{}",
-        String::from_utf8_lossy(&done.stderr)
-    );
-    assert_eq!(
-        std::fs::read(&out).unwrap(),
-        std::fs::read(tmp.path().join("saved/models.safetensors")).unwrap()
-    );
+    assert_wrote(&done, &out, &tmp.path().join("saved/models.safetensors"));
     // A run whose metrics were changed is not the run its scenario makes.
     std::fs::remove_file(&out).unwrap();
     std::fs::write(plain.join("metrics.csv"), "changed\n").unwrap();
@@ -250,6 +242,16 @@ fn export_weights(args: &[&str], run_dir: &Path, out: &Path) -> std::process::Ou
         assert!(!run_dir.join(".export-weights").exists());
     }
     done
+}
+
+/// That `done` succeeded and wrote `out` byte for byte as `expected`.
+fn assert_wrote(done: &std::process::Output, out: &Path, expected: &Path) {
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{stderr}");
+    assert_eq!(
+        std::fs::read(out).unwrap(),
+        std::fs::read(expected).unwrap()
+    );
 }
 
 /// The tensor names of `dir/client_models.safetensors`, sorted.
@@ -352,15 +354,7 @@ fn clients_save_their_own_models_which_give_their_recorded_results() {
         (export_weights(&["--clients"], &plain, &out), out)
     };
     let (done, out) = export(&ditto, "plain");
-    assert!(
-        done.status.success(),
-        "{}",
-        String::from_utf8_lossy(&done.stderr)
-    );
-    assert_eq!(
-        std::fs::read(&out).unwrap(),
-        std::fs::read(dir.join("client_models.safetensors")).unwrap()
-    );
+    assert_wrote(&done, &out, &dir.join("client_models.safetensors"));
     let (refused, out) = export(&["rounds=1"], "fedavg");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success());
