@@ -101,6 +101,15 @@ fn a_torchscript_module_is_identical_on_every_thread_count() {
     assert_identical_on_1_2_4_threads("torchscript", &text, &set, tmp.path());
 }
 
+/// That `s` is refused when its run starts, with every one of `parts` in the error.
+fn refused_at_start(s: &fedsim::scenario::Scenario, parts: &[&str]) {
+    let err = simulate_scenario(s, 1, |_| {}).err().expect("refused");
+    let err = fedsim::error_chain(&err);
+    for part in parts {
+        assert!(err.contains(part), "{part} missing in: {err}");
+    }
+}
+
 #[test]
 fn bad_torchscript_modules_are_refused_with_the_file_and_the_reason() {
     let tmp = tempfile::tempdir().unwrap();
@@ -151,25 +160,13 @@ fn bad_torchscript_modules_are_refused_with_the_file_and_the_reason() {
     // A Parquet file without declared classes: the module is checked against the classes
     // read (4), before anything builds the model for them.
     let undeclared = scenario(&text.replace(", classes: 10", ""), &[]);
-    let err = simulate_scenario(&undeclared, 1, |_| {})
-        .err()
-        .expect("refused");
-    let err = fedsim::error_chain(&err);
-    for part in ["model.path", "the data need [2, 4]"] {
-        assert!(err.contains(part), "{part} missing in: {err}");
-    }
+    refused_at_start(&undeclared, &["model.path", "the data need [2, 4]"]);
     // DP-SGD stacks the model to get every record's gradient: refused at the start.
     let dp_sgd = scenario(
         &text,
         &["privacy={mechanism: dp_sgd, clip: 1.0, noise_multiplier: 0.5}"],
     );
-    let err = simulate_scenario(&dp_sgd, 1, |_| {})
-        .err()
-        .expect("refused");
-    let err = fedsim::error_chain(&err);
-    for part in ["privacy.mechanism", "TorchScript module"] {
-        assert!(err.contains(part), "{part} missing in: {err}");
-    }
+    refused_at_start(&dp_sgd, &["privacy.mechanism", "TorchScript module"]);
     // Any value of the new fields gives a scenario or an error, never a panic.
     for value in [
         "null",
