@@ -458,9 +458,11 @@ impl FedemSyntheticSpec {
         let components: Vec<Vec<f64>> = (0..m)
             .map(|_| (0..d).map(|_| rs.uniform(-1.0, 1.0)).collect())
             .collect();
-        let mut features = Vec::new();
-        let mut labels = Vec::new();
+        let rows: usize = sizes.iter().map(|&n| n + split.extra_samples()).sum();
+        let mut features = Vec::with_capacity(rows * d);
+        let mut labels = Vec::with_capacity(rows);
         let mut clients = Vec::with_capacity(self.clients);
+        let mut x = Vec::new();
         for (t, &n) in sizes.iter().enumerate() {
             let start = labels.len();
             for count in [n, split.extra_samples()] {
@@ -468,7 +470,8 @@ impl FedemSyntheticSpec {
                     continue;
                 }
                 let counts = rs.multinomial(count as i64, &weights[t]);
-                let x: Vec<f64> = (0..count * d).map(|_| rs.uniform(-1.0, 1.0)).collect();
+                x.resize(count * d, 0.0);
+                rs.fill_uniform(&mut x, -1.0, 1.0);
                 let mut y = vec![0i64; count];
                 let mut at = 0;
                 for (comp, &c) in counts.iter().enumerate() {

@@ -14,6 +14,7 @@ mod device;
 mod gaussian;
 mod layers;
 mod lenet;
+mod linear;
 mod lstm;
 mod mobilenet;
 pub mod profile;

@@ -1,5 +1,6 @@
 //! Local minibatch SGD and evaluation on one client's data.
 
+use super::linear::{Linear, LinearRun};
 use super::{flatten_into, Architecture};
 use crate::data::SplitView;
 use rand::seq::SliceRandom;
@@ -224,7 +225,7 @@ fn correct(arch: &Architecture, logits: &Tensor, y: &Tensor) -> i64 {
 /// Runs local SGD on `params` in place, minimising the plain loss plus what `objective` adds.
 /// `momentum` holds the momentum buffer between calls (empty: none yet; it is filled when the
 /// plan uses momentum). Batches (and, after each batch is drawn, its dropout masks) come from
-/// `rng`.
+/// `rng`. A linear model trains in plain Rust ([`Linear::train`]), as in a cohort.
 #[allow(clippy::too_many_arguments)]
 pub fn train_sgd(
     arch: &Architecture,
@@ -240,6 +241,24 @@ pub fn train_sgd(
         plan.dp_sgd.is_none(),
         "DP-SGD trains through train_dp_sgd_alone"
     );
+    if let Some(linear) = Linear::of(arch) {
+        let passes = plan.passes(data.len(), rng);
+        let steps = linear.train(
+            plan.momentum,
+            plan.weight_decay,
+            data,
+            LinearRun {
+                params,
+                momentum: Some(momentum),
+                sample_weights: objective.sample_weights,
+                proximal: objective.proximal.map(|p| (p.anchor, p.mu)),
+                first_row: 0,
+                passes: &passes,
+                lr,
+            },
+        );
+        return TrainStats { steps };
+    }
     let (x, y) = data_tensors(&data);
     let y = targets(arch, &y);
     let w = objective.sample_weights.map(|w| {
@@ -395,7 +414,7 @@ fn sgd_update(
 }
 
 /// The loss of every row of a split under each of `models` (FedEM's E-step): `[model][row]`.
-/// Linear models are evaluated together, as one product with their weights side by side.
+/// Linear models go through [`Linear::sample_losses`], in plain Rust.
 pub fn sample_losses<M: AsRef<[f32]>>(
     arch: &Architecture,
     models: &[M],
@@ -405,53 +424,28 @@ pub fn sample_losses<M: AsRef<[f32]>>(
     if n == 0 || models.is_empty() {
         return vec![Vec::new(); models.len()];
     }
+    if let Some(linear) = Linear::of(arch) {
+        return linear.sample_losses(models, data);
+    }
     let (x, y) = data_tensors(&data);
     let y = targets(arch, &y);
-    let k = models.len() as i64;
     let losses = tch::no_grad(|| {
-        if arch.is_linear() {
-            let super::Layer::Dense { inputs, outputs } = arch.layers[0] else {
-                unreachable!("a linear model is one dense layer")
-            };
-            let (i, o) = (inputs as i64, outputs as i64);
-            let split = (o * i) as usize;
-            let weights: Vec<f32> = models
-                .iter()
-                .flat_map(|m| m.as_ref()[..split].iter().copied())
-                .collect();
-            let biases: Vec<f32> = models
-                .iter()
-                .flat_map(|m| m.as_ref()[split..].iter().copied())
-                .collect();
-            let w = Tensor::from_slice(&weights).view([k * o, i]);
-            let z = Tensor::from_slice(&biases).addmm(&x, &w.tr()); // [n, K·o]
-            let z = z
-                .view([n as i64, k, o])
-                .transpose(0, 1)
-                .reshape([k * n as i64, o]);
-            let y = match arch.is_binary() {
-                true => y.repeat([k, 1]),
-                false => y.repeat([k]),
-            };
-            loss(arch, &z, &y, Reduction::None)
-        } else {
-            let each: Vec<Tensor> = models
-                .iter()
-                .map(|params| {
-                    let ps: Vec<Tensor> = (arch.params(params.as_ref()).iter())
-                        .map(Tensor::detach)
-                        .collect();
-                    loss(
-                        arch,
-                        &arch.forward(&arch.layers(&ps), &x, &[]),
-                        &y,
-                        Reduction::None,
-                    )
-                    .view([-1])
-                })
-                .collect();
-            Tensor::cat(&each, 0)
-        }
+        let each: Vec<Tensor> = models
+            .iter()
+            .map(|params| {
+                let ps: Vec<Tensor> = (arch.params(params.as_ref()).iter())
+                    .map(Tensor::detach)
+                    .collect();
+                loss(
+                    arch,
+                    &arch.forward(&arch.layers(&ps), &x, &[]),
+                    &y,
+                    Reduction::None,
+                )
+                .view([-1])
+            })
+            .collect();
+        Tensor::cat(&each, 0)
     });
     let mut flat = vec![0f32; models.len() * n];
     losses

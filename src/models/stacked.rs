@@ -16,11 +16,13 @@
 //! vector per run, as a run alone asks its [`super::Batch`].
 //!
 //! Models stack where every layer has a stacked form ([`Architecture::stacks`]): the linear
-//! model (with its closed-form gradient, as alone), MLPs, the CNNs, MobileNet-v2 with group
+//! model (with its closed-form gradient; from host rows without DP-SGD, each run goes through
+//! [`super::linear`] instead, as alone, bit for bit), MLPs, the CNNs, MobileNet-v2 with group
 //! norm and the LSTM (one batched cell per time step; autograd). This room draws no random numbers but each run's dropout masks, from the
 //! run's own stream; the passes come in.
 
 use super::device::DeviceRows;
+use super::linear::{Linear, LinearRun};
 use super::profile::{timed, Phase};
 use super::sgd::{DpSgd, EvalStats, LocalPlan, Objective, Pass, Predictor, Proximal, TrainStats};
 use super::walk::{self, Conv, LayerOps, Norm};
@@ -129,7 +131,9 @@ pub fn dropout_stream(arch: &Architecture, passes: &[Pass], rng: &mut ChaCha20Rn
 /// Trains every run of `runs` with `plan` as [`super::train_sgd`] would train it alone, as one
 /// stacked computation per step. `rows` holds every run's training rows (a data set's rows);
 /// `resident`, the same rows on the device to train on (the CPU without it: minibatches are
-/// then gathered from `rows`). Panics if the model does not stack ([`Architecture::stacks`]).
+/// then gathered from `rows`; a linear model without DP-SGD then trains each run on its own in
+/// plain Rust, [`Linear::train`]). Panics if the model does not stack
+/// ([`Architecture::stacks`]).
 pub fn train_sgd_stacked(
     arch: &Architecture,
     plan: &LocalPlan,
@@ -142,6 +146,28 @@ pub fn train_sgd_stacked(
         "the model stacks (checked before a cohort is formed)"
     );
     if runs.is_empty() {
+        return;
+    }
+    if let (Some(linear), None, None) = (Linear::of(arch), resident, plan.dp_sgd) {
+        // Each run on its own, straight from the rows, in plain Rust.
+        for run in runs.iter_mut() {
+            timed(Phase::Gradients, Device::Cpu, || {
+                linear.train(
+                    plan.momentum,
+                    plan.weight_decay,
+                    rows,
+                    LinearRun {
+                        params: &mut run.params[..],
+                        momentum: run.momentum.as_deref_mut(),
+                        sample_weights: run.sample_weights,
+                        proximal: run.proximal.map(|p| (p.anchor, p.mu)),
+                        first_row: run.first_row,
+                        passes: &run.passes,
+                        lr: run.lr,
+                    },
+                )
+            });
+        }
         return;
     }
     // Runs sorted by their number of steps, longest first (ties in the given order): the runs
@@ -1373,16 +1399,29 @@ mod tests {
         };
         let (stacked, stacked_momenta) = stacked_on(None);
         let resident = DeviceRows::upload(&rows, tch::Device::Cpu);
-        assert_eq!(
-            stacked_on(Some(&resident)),
-            (stacked.clone(), stacked_momenta.clone()),
-            "resident rows train as gathered ones"
-        );
+        let (on_device, on_device_momenta) = stacked_on(Some(&resident));
+        if arch.is_linear() {
+            // From host rows a linear model trains in plain Rust (`super::linear`), alone and
+            // in a cohort alike; from rows on a device through libtorch, up to rounding.
+            assert_eq!(
+                (&alone, &alone_momenta),
+                (&stacked, &stacked_momenta),
+                "a linear run trains alone as in a cohort"
+            );
+        } else {
+            assert_eq!(
+                (&on_device, &on_device_momenta),
+                (&stacked, &stacked_momenta),
+                "resident rows train as gathered ones"
+            );
+        }
         for k in 0..3 {
             assert_ne!(alone[k], start[k], "run {k} trained");
             for (a, b) in [
                 (&alone[k], &stacked[k]),
                 (&alone_momenta[k], &stacked_momenta[k]),
+                (&on_device[k], &stacked[k]),
+                (&on_device_momenta[k], &stacked_momenta[k]),
             ] {
                 assert_eq!(a.len(), b.len(), "run {k}");
                 for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
