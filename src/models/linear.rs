@@ -79,6 +79,10 @@ fn lane_sums(a: &[f32], b: &[f32]) -> [f32; LANES] {
     acc
 }
 
+/// One shuffled pass over a client's rows: the permutation, and the `(start, len)` batches cut
+/// from it (made by `LocalPlan::passes`).
+pub type Pass = (Vec<i64>, Vec<(usize, usize)>);
+
 /// How many rows ahead of the one in hand a pass asks the CPU to fetch: a pass visits its
 /// run's rows in shuffled order, which the hardware prefetcher cannot foresee.
 const PREFETCH_ROWS: usize = 2;
@@ -131,9 +135,8 @@ pub struct LinearRun<'a> {
     pub proximal: Option<(&'a [f32], f64)>,
     /// Index of the run's first row among the rows given.
     pub first_row: usize,
-    /// Its shuffled passes over its rows: each a permutation and the (start, len) batches cut
-    /// from it (`sgd::Pass`).
-    pub passes: &'a [(Vec<i64>, Vec<(usize, usize)>)],
+    /// Its shuffled passes over its rows.
+    pub passes: &'a [Pass],
     pub lr: f64,
 }
 

@@ -133,9 +133,7 @@ impl LocalPlan {
     }
 }
 
-/// One shuffled pass over a client's rows: the permutation, and the `(start, len)` batches cut
-/// from it.
-pub type Pass = (Vec<i64>, Vec<(usize, usize)>);
+pub use super::linear::Pass;
 
 /// What a local loss adds to the plain per-row loss.
 #[derive(Clone, Copy, Debug, Default)]
