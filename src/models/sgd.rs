@@ -223,7 +223,7 @@ fn correct(arch: &Architecture, logits: &Tensor, y: &Tensor) -> i64 {
 /// Runs local SGD on `params` in place, minimising the plain loss plus what `objective` adds.
 /// `momentum` holds the momentum buffer between calls (empty: none yet; it is filled when the
 /// plan uses momentum). Batches (and, after each batch is drawn, its dropout masks) come from
-/// `rng`. A linear model trains in plain Rust ([`Linear::train`]), as in a cohort.
+/// `rng`. A linear model trains in plain Rust (`models::linear`), as in a cohort.
 #[allow(clippy::too_many_arguments)]
 pub fn train_sgd(
     arch: &Architecture,
@@ -412,7 +412,7 @@ fn sgd_update(
 }
 
 /// The loss of every row of a split under each of `models` (FedEM's E-step): `[model][row]`.
-/// Linear models go through [`Linear::sample_losses`], in plain Rust.
+/// Linear models go through `models::linear`, in plain Rust.
 pub fn sample_losses<M: AsRef<[f32]>>(
     arch: &Architecture,
     models: &[M],

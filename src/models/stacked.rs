@@ -132,7 +132,7 @@ pub fn dropout_stream(arch: &Architecture, passes: &[Pass], rng: &mut ChaCha20Rn
 /// stacked computation per step. `rows` holds every run's training rows (a data set's rows);
 /// `resident`, the same rows on the device to train on (the CPU without it: minibatches are
 /// then gathered from `rows`; a linear model without DP-SGD then trains each run on its own in
-/// plain Rust, [`Linear::train`]). Panics if the model does not stack
+/// plain Rust, `models::linear`). Panics if the model does not stack
 /// ([`Architecture::stacks`]).
 pub fn train_sgd_stacked(
     arch: &Architecture,
