@@ -6,9 +6,9 @@
 //! gathered (and padded to the cohort's longest batch) first. Here each row is read in place,
 //! once for its logits and once for its gradient, and each run is computed on its own.
 //!
-//! The arithmetic is f32, in one fixed order: a dot product sums [`LANES`] interleaved partial
-//! sums, then adds them pairwise (16 → 8 → 4 → 2 → 1), then the remaining products one by one;
-//! a batch's gradient adds its rows in batch order; there is no fused multiply-add. So a run's
+//! The arithmetic is f32, in one fixed order: a dot product adds the product of index j to
+//! partial sum j mod [`LANES`], then adds the partial sums pairwise (16 → 8 → 4 → 2 → 1); a
+//! batch's gradient adds its rows in batch order; there is no fused multiply-add. So a run's
 //! result is the same whichever runs share its call, on whichever thread, on any x86-64 or ARM
 //! CPU; alone and in a cohort alike.
 //!
@@ -212,10 +212,10 @@ impl Linear {
         losses
     }
 
-    /// Trains `run` by SGD with `momentum` and `weight_decay` (not DP-SGD): each batch's gradient of Σᵢ wᵢ·ℓᵢ / |batch| (wᵢ
-    /// = 1 without sample weights), then, as PyTorch's SGD, d = g (+ μ·(θ − anchor)) (+ λ·θ),
-    /// d = m·buffer + d once a buffer exists (the buffer becomes d), θ = θ − lr·d. Returns the
-    /// number of steps.
+    /// Trains `run` by SGD with `momentum` and `weight_decay` (not DP-SGD): each batch's
+    /// gradient of Σᵢ wᵢ·ℓᵢ / |batch| (wᵢ = 1 without sample weights), then, as PyTorch's SGD,
+    /// d = g (+ μ·(θ − anchor)) (+ λ·θ), d = m·buffer + d once a buffer exists (the buffer
+    /// becomes d), θ = θ − lr·d. Returns the number of steps.
     pub fn train(
         &self,
         momentum: f64,
@@ -247,6 +247,9 @@ impl Linear {
         // FedEM synthetic data).
         if let Some((order, _)) = run.passes.first() {
             let n = order.len();
+            if let Some(w) = run.sample_weights {
+                assert_eq!(w.len(), n, "one sample weight per row of the run");
+            }
             prefetch(&rows.features[run.first_row * i..(run.first_row + n) * i]);
             prefetch(&rows.labels[run.first_row..run.first_row + n]);
         }
