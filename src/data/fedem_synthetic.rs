@@ -441,6 +441,11 @@ impl FedemSyntheticSpec {
     /// The authors' generator, draw for draw: sizes, mixture weights, components, then for each
     /// client its own samples and its extra test samples (multinomial counts, features, noise
     /// per component, shuffle).
+    ///
+    /// The stream is walked once, in order, taking every draw but the features: each block of
+    /// rows keeps a copy of the state its features start from ([`NumpyBlock`]). The blocks'
+    /// rows are then made on every core at once, each into its own place; no block's rows
+    /// depend on which thread makes them or when.
     fn generate_numpy(&self, split: &SplitSpec, seed: u32) -> FederatedData {
         let (d, m) = (self.dim, self.components);
         let mut rs = NumpyRandomState::new(seed);
@@ -458,44 +463,109 @@ impl FedemSyntheticSpec {
         let components: Vec<Vec<f64>> = (0..m)
             .map(|_| (0..d).map(|_| rs.uniform(-1.0, 1.0)).collect())
             .collect();
-        let rows: usize = sizes.iter().map(|&n| n + split.extra_samples()).sum();
-        let mut features = Vec::with_capacity(rows * d);
-        let mut labels = Vec::with_capacity(rows);
+        let mut blocks = Vec::with_capacity(2 * self.clients);
         let mut clients = Vec::with_capacity(self.clients);
-        let mut x = Vec::new();
+        let mut rows = 0;
         for (t, &n) in sizes.iter().enumerate() {
-            let start = labels.len();
             for count in [n, split.extra_samples()] {
                 if count == 0 {
                     continue;
                 }
                 let counts = rs.multinomial(count as i64, &weights[t]);
-                x.resize(count * d, 0.0);
-                rs.fill_uniform(&mut x, -1.0, 1.0);
-                let mut y = vec![0i64; count];
-                let mut at = 0;
-                for (comp, &c) in counts.iter().enumerate() {
-                    let c = c as usize;
-                    let dots = row_dots(&x[at * d..(at + c) * d], &components[comp]);
-                    for (i, dot) in (at..at + c).zip(dots) {
-                        let p = sigmoid(dot + rs.normal(0.0, self.noise));
-                        y[i] = p.round_ties_even() as i64;
-                    }
-                    if !self.authors_label_bug {
-                        at += c;
-                    }
-                }
+                let features = rs.clone();
+                rs.skip_uniform(count * d);
+                let noise = (counts.iter().map(|&c| c as usize))
+                    .flat_map(|c| std::iter::repeat_n((), c))
+                    .map(|()| rs.normal(0.0, self.noise))
+                    .collect();
                 let mut order: Vec<usize> = (0..count).collect();
                 rs.shuffle(&mut order);
-                for &i in &order {
-                    features.extend(x[i * d..(i + 1) * d].iter().map(|&v| v as f32));
-                    labels.push(y[i]);
-                }
+                blocks.push(NumpyBlock {
+                    features,
+                    counts,
+                    noise,
+                    order,
+                });
             }
-            clients.push(split.shard(start, n));
+            clients.push(split.shard(rows, n));
+            rows += n + split.extra_samples();
         }
+        let mut features = vec![0f32; rows * d];
+        let mut labels = vec![0i64; rows];
+        let mut places = Vec::with_capacity(blocks.len());
+        let (mut rest_x, mut rest_y) = (&mut features[..], &mut labels[..]);
+        for block in &blocks {
+            let count = block.order.len();
+            let (x, more_x) = std::mem::take(&mut rest_x).split_at_mut(count * d);
+            let (y, more_y) = std::mem::take(&mut rest_y).split_at_mut(count);
+            (rest_x, rest_y) = (more_x, more_y);
+            places.push((block, x, y));
+        }
+        let work = std::sync::Mutex::new(places.into_iter());
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| loop {
+                    let next = work.lock().unwrap_or_else(|e| e.into_inner()).next();
+                    let Some((block, x, y)) = next else { break };
+                    self.make_numpy_block(block, &components, x, y);
+                });
+            }
+        });
         self.binary_mixture(features, labels, clients, components, weights)
     }
+
+    /// One block's rows, as the authors' loop makes them: features, each component's labels
+    /// from ⟨x, θ⟩ plus its noise, then the rows in shuffled order.
+    fn make_numpy_block(
+        &self,
+        block: &NumpyBlock,
+        components: &[Vec<f64>],
+        features: &mut [f32],
+        labels: &mut [i64],
+    ) {
+        let (d, count) = (self.dim, block.order.len());
+        let mut rs = block.features.clone();
+        let mut x = vec![0.0; count * d];
+        rs.fill_uniform(&mut x, -1.0, 1.0);
+        let mut y = vec![0i64; count];
+        let (mut at, mut noise) = (0, block.noise.iter());
+        for (comp, &c) in block.counts.iter().enumerate() {
+            let c = c as usize;
+            let dots = row_dots(&x[at * d..(at + c) * d], &components[comp]);
+            for ((i, dot), eps) in (at..at + c).zip(dots).zip(&mut noise) {
+                let p = sigmoid(dot + eps);
+                y[i] = p.round_ties_even() as i64;
+            }
+            if !self.authors_label_bug {
+                at += c;
+            }
+        }
+        for ((&i, out), label) in block
+            .order
+            .iter()
+            .zip(features.chunks_exact_mut(d))
+            .zip(labels)
+        {
+            for (o, &v) in out.iter_mut().zip(&x[i * d..(i + 1) * d]) {
+                *o = v as f32;
+            }
+            *label = y[i];
+        }
+    }
+}
+
+/// One block of rows of the authors' generator (a client's own samples, or its extra test
+/// samples) with the draws the sequential walk took for it.
+struct NumpyBlock {
+    /// The state its features are drawn from.
+    features: NumpyRandomState,
+    /// Its rows per component (multinomial).
+    counts: Vec<i64>,
+    /// The label noise, one draw per row in component order: `normal(0, noise)`.
+    noise: Vec<f64>,
+    /// Its shuffle.
+    order: Vec<usize>,
 }
 
 /// ⟨x, θ⟩ for each row of `rows` (`θ.len()` values each), every sum from the left (the order

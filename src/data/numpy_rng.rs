@@ -26,6 +26,7 @@ fn double_of(a: u32, b: u32) -> f64 {
     (a * 67_108_864.0 + b) / 9_007_199_254_740_992.0
 }
 
+#[derive(Clone)]
 pub struct NumpyRandomState {
     key: [u32; N],
     pos: usize,
@@ -110,6 +111,21 @@ impl NumpyRandomState {
             }
             self.pos += 2 * pairs;
             at += pairs;
+        }
+    }
+
+    /// Moves the state past `n` draws of [`Self::uniform`] without making them (their words
+    /// are still generated: MT19937 has no cheaper way ahead). A copy of the state taken
+    /// before makes them later, elsewhere.
+    pub fn skip_uniform(&mut self, n: usize) {
+        let mut words = 2 * n;
+        while words > 0 {
+            if self.pos == N {
+                self.generate();
+            }
+            let take = (N - self.pos).min(words);
+            self.pos += take;
+            words -= take;
         }
     }
 
@@ -464,6 +480,36 @@ mod tests {
                 block.next_u32(),
                 "skip {skip}: stream moved on alike"
             );
+        }
+    }
+
+    #[test]
+    fn skip_uniform_leaves_the_stream_where_drawing_does() {
+        for (before, len) in [
+            (0, 5000),
+            (1, 623),
+            (623, 1),
+            (624, 312),
+            (311, 1250),
+            (5, 0),
+        ] {
+            let mut drawn = NumpyRandomState::new(9);
+            let mut skipped = NumpyRandomState::new(9);
+            for _ in 0..before {
+                drawn.next_u32();
+                skipped.next_u32();
+            }
+            for _ in 0..len {
+                drawn.uniform(-1.0, 1.0);
+            }
+            skipped.skip_uniform(len);
+            let next = |r: &mut NumpyRandomState| [r.next_u32(), r.next_u32(), r.next_u32()];
+            assert_eq!(
+                next(&mut drawn),
+                next(&mut skipped),
+                "{before} words, then {len} draws"
+            );
+            assert_eq!(drawn.normal(0.0, 1.0), skipped.normal(0.0, 1.0));
         }
     }
 }
