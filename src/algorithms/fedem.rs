@@ -251,7 +251,13 @@ pub fn e_step(pi: &[f64], losses: &[Vec<f32>]) -> (Vec<Vec<f32>>, Vec<f64>) {
             row[c] = log_pi[c] - losses[c][i] as f64;
         }
         let top = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        row.iter_mut().for_each(|v| *v = (*v - top).exp());
+        // e^(top − top) is 1 exactly: not worth an exp (a third of them with M = 3).
+        row.iter_mut().for_each(|v| {
+            *v = match *v == top && top.is_finite() {
+                true => 1.0,
+                false => (*v - top).exp(),
+            }
+        });
         let z: f64 = row.iter().sum();
         for c in 0..m {
             let qic = row[c] / z;
