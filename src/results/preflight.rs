@@ -269,8 +269,9 @@ pub fn check_terms(terms: &[MemoryTerm], available: Option<f64>) -> Result<(), F
     ))
 }
 
-/// [`run_terms`] and [`check_terms`] for a built data set (the pre-flight of a run: a
-/// file's class count and shape are known only once it is read).
+/// [`run_terms`], with a backdoor's rows, and [`check_terms`] for a built data set (the
+/// pre-flight of a run: a file's class count and shape, and its test labels, are known only
+/// once it is read).
 pub fn check_run_fits(
     run: &crate::scenario::RunSpec,
     data: &crate::data::FederatedData,
@@ -298,7 +299,40 @@ pub fn check_run_fits(
         least_train_rows,
         data_bytes: (data.features.len() * 4 + data.labels.len() * 8) as f64,
     };
-    check_terms(&run_terms(run, &shape), available)
+    let mut terms = run_terms(run, &shape);
+    terms.extend(backdoor_term(run, data));
+    check_terms(&terms, available)
+}
+
+/// Under a backdoor adversary, the rows it appends ([`Split::Backdoor`]): a triggered copy of
+/// every client's test images of labels other than its target, kept for the whole run.
+/// (Poisoning may also copy the data set, where another holder shares it; not counted, as
+/// that is not certain.)
+///
+/// [`Split::Backdoor`]: crate::records::Split::Backdoor
+fn backdoor_term(
+    run: &crate::scenario::RunSpec,
+    data: &crate::data::FederatedData,
+) -> Option<MemoryTerm> {
+    let crate::robust::Attack::Backdoor(backdoor) = &run.adversary.as_ref()?.attack else {
+        return None;
+    };
+    if !data.is_resident() {
+        return None;
+    }
+    let rows = (data.clients.iter())
+        .flat_map(|shard| shard.range(crate::records::Split::Test))
+        .filter(|&row| data.labels[row] != backdoor.target)
+        .count();
+    Some(MemoryTerm {
+        field: "adversary.attack",
+        what: format!(
+            "the backdoor's triggered copies of the clients' {rows} test images of labels other \
+             than {}",
+            backdoor.target
+        ),
+        bytes: rows as f64 * (4.0 * data.dim as f64 + 8.0),
+    })
 }
 
 /// Bytes for people: `12.3 GiB`.
@@ -399,6 +433,39 @@ mod tests {
         crate::scenario::Scenario::from_yaml(&text, std::path::Path::new("t.yaml"), &[])
             .unwrap()
             .run
+    }
+
+    /// Two clients of 1×3×3 images; test labels (0, 1, 2) and (2, 1): with target 2, three
+    /// test images are copied, each 9 floats and a label: 3 · (36 + 8) = 132 bytes.
+    #[test]
+    fn a_backdoor_counts_its_copies_by_hand() {
+        use crate::data::{ClientShard, FederatedData, Layout};
+        let labels = vec![0, 1, 2, 0, 1, 2, 0, 1, 0, 2, 1];
+        let shard = |train: std::ops::Range<usize>, test: std::ops::Range<usize>| ClientShard {
+            val: train.end..train.end,
+            train,
+            test,
+        };
+        let data = FederatedData {
+            layout: Layout::Image([1, 3, 3]),
+            dim: 9,
+            classes: 3,
+            features: vec![0.5; labels.len() * 9],
+            labels,
+            clients: vec![shard(0..3, 3..6), shard(6..9, 9..11)],
+            truth: None,
+            novel: Vec::new(),
+            backdoor: Vec::new(),
+            on_demand: None,
+            lead: 0,
+        };
+        let run = run_of("adversary: {fraction: 0.2, attack: {kind: backdoor, target: 2}}");
+        let term = backdoor_term(&run, &data).expect("a backdoor term");
+        assert_eq!((term.field, term.bytes), ("adversary.attack", 132.0));
+        assert!(term.what.contains("3 test images"), "{}", term.what);
+        let flips = run_of("adversary: {fraction: 0.2, attack: {kind: label_flip}}");
+        assert!(backdoor_term(&flips, &data).is_none());
+        assert!(backdoor_term(&run_of(""), &data).is_none());
     }
 
     #[test]
