@@ -198,6 +198,10 @@ pub struct JobRecord {
     pub compute: SimDuration,
     /// Aggregations between the model it started from and the one it joined.
     pub staleness: u32,
+    /// What its client reported with the update where the sampling strategy asks for it
+    /// (power-of-choice, Oort): the mean loss, on its training rows, of the model the job
+    /// started from. `None` otherwise, and for failed jobs.
+    pub reported_loss: Option<f64>,
 }
 
 /// A client's device and links as the system model drew them.

@@ -17,6 +17,9 @@ pub struct RunMeta {
     pub content_hash: String,
     pub algorithm: String,
     pub seed: u64,
+    /// Whether clients report their training loss with each update (loss-guided selection):
+    /// `jobs.parquet` then has a `reported_loss` column.
+    pub reports_losses: bool,
 }
 
 /// One row per (round, client, split) evaluated.
@@ -190,7 +193,8 @@ pub fn extras_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFram
 }
 
 /// One row per training job whose fate is known: when it was sent and arrived, how long it
-/// spent downloading, computing and uploading, and what became of it.
+/// spent downloading, computing and uploading, and what became of it; under loss-guided
+/// selection, the loss its client reported with it.
 pub fn jobs_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame> {
     let jobs: Vec<&JobRecord> = records
         .iter()
@@ -199,7 +203,7 @@ pub fn jobs_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame>
             _ => None,
         })
         .collect();
-    DataFrame::new_infer_height(vec![
+    let mut columns = vec![
         Column::new("run_id".into(), vec![meta.run_id.as_str(); jobs.len()]),
         column("round", &jobs, |j| j.round),
         column("client", &jobs, |j| j.client),
@@ -216,7 +220,11 @@ pub fn jobs_frame(meta: &RunMeta, records: &[Record]) -> PolarsResult<DataFrame>
             }
         }),
         column("staleness", &jobs, |j| j.staleness),
-    ])
+    ];
+    if meta.reports_losses {
+        columns.push(column("reported_loss", &jobs, |j| j.reported_loss));
+    }
+    DataFrame::new_infer_height(columns)
 }
 
 /// One row per client: its device, its jobs by outcome, its time computing and

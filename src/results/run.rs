@@ -178,6 +178,7 @@ pub fn run_scenario_with_bar(
         content_hash: s.content_hash.clone(),
         algorithm: s.run.algorithm.name().to_string(),
         seed: s.run.seed,
+        reports_losses: s.run.sampling.strategy.uses_feedback(),
     };
     let rules = OutputRules {
         force: opts.force,

@@ -558,6 +558,7 @@ mod tests {
             content_hash: "hash".into(),
             algorithm: "fedavg".into(),
             seed: 1,
+            reports_losses: true,
         }
     }
 
@@ -575,6 +576,7 @@ mod tests {
                     download: SimDuration(1),
                     compute: SimDuration(3),
                     staleness: 0,
+                    reported_loss: (client % 2 == 1).then_some(client as f64 / 4.0),
                 }));
                 out.push(Record::Eval(EvalRecord {
                     round,

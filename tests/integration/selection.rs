@@ -62,6 +62,30 @@ fn loss_guided_draws_follow_what_the_server_heard_on_every_thread_count() {
     };
     let poc = run("power_of_choice", 1);
     let rounds = selected(&poc);
+    // `jobs.parquet` has what each client reported: a positive mean loss for every job whose
+    // update arrived, none for failed jobs (dropouts, clients gone offline).
+    let jobs = read_parquet(&poc.join("jobs.parquet")).unwrap();
+    let outcomes = jobs.column("outcome").unwrap().str().unwrap();
+    let losses = jobs.column("reported_loss").unwrap().f64().unwrap();
+    let failed = (0..jobs.height()).filter(|&i| outcomes.get(i) == Some("failed"));
+    assert!(failed.count() > 0, "the run has failed jobs to check");
+    for i in 0..jobs.height() {
+        let (outcome, loss) = (outcomes.get(i).unwrap(), losses.get(i));
+        match outcome {
+            "failed" => assert_eq!(loss, None, "job {i}"),
+            _ => assert!(
+                loss.is_some_and(|l| l.is_finite() && l > 0.0),
+                "job {i}: {loss:?}"
+            ),
+        }
+    }
+    let uniform = tmp.path().join("uniform");
+    run_saving(SMALL, &OVERRIDES, 1, &uniform);
+    let jobs = read_parquet(&uniform.join("jobs.parquet")).unwrap();
+    assert!(
+        jobs.column("reported_loss").is_err(),
+        "no reports, no column"
+    );
     assert_eq!(rounds[0], [0, 1, 2, 3, 4, 5]);
     let heard = aggregated_in_round_1(&poc);
     // Round 2: the unheard of round 1 first, then 6, 7, … up to six clients.

@@ -111,6 +111,8 @@ struct InFlight<G> {
     download: SimDuration,
     /// Set when its round ended without it: what it will be if it arrives.
     late: Option<JobOutcome>,
+    /// The mean loss its client reported with it (loss-guided selection).
+    reported_loss: Option<f64>,
 }
 
 /// The jobs in flight by client (a client runs one job at a time), iterated in client order;
@@ -493,6 +495,7 @@ impl<A: Algorithm> Core<A> {
                 sent: now,
                 download,
                 late: None,
+                reported_loss: None,
             },
         );
         self.set_busy(client, true);
@@ -788,6 +791,7 @@ impl<A: Algorithm> Core<A> {
             download: job.download,
             compute,
             staleness,
+            reported_loss: job.reported_loss,
         })
     }
 
@@ -802,7 +806,8 @@ impl<A: Algorithm> Core<A> {
         loss: Option<ReportedLoss>,
         compute: SimDuration,
     ) -> Result<Report<A>, SimError> {
-        let job = self.take_job(client)?;
+        let mut job = self.take_job(client)?;
+        job.reported_loss = loss.map(|l| l.mean);
         if let Some(loss) = loss {
             let heard = Heard {
                 loss,
