@@ -25,102 +25,128 @@ use crate::data::SplitView;
 /// consecutive products do not wait for each other.
 pub const LANES: usize = 16;
 
-/// The vector instructions the arithmetic is written in. Each adds the same products to the
-/// same partial sums in the same order (IEEE adds and multiplies, lane by lane, no fused
-/// multiply-add), so which one runs changes the speed alone: [`Linear::train`] and
-/// [`Linear::sample_losses`] take the widest the CPU has.
-trait Isa {
-    /// The partial sums of whole chunks of [`LANES`] products of K pairs (each `a[k]` and
-    /// `b[k]` a whole number of chunks, all alike): product j into sum j mod [`LANES`].
-    fn lane_sums<const K: usize>(a: [&[f32]; K], b: [&[f32]; K]) -> [[f32; LANES]; K];
+/// The vector instructions the arithmetic is written in, as the [`LANES`] partial sums of one
+/// dot product held in registers. Each adds the same products to the same partial sums in the
+/// same order (IEEE adds and multiplies, lane by lane, no fused multiply-add), so which one
+/// runs changes the speed alone: [`Linear::train`] and [`Linear::sample_losses`] take the
+/// widest the CPU has.
+trait Isa: Copy {
+    /// Sixteen zeros.
+    fn zero() -> Self;
+    /// Sixteen floats from `p` (unaligned).
+    ///
+    /// # Safety
+    /// `p` points to 16 readable floats, and the CPU has the instructions.
+    unsafe fn load(p: *const f32) -> Self;
+    /// `self + x·y`, lane by lane: a multiply, then an add.
+    ///
+    /// # Safety
+    /// The CPU has the instructions.
+    unsafe fn add_product(self, x: Self, y: Self) -> Self;
+    /// The sixteen lanes, in order.
+    ///
+    /// # Safety
+    /// The CPU has the instructions.
+    unsafe fn lanes(self) -> [f32; LANES];
 }
 
-/// SSE on x86-64 (part of the architecture), the same adds one by one elsewhere.
-struct Baseline;
-
-impl Isa for Baseline {
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    fn lane_sums<const K: usize>(a: [&[f32]; K], b: [&[f32]; K]) -> [[f32; LANES]; K] {
-        use std::arch::x86_64::{
-            _mm_add_ps, _mm_loadu_ps, _mm_mul_ps, _mm_setzero_ps, _mm_storeu_ps,
-        };
-        let mut out = [[0f32; LANES]; K];
-        let chunks = a.first().map_or(0, |a| a.len() / LANES);
-        // SAFETY: SSE is part of x86-64, and every load and store touches 4 floats inside a
-        // chunk of 16 of an `a[k]`, `b[k]` (all `chunks` chunks long) or `out[k]`.
-        unsafe {
-            let mut sums = [[_mm_setzero_ps(); LANES / 4]; K];
-            for c in 0..chunks {
-                for (k, sums) in sums.iter_mut().enumerate() {
-                    let (pa, pb) = (a[k].as_ptr().add(c * LANES), b[k].as_ptr().add(c * LANES));
-                    for (q, sum) in sums.iter_mut().enumerate() {
-                        let x = _mm_loadu_ps(pa.add(4 * q));
-                        let y = _mm_loadu_ps(pb.add(4 * q));
-                        *sum = _mm_add_ps(*sum, _mm_mul_ps(x, y));
-                    }
-                }
-            }
-            for (out, sums) in out.iter_mut().zip(sums) {
-                for (q, sum) in sums.into_iter().enumerate() {
-                    _mm_storeu_ps(out.as_mut_ptr().add(4 * q), sum);
-                }
-            }
-        }
-        out
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    #[inline(always)]
-    fn lane_sums<const K: usize>(a: [&[f32]; K], b: [&[f32]; K]) -> [[f32; LANES]; K] {
-        let mut out = [[0f32; LANES]; K];
-        for (acc, (a, b)) in out.iter_mut().zip(a.iter().zip(&b)) {
-            for (ca, cb) in a.chunks_exact(LANES).zip(b.chunks_exact(LANES)) {
-                for l in 0..LANES {
-                    acc[l] += ca[l] * cb[l];
-                }
-            }
-        }
-        out
-    }
-}
-
-/// AVX: two registers of partial sums per product (lanes 0–7 and 8–15). Only inside the
-/// functions compiled for it (`#[target_feature(enable = "avx")]`), called where the CPU has
-/// it.
+/// SSE on x86-64 (part of the architecture): four registers.
 #[cfg(target_arch = "x86_64")]
-struct Avx;
+#[derive(Clone, Copy)]
+struct Baseline([std::arch::x86_64::__m128; 4]);
+
+#[cfg(target_arch = "x86_64")]
+impl Isa for Baseline {
+    #[inline(always)]
+    fn zero() -> Self {
+        // SAFETY: SSE is part of x86-64.
+        Baseline([unsafe { std::arch::x86_64::_mm_setzero_ps() }; 4])
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Baseline([0, 4, 8, 12].map(|q| std::arch::x86_64::_mm_loadu_ps(p.add(q))))
+    }
+    #[inline(always)]
+    unsafe fn add_product(self, x: Self, y: Self) -> Self {
+        use std::arch::x86_64::{_mm_add_ps, _mm_mul_ps};
+        Baseline([0, 1, 2, 3].map(|q| _mm_add_ps(self.0[q], _mm_mul_ps(x.0[q], y.0[q]))))
+    }
+    #[inline(always)]
+    unsafe fn lanes(self) -> [f32; LANES] {
+        std::mem::transmute(self.0)
+    }
+}
+
+/// Elsewhere, the same adds one by one.
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Clone, Copy)]
+struct Baseline([f32; LANES]);
+
+#[cfg(not(target_arch = "x86_64"))]
+impl Isa for Baseline {
+    #[inline(always)]
+    fn zero() -> Self {
+        Baseline([0.0; LANES])
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Baseline(std::ptr::read_unaligned(p as *const [f32; LANES]))
+    }
+    #[inline(always)]
+    unsafe fn add_product(self, x: Self, y: Self) -> Self {
+        Baseline(std::array::from_fn(|l| self.0[l] + x.0[l] * y.0[l]))
+    }
+    #[inline(always)]
+    unsafe fn lanes(self) -> [f32; LANES] {
+        self.0
+    }
+}
+
+/// AVX: two registers (lanes 0–7 and 8–15). Only inside the functions compiled for it
+/// (`#[target_feature(enable = "avx")]`), called where the CPU has it.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Avx([std::arch::x86_64::__m256; 2]);
 
 #[cfg(target_arch = "x86_64")]
 impl Isa for Avx {
     #[inline(always)]
-    fn lane_sums<const K: usize>(a: [&[f32]; K], b: [&[f32]; K]) -> [[f32; LANES]; K] {
-        use std::arch::x86_64::{
-            _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
-        };
-        let mut out = [[0f32; LANES]; K];
-        let chunks = a.first().map_or(0, |a| a.len() / LANES);
-        // SAFETY: callers run only where the CPU has AVX (see `Isa`), and every load and store
-        // touches 8 floats inside a chunk of 16 of an `a[k]`, `b[k]` or `out[k]`.
-        unsafe {
-            let mut sums = [[_mm256_setzero_ps(); 2]; K];
-            for c in 0..chunks {
-                for (k, sums) in sums.iter_mut().enumerate() {
-                    let (pa, pb) = (a[k].as_ptr().add(c * LANES), b[k].as_ptr().add(c * LANES));
-                    for (h, sum) in sums.iter_mut().enumerate() {
-                        let x = _mm256_loadu_ps(pa.add(8 * h));
-                        let y = _mm256_loadu_ps(pb.add(8 * h));
-                        *sum = _mm256_add_ps(*sum, _mm256_mul_ps(x, y));
-                    }
-                }
-            }
-            for (out, sums) in out.iter_mut().zip(sums) {
-                for (h, sum) in sums.into_iter().enumerate() {
-                    _mm256_storeu_ps(out.as_mut_ptr().add(8 * h), sum);
-                }
+    fn zero() -> Self {
+        // SAFETY: only used where the CPU has AVX (see the type).
+        Avx([unsafe { std::arch::x86_64::_mm256_setzero_ps() }; 2])
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Avx([0, 8].map(|h| std::arch::x86_64::_mm256_loadu_ps(p.add(h))))
+    }
+    #[inline(always)]
+    unsafe fn add_product(self, x: Self, y: Self) -> Self {
+        use std::arch::x86_64::{_mm256_add_ps, _mm256_mul_ps};
+        Avx([0, 1].map(|h| _mm256_add_ps(self.0[h], _mm256_mul_ps(x.0[h], y.0[h]))))
+    }
+    #[inline(always)]
+    unsafe fn lanes(self) -> [f32; LANES] {
+        std::mem::transmute(self.0)
+    }
+}
+
+/// The partial sums of whole chunks of [`LANES`] products of K pairs (each `a[k]` and `b[k]`
+/// a whole number of chunks, all alike): product j into sum j mod [`LANES`], in increasing j.
+#[inline(always)]
+fn lane_sums<I: Isa, const K: usize>(a: [&[f32]; K], b: [&[f32]; K]) -> [[f32; LANES]; K] {
+    let chunks = a.first().map_or(0, |a| a.len() / LANES);
+    let mut sums = [I::zero(); K];
+    // SAFETY: every load reads one chunk of 16 floats inside an `a[k]` or `b[k]` (all
+    // `chunks` chunks long), and `I` runs only where the CPU has its instructions.
+    unsafe {
+        for c in 0..chunks {
+            for (k, sum) in sums.iter_mut().enumerate() {
+                let x = I::load(a[k].as_ptr().add(c * LANES));
+                let y = I::load(b[k].as_ptr().add(c * LANES));
+                *sum = sum.add_product(x, y);
             }
         }
-        out
+        sums.map(|sum| sum.lanes())
     }
 }
 
@@ -143,7 +169,7 @@ fn dots<I: Isa, const K: usize>(a: [&[f32]; K], b: [&[f32]; K]) -> [f32; K] {
         );
     }
     let whole = len / LANES * LANES;
-    let mut acc = I::lane_sums(a.map(|a| &a[..whole]), b.map(|b| &b[..whole]));
+    let mut acc = lane_sums::<I, K>(a.map(|a| &a[..whole]), b.map(|b| &b[..whole]));
     for (acc, (a, b)) in acc.iter_mut().zip(a.iter().zip(&b)) {
         for (l, (x, y)) in a[whole..].iter().zip(&b[whole..]).enumerate() {
             acc[l] += x * y;
