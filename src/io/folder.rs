@@ -412,6 +412,7 @@ impl OutputFolder {
     /// writer uses them). Unmarked folders are left alone.
     pub fn staging(&self, prefix: &str) -> Result<PathBuf, FolderError> {
         clear_staging(&self.dir, prefix)?;
+        clear_manifest_drafts(&self.dir);
         make_staging(&self.dir.join(format!("{prefix}{}", std::process::id())))
     }
 
@@ -500,21 +501,46 @@ fn is_staging_name(name: &str, prefix: &str) -> bool {
         .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Removes the staging folders `prefix<pid>` in `dir` that carry fedsim's marker. The caller
+/// Removes the staging folders `prefix<pid>` in `dir` that carry fedsim's marker, and those
+/// that are empty (a writer killed between making the folder and marking it; an empty folder
+/// holds nothing to lose). An unmarked folder with anything in it is left alone. The caller
 /// holds the lock that their writers held.
 pub fn clear_staging(dir: &Path, prefix: &str) -> Result<(), FolderError> {
     let entries = std::fs::read_dir(dir).map_err(io_at(dir))?;
     for entry in entries.flatten() {
         let name = entry.file_name();
         let path = entry.path();
-        if is_staging_name(&name.to_string_lossy(), prefix)
-            && entry.file_type().is_ok_and(|t| t.is_dir())
-            && path.join(STAGING_MARKER).is_file()
+        if !is_staging_name(&name.to_string_lossy(), prefix)
+            || !entry.file_type().is_ok_and(|t| t.is_dir())
         {
+            continue;
+        }
+        if path.join(STAGING_MARKER).is_file() {
             std::fs::remove_dir_all(&path).map_err(io_at(&path))?;
+        } else {
+            // Fails, harmlessly, on a folder with anything in it.
+            let _ = std::fs::remove_dir(&path);
         }
     }
     Ok(())
+}
+
+/// Removes the manifests a writer killed mid-write left in `dir` (`MANIFEST.<pid>.tmp`, never
+/// renamed into place). The caller holds the folder's lock, so no writer of one is alive.
+fn clear_manifest_drafts(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = (name.strip_prefix(MANIFEST))
+            .and_then(|rest| rest.strip_prefix('.'))
+            .and_then(|rest| rest.strip_suffix(".tmp"));
+        let is_draft = pid.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        if is_draft && entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Creates the staging folder `path` with fedsim's marker in it.
@@ -646,14 +672,32 @@ mod tests {
     }
 
     #[test]
-    fn only_marked_staging_folders_of_the_prefix_are_cleared() {
+    fn only_marked_or_empty_staging_folders_of_the_prefix_are_cleared() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
         make_staging(&dir.join(".partial-123")).unwrap();
         std::fs::create_dir(dir.join(".partial-456")).unwrap(); // a user's, unmarked
+        std::fs::write(dir.join(".partial-456/notes.txt"), "mine").unwrap();
+        std::fs::create_dir(dir.join(".partial-789")).unwrap(); // killed before its marker
         make_staging(&dir.join(".partial-mine")).unwrap(); // not a process id
         clear_staging(dir, ".partial-").unwrap();
         assert_eq!(names(dir), [".partial-456", ".partial-mine"]);
+        assert!(dir.join(".partial-456/notes.txt").is_file());
+    }
+
+    /// What writers killed mid-way leave goes when the next one stages: a manifest never
+    /// renamed into place (another process's), as well as their staging folders.
+    #[test]
+    fn staging_clears_a_killed_writers_manifest_draft() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        std::fs::write(dir.join(format!("{MANIFEST}.321.tmp")), "half").unwrap();
+        std::fs::write(dir.join("notes.tmp"), "a user's").unwrap();
+        let (folder, _) = OutputFolder::claim(dir, &["x"], &OutputRules::default()).unwrap();
+        let staging = folder.staging(".partial-").unwrap();
+        assert!(!dir.join(format!("{MANIFEST}.321.tmp")).exists());
+        assert!(dir.join("notes.tmp").is_file());
+        assert!(staging.join(STAGING_MARKER).is_file());
     }
 
     #[test]

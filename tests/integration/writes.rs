@@ -205,5 +205,6 @@ fn kill_minus_nine_during_a_run_leaves_the_old_complete_files_or_no_summary() {
     let rerun = run_into(&file, &target, &["--seed", "2"]);
     assert!(rerun.status.success());
     assert_eq!(complete_set(&target).unwrap(), new_set);
-    assert!(staging_folders(&target).is_empty());
+    let left = staging_folders(&target);
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
