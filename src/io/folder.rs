@@ -501,25 +501,18 @@ fn is_staging_name(name: &str, prefix: &str) -> bool {
         .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Removes the staging folders `prefix<pid>` in `dir` that carry fedsim's marker, and those
-/// that are empty (a writer killed between making the folder and marking it; an empty folder
-/// holds nothing to lose). An unmarked folder with anything in it is left alone. The caller
+/// Removes the staging folders `prefix<pid>` in `dir` that carry fedsim's marker. The caller
 /// holds the lock that their writers held.
 pub fn clear_staging(dir: &Path, prefix: &str) -> Result<(), FolderError> {
     let entries = std::fs::read_dir(dir).map_err(io_at(dir))?;
     for entry in entries.flatten() {
         let name = entry.file_name();
         let path = entry.path();
-        if !is_staging_name(&name.to_string_lossy(), prefix)
-            || !entry.file_type().is_ok_and(|t| t.is_dir())
+        if is_staging_name(&name.to_string_lossy(), prefix)
+            && entry.file_type().is_ok_and(|t| t.is_dir())
+            && path.join(STAGING_MARKER).is_file()
         {
-            continue;
-        }
-        if path.join(STAGING_MARKER).is_file() {
             std::fs::remove_dir_all(&path).map_err(io_at(&path))?;
-        } else {
-            // Fails, harmlessly, on a folder with anything in it.
-            let _ = std::fs::remove_dir(&path);
         }
     }
     Ok(())
@@ -672,21 +665,18 @@ mod tests {
     }
 
     #[test]
-    fn only_marked_or_empty_staging_folders_of_the_prefix_are_cleared() {
+    fn only_marked_staging_folders_of_the_prefix_are_cleared() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
         make_staging(&dir.join(".partial-123")).unwrap();
         std::fs::create_dir(dir.join(".partial-456")).unwrap(); // a user's, unmarked
-        std::fs::write(dir.join(".partial-456/notes.txt"), "mine").unwrap();
-        std::fs::create_dir(dir.join(".partial-789")).unwrap(); // killed before its marker
         make_staging(&dir.join(".partial-mine")).unwrap(); // not a process id
         clear_staging(dir, ".partial-").unwrap();
         assert_eq!(names(dir), [".partial-456", ".partial-mine"]);
-        assert!(dir.join(".partial-456/notes.txt").is_file());
     }
 
-    /// What writers killed mid-way leave goes when the next one stages: a manifest never
-    /// renamed into place (another process's), as well as their staging folders.
+    /// A manifest a killed writer never renamed into place (another process's) goes when the
+    /// next writer stages; a user's `.tmp` file stays.
     #[test]
     fn staging_clears_a_killed_writers_manifest_draft() {
         let tmp = tempfile::tempdir().unwrap();
