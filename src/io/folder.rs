@@ -10,7 +10,8 @@
 //!   a second writer is refused with the holder's process id and command line. The lock goes
 //!   with its process, so the lock of a killed run is taken over by the next writer.
 //! - **Staging.** A staging folder holds [`STAGING_MARKER`]; only such folders, left behind by
-//!   killed runs, are removed.
+//!   killed runs, are removed. It is made under a reserved name ([`STAGING_DRAFT`] before its
+//!   own) and renamed once marked, so a kill never leaves an unmarked one under its own name.
 //! - **Inputs.** An input file (a scenario, a data file, a trace) is never an output: a run
 //!   whose input is one of its result paths is refused.
 //!
@@ -27,6 +28,9 @@ pub const MANIFEST: &str = ".fedsim-manifest";
 pub const LOCK: &str = ".fedsim-lock";
 /// The marker file inside fedsim's own staging folders.
 pub const STAGING_MARKER: &str = ".fedsim-staging";
+/// A staging folder is made as `STAGING_DRAFT` + its name, marked, then renamed: a folder of
+/// this name is fedsim's at every moment.
+pub const STAGING_DRAFT: &str = ".fedsim-draft";
 /// What a foreign file is renamed to under `force` (with `-2`, `-3`, … when taken).
 const ASIDE_SUFFIX: &str = ".before-fedsim";
 const MANIFEST_HEADER: &str = "# fedsim manifest v1: name, size, modified (ns); do not edit";
@@ -501,17 +505,17 @@ fn is_staging_name(name: &str, prefix: &str) -> bool {
         .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Removes the staging folders `prefix<pid>` in `dir` that carry fedsim's marker. The caller
-/// holds the lock that their writers held.
+/// Removes the staging folders `prefix<pid>` in `dir` that carry fedsim's marker, and their
+/// drafts (`STAGING_DRAFT` + `prefix<pid>`, marked or not: a run killed while making one
+/// leaves it). The caller holds the lock that their writers held.
 pub fn clear_staging(dir: &Path, prefix: &str) -> Result<(), FolderError> {
     let entries = std::fs::read_dir(dir).map_err(io_at(dir))?;
     for entry in entries.flatten() {
-        let name = entry.file_name();
+        let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
-        if is_staging_name(&name.to_string_lossy(), prefix)
-            && entry.file_type().is_ok_and(|t| t.is_dir())
-            && path.join(STAGING_MARKER).is_file()
-        {
+        let marked = is_staging_name(&name, prefix) && path.join(STAGING_MARKER).is_file();
+        let draft = (name.strip_prefix(STAGING_DRAFT)).is_some_and(|n| is_staging_name(n, prefix));
+        if (marked || draft) && entry.file_type().is_ok_and(|t| t.is_dir()) {
             std::fs::remove_dir_all(&path).map_err(io_at(&path))?;
         }
     }
@@ -536,9 +540,18 @@ fn clear_manifest_drafts(dir: &Path) {
     }
 }
 
-/// Creates the staging folder `path` with fedsim's marker in it.
+/// Creates the staging folder `path` with fedsim's marker in it: made as its draft
+/// (`STAGING_DRAFT` + its name), marked, then renamed, so that at no moment does an unmarked
+/// folder of fedsim's stand under `path`'s name. An existing folder `path` is marked in place.
 pub fn make_staging(path: &Path) -> Result<PathBuf, FolderError> {
-    std::fs::create_dir_all(path).map_err(io_at(path))?;
+    if !path.is_dir() {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let draft = path.with_file_name(format!("{STAGING_DRAFT}{name}"));
+        std::fs::create_dir_all(&draft).map_err(io_at(&draft))?;
+        let marker = draft.join(STAGING_MARKER);
+        File::create(&marker).map_err(io_at(&marker))?;
+        std::fs::rename(&draft, path).map_err(io_at(path))?;
+    }
     let marker = path.join(STAGING_MARKER);
     File::create(&marker).map_err(io_at(&marker))?;
     Ok(path.to_path_buf())
@@ -673,6 +686,22 @@ mod tests {
         make_staging(&dir.join(".partial-mine")).unwrap(); // not a process id
         clear_staging(dir, ".partial-").unwrap();
         assert_eq!(names(dir), [".partial-456", ".partial-mine"]);
+    }
+
+    /// A run killed while making its staging folder leaves only a draft, marked or not; the
+    /// next writer clears the drafts of its prefix, and another prefix's stay.
+    #[test]
+    fn a_staging_folder_is_never_unmarked_under_its_own_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let made = make_staging(&dir.join(".partial-7")).unwrap();
+        assert!(made.join(STAGING_MARKER).is_file());
+        assert_eq!(names(dir), [".partial-7"], "no draft is left behind");
+        std::fs::create_dir(dir.join(format!("{STAGING_DRAFT}.partial-8"))).unwrap();
+        make_staging(&dir.join(format!("{STAGING_DRAFT}.partial-9"))).unwrap();
+        std::fs::create_dir(dir.join(format!("{STAGING_DRAFT}.partial-cell=1-5"))).unwrap();
+        clear_staging(dir, ".partial-").unwrap();
+        assert_eq!(names(dir), [format!("{STAGING_DRAFT}.partial-cell=1-5")]);
     }
 
     /// A manifest a killed writer never renamed into place (another process's) goes when the

@@ -62,7 +62,11 @@ fn staging_folders(out: &Path) -> Vec<String> {
         .map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(".partial-") || n.ends_with(".tmp"))
+                .filter(|n| {
+                    n.starts_with(".partial-")
+                        || n.starts_with(fedsim::io::folder::STAGING_DRAFT)
+                        || n.ends_with(".tmp")
+                })
                 .collect()
         })
         .unwrap_or_default()
