@@ -12,10 +12,11 @@
 //! p(k, m | x) ∝ π(k, m) N(x; μ_k, Σ_k) (the authors' code adds π instead of log π: a bug we do
 //! not copy), and scores novelty by log p(x) = log Σ_{k,m} π(k, m) N(x; μ_k, Σ_k).
 //!
-//! The Gaussians model an input representation z: the raw features (default), or z = x·P for a
+//! The Gaussians model an input representation z: the raw features (default), z = x·P for a
 //! matrix P read from a CSV file or fitted by PCA on the participants' training rows before
-//! the run (`projection:`; the paper modelled ResNet-18 embeddings reduced by PCA to 48
-//! dimensions). It cannot take stale updates (FedBuff, late updates):
+//! the run, or a trained network's hidden layer h(x), optionally reduced the same way to
+//! h(x)·P (`projection:`; the paper modelled a pretrained ResNet-18's embeddings reduced by
+//! PCA to 48 dimensions). It cannot take stale updates (FedBuff, late updates):
 //! closed-form statistics of older models do not combine by deltas.
 
 use super::fedem::{trained_models, weighted_runs};
@@ -24,7 +25,8 @@ use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, LocalContext, 
 use super::{SgdUpdate, Updates, MIN_MIXTURE_WEIGHT};
 use crate::data::SplitView;
 use crate::models::{
-    sample_losses, Architecture, GaussianInputs, InitialModels, LocalPlan, MixtureGates, Predictor,
+    activations, sample_losses, Architecture, GaussianInputs, InitialModels, InputShape, LocalPlan,
+    MixtureGates, Predictor,
 };
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
@@ -63,10 +65,12 @@ pub struct FedGmmSpec {
     /// The Gaussians start at μ_k ~ N(0, I) and Σ_k = this · I (the authors used 100).
     #[serde(default = "d_init_variance")]
     pub init_variance: f64,
-    /// A projection z = x·P for the Gaussians: a CSV file (one line per input feature, one
-    /// column per z dimension; a path relative to the working directory), or `{kind: pca,
-    /// dims: 48}`, the principal axes of the participants' training rows, fitted centrally
-    /// before the run (the paper's PCA, on the raw features).
+    /// The representation the Gaussians model: a CSV file of a matrix P, z = x·P (one line
+    /// per input feature, one column per z dimension; a path relative to the working
+    /// directory); `{kind: pca, dims: 48}`, the principal axes of the participants' training
+    /// rows, fitted centrally before the run; or `{kind: features, network, classes, layer,
+    /// dims}`, a trained network's layer output (the paper: a pretrained ResNet-18's
+    /// embeddings, reduced by PCA to 48 dimensions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection: Option<Projection>,
     /// How rows are scored for novelty: `joint`, log p(x, y) (the row's label counts too, as
@@ -123,6 +127,218 @@ pub enum Projection {
     /// The `dims` principal axes of the participants' training rows (`projection: {kind:
     /// pca, dims: 48}`), fitted when the run starts.
     Pca { dims: usize },
+    /// A trained network's layer output (`projection: {kind: features, ...}`).
+    Features(FeaturesProjection),
+}
+
+/// `projection: {kind: features, network: {...}, classes: C, layer: K, dims: D}`: the
+/// Gaussians model the output of layer K of a trained network, flattened, and with `dims`
+/// its D principal axes over the participants' training rows (fitted centrally before the
+/// run). The network's weights are read once, when the pre-flight or the run first asks.
+#[derive(Clone, Debug)]
+pub struct FeaturesProjection {
+    /// The network, as a `model:` section, with its trained weights in `init: {from: FILE}`
+    /// (a run's `models.safetensors` from `fedsim run --save-models`, or PyTorch's).
+    pub network: crate::models::ModelSpec,
+    /// The classes it was trained for (its last layer's outputs; one output for two).
+    pub classes: usize,
+    /// The representation is this layer's output (counted from 0, as `fedsim describe`
+    /// lists a model's layers), flattened.
+    pub layer: usize,
+    /// How an image-shaped output becomes one value per channel: `none` (every value),
+    /// `avg` or `max` over each channel's pixels (as a CNN's embedding pools its last feature
+    /// maps).
+    pub pool: Pool,
+    /// With it, the principal axes of the representation (the paper: 48).
+    pub dims: Option<usize>,
+    /// The network's parameters, read for the data's input shape; shared by the clones of
+    /// one scenario's settings.
+    weights: Arc<OnceLock<Result<Vec<f32>, String>>>,
+}
+
+impl PartialEq for FeaturesProjection {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            &self.network,
+            self.classes,
+            self.layer,
+            self.pool,
+            self.dims,
+        ) == (
+            &other.network,
+            other.classes,
+            other.layer,
+            other.pool,
+            other.dims,
+        )
+    }
+}
+
+/// How a features projection pools an image-shaped layer output.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Pool {
+    /// Every value of the output, flattened.
+    #[default]
+    None,
+    /// Each channel's mean over its pixels.
+    Avg,
+    /// Each channel's maximum over its pixels.
+    Max,
+}
+
+/// `projection: {kind: features, ...}` as written.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FeaturesFields {
+    kind: FeaturesKind,
+    network: crate::models::ModelSpec,
+    classes: usize,
+    layer: usize,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pool: Pool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dims: Option<usize>,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum FeaturesKind {
+    Features,
+}
+
+impl FeaturesProjection {
+    /// The whole network for rows of `input`.
+    fn architecture(&self, input: InputShape) -> Architecture {
+        Architecture::for_input(&self.network, input, self.classes)
+    }
+
+    /// The network's parameters for `arch`, read from its file the first time they are
+    /// asked for (exactly one model).
+    fn weights(&self, arch: &Architecture) -> Result<&[f32], String> {
+        let read = || {
+            let Some(init) = &self.network.init else {
+                return Err(NO_WEIGHTS.to_string());
+            };
+            let mut models = crate::models::read_models(&init.from, arch)?;
+            match models.len() {
+                1 => Ok(models.remove(0)),
+                n => Err(format!(
+                    "{}: holds {n} models; the projection takes one network's tensors, with \
+                     plain names",
+                    init.from.display()
+                )),
+            }
+        };
+        let weights = self.weights.get_or_init(read);
+        weights.as_deref().map_err(Clone::clone)
+    }
+
+    /// Checks the network against rows of `input`, the layer and `dims` against it, and
+    /// reads its weights; a path is below `projection`.
+    fn check(&self, input: InputShape) -> Result<(), crate::spec::FieldError> {
+        let at = |field: &str, m: String| crate::spec::FieldError::new(field.into(), m);
+        self.network
+            .check_input(input)
+            .map_err(|m| at("network", m))?;
+        self.network
+            .check_shape(input, Some(self.classes))
+            .map_err(|e| e.within("network"))?;
+        let arch = self.architecture(input);
+        let layers = arch.layer_count();
+        if self.layer >= layers {
+            return Err(at(
+                "layer",
+                format!(
+                    "the network has {layers} layers, 0 to {} (`fedsim describe` lists a \
+                     model's layers)",
+                    layers - 1
+                ),
+            ));
+        }
+        let output = arch.cut_after(self.layer).output_shape();
+        let values = match (self.pool, output.as_slice()) {
+            (Pool::None, _) => output.iter().product(),
+            (Pool::Avg | Pool::Max, &[channels, _, _]) => channels,
+            (_, _) => {
+                return Err(at(
+                    "pool",
+                    format!(
+                        "layer {}'s output is not an image (its shape is {output:?}); pooling \
+                         takes [channels, height, width]: use `pool: none`",
+                        self.layer
+                    ),
+                ))
+            }
+        };
+        if let Some(dims) = self.dims.filter(|&d| d > values) {
+            return Err(at(
+                "dims",
+                format!(
+                    "`dims: {dims}` is more than the {values} values of layer {}'s output; at \
+                     most {values}",
+                    self.layer
+                ),
+            ));
+        }
+        self.weights(&arch)
+            .map(|_| ())
+            .map_err(|m| at("network.init.from", m))
+    }
+
+    /// The network cut after its layer and that part's parameters, for a run over
+    /// `population` (after [`FeaturesProjection::check`]).
+    fn encoder(&self, input: InputShape) -> Encoder {
+        let arch = self.architecture(input);
+        let params = self
+            .weights(&arch)
+            .expect("a run reads its projection's network before it starts (check_data)");
+        let cut = arch.cut_after(self.layer);
+        Encoder {
+            params: params[..cut.num_params()].to_vec(),
+            arch: cut,
+            pool: self.pool,
+        }
+    }
+}
+
+const NO_WEIGHTS: &str = "the network's trained weights are needed: `init: {from: \
+     FILE.safetensors}` (a run's `models.safetensors`, `fedsim run --save-models`)";
+
+/// A trained network cut after the layer whose output the Gaussians model.
+#[derive(Debug)]
+struct Encoder {
+    arch: Architecture,
+    params: Vec<f32>,
+    pool: Pool,
+}
+
+impl Encoder {
+    /// The representation of the rows of `view`: `[n, values]`, f32.
+    fn represent(&self, view: SplitView<'_>) -> tch::Tensor {
+        let n = view.len() as i64;
+        let h = activations(&self.arch, &self.params, view);
+        tch::no_grad(|| match self.pool {
+            Pool::None => h.reshape([n, -1]),
+            Pool::Avg => h.mean_dim(&[2i64, 3][..], false, tch::Kind::Float),
+            Pool::Max => h.amax(&[2i64, 3][..], false),
+        })
+    }
+
+    /// The values of one row's representation.
+    fn values(&self) -> usize {
+        let output = self.arch.output_shape();
+        match self.pool {
+            Pool::None => output.iter().product(),
+            Pool::Avg | Pool::Max => output[0],
+        }
+    }
 }
 
 /// A fixed projection matrix P (input features × z dimensions) from a CSV file. The scenario
@@ -221,7 +437,10 @@ impl schemars::JsonSchema for Projection {
         "Projection".into()
     }
 
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let network = generator
+            .subschema_for::<crate::models::ModelSpec>()
+            .to_value();
         schemars::json_schema!({
             "anyOf": [
                 {
@@ -236,6 +455,20 @@ impl schemars::JsonSchema for Projection {
                         "dims": {"type": "integer", "minimum": 1, "description": "How many axes (the paper: 48)."},
                     },
                     "required": ["kind", "dims"],
+                    "additionalProperties": false,
+                },
+                {
+                    "type": "object",
+                    "description": "A trained network's layer output, flattened (and with `dims`, its principal axes over the participants' training rows).",
+                    "properties": {
+                        "kind": {"const": "features"},
+                        "network": network,
+                        "classes": {"type": "integer", "minimum": 2, "description": "The classes the network was trained for (its last layer's outputs; one output for two)."},
+                        "layer": {"type": "integer", "minimum": 0, "description": "The representation is this layer's output (counted from 0, as `fedsim describe` lists a model's layers)."},
+                        "pool": {"enum": ["none", "avg", "max"], "default": "none", "description": "How an image-shaped output becomes one value per channel: every value (`none`), each channel's mean (`avg`) or maximum (`max`) over its pixels."},
+                        "dims": {"type": "integer", "minimum": 1, "description": "How many principal axes of the representation to keep (left out: all of it)."},
+                    },
+                    "required": ["kind", "network", "classes", "layer"],
                     "additionalProperties": false,
                 },
             ],
@@ -266,6 +499,15 @@ impl Serialize for Projection {
                 dims: *dims,
             }
             .serialize(s),
+            Projection::Features(f) => FeaturesFields {
+                kind: FeaturesKind::Features,
+                network: f.network.clone(),
+                classes: f.classes,
+                layer: f.layer,
+                pool: f.pool,
+                dims: f.dims,
+            }
+            .serialize(s),
         }
     }
 }
@@ -275,11 +517,32 @@ impl<'de> Deserialize<'de> for Projection {
         use serde::de::Error;
         match serde_yaml::Value::deserialize(d)? {
             serde_yaml::Value::String(path) => Ok(Projection::File(ProjectionFile::new(path))),
+            serde_yaml::Value::Mapping(m)
+                if m.get("kind").and_then(|k| k.as_str()) == Some("features") =>
+            {
+                serde_yaml::from_value::<FeaturesFields>(serde_yaml::Value::Mapping(m))
+                    .map(|f| {
+                        Projection::Features(FeaturesProjection {
+                            network: f.network,
+                            classes: f.classes,
+                            layer: f.layer,
+                            pool: f.pool,
+                            dims: f.dims,
+                            weights: Arc::default(),
+                        })
+                    })
+                    .map_err(|e| {
+                        D::Error::custom(format!(
+                            "{e} (`{{kind: features, network: {{...}}, classes: C, layer: K, \
+                             dims: D}}`)"
+                        ))
+                    })
+            }
             v @ serde_yaml::Value::Mapping(_) => serde_yaml::from_value::<PcaFields>(v)
                 .map(|f| Projection::Pca { dims: f.dims })
                 .map_err(|e| D::Error::custom(format!("{e} (`{{kind: pca, dims: N}}`)"))),
             _ => Err(D::Error::custom(
-                "expected a CSV file's path or `{kind: pca, dims: N}`",
+                "expected a CSV file's path, `{kind: pca, dims: N}` or `{kind: features, ...}`",
             )),
         }
     }
@@ -298,9 +561,13 @@ impl super::AlgorithmSettings for FedGmmSpec {
         }
     }
 
-    fn check_input(&self, input_dim: usize) -> Result<(), crate::spec::FieldError> {
+    fn check_input(&self, input: InputShape) -> Result<(), crate::spec::FieldError> {
         self.check_files()?;
+        let input_dim = input.len();
         let problem = match &self.projection {
+            Some(Projection::Features(f)) => {
+                return f.check(input).map_err(|e| e.within("projection"))
+            }
             Some(Projection::File(p)) if p.read_already().rows != input_dim => format!(
                 "`{}` has {} rows; it needs one per input feature ({input_dim})",
                 p.path,
@@ -315,23 +582,40 @@ impl super::AlgorithmSettings for FedGmmSpec {
     }
 
     fn build(&self, population: &super::Population) -> FedGmm {
-        let projection = match &self.projection {
-            None => None,
-            Some(Projection::File(p)) => Some(p.read_already().clone()),
-            Some(Projection::Pca { dims }) => {
-                let mut moments = crate::models::Moments::new(population.input_dim);
-                population.for_each_training_view(|v| moments.add(v.features));
-                let (values, _) = moments.principal_axes(*dims);
-                Some(Matrix {
-                    rows: population.input_dim,
-                    cols: *dims,
-                    values,
-                })
+        let principal_axes = |dim: usize, dims: usize, rows: &dyn Fn(SplitView<'_>) -> Vec<f32>| {
+            let mut moments = crate::models::Moments::new(dim);
+            population.for_each_training_view(|v| moments.add(&rows(v)));
+            let (values, _) = moments.principal_axes(dims);
+            Matrix {
+                rows: dim,
+                cols: dims,
+                values,
+            }
+        };
+        let (encoder, projection) = match &self.projection {
+            None => (None, None),
+            Some(Projection::File(p)) => (None, Some(p.read_already().clone())),
+            Some(Projection::Pca { dims }) => (
+                None,
+                Some(principal_axes(population.input_dim, *dims, &|v| {
+                    v.features.to_vec()
+                })),
+            ),
+            Some(Projection::Features(f)) => {
+                let encoder = f.encoder(population.data.input_shape());
+                let matrix = f.dims.map(|dims| {
+                    principal_axes(encoder.values(), dims, &|v| {
+                        Vec::<f32>::try_from(encoder.represent(v).flatten(0, -1))
+                            .expect("a representation is f32")
+                    })
+                });
+                (Some(encoder), matrix)
             }
         };
         FedGmm {
             spec: self.clone(),
             projection: projection.map(Arc::new),
+            encoder: encoder.map(Arc::new),
         }
     }
 
@@ -358,8 +642,31 @@ impl super::AlgorithmSettings for FedGmmSpec {
                 format!("must be a positive number, got {}", self.init_variance),
             );
         }
-        if let Some(Projection::Pca { dims: 0 }) = self.projection {
-            return err("projection.dims", "must be at least 1".into());
+        match &self.projection {
+            Some(Projection::Pca { dims: 0 }) => {
+                return err("projection.dims", "must be at least 1".into());
+            }
+            Some(Projection::Features(f)) => {
+                if f.dims == Some(0) {
+                    return err("projection.dims", "must be at least 1".into());
+                }
+                if f.classes < 2 {
+                    return err(
+                        "projection.classes",
+                        format!(
+                            "must be at least 2 (the classes the network was trained for), got {}",
+                            f.classes
+                        ),
+                    );
+                }
+                if f.network.init.is_none() {
+                    return err("projection.network.init", NO_WEIGHTS.into());
+                }
+                f.network
+                    .validate()
+                    .map_err(|e| e.within("projection.network"))?;
+            }
+            _ => {}
         }
         if self.unseen_em_iterations == 0 {
             return err("unseen_em_iterations", "must be at least 1".into());
@@ -382,6 +689,8 @@ pub struct FedGmm {
     spec: FedGmmSpec,
     /// The Gaussians' projection P, read or fitted when the run starts.
     projection: Option<Arc<Matrix>>,
+    /// The trained network whose layer output the Gaussians model (before P, if any).
+    encoder: Option<Arc<Encoder>>,
 }
 
 pub use crate::models::Gaussian;
@@ -464,7 +773,19 @@ impl FedGmm {
     /// The rows of `view` as the Gaussians see them (projected when the spec says so).
     fn inputs(&self, view: SplitView<'_>) -> GaussianInputs {
         let projection = self.projection.as_ref().map(|p| p.values.as_slice());
-        GaussianInputs::new(&view, projection)
+        match &self.encoder {
+            None => GaussianInputs::new(&view, projection),
+            Some(e) => GaussianInputs::of(&e.represent(view), projection),
+        }
+    }
+
+    /// The dimension of the Gaussians' representation of rows of `input_dim` features.
+    fn gaussian_dim(&self, input_dim: usize) -> usize {
+        match (&self.projection, &self.encoder) {
+            (Some(p), _) => p.cols,
+            (None, Some(e)) => e.values(),
+            (None, None) => input_dim,
+        }
     }
 
     fn pairs(&self) -> usize {
@@ -592,7 +913,7 @@ impl Algorithm for FedGmm {
         init: &mut InitialModels<'_, ChaCha20Rng>,
     ) -> GmmGlobal {
         let rng = init.rng();
-        let d = self.projection.as_ref().map_or(arch.input_dim, |p| p.cols);
+        let d = self.gaussian_dim(arch.input_dim);
         let diagonal = self.spec.covariance == Covariance::Diagonal;
         let gaussians = (0..self.spec.gaussians)
             .map(|_| {
@@ -1036,6 +1357,155 @@ mod tests {
         );
     }
 
+    /// A features projection's spec over `network` (a layer list) with its weights `params`
+    /// written to a file in `dir`.
+    fn features_spec(
+        dir: &std::path::Path,
+        network: &str,
+        input: InputShape,
+        fields: &str,
+        params: &[f32],
+    ) -> FedGmmSpec {
+        let file = dir.join("net.safetensors");
+        let text = format!(
+            "{{projection: {{kind: features, network: {{kind: layers, layers: {network}, init: \
+             {{from: {}}}}}, classes: 2, {fields}}}}}",
+            file.display()
+        );
+        let spec: FedGmmSpec = serde_yaml::from_str(&text).unwrap();
+        let Some(Projection::Features(f)) = &spec.projection else {
+            panic!("{text}")
+        };
+        let arch = f.architecture(input);
+        std::fs::write(
+            &file,
+            crate::models::models_to_safetensors(&arch, &[params.to_vec()]),
+        )
+        .unwrap();
+        spec
+    }
+
+    fn rows_of(alg: &FedGmm, population: &crate::algorithms::Population, client: u32) -> Vec<f32> {
+        let rows = population.data.rows_for(&[client]);
+        let view = rows
+            .data()
+            .view(rows.index(0), crate::records::Split::Train);
+        alg.inputs(view).values()
+    }
+
+    #[test]
+    fn a_features_projection_is_read_checked_and_applied_by_hand() {
+        use crate::algorithms::AlgorithmSettings;
+        let dir = tempfile::tempdir().unwrap();
+        let population = three_feature_population();
+        let input = InputShape::Flat(3);
+        // relu(x0, x1), then a dense layer of one output (two classes).
+        let net = "[{kind: dense, units: 2}, relu, dense]";
+        let params = [1., 0., 0., 0., 1., 0., 0., 0., 0.5, -0.5, 1.];
+        let spec = features_spec(dir.path(), net, input, "layer: 1", &params);
+        spec.validate().unwrap();
+        spec.check_data(&population).unwrap();
+        let text = serde_yaml::to_string(&spec).unwrap();
+        assert!(
+            text.contains("kind: features") && text.contains("layer: 1"),
+            "{text}"
+        );
+        assert!(!text.contains("pool") && !text.contains("dims"), "{text}");
+        let alg = spec.build(&population);
+        assert_eq!(alg.gaussian_dim(3), 2);
+        // Client 0's rows (3, 1, 0) and (−3, −1, 0).
+        assert_eq!(rows_of(&alg, &population, 0), [3., 1., 0., 0.]);
+        // With dims: 1, over all four rows' (3, 1), (0, 0), (3, 0), (0, 1): variance 2.25
+        // along the first value, 0.25 along the second, no covariance: the axis is the first.
+        let spec = features_spec(dir.path(), net, input, "layer: 1, dims: 1", &params);
+        let alg = spec.build(&population);
+        assert_eq!(alg.gaussian_dim(3), 1);
+        let z = rows_of(&alg, &population, 1);
+        assert_eq!(z.iter().map(|v| v.abs()).collect::<Vec<_>>(), [3., 0.]);
+        // Each mistake at its field.
+        let error = |fields: &str| {
+            let spec = features_spec(dir.path(), net, input, fields, &params);
+            spec.validate()
+                .and_then(|_| spec.check_data(&population))
+                .unwrap_err()
+        };
+        let e = error("layer: 3");
+        assert_eq!(e.path, "projection.layer");
+        assert!(e.message.contains("3 layers, 0 to 2"), "{e:?}");
+        assert_eq!(error("layer: 1, pool: max").path, "projection.pool");
+        let e = error("layer: 1, dims: 3");
+        assert_eq!(e.path, "projection.dims");
+        assert!(e.message.contains("more than the 2 values"), "{e:?}");
+        assert_eq!(error("layer: 1, dims: 0").path, "projection.dims");
+        let unknown = serde_yaml::from_str::<FedGmmSpec>(
+            "{projection: {kind: features, network: {kind: linear}, classes: 2, layers: 1}}",
+        );
+        let e = unknown.unwrap_err().to_string();
+        assert!(e.contains("unknown field `layers`"), "{e}");
+        let bare: FedGmmSpec = serde_yaml::from_str(
+            "{projection: {kind: features, network: {kind: linear}, classes: 2, layer: 0}}",
+        )
+        .unwrap();
+        assert_eq!(bare.validate().unwrap_err().path, "projection.network.init");
+        // A file for another network: its error names the tensor and the field.
+        let spec = features_spec(dir.path(), net, input, "layer: 1", &params);
+        let three = "[{kind: dense, units: 3}, relu, dense]";
+        features_spec(dir.path(), three, input, "layer: 1", &[0.; 16]); // replaces the file
+        let e = spec.check_data(&population).unwrap_err();
+        assert_eq!(e.path, "projection.network.init.from");
+        assert!(e.message.contains("expected shape [2, 3]"), "{e:?}");
+    }
+
+    #[test]
+    fn a_features_projection_pools_each_channel_by_hand() {
+        use crate::algorithms::AlgorithmSettings;
+        let dir = tempfile::tempdir().unwrap();
+        // One client, two 1×2×2 images: (1, 2, 3, 4) and (0, 0, 0, 8).
+        let data = crate::data::FederatedData {
+            layout: crate::data::Layout::Image([1, 2, 2]),
+            dim: 4,
+            classes: 2,
+            features: vec![1., 2., 3., 4., 0., 0., 0., 8.],
+            labels: vec![0, 1],
+            clients: vec![crate::data::ClientShard {
+                train: 0..2,
+                val: 2..2,
+                test: 2..2,
+            }],
+            truth: None,
+            novel: Vec::new(),
+            backdoor: Vec::new(),
+            on_demand: None,
+            lead: 0,
+        };
+        let population = crate::algorithms::Population {
+            clients: 1,
+            participants_train: 2,
+            input_dim: 4,
+            data: Arc::new(data),
+            unseen: Vec::new(),
+        };
+        let input = InputShape::Image([1, 2, 2]);
+        // A 1×1 convolution to two channels, x and 0.5 − x; then a dense layer.
+        let net = "[{kind: conv, channels: 2, kernel: 1}, dense]";
+        let params: Vec<f32> = [1., -1., 0., 0.5].into_iter().chain([0.; 9]).collect();
+        let cases = [
+            ("max", [4.0, -0.5, 8.0, 0.5]),
+            ("avg", [2.5, -2.0, 2.0, -1.5]),
+        ];
+        for (pool, want) in cases {
+            let fields = format!("layer: 0, pool: {pool}");
+            let spec = features_spec(dir.path(), net, input, &fields, &params);
+            spec.check_data(&population).unwrap();
+            let alg = spec.build(&population);
+            assert_eq!(alg.gaussian_dim(4), 2, "{pool}");
+            assert_eq!(rows_of(&alg, &population, 0), want, "{pool}");
+        }
+        let spec = features_spec(dir.path(), net, input, "layer: 0", &params);
+        let alg = spec.build(&population);
+        assert_eq!(alg.gaussian_dim(4), 8);
+    }
+
     fn spec(covariance: Covariance) -> FedGmmSpec {
         let mut s: FedGmmSpec = serde_yaml::from_str("{gaussians: 1, classifiers: 1}").unwrap();
         s.covariance = covariance;
@@ -1050,6 +1520,7 @@ mod tests {
         let alg = FedGmm {
             spec: spec(Covariance::Full),
             projection: None,
+            encoder: None,
         };
         let global = GmmGlobal {
             gaussians: vec![Gaussian {
@@ -1091,6 +1562,7 @@ mod tests {
         let alg = FedGmm {
             spec: spec(Covariance::Diagonal),
             projection: None,
+            encoder: None,
         };
         let global = GmmGlobal {
             gaussians: vec![Gaussian {
@@ -1125,6 +1597,7 @@ mod tests {
         let alg = FedGmm {
             spec: s,
             projection: None,
+            encoder: None,
         };
         let global = GmmGlobal {
             gaussians: vec![

@@ -10,7 +10,7 @@
 //! algorithm as its own type.
 
 use super::{Algorithm, Gossip};
-use crate::data::{FederatedData, SplitView};
+use crate::data::{FederatedData, InputShape, SplitView};
 use crate::records::Split;
 use crate::spec::catalogue::{read_settings, unknown, ItemSettings, SchemaOf};
 use crate::spec::FieldError;
@@ -165,16 +165,15 @@ pub trait AlgorithmSettings: ItemSettings {
         Ok(())
     }
 
-    /// Checks the settings against the number of input features of a row (`fedsim check`
-    /// where the data's shape is known before it is built, and when the run starts; a path is
-    /// below `algorithm`).
-    fn check_input(&self, _input_dim: usize) -> Result<(), FieldError> {
+    /// Checks the settings against the shape of a row (`fedsim check` where the data's shape
+    /// is known before it is built, and when the run starts; a path is below `algorithm`).
+    fn check_input(&self, _input: InputShape) -> Result<(), FieldError> {
         Ok(())
     }
 
     /// Checks the settings against the data, once it is built (a path is below `algorithm`).
     fn check_data(&self, population: &Population) -> Result<(), FieldError> {
-        self.check_input(population.input_dim)
+        self.check_input(population.data.input_shape())
     }
 
     /// The algorithm for a run over `population` (after [`AlgorithmSettings::check_data`]).
@@ -364,7 +363,7 @@ trait Settings: fmt::Debug + Send + Sync {
     fn fields(&self) -> Value;
     fn validate(&self) -> Result<(), FieldError>;
     fn check_files(&self) -> Result<(), FieldError>;
-    fn check_input(&self, input_dim: usize) -> Result<(), FieldError>;
+    fn check_input(&self, input: InputShape) -> Result<(), FieldError>;
     fn clone_box(&self) -> Box<dyn Settings>;
 }
 
@@ -385,8 +384,8 @@ impl<S: AlgorithmSettings> Settings for S {
         AlgorithmSettings::check_files(self)
     }
 
-    fn check_input(&self, input_dim: usize) -> Result<(), FieldError> {
-        AlgorithmSettings::check_input(self, input_dim)
+    fn check_input(&self, input: InputShape) -> Result<(), FieldError> {
+        AlgorithmSettings::check_input(self, input)
     }
 
     fn clone_box(&self) -> Box<dyn Settings> {
@@ -444,9 +443,9 @@ impl AlgorithmSpec {
         self.settings.check_files()
     }
 
-    /// Checks the settings against rows of `input_dim` features; a path is below `algorithm`.
-    pub fn check_input(&self, input_dim: usize) -> Result<(), FieldError> {
-        self.settings.check_input(input_dim)
+    /// Checks the settings against rows of shape `input`; a path is below `algorithm`.
+    pub fn check_input(&self, input: InputShape) -> Result<(), FieldError> {
+        self.settings.check_input(input)
     }
 
     /// Builds the algorithm for `launcher`'s population and hands it over; an error says

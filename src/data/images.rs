@@ -36,6 +36,9 @@ pub enum Pixels {
     Standardize,
     /// The values 0–255 as they are.
     Raw,
+    /// (255 − value) / 255: dark strokes on a light background become light on dark
+    /// (LEAF's FEMNIST drawn as MNIST draws its digits).
+    Inverted,
 }
 
 /// How a novel image is made from a test image (FedGMM's novelty study on images).
@@ -616,7 +619,7 @@ impl Pool {
         };
         // Pixel values → features, for the rows in use only.
         let stats: Vec<(f64, f64)> = match pixels {
-            Pixels::Raw | Pixels::Unit => Vec::new(),
+            Pixels::Raw | Pixels::Unit | Pixels::Inverted => Vec::new(),
             Pixels::Standardize => {
                 let used = members.iter().map(Vec::len).sum::<usize>().max(1) as f64;
                 let mut mean = vec![0f64; dim];
@@ -639,6 +642,7 @@ impl Pool {
         let convert = |v: f32, j: usize| match pixels {
             Pixels::Raw => v,
             Pixels::Unit => v / 255.0,
+            Pixels::Inverted => (255.0 - v) / 255.0,
             Pixels::Standardize => ((v as f64 - stats[j].0) / stats[j].1) as f32,
         };
         let used: usize = members.iter().map(Vec::len).sum();

@@ -110,21 +110,31 @@ pub struct GaussianInputs {
 
 impl GaussianInputs {
     pub fn new(data: &SplitView<'_>, projection: Option<&[f64]>) -> Self {
-        let z = tch::no_grad(|| {
-            let (x, _) = data_tensors(data);
-            match projection {
-                None => x.copy(),
-                Some(p) => x
-                    .to_kind(Kind::Double)
-                    .matmul(&Tensor::from_slice(p).reshape([data.dim as i64, -1]))
-                    .to_kind(Kind::Float),
-            }
+        let (x, _) = data_tensors(data);
+        Self::of(&x, projection)
+    }
+
+    /// Rows `x` (`[n, f]`, f32; a representation of the data's rows) as the Gaussians see
+    /// them: x, or x·P with a projection P of f rows.
+    pub fn of(x: &Tensor, projection: Option<&[f64]>) -> Self {
+        let z = tch::no_grad(|| match projection {
+            None => x.copy(),
+            Some(p) => x
+                .to_kind(Kind::Double)
+                .matmul(&Tensor::from_slice(p).reshape([x.size()[1], -1]))
+                .to_kind(Kind::Float),
         });
         GaussianInputs { z }
     }
 
     fn len(&self) -> usize {
         self.z.size()[0] as usize
+    }
+
+    /// The rows' values, row after row (for tests).
+    #[cfg(test)]
+    pub(crate) fn values(&self) -> Vec<f32> {
+        Vec::<f32>::try_from(self.z.flatten(0, -1)).expect("f32 rows")
     }
 
     /// log N(z; μ_k, Σ_k) of every row, for each Gaussian k (`[k][i]`); NaN for every row of

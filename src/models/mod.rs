@@ -36,9 +36,9 @@ pub use lenet::Lenet5Spec;
 pub use lstm::LstmSpec;
 pub use mobilenet::MobilenetV2Spec;
 pub use sgd::{
-    confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd, Batch, DpSgd,
-    EvalStats, Gates, LocalPlan, LocalWork, MixtureGates, Objective, Pass, Predictor, Proximal,
-    TrainStats,
+    activations, confidence, evaluate, evaluate_mixture, for_each_batch, sample_losses, train_sgd,
+    Batch, DpSgd, EvalStats, Gates, LocalPlan, LocalWork, MixtureGates, Objective, Pass, Predictor,
+    Proximal, TrainStats,
 };
 pub use stacked::{
     dropout_stream, evaluate_stacked, for_each_stacked_batch, train_dp_sgd_alone,
@@ -391,6 +391,27 @@ impl Architecture {
             .iter()
             .map(|(s, _)| s.iter().map(|&d| d as f64).product::<f64>())
             .sum()
+    }
+
+    /// The network cut after layer `last` (counted from 0 as `fedsim describe` lists the
+    /// layers): its output is that layer's activation, and its parameters are the first
+    /// [`Architecture::num_params`] of the whole network's (parameters follow the layers).
+    pub fn cut_after(&self, last: usize) -> Architecture {
+        let mut cut = self.clone();
+        cut.layers.truncate(last + 1);
+        cut.name = None;
+        cut
+    }
+
+    /// How many layers it has (the rows of [`Architecture::layer_table`]).
+    pub fn layer_count(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// The shape of one row's activation after the last layer: `[features]`, or `[channels,
+    /// height, width]` for an image.
+    pub fn output_shape(&self) -> Vec<usize> {
+        (self.layers.iter()).fold(self.input_shape(), |s, l| Self::next_shape(l, &s))
     }
 
     pub fn num_params(&self) -> usize {

@@ -588,6 +588,27 @@ pub fn confidence(
     })
 }
 
+/// The activation of `arch`'s last layer on each row of `data`: `[n, ...]` (a network cut
+/// after a hidden layer, [`Architecture::cut_after`], gives a representation of the rows).
+/// Computed on one thread, as the trainers compute, so its bits do not depend on where it
+/// runs.
+pub fn activations(arch: &Architecture, params: &[f32], data: SplitView<'_>) -> Tensor {
+    let shape: Vec<i64> = std::iter::once(data.len())
+        .chain(arch.output_shape())
+        .map(|d| d as i64)
+        .collect();
+    if data.is_empty() {
+        return Tensor::zeros(shape, (Kind::Float, Device::Cpu));
+    }
+    tch::set_num_threads(1);
+    let (x, _) = data_tensors(&data);
+    tch::no_grad(|| {
+        let ps: Vec<Tensor> = arch.params(params).iter().map(Tensor::detach).collect();
+        let out = arch.forward(&arch.layers(&ps), &x, &[]);
+        out.reshape(shape).to_kind(Kind::Float).copy()
+    })
+}
+
 /// Mean loss and accuracy of `params` on a split.
 pub fn evaluate(arch: &Architecture, params: &[f32], data: SplitView<'_>) -> EvalStats {
     let n = data.len();

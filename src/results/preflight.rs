@@ -29,7 +29,7 @@ pub fn preflight(s: &Scenario) -> Result<(), ScenarioError> {
     if let Some(input) = s.data.input_shape() {
         s.run
             .algorithm
-            .check_input(input.len())
+            .check_input(input)
             .map_err(|e| s.locate(e.within("algorithm")))?;
     }
     let memory = machine_memory();

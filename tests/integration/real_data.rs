@@ -167,6 +167,50 @@ fn fedgmm_with_a_joint_shift_and_pca_is_deterministic_across_threads() {
 }
 
 #[test]
+fn fedgmm_on_a_trained_networks_features_is_deterministic_across_threads() {
+    // The Gaussians on a network's hidden layer, each channel's maximum, reduced to 8 axes
+    // (`projection: {kind: features}`, its weights from a file), over the writers' images
+    // drawn light on dark (`pixels: inverted`).
+    if !femnist_available() {
+        return;
+    }
+    let plain = scenario(FEMNIST_CNN, &[]);
+    let plain = plain.data.build(&plain.split, &SeedTree::new(1)).unwrap();
+    let inverted = scenario(FEMNIST_CNN, &["data.pixels=inverted"]);
+    let inverted = inverted
+        .data
+        .build(&inverted.split, &SeedTree::new(1))
+        .unwrap();
+    assert!(plain
+        .features
+        .iter()
+        .zip(&inverted.features)
+        .all(|(a, b)| (a + b - 1.0).abs() < 1e-6));
+    let tmp = tempfile::tempdir().unwrap();
+    let network = fedsim::models::ModelSpec::from_yaml("{kind: small_cnn}").unwrap();
+    let input = fedsim::models::InputShape::Image([1, 28, 28]);
+    let arch = fedsim::models::Architecture::for_input(&network, input, 62);
+    let weights = arch.init(&mut <rand_chacha::ChaCha20Rng as rand::SeedableRng>::seed_from_u64(9));
+    let file = tmp.path().join("network.safetensors");
+    std::fs::write(
+        &file,
+        fedsim::models::models_to_safetensors(&arch, &[weights]),
+    )
+    .unwrap();
+    let algorithm = format!(
+        "algorithm={{name: fedgmm, gaussians: 2, classifiers: 2, projection: {{kind: features, \
+         network: {{kind: small_cnn, init: {{from: {}}}}}, classes: 62, layer: 3, pool: max, \
+         dims: 8}}}}",
+        file.display()
+    );
+    check_deterministic(&[
+        "data.pixels=inverted",
+        "data.novel=[half_scale]",
+        &algorithm,
+    ]);
+}
+
+#[test]
 fn transformed_test_images_are_scored_as_novel() {
     if !femnist_available() {
         return;
