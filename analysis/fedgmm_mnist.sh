@@ -3,7 +3,7 @@
 # App. C.3): FedGMM and the table's baselines ($METHODS, default "fedgmm fedem fedavg fedprox
 # fedavg_plus local clustered pfedme"; the last five are the FedAvg scenario with another
 # algorithm section), seeds from $SEEDS (default "1 2 3"), $ROUNDS rounds (default 200; the
-# validation page's 2-core table used ROUNDS=20 and the first three methods). Results go to
+# validation page's 2-core table used ROUNDS=20, about 3 hours on 2 cores). Results go to
 # results/fedgmm_mnist/r<rounds>/<method>/seed-<n>/, the table to table.md there; finished runs
 # are kept (rerun to resume). Needs MNIST in the cache (`fedsim data fetch mnist`, done here)
 # and, for FedGMM, its image encoder: a small CNN trained once on FEMNIST
