@@ -1,6 +1,8 @@
 //! A client: trains when the server asks, evaluates when asked, and keeps its own state
 //! between rounds. Its jobs run on the trainer pool; their results come back to it as
-//! pending messages at the time the system model says they finish.
+//! pending messages at the time the system model says they finish. Under `evaluation.novelty:
+//! max_over_clients` its evaluation sends the server its classifier, and it scores its rows
+//! when the server hands it every evaluated client's.
 
 use super::cohort::{Dispatch, EvalJob, TrainJob};
 use super::{
@@ -9,8 +11,8 @@ use super::{
 };
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::io::Stored;
-use crate::records::DivergenceStage;
 use crate::records::Split;
+use crate::records::{DivergenceStage, NoveltyRecord, Record};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{Link, SystemModel};
 use actix::prelude::*;
@@ -271,9 +273,18 @@ impl<A: Algorithm> Client<A> {
         now: SimTime,
         round: u32,
         results: Vec<Evaluation>,
-        report: ClientReport,
+        mut report: ClientReport,
         eff: &mut FlEffects<A>,
     ) {
+        if let Some(model) = report.confidence_model.take() {
+            let client = self.id;
+            let msg = ToServer::ConfidenceModel {
+                round,
+                client,
+                model,
+            };
+            eff.to_hub(SimDuration::ZERO, msg);
+        }
         let sampled = self.kept().last_trained == Some(round);
         let context = EvalContext {
             round,
@@ -284,6 +295,18 @@ impl<A: Algorithm> Client<A> {
         };
         let records = super::evaluation_records(context, results, report);
         records.into_iter().for_each(|r| eff.record(r));
+    }
+
+    /// Scores this client's rows by the most confident of `models` (every evaluated client's
+    /// classifier), on the pool (`evaluation.novelty: max_over_clients`).
+    fn score_novelty(&mut self, round: u32, models: Arc<Vec<Vec<f32>>>, eff: &mut FlEffects<A>) {
+        let (jobs, client) = (self.jobs.clone(), self.id);
+        let pending = self.dispatch.pool().submit(move || {
+            let scores = jobs.novelty_over(client, &models);
+            Routed::Member(ToClient::NoveltyScored { round, scores })
+        });
+        self.awaited += 1;
+        eff.to_member_pending(self.id, SimDuration::ZERO, pending);
     }
 }
 
@@ -436,6 +459,18 @@ impl<A: Algorithm> Client<A> {
                 };
                 self.kept().watch.check_evaluation(&results, at, &mut eff);
                 self.evaluated(now, round, results, report, &mut eff)
+            }
+            ToClient::ScoreNovelty { round, models } => self.score_novelty(round, models, &mut eff),
+            ToClient::NoveltyScored { round, scores } => {
+                self.awaited -= 1;
+                if let Some(scores) = scores {
+                    eff.record(Record::Novelty(NoveltyRecord {
+                        round,
+                        client: self.id,
+                        unseen: self.unseen,
+                        scores,
+                    }));
+                }
             }
         }
         Ok(eff)

@@ -42,6 +42,7 @@ use crate::models::{
 use crate::records::NoveltyScores;
 use crate::records::Split;
 use crate::sim::Pending;
+use crate::spec::NoveltyScoring;
 use rand_chacha::ChaCha20Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
@@ -206,20 +207,29 @@ impl<A: Algorithm> EvalJob<A> {
         }
     }
 
-    /// The algorithm's report, with the novelty scores where asked for.
+    /// The algorithm's report, with the novelty scores where asked for (under
+    /// `evaluation.novelty: max_over_clients`, the classifier they will be scored with).
     fn report(&self, jobs: &JobContext<A>, ctx: &LocalContext<'_>) -> ClientReport {
         let alg = &jobs.algorithm;
         let state = self.state.get();
         let mut report = alg.report(&self.global, state, self.client);
         let data = ctx.data;
-        if self.scores_novelty && !data.novel.is_empty() {
-            let test = data.view(ctx.data_index, Split::Test);
-            let novel = data.novel_view(ctx.data_index);
-            let typical = alg.typicality(ctx, &self.global, state, test);
-            report.novelty = typical
-                .zip(alg.typicality(ctx, &self.global, state, novel))
-                .map(|(typical, novel)| NoveltyScores { typical, novel });
+        if !self.scores_novelty || data.novel.is_empty() {
+            return report;
         }
+        if jobs.novelty == NoveltyScoring::MaxOverClients {
+            // Scored once every evaluated client's classifier is in (validation has checked
+            // that the algorithm has one).
+            let model = A::CONFIDENCE_MODEL.expect("the algorithm scores by confidence");
+            report.confidence_model = Some(model(self.client, &self.global, state).to_vec());
+            return report;
+        }
+        let test = data.view(ctx.data_index, Split::Test);
+        let novel = data.novel_view(ctx.data_index);
+        let typical = alg.typicality(ctx, &self.global, state, test);
+        report.novelty = typical
+            .zip(alg.typicality(ctx, &self.global, state, novel))
+            .map(|(typical, novel)| NoveltyScores { typical, novel });
         report
     }
 

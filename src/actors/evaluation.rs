@@ -83,6 +83,7 @@ mod tests {
             clients,
             sample,
             splits: crate::spec::EvaluatedSplits::ALL,
+            novelty: crate::spec::NoveltyScoring::Own,
         }
     }
 

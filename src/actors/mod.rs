@@ -36,14 +36,14 @@ use crate::records::{
     ClientModelsRecord, DeviceRecord, DivergenceRecord, DivergenceStage, EvalRecord, ExtraRecord,
     MixtureRecord, NoveltyRecord, Record,
 };
-use crate::records::{ModelKind, Split};
+use crate::records::{ModelKind, NoveltyScores, Split};
 use crate::robust::{Adversaries, Attack, RobustAggregation};
 use crate::scenario::RunSpec;
 use crate::sim::{
     Delivery, Effects, Entity, EntityId, Pending, RecordObserver, Scheduler, SeedTree, SimDuration,
     SimError, SimTime, World,
 };
-use crate::spec::{EvaluatedSplits, OnDivergence};
+use crate::spec::{EvaluatedSplits, NoveltyScoring, OnDivergence};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
@@ -189,6 +189,13 @@ pub enum ToServer<A: Algorithm> {
         /// Under a loss-guided strategy, the loss of the model it started from.
         loss: Option<ReportedLoss>,
     },
+    /// (`evaluation.novelty: max_over_clients`) The classifier `client` scores novelty with
+    /// at round `round`'s evaluation.
+    ConfidenceModel {
+        round: u32,
+        client: u32,
+        model: Vec<f32>,
+    },
     /// A client that was not asked to upload has finished training.
     Done {
         round: u32,
@@ -218,6 +225,17 @@ pub enum ToClient<A: Algorithm> {
         round: u32,
         results: Vec<Evaluation>,
         report: ClientReport,
+    },
+    /// (`evaluation.novelty: max_over_clients`) Score your rows by the most confident of
+    /// `models`: every evaluated client's classifier at round `round`, in client order.
+    ScoreNovelty {
+        round: u32,
+        models: Arc<Vec<Vec<f32>>>,
+    },
+    /// (From its own scoring job) Its test and novel rows' scores.
+    NoveltyScored {
+        round: u32,
+        scores: Option<NoveltyScores>,
     },
 }
 
@@ -456,6 +474,8 @@ fn evaluation_records(
         extras,
         novelty,
         models,
+        // Sent to the server by the client (`evaluation.novelty: max_over_clients`).
+        confidence_model: _,
     } = report;
     let models = (!models.is_empty()).then_some({
         Record::ClientModels(ClientModelsRecord {
@@ -547,6 +567,8 @@ pub(crate) struct JobContext<A: Algorithm> {
     /// Clients copy their own models into their evaluation reports
     /// ([`RunSpec::saves_client_models`]).
     saves_client_models: bool,
+    /// How rows are scored for novelty (`evaluation.novelty`).
+    novelty: NoveltyScoring,
 }
 
 impl<A: Algorithm> JobContext<A> {
@@ -581,7 +603,39 @@ impl<A: Algorithm> JobContext<A> {
             evaluated: spec.evaluation.splits,
             reports_loss: spec.sampling.strategy.uses_feedback(),
             saves_client_models: spec.saves_client_models,
+            novelty: spec.evaluation.novelty,
         }
+    }
+
+    /// Client `client`'s test and novel rows, each scored by the highest confidence
+    /// maxᵧ p(y | x) of `models` (`evaluation.novelty: max_over_clients`); `None` where the
+    /// data set has no novel rows. Runs on the pool.
+    fn novelty_over(&self, client: u32, models: &[Vec<f32>]) -> Option<NoveltyScores> {
+        let rows = self.data.rows_for(&[client]);
+        let (data, index) = (rows.data(), rows.index(0));
+        if data.novel.is_empty() {
+            return None;
+        }
+        let highest = |view: crate::data::SplitView<'_>| {
+            let confidence = |model: &Vec<f32>| {
+                crate::models::confidence(
+                    &self.arch,
+                    &[model],
+                    crate::models::Gates::Fixed(&[1.0]),
+                    view,
+                )
+            };
+            (models.iter().map(confidence))
+                .reduce(|mut highest, next| {
+                    (highest.iter_mut().zip(next)).for_each(|(h, n)| *h = h.max(n));
+                    highest
+                })
+                .unwrap_or_default()
+        };
+        Some(NoveltyScores {
+            typical: highest(data.view(index, Split::Test)),
+            novel: highest(data.novel_view(index)),
+        })
     }
 
     /// Where the run saves its clients' own models, copies of those in `tested` (every kind but

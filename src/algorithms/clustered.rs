@@ -298,17 +298,9 @@ impl Algorithm for Clustered {
         next
     }
 
-    /// The client's cluster model's confidence maxᵧ p(y | x).
-    fn typicality(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Clusters,
-        _: &Vec<f32>,
-        view: crate::data::SplitView<'_>,
-    ) -> Option<Vec<f64>> {
-        let model = &global.models[global.of_client[ctx.client as usize] as usize];
-        Some(super::confidence_of(ctx, model, view))
-    }
+    /// Novelty is scored by the client's cluster model's confidence maxᵧ p(y | x).
+    const CONFIDENCE_MODEL: Option<super::ConfidenceModel<Self>> =
+        Some(|client, global, _| &global.models[global.of_client[client as usize] as usize]);
 
     fn tested_models<'a>(
         &'a self,

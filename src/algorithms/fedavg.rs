@@ -281,16 +281,9 @@ impl Algorithm for FedAvg {
 
     model_update_aggregation!();
 
-    /// The global model's confidence maxᵧ p(y | x) (FedAvg+ too: before fine-tuning).
-    fn typicality(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        _: &Vec<f32>,
-        view: crate::data::SplitView<'_>,
-    ) -> Option<Vec<f64>> {
-        Some(super::confidence_of(ctx, global, view))
-    }
+    /// Novelty is scored by the global model's confidence maxᵧ p(y | x) (FedAvg+ too: before
+    /// fine-tuning).
+    const CONFIDENCE_MODEL: Option<super::ConfidenceModel<Self>> = Some(|_, global, _| global);
 
     fn tested_models<'a>(
         &'a self,

@@ -96,16 +96,9 @@ impl Algorithm for Local {
         global.clone()
     }
 
-    /// The client's own model's confidence maxᵧ p(y | x).
-    fn typicality(
-        &self,
-        ctx: &LocalContext<'_>,
-        _: &Vec<f32>,
-        state: &LocalModel,
-        view: crate::data::SplitView<'_>,
-    ) -> Option<Vec<f64>> {
-        Some(super::confidence_of(ctx, &state.params, view))
-    }
+    /// Novelty is scored by the client's own model's confidence maxᵧ p(y | x).
+    const CONFIDENCE_MODEL: Option<super::ConfidenceModel<Self>> =
+        Some(|_, _, state| &state.params);
 
     fn tested_models<'a>(
         &'a self,

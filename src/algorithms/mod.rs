@@ -493,17 +493,27 @@ pub trait Algorithm: Send + Sync + 'static {
     /// [`Updates::into_vec`] holds them all.
     fn aggregate(&self, global: &Self::Global, updates: Updates<Self::Update>) -> Self::Global;
 
+    /// Where a client's typicality is one classifier's confidence maxᵧ p(y | x), that
+    /// classifier's parameters (the global model, a cluster's, a personal one): the default
+    /// [`Algorithm::typicality`] scores with it, and `evaluation.novelty: max_over_clients`
+    /// scores each row by the most confident of every evaluated client's ([`Capabilities`]).
+    /// `None` declares that the typicality is something else (a mixture's confidence, a
+    /// density) or nothing.
+    const CONFIDENCE_MODEL: Option<ConfidenceModel<Self>> = None;
+
     /// How typical each row of `view` is for this client's model, for novelty detection
     /// (higher: more like its training data): FedGMM's log p(x), a classifier's confidence
-    /// maxᵧ p(y | x). `None`: the algorithm does not score novelty. Runs on the trainer pool.
+    /// maxᵧ p(y | x) (by default, that of [`Algorithm::CONFIDENCE_MODEL`]). `None`: the
+    /// algorithm does not score novelty. Runs on the trainer pool.
     fn typicality(
         &self,
-        _ctx: &LocalContext<'_>,
-        _global: &Self::Global,
-        _state: &Self::ClientState,
-        _view: SplitView<'_>,
+        ctx: &LocalContext<'_>,
+        global: &Self::Global,
+        state: &Self::ClientState,
+        view: SplitView<'_>,
     ) -> Option<Vec<f64>> {
-        None
+        let model = Self::CONFIDENCE_MODEL?;
+        Some(confidence_of(ctx, model(ctx.client, global, state), view))
     }
 
     /// The models the client is tested with, each evaluated on each of its non-empty splits
@@ -692,6 +702,11 @@ pub type SentVectors<A> = for<'a> fn(
     &'a mut <A as Algorithm>::Update,
 ) -> Vec<(&'a [f32], &'a mut [f32])>;
 
+/// The classifier whose confidence is client `client`'s typicality, given the global model and
+/// the client's state (see [`Algorithm::CONFIDENCE_MODEL`]).
+pub type ConfidenceModel<A> =
+    for<'a> fn(u32, &'a <A as Algorithm>::Global, &'a <A as Algorithm>::ClientState) -> &'a [f32];
+
 /// Combines stale updates, each with the model it started from and a staleness factor, in
 /// increasing client order: the server moves by `server_lr` times the factor-weighted average
 /// change.
@@ -719,6 +734,10 @@ pub struct ClientReport {
     /// run saves them (filled in by the client from [`Algorithm::tested_models`]):
     /// `client_models.safetensors`.
     pub models: Vec<(ModelKind, Vec<Vec<f32>>)>,
+    /// Under `evaluation.novelty: max_over_clients`, the classifier the client scores novelty
+    /// with ([`Algorithm::CONFIDENCE_MODEL`]), for the server to gather (in place of
+    /// `novelty`, which every client's rows get once all the round's models are in).
+    pub confidence_model: Option<Vec<f32>>,
 }
 
 /// An algorithm that also runs without a server (D-PSGD from FedAvg, D-FedEM from FedEM):

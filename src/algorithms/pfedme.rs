@@ -187,17 +187,10 @@ impl Algorithm for PFedMe {
         client
     }
 
-    /// The personalized model's confidence maxᵧ p(y | x) (the global one's before the client
-    /// has trained).
-    fn typicality(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        client: &PFedMeClient,
-        view: crate::data::SplitView<'_>,
-    ) -> Option<Vec<f64>> {
-        Some(super::confidence_of(ctx, personal(global, client), view))
-    }
+    /// Novelty is scored by the personalized model's confidence maxᵧ p(y | x) (the global
+    /// one's before the client has trained).
+    const CONFIDENCE_MODEL: Option<super::ConfidenceModel<Self>> =
+        Some(|_, global, client| personal(global, client));
 
     fn tested_models<'a>(
         &'a self,

@@ -199,6 +199,10 @@ pub struct Capabilities {
     pub sgd_runs: bool,
     /// Model-sized vectors each client that has trained keeps ([`Algorithm::CLIENT_MODELS`]).
     pub client_models: usize,
+    /// Scores novelty by one classifier's confidence, which `evaluation.novelty:
+    /// max_over_clients` can take over every client's classifier
+    /// ([`Algorithm::CONFIDENCE_MODEL`]); with a server only.
+    pub confidence_novelty: bool,
 }
 
 /// Whether the algorithm declares an update that cohorts can train.
@@ -239,6 +243,7 @@ impl Registration {
                 cohorts: trains_in_cohorts::<S::Algorithm>(),
                 sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
                 client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
+                confidence_novelty: <S::Algorithm as Algorithm>::CONFIDENCE_MODEL.is_some(),
             },
             example: S::EXAMPLE,
             schema: S::json_schema,
@@ -266,6 +271,7 @@ impl Registration {
                 cohorts: trains_in_cohorts::<S::Algorithm>(),
                 sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
                 client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
+                confidence_novelty: false,
             },
             example: S::EXAMPLE,
             schema: S::json_schema,

@@ -2,8 +2,8 @@
 
 use crate::{finish, Overrides, EXIT_DIVERGED, EXIT_NOT_DETERMINISTIC};
 use anyhow::{Context, Result};
+use fedsim::results::{compared_files, differing_files};
 use fedsim::results::{default_out_dir, default_threads, run_scenario, RunOptions};
-use fedsim::results::{differing_files, REPRODUCIBLE_FILES};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -164,13 +164,14 @@ pub fn run(args: RunArgs) -> Result<i32> {
             save_client_models,
         };
         run_scenario(&s, &rerun).context("determinism check rerun")?;
+        let compared = compared_files(&opts.out_dir, &rerun_dir);
         let differing = differing_files(&opts.out_dir, &rerun_dir);
         if differing.is_empty() {
             fedsim::io::remove_owned_folder(&rerun_dir)
                 .context("removing the determinism check's rerun")?;
             outln!(
                 "determinism check: {} identical with {} and 1 trainer threads",
-                REPRODUCIBLE_FILES.join(", "),
+                compared.join(", "),
                 opts.threads
             );
         } else {

@@ -474,10 +474,8 @@ impl FedemSyntheticSpec {
                 let counts = rs.multinomial(count as i64, &weights[t]);
                 let features = rs.clone();
                 rs.skip_uniform(count * d);
-                let noise = (counts.iter().map(|&c| c as usize))
-                    .flat_map(|c| std::iter::repeat_n((), c))
-                    .map(|()| rs.normal(0.0, self.noise))
-                    .collect();
+                // One logit noise per row (the counts sum to `count`).
+                let noise = (0..count).map(|_| rs.normal(0.0, self.noise)).collect();
                 let mut order: Vec<usize> = (0..count).collect();
                 rs.shuffle(&mut order);
                 blocks.push(NumpyBlock {

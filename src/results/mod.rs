@@ -50,6 +50,14 @@ mod tests {
             }
         }
         assert!(differing_files(&a, &b).is_empty());
+        assert_eq!(compared_files(&a, &b), REPRODUCIBLE_FILES);
+        // An optional file counts where either folder has it.
+        std::fs::write(a.join("novelty.parquet"), "scores").unwrap();
+        let mut with_novelty = REPRODUCIBLE_FILES.to_vec();
+        with_novelty.push("novelty.parquet");
+        assert_eq!(compared_files(&a, &b), with_novelty);
+        assert_eq!(differing_files(&a, &b), ["novelty.parquet"]);
+        std::fs::write(b.join("novelty.parquet"), "scores").unwrap();
         std::fs::write(b.join("metrics.csv"), "changed").unwrap();
         std::fs::remove_file(b.join("rounds.parquet")).unwrap();
         assert_eq!(differing_files(&a, &b), ["metrics.csv", "rounds.parquet"]);
@@ -227,15 +235,20 @@ pub fn result_files() -> Vec<&'static str> {
         .collect()
 }
 
-/// The reproducible files that differ (or are missing) between two result folders; an optional
-/// file counts when either folder has it.
-pub fn differing_files(a: &Path, b: &Path) -> Vec<String> {
+/// The reproducible files two result folders are compared on: every one a run writes, and each
+/// optional one either folder has.
+pub fn compared_files(a: &Path, b: &Path) -> Vec<&'static str> {
     let optional = OPTIONAL_REPRODUCIBLE_FILES
         .iter()
         .filter(|f| a.join(f).exists() || b.join(f).exists());
-    REPRODUCIBLE_FILES
-        .iter()
-        .chain(optional)
+    REPRODUCIBLE_FILES.iter().chain(optional).copied().collect()
+}
+
+/// The reproducible files that differ (or are missing) between two result folders
+/// ([`compared_files`]).
+pub fn differing_files(a: &Path, b: &Path) -> Vec<String> {
+    compared_files(a, b)
+        .into_iter()
         .filter(
             |f| match (std::fs::read(a.join(f)), std::fs::read(b.join(f))) {
                 (Ok(x), Ok(y)) => x != y,

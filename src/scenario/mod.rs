@@ -912,8 +912,8 @@ fn validate_decentralized(raw: &RawScenario) -> Result<(), FieldError> {
 
 /// The evaluation settings, from `eval_every` or `evaluation.every` (not both) and
 /// `evaluation`; leaves `raw` in its resolved form: `eval_every` always stated, `evaluation`
-/// only when it samples clients or leaves splits out (so scenarios that do neither are written
-/// as before).
+/// only when it samples clients, leaves splits out or scores novelty over clients (so
+/// scenarios that do none of these are written as before).
 fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, FieldError> {
     let section = raw.evaluation.take().unwrap_or_default();
     let plan = section.resolve(raw.eval_every)?;
@@ -921,13 +921,27 @@ fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, FieldErr
     // (if any) under `evaluation`.
     raw.eval_every = Some(plan.every);
     let all_splits = plan.splits == EvaluatedSplits::ALL;
-    if !plan.clients.is_all() || !all_splits {
+    if !plan.clients.is_all() || !all_splits || !plan.novelty.is_own() {
         raw.evaluation = Some(RawEvaluation {
             every: None,
             clients: plan.clients,
             sample: plan.sample,
             splits: (!all_splits).then(|| plan.splits.listed()),
+            novelty: plan.novelty,
         });
+    }
+    let confidence = raw.algorithm.capabilities().confidence_novelty;
+    if !plan.novelty.is_own() && !confidence {
+        return Err(FieldError::new(
+            "evaluation.novelty".into(),
+            format!(
+                "`max_over_clients` takes the highest confidence over the clients' classifiers, \
+                 and `{}` does not score novelty by one classifier's confidence; use it with {} \
+                 (or `own`)",
+                raw.algorithm.name(),
+                Registration::names_where(|c| c.confidence_novelty)
+            ),
+        ));
     }
     Ok(plan)
 }

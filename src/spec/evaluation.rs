@@ -118,6 +118,29 @@ pub enum EvalSample {
     Fresh,
 }
 
+/// How a row's typicality is scored for novelty detection (`evaluation.novelty`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum NoveltyScoring {
+    /// By the client's own model, as the algorithm scores it (its global, cluster, personal
+    /// or mixture model; FedGMM's density).
+    #[default]
+    Own,
+    /// By the most confident of the evaluated clients' classifiers: a row's score is the
+    /// highest confidence maxᵧ p(y | x) any of them gives it, as the FedGMM paper scores its
+    /// personalized baselines (Table 4). Every evaluated client's classifier is held at once
+    /// at each evaluation, and each client's rows are scored by all of them.
+    MaxOverClients,
+}
+
+impl NoveltyScoring {
+    pub fn is_own(&self) -> bool {
+        *self == NoveltyScoring::Own
+    }
+}
+
 /// A split an evaluation can measure (`evaluation.splits`).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
@@ -167,6 +190,7 @@ pub struct EvaluationPlan {
     pub clients: EvalClients,
     pub sample: EvalSample,
     pub splits: EvaluatedSplits,
+    pub novelty: NoveltyScoring,
 }
 
 impl EvaluationPlan {
@@ -177,6 +201,7 @@ impl EvaluationPlan {
             clients: EvalClients::All,
             sample: EvalSample::Fixed,
             splits: EvaluatedSplits::ALL,
+            novelty: NoveltyScoring::Own,
         }
     }
 
@@ -205,6 +230,13 @@ pub struct RawEvaluation {
     /// the summary reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub splits: Option<Vec<EvalSplit>>,
+    /// How rows are scored for novelty detection, where the data set has novel rows: `own`,
+    /// by each client's own model as its algorithm scores it (default); `max_over_clients`,
+    /// by the highest confidence maxᵧ p(y | x) any evaluated client's classifier gives the
+    /// row (the FedGMM paper's score for personalized baselines, Table 4; algorithms that
+    /// score by one classifier's confidence, with a server).
+    #[serde(default, skip_serializing_if = "NoveltyScoring::is_own")]
+    pub novelty: NoveltyScoring,
 }
 
 impl RawEvaluation {
@@ -261,6 +293,7 @@ impl RawEvaluation {
             clients: self.clients,
             sample: self.sample,
             splits,
+            novelty: self.novelty,
         })
     }
 }

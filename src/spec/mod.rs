@@ -14,7 +14,8 @@ mod policy;
 mod sampling;
 
 pub use evaluation::{
-    EvalClients, EvalSample, EvalSplit, EvaluatedSplits, EvaluationPlan, RawEvaluation,
+    EvalClients, EvalSample, EvalSplit, EvaluatedSplits, EvaluationPlan, NoveltyScoring,
+    RawEvaluation,
 };
 pub use policy::{LateUpdates, PolicySpec};
 pub use sampling::{Oort, RawSampling, SampleSize, Sampling, Strategy};

@@ -371,7 +371,8 @@ fn check_determinism_reruns_and_compares() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("determinism check: scenario.yaml, metrics.parquet, metrics.csv, rounds.parquet, jobs.parquet, clients.parquet, clients.csv identical with 3 and 1 trainer threads"), "{stdout}");
+    // FedEM's mixture weights are compared (and named) too.
+    assert!(stdout.contains("determinism check: scenario.yaml, metrics.parquet, metrics.csv, rounds.parquet, jobs.parquet, clients.parquet, clients.csv, mixtures.parquet identical with 3 and 1 trainer threads"), "{stdout}");
     assert!(
         !out_dir.join(".determinism-check").exists(),
         "the rerun folder is removed when identical"

@@ -119,6 +119,21 @@ fn fedgmm_is_deterministic_across_threads_and_reruns() {
 }
 
 #[test]
+fn novelty_over_clients_is_deterministic_across_threads_and_reruns() {
+    // Clustered FL's clients score with their clusters' models; every evaluated client's
+    // classifier is gathered by the server before any client's rows are scored.
+    for algorithm in ["local", "clustered"] {
+        check_algorithm_with(
+            algorithm,
+            &[
+                "data={kind: fedgmm_synthetic, clients: 12, dim: 4, samples: 80, novel_samples: 10}",
+                "evaluation.novelty=max_over_clients",
+            ],
+        );
+    }
+}
+
+#[test]
 fn fedem_writes_every_clients_mixture_weights() {
     let tmp = tempfile::tempdir().unwrap();
     run(

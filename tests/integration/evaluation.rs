@@ -211,4 +211,22 @@ fn bad_evaluation_settings_name_the_field_and_what_is_allowed() {
         let e = error(SMALL, &[&format!("evaluation.splits={splits}")]);
         assert!(e.contains(says), "{splits}: {e}");
     }
+    let mixture = error(
+        &format!("{SMALL}evaluation: {{novelty: max_over_clients}}\n"),
+        &["algorithm={name: fedem, components: 2}"],
+    );
+    assert!(
+        mixture.contains("bad.yaml:10: field `evaluation.novelty`")
+            && mixture.contains("`fedem` does not score novelty by one classifier's confidence")
+            && mixture.contains("`local`")
+            && mixture.contains("`own`"),
+        "{mixture}"
+    );
+    let word = error(SMALL, &["evaluation.novelty=best"]);
+    assert!(
+        word.contains("evaluation.novelty")
+            && word.contains("`own`")
+            && word.contains("`max_over_clients`"),
+        "{word}"
+    );
 }

@@ -129,6 +129,55 @@ fn novel_rows_are_scored_and_summarised() {
     }
 }
 
+/// `evaluation.novelty: max_over_clients` scores each row by the most confident of the
+/// evaluated clients' classifiers: FedAvg's clients share one, so its scores are exactly those
+/// of `own`; Local's are never below a client's own model's and above it somewhere; with one
+/// client evaluated the highest is its own. Setting it changes nothing but the scores, and is
+/// written into the resolved scenario.
+#[test]
+fn novelty_over_clients_takes_the_highest_confidence_of_the_evaluated_clients() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scored = |algorithm: &str, extra: &[&str], dir: &str| -> (Vec<f64>, DataFrame) {
+        let s = gmm(algorithm, 2, 1);
+        let s = scenario(&s.resolved_yaml, extra);
+        let dir = tmp.path().join(dir);
+        let summary = run(&s, &dir);
+        let novelty = read_parquet(&dir.join("novelty.parquet")).unwrap();
+        let score = novelty.column("score").unwrap().f64().unwrap();
+        (score.into_no_null_iter().collect(), summary)
+    };
+    let over = "evaluation.novelty=max_over_clients";
+    let (own, _) = scored("{name: fedavg}", &[], "fedavg");
+    let (highest, _) = scored("{name: fedavg}", &[over], "fedavg-over");
+    assert_eq!(own.len(), 30 * (60 + 50));
+    assert_eq!(own, highest, "FedAvg's clients share one classifier");
+    let (own, own_summary) = scored("{name: local}", &[], "local");
+    let (highest, summary) = scored("{name: local}", &[over], "local-over");
+    assert_eq!(own.len(), highest.len());
+    assert!(own.iter().zip(&highest).all(|(o, h)| h >= o));
+    assert!(own.iter().zip(&highest).filter(|(o, h)| h > o).count() > own.len() / 2);
+    // The accuracies are those of the run scored by each client's own model.
+    let acc = |df: &DataFrame| value(df, "test_acc_mean").unwrap();
+    assert_eq!(acc(&own_summary), acc(&summary));
+    assert_ne!(
+        value(&own_summary, "novelty_auroc"),
+        value(&summary, "novelty_auroc")
+    );
+    let one = ["evaluation.clients=1", over];
+    let (alone, _) = scored("{name: local}", &one, "local-one");
+    let (own_alone, _) = scored("{name: local}", &one[..1], "local-one-own");
+    assert_eq!(alone.len(), 60 + 50);
+    assert_eq!(
+        alone, own_alone,
+        "one client evaluated: its own model is the highest"
+    );
+    let resolved = scenario(&gmm("{name: local}", 2, 1).resolved_yaml, &[over]).resolved_yaml;
+    assert!(
+        resolved.contains("evaluation:\n  sample: fixed\n  novelty: max_over_clients\n"),
+        "{resolved}"
+    );
+}
+
 #[test]
 fn unseen_clients_fit_their_joint_weights() {
     let tmp = tempfile::tempdir().unwrap();

@@ -330,6 +330,9 @@ struct Core<A: Algorithm> {
     feedback: Feedback,
     /// Under `compression.downlink`, the clients' copy of the model and what each holds.
     downlink: Option<Downlink<A::Global>>,
+    /// Under `evaluation.novelty: max_over_clients`, the classifiers the evaluated clients have
+    /// sent so far, by round and client.
+    confidence_models: BTreeMap<u32, BTreeMap<u32, Vec<f32>>>,
 }
 
 pub(super) struct Server<A: Algorithm> {
@@ -367,6 +370,7 @@ impl<A: Algorithm> Server<A> {
                 robust_last: Vec::new(),
                 feedback: Feedback::default(),
                 downlink: (cfg.downlink).map(|c| Downlink::new(c, initial)),
+                confidence_models: BTreeMap::new(),
                 cfg,
             },
         }
@@ -766,6 +770,36 @@ impl<A: Algorithm> Core<A> {
         }
     }
 
+    /// Keeps `client`'s classifier of `round`'s evaluation; once every client evaluated then
+    /// has sent its own, sends them all, in client order, to each of those clients to score
+    /// its rows by (`evaluation.novelty: max_over_clients`).
+    fn gather_confidence_model(
+        &mut self,
+        round: u32,
+        client: u32,
+        model: Vec<f32>,
+        eff: &mut FlEffects<A>,
+    ) {
+        let gathered = self.confidence_models.entry(round).or_default();
+        gathered.insert(client, model);
+        let evaluated = (self.cfg.evaluated.at(round))
+            .map_or(self.cfg.num_clients as usize, |chosen| chosen.len());
+        if gathered.len() < evaluated {
+            return;
+        }
+        let gathered = self.confidence_models.remove(&round).unwrap_or_default();
+        let clients: Vec<u32> = gathered.keys().copied().collect();
+        let models = Arc::new(gathered.into_values().collect::<Vec<_>>());
+        for c in clients {
+            let models = models.clone();
+            eff.to_member(
+                c,
+                SimDuration::ZERO,
+                ToClient::ScoreNovelty { round, models },
+            );
+        }
+    }
+
     /// The run's last aggregation is done: start no more jobs and record the final models.
     fn finish(&mut self, eff: &mut FlEffects<A>) {
         self.finished = true;
@@ -902,6 +936,11 @@ impl<A: Algorithm> Server<A> {
             }
             ToServer::Deadline { round } => self.rounds.deadline(core, now, round, &mut eff)?,
             ToServer::Wake => self.rounds.wake(core, now, &mut eff)?,
+            ToServer::ConfidenceModel {
+                round,
+                client,
+                model,
+            } => core.gather_confidence_model(round, client, model, &mut eff),
         }
         Ok(eff)
     }
@@ -943,6 +982,46 @@ mod tests {
 
     fn secs(s: u64) -> SimTime {
         SimTime(s * 1_000_000)
+    }
+
+    /// Under `evaluation.novelty: max_over_clients`, nothing is scored until every evaluated
+    /// client's classifier of that round is in; then each of them gets all of them, in client
+    /// order whatever order they came in.
+    #[test]
+    fn classifiers_are_sent_out_once_every_evaluated_client_has_sent_its_own() {
+        let mut s = server("{kind: synchronous}");
+        let model = |round, client, value| ToServer::ConfidenceModel {
+            round,
+            client,
+            model: vec![value; 3],
+        };
+        let eff = s.on_message(secs(4), model(2, 1, 1.0)).unwrap();
+        assert_eq!(
+            eff.sends().count(),
+            0,
+            "client 0's classifier is still to come"
+        );
+        let eff = s.on_message(secs(4), model(2, 0, 0.5)).unwrap();
+        let sent: Vec<_> = eff
+            .sends()
+            .map(|(to, delay, msg)| match msg {
+                Some(Routed::Member(ToClient::ScoreNovelty { round, models })) => {
+                    (to.0, delay, *round, models.clone())
+                }
+                _ => panic!("only scoring orders"),
+            })
+            .collect();
+        assert_eq!(sent.len(), 2);
+        let in_order = vec![vec![0.5; 3], vec![1.0; 3]];
+        for (k, (rank, delay, round, models)) in sent.into_iter().enumerate() {
+            assert_eq!((rank, delay, round), (k as u32 + 1, SimDuration::ZERO, 2));
+            assert_eq!(*models, in_order);
+        }
+        assert!(eff.records().is_empty());
+        assert!(
+            s.core.confidence_models.is_empty(),
+            "the round's classifiers are let go"
+        );
     }
 
     /// What a handler asked for, as `(target rank, message)` lines and record kinds.
