@@ -616,22 +616,8 @@ impl<A: Algorithm> JobContext<A> {
         if data.novel.is_empty() {
             return None;
         }
-        let highest = |view: crate::data::SplitView<'_>| {
-            let confidence = |model: &Vec<f32>| {
-                crate::models::confidence(
-                    &self.arch,
-                    &[model],
-                    crate::models::Gates::Fixed(&[1.0]),
-                    view,
-                )
-            };
-            (models.iter().map(confidence))
-                .reduce(|mut highest, next| {
-                    (highest.iter_mut().zip(next)).for_each(|(h, n)| *h = h.max(n));
-                    highest
-                })
-                .unwrap_or_default()
-        };
+        let models: Vec<&[f32]> = models.iter().map(Vec::as_slice).collect();
+        let highest = |view| crate::models::highest_confidence(&self.arch, &models, view);
         Some(NoveltyScores {
             typical: highest(data.view(index, Split::Test)),
             novel: highest(data.novel_view(index)),

@@ -574,18 +574,44 @@ pub fn confidence(
         return Vec::new();
     }
     let (x, _) = data_tensors(&data);
-    tch::no_grad(|| {
-        let prob = mixture_probabilities(arch, components, gates, &x);
-        let top = if arch.is_binary() {
-            let p1 = prob.squeeze_dim(1);
-            p1.maximum(&(p1.ones_like() - &p1))
-        } else {
-            prob.max_dim(1, false).0
-        };
-        let mut out = vec![0f32; n];
-        top.to_kind(Kind::Float).copy_data(&mut out, n);
-        out.into_iter().map(f64::from).collect()
-    })
+    let top = tch::no_grad(|| {
+        top_probability(arch, mixture_probabilities(arch, components, gates, &x), n)
+    });
+    top.into_iter().map(f64::from).collect()
+}
+
+/// The highest confidence maxᵧ p(y | x) any of `models` gives each row (NaN passed over): the
+/// novelty score over several clients' classifiers (`evaluation.novelty: max_over_clients`).
+/// Each model's confidence is [`confidence`]'s, the rows made into a tensor once.
+pub fn highest_confidence(arch: &Architecture, models: &[&[f32]], data: SplitView<'_>) -> Vec<f64> {
+    let n = data.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let (x, _) = data_tensors(&data);
+    let mut highest = vec![f32::NAN; n];
+    for model in models {
+        let top = tch::no_grad(|| {
+            let prob = mixture_probabilities(arch, &[model], Gates::Fixed(&[1.0]), &x);
+            top_probability(arch, prob, n)
+        });
+        highest.iter_mut().zip(top).for_each(|(h, t)| *h = h.max(t));
+    }
+    highest.into_iter().map(f64::from).collect()
+}
+
+/// Each row's highest class probability, from the `[n, classes]` probabilities `prob` (one
+/// column, p(y = 1), for two classes).
+fn top_probability(arch: &Architecture, prob: Tensor, n: usize) -> Vec<f32> {
+    let top = if arch.is_binary() {
+        let p1 = prob.squeeze_dim(1);
+        p1.maximum(&(p1.ones_like() - &p1))
+    } else {
+        prob.max_dim(1, false).0
+    };
+    let mut out = vec![0f32; n];
+    top.to_kind(Kind::Float).copy_data(&mut out, n);
+    out
 }
 
 /// The activation of `arch`'s last layer on each row of `data`: `[n, ...]` (a network cut
@@ -721,6 +747,30 @@ mod tests {
             weight_decay: wd,
             dp_sgd: None,
         }
+    }
+
+    #[test]
+    fn highest_confidence_by_hand() {
+        // Logistic models on rows (1, 0) and (0, 1): w = (2, 0) is sure of row 0 (σ(2)) and
+        // unsure of row 1 (σ(0) = ½); w = (0, −3) the other way round (1 − σ(−3) = σ(3)); a
+        // diverged model's NaN confidences are passed over.
+        let arch = Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 2, 2);
+        let (x, y) = (vec![1.0f32, 0.0, 0.0, 1.0], vec![0i64, 0]);
+        let view = SplitView {
+            features: &x,
+            labels: &y,
+            dim: 2,
+        };
+        let (a, b, nan) = ([2.0f32, 0.0, 0.0], [0.0f32, -3.0, 0.0], [f32::NAN; 3]);
+        let highest = highest_confidence(&arch, &[&a, &nan, &b], view);
+        let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
+        assert!((highest[0] - sigmoid(2.0)).abs() < 1e-6, "{highest:?}");
+        assert!((highest[1] - sigmoid(3.0)).abs() < 1e-6, "{highest:?}");
+        // Each model's own confidence, the highest taken row by row.
+        let one = |m: &[f32]| confidence(&arch, &[m], Gates::Fixed(&[1.0]), view);
+        let (ca, cb) = (one(&a), one(&b));
+        assert_eq!(highest, vec![ca[0].max(cb[0]), ca[1].max(cb[1])]);
+        assert!(one(&nan).iter().all(|c| c.is_nan()));
     }
 
     #[test]
