@@ -7,8 +7,8 @@
 
 use super::LocalUpdate;
 use super::{
-    stale_delta_average, weighted_average, AggregateStale, Algorithm, ClientReport, LocalContext,
-    PrivateUpdates, SgdRun, SgdUpdate, StaleUpdate, Tested, Updates, WeightedSum,
+    log_sum_exp, stale_delta_average, weighted_average, AggregateStale, Algorithm, ClientReport,
+    LocalContext, PrivateUpdates, SgdRun, SgdUpdate, StaleUpdate, Tested, Updates, WeightedSum,
 };
 use crate::models::{
     confidence, sample_losses, Architecture, Gates, InitialModels, LocalPlan, MixtureGates,
@@ -55,6 +55,31 @@ impl EStepPrecision {
     }
 }
 
+/// How a FedEM client scores a row's novelty (its typicality: higher, more like its training
+/// data).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum FedEmNovelty {
+    /// The confidence maxᵧ p(y | x) of the client's mixture Σ_m π_m p(y | x; θ_m), as the
+    /// FedGMM paper scores its baselines.
+    #[default]
+    Confidence,
+    /// The log-likelihood of the row's label under the client's mixture, log Σ_m π_m p(y | x;
+    /// θ_m), as the FedGMM authors' `ood_em.py` scores FedEM (they weigh the components by the
+    /// training clients' mean π, one model for every client's rows; here each client uses
+    /// its own π).
+    Label,
+}
+
+impl FedEmNovelty {
+    /// The default (left out of the resolved scenario, so run ids stay as they were).
+    pub fn is_confidence(&self) -> bool {
+        *self == FedEmNovelty::Confidence
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FedEmSpec {
@@ -74,6 +99,9 @@ pub struct FedEmSpec {
     /// The training E-step's arithmetic (unseen clients' fit is always `float64`).
     #[serde(default, skip_serializing_if = "EStepPrecision::is_float64")]
     pub e_step: EStepPrecision,
+    /// How a client scores a row's novelty (when the data have novel rows).
+    #[serde(default, skip_serializing_if = "FedEmNovelty::is_confidence")]
+    pub novelty_score: FedEmNovelty,
 }
 
 fn default_unseen_em_iterations() -> u32 {
@@ -95,6 +123,7 @@ impl Default for FedEmSpec {
             unseen_em_iterations: default_unseen_em_iterations(),
             unseen_em_tolerance: default_unseen_em_tolerance(),
             e_step: EStepPrecision::default(),
+            novelty_score: FedEmNovelty::default(),
         }
     }
 }
@@ -274,6 +303,16 @@ pub fn e_step(pi: &[f64], losses: &[Vec<f32>]) -> (Vec<Vec<f32>>, Vec<f64>) {
     let total: f64 = new_pi.iter().sum();
     new_pi.iter_mut().for_each(|p| *p /= total);
     (q, new_pi)
+}
+
+/// log Σ_m π_m exp(−ℓ_m(i)) for `losses[m][i]`: with the cross-entropy ℓ_m(i) = −log p(y_i |
+/// x_i; θ_m), the log-likelihood of each row's label under the mixture (−∞ for a row every
+/// component with π_m > 0 gives probability 0).
+pub fn label_log_likelihood(pi: &[f64], losses: &[Vec<f32>]) -> Vec<f64> {
+    let terms: Vec<Vec<f64>> = (losses.iter().zip(pi))
+        .map(|(row_losses, p)| row_losses.iter().map(|&l| p.ln() - l as f64).collect())
+        .collect();
+    log_sum_exp(&terms)
 }
 
 /// [`e_step`] in f32 with no floor, as the FedEM authors' code computes it: q(i, ·) the
@@ -499,7 +538,8 @@ impl Algorithm for FedEm {
         }
     }
 
-    /// The confidence maxᵧ p(y | x) of the client's mixture Σ_m π_m p(y | x; θ_m).
+    /// The confidence maxᵧ p(y | x) of the client's mixture Σ_m π_m p(y | x; θ_m), or the
+    /// log-likelihood of the row's label under it ([`FedEmNovelty`]).
     fn typicality(
         &self,
         ctx: &LocalContext<'_>,
@@ -507,13 +547,15 @@ impl Algorithm for FedEm {
         state: &FedEmClient,
         view: crate::data::SplitView<'_>,
     ) -> Option<Vec<f64>> {
-        let components: Vec<&[f32]> = global.iter().map(Vec::as_slice).collect();
-        Some(confidence(
-            ctx.arch,
-            &components,
-            Gates::Fixed(&state.pi),
-            view,
-        ))
+        Some(match self.spec.novelty_score {
+            FedEmNovelty::Confidence => {
+                let components: Vec<&[f32]> = global.iter().map(Vec::as_slice).collect();
+                confidence(ctx.arch, &components, Gates::Fixed(&state.pi), view)
+            }
+            FedEmNovelty::Label => {
+                label_log_likelihood(&state.pi, &sample_losses(ctx.arch, global, view))
+            }
+        })
     }
 
     fn tested_models<'a>(
@@ -582,6 +624,21 @@ mod tests {
         assert_eq!(q[1], vec![1.0, 1.0]);
         assert!(pi[0] >= MIN_MIXTURE_WEIGHT * 0.99 && pi[0] < 1e-7, "{pi:?}");
         assert!(((pi[0] + pi[1]) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn label_log_likelihood_by_hand() {
+        // π = (1/4, 3/4). Row 0: p(y | x) = (1/2, 1/4), mixture 1/8 + 3/16 = 5/16. Row 1:
+        // p = (1, 1/2), mixture 1/4 + 3/8 = 5/8.
+        let losses = vec![vec![2f32.ln(), 0.0], vec![4f32.ln(), 2f32.ln()]];
+        let got = label_log_likelihood(&[0.25, 0.75], &losses);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        assert!(close(got[0], (5.0f64 / 16.0).ln()), "{got:?}");
+        assert!(close(got[1], (5.0f64 / 8.0).ln()), "{got:?}");
+        // A component with π = 0 (the f32 E-step's underflow) counts for nothing; a row no
+        // remaining component can explain is −∞.
+        let got = label_log_likelihood(&[0.0, 1.0], &[vec![0.0, 0.0], vec![f32::INFINITY, 0.0]]);
+        assert_eq!(got, vec![f64::NEG_INFINITY, 0.0]);
     }
 
     #[test]

@@ -21,7 +21,8 @@
 
 use super::fedem::{trained_models, weighted_runs};
 use super::LocalUpdate;
-use super::{e_step, fit_mixture_weights, Algorithm, ClientReport, LocalContext, Tested};
+use super::Tested;
+use super::{e_step, fit_mixture_weights, log_sum_exp, Algorithm, ClientReport, LocalContext};
 use super::{SgdUpdate, Updates, MIN_MIXTURE_WEIGHT};
 use crate::data::SplitView;
 use crate::models::{
@@ -879,27 +880,6 @@ fn add_to_diagonal(cov: &mut [f64], d: usize, eps: f64, diagonal: bool) {
     for j in 0..d {
         cov[if diagonal { j } else { j * d + j }] += eps;
     }
-}
-
-/// log Σ exp over the first index, for each row: `log_terms[j][i]` → one value per row i.
-fn log_sum_exp(log_terms: &[Vec<f64>]) -> Vec<f64> {
-    let n = log_terms.first().map_or(0, Vec::len);
-    (0..n)
-        .map(|i| {
-            let top = log_terms
-                .iter()
-                .map(|t| t[i])
-                .fold(f64::NEG_INFINITY, f64::max);
-            if !top.is_finite() {
-                return top;
-            }
-            top + log_terms
-                .iter()
-                .map(|t| (t[i] - top).exp())
-                .sum::<f64>()
-                .ln()
-        })
-        .collect()
 }
 
 impl Algorithm for FedGmm {

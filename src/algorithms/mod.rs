@@ -25,7 +25,8 @@ pub use clustered::{complete_linkage_bipartition, Clustered, ClusteredSpec, Clus
 pub use ditto::{Ditto, DittoSpec};
 pub use fedavg::{DPsgdSpec, FedAvg, FedAvgPlusSpec, FedAvgSpec, FedProxSpec, ModelUpdate};
 pub use fedem::{
-    e_step, fit_mixture_weights, DFedEmSpec, FedEm, FedEmSpec, Unsampled, MIN_MIXTURE_WEIGHT,
+    e_step, fit_mixture_weights, DFedEmSpec, FedEm, FedEmNovelty, FedEmSpec, Unsampled,
+    MIN_MIXTURE_WEIGHT,
 };
 pub use fedgmm::{Covariance, FedGmm, FedGmmSpec, Gaussian, GmmGlobal, NoveltyScore};
 pub use local::{Local, LocalSpec};
@@ -543,6 +544,28 @@ pub fn confidence_of(
         crate::models::Gates::Fixed(&[1.0]),
         view,
     )
+}
+
+/// log Σ exp over the first index, for each row: `log_terms[j][i]` → one value per row i
+/// (−∞ where every term is).
+fn log_sum_exp(log_terms: &[Vec<f64>]) -> Vec<f64> {
+    let n = log_terms.first().map_or(0, Vec::len);
+    (0..n)
+        .map(|i| {
+            let top = log_terms
+                .iter()
+                .map(|t| t[i])
+                .fold(f64::NEG_INFINITY, f64::max);
+            if !top.is_finite() {
+                return top;
+            }
+            top + log_terms
+                .iter()
+                .map(|t| (t[i] - top).exp())
+                .sum::<f64>()
+                .ln()
+        })
+        .collect()
 }
 
 /// The proximal term (μ/2)·‖θ − anchor‖² of an [`SgdRun`], owning its anchor.

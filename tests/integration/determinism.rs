@@ -116,6 +116,14 @@ fn fedgmm_is_deterministic_across_threads_and_reruns() {
         &["data={kind: fedgmm_synthetic, clients: 12, dim: 4, samples: 80, novel_samples: 10}"],
     );
     check_algorithm_with("fedgmm", &["algorithm.covariance=diagonal"]);
+    // FedEM scoring by its label's likelihood under each client's mixture.
+    check_algorithm_with(
+        "fedem",
+        &[
+            "data={kind: fedgmm_synthetic, clients: 12, dim: 4, samples: 80, novel_samples: 10}",
+            "algorithm.novelty_score=label",
+        ],
+    );
 }
 
 #[test]

@@ -178,6 +178,44 @@ fn novelty_over_clients_takes_the_highest_confidence_of_the_evaluated_clients() 
     );
 }
 
+/// FedEM's `novelty_score: label` scores a row by log Σ_m π_m p(y | x; θ_m), the label's
+/// probability under the client's mixture: never above the mixture's confidence maxᵧ (the
+/// default score), equal to it where the mixture predicts the label, below it elsewhere.
+/// Training is the same; the setting is written into the resolved scenario, the default not.
+#[test]
+fn fedem_label_score_is_the_labels_probability_under_the_clients_mixture() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scored = |algorithm: &str, dir: &str| -> (Vec<f64>, DataFrame) {
+        let dir = tmp.path().join(dir);
+        let summary = run(&gmm(algorithm, 2, 1), &dir);
+        let novelty = read_parquet(&dir.join("novelty.parquet")).unwrap();
+        let score = novelty.column("score").unwrap().f64().unwrap();
+        (score.into_no_null_iter().collect(), summary)
+    };
+    let (confidence, c_summary) = scored("{name: fedem, components: 3}", "confidence");
+    let (label, l_summary) = scored(
+        "{name: fedem, components: 3, novelty_score: label}",
+        "label",
+    );
+    assert_eq!(label.len(), 30 * (60 + 50));
+    assert_eq!(label.len(), confidence.len());
+    let probability: Vec<f64> = label.iter().map(|l| l.exp()).collect();
+    let pairs = || probability.iter().copied().zip(confidence.iter().copied());
+    assert!(pairs().all(|(p, c)| p <= c + 1e-6), "above the confidence");
+    let predicted = pairs().filter(|(p, c)| (p - c).abs() < 1e-6).count();
+    let missed = pairs().filter(|(p, c)| p < &(c - 1e-3)).count();
+    assert!(predicted > 0 && missed > 0, "{predicted} {missed}");
+    let acc = |df: &DataFrame| value(df, "test_acc_mean").unwrap();
+    assert_eq!(acc(&c_summary), acc(&l_summary));
+    assert_ne!(
+        value(&c_summary, "novelty_auroc"),
+        value(&l_summary, "novelty_auroc")
+    );
+    let resolved = |algorithm: &str| gmm(algorithm, 2, 1).resolved_yaml;
+    assert!(resolved("{name: fedem, novelty_score: label}").contains("novelty_score: label"));
+    assert!(!resolved("{name: fedem, novelty_score: confidence}").contains("novelty_score"));
+}
+
 #[test]
 fn unseen_clients_fit_their_joint_weights() {
     let tmp = tempfile::tempdir().unwrap();
@@ -246,6 +284,13 @@ fn fedgmm_refuses_stale_updates_and_bad_settings() {
     );
     let e = bad(&["algorithm={name: fedgmm, novelty_score: output}"]);
     assert!(e.contains("`joint`") && e.contains("`input`"), "{e}");
+    let e = bad(&["algorithm={name: fedem, novelty_score: joint}"]);
+    assert!(
+        e.contains("algorithm.novelty_score")
+            && e.contains("`confidence`")
+            && e.contains("`label`"),
+        "{e}"
+    );
     let e = bad(&["algorithm={name: fedgmm, unseen_em_iterations: 0}"]);
     assert!(e.contains("field `algorithm.unseen_em_iterations`"), "{e}");
     let e = bad(&["algorithm={name: fedgmm, covariance: spherical}"]);
