@@ -100,7 +100,15 @@ else
     grep -qE '^evaluation:.*every:' "$f" && every=evaluation.every
     args=(run "$f" -q --threads 2 --set "rounds=$rounds" --set "$every=$rounds" "${extra[@]}")
     # Real data sets cut to a few minutes: 5 % of FEMNIST's writers, 5 % of the image sets.
-    grep -q 'kind: femnist' "$f" && args+=(--set data.partition.fraction=0.05)
+    # (A FEMNIST scenario that pools the writers, `partition: {kind: iid}`, keeps 0.5 % of
+    # FEMNIST's images instead.)
+    if grep -q 'kind: femnist' "$f"; then
+      if grep -q 'partition: {kind: iid' "$f"; then
+        args+=(--set data.fraction=0.005)
+      else
+        args+=(--set data.partition.fraction=0.05)
+      fi
+    fi
     if grep -qE 'kind: (mnist|fashion_mnist)' "$f"; then
       args+=(--set data.fraction=0.05)
       # ... and a partition over more than 100 clients to a twentieth of them, so each keeps rows.
