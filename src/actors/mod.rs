@@ -24,7 +24,7 @@ pub use policy::staleness_factor;
 pub use trainer::TrainerPool;
 
 use crate::algorithms::{
-    Algorithm, ClientReport, Evaluation, Gossip, Population, Registration, Tested, Training,
+    names_where, Algorithm, ClientReport, Evaluation, Gossip, Population, Tested, Training,
 };
 use crate::compression::{compress_changes, Compressor};
 use crate::data::{ClientRows, FederatedData};
@@ -1100,7 +1100,7 @@ impl Launcher for Launch<'_> {
                 format!(
                     "`{}` needs a server; a topology takes {}",
                     self.spec.algorithm.name(),
-                    Registration::names_where(|c| c.decentralized)
+                    names_where(|c| c.decentralized)
                 ),
             )));
         }

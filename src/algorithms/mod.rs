@@ -34,8 +34,8 @@ pub use noop::{Noop, NoopSpec};
 pub use per_fedavg::{PerFedAvg, PerFedAvgSpec};
 pub use pfedme::{PFedMe, PFedMeSpec};
 pub use registry::{
-    trains_in_cohorts, AlgorithmSettings, AlgorithmSpec, Capabilities, Launcher, Population,
-    Registration,
+    names_where, trains_in_cohorts, AlgorithmSettings, AlgorithmSpec, Capabilities, Launcher,
+    Population, Registration,
 };
 
 use crate::data::{FederatedData, SplitView};

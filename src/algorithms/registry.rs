@@ -3,7 +3,7 @@
 //! An algorithm is its file (its settings type, implementing [`AlgorithmSettings`], and its
 //! [`Algorithm`]) plus one entry in the `registry!` list here. What it can do is declared by the
 //! algorithm itself: whether it runs on peers follows from the registration it uses
-//! ([`Registration::peers`] needs a [`Gossip`] algorithm), whether it takes stale updates from
+//! (a `peers` line needs a [`Gossip`] algorithm), whether it takes stale updates from
 //! its [`Algorithm::STALE_UPDATES`]. Validation and the run read only this registry: no name
 //! lists elsewhere. This room parses settings and builds algorithms; it holds no algorithm's
 //! logic, and it runs nothing itself: a run passes in its [`Launcher`], which gets the built
@@ -12,11 +12,11 @@
 use super::{Algorithm, Gossip};
 use crate::data::{FederatedData, InputShape, SplitView};
 use crate::records::Split;
-use crate::spec::catalogue::{read_settings, unknown, ItemSettings, SchemaOf};
+use crate::spec::catalogue::{
+    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
+};
 use crate::spec::FieldError;
-use serde_yaml::Value;
 use std::any::Any;
-use std::fmt;
 use std::sync::Arc;
 
 /// Writes [`REGISTRY`] and the function that starts a run of its `index`-th algorithm, from one
@@ -25,7 +25,7 @@ macro_rules! registry {
     ($($how:ident $settings:ty { $name:expr, $title:expr, $summary:expr $(,)? })*) => {
         /// The registry: every algorithm a scenario can name, in the order `fedsim` lists them.
         pub static REGISTRY: &[Registration] = &[
-            $(Registration::$how::<$settings>($name, $title, $summary),)*
+            $($how::<$settings>($name, $title, $summary),)*
         ];
 
         /// Builds the `index`-th registered algorithm from `settings` and hands it to
@@ -210,102 +210,101 @@ pub const fn trains_in_cohorts<A: Algorithm>() -> bool {
     A::UPDATE.stacks()
 }
 
-/// One line of the registry: a name, what the algorithm can do, how its settings are read and
-/// how a run starts.
-pub struct Registration {
-    pub name: &'static str,
+/// The catalogue of algorithms (the registry).
+pub struct Algorithms;
+
+impl Catalogue for Algorithms {
+    const TAG: &'static str = "name";
+    const EXAMPLE_SECTION: &'static str = "{name: fedavg}";
+    const SCHEMA_NAME: &'static str = "AlgorithmSpec";
+    type Declared = Declared;
+    type Settings = dyn Settings;
+    fn items() -> &'static [Registration] {
+        REGISTRY
+    }
+    fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
+        settings.clone_box()
+    }
+}
+
+/// What the registry declares of an algorithm.
+pub struct Declared {
     /// How papers and plots write it (`FedAvg+`, `pFedMe`).
     pub title: &'static str,
-    pub summary: &'static str,
     pub capabilities: Capabilities,
-    /// The smallest settings that run ([`AlgorithmSettings::EXAMPLE`]).
-    pub example: &'static str,
-    /// The JSON Schema of its settings.
-    pub schema: SchemaOf,
-    parse: fn(Value) -> Result<Box<dyn Settings>, String>,
 }
 
-impl Registration {
-    /// An algorithm that runs with a server.
-    pub const fn server<S: AlgorithmSettings>(
-        name: &'static str,
-        title: &'static str,
-        summary: &'static str,
-    ) -> Self {
-        Registration {
-            name,
-            title,
-            summary,
-            capabilities: Capabilities {
-                decentralized: false,
-                stale_updates: <S::Algorithm as Algorithm>::STALE_UPDATES.is_some(),
-                private_updates: <S::Algorithm as Algorithm>::PRIVATE_UPDATES.is_some(),
-                cohorts: trains_in_cohorts::<S::Algorithm>(),
-                sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
-                client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
-                confidence_novelty: <S::Algorithm as Algorithm>::CONFIDENCE_MODEL.is_some(),
-            },
-            example: S::EXAMPLE,
-            schema: S::json_schema,
-            parse: parse::<S>,
-        }
-    }
+/// One line of the registry: a name, what the algorithm can do, how its settings are read and
+/// how a run starts.
+pub type Registration = catalogue::Registration<Algorithms>;
 
-    /// An algorithm that runs on peers over a topology.
-    pub const fn peers<S: AlgorithmSettings>(
-        name: &'static str,
-        title: &'static str,
-        summary: &'static str,
-    ) -> Self
-    where
-        S::Algorithm: Gossip,
-    {
-        Registration {
-            name,
-            title,
-            summary,
-            capabilities: Capabilities {
-                decentralized: true,
-                stale_updates: false,
-                private_updates: false,
-                cohorts: trains_in_cohorts::<S::Algorithm>(),
-                sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
-                client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
-                confidence_novelty: false,
-            },
-            example: S::EXAMPLE,
-            schema: S::json_schema,
-            parse: parse::<S>,
-        }
-    }
-
-    /// `{name: …}` with the example settings, as a scenario's `algorithm:` section (flow style).
-    pub fn example_section(&self) -> String {
-        crate::spec::catalogue::example_section("name", self.name, self.example)
-    }
-
-    /// The registered algorithm called `name`.
-    pub fn find(name: &str) -> Option<&'static Registration> {
-        REGISTRY.iter().find(|r| r.name == name)
-    }
-
-    /// The names of the registered algorithms that have `wanted`, as "`a`, `b` or `c`".
-    pub fn names_where(wanted: impl Fn(&Capabilities) -> bool) -> String {
-        let names: Vec<String> = REGISTRY
-            .iter()
-            .filter(|r| wanted(&r.capabilities))
-            .map(|r| format!("`{}`", r.name))
-            .collect();
-        match names.split_last() {
-            None => String::new(),
-            Some((last, [])) => last.clone(),
-            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        }
-    }
+/// The line of an algorithm that runs with a server.
+const fn server<S: AlgorithmSettings>(
+    name: &'static str,
+    title: &'static str,
+    summary: &'static str,
+) -> Registration {
+    let capabilities = Capabilities {
+        decentralized: false,
+        stale_updates: <S::Algorithm as Algorithm>::STALE_UPDATES.is_some(),
+        private_updates: <S::Algorithm as Algorithm>::PRIVATE_UPDATES.is_some(),
+        cohorts: trains_in_cohorts::<S::Algorithm>(),
+        sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
+        client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
+        confidence_novelty: <S::Algorithm as Algorithm>::CONFIDENCE_MODEL.is_some(),
+    };
+    line::<S>(name, title, summary, capabilities)
 }
 
-fn parse<S: AlgorithmSettings>(fields: Value) -> Result<Box<dyn Settings>, String> {
-    Ok(Box::new(read_settings::<S>(fields)?))
+/// The line of an algorithm that runs on peers over a topology.
+const fn peers<S: AlgorithmSettings>(
+    name: &'static str,
+    title: &'static str,
+    summary: &'static str,
+) -> Registration
+where
+    S::Algorithm: Gossip,
+{
+    let capabilities = Capabilities {
+        decentralized: true,
+        stale_updates: false,
+        private_updates: false,
+        cohorts: trains_in_cohorts::<S::Algorithm>(),
+        sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
+        client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
+        confidence_novelty: false,
+    };
+    line::<S>(name, title, summary, capabilities)
+}
+
+/// The line of the algorithm whose settings are `S`, able to do what `capabilities` say.
+const fn line<S: AlgorithmSettings>(
+    name: &'static str,
+    title: &'static str,
+    summary: &'static str,
+    capabilities: Capabilities,
+) -> Registration {
+    let declared = Declared {
+        title,
+        capabilities,
+    };
+    Registration::new::<S>(name, summary, S::EXAMPLE, declared, |fields| {
+        Ok(Box::new(read_settings::<S>(fields)?))
+    })
+}
+
+/// The names of the registered algorithms that have `wanted`, as "`a`, `b` or `c`".
+pub fn names_where(wanted: impl Fn(&Capabilities) -> bool) -> String {
+    let names: Vec<String> = REGISTRY
+        .iter()
+        .filter(|r| wanted(&r.declared.capabilities))
+        .map(|r| format!("`{}`", r.name))
+        .collect();
+    match names.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
 }
 
 /// What runs an algorithm once the registry has built it: the simulation (with a server or
@@ -364,22 +363,16 @@ mod start {
 }
 
 /// Settings of some registered algorithm, their type erased.
-trait Settings: fmt::Debug + Send + Sync {
-    fn as_any(&self) -> &dyn Any;
-    fn fields(&self) -> Value;
+pub trait Settings: ErasedSettings {
+    fn clone_box(&self) -> Box<dyn Settings>;
     fn validate(&self) -> Result<(), FieldError>;
     fn check_files(&self) -> Result<(), FieldError>;
     fn check_input(&self, input: InputShape) -> Result<(), FieldError>;
-    fn clone_box(&self) -> Box<dyn Settings>;
 }
 
 impl<S: AlgorithmSettings> Settings for S {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn fields(&self) -> Value {
-        serde_yaml::to_value(self).unwrap_or(Value::Null)
+    fn clone_box(&self) -> Box<dyn Settings> {
+        Box::new(self.clone())
     }
 
     fn validate(&self) -> Result<(), FieldError> {
@@ -393,35 +386,14 @@ impl<S: AlgorithmSettings> Settings for S {
     fn check_input(&self, input: InputShape) -> Result<(), FieldError> {
         AlgorithmSettings::check_input(self, input)
     }
-
-    fn clone_box(&self) -> Box<dyn Settings> {
-        Box::new(self.clone())
-    }
 }
 
 /// Which algorithm a scenario runs, with its settings: `algorithm: {name: fedavg, ...}`.
-pub struct AlgorithmSpec {
-    registration: &'static Registration,
-    settings: Box<dyn Settings>,
-}
+pub type AlgorithmSpec = Chosen<Algorithms>;
 
 impl AlgorithmSpec {
-    /// The algorithm `name` with `fields` (a mapping of its settings, without `name`).
-    pub fn parse(name: &str, fields: Value) -> Result<AlgorithmSpec, String> {
-        let registration = Registration::find(name)
-            .ok_or_else(|| unknown(name, REGISTRY.iter().map(|r| r.name)))?;
-        Ok(AlgorithmSpec {
-            registration,
-            settings: (registration.parse)(fields)?,
-        })
-    }
-
-    pub fn name(&self) -> &'static str {
-        self.registration.name
-    }
-
     pub fn capabilities(&self) -> Capabilities {
-        self.registration.capabilities
+        self.declared().capabilities
     }
 
     /// Whether the algorithm runs on peers over a `topology` instead of with a server.
@@ -441,17 +413,17 @@ impl AlgorithmSpec {
 
     /// Checks the algorithm's own settings; a path is below `algorithm`.
     pub fn validate(&self) -> Result<(), FieldError> {
-        self.settings.validate()
+        self.erased().validate()
     }
 
     /// Reads the files the settings name (the pre-flight); a path is below `algorithm`.
     pub fn check_files(&self) -> Result<(), FieldError> {
-        self.settings.check_files()
+        self.erased().check_files()
     }
 
     /// Checks the settings against rows of shape `input`; a path is below `algorithm`.
     pub fn check_input(&self, input: InputShape) -> Result<(), FieldError> {
-        self.settings.check_input(input)
+        self.erased().check_input(input)
     }
 
     /// Builds the algorithm for `launcher`'s population and hands it over; an error says
@@ -459,44 +431,27 @@ impl AlgorithmSpec {
     pub fn launch<L: Launcher>(&self, launcher: L) -> Result<L::Output, FieldError> {
         let index = REGISTRY
             .iter()
-            .position(|r| std::ptr::eq(r, self.registration))
+            .position(|r| std::ptr::eq(r, self.registration()))
             .expect("a registration is an item of the registry");
-        start_registered(index, self.settings.as_any(), launcher)
+        start_registered(index, self.erased().as_any(), launcher)
     }
 }
-
-crate::spec::catalogue::section_traits!(AlgorithmSpec, name, "name", "{name: fedavg}", REGISTRY);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_yaml::Value;
 
     #[test]
-    fn names_are_unique_and_found() {
-        for (i, r) in REGISTRY.iter().enumerate() {
-            assert!(REGISTRY[..i].iter().all(|o| o.name != r.name), "{}", r.name);
-            assert_eq!(Registration::find(r.name).unwrap().name, r.name);
-        }
-    }
-
-    #[test]
-    fn every_algorithm_parses_its_defaults_and_round_trips() {
-        for r in REGISTRY {
-            let fields: Value = serde_yaml::from_str(r.example).unwrap();
-            let spec =
-                AlgorithmSpec::parse(r.name, fields).unwrap_or_else(|e| panic!("{}: {e}", r.name));
-            let text = serde_yaml::to_string(&spec).unwrap();
-            assert!(text.starts_with(&format!("name: {}\n", r.name)), "{text}");
-            let back: AlgorithmSpec = serde_yaml::from_str(&text).unwrap();
-            assert_eq!(back, spec);
-            spec.validate()
-                .unwrap_or_else(|e| panic!("{}: defaults invalid: {e:?}", r.name));
-        }
+    fn every_algorithm_parses_its_example_and_round_trips() {
+        catalogue::check_catalogue::<Algorithms>(|spec| {
+            spec.validate().map_err(|e| format!("{e:?}"))
+        });
     }
 
     #[test]
     fn capabilities_come_from_the_algorithms() {
-        let get = |n: &str| Registration::find(n).unwrap().capabilities;
+        let get = |n: &str| Registration::find(n).unwrap().declared.capabilities;
         assert!(get("fedavg").stale_updates && !get("fedavg").decentralized);
         assert!(get("fedem").stale_updates);
         assert!(!get("pfedme").stale_updates && !get("clustered").stale_updates);
@@ -517,10 +472,7 @@ mod tests {
         }
         assert!(!get("noop").cohorts, "noop trains nothing");
         assert!(get("d_psgd").decentralized && get("d_fedem").decentralized);
-        assert_eq!(
-            Registration::names_where(|c| c.decentralized),
-            "`d_psgd` or `d_fedem`"
-        );
+        assert_eq!(names_where(|c| c.decentralized), "`d_psgd` or `d_fedem`");
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub fn algorithms() -> Result<i32> {
     );
     let yes = |b: bool| if b { "yes" } else { "no" };
     for r in fedsim::algorithms::registry::REGISTRY {
-        let c = r.capabilities;
+        let c = r.declared.capabilities;
         let on = if c.decentralized { "peers" } else { "server" };
         outln!(
             "{:<12} {:<8} {:<6} {:<8} {:<14} {}",
@@ -44,15 +44,15 @@ pub fn datasets() -> Result<i32> {
         "on demand"
     );
     for r in fedsim::data::DATASETS {
-        let rows = match r.source {
+        let rows = match r.declared.source {
             Source::Generated => "generated from the seed".to_string(),
             Source::Fetched(name) => format!("fedsim data fetch {name}"),
             Source::File => "a file (`path`)".to_string(),
         };
-        let on_demand = if r.on_demand { "yes" } else { "no" };
+        let on_demand = if r.declared.on_demand { "yes" } else { "no" };
         outln!(
             "{:<18} {:<26} {:<10} {}",
-            r.kind,
+            r.name,
             rows,
             on_demand,
             r.summary
@@ -64,12 +64,12 @@ pub fn datasets() -> Result<i32> {
 pub fn models() -> Result<i32> {
     outln!("{:<14} {:<22} what it is", "kind", "inputs");
     for r in fedsim::models::MODELS {
-        let inputs = match r.inputs {
+        let inputs = match r.declared.inputs {
             Inputs::Any => "any (flattened)".to_string(),
             Inputs::Images { min_side } => format!("images ≥ {min_side}×{min_side}"),
             Inputs::Tokens => "token windows".to_string(),
         };
-        outln!("{:<14} {:<22} {}", r.kind, inputs, r.summary);
+        outln!("{:<14} {:<22} {}", r.name, inputs, r.summary);
     }
     finish(0)
 }

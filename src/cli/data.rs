@@ -33,8 +33,8 @@ pub fn data(args: DataArgs) -> Result<i32> {
                 outln!("{:<14} {:<22} {}", set.name, state, set.title);
             }
             for r in fedsim::data::DATASETS {
-                if r.source == Source::File {
-                    outln!("{:<14} {:<22} {}", r.kind, "a file (`path`)", r.summary);
+                if r.declared.source == Source::File {
+                    outln!("{:<14} {:<22} {}", r.name, "a file (`path`)", r.summary);
                 }
             }
         }

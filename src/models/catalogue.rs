@@ -7,48 +7,49 @@
 //! nothing more. Validation and `fedsim models` read only this catalogue.
 
 use super::{InitScheme, InputShape, Layer, ModelInit};
-use crate::spec::catalogue::{read_settings, unknown, ItemSettings, SchemaOf};
+use crate::spec::catalogue::{
+    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
+};
 use crate::spec::FieldError;
 use serde_yaml::Value;
-use std::any::{Any, TypeId};
 use std::fmt;
 
 /// The catalogue: every model family a scenario can name, in the order `fedsim models` lists
 /// them. The first is the default (`model:` left out).
 pub static MODELS: &[Registration] = &[
-    Registration::of::<super::dense::LinearSpec>(
+    entry::<super::dense::LinearSpec>(
         "linear",
         "logistic regression for two classes, softmax regression otherwise",
     ),
-    Registration::of::<super::dense::MlpSpec>(
+    entry::<super::dense::MlpSpec>(
         "mlp",
         "fully connected ReLU network with the given hidden widths",
     ),
-    Registration::of::<super::conv::CnnSpec>(
+    entry::<super::conv::CnnSpec>(
         "cnn",
         "the FedEM authors' FemnistCNN: two 5×5 convolutions with max-pooling, dense 2048",
     ),
-    Registration::of::<super::conv::SmallCnnSpec>(
+    entry::<super::conv::SmallCnnSpec>(
         "small_cnn",
         "the small CNN of FedEM's App. I.1 (Keras' MNIST example), with dropout",
     ),
-    Registration::of::<super::lenet::Lenet5Spec>(
+    entry::<super::lenet::Lenet5Spec>(
         "lenet5",
         "LeNet-5 (LeCun et al. 1998) with ReLU and max-pooling",
     ),
-    Registration::of::<super::lstm::LstmSpec>(
+    entry::<super::lstm::LstmSpec>(
         "lstm",
         "embedding → stacked LSTM → dense decoder: the FedEM authors' next-character model",
     ),
-    Registration::of::<super::mobilenet::MobilenetV2Spec>(
+    entry::<super::mobilenet::MobilenetV2Spec>(
         "mobilenet_v2",
         "MobileNet-v2 as torchvision builds it, normalisation without running statistics",
     ),
-    Registration::of::<super::layers::LayersSpec>(
+    entry::<super::layers::LayersSpec>(
         "layers",
         "the scenario's own list of layers, shapes inferred from the data",
     ),
-    Registration::of::<super::script::TorchScriptSpec>(
+    entry::<super::script::TorchScriptSpec>(
         "torchscript",
         "a TorchScript module (torch.jit.trace or script), trained per client",
     ),
@@ -115,54 +116,47 @@ pub trait ModelSettings: ItemSettings {
     fn network(&self, input: InputShape, outputs: usize) -> Network;
 }
 
-/// One entry of the catalogue: a kind, the inputs it takes, and how its settings are read.
-pub struct Registration {
-    pub kind: &'static str,
+/// The catalogue of model families.
+pub struct Models;
+
+impl Catalogue for Models {
+    const TAG: &'static str = "kind";
+    const EXAMPLE_SECTION: &'static str = "{kind: mlp, hidden: [64]}";
+    const SCHEMA_NAME: &'static str = "ModelSpec";
+    type Declared = Declared;
+    type Settings = dyn Settings;
+    fn items() -> &'static [Registration] {
+        MODELS
+    }
+    fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
+        settings.clone_box()
+    }
+}
+
+/// What the catalogue declares of a model family.
+pub struct Declared {
+    /// The inputs it takes ([`ModelSettings::INPUTS`]).
     pub inputs: Inputs,
-    pub summary: &'static str,
-    /// The smallest valid settings ([`ModelSettings::EXAMPLE`]).
-    pub example: &'static str,
     /// [`ModelSettings::READS_FILE`].
     pub reads_file: bool,
-    /// The JSON Schema of its settings.
-    pub schema: SchemaOf,
-    parse: fn(Value) -> Result<Box<dyn Settings>, String>,
-    settings_type: fn() -> TypeId,
 }
 
-impl Registration {
-    pub const fn of<S: ModelSettings>(kind: &'static str, summary: &'static str) -> Self {
-        Registration {
-            kind,
-            inputs: S::INPUTS,
-            summary,
-            example: S::EXAMPLE,
-            reads_file: S::READS_FILE,
-            schema: S::json_schema,
-            parse: parse::<S>,
-            settings_type: TypeId::of::<S>,
-        }
-    }
+/// One entry of the catalogue: a kind, the inputs it takes, and how its settings are read.
+pub type Registration = catalogue::Registration<Models>;
 
-    /// The registered model family called `kind`.
-    pub fn find(kind: &str) -> Option<&'static Registration> {
-        MODELS.iter().find(|r| r.kind == kind)
-    }
-
-    /// `{kind: …}` with the example settings, as a scenario's `model:` section (flow style).
-    pub fn example_section(&self) -> String {
-        crate::spec::catalogue::example_section("kind", self.kind, self.example)
-    }
-}
-
-fn parse<S: ModelSettings>(fields: Value) -> Result<Box<dyn Settings>, String> {
-    Ok(Box::new(read_settings::<S>(fields)?))
+/// The entry of the model family whose settings are `S`.
+const fn entry<S: ModelSettings>(kind: &'static str, summary: &'static str) -> Registration {
+    let declared = Declared {
+        inputs: S::INPUTS,
+        reads_file: S::READS_FILE,
+    };
+    Registration::new::<S>(kind, summary, S::EXAMPLE, declared, |fields| {
+        Ok(Box::new(read_settings::<S>(fields)?))
+    })
 }
 
 /// Settings of some registered model family, their type erased.
-trait Settings: fmt::Debug + Send + Sync {
-    fn as_any(&self) -> &dyn Any;
-    fn fields(&self) -> Value;
+pub trait Settings: ErasedSettings {
     fn clone_box(&self) -> Box<dyn Settings>;
     fn validate(&self) -> Result<(), FieldError>;
     fn check_shape(&self, input: InputShape, outputs: Option<usize>) -> Result<(), FieldError>;
@@ -170,12 +164,6 @@ trait Settings: fmt::Debug + Send + Sync {
 }
 
 impl<S: ModelSettings> Settings for S {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn fields(&self) -> Value {
-        serde_yaml::to_value(self).unwrap_or(Value::Null)
-    }
     fn clone_box(&self) -> Box<dyn Settings> {
         Box::new(self.clone())
     }
@@ -190,10 +178,11 @@ impl<S: ModelSettings> Settings for S {
     }
 }
 
-/// The model family, as a scenario names it: `model: {kind: mlp, hidden: [64]}`.
+/// The model family, as a scenario names it: `model: {kind: mlp, hidden: [64]}`, with the
+/// `init` field every family has.
+#[derive(Clone, PartialEq)]
 pub struct ModelSpec {
-    registration: &'static Registration,
-    settings: Box<dyn Settings>,
+    family: Chosen<Models>,
     /// `init: {from: FILE}`: the initial global models from a file instead of drawn.
     pub init: Option<ModelInit>,
 }
@@ -201,8 +190,6 @@ pub struct ModelSpec {
 impl ModelSpec {
     /// The family `kind` with `fields` (a mapping of its settings, without `kind`).
     pub fn parse(kind: &str, fields: Value) -> Result<ModelSpec, String> {
-        let registration =
-            Registration::find(kind).ok_or_else(|| unknown(kind, MODELS.iter().map(|r| r.kind)))?;
         // `init` is every family's; the rest are the family's own settings.
         let (fields, init) = match fields {
             Value::Mapping(mut map) => {
@@ -211,6 +198,7 @@ impl ModelSpec {
             }
             other => (other, None),
         };
+        let family = Chosen::parse(kind, fields)?;
         let init = match init {
             None | Some(Value::Null) => None,
             Some(v) => Some(read_settings::<ModelInit>(v).map_err(
@@ -220,22 +208,13 @@ impl ModelSpec {
                 },
             )?),
         };
-        Ok(ModelSpec {
-            registration,
-            settings: (registration.parse)(fields)?,
-            init,
-        })
+        Ok(ModelSpec { family, init })
     }
 
     /// The registered family whose settings are `settings`.
     pub fn of<S: ModelSettings>(settings: S) -> ModelSpec {
-        let registration = MODELS
-            .iter()
-            .find(|r| (r.settings_type)() == TypeId::of::<S>())
-            .expect("a model's settings type has its entry in the catalogue");
         ModelSpec {
-            registration,
-            settings: Box::new(settings),
+            family: Chosen::<Models>::of_boxed::<S>(Box::new(settings)),
             init: None,
         }
     }
@@ -246,40 +225,40 @@ impl ModelSpec {
     }
 
     pub fn kind(&self) -> &'static str {
-        self.registration.kind
+        self.family.name()
     }
 
     pub fn registration(&self) -> &'static Registration {
-        self.registration
+        self.family.registration()
     }
 
     /// The settings as their own type, where they are of type `S`.
     pub fn settings<S: ModelSettings>(&self) -> Option<&S> {
-        self.settings.as_any().downcast_ref()
+        self.family.settings()
     }
 
     /// Checks the settings; an error's path is below `model`.
     pub fn validate(&self) -> Result<(), FieldError> {
-        self.settings.validate()
+        self.family.erased().validate()
     }
 
     /// Checks the settings against rows of `input` and a data set of `classes` classes where
     /// they are known (after [`Self::check_input`]); an error's path is below `model`.
     pub fn check_shape(&self, input: InputShape, classes: Option<usize>) -> Result<(), FieldError> {
         let outputs = classes.map(|c| if c == 2 { 1 } else { c });
-        self.settings.check_shape(input, outputs)
+        self.family.erased().check_shape(input, outputs)
     }
 
     /// The network for inputs of `input` and `outputs` outputs (after [`Self::check_input`]
     /// and [`Self::check_shape`]).
     pub fn network(&self, input: InputShape, outputs: usize) -> Network {
-        self.settings.network(input, outputs)
+        self.family.erased().network(input, outputs)
     }
 
     /// Whether this model can take inputs of `shape`; the message says why not.
     pub fn check_input(&self, shape: InputShape) -> Result<(), String> {
         let name = self.kind();
-        match (self.registration.inputs, shape) {
+        match (self.family.declared().inputs, shape) {
             (Inputs::Any, _) | (Inputs::Tokens, InputShape::Tokens { .. }) => Ok(()),
             (Inputs::Tokens, _) => Err(format!(
                 "`{name}` needs token data (a text data set such as `shakespeare`)"
@@ -307,23 +286,19 @@ impl ModelSpec {
 /// The first family of the catalogue (`linear`) with its defaults.
 impl Default for ModelSpec {
     fn default() -> Self {
-        ModelSpec::parse(MODELS[0].kind, Value::Null).expect("the default model has defaults")
+        ModelSpec::parse(MODELS[0].name, Value::Null).expect("the default model has defaults")
     }
 }
 
-// The catalogue's section traits, by hand for the `init` field every family has.
+// The section's traits, by hand for the `init` field every family has.
 impl schemars::JsonSchema for ModelSpec {
     fn schema_name() -> std::borrow::Cow<'static, str> {
-        "ModelSpec".into()
+        Models::SCHEMA_NAME.into()
     }
 
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
         let init = generator.subschema_for::<ModelInit>().to_value();
-        let mut schema = crate::spec::catalogue::section_schema(
-            "kind",
-            generator,
-            MODELS.iter().map(|r| (r.kind, r.summary, r.schema)),
-        );
+        let mut schema = Chosen::<Models>::json_schema(generator);
         if let Some(serde_json::Value::Array(items)) = schema.get_mut("oneOf") {
             for item in items {
                 if let Some(serde_json::Value::Object(p)) = item.get_mut("properties") {
@@ -335,19 +310,9 @@ impl schemars::JsonSchema for ModelSpec {
     }
 }
 
-impl Clone for ModelSpec {
-    fn clone(&self) -> Self {
-        ModelSpec {
-            registration: self.registration,
-            settings: self.settings.clone_box(),
-            init: self.init.clone(),
-        }
-    }
-}
-
 impl fmt::Debug for ModelSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {:?}", self.kind(), self.settings)?;
+        write!(f, "{:?}", self.family)?;
         match &self.init {
             Some(init) => write!(f, " init {init:?}"),
             None => Ok(()),
@@ -355,18 +320,13 @@ impl fmt::Debug for ModelSpec {
     }
 }
 
-impl PartialEq for ModelSpec {
-    fn eq(&self, other: &Self) -> bool {
-        self.kind() == other.kind()
-            && self.settings.fields() == other.settings.fields()
-            && self.init == other.init
-    }
-}
-
 impl serde::Serialize for ModelSpec {
     fn serialize<Z: serde::Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
-        let mut section =
-            crate::spec::catalogue::tagged("kind", self.kind(), &self.settings.fields());
+        let mut section = crate::spec::catalogue::tagged(
+            Models::TAG,
+            self.kind(),
+            &self.family.erased().fields(),
+        );
         if let Some(init) = &self.init {
             section.insert(
                 "init".into(),
@@ -382,7 +342,7 @@ impl<'de> serde::Deserialize<'de> for ModelSpec {
         use serde::de::Error as _;
         let section = <Value as serde::Deserialize>::deserialize(deserializer)?;
         let (name, fields) =
-            crate::spec::catalogue::split_tag(section, "kind", "{kind: mlp, hidden: [64]}")
+            crate::spec::catalogue::split_tag(section, Models::TAG, Models::EXAMPLE_SECTION)
                 .map_err(D::Error::custom)?;
         ModelSpec::parse(&name, fields).map_err(D::Error::custom)
     }
@@ -392,34 +352,26 @@ impl<'de> serde::Deserialize<'de> for ModelSpec {
 mod tests {
     use super::*;
 
-    #[test]
-    fn kinds_are_unique_and_found() {
-        for (i, r) in MODELS.iter().enumerate() {
-            assert!(MODELS[..i].iter().all(|o| o.kind != r.kind), "{}", r.kind);
-            assert_eq!(Registration::find(r.kind).unwrap().kind, r.kind);
-        }
-        assert_eq!(ModelSpec::default().kind(), "linear");
-    }
-
     /// Every family reads its example, writes it back `kind` first, reads that again, and
     /// builds a network for an input it takes.
     #[test]
     fn every_model_round_trips_and_builds() {
-        for r in MODELS.iter().filter(|r| !r.reads_file) {
-            let spec = ModelSpec::from_yaml(&r.example_section())
-                .unwrap_or_else(|e| panic!("{}: {e}", r.kind));
-            let text = serde_yaml::to_string(&spec).unwrap();
-            assert!(text.starts_with(&format!("kind: {}\n", r.kind)), "{text}");
-            assert_eq!(ModelSpec::from_yaml(&text).unwrap(), spec);
-            spec.validate()
-                .unwrap_or_else(|e| panic!("{}: example invalid: {e:?}", r.kind));
-            let input = match r.inputs {
+        assert_eq!(ModelSpec::default().kind(), "linear");
+        catalogue::check_catalogue::<Models>(|family| {
+            let r = family.registration();
+            let spec = ModelSpec::from_yaml(&r.example_section())?;
+            spec.validate().map_err(|e| format!("{e:?}"))?;
+            if r.declared.reads_file {
+                return Ok(());
+            }
+            let input = match r.declared.inputs {
                 Inputs::Any => InputShape::Flat(6),
                 Inputs::Images { min_side } => InputShape::Image([1, min_side, min_side]),
                 Inputs::Tokens => InputShape::Tokens { len: 5, vocab: 7 },
             };
-            spec.check_input(input).unwrap();
-            assert!(!spec.network(input, 3).layers.is_empty(), "{}", r.kind);
-        }
+            spec.check_input(input)?;
+            assert!(!spec.network(input, 3).layers.is_empty(), "{}", r.name);
+            Ok(())
+        });
     }
 }

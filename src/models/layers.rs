@@ -816,10 +816,10 @@ mod tests {
     fn every_family_is_a_layer_list() {
         for r in MODELS
             .iter()
-            .filter(|r| r.kind != "layers" && !r.reads_file)
+            .filter(|r| r.name != "layers" && !r.declared.reads_file)
         {
             let spec = ModelSpec::from_yaml(&r.example_section()).unwrap();
-            let inputs = match r.inputs {
+            let inputs = match r.declared.inputs {
                 Inputs::Any => vec![InputShape::Flat(6), InputShape::Image([1, 28, 28])],
                 Inputs::Images { min_side } => vec![
                     InputShape::Image([1, min_side.max(28), min_side.max(28)]),
@@ -836,7 +836,7 @@ mod tests {
                     list.validate().unwrap();
                     list.check_shape(input, None).unwrap();
                     let rebuilt = list.network(input, outputs);
-                    let what = format!("{} on {input:?}:\n{text}", r.kind);
+                    let what = format!("{} on {input:?}:\n{text}", r.name);
                     assert!(rebuilt.layers == network.layers, "{what}");
                     assert!(rebuilt.init == network.init, "{what}");
                 }

@@ -346,9 +346,12 @@ mod tests {
     /// reads back bit for bit: one model with plain names, several with prefixes.
     #[test]
     fn models_round_trip_through_a_file() {
-        for r in crate::models::MODELS.iter().filter(|r| !r.reads_file) {
+        for r in crate::models::MODELS
+            .iter()
+            .filter(|r| !r.declared.reads_file)
+        {
             let spec = ModelSpec::from_yaml(&r.example_section()).unwrap();
-            let input = match r.inputs {
+            let input = match r.declared.inputs {
                 crate::models::Inputs::Any => InputShape::Flat(6),
                 crate::models::Inputs::Images { min_side } => {
                     InputShape::Image([3, min_side.max(8), min_side.max(8)])
@@ -364,7 +367,7 @@ mod tests {
             };
             for models in [vec![model(0)], vec![model(0), model(1), model(2)]] {
                 let f = write(&models_to_safetensors(&a, &models));
-                assert_eq!(read_models(f.path(), &a).unwrap(), models, "{}", r.kind);
+                assert_eq!(read_models(f.path(), &a).unwrap(), models, "{}", r.name);
             }
             // Other state among the final models (FedGMM's Gaussians) is kept, not read back.
             let with_extra = vec![model(0), vec![1.5, -2.0], model(1)];

@@ -13,7 +13,7 @@ pub use raw::{RawLrSchedule, RawScenario, RawTraining};
 pub use reference::{json_schema, json_schema_text, reference_page, REFERENCE_PAGE, SCHEMA_FILE};
 
 use crate::algorithms::AlgorithmSpec;
-use crate::algorithms::{LrSchedule, Registration, Training};
+use crate::algorithms::{names_where, LrSchedule, Training};
 use crate::data::{DatasetSpec, InputShape, SplitSpec};
 use crate::models::ModelSpec;
 use crate::models::{LocalPlan, LocalWork};
@@ -463,7 +463,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
             format!(
                 "this policy aggregates stale updates, which `{}` cannot take; use it with {}",
                 raw.algorithm.name(),
-                Registration::names_where(|c| c.stale_updates && !c.decentralized)
+                names_where(|c| c.stale_updates && !c.decentralized)
             ),
         );
     }
@@ -570,7 +570,7 @@ fn validate_privacy(raw: &RawScenario, sampling: &Sampling) -> Result<(), FieldE
                     "`dp_sgd` trains local SGD runs of algorithms that declare what they send; \
                      `{}` does not; use it with {}",
                     raw.algorithm.name(),
-                    Registration::names_where(|c| c.private_updates && c.sgd_runs)
+                    names_where(|c| c.private_updates && c.sgd_runs)
                 ),
             ));
         }
@@ -583,7 +583,7 @@ fn validate_privacy(raw: &RawScenario, sampling: &Sampling) -> Result<(), FieldE
             "`{}` does not take client-level privacy (its aggregation is not a sum of what \
              clients send over a fixed count); use it with {}",
             raw.algorithm.name(),
-            Registration::names_where(|c| c.private_updates)
+            names_where(|c| c.private_updates)
         ));
     }
     if raw.policy.needs_stale_updates() {
@@ -684,7 +684,7 @@ fn validate_secure_aggregation(raw: &RawScenario) -> Result<(), FieldError> {
             "secure aggregation computes the sum of what clients send; `{}` does not aggregate \
              a sum on a server; use it with {}",
             raw.algorithm.name(),
-            Registration::names_where(|c| c.private_updates)
+            names_where(|c| c.private_updates)
         ));
     }
     if !matches!(raw.policy, PolicySpec::Synchronous { .. }) || raw.policy.needs_stale_updates() {
@@ -709,7 +709,7 @@ fn sends_declared_updates(raw: &RawScenario, section: &str, what: &str) -> Resul
         format!(
             "{what}; `{}` does not send updates it declares; use it with {}",
             raw.algorithm.name(),
-            Registration::names_where(|c| c.private_updates)
+            names_where(|c| c.private_updates)
         ),
     ))
 }
@@ -886,7 +886,7 @@ fn validate_decentralized(raw: &RawScenario) -> Result<(), FieldError> {
             format!(
                 "`{name}` needs a server; decentralized runs take {} (remove `topology` to run \
                  `{name}`)",
-                Registration::names_where(|c| c.decentralized)
+                names_where(|c| c.decentralized)
             ),
         );
     }
@@ -939,7 +939,7 @@ fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, FieldErr
                  and `{}` does not score novelty by one classifier's confidence; use it with {} \
                  (or `own`)",
                 raw.algorithm.name(),
-                Registration::names_where(|c| c.confidence_novelty)
+                names_where(|c| c.confidence_novelty)
             ),
         ));
     }

@@ -383,9 +383,9 @@ mod tests {
     fn the_schema_names_every_catalogue_item() {
         let text = json_schema_text();
         let names = (crate::algorithms::registry::REGISTRY.iter().map(|r| r.name))
-            .chain(crate::data::DATASETS.iter().map(|r| r.kind))
-            .chain(crate::models::MODELS.iter().map(|r| r.kind))
-            .chain(crate::data::PARTITIONS.iter().map(|r| r.kind));
+            .chain(crate::data::DATASETS.iter().map(|r| r.name))
+            .chain(crate::models::MODELS.iter().map(|r| r.name))
+            .chain(crate::data::PARTITIONS.iter().map(|r| r.name));
         for name in names {
             assert!(text.contains(&format!("\"const\": \"{name}\"")), "{name}");
         }

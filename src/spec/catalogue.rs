@@ -1,11 +1,16 @@
-//! What every catalogue (algorithms, data sets, models, partitioners) shares in reading and
-//! writing its section: the item is named by a tag field (`name:` or `kind:`), the other
-//! fields are the item's own settings, read by the item's serde type; errors inside them put
-//! their path first (`` `a.b`: message ``), which the scenario turns into a field path.
+//! What every catalogue (algorithms, data sets, models, partitioners) shares: its entries
+//! ([`Registration`]) and a scenario's section of it ([`Chosen`]), read and written here once.
+//! The item is named by a tag field (`name:` or `kind:`), the other fields are the item's own
+//! settings, read by the item's serde type; errors inside them put their path first
+//! (`` `a.b`: message ``), which the scenario turns into a field path. A catalogue itself
+//! (a marker type implementing [`Catalogue`]) lists its items and says what it declares of
+//! them; this room holds no item.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_yaml::{Mapping, Value};
+use std::any::{Any, TypeId};
+use std::fmt;
 
 /// Reads an item's settings from its `fields` (a mapping without the tag; `null` reads as an
 /// empty mapping). An error names the path inside the section where serde found it.
@@ -164,66 +169,218 @@ pub fn section_schema(
     })
 }
 
-/// The traits a catalogue's section type shares, written once. The type is
-/// `$spec { registration, settings: Box<dyn ...> }` with a `parse(name, fields)` constructor
-/// and the accessor `$name` of its item's name; its settings trait object has `fields()` and
-/// `clone_box()`. The section is written and read as `{$tag: <name>, <settings>...}`; its
-/// JSON Schema is one of the items of `$catalogue` (registrations with `$name`, `summary` and
-/// `schema`).
-macro_rules! section_traits {
-    ($spec:ident, $name:ident, $tag:literal, $example:literal, $catalogue:expr) => {
-        impl schemars::JsonSchema for $spec {
-            fn schema_name() -> std::borrow::Cow<'static, str> {
-                stringify!($spec).into()
-            }
-
-            fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                $crate::spec::catalogue::section_schema(
-                    $tag,
-                    generator,
-                    $catalogue.iter().map(|r| (r.$name, r.summary, r.schema)),
-                )
-            }
-        }
-
-        impl Clone for $spec {
-            fn clone(&self) -> Self {
-                $spec {
-                    registration: self.registration,
-                    settings: self.settings.clone_box(),
-                }
-            }
-        }
-
-        impl std::fmt::Debug for $spec {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, "{} {:?}", self.$name(), self.settings)
-            }
-        }
-
-        impl PartialEq for $spec {
-            fn eq(&self, other: &Self) -> bool {
-                self.$name() == other.$name() && self.settings.fields() == other.settings.fields()
-            }
-        }
-
-        impl serde::Serialize for $spec {
-            fn serialize<Z: serde::Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
-                let section =
-                    $crate::spec::catalogue::tagged($tag, self.$name(), &self.settings.fields());
-                serde::Serialize::serialize(&section, serializer)
-            }
-        }
-
-        impl<'de> serde::Deserialize<'de> for $spec {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                use serde::de::Error as _;
-                let section = <serde_yaml::Value as serde::Deserialize>::deserialize(deserializer)?;
-                let (name, fields) = $crate::spec::catalogue::split_tag(section, $tag, $example)
-                    .map_err(D::Error::custom)?;
-                $spec::parse(&name, fields).map_err(D::Error::custom)
-            }
-        }
-    };
+/// A catalogue of one concept's items (algorithms, data sets, models, partitioners), named by
+/// a marker type: its items are [`Registration`]s, a scenario's section of it is a [`Chosen`].
+/// What differs between catalogues is what each declares of an item beyond its settings
+/// ([`Catalogue::Declared`]) and the trait its settings implement ([`Catalogue::Settings`]).
+pub trait Catalogue: Sized + 'static {
+    /// The field that names an item in a scenario (`name` or `kind`).
+    const TAG: &'static str;
+    /// A section of this catalogue, for the message when one is not a mapping.
+    const EXAMPLE_SECTION: &'static str;
+    /// The name of a section's JSON Schema (its Rust type's name, e.g. `DatasetSpec`).
+    const SCHEMA_NAME: &'static str;
+    /// What the catalogue declares of each item beyond its settings (an algorithm's
+    /// capabilities, a model's inputs, where a data set's rows come from).
+    type Declared: Sync + 'static;
+    /// Some item's settings, their type erased (`dyn` of the catalogue's own settings trait).
+    type Settings: ?Sized + ErasedSettings;
+    /// Every item, in the order the docs list them.
+    fn items() -> &'static [Registration<Self>];
+    /// A copy of `settings`.
+    fn clone_settings(settings: &Self::Settings) -> Box<Self::Settings>;
 }
-pub(crate) use section_traits;
+
+/// What every item's settings can do once their type is erased.
+pub trait ErasedSettings: fmt::Debug + Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+    /// The settings as a scenario writes them (without the tag).
+    fn fields(&self) -> Value;
+}
+
+impl<S: ItemSettings> ErasedSettings for S {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn fields(&self) -> Value {
+        serde_yaml::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// One item of catalogue `C`: its name, what it is, and how its settings are read.
+pub struct Registration<C: Catalogue> {
+    /// The item's name: the value of the catalogue's tag (`name: fedavg`, `kind: mnist`).
+    pub name: &'static str,
+    pub summary: &'static str,
+    /// The smallest valid settings (a YAML flow mapping without the tag), for tests and docs.
+    pub example: &'static str,
+    /// The JSON Schema of its settings.
+    pub schema: SchemaOf,
+    /// What the catalogue declares of it ([`Catalogue::Declared`]).
+    pub declared: C::Declared,
+    parse: fn(Value) -> Result<Box<C::Settings>, String>,
+    settings_type: fn() -> TypeId,
+}
+
+impl<C: Catalogue> Registration<C> {
+    /// The entry of the item whose settings are `S`, read by `parse` (which boxes them as the
+    /// catalogue keeps them; only the catalogue can).
+    pub const fn new<S: ItemSettings>(
+        name: &'static str,
+        summary: &'static str,
+        example: &'static str,
+        declared: C::Declared,
+        parse: fn(Value) -> Result<Box<C::Settings>, String>,
+    ) -> Self {
+        Registration {
+            name,
+            summary,
+            example,
+            schema: S::json_schema,
+            declared,
+            parse,
+            settings_type: TypeId::of::<S>,
+        }
+    }
+
+    /// The item called `name`.
+    pub fn find(name: &str) -> Option<&'static Registration<C>> {
+        C::items().iter().find(|r| r.name == name)
+    }
+
+    /// The item whose settings are of type `S`.
+    fn of_type<S: 'static>() -> &'static Registration<C> {
+        C::items()
+            .iter()
+            .find(|r| (r.settings_type)() == TypeId::of::<S>())
+            .expect("an item's settings type has its entry in the catalogue")
+    }
+
+    /// `{tag: name}` with the example settings, as a scenario's section (flow style).
+    pub fn example_section(&self) -> String {
+        example_section(C::TAG, self.name, self.example)
+    }
+}
+
+/// A scenario's section of catalogue `C`: the item it names, with its settings, written and
+/// read as `{tag: name, settings...}`.
+pub struct Chosen<C: Catalogue> {
+    registration: &'static Registration<C>,
+    settings: Box<C::Settings>,
+}
+
+impl<C: Catalogue> Chosen<C> {
+    /// The item `name` with `fields` (a mapping of its settings, without the tag).
+    pub fn parse(name: &str, fields: Value) -> Result<Self, String> {
+        let registration = Registration::find(name)
+            .ok_or_else(|| unknown(name, C::items().iter().map(|r| r.name)))?;
+        Ok(Chosen {
+            registration,
+            settings: (registration.parse)(fields)?,
+        })
+    }
+
+    /// The item whose settings are `settings` (`S`), boxed by the catalogue.
+    pub(crate) fn of_boxed<S: 'static>(settings: Box<C::Settings>) -> Self {
+        Chosen {
+            registration: Registration::of_type::<S>(),
+            settings,
+        }
+    }
+
+    /// The item's name.
+    pub fn name(&self) -> &'static str {
+        self.registration.name
+    }
+
+    pub fn registration(&self) -> &'static Registration<C> {
+        self.registration
+    }
+
+    /// What the catalogue declares of the item.
+    pub fn declared(&self) -> &'static C::Declared {
+        &self.registration.declared
+    }
+
+    /// The settings as their own type, where they are of type `S`.
+    pub fn settings<S: 'static>(&self) -> Option<&S> {
+        self.settings.as_any().downcast_ref()
+    }
+
+    /// The settings as the catalogue's trait object.
+    pub(crate) fn erased(&self) -> &C::Settings {
+        &self.settings
+    }
+}
+
+impl<C: Catalogue> schemars::JsonSchema for Chosen<C> {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        C::SCHEMA_NAME.into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        section_schema(
+            C::TAG,
+            generator,
+            C::items().iter().map(|r| (r.name, r.summary, r.schema)),
+        )
+    }
+}
+
+impl<C: Catalogue> Clone for Chosen<C> {
+    fn clone(&self) -> Self {
+        Chosen {
+            registration: self.registration,
+            settings: C::clone_settings(&self.settings),
+        }
+    }
+}
+
+impl<C: Catalogue> fmt::Debug for Chosen<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {:?}", self.name(), self.settings)
+    }
+}
+
+impl<C: Catalogue> PartialEq for Chosen<C> {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name() && self.settings.fields() == other.settings.fields()
+    }
+}
+
+impl<C: Catalogue> Serialize for Chosen<C> {
+    fn serialize<Z: serde::Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
+        tagged(C::TAG, self.name(), &self.settings.fields()).serialize(serializer)
+    }
+}
+
+impl<'de, C: Catalogue> serde::Deserialize<'de> for Chosen<C> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let section = Value::deserialize(deserializer)?;
+        let (name, fields) =
+            split_tag(section, C::TAG, C::EXAMPLE_SECTION).map_err(D::Error::custom)?;
+        Chosen::parse(&name, fields).map_err(D::Error::custom)
+    }
+}
+
+/// Checks that catalogue `C`'s names are unique and found, and that every item reads its
+/// example, writes it back tag first and reads that again, and that the example is `valid`.
+#[cfg(test)]
+pub fn check_catalogue<C: Catalogue>(valid: impl Fn(&Chosen<C>) -> Result<(), String>) {
+    let items = C::items();
+    for (i, r) in items.iter().enumerate() {
+        assert!(items[..i].iter().all(|o| o.name != r.name), "{}", r.name);
+        assert!(std::ptr::eq(Registration::<C>::find(r.name).unwrap(), r));
+        let fields: Value = serde_yaml::from_str(r.example).unwrap();
+        let spec = Chosen::<C>::parse(r.name, fields).unwrap_or_else(|e| panic!("{}: {e}", r.name));
+        let text = serde_yaml::to_string(&spec).unwrap();
+        assert!(
+            text.starts_with(&format!("{}: {}\n", C::TAG, r.name)),
+            "{text}"
+        );
+        let back: Chosen<C> = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(back, spec);
+        valid(&spec).unwrap_or_else(|e| panic!("{}: example invalid: {e}", r.name));
+    }
+}

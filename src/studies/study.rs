@@ -397,8 +397,9 @@ const SYMBOLS: [(&str, &str); 6] = [
 /// (`{name: fedem, components: 3}` → `FedEM (M = 3)`), any other value as `field = value`
 /// (the last part of the field's path).
 fn readable(axis: &str, value: &str) -> String {
-    let title =
-        |name: &str| crate::algorithms::Registration::find(name).map(|r| r.title.to_string());
+    let title = |name: &str| {
+        crate::algorithms::Registration::find(name).map(|r| r.declared.title.to_string())
+    };
     let parsed: Option<serde_yaml::Value> = serde_yaml::from_str(value).ok();
     if let Some(serde_yaml::Value::Mapping(m)) = &parsed {
         let name = m.get("name").and_then(|n| n.as_str());

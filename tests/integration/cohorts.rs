@@ -81,7 +81,9 @@ pub(crate) fn assert_close(what: &str, a: &Outcome, b: &Outcome, tol: f64) {
 fn cohort_algorithms(peers: bool) -> Vec<String> {
     let found: Vec<String> = fedsim::algorithms::registry::REGISTRY
         .iter()
-        .filter(|r| r.capabilities.cohorts && r.capabilities.decentralized == peers)
+        .filter(|r| {
+            r.declared.capabilities.cohorts && r.declared.capabilities.decentralized == peers
+        })
         .map(|r| format!("algorithm={}", r.example_section()))
         .collect();
     assert!(found.len() >= if peers { 2 } else { 11 }, "{found:?}");
@@ -93,7 +95,7 @@ fn cohort_algorithms(peers: bool) -> Vec<String> {
 fn flat_models() -> Vec<String> {
     let found: Vec<String> = fedsim::models::MODELS
         .iter()
-        .filter(|r| r.inputs == fedsim::models::Inputs::Any && !r.reads_file)
+        .filter(|r| r.declared.inputs == fedsim::models::Inputs::Any && !r.declared.reads_file)
         .map(|r| format!("model={}", r.example_section()))
         .collect();
     assert!(found.len() >= 2, "{found:?}");
@@ -181,7 +183,7 @@ fn image_models_that_stack() -> Vec<String> {
     let input = InputShape::Image([1, 28, 28]);
     MODELS
         .iter()
-        .filter(|r| matches!(r.inputs, Inputs::Images { .. }))
+        .filter(|r| matches!(r.declared.inputs, Inputs::Images { .. }))
         .filter_map(|r| {
             let spec = ModelSpec::from_yaml(&r.example_section()).expect("examples read");
             let fits = spec.check_input(input).is_ok();

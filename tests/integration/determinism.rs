@@ -81,11 +81,11 @@ fn check_overrides(text: &str, name: &str, overrides: &[String]) {
 #[test]
 fn every_generated_data_set_is_deterministic_across_threads_and_reruns() {
     for r in fedsim::data::DATASETS {
-        if r.source != fedsim::data::Source::Generated {
+        if r.declared.source != fedsim::data::Source::Generated {
             continue;
         }
-        let overrides = vec![format!("data={{kind: {}, clients: 12}}", r.kind)];
-        check_overrides(SMALL, r.kind, &overrides);
+        let overrides = vec![format!("data={{kind: {}, clients: 12}}", r.name)];
+        check_overrides(SMALL, r.name, &overrides);
     }
 }
 
@@ -97,7 +97,7 @@ fn every_registered_algorithm_is_deterministic_across_threads_and_reruns() {
     let peers = SMALL.replace("sampling: {fraction: 0.5}\n", "");
     for r in fedsim::algorithms::registry::REGISTRY {
         let mut overrides = vec![format!("algorithm={}", r.example_section())];
-        let text = if r.capabilities.decentralized {
+        let text = if r.declared.capabilities.decentralized {
             overrides
                 .push("topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}".into());
             peers.as_str()
@@ -409,7 +409,7 @@ fn spilling_leaves_every_result_file_as_it_was() {
         .iter()
         .map(|r| {
             let mut overrides = vec![format!("algorithm={}", r.example_section())];
-            let text = if r.capabilities.decentralized {
+            let text = if r.declared.capabilities.decentralized {
                 overrides.push(
                     "topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}".into(),
                 );

@@ -283,7 +283,7 @@ fn every_image_model_is_deterministic_across_threads() {
         return;
     }
     for r in fedsim::models::MODELS {
-        if matches!(r.inputs, fedsim::models::Inputs::Images { .. }) {
+        if matches!(r.declared.inputs, fedsim::models::Inputs::Images { .. }) {
             let model = format!("model={}", r.example_section());
             check_deterministic(&[&model, "rounds=1", "training.local_steps=1"]);
         }

@@ -2,34 +2,33 @@
 //! each in [`PARTITIONS`]. A partitioner is its file (its settings type, implementing
 //! [`PartitionSettings`]) plus one entry here.
 
-use crate::spec::catalogue::{read_settings, unknown, ItemSettings, SchemaOf};
+use crate::spec::catalogue::{
+    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
+};
 use crate::spec::FieldError;
 use rand_chacha::ChaCha20Rng;
-use serde_yaml::Value;
-use std::any::{Any, TypeId};
-use std::fmt;
 
 /// The catalogue: every partitioner a scenario can name, in the order the docs list them.
 pub static PARTITIONS: &[Registration] = &[
-    Registration::of::<super::NaturalSpec>("natural", "the data's own clients (FEMNIST's writers)"),
-    Registration::of::<super::IidSpec>("iid", "shuffled rows in equal parts"),
-    Registration::of::<super::DirichletSpec>(
+    entry::<super::NaturalSpec>("natural", "the data's own clients (FEMNIST's writers)"),
+    entry::<super::IidSpec>("iid", "shuffled rows in equal parts"),
+    entry::<super::DirichletSpec>(
         "dirichlet",
         "each label's rows in Dir(α) proportions (FedEM's split_dataset_by_labels)",
     ),
-    Registration::of::<super::ShardsSpec>(
+    entry::<super::ShardsSpec>(
         "shards",
         "label-sorted shards, a few per client (McMahan et al.'s pathological split)",
     ),
-    Registration::of::<super::PfedmeSpec>(
+    entry::<super::PfedmeSpec>(
         "pfedme",
         "client u holds labels u, u + 1, … (pFedMe's MNIST split)",
     ),
-    Registration::of::<super::QuantitySkewSpec>(
+    entry::<super::QuantitySkewSpec>(
         "quantity_skew",
         "shuffled rows, clients' shares of them drawn from Dir(α) (quantity skew)",
     ),
-    Registration::of::<super::PachinkoSpec>(
+    entry::<super::PachinkoSpec>(
         "pachinko",
         "Pachinko allocation over coarse and fine labels (CIFAR-100 in FedEM)",
     ),
@@ -66,45 +65,35 @@ pub trait PartitionSettings: ItemSettings {
     ) -> Result<Vec<Vec<usize>>, String>;
 }
 
-/// One entry of the catalogue.
-pub struct Registration {
-    pub kind: &'static str,
-    pub summary: &'static str,
-    /// The smallest valid settings ([`PartitionSettings::EXAMPLE`]).
-    pub example: &'static str,
-    /// The JSON Schema of its settings.
-    pub schema: SchemaOf,
-    parse: fn(Value) -> Result<Box<dyn Settings>, String>,
-    settings_type: fn() -> TypeId,
+/// The catalogue of partitioners.
+pub struct Partitions;
+
+impl Catalogue for Partitions {
+    const TAG: &'static str = "kind";
+    const EXAMPLE_SECTION: &'static str = "{kind: dirichlet, clients: 100, alpha: 0.5}";
+    const SCHEMA_NAME: &'static str = "PartitionSpec";
+    type Declared = ();
+    type Settings = dyn Settings;
+    fn items() -> &'static [Registration] {
+        PARTITIONS
+    }
+    fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
+        settings.clone_box()
+    }
 }
 
-impl Registration {
-    pub const fn of<S: PartitionSettings>(kind: &'static str, summary: &'static str) -> Self {
-        Registration {
-            kind,
-            summary,
-            example: S::EXAMPLE,
-            schema: S::json_schema,
-            parse: |fields| Ok(Box::new(read_settings::<S>(fields)?)),
-            settings_type: TypeId::of::<S>,
-        }
-    }
+/// One entry of the catalogue.
+pub type Registration = catalogue::Registration<Partitions>;
 
-    /// The registered partitioner called `kind`.
-    pub fn find(kind: &str) -> Option<&'static Registration> {
-        PARTITIONS.iter().find(|r| r.kind == kind)
-    }
-
-    /// `{kind: …}` with the example settings, as a `partition:` section (flow style).
-    pub fn example_section(&self) -> String {
-        crate::spec::catalogue::example_section("kind", self.kind, self.example)
-    }
+/// The entry of the partitioner whose settings are `S`.
+const fn entry<S: PartitionSettings>(kind: &'static str, summary: &'static str) -> Registration {
+    Registration::new::<S>(kind, summary, S::EXAMPLE, (), |fields| {
+        Ok(Box::new(read_settings::<S>(fields)?))
+    })
 }
 
 /// Settings of some registered partitioner, their type erased.
-trait Settings: fmt::Debug + Send + Sync {
-    fn as_any(&self) -> &dyn Any;
-    fn fields(&self) -> Value;
+pub trait Settings: ErasedSettings {
     fn clone_box(&self) -> Box<dyn Settings>;
     fn validate(&self) -> Result<(), FieldError>;
     fn clients(&self) -> Option<usize>;
@@ -118,12 +107,6 @@ trait Settings: fmt::Debug + Send + Sync {
 }
 
 impl<S: PartitionSettings> Settings for S {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn fields(&self) -> Value {
-        serde_yaml::to_value(self).unwrap_or(Value::Null)
-    }
     fn clone_box(&self) -> Box<dyn Settings> {
         Box::new(self.clone())
     }
@@ -147,57 +130,32 @@ impl<S: PartitionSettings> Settings for S {
 }
 
 /// How rows are dealt to clients (`data.partition` in a scenario).
-pub struct PartitionSpec {
-    registration: &'static Registration,
-    settings: Box<dyn Settings>,
-}
+pub type PartitionSpec = Chosen<Partitions>;
 
 impl PartitionSpec {
-    /// The partitioner `kind` with `fields` (its settings, without `kind`).
-    pub fn parse(kind: &str, fields: Value) -> Result<PartitionSpec, String> {
-        let registration = Registration::find(kind)
-            .ok_or_else(|| unknown(kind, PARTITIONS.iter().map(|r| r.kind)))?;
-        Ok(PartitionSpec {
-            registration,
-            settings: (registration.parse)(fields)?,
-        })
-    }
-
     /// The registered partitioner whose settings are `settings`.
     pub fn of<S: PartitionSettings>(settings: S) -> PartitionSpec {
-        let registration = PARTITIONS
-            .iter()
-            .find(|r| (r.settings_type)() == TypeId::of::<S>())
-            .expect("a partitioner's settings type has its entry in the catalogue");
-        PartitionSpec {
-            registration,
-            settings: Box::new(settings),
-        }
+        Chosen::<Partitions>::of_boxed::<S>(Box::new(settings))
     }
 
     pub fn kind(&self) -> &'static str {
-        self.registration.kind
-    }
-
-    /// The settings as their own type, where they are of type `S`.
-    pub fn settings<S: PartitionSettings>(&self) -> Option<&S> {
-        self.settings.as_any().downcast_ref()
+        self.name()
     }
 
     /// The fraction of the data's own clients kept, for a partitioner that keeps them
     /// (`natural`); `None` for one that deals a pool.
     pub fn natural_fraction(&self) -> Option<f64> {
-        self.settings.keeps_own_clients()
+        self.erased().keeps_own_clients()
     }
 
     /// Checks the parameters; an error's path is below `partition`.
     pub fn validate(&self) -> Result<(), FieldError> {
-        self.settings.validate()
+        self.erased().validate()
     }
 
     /// The number of clients, when the partition fixes it.
     pub fn clients(&self) -> Option<usize> {
-        self.settings.clients()
+        self.erased().clients()
     }
 
     /// Deals `labels` (one per row of the pool) to clients: each client's rows, in the order
@@ -208,7 +166,7 @@ impl PartitionSpec {
         classes: usize,
         rng: &mut ChaCha20Rng,
     ) -> Result<Vec<Vec<usize>>, String> {
-        let clients = self.settings.assign(labels, classes, rng)?;
+        let clients = self.erased().assign(labels, classes, rng)?;
         every_client_has_rows(clients, labels.len())
     }
 
@@ -226,7 +184,7 @@ impl PartitionSpec {
         for (g, rows) in groups.iter().enumerate() {
             let group_labels: Vec<i64> = rows.iter().map(|&r| labels[r]).collect();
             let dealt = self
-                .settings
+                .erased()
                 .assign(&group_labels, classes, &mut rng_of(g))?;
             clients.resize(dealt.len().max(clients.len()), Vec::new());
             for (c, members) in dealt.into_iter().enumerate() {
@@ -249,33 +207,14 @@ fn every_client_has_rows(clients: Vec<Vec<usize>>, rows: usize) -> Result<Vec<Ve
     Ok(clients)
 }
 
-crate::spec::catalogue::section_traits!(
-    PartitionSpec,
-    kind,
-    "kind",
-    "{kind: dirichlet, clients: 100, alpha: 0.5}",
-    PARTITIONS
-);
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_partitioner_round_trips() {
-        for (i, r) in PARTITIONS.iter().enumerate() {
-            assert!(
-                PARTITIONS[..i].iter().all(|o| o.kind != r.kind),
-                "{}",
-                r.kind
-            );
-            let fields: Value = serde_yaml::from_str(r.example).unwrap();
-            let spec = PartitionSpec::parse(r.kind, fields).unwrap();
-            let text = serde_yaml::to_string(&spec).unwrap();
-            assert!(text.starts_with(&format!("kind: {}\n", r.kind)), "{text}");
-            let back: PartitionSpec = serde_yaml::from_str(&text).unwrap();
-            assert_eq!(back, spec);
-            spec.validate().unwrap();
-        }
+        catalogue::check_catalogue::<Partitions>(|spec| {
+            spec.validate().map_err(|e| format!("{e:?}"))
+        });
     }
 }
