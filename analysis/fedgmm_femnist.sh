@@ -6,9 +6,11 @@
 # 30), every method at lr $LR (default 0.1) with batch $BATCH (default 32). The paper's setting
 # is a GPU job:
 #   FRACTION=0.15 ROUNDS=200 LR= BATCH=128 bash analysis/fedgmm_femnist.sh   (add FEDSIM_ARGS="--device cuda")
-# (an empty LR keeps each scenario's own rate). Results go to
-# results/fedgmm_femnist/f<fraction>-r<rounds>/<method>/seed-<n>/, the table to table.md there;
-# finished runs are kept (rerun to resume). Reads ../shared/data/femnist (or --set data.path=…).
+# (an empty LR keeps each scenario's own rate). $LRS sets rates per method, over LR:
+# LRS="fedavg=0.0316 fedem=0.1 fedgmm=0.1". The test accuracy is measured every $EVAL_EVERY
+# rounds (default: once, at the end). Results go to results/fedgmm_femnist/$NAME/<method>/seed-<n>/
+# ($NAME: default f<fraction>-r<rounds>), the table to table.md there; finished runs are kept
+# (rerun to resume). Reads ../shared/data/femnist (or --set data.path=…).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
@@ -17,14 +19,19 @@ fraction=${FRACTION:-0.014}
 rounds=${ROUNDS:-30}
 lr=${LR-0.1}
 batch=${BATCH:-32}
-out=results/fedgmm_femnist/f$fraction-r$rounds
+eval_every=${EVAL_EVERY:-$rounds}
+out=results/fedgmm_femnist/${NAME:-f$fraction-r$rounds}
 for seed in ${SEEDS:-1 2 3}; do
   for method in ${METHODS:-fedavg fedem fedgmm}; do
     dir="$out/$method/seed-$seed"
     [ -f "$dir/summary.csv" ] && continue
     settings=(--set data.partition.fraction="$fraction" --set rounds="$rounds"
-      --set eval_every="$rounds" --set training.batch_size="$batch")
-    [ -z "$lr" ] || settings+=(--set training.lr="$lr")
+      --set eval_every="$eval_every" --set training.batch_size="$batch")
+    method_lr=$lr
+    for pair in ${LRS:-}; do
+      [ "${pair%%=*}" != "$method" ] || method_lr=${pair#*=}
+    done
+    [ -z "$method_lr" ] || settings+=(--set training.lr="$method_lr")
     # shellcheck disable=SC2086 # FEDSIM_ARGS is a list of words
     "$fedsim" run "scenarios/paper/fedgmm_femnist_$method.yaml" --seed "$seed" "${settings[@]}" \
       ${FEDSIM_ARGS:-} --out "$dir" --quiet >/dev/null
