@@ -58,9 +58,10 @@ newest() {
 pack() {
   [ -e "$libtorch/libtorch_cuda.so" ] || bash scripts/setup.sh
   say "building with --features cuda (fedsim, integration tests, kernel benchmarks)"
-  cargo build --release --locked --features cuda --bin fedsim
-  cargo test --release --locked --features cuda --test integration --no-run
-  cargo bench --locked --features cuda --bench kernel --no-run
+  # One build of every target, as scripts/setup.sh does: the tests' dev-dependencies change the
+  # features of shared crates (polars among them), so the binary built alone and then the tests
+  # would compile those crates twice.
+  cargo build --release --locked --features cuda --all-targets
   local stage
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib" "$out"
