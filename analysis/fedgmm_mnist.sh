@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Recipe: FedGMM Table 4 (novel-sample detection on MNIST with the joint-distribution shift,
 # App. C.3): FedGMM and the table's baselines ($METHODS, default "fedgmm fedem fedem_label
-# fedavg fedprox fedavg_plus local clustered pfedme"; fedem_label is FedEM scored by its label's
-# likelihood, as the authors' ood_em.py scores it; the last five are the FedAvg scenario with
+# fedem_mean fedavg fedprox fedavg_plus local clustered pfedme"; fedem_label is FedEM scored by
+# its label's likelihood under each client's mixture, fedem_mean under the training clients'
+# mean π, as the authors' ood_em.py scores it; the last five are the FedAvg scenario with
 # another algorithm section), seeds from $SEEDS (default "1 2 3"), $ROUNDS rounds (default 200; the
 # validation page's 2-core table used ROUNDS=20, about 5 hours on 2 cores). Results go to
 # results/fedgmm_mnist/r<rounds>/<method>/seed-<n>/, the table to table.md there; finished runs
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 fedsim=${FEDSIM:-target/release/fedsim}
 "$fedsim" data fetch mnist >/dev/null
 rounds=${ROUNDS:-200}
-methods=${METHODS:-fedgmm fedem fedem_label fedavg fedprox fedavg_plus local clustered pfedme}
+methods=${METHODS:-fedgmm fedem fedem_label fedem_mean fedavg fedprox fedavg_plus local clustered pfedme}
 encoder=results/fedgmm_mnist/encoder
 if [[ " $methods " == *" fedgmm "* && ! -f $encoder/summary.csv ]]; then
   "$fedsim" run scenarios/paper/fedgmm_mnist_encoder.yaml --save-models --out "$encoder" \
@@ -31,6 +32,8 @@ for seed in ${SEEDS:-1 2 3}; do
     case $method in
       fedgmm|fedem|fedavg) scen=$method; algorithm=() ;;
       fedem_label) scen=fedem; algorithm=(--set algorithm.novelty_score=label) ;;
+      fedem_mean) scen=fedem; algorithm=(--set algorithm.novelty_score=label
+        --set evaluation.novelty=mean_weights) ;;
       fedprox) scen=fedavg; algorithm=(--set "algorithm={name: fedprox, mu: 0.1}") ;;
       # No global model: a row's score is the highest confidence of any client's classifier,
       # as the paper scores these baselines.

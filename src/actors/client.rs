@@ -1,13 +1,14 @@
 //! A client: trains when the server asks, evaluates when asked, and keeps its own state
 //! between rounds. Its jobs run on the trainer pool; their results come back to it as
 //! pending messages at the time the system model says they finish. Under `evaluation.novelty:
-//! max_over_clients` its evaluation sends the server its classifier, and it scores its rows
-//! when the server hands it every evaluated client's.
+//! max_over_clients` (`mean_weights`) its evaluation sends the server its classifier (its
+//! mixture weights), and it scores its rows when the server hands it every evaluated client's
+//! (their mean).
 
 use super::cohort::{Dispatch, EvalJob, TrainJob};
 use super::{
     Deliver, DivergenceWatch, EvalContext, FinishedWork, FlEffects, JobContext, Msg, Outbox,
-    PrivacyNote, Routed, Seen, ToClient, ToServer, TrainOrder,
+    PooledNovelty, PrivacyNote, Routed, Seen, ToClient, ToServer, TrainOrder,
 };
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::io::Stored;
@@ -276,12 +277,12 @@ impl<A: Algorithm> Client<A> {
         mut report: ClientReport,
         eff: &mut FlEffects<A>,
     ) {
-        if let Some(model) = report.confidence_model.take() {
+        if let Some(share) = report.novelty_share.take() {
             let client = self.id;
-            let msg = ToServer::ConfidenceModel {
+            let msg = ToServer::NoveltyShare {
                 round,
                 client,
-                model,
+                share,
             };
             eff.to_hub(SimDuration::ZERO, msg);
         }
@@ -297,12 +298,17 @@ impl<A: Algorithm> Client<A> {
         records.into_iter().for_each(|r| eff.record(r));
     }
 
-    /// Scores this client's rows by the most confident of `models` (every evaluated client's
-    /// classifier), on the pool (`evaluation.novelty: max_over_clients`).
-    fn score_novelty(&mut self, round: u32, models: Arc<Vec<Vec<f32>>>, eff: &mut FlEffects<A>) {
+    /// Scores this client's rows by what every evaluated client shared, on the pool
+    /// (`evaluation.novelty: max_over_clients` or `mean_weights`).
+    fn score_novelty(
+        &mut self,
+        round: u32,
+        pooled: Arc<PooledNovelty<A::Global>>,
+        eff: &mut FlEffects<A>,
+    ) {
         let (jobs, client) = (self.jobs.clone(), self.id);
         let pending = self.dispatch.pool().submit(move || {
-            let scores = jobs.novelty_over(client, &models);
+            let scores = jobs.novelty_pooled(client, round, &pooled);
             Routed::Member(ToClient::NoveltyScored { round, scores })
         });
         self.awaited += 1;
@@ -460,7 +466,7 @@ impl<A: Algorithm> Client<A> {
                 self.kept().watch.check_evaluation(&results, at, &mut eff);
                 self.evaluated(now, round, results, report, &mut eff)
             }
-            ToClient::ScoreNovelty { round, models } => self.score_novelty(round, models, &mut eff),
+            ToClient::ScoreNovelty { round, pooled } => self.score_novelty(round, pooled, &mut eff),
             ToClient::NoveltyScored { round, scores } => {
                 self.awaited -= 1;
                 if let Some(scores) = scores {

@@ -30,7 +30,7 @@ use crate::algorithms::LocalUpdate;
 use crate::algorithms::ProximalTerm;
 use crate::algorithms::{
     Algorithm, BatchwiseClient, BatchwiseUpdate, ClientReport, Cohorts, Evaluation, LocalContext,
-    SgdRun, Tested,
+    NoveltyShare, SgdRun, Tested,
 };
 use crate::data::ClientRows;
 use crate::io::Stored;
@@ -208,7 +208,8 @@ impl<A: Algorithm> EvalJob<A> {
     }
 
     /// The algorithm's report, with the novelty scores where asked for (under
-    /// `evaluation.novelty: max_over_clients`, the classifier they will be scored with).
+    /// `evaluation.novelty: max_over_clients` or `mean_weights`, what the client shares for
+    /// them to be scored with).
     fn report(&self, jobs: &JobContext<A>, ctx: &LocalContext<'_>) -> ClientReport {
         let alg = &jobs.algorithm;
         let state = self.state.get();
@@ -217,12 +218,22 @@ impl<A: Algorithm> EvalJob<A> {
         if !self.scores_novelty || data.novel.is_empty() {
             return report;
         }
-        if jobs.novelty == NoveltyScoring::MaxOverClients {
-            // Scored once every evaluated client's classifier is in (validation has checked
-            // that the algorithm has one).
-            let model = A::CONFIDENCE_MODEL.expect("the algorithm scores by confidence");
-            report.confidence_model = Some(model(self.client, &self.global, state).to_vec());
-            return report;
+        // Under the pooled scores, scored once every evaluated client's share is in
+        // (validation has checked that the algorithm has what is shared).
+        match jobs.novelty {
+            NoveltyScoring::Own => {}
+            NoveltyScoring::MaxOverClients => {
+                let model = A::CONFIDENCE_MODEL.expect("the algorithm scores by confidence");
+                let model = model(self.client, &self.global, state).to_vec();
+                report.novelty_share = Some(NoveltyShare::Classifier(model));
+                return report;
+            }
+            NoveltyScoring::MeanWeights => {
+                let weights = (report.mixture.clone()).expect("the algorithm reports its weights");
+                let unseen = self.unseen;
+                report.novelty_share = Some(NoveltyShare::MixtureWeights { weights, unseen });
+                return report;
+            }
         }
         let test = data.view(ctx.data_index, Split::Test);
         let novel = data.novel_view(ctx.data_index);

@@ -24,7 +24,8 @@ pub use policy::staleness_factor;
 pub use trainer::TrainerPool;
 
 use crate::algorithms::{
-    names_where, Algorithm, ClientReport, Evaluation, Gossip, Population, Tested, Training,
+    names_where, Algorithm, ClientReport, Evaluation, Gossip, NoveltyShare, Population, Tested,
+    Training,
 };
 use crate::compression::{compress_changes, Compressor};
 use crate::data::{ClientRows, FederatedData};
@@ -189,12 +190,12 @@ pub enum ToServer<A: Algorithm> {
         /// Under a loss-guided strategy, the loss of the model it started from.
         loss: Option<ReportedLoss>,
     },
-    /// (`evaluation.novelty: max_over_clients`) The classifier `client` scores novelty with
-    /// at round `round`'s evaluation.
-    ConfidenceModel {
+    /// (`evaluation.novelty: max_over_clients` or `mean_weights`) What `client` scores
+    /// novelty with at round `round`'s evaluation.
+    NoveltyShare {
         round: u32,
         client: u32,
-        model: Vec<f32>,
+        share: NoveltyShare,
     },
     /// A client that was not asked to upload has finished training.
     Done {
@@ -209,6 +210,17 @@ pub enum ToServer<A: Algorithm> {
         client: u32,
         compute: SimDuration,
     },
+}
+
+/// What every evaluated client's rows are scored by once all of a round's
+/// [`NoveltyShare`]s are in (`evaluation.novelty`).
+#[derive(Debug, PartialEq)]
+pub enum PooledNovelty<G> {
+    /// Every evaluated client's classifier, in client order (`max_over_clients`).
+    Classifiers(Vec<Vec<f32>>),
+    /// The evaluated training clients' mean mixture weights, with the global model they were
+    /// evaluated with (`mean_weights`).
+    MeanWeights { weights: Vec<f64>, global: Arc<G> },
 }
 
 /// A client's messages.
@@ -226,11 +238,11 @@ pub enum ToClient<A: Algorithm> {
         results: Vec<Evaluation>,
         report: ClientReport,
     },
-    /// (`evaluation.novelty: max_over_clients`) Score your rows by the most confident of
-    /// `models`: every evaluated client's classifier at round `round`, in client order.
+    /// (`evaluation.novelty: max_over_clients` or `mean_weights`) Score your rows of round
+    /// `round`'s evaluation by what every evaluated client shared.
     ScoreNovelty {
         round: u32,
-        models: Arc<Vec<Vec<f32>>>,
+        pooled: Arc<PooledNovelty<A::Global>>,
     },
     /// (From its own scoring job) Its test and novel rows' scores.
     NoveltyScored {
@@ -474,8 +486,8 @@ fn evaluation_records(
         extras,
         novelty,
         models,
-        // Sent to the server by the client (`evaluation.novelty: max_over_clients`).
-        confidence_model: _,
+        // Sent to the server by the client (`evaluation.novelty`).
+        novelty_share: _,
     } = report;
     let models = (!models.is_empty()).then_some({
         Record::ClientModels(ClientModelsRecord {
@@ -607,21 +619,42 @@ impl<A: Algorithm> JobContext<A> {
         }
     }
 
-    /// Client `client`'s test and novel rows, each scored by the highest confidence
-    /// maxᵧ p(y | x) of `models` (`evaluation.novelty: max_over_clients`); `None` where the
-    /// data set has no novel rows. Runs on the pool.
-    fn novelty_over(&self, client: u32, models: &[Vec<f32>]) -> Option<NoveltyScores> {
+    /// Client `client`'s test and novel rows of round `round`'s evaluation, each scored by
+    /// what every evaluated client shared: the highest confidence maxᵧ p(y | x) of their
+    /// classifiers, or the algorithm's score with their mean mixture weights
+    /// (`evaluation.novelty`); `None` where the data set has no novel rows. Runs on the pool.
+    fn novelty_pooled(
+        &self,
+        client: u32,
+        round: u32,
+        pooled: &PooledNovelty<A::Global>,
+    ) -> Option<NoveltyScores> {
         let rows = self.data.rows_for(&[client]);
         let (data, index) = (rows.data(), rows.index(0));
         if data.novel.is_empty() {
             return None;
         }
-        let models: Vec<&[f32]> = models.iter().map(Vec::as_slice).collect();
-        let highest = |view| crate::models::highest_confidence(&self.arch, &models, view);
-        Some(NoveltyScores {
-            typical: highest(data.view(index, Split::Test)),
-            novel: highest(data.novel_view(index)),
-        })
+        let (test, novel) = (data.view(index, Split::Test), data.novel_view(index));
+        match pooled {
+            PooledNovelty::Classifiers(models) => {
+                let models: Vec<&[f32]> = models.iter().map(Vec::as_slice).collect();
+                let highest = |view| crate::models::highest_confidence(&self.arch, &models, view);
+                Some(NoveltyScores {
+                    typical: highest(test),
+                    novel: highest(novel),
+                })
+            }
+            PooledNovelty::MeanWeights { weights, global } => {
+                // Validation has checked that the algorithm has mixture weights.
+                let state = A::MIXTURE_STATE.expect("the algorithm has mixture weights");
+                let state = state(weights.clone());
+                let ctx = self.local((&rows, 0), client, round, self.training.lr_at(round));
+                let score = |view| self.algorithm.typicality(&ctx, global, &state, view);
+                score(test)
+                    .zip(score(novel))
+                    .map(|(typical, novel)| NoveltyScores { typical, novel })
+            }
+        }
     }
 
     /// Where the run saves its clients' own models, copies of those in `tested` (every kind but

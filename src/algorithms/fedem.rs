@@ -68,8 +68,8 @@ pub enum FedEmNovelty {
     Confidence,
     /// The log-likelihood of the row's label under the client's mixture, log Σ_m π_m p(y | x;
     /// θ_m), as the FedGMM authors' `ood_em.py` scores FedEM (they weigh the components by the
-    /// training clients' mean π, one model for every client's rows; here each client uses
-    /// its own π).
+    /// training clients' mean π, one model for every client's rows: `evaluation.novelty:
+    /// mean_weights`; by default each client uses its own π).
     Label,
 }
 
@@ -454,6 +454,12 @@ impl Algorithm for FedEm {
     fn samples_processed(&self, plan: &LocalPlan, n_train: usize) -> u64 {
         self.spec.components as u64 * plan.samples_processed(n_train)
     }
+
+    /// Scoring with other weights needs only them (`evaluation.novelty: mean_weights`).
+    const MIXTURE_STATE: Option<super::MixtureState<Self>> = Some(|pi| FedEmClient {
+        pi,
+        momentum: Vec::new(),
+    });
 
     /// E-step (the client's π moves), then one weighted run per component.
     const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {

@@ -502,6 +502,13 @@ pub trait Algorithm: Send + Sync + 'static {
     /// density) or nothing.
     const CONFIDENCE_MODEL: Option<ConfidenceModel<Self>> = None;
 
+    /// Where a client's model weighs shared components by its own mixture weights (FedEM's
+    /// π, reported as [`ClientReport::mixture`]), a client state that holds only the given
+    /// weights, enough for [`Algorithm::typicality`] to score with: `evaluation.novelty:
+    /// mean_weights` scores every client's rows with the evaluated training clients' mean
+    /// weights ([`Capabilities`]). `None` declares that the algorithm has no such weights.
+    const MIXTURE_STATE: Option<MixtureState<Self>> = None;
+
     /// How typical each row of `view` is for this client's model, for novelty detection
     /// (higher: more like its training data): FedGMM's log p(x), a classifier's confidence
     /// maxᵧ p(y | x) (by default, that of [`Algorithm::CONFIDENCE_MODEL`]). `None`: the
@@ -730,6 +737,9 @@ pub type SentVectors<A> = for<'a> fn(
 pub type ConfidenceModel<A> =
     for<'a> fn(u32, &'a <A as Algorithm>::Global, &'a <A as Algorithm>::ClientState) -> &'a [f32];
 
+/// A client state holding only the mixture weights given (see [`Algorithm::MIXTURE_STATE`]).
+pub type MixtureState<A> = fn(Vec<f64>) -> <A as Algorithm>::ClientState;
+
 /// Combines stale updates, each with the model it started from and a staleness factor, in
 /// increasing client order: the server moves by `server_lr` times the factor-weighted average
 /// change.
@@ -757,10 +767,21 @@ pub struct ClientReport {
     /// run saves them (filled in by the client from [`Algorithm::tested_models`]):
     /// `client_models.safetensors`.
     pub models: Vec<(ModelKind, Vec<Vec<f32>>)>,
-    /// Under `evaluation.novelty: max_over_clients`, the classifier the client scores novelty
-    /// with ([`Algorithm::CONFIDENCE_MODEL`]), for the server to gather (in place of
-    /// `novelty`, which every client's rows get once all the round's models are in).
-    pub confidence_model: Option<Vec<f32>>,
+    /// Under `evaluation.novelty: max_over_clients` or `mean_weights`, what the client scores
+    /// novelty with, for the server to gather (in place of `novelty`, which every client's
+    /// rows get once all the round's shares are in).
+    pub novelty_share: Option<NoveltyShare>,
+}
+
+/// What a client sends the server to score novelty with, where its rows are scored by what
+/// every evaluated client holds (`evaluation.novelty`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum NoveltyShare {
+    /// Its classifier ([`Algorithm::CONFIDENCE_MODEL`]; `max_over_clients`).
+    Classifier(Vec<f32>),
+    /// Its mixture weights, which count towards the mean unless the client is held out of
+    /// training (`mean_weights`).
+    MixtureWeights { weights: Vec<f64>, unseen: bool },
 }
 
 /// An algorithm that also runs without a server (D-PSGD from FedAvg, D-FedEM from FedEM):

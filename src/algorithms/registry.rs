@@ -203,6 +203,10 @@ pub struct Capabilities {
     /// max_over_clients` can take over every client's classifier
     /// ([`Algorithm::CONFIDENCE_MODEL`]); with a server only.
     pub confidence_novelty: bool,
+    /// Weighs shared components by each client's mixture weights, so that `evaluation.novelty:
+    /// mean_weights` can score with their mean ([`Algorithm::MIXTURE_STATE`]); with a server
+    /// only.
+    pub mixture_novelty: bool,
 }
 
 /// Whether the algorithm declares an update that cohorts can train.
@@ -252,6 +256,7 @@ const fn server<S: AlgorithmSettings>(
         sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
         client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
         confidence_novelty: <S::Algorithm as Algorithm>::CONFIDENCE_MODEL.is_some(),
+        mixture_novelty: <S::Algorithm as Algorithm>::MIXTURE_STATE.is_some(),
     };
     line::<S>(name, title, summary, capabilities)
 }
@@ -273,6 +278,7 @@ where
         sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
         client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
         confidence_novelty: false,
+        mixture_novelty: false,
     };
     line::<S>(name, title, summary, capabilities)
 }

@@ -316,6 +316,14 @@ impl FederatedData {
         }
     }
 
+    /// Whether any client has novel rows (rows of no split, for novelty detection).
+    pub fn has_novel_rows(&self) -> bool {
+        match &self.on_demand {
+            None => self.novel.iter().any(|rows| !rows.is_empty()),
+            Some(source) => (0..source.num_clients()).any(|c| source.novel_len(c) > 0),
+        }
+    }
+
     /// The rows of `clients`, resident or made now (in that order, each once per mention).
     pub fn rows_for(&self, clients: &[u32]) -> ClientRows<'_> {
         let Some(source) = &self.on_demand else {

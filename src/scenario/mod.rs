@@ -13,7 +13,7 @@ pub use raw::{RawLrSchedule, RawScenario, RawTraining};
 pub use reference::{json_schema, json_schema_text, reference_page, REFERENCE_PAGE, SCHEMA_FILE};
 
 use crate::algorithms::AlgorithmSpec;
-use crate::algorithms::{names_where, LrSchedule, Training};
+use crate::algorithms::{names_where, Capabilities, LrSchedule, Training};
 use crate::data::{DatasetSpec, InputShape, SplitSpec};
 use crate::models::ModelSpec;
 use crate::models::{LocalPlan, LocalWork};
@@ -21,8 +21,8 @@ use crate::privacy::{Accountant, Mechanism, PrivacySpec};
 use crate::spec::FieldError;
 use crate::spec::{check_client_counts, OnDivergence};
 use crate::spec::{
-    EvaluatedSplits, EvaluationPlan, PolicySpec, RawEvaluation, RawSampling, SampleSize, Sampling,
-    Strategy,
+    EvaluatedSplits, EvaluationPlan, NoveltyScoring, PolicySpec, RawEvaluation, RawSampling,
+    SampleSize, Sampling, Strategy,
 };
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
@@ -930,18 +930,34 @@ fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, FieldErr
             novelty: plan.novelty,
         });
     }
-    let confidence = raw.algorithm.capabilities().confidence_novelty;
-    if !plan.novelty.is_own() && !confidence {
-        return Err(FieldError::new(
+    let capabilities = raw.algorithm.capabilities();
+    let refused = |what: &str, lacks: &str, able: fn(&Capabilities) -> bool| {
+        FieldError::new(
             "evaluation.novelty".into(),
             format!(
-                "`max_over_clients` takes the highest confidence over the clients' classifiers, \
-                 and `{}` does not score novelty by one classifier's confidence; use it with {} \
-                 (or `own`)",
+                "{what}, and `{}` {lacks}; use it with {} (or `own`)",
                 raw.algorithm.name(),
-                names_where(|c| c.confidence_novelty)
+                names_where(able)
             ),
-        ));
+        )
+    };
+    match plan.novelty {
+        NoveltyScoring::Own => {}
+        NoveltyScoring::MaxOverClients if !capabilities.confidence_novelty => {
+            return Err(refused(
+                "`max_over_clients` takes the highest confidence over the clients' classifiers",
+                "does not score novelty by one classifier's confidence",
+                |c| c.confidence_novelty,
+            ))
+        }
+        NoveltyScoring::MeanWeights if !capabilities.mixture_novelty => {
+            return Err(refused(
+                "`mean_weights` scores with the clients' mean mixture weights",
+                "has no mixture weights",
+                |c| c.mixture_novelty,
+            ))
+        }
+        NoveltyScoring::MaxOverClients | NoveltyScoring::MeanWeights => {}
     }
     Ok(plan)
 }

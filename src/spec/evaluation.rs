@@ -133,6 +133,12 @@ pub enum NoveltyScoring {
     /// personalized baselines (Table 4). Every evaluated client's classifier is held at once
     /// at each evaluation, and each client's rows are scored by all of them.
     MaxOverClients,
+    /// By one mixture for every client: the algorithm's own score (FedEM's
+    /// `algorithm.novelty_score`) with the mixture weights averaged over the evaluated clients
+    /// that train (in client order), in place of each client's own, as the FedGMM authors
+    /// score FedEM (`ood_em.py`: the training clients' mean π). For algorithms whose clients
+    /// weigh shared components (FedEM), with a server.
+    MeanWeights,
 }
 
 impl NoveltyScoring {
@@ -234,7 +240,9 @@ pub struct RawEvaluation {
     /// by each client's own model as its algorithm scores it (default); `max_over_clients`,
     /// by the highest confidence maxᵧ p(y | x) any evaluated client's classifier gives the
     /// row (the FedGMM paper's score for personalized baselines, Table 4; algorithms that
-    /// score by one classifier's confidence, with a server).
+    /// score by one classifier's confidence, with a server); `mean_weights`, by the
+    /// algorithm's score with the evaluated training clients' mean mixture weights (the FedGMM
+    /// authors' score for FedEM; algorithms with mixture weights, with a server).
     #[serde(default, skip_serializing_if = "NoveltyScoring::is_own")]
     pub novelty: NoveltyScoring,
 }

@@ -139,6 +139,17 @@ fn novelty_over_clients_is_deterministic_across_threads_and_reruns() {
             ],
         );
     }
+    // FedEM's rows scored with the training clients' mean π, gathered by the server; a held-out
+    // client's π (fitted at each evaluation) is not counted.
+    check_algorithm_with(
+        "fedem",
+        &[
+            "data={kind: fedgmm_synthetic, clients: 12, dim: 4, samples: 80, novel_samples: 10}",
+            "algorithm.novelty_score=label",
+            "evaluation.novelty=mean_weights",
+            "unseen={fraction: 0.25}",
+        ],
+    );
 }
 
 #[test]

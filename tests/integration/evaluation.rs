@@ -222,11 +222,22 @@ fn bad_evaluation_settings_name_the_field_and_what_is_allowed() {
             && mixture.contains("`own`"),
         "{mixture}"
     );
+    let weights = error(
+        &format!("{SMALL}evaluation: {{novelty: mean_weights}}\n"),
+        &["algorithm.name=fedavg"],
+    );
+    assert!(
+        weights.contains("bad.yaml:10: field `evaluation.novelty`")
+            && weights.contains("`fedavg` has no mixture weights; use it with `fedem`")
+            && weights.contains("`own`"),
+        "{weights}"
+    );
     let word = error(SMALL, &["evaluation.novelty=best"]);
     assert!(
         word.contains("evaluation.novelty")
             && word.contains("`own`")
-            && word.contains("`max_over_clients`"),
+            && word.contains("`max_over_clients`")
+            && word.contains("`mean_weights`"),
         "{word}"
     );
 }

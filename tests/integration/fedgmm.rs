@@ -216,6 +216,50 @@ fn fedem_label_score_is_the_labels_probability_under_the_clients_mixture() {
     assert!(!resolved("{name: fedem, novelty_score: confidence}").contains("novelty_score"));
 }
 
+/// `evaluation.novelty: mean_weights` scores every client's rows with the evaluated training
+/// clients' mean mixture weights (the FedGMM authors' FedEM score): the scores move and the
+/// training does not; with one client evaluated the mean is its own π, so the scores are
+/// those of its own mixture. The setting is written into the resolved scenario.
+#[test]
+fn fedem_mean_weights_score_with_the_evaluated_clients_mean_mixture() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fedem = "{name: fedem, components: 3, novelty_score: label}";
+    let scored = |extra: &[&str], dir: &str| -> (Vec<f64>, DataFrame) {
+        let s = scenario(&gmm(fedem, 2, 1).resolved_yaml, extra);
+        let dir = tmp.path().join(dir);
+        let summary = run(&s, &dir);
+        let novelty = read_parquet(&dir.join("novelty.parquet")).unwrap();
+        let score = novelty.column("score").unwrap().f64().unwrap();
+        (score.into_no_null_iter().collect(), summary)
+    };
+    let mean = "evaluation.novelty=mean_weights";
+    let (own, own_summary) = scored(&[], "own");
+    let (pooled, summary) = scored(&[mean], "mean");
+    assert_eq!(own.len(), 30 * (60 + 50));
+    assert_eq!(own.len(), pooled.len());
+    let moved = own.iter().zip(&pooled).filter(|(o, p)| o != p).count();
+    assert!(
+        moved > own.len() / 2,
+        "{moved} of {} scores moved",
+        own.len()
+    );
+    let acc = |df: &DataFrame| value(df, "test_acc_mean").unwrap();
+    assert_eq!(acc(&own_summary), acc(&summary));
+    let one = ["evaluation.clients=1", mean];
+    let (alone, _) = scored(&one, "mean-one");
+    let (own_alone, _) = scored(&one[..1], "own-one");
+    assert_eq!(alone.len(), 60 + 50);
+    assert_eq!(
+        alone, own_alone,
+        "one client evaluated: the mean is its own π"
+    );
+    let resolved = scenario(&gmm(fedem, 2, 1).resolved_yaml, &[mean]).resolved_yaml;
+    assert!(
+        resolved.contains("evaluation:\n  sample: fixed\n  novelty: mean_weights\n"),
+        "{resolved}"
+    );
+}
+
 #[test]
 fn unseen_clients_fit_their_joint_weights() {
     let tmp = tempfile::tempdir().unwrap();

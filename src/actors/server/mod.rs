@@ -26,10 +26,10 @@ use super::evaluation::EvaluatedClients;
 use super::policy::staleness_factor;
 use super::sampling::{AllBut, Candidates, Feedback, Heard, ReportedLoss};
 use super::{
-    Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, PrivacyNote, Seen, ToClient,
-    ToServer, TrainOrder,
+    Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, PooledNovelty, PrivacyNote, Seen,
+    ToClient, ToServer, TrainOrder,
 };
-use crate::algorithms::{Algorithm, Finite, StaleUpdate, Updates};
+use crate::algorithms::{Algorithm, Finite, NoveltyShare, StaleUpdate, Updates};
 use crate::io::Stored;
 use crate::privacy::{
     ClientLevelPrivacy, NoiseAt, RecordAccountant, SampleLevelPrivacy, ShareAccountant,
@@ -330,9 +330,19 @@ struct Core<A: Algorithm> {
     feedback: Feedback,
     /// Under `compression.downlink`, the clients' copy of the model and what each holds.
     downlink: Option<Downlink<A::Global>>,
-    /// Under `evaluation.novelty: max_over_clients`, the classifiers the evaluated clients have
-    /// sent so far, by round and client.
-    confidence_models: BTreeMap<u32, BTreeMap<u32, Vec<f32>>>,
+    /// Under `evaluation.novelty: max_over_clients` or `mean_weights`, what the evaluated
+    /// clients have shared so far, by round and client, with the global model each round was
+    /// evaluated with.
+    novelty_shares: BTreeMap<u32, NoveltyGather<A::Global>>,
+    /// Rows are scored by what the evaluated clients share (`evaluation.novelty` is not
+    /// `own` and the data set has novel rows): each evaluation gathers their shares.
+    pools_novelty: bool,
+}
+
+/// One evaluation's [`NoveltyShare`]s gathered so far (see [`Core::gather_novelty_share`]).
+struct NoveltyGather<G> {
+    global: Arc<G>,
+    shares: BTreeMap<u32, NoveltyShare>,
 }
 
 pub(super) struct Server<A: Algorithm> {
@@ -370,7 +380,9 @@ impl<A: Algorithm> Server<A> {
                 robust_last: Vec::new(),
                 feedback: Feedback::default(),
                 downlink: (cfg.downlink).map(|c| Downlink::new(c, initial)),
-                confidence_models: BTreeMap::new(),
+                novelty_shares: BTreeMap::new(),
+                pools_novelty: !cfg.algorithm.novelty.is_own()
+                    && cfg.algorithm.data.has_novel_rows(),
                 cfg,
             },
         }
@@ -759,7 +771,12 @@ impl<A: Algorithm> Core<A> {
     }
 
     /// Sends the global model of `round` to be evaluated by the clients that evaluate then.
-    fn evaluate(&self, round: u32, eff: &mut FlEffects<A>) {
+    fn evaluate(&mut self, round: u32, eff: &mut FlEffects<A>) {
+        if self.pools_novelty {
+            let global = self.global.clone();
+            let shares = BTreeMap::new();
+            (self.novelty_shares).insert(round, NoveltyGather { global, shares });
+        }
         let evaluate = |c: u32, eff: &mut FlEffects<A>| {
             let global = self.global.clone();
             eff.to_member(c, SimDuration::ZERO, ToClient::Evaluate { round, global });
@@ -770,32 +787,36 @@ impl<A: Algorithm> Core<A> {
         }
     }
 
-    /// Keeps `client`'s classifier of `round`'s evaluation; once every client evaluated then
-    /// has sent its own, sends them all, in client order, to each of those clients to score
-    /// its rows by (`evaluation.novelty: max_over_clients`).
-    fn gather_confidence_model(
+    /// Keeps what `client` shared of `round`'s evaluation; once every client evaluated then
+    /// has sent its own, sends each of them what they all shared: their classifiers, in client
+    /// order (`evaluation.novelty: max_over_clients`), or the mean of the training clients'
+    /// mixture weights, summed in client order, with the global model they were evaluated with
+    /// (`mean_weights`).
+    fn gather_novelty_share(
         &mut self,
         round: u32,
         client: u32,
-        model: Vec<f32>,
+        share: NoveltyShare,
         eff: &mut FlEffects<A>,
     ) {
-        let gathered = self.confidence_models.entry(round).or_default();
-        gathered.insert(client, model);
+        let Some(gather) = self.novelty_shares.get_mut(&round) else {
+            return;
+        };
+        gather.shares.insert(client, share);
         let evaluated = (self.cfg.evaluated.at(round))
             .map_or(self.cfg.num_clients as usize, |chosen| chosen.len());
-        if gathered.len() < evaluated {
+        if gather.shares.len() < evaluated {
             return;
         }
-        let gathered = self.confidence_models.remove(&round).unwrap_or_default();
-        let clients: Vec<u32> = gathered.keys().copied().collect();
-        let models = Arc::new(gathered.into_values().collect::<Vec<_>>());
+        let NoveltyGather { global, shares } = (self.novelty_shares.remove(&round)).expect("held");
+        let clients: Vec<u32> = shares.keys().copied().collect();
+        let pooled = Arc::new(pool_novelty_shares(shares.into_values().collect(), global));
         for c in clients {
-            let models = models.clone();
+            let pooled = pooled.clone();
             eff.to_member(
                 c,
                 SimDuration::ZERO,
-                ToClient::ScoreNovelty { round, models },
+                ToClient::ScoreNovelty { round, pooled },
             );
         }
     }
@@ -936,14 +957,45 @@ impl<A: Algorithm> Server<A> {
             }
             ToServer::Deadline { round } => self.rounds.deadline(core, now, round, &mut eff)?,
             ToServer::Wake => self.rounds.wake(core, now, &mut eff)?,
-            ToServer::ConfidenceModel {
+            ToServer::NoveltyShare {
                 round,
                 client,
-                model,
-            } => core.gather_confidence_model(round, client, model, &mut eff),
+                share,
+            } => core.gather_novelty_share(round, client, share, &mut eff),
         }
         Ok(eff)
     }
+}
+
+/// What a round's evaluated clients shared, in client order, pooled: their classifiers, or
+/// the mean of the mixture weights of those that train (of all of them where only held-out
+/// clients were evaluated), each weight summed in f64 in client order and divided by their
+/// number, with `global`.
+fn pool_novelty_shares<G>(shares: Vec<NoveltyShare>, global: Arc<G>) -> PooledNovelty<G> {
+    let mut classifiers = Vec::new();
+    let mut weighed = Vec::new();
+    for share in shares {
+        match share {
+            NoveltyShare::Classifier(model) => classifiers.push(model),
+            NoveltyShare::MixtureWeights { weights, unseen } => weighed.push((weights, unseen)),
+        }
+    }
+    if !classifiers.is_empty() {
+        return PooledNovelty::Classifiers(classifiers);
+    }
+    let any_trained = weighed.iter().any(|(_, unseen)| !unseen);
+    let counted: Vec<&Vec<f64>> = (weighed.iter())
+        .filter(|(_, unseen)| !(any_trained && *unseen))
+        .map(|(weights, _)| weights)
+        .collect();
+    let mut sum = vec![0.0; counted.first().map_or(0, |w| w.len())];
+    for weights in &counted {
+        sum.iter_mut()
+            .zip(weights.iter())
+            .for_each(|(s, w)| *s += w);
+    }
+    let weights = sum.into_iter().map(|s| s / counted.len() as f64).collect();
+    PooledNovelty::MeanWeights { weights, global }
 }
 
 #[cfg(test)]
@@ -990,10 +1042,19 @@ mod tests {
     #[test]
     fn classifiers_are_sent_out_once_every_evaluated_client_has_sent_its_own() {
         let mut s = server("{kind: synchronous}");
-        let model = |round, client, value| ToServer::ConfidenceModel {
+        // What `evaluate` opens for round 2 where rows are scored by the clients' shares.
+        let global = s.core.global.clone();
+        (s.core.novelty_shares).insert(
+            2,
+            NoveltyGather {
+                global,
+                shares: BTreeMap::new(),
+            },
+        );
+        let model = |round, client, value| ToServer::NoveltyShare {
             round,
             client,
-            model: vec![value; 3],
+            share: NoveltyShare::Classifier(vec![value; 3]),
         };
         let eff = s.on_message(secs(4), model(2, 1, 1.0)).unwrap();
         assert_eq!(
@@ -1005,23 +1066,56 @@ mod tests {
         let sent: Vec<_> = eff
             .sends()
             .map(|(to, delay, msg)| match msg {
-                Some(Routed::Member(ToClient::ScoreNovelty { round, models })) => {
-                    (to.0, delay, *round, models.clone())
+                Some(Routed::Member(ToClient::ScoreNovelty { round, pooled })) => {
+                    (to.0, delay, *round, pooled.clone())
                 }
                 _ => panic!("only scoring orders"),
             })
             .collect();
         assert_eq!(sent.len(), 2);
-        let in_order = vec![vec![0.5; 3], vec![1.0; 3]];
-        for (k, (rank, delay, round, models)) in sent.into_iter().enumerate() {
+        let in_order = PooledNovelty::Classifiers(vec![vec![0.5; 3], vec![1.0; 3]]);
+        for (k, (rank, delay, round, pooled)) in sent.into_iter().enumerate() {
             assert_eq!((rank, delay, round), (k as u32 + 1, SimDuration::ZERO, 2));
-            assert_eq!(*models, in_order);
+            assert_eq!(*pooled, in_order);
         }
         assert!(eff.records().is_empty());
         assert!(
-            s.core.confidence_models.is_empty(),
+            s.core.novelty_shares.is_empty(),
             "the round's classifiers are let go"
         );
+    }
+
+    /// `evaluation.novelty: mean_weights`: the training clients' weights averaged, the
+    /// held-out client's left out, unless only held-out clients were evaluated.
+    #[test]
+    fn mixture_weights_pool_into_the_training_clients_mean() {
+        let weights = |w: [f64; 2], unseen| NoveltyShare::MixtureWeights {
+            weights: w.to_vec(),
+            unseen,
+        };
+        let global = Arc::new(vec![1.0f32]);
+        let pooled = pool_novelty_shares(
+            vec![
+                weights([0.5, 0.5], false),
+                weights([1.0, 0.0], true),
+                weights([0.25, 0.75], false),
+                weights([0.0, 1.0], false),
+            ],
+            global.clone(),
+        );
+        // (0.5 + 0.25 + 0) / 3 = 0.25 and (0.5 + 0.75 + 1) / 3 = 0.75.
+        let expected = PooledNovelty::MeanWeights {
+            weights: vec![0.25, 0.75],
+            global: global.clone(),
+        };
+        assert_eq!(pooled, expected);
+        let held_out = vec![weights([1.0, 0.0], true), weights([0.5, 0.5], true)];
+        let pooled = pool_novelty_shares(held_out, global.clone());
+        let expected = PooledNovelty::MeanWeights {
+            weights: vec![0.75, 0.25],
+            global,
+        };
+        assert_eq!(pooled, expected);
     }
 
     /// What a handler asked for, as `(target rank, message)` lines and record kinds.
