@@ -7,7 +7,8 @@
 Reads every *.json in the folder (LEAF's {"users", "num_samples", "user_data": {user: {"x",
 "y"}}}), and writes one row per image: `writer` (LEAF's user id), `client` (writers numbered in
 sorted order), `x` (fixed_size_list<uint8>[784], round(255 · pixel), row-major 28×28) and `y`
-(int64, 0-61). Needs numpy and pyarrow (`pip install numpy pyarrow`).
+(int64, 0-61), one row group per writer (so that fedsim reads only the writers it keeps).
+Needs numpy and pyarrow (`pip install numpy pyarrow`).
 """
 import json
 import pathlib
@@ -32,13 +33,14 @@ def main(src: str, out: str) -> None:
             prev = users.get(user)
             y = np.asarray(d["y"], dtype=np.int64)
             users[user] = (x, y) if prev is None else (np.vstack([prev[0], x]), np.concatenate([prev[1], y]))
-    writers, clients, xs, ys = [], [], [], []
+    writers, clients, xs, ys, counts = [], [], [], [], []
     for c, user in enumerate(sorted(users)):
         x, y = users[user]
         writers += [user] * len(y)
         clients.append(np.full(len(y), c, dtype=np.int64))
         xs.append(np.rint(np.clip(x, 0.0, 1.0) * 255.0).astype(np.uint8))
         ys.append(y)
+        counts.append(len(y))
     pixels = np.concatenate(xs)
     table = pa.table({
         "writer": pa.array(writers, pa.string()),
@@ -46,7 +48,11 @@ def main(src: str, out: str) -> None:
         "x": pa.FixedSizeListArray.from_arrays(pa.array(pixels.reshape(-1)), 784),
         "y": pa.array(np.concatenate(ys)),
     })
-    pq.write_table(table, out)
+    with pq.ParquetWriter(out, table.schema) as w:
+        start = 0
+        for n in counts:
+            w.write_table(table.slice(start, n))
+            start += n
     print(f"{out}: {len(users)} writers, {len(pixels)} images")
 
 

@@ -30,8 +30,9 @@ pub struct TableColumns<'a> {
     pub label: &'a str,
     pub features: FeatureColumns<'a>,
     /// Which rows to keep, given each row's client (an index into the sorted ids) and the
-    /// number of clients: a mask over the rows. The others are left out before the features
-    /// are read, and clients left without rows are dropped.
+    /// number of clients: a mask over the rows. Only the client column is read to choose them
+    /// ([`read_client_table`] then reads only the row groups holding kept rows), and clients
+    /// left without rows are dropped.
     pub keep_rows: Option<&'a RowFilter<'a>>,
 }
 
@@ -86,7 +87,84 @@ pub struct TableError {
 }
 
 pub fn read_client_table(path: &Path, cols: TableColumns<'_>) -> Result<ClientTable, TableError> {
-    table_of_frame(path, read_frame(path, None)?, cols, 0)
+    match (cols.client, cols.keep_rows) {
+        (Some(client), Some(keep)) => read_kept_rows(path, cols, client, keep),
+        _ => table_of_frame(path, read_frame(path, None)?, cols, &|r| r),
+    }
+}
+
+/// Reads the rows `keep` keeps: they are chosen from the client column alone, then only the
+/// row groups holding one of them are read in full (a few of FEMNIST's 3 597 writers, one row
+/// group each, read a few row groups). The table is the one a whole read would give.
+fn read_kept_rows(
+    path: &Path,
+    cols: TableColumns<'_>,
+    client: &str,
+    keep: &RowFilter<'_>,
+) -> Result<ClientTable, TableError> {
+    let fail = |message: String| TableError {
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = crate::io::open_regular(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let mut reader = ParquetReader::new(file);
+    let footer = without_panics(|| {
+        let schema = reader.schema()?;
+        Ok::<_, PolarsError>((schema, reader.get_metadata()?.clone()))
+    });
+    let (schema, metadata) = footer
+        .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
+        .map_err(|e| fail(format!("not a readable Parquet file: {e}")))?;
+    if !schema.contains(client) {
+        // The whole read says what the file lacks.
+        return table_of_frame(path, read_frame(path, None)?, cols, &|r| r);
+    }
+    let read = |slice: (usize, usize), columns: Option<Vec<String>>| {
+        let file = crate::io::open_regular(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+        let mut reader = ParquetReader::new(file).with_columns(columns);
+        reader.set_metadata(metadata.clone());
+        without_panics(|| reader.with_slice(Some(slice)).finish())
+            .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
+            .map_err(|e| fail(format!("not a readable Parquet file: {e}")))
+    };
+    let ids = read((0, metadata.num_rows), Some(vec![client.to_string()]))?;
+    let (names, index, _) = client_index(path, &ids, client)?;
+    let mask = keep(&index, names.len());
+    assert_eq!(mask.len(), index.len(), "`keep_rows` masks every row");
+    // Runs of adjacent row groups holding a kept row, as (first row, rows).
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let mut first = 0;
+    for rows in metadata.row_groups.iter().map(|g| g.num_rows()) {
+        if mask[first..first + rows].contains(&true) {
+            match spans.last_mut() {
+                Some((start, len)) if *start + *len == first => *len += rows,
+                _ => spans.push((first, rows)),
+            }
+        }
+        first += rows;
+    }
+    let mut df = read((0, 0), None)?;
+    for &span in &spans {
+        (df.vstack_mut(&read(span, None)?)).map_err(|e| fail(format!("reading rows: {e}")))?;
+    }
+    let starts: Vec<usize> = (spans.iter())
+        .scan(0, |read, &(_, rows)| {
+            Some(std::mem::replace(read, *read + rows))
+        })
+        .collect();
+    let file_row = |r: usize| {
+        let s = starts.partition_point(|&start| start <= r) - 1;
+        spans[s].0 + r - starts[s]
+    };
+    let span_mask: Vec<bool> = (spans.iter())
+        .flat_map(|&(first, rows)| mask[first..first + rows].iter().copied())
+        .collect();
+    let kept = move |_: &[u32], _: usize| span_mask.clone();
+    let cols = TableColumns {
+        keep_rows: Some(&kept),
+        ..cols
+    };
+    table_of_frame(path, df, cols, &file_row)
 }
 
 /// Reads `path` (rows `slice = (offset, len)` only, if given), reporting unreadable files as
@@ -129,7 +207,8 @@ pub fn scan_client_table(
 ) -> Result<usize, TableError> {
     let mut first = 0;
     for rows in row_groups(path)? {
-        let table = table_of_frame(path, read_frame(path, Some((first, rows)))?, cols, first)?;
+        let df = read_frame(path, Some((first, rows)))?;
+        let table = table_of_frame(path, df, cols, &|r| first + r)?;
         each(&table, first).map_err(|message| TableError {
             path: path.to_path_buf(),
             message,
@@ -139,12 +218,12 @@ pub fn scan_client_table(
     Ok(first)
 }
 
-/// The table of a frame read from `path`.
+/// The table of a frame read from `path`, whose row `r` is the file's row `file_row(r)`.
 fn table_of_frame(
     path: &Path,
     df: DataFrame,
     cols: TableColumns<'_>,
-    first_row: usize,
+    file_row: &dyn Fn(usize) -> usize,
 ) -> Result<ClientTable, TableError> {
     let fail = |message: String| TableError {
         path: path.to_path_buf(),
@@ -174,34 +253,7 @@ fn table_of_frame(
 
     let (client_names, client, numeric_ids) = match cols.client {
         None => (vec!["all".to_string()], vec![0; df.height()], false),
-        Some(name) => {
-            let client_col = column(&df, name, "client")?;
-            no_nulls(name, &client_col)?;
-            let numeric_ids = client_col.dtype().is_integer();
-            let (names, client) = if numeric_ids {
-                let c = client_col
-                    .cast(&DataType::Int64)
-                    .map_err(|e| polars_err(name, e))?;
-                let ids: Vec<i64> = c
-                    .i64()
-                    .map_err(|e| polars_err(name, e))?
-                    .into_no_null_iter()
-                    .collect();
-                index_of(ids, |v| v.to_string())
-            } else {
-                let c = client_col
-                    .cast(&DataType::String)
-                    .map_err(|e| polars_err(name, e))?;
-                let ids: Vec<String> = c
-                    .str()
-                    .map_err(|e| polars_err(name, e))?
-                    .iter()
-                    .map(|v| v.unwrap_or_default().to_string())
-                    .collect();
-                index_of(ids, Clone::clone)
-            };
-            (names, client, numeric_ids)
-        }
+        Some(name) => client_index(path, &df, name)?,
     };
     // Rows of clients left out go before anything else is read; `kept` maps the rows read
     // back to the frame's rows (for messages).
@@ -237,7 +289,7 @@ fn table_of_frame(
         }
     };
 
-    let file_row = |r: usize| first_row + kept.as_ref().map_or(r, |k| k[r]);
+    let file_row = |r: usize| file_row(kept.as_ref().map_or(r, |k| k[r]));
     let split = match cols.split {
         None => None,
         Some(name) => {
@@ -328,14 +380,14 @@ fn table_of_frame(
                     if let Some(i) = first_null(&values) {
                         return Err(fail(format!(
                             "column `{name}`: row {} has missing values",
-                            i / width.max(1)
+                            file_row(i / width.max(1))
                         )));
                     }
                     let values = values.f32().map_err(|e| polars_err(name, e))?;
                     (values.into_no_null_iter().collect(), width)
                 }
                 DataType::List(inner) if inner.is_primitive_numeric() => {
-                    list_features(&c, name).map_err(fail)?
+                    list_features(&c, name, &file_row).map_err(fail)?
                 }
                 other => {
                     return Err(fail(format!(
@@ -439,13 +491,17 @@ fn check_fits_f32(c: &Column, name: &str, row: &dyn Fn(usize) -> usize) -> Resul
 
 /// The features of a list column whose rows must all have the same length: row-major values
 /// and that length. Errors are messages about `name`.
-fn list_features(c: &Column, name: &str) -> Result<(Vec<f32>, usize), String> {
+fn list_features(
+    c: &Column,
+    name: &str,
+    file_row: &dyn Fn(usize) -> usize,
+) -> Result<(Vec<f32>, usize), String> {
     if let DataType::List(inner) = c.dtype() {
         if **inner == DataType::Float64 {
             let lists = c.list().map_err(|e| format!("column `{name}`: {e}"))?;
             for r in 0..lists.len() {
                 if let Some(row) = lists.get_as_series(r) {
-                    check_fits_f32(&row.into_column(), name, &|_| r)?;
+                    check_fits_f32(&row.into_column(), name, &|_| file_row(r))?;
                 }
             }
         }
@@ -485,6 +541,45 @@ fn first_null(s: &Series) -> Option<usize> {
 }
 
 /// Sorted distinct ids, and each row's index among them.
+/// `df`'s client column `name` as (the ids in their natural order, each row's index into
+/// them, whether the ids are integers).
+fn client_index(
+    path: &Path,
+    df: &DataFrame,
+    name: &str,
+) -> Result<(Vec<String>, Vec<u32>, bool), TableError> {
+    let fail = |message: String| TableError {
+        path: path.to_path_buf(),
+        message,
+    };
+    let polars_err = |e: PolarsError| fail(format!("column `{name}`: {e}"));
+    let client_col = df.column(name).map_err(|_| {
+        let names: Vec<String> = (df.get_column_names().iter())
+            .map(|c| c.to_string())
+            .collect();
+        fail(format!(
+            "no client column `{name}`; the file has: {}",
+            names.join(", ")
+        ))
+    })?;
+    if client_col.null_count() > 0 {
+        return Err(fail(format!("column `{name}` has missing values")));
+    }
+    let numeric_ids = client_col.dtype().is_integer();
+    let (names, client) = if numeric_ids {
+        let c = (client_col.cast(&DataType::Int64)).map_err(polars_err)?;
+        let ids: Vec<i64> = c.i64().map_err(polars_err)?.into_no_null_iter().collect();
+        index_of(ids, |v| v.to_string())
+    } else {
+        let c = (client_col.cast(&DataType::String)).map_err(polars_err)?;
+        let ids: Vec<String> = (c.str().map_err(polars_err)?.iter())
+            .map(|v| v.unwrap_or_default().to_string())
+            .collect();
+        index_of(ids, Clone::clone)
+    };
+    Ok((names, client, numeric_ids))
+}
+
 fn index_of<K: Ord + Clone>(ids: Vec<K>, name: impl Fn(&K) -> String) -> (Vec<String>, Vec<u32>) {
     let order: BTreeMap<K, u32> = ids
         .iter()
@@ -593,4 +688,82 @@ pub fn read_population_column(
         )
     };
     Ok((ids, values))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 23 rows in row groups of 5: client `row * 7 % 5` (every client in every group), or
+    /// client `row / 4` (each in one or two groups), label `row`, feature `f` = `row` except
+    /// a value too big for f32 at row `big`.
+    fn write(path: &Path, interleaved: bool, big: usize) {
+        let rows = 0..23i64;
+        let client: Vec<i64> = (rows.clone())
+            .map(|r| if interleaved { r * 7 % 5 } else { r / 4 })
+            .collect();
+        let f: Vec<f64> = (rows.clone())
+            .map(|r| if r as usize == big { 1e300 } else { r as f64 })
+            .collect();
+        let mut df = df!("c" => client, "y" => rows.collect::<Vec<_>>(), "f" => f).unwrap();
+        let file = std::fs::File::create(path).unwrap();
+        ParquetWriter::new(file)
+            .with_row_group_size(Some(5))
+            .finish(&mut df)
+            .unwrap();
+    }
+
+    fn read(path: &Path, keep: Option<&RowFilter<'_>>) -> Result<ClientTable, TableError> {
+        let features = ["f".to_string()];
+        let cols = TableColumns {
+            client: Some("c"),
+            split: None,
+            label: "y",
+            features: FeatureColumns::Columns(&features),
+            keep_rows: keep,
+        };
+        read_client_table(path, cols)
+    }
+
+    #[test]
+    fn kept_rows_read_from_their_row_groups_are_those_of_the_whole_table() {
+        let tmp = tempfile::tempdir().unwrap();
+        for interleaved in [false, true] {
+            let path = tmp.path().join(format!("t-{interleaved}.parquet"));
+            write(&path, interleaved, usize::MAX);
+            let whole = read(&path, None).unwrap();
+            // Clients 1 and 4 of 6 (or of 5), every third row, and none.
+            let clients = |c: &[u32], n: usize| -> Vec<bool> {
+                assert_eq!(n, if interleaved { 5 } else { 6 });
+                c.iter().map(|&c| c == 1 || c == 4).collect()
+            };
+            let thirds = |c: &[u32], _: usize| (0..c.len()).map(|r| r % 3 == 0).collect();
+            let nothing = |c: &[u32], _: usize| vec![false; c.len()];
+            for keep in [&clients as &RowFilter<'_>, &thirds, &nothing] {
+                let kept = read(&path, Some(keep)).unwrap();
+                let mask = keep(&whole.client, whole.client_names.len());
+                let rows: Vec<usize> = (0..mask.len()).filter(|&r| mask[r]).collect();
+                let labels: Vec<i64> = rows.iter().map(|&r| whole.labels[r]).collect();
+                assert_eq!(kept.labels, labels);
+                let features: Vec<f32> = labels.iter().map(|&y| y as f32).collect();
+                assert_eq!(kept.features, features);
+                let names: Vec<&String> = (whole.client_names.iter().enumerate())
+                    .filter(|(c, _)| rows.iter().any(|&r| whole.client[r] == *c as u32))
+                    .map(|(_, name)| name)
+                    .collect();
+                assert_eq!(kept.client_names.iter().collect::<Vec<_>>(), names);
+                for (k, &r) in rows.iter().enumerate() {
+                    let name = &whole.client_names[whole.client[r] as usize];
+                    assert_eq!(&kept.client_names[kept.client[k] as usize], name);
+                }
+            }
+        }
+        // Clients 1 and 4 hold rows 4–7 and 16–19: a bad value in row 18 is named by its row
+        // in the file.
+        let path = tmp.path().join("big.parquet");
+        write(&path, false, 18);
+        let clients = |c: &[u32], _: usize| c.iter().map(|&c| c == 1 || c == 4).collect();
+        let err = read(&path, Some(&clients)).unwrap_err().to_string();
+        assert!(err.contains("column `f`, row 18: 1e300"), "{err}");
+    }
 }
