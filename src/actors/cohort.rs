@@ -215,11 +215,12 @@ impl<A: Algorithm> EvalJob<A> {
         let state = self.state.get();
         let mut report = alg.report(&self.global, state, self.client);
         let data = ctx.data;
-        if !self.scores_novelty || data.novel.is_empty() {
+        if !self.scores_novelty {
             return report;
         }
-        // Under the pooled scores, scored once every evaluated client's share is in
-        // (validation has checked that the algorithm has what is shared).
+        // Under the pooled scores, scored once every evaluated client's share is in, so every
+        // evaluated client shares, with novel rows or without (validation has checked that the
+        // algorithm has what is shared).
         match jobs.novelty {
             NoveltyScoring::Own => {}
             NoveltyScoring::MaxOverClients => {
@@ -229,11 +230,15 @@ impl<A: Algorithm> EvalJob<A> {
                 return report;
             }
             NoveltyScoring::MeanWeights => {
-                let weights = (report.mixture.clone()).expect("the algorithm reports its weights");
+                let mixture = A::MIXTURE_WEIGHTS.expect("the algorithm has mixture weights");
+                let weights = (mixture.of)(state).to_vec();
                 let unseen = self.unseen;
                 report.novelty_share = Some(NoveltyShare::MixtureWeights { weights, unseen });
                 return report;
             }
+        }
+        if data.novel.is_empty() {
+            return report;
         }
         let test = data.view(ctx.data_index, Split::Test);
         let novel = data.novel_view(ctx.data_index);

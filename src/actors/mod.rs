@@ -579,7 +579,8 @@ pub(crate) struct JobContext<A: Algorithm> {
     /// Clients copy their own models into their evaluation reports
     /// ([`RunSpec::saves_client_models`]).
     saves_client_models: bool,
-    /// How rows are scored for novelty (`evaluation.novelty`).
+    /// How rows are scored for novelty (`evaluation.novelty`; `own` where no client has
+    /// novel rows, so that nothing is gathered).
     novelty: NoveltyScoring,
 }
 
@@ -597,6 +598,12 @@ impl<A: Algorithm> JobContext<A> {
         let spill = (spec.training.spill.store_settings())
             .map(|(min_floats, budget)| SpillStore::new(min_floats, budget));
         let data_clients = data.num_clients();
+        // The pooled scores gather every evaluated client's share, so only where some client
+        // has novel rows to score.
+        let novelty = match spec.evaluation.novelty {
+            pooled if !pooled.is_own() && data.has_novel_rows() => pooled,
+            _ => NoveltyScoring::Own,
+        };
         JobContext {
             algorithm,
             arch,
@@ -615,7 +622,7 @@ impl<A: Algorithm> JobContext<A> {
             evaluated: spec.evaluation.splits,
             reports_loss: spec.sampling.strategy.uses_feedback(),
             saves_client_models: spec.saves_client_models,
-            novelty: spec.evaluation.novelty,
+            novelty,
         }
     }
 
@@ -646,8 +653,8 @@ impl<A: Algorithm> JobContext<A> {
             }
             PooledNovelty::MeanWeights { weights, global } => {
                 // Validation has checked that the algorithm has mixture weights.
-                let state = A::MIXTURE_STATE.expect("the algorithm has mixture weights");
-                let state = state(weights.clone());
+                let mixture = A::MIXTURE_WEIGHTS.expect("the algorithm has mixture weights");
+                let state = (mixture.state)(weights.clone());
                 let ctx = self.local((&rows, 0), client, round, self.training.lr_at(round));
                 let score = |view| self.algorithm.typicality(&ctx, global, &state, view);
                 score(test)

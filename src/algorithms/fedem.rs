@@ -455,10 +455,13 @@ impl Algorithm for FedEm {
         self.spec.components as u64 * plan.samples_processed(n_train)
     }
 
-    /// Scoring with other weights needs only them (`evaluation.novelty: mean_weights`).
-    const MIXTURE_STATE: Option<super::MixtureState<Self>> = Some(|pi| FedEmClient {
-        pi,
-        momentum: Vec::new(),
+    /// π; scoring with other weights needs only them (`evaluation.novelty: mean_weights`).
+    const MIXTURE_WEIGHTS: Option<super::MixtureWeights<Self>> = Some(super::MixtureWeights {
+        of: |state| &state.pi,
+        state: |pi| FedEmClient {
+            pi,
+            momentum: Vec::new(),
+        },
     });
 
     /// E-step (the client's π moves), then one weighted run per component.

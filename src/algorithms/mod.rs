@@ -503,11 +503,11 @@ pub trait Algorithm: Send + Sync + 'static {
     const CONFIDENCE_MODEL: Option<ConfidenceModel<Self>> = None;
 
     /// Where a client's model weighs shared components by its own mixture weights (FedEM's
-    /// π, reported as [`ClientReport::mixture`]), a client state that holds only the given
+    /// π), where a client state keeps them and how to make a state that holds only given
     /// weights, enough for [`Algorithm::typicality`] to score with: `evaluation.novelty:
     /// mean_weights` scores every client's rows with the evaluated training clients' mean
     /// weights ([`Capabilities`]). `None` declares that the algorithm has no such weights.
-    const MIXTURE_STATE: Option<MixtureState<Self>> = None;
+    const MIXTURE_WEIGHTS: Option<MixtureWeights<Self>> = None;
 
     /// How typical each row of `view` is for this client's model, for novelty detection
     /// (higher: more like its training data): FedGMM's log p(x), a classifier's confidence
@@ -737,8 +737,13 @@ pub type SentVectors<A> = for<'a> fn(
 pub type ConfidenceModel<A> =
     for<'a> fn(u32, &'a <A as Algorithm>::Global, &'a <A as Algorithm>::ClientState) -> &'a [f32];
 
-/// A client state holding only the mixture weights given (see [`Algorithm::MIXTURE_STATE`]).
-pub type MixtureState<A> = fn(Vec<f64>) -> <A as Algorithm>::ClientState;
+/// A client's mixture weights, both ways (see [`Algorithm::MIXTURE_WEIGHTS`]).
+pub struct MixtureWeights<A: Algorithm + ?Sized> {
+    /// The weights a client state holds.
+    pub of: fn(&A::ClientState) -> &[f64],
+    /// A client state holding only the given weights.
+    pub state: fn(Vec<f64>) -> A::ClientState,
+}
 
 /// Combines stale updates, each with the model it started from and a staleness factor, in
 /// increasing client order: the server moves by `server_lr` times the factor-weighted average

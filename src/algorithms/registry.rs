@@ -204,7 +204,7 @@ pub struct Capabilities {
     /// ([`Algorithm::CONFIDENCE_MODEL`]); with a server only.
     pub confidence_novelty: bool,
     /// Weighs shared components by each client's mixture weights, so that `evaluation.novelty:
-    /// mean_weights` can score with their mean ([`Algorithm::MIXTURE_STATE`]); with a server
+    /// mean_weights` can score with their mean ([`Algorithm::MIXTURE_WEIGHTS`]); with a server
     /// only.
     pub mixture_novelty: bool,
 }
@@ -256,7 +256,7 @@ const fn server<S: AlgorithmSettings>(
         sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
         client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
         confidence_novelty: <S::Algorithm as Algorithm>::CONFIDENCE_MODEL.is_some(),
-        mixture_novelty: <S::Algorithm as Algorithm>::MIXTURE_STATE.is_some(),
+        mixture_novelty: <S::Algorithm as Algorithm>::MIXTURE_WEIGHTS.is_some(),
     };
     line::<S>(name, title, summary, capabilities)
 }

@@ -237,6 +237,56 @@ fn transformed_test_images_are_scored_as_novel() {
     assert!((0.0..=1.0).contains(&auroc), "{summary}");
 }
 
+/// Under the pooled novelty scores every evaluated client shares its classifier or mixture
+/// weights, also one with no test image and so no novel row: every other client's rows are
+/// scored, once, when all the shares are in.
+#[test]
+fn pooled_novelty_scores_take_clients_without_novel_rows() {
+    if !femnist_available() {
+        return;
+    }
+    // 20 clients of 163 images dealt by Dirichlet(0.05): some hold too few for a test row.
+    let data = [
+        "data.partition={kind: dirichlet, clients: 20, alpha: 0.05}",
+        "data.fraction=0.0002",
+        "data.novel=[half_scale]",
+        "rounds=1",
+    ];
+    let s = scenario(FEMNIST_CNN, &data);
+    let built = (s.data.build(&s.split, &SeedTree::new(s.data_seed))).unwrap();
+    let novel: Vec<usize> = built.novel.iter().map(|rows| rows.len()).collect();
+    assert!(
+        novel.contains(&0) && novel.iter().any(|&n| n > 0),
+        "{novel:?}"
+    );
+    let scored = novel.iter().filter(|&&n| n > 0).count();
+    for pooled in [
+        &[
+            "algorithm={name: local}",
+            "evaluation.novelty=max_over_clients",
+        ][..],
+        &[
+            "algorithm={name: fedem, components: 2, novelty_score: label}",
+            "evaluation.novelty=mean_weights",
+        ],
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        run_in(
+            &scenario(FEMNIST_CNN, &[&data[..], pooled].concat()),
+            2,
+            tmp.path(),
+        );
+        let novelty = fedsim::results::read_parquet(&tmp.path().join("novelty.parquet")).unwrap();
+        let clients = novelty.column("client").unwrap().n_unique().unwrap();
+        assert_eq!(clients, scored, "{pooled:?}");
+        assert_eq!(
+            novelty.height(),
+            2 * novel.iter().sum::<usize>(),
+            "{pooled:?}"
+        );
+    }
+}
+
 #[test]
 fn every_algorithm_trains_a_cnn_and_mobilenet_v2() {
     if !femnist_available() {

@@ -381,8 +381,7 @@ impl<A: Algorithm> Server<A> {
                 feedback: Feedback::default(),
                 downlink: (cfg.downlink).map(|c| Downlink::new(c, initial)),
                 novelty_shares: BTreeMap::new(),
-                pools_novelty: !cfg.algorithm.novelty.is_own()
-                    && cfg.algorithm.data.has_novel_rows(),
+                pools_novelty: !cfg.algorithm.novelty.is_own(),
                 cfg,
             },
         }
