@@ -102,30 +102,21 @@ fn read_kept_rows(
     client: &str,
     keep: &RowFilter<'_>,
 ) -> Result<ClientTable, TableError> {
-    let fail = |message: String| TableError {
-        path: path.to_path_buf(),
-        message,
-    };
-    let file = crate::io::open_regular(path).map_err(|e| fail(format!("cannot open: {e}")))?;
-    let mut reader = ParquetReader::new(file);
-    let footer = without_panics(|| {
-        let schema = reader.schema()?;
-        Ok::<_, PolarsError>((schema, reader.get_metadata()?.clone()))
-    });
-    let (schema, metadata) = footer
-        .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
-        .map_err(|e| fail(format!("not a readable Parquet file: {e}")))?;
+    let (schema, metadata) = with_reader(path, |mut reader| {
+        Ok((reader.schema()?, reader.get_metadata()?.clone()))
+    })?;
     if !schema.contains(client) {
         // The whole read says what the file lacks.
         return table_of_frame(path, read_frame(path, None)?, cols, &|r| r);
     }
     let read = |slice: (usize, usize), columns: Option<Vec<String>>| {
-        let file = crate::io::open_regular(path).map_err(|e| fail(format!("cannot open: {e}")))?;
-        let mut reader = ParquetReader::new(file).with_columns(columns);
-        reader.set_metadata(metadata.clone());
-        without_panics(|| reader.with_slice(Some(slice)).finish())
-            .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
-            .map_err(|e| fail(format!("not a readable Parquet file: {e}")))
+        with_reader(path, |mut reader| {
+            reader.set_metadata(metadata.clone());
+            reader
+                .with_columns(columns)
+                .with_slice(Some(slice))
+                .finish()
+        })
     };
     let ids = read((0, metadata.num_rows), Some(vec![client.to_string()]))?;
     let (names, index, _) = client_index(path, &ids, client)?;
@@ -145,7 +136,10 @@ fn read_kept_rows(
     }
     let mut df = read((0, 0), None)?;
     for &span in &spans {
-        (df.vstack_mut(&read(span, None)?)).map_err(|e| fail(format!("reading rows: {e}")))?;
+        df.vstack_mut(&read(span, None)?).map_err(|e| TableError {
+            path: path.to_path_buf(),
+            message: format!("reading rows: {e}"),
+        })?;
     }
     let starts: Vec<usize> = (spans.iter())
         .scan(0, |read, &(_, rows)| {
@@ -167,34 +161,33 @@ fn read_kept_rows(
     table_of_frame(path, df, cols, &file_row)
 }
 
-/// Reads `path` (rows `slice = (offset, len)` only, if given), reporting unreadable files as
-/// errors about `path`.
-fn read_frame(path: &Path, slice: Option<(usize, usize)>) -> Result<DataFrame, TableError> {
+/// Runs `read` on a Parquet reader of `path`, reporting a file that cannot be opened or read
+/// (or that makes the reader panic) as an error about `path`.
+fn with_reader<T>(
+    path: &Path,
+    read: impl FnOnce(ParquetReader<std::fs::File>) -> PolarsResult<T>,
+) -> Result<T, TableError> {
     let fail = |message: String| TableError {
         path: path.to_path_buf(),
         message,
     };
     let file = crate::io::open_regular(path).map_err(|e| fail(format!("cannot open: {e}")))?;
-    without_panics(|| ParquetReader::new(file).with_slice(slice).finish())
+    without_panics(|| read(ParquetReader::new(file)))
         .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
         .map_err(|e| fail(format!("not a readable Parquet file: {e}")))
 }
 
+/// Reads `path` (rows `slice = (offset, len)` only, if given).
+fn read_frame(path: &Path, slice: Option<(usize, usize)>) -> Result<DataFrame, TableError> {
+    with_reader(path, |reader| reader.with_slice(slice).finish())
+}
+
 /// The row counts of `path`'s row groups, in file order (read from its footer).
 fn row_groups(path: &Path) -> Result<Vec<usize>, TableError> {
-    let fail = |message: String| TableError {
-        path: path.to_path_buf(),
-        message,
-    };
-    let file = crate::io::open_regular(path).map_err(|e| fail(format!("cannot open: {e}")))?;
-    let mut reader = ParquetReader::new(file);
-    let groups = without_panics(|| {
-        reader
-            .get_metadata()
-            .map(|m| m.row_groups.iter().map(|g| g.num_rows()).collect())
+    with_reader(path, |mut reader| {
+        let metadata = reader.get_metadata()?;
+        Ok(metadata.row_groups.iter().map(|g| g.num_rows()).collect())
     })
-    .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?;
-    groups.map_err(|e| fail(format!("not a readable Parquet file: {e}")))
 }
 
 /// Reads `path` one row group at a time (memory follows the largest row group, not the file)
@@ -614,12 +607,7 @@ pub fn read_population_column(
         path: path.to_path_buf(),
         message,
     };
-    let file = crate::io::open_regular(path).map_err(|e| fail(format!("cannot open: {e}")))?;
-    let mut reader = ParquetReader::new(file);
-    let names: Vec<String> = without_panics(|| reader.schema())
-        .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
-        .map_err(|e| fail(format!("not a readable Parquet file: {e}")))?
-        .iter_names()
+    let names: Vec<String> = (with_reader(path, |mut reader| reader.schema())?.iter_names())
         .map(|n| n.to_string())
         .collect();
     for name in ["client", column] {
@@ -630,13 +618,8 @@ pub fn read_population_column(
             )));
         }
     }
-    let df = without_panics(|| {
-        reader
-            .with_columns(Some(vec!["client".into(), column.into()]))
-            .finish()
-    })
-    .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
-    .map_err(|e| fail(format!("not a readable Parquet file: {e}")))?;
+    let columns = Some(vec!["client".into(), column.into()]);
+    let df = with_reader(path, |reader| reader.with_columns(columns).finish())?;
     let polars_err = |name: &str, e: PolarsError| fail(format!("column `{name}`: {e}"));
     let missing = |name: &str, c: &Column| match first_null(c.as_materialized_series()) {
         Some(row) => Err(fail(format!("column `{name}`, row {row}: missing value"))),
