@@ -126,7 +126,17 @@ fn read_kept_rows(
     let mut spans: Vec<(usize, usize)> = Vec::new();
     let mut first = 0;
     for rows in metadata.row_groups.iter().map(|g| g.num_rows()) {
-        if mask[first..first + rows].contains(&true) {
+        let Some(group) = mask.get(first..first + rows) else {
+            return Err(TableError {
+                path: path.to_path_buf(),
+                message: format!(
+                    "not a readable Parquet file (it is corrupt: its row groups hold more rows \
+                     than its column `{client}`, {})",
+                    mask.len()
+                ),
+            });
+        };
+        if group.contains(&true) {
             match spans.last_mut() {
                 Some((start, len)) if *start + *len == first => *len += rows,
                 _ => spans.push((first, rows)),
