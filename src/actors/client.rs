@@ -132,7 +132,7 @@ impl<A: Algorithm> Client<A> {
         let mut attack = (own_attack && self.jobs.is_malicious(self.id))
             .then(|| self.seeds.rng(Entity::Client(self.id), "attack", job));
         // Compression's draws (random-k, QSGD, quantization) and error feedback's residual.
-        let compression = self.jobs.uplink.map(|_| {
+        let compression = self.jobs.uplink.is_some().then(|| {
             let rng = self.seeds.rng(Entity::Client(self.id), "compression", job);
             (rng, self.kept().residual.take())
         });

@@ -27,7 +27,7 @@ use crate::algorithms::{
     names_where, Algorithm, ClientReport, Evaluation, Gossip, NoveltyShare, Population, Tested,
     Training,
 };
-use crate::compression::{compress_changes, Compressor};
+use crate::compression::{compress_changes, CompressorSpec};
 use crate::data::{ClientRows, FederatedData};
 use crate::io::{Floats, SpillStore, Stored};
 use crate::models::Architecture;
@@ -274,7 +274,7 @@ pub struct FinishedWork<A: Algorithm> {
     /// ([`Algorithm::update_len`]), or what compression makes of them.
     pub bytes: u64,
     pub state: Stored<A::ClientState>,
-    /// Under error feedback, what compression has not sent yet (see [`Compressor`]).
+    /// Under error feedback, what compression has not sent yet (see [`CompressorSpec`]).
     pub residual: Option<Stored<Vec<f32>>>,
     /// Whether the server asked for the update.
     pub upload: bool,
@@ -567,7 +567,7 @@ pub(crate) struct JobContext<A: Algorithm> {
     /// Client-level privacy (`privacy:`): clients clip what they send, the server noises it.
     privacy: Option<ClientLevelPrivacy>,
     /// How clients compress what they send (`compression.uplink`).
-    uplink: Option<Compressor>,
+    uplink: Option<CompressorSpec>,
     /// Which clients are malicious, and their attack (`adversary:`).
     adversary: Option<Adversaries>,
     /// The server's robust rule (`aggregation:`).
@@ -613,7 +613,7 @@ impl<A: Algorithm> JobContext<A> {
             on_divergence: spec.on_divergence,
             spill,
             privacy,
-            uplink: spec.compression.as_ref().and_then(|c| c.uplink),
+            uplink: spec.compression.as_ref().and_then(|c| c.uplink.clone()),
             adversary: (spec.adversary.as_ref()).map(|a| Adversaries {
                 attack: a.attack,
                 malicious: malicious_clients(spec, data_clients),
@@ -1232,7 +1232,7 @@ fn simulate_with<A: Algorithm>(algorithm: A, launch: Launch) -> Result<SimOutput
                 seeds,
                 sample_privacy,
                 secure_aggregation: spec.secure_aggregation.clone(),
-                downlink: spec.compression.as_ref().and_then(|c| c.downlink),
+                downlink: spec.compression.as_ref().and_then(|c| c.downlink.clone()),
             },
             global,
         )

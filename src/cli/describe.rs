@@ -80,8 +80,8 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         let d = arch.num_params();
         let dense = 4 * d as u64;
         let links = [
-            ("uplink", compression.uplink),
-            ("downlink", compression.downlink),
+            ("uplink", &compression.uplink),
+            ("downlink", &compression.downlink),
         ];
         for (link, compressor) in links {
             let Some(compressor) = compressor else {
@@ -91,7 +91,7 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
             outln!(
                 "  {link} compression ({}): {bytes} bytes a model of {d} values against {dense} \
                  uncompressed ({:.1}× fewer){}",
-                serde_yaml::to_string(&compressor)?
+                serde_yaml::to_string(compressor)?
                     .trim()
                     .replace('\n', ", "),
                 dense as f64 / bytes as f64,

@@ -203,7 +203,7 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
     // Error feedback keeps, for each client that has compressed an update, what it has not
     // sent yet: a float for each value it sends (one model here; FedEM's M components take M).
     let feedback = (run.compression.as_ref())
-        .and_then(|c| c.uplink)
+        .and_then(|c| c.uplink.as_ref())
         .is_some_and(|u| u.error_feedback());
     let residuals = match run.training.spill.store_settings() {
         _ if !feedback => 0.0,

@@ -750,7 +750,7 @@ fn validate_compression(raw: &RawScenario) -> Result<(), FieldError> {
                 .into(),
         ));
     }
-    let lengthens = compression.uplink.is_some_and(|u| !u.keeps_norm_bound());
+    let lengthens = (compression.uplink.as_ref()).is_some_and(|u| !u.keeps_norm_bound());
     if noised_after_the_clients(raw) && lengthens {
         return Err(FieldError::new(
             "compression.uplink".into(),
@@ -766,7 +766,7 @@ fn validate_compression(raw: &RawScenario) -> Result<(), FieldError> {
         ("adversary", raw.adversary.is_some()),
         ("aggregation", raw.aggregation.is_some()),
     ];
-    if let (Some(_), Some((section, _))) = (compression.downlink, with.iter().find(|w| w.1)) {
+    if let (Some(_), Some((section, _))) = (&compression.downlink, with.iter().find(|w| w.1)) {
         return Err(FieldError::new(
             "compression.downlink".into(),
             format!(

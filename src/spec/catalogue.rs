@@ -1,5 +1,6 @@
-//! What every catalogue (algorithms, data sets, models, partitioners) shares: its entries
-//! ([`Registration`]) and a scenario's section of it ([`Chosen`]), read and written here once.
+//! What every catalogue (algorithms, data sets, models, partitioners, compressors) shares: its
+//! entries ([`Registration`]) and a scenario's section of it ([`Chosen`]), read and written
+//! here once.
 //! The item is named by a tag field (`name:` or `kind:`), the other fields are the item's own
 //! settings, read by the item's serde type; errors inside them put their path first
 //! (`` `a.b`: message ``), which the scenario turns into a field path. A catalogue itself
@@ -169,8 +170,9 @@ pub fn section_schema(
     })
 }
 
-/// A catalogue of one concept's items (algorithms, data sets, models, partitioners), named by
-/// a marker type: its items are [`Registration`]s, a scenario's section of it is a [`Chosen`].
+/// A catalogue of one concept's items (algorithms, data sets, models, partitioners,
+/// compressors), named by a marker type: its items are [`Registration`]s, a scenario's section
+/// of it is a [`Chosen`].
 /// What differs between catalogues is what each declares of an item beyond its settings
 /// ([`Catalogue::Declared`]) and the trait its settings implement ([`Catalogue::Settings`]).
 pub trait Catalogue: Sized + 'static {
@@ -270,10 +272,13 @@ pub struct Chosen<C: Catalogue> {
 }
 
 impl<C: Catalogue> Chosen<C> {
-    /// The item `name` with `fields` (a mapping of its settings, without the tag).
+    /// The item `name` with `fields` (a mapping of its settings, without the tag). An unknown
+    /// name is an error at the tag (`` `kind`: unknown variant … ``).
     pub fn parse(name: &str, fields: Value) -> Result<Self, String> {
-        let registration = Registration::find(name)
-            .ok_or_else(|| unknown(name, C::items().iter().map(|r| r.name)))?;
+        let registration = Registration::find(name).ok_or_else(|| {
+            let known = unknown(name, C::items().iter().map(|r| r.name));
+            format!("`{}`: {known}", C::TAG)
+        })?;
         Ok(Chosen {
             registration,
             settings: (registration.parse)(fields)?,

@@ -6,7 +6,7 @@
 //! refused with its field.
 
 use crate::common::{error, f64_column as floats, run_saving, u64_column as counts, SMALL};
-use fedsim::compression::Compressor;
+use fedsim::compression::CompressorSpec;
 use fedsim::results::{differing_files, read_parquet};
 use polars::prelude::DataFrame;
 use std::path::Path;
@@ -42,7 +42,7 @@ fn compressed_updates_carry_their_formulas_bytes_and_arrive_sooner() {
     .into_iter()
     .enumerate()
     {
-        let compressor: Compressor = serde_yaml::from_str(text).unwrap();
+        let compressor: CompressorSpec = serde_yaml::from_str(text).unwrap();
         let dir = tmp.path().join(n.to_string());
         let overrides = [network, &format!("compression={{uplink: {text}}}")];
         run_saving(SMALL, &overrides, 2, &dir);
@@ -146,7 +146,7 @@ fn compressed_runs_are_deterministic_across_threads_and_spilling() {
 fn a_compressed_downlink_charges_each_client_what_it_missed() {
     let tmp = tempfile::tempdir().unwrap();
     let top_k = "{kind: top_k, fraction: 0.1}";
-    let compressor: Compressor = serde_yaml::from_str(top_k).unwrap();
+    let compressor: CompressorSpec = serde_yaml::from_str(top_k).unwrap();
     let downlink = format!("compression={{downlink: {top_k}}}");
     let plain = tmp.path().join("plain");
     run_saving(SMALL, &["rounds=6"], 2, &plain);
@@ -220,6 +220,11 @@ fn compression_that_cannot_work_is_refused_with_its_field() {
         (
             vec!["compression={uplink: {kind: qsgd, levels: 0}}"],
             "`compression.uplink.levels`",
+        ),
+        (
+            vec!["compression={uplink: {kind: topk, fraction: 0.1}}"],
+            "`compression.uplink.kind`: unknown variant `topk`, expected one of `top_k`, \
+             `random_k`, `qsgd`, `sign`, `quantize`",
         ),
         (
             vec![

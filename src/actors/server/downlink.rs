@@ -10,8 +10,8 @@
 //!
 //! This room only moves the copy and counts bytes. It must not read the round policy's state.
 
-use crate::compression::{compress_changes, Compressor};
-use rand::Rng;
+use crate::compression::{compress_changes, CompressorSpec};
+use rand_chacha::ChaCha20Rng;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -20,7 +20,7 @@ use std::sync::Arc;
 pub(super) type Vectors<G> = fn(&mut G) -> Vec<&mut [f32]>;
 
 pub(super) struct Downlink<G> {
-    compressor: Compressor,
+    compressor: CompressorSpec,
     /// What clients receive.
     public: Arc<G>,
     /// `moved[v]`: the bytes of the moves that made versions 1 to v (`moved[0]` = 0, the
@@ -32,7 +32,7 @@ pub(super) struct Downlink<G> {
 
 impl<G: Clone> Downlink<G> {
     /// A downlink whose public copy starts as the initial model.
-    pub fn new(compressor: Compressor, initial: Arc<G>) -> Self {
+    pub fn new(compressor: CompressorSpec, initial: Arc<G>) -> Self {
         Downlink {
             compressor,
             public: initial,
@@ -61,7 +61,13 @@ impl<G: Clone> Downlink<G> {
     /// Moves the public copy towards `model` by the compressed difference of each of its
     /// `vectors` (their other values, `extra_bytes` of them on the wire, are copied as they
     /// are), drawing from `rng`: the next version.
-    pub fn follow(&mut self, model: &G, vectors: Vectors<G>, extra_bytes: u64, rng: &mut impl Rng) {
+    pub fn follow(
+        &mut self,
+        model: &G,
+        vectors: Vectors<G>,
+        extra_bytes: u64,
+        rng: &mut ChaCha20Rng,
+    ) {
         let mut copy = (*self.public).clone();
         let mut next = model.clone();
         let mut pairs: Vec<(&[f32], &mut [f32])> = vectors(&mut copy)
@@ -89,13 +95,13 @@ mod tests {
     /// next difference. A client pays every move since its version, at most the whole model.
     #[test]
     fn the_copy_follows_the_model_and_clients_pay_what_they_missed() {
-        let top1 = Compressor::TopK {
+        let top1 = CompressorSpec::of(crate::compression::TopKSpec {
             fraction: 0.25,
             error_feedback: false,
-        };
+        });
         assert_eq!(top1.bytes(4), 5);
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
-        let mut down = Downlink::new(top1, Arc::new(vec![0.0f32; 4]));
+        let mut down = Downlink::new(top1.clone(), Arc::new(vec![0.0f32; 4]));
         assert_eq!(down.send_to(7, 16), (Arc::new(vec![0.0; 4]), 16));
         assert_eq!(down.send_to(7, 16).1, 0);
         down.follow(&vec![1.0, -3.0, 2.0, 0.0], WHOLE, 0, &mut rng);

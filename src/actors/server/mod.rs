@@ -68,7 +68,7 @@ pub(super) struct ServerConfig<A: Algorithm> {
     /// Secure aggregation's cost, paid by every round.
     pub secure_aggregation: Option<crate::system::secagg::SecAggSpec>,
     /// How the model sent to clients is compressed (`compression.downlink`).
-    pub downlink: Option<crate::compression::Compressor>,
+    pub downlink: Option<crate::compression::CompressorSpec>,
 }
 
 /// The participants a draw may choose from ([`Core::candidates`]).
@@ -379,7 +379,7 @@ impl<A: Algorithm> Server<A> {
                     .map(|_| ShareAccountant::new()),
                 robust_last: Vec::new(),
                 feedback: Feedback::default(),
-                downlink: (cfg.downlink).map(|c| Downlink::new(c, initial)),
+                downlink: (cfg.downlink.clone()).map(|c| Downlink::new(c, initial)),
                 novelty_shares: BTreeMap::new(),
                 pools_novelty: !cfg.algorithm.novelty.is_own(),
                 cfg,

@@ -1,0 +1,181 @@
+//! The compressors a `compression:` section can name (`uplink: {kind: ...}`, `downlink: {kind:
+//! ...}`), one entry each in [`COMPRESSORS`]. A compressor is its file (its settings type,
+//! implementing [`CompressorSettings`]) plus one entry here.
+
+use crate::spec::catalogue::{
+    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
+};
+use crate::spec::FieldError;
+use rand_chacha::ChaCha20Rng;
+
+/// The catalogue: every compressor a scenario can name, in the order the docs list them.
+pub static COMPRESSORS: &[Registration] = &[
+    entry::<super::TopKSpec>(
+        "top_k",
+        "Top-k sparsification: the k = ⌈fraction·d⌉ values of largest magnitude (ties: the \
+         lower index), sent with their indices (⌈log₂ d⌉ bits each).",
+    ),
+    entry::<super::RandomKSpec>(
+        "random_k",
+        "Random-k sparsification: k = ⌈fraction·d⌉ values at positions drawn uniformly from the \
+         job's `compression` stream; the indices travel as the 8-byte seed of that draw. \
+         Without error feedback the values are scaled by d/k (an unbiased estimate of the \
+         change); with it they are sent as they are (Stich et al. 2018).",
+    ),
+    entry::<super::QsgdSpec>(
+        "qsgd",
+        "QSGD (Alistarh et al. 2017): each value becomes sign·‖v‖₂·l/s, l one of s + 1 levels, \
+         rounded up or down at random so that the estimate is unbiased; sent as the norm (4 \
+         bytes) and, per value, a sign bit and ⌈log₂(s + 1)⌉ bits of level.",
+    ),
+    entry::<super::SignSpec>(
+        "sign",
+        "Scaled sign (Karimireddy et al. 2019): every value becomes ±‖v‖₁/d (+ for 0); sent as \
+         the scale (4 bytes) and a bit per value.",
+    ),
+    entry::<super::QuantizeSpec>(
+        "quantize",
+        "Uniform quantization to b bits: 2^b levels evenly spaced between the vector's minimum \
+         and maximum, each value rounded to a neighbouring level at random (unbiased); sent as \
+         the minimum and the step (8 bytes) and b bits a value.",
+    ),
+];
+
+/// A compressor's settings, as its section holds them (besides `kind`), and what it does to
+/// one change (a sent vector minus the global vector it moved from, d values).
+pub trait CompressorSettings: ItemSettings {
+    /// The smallest valid settings (YAML flow mapping, without `kind`), for tests and docs.
+    const EXAMPLE: &'static str = "{}";
+
+    /// Checks the settings; a path is below the compressor's section.
+    fn validate(&self) -> Result<(), FieldError> {
+        Ok(())
+    }
+
+    /// Whether the client keeps what was not sent for its next update.
+    fn error_feedback(&self) -> bool;
+
+    /// Whether a compressed change is never longer (L2) than the change itself, so that a
+    /// clipped update stays within its bound.
+    fn keeps_norm_bound(&self) -> bool {
+        false
+    }
+
+    /// Bytes on the wire for one compressed vector of `d` values (no header: both sides know
+    /// the model's shapes and the compressor's settings).
+    fn bytes(&self, d: usize) -> u64;
+
+    /// Replaces `v` (d ≥ 1 values) by its compressed form (what the server reconstructs),
+    /// drawing from `rng` where the compressor is random. The work is in f64.
+    fn compress(&self, v: &mut [f64], rng: &mut ChaCha20Rng);
+}
+
+/// The catalogue of compressors.
+pub struct Compressors;
+
+impl Catalogue for Compressors {
+    const TAG: &'static str = "kind";
+    const EXAMPLE_SECTION: &'static str = "{kind: top_k, fraction: 0.01}";
+    const SCHEMA_NAME: &'static str = "CompressorSpec";
+    type Declared = ();
+    type Settings = dyn Settings;
+    fn items() -> &'static [Registration] {
+        COMPRESSORS
+    }
+    fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
+        settings.clone_box()
+    }
+}
+
+/// One entry of the catalogue.
+pub type Registration = catalogue::Registration<Compressors>;
+
+/// The entry of the compressor whose settings are `S`.
+const fn entry<S: CompressorSettings>(kind: &'static str, summary: &'static str) -> Registration {
+    Registration::new::<S>(kind, summary, S::EXAMPLE, (), |fields| {
+        Ok(Box::new(read_settings::<S>(fields)?))
+    })
+}
+
+/// Settings of some registered compressor, their type erased.
+pub trait Settings: ErasedSettings {
+    fn clone_box(&self) -> Box<dyn Settings>;
+    fn validate(&self) -> Result<(), FieldError>;
+    fn error_feedback(&self) -> bool;
+    fn keeps_norm_bound(&self) -> bool;
+    fn bytes(&self, d: usize) -> u64;
+    fn compress(&self, v: &mut [f64], rng: &mut ChaCha20Rng);
+}
+
+impl<S: CompressorSettings> Settings for S {
+    fn clone_box(&self) -> Box<dyn Settings> {
+        Box::new(self.clone())
+    }
+    fn validate(&self) -> Result<(), FieldError> {
+        CompressorSettings::validate(self)
+    }
+    fn error_feedback(&self) -> bool {
+        CompressorSettings::error_feedback(self)
+    }
+    fn keeps_norm_bound(&self) -> bool {
+        CompressorSettings::keeps_norm_bound(self)
+    }
+    fn bytes(&self, d: usize) -> u64 {
+        CompressorSettings::bytes(self, d)
+    }
+    fn compress(&self, v: &mut [f64], rng: &mut ChaCha20Rng) {
+        CompressorSettings::compress(self, v, rng)
+    }
+}
+
+/// One compressor of the changes a client (or, on the downlink, the server) sends: the item of
+/// [`COMPRESSORS`] its section names, with its settings.
+pub type CompressorSpec = Chosen<Compressors>;
+
+impl CompressorSpec {
+    /// The registered compressor whose settings are `settings`.
+    pub fn of<S: CompressorSettings>(settings: S) -> CompressorSpec {
+        Chosen::<Compressors>::of_boxed::<S>(Box::new(settings))
+    }
+
+    /// Checks the settings; an error's path is below the compressor's section.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        self.erased().validate()
+    }
+
+    /// Whether the client keeps what was not sent for its next update.
+    pub fn error_feedback(&self) -> bool {
+        self.erased().error_feedback()
+    }
+
+    /// Whether a compressed change is never longer (L2) than the change itself, so that a
+    /// clipped update stays within its bound (top-k and scaled sign without error feedback).
+    pub fn keeps_norm_bound(&self) -> bool {
+        self.erased().keeps_norm_bound()
+    }
+
+    /// Bytes on the wire for one compressed vector of `d` values.
+    pub fn bytes(&self, d: usize) -> u64 {
+        self.erased().bytes(d)
+    }
+
+    /// Replaces `v` by its compressed form (what the server reconstructs), drawing from `rng`
+    /// where the compressor is random. An empty vector stays as it is.
+    pub fn compress(&self, v: &mut [f64], rng: &mut ChaCha20Rng) {
+        if !v.is_empty() {
+            self.erased().compress(v, rng);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_compressor_round_trips() {
+        catalogue::check_catalogue::<Compressors>(|spec| {
+            spec.validate().map_err(|e| format!("{e:?}"))
+        });
+    }
+}
