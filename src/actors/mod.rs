@@ -38,7 +38,7 @@ use crate::records::{
     MixtureRecord, NoveltyRecord, Record,
 };
 use crate::records::{ModelKind, NoveltyScores, Split};
-use crate::robust::{Adversaries, Attack, RobustAggregation};
+use crate::robust::{Adversaries, Attack, RobustRuleSpec};
 use crate::scenario::RunSpec;
 use crate::sim::{
     Delivery, Effects, Entity, EntityId, Pending, RecordObserver, Scheduler, SeedTree, SimDuration,
@@ -571,7 +571,7 @@ pub(crate) struct JobContext<A: Algorithm> {
     /// Which clients are malicious, and their attack (`adversary:`).
     adversary: Option<Adversaries>,
     /// The server's robust rule (`aggregation:`).
-    robust: Option<RobustAggregation>,
+    robust: Option<RobustRuleSpec>,
     /// The splits an evaluation measures (`evaluation.splits`).
     evaluated: EvaluatedSplits,
     /// Clients report the loss of the model they start from (`sampling.strategy` reads it).
@@ -618,7 +618,7 @@ impl<A: Algorithm> JobContext<A> {
                 attack: a.attack,
                 malicious: malicious_clients(spec, data_clients),
             }),
-            robust: spec.aggregation,
+            robust: spec.aggregation.clone(),
             evaluated: spec.evaluation.splits,
             reports_loss: spec.sampling.strategy.uses_feedback(),
             saves_client_models: spec.saves_client_models,

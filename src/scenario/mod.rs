@@ -105,7 +105,7 @@ pub struct RunSpec {
     /// Which clients lie, and how.
     pub adversary: Option<crate::robust::AdversarySpec>,
     /// The server's robust rule, if not the algorithm's own mean.
-    pub aggregation: Option<crate::robust::RobustAggregation>,
+    pub aggregation: Option<crate::robust::RobustRuleSpec>,
     /// Not the scenario's: set for a run that saves its clients' own models
     /// (`fedsim run --save-client-models`), which then copy them into their evaluation reports.
     pub saves_client_models: bool,
@@ -839,7 +839,7 @@ fn validate_robustness(raw: &RawScenario) -> Result<(), FieldError> {
 /// Krum and Bulyan need enough updates a round: refused, naming both fields, when the clients
 /// drawn each round are too few.
 pub fn check_robust_counts(
-    rule: Option<&crate::robust::RobustAggregation>,
+    rule: Option<&crate::robust::RobustRuleSpec>,
     clients: usize,
     unseen_fraction: f64,
     sampling: &Sampling,
@@ -993,7 +993,7 @@ fn validate_training(t: &RawTraining) -> Result<Training, FieldError> {
         );
     }
     let schedule = match &t.lr_schedule {
-        RawLrSchedule::Constant => LrSchedule::Constant,
+        RawLrSchedule::Constant {} => LrSchedule::Constant,
         RawLrSchedule::MultiStep { milestones, gamma } => {
             if !(*gamma > 0.0 && gamma.is_finite()) {
                 return bad(

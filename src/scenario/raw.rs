@@ -90,7 +90,7 @@ pub struct RawScenario {
     /// median, trimmed mean, Krum, Bulyan, geometric median, centered clipping, norm
     /// bounding), each client counting the same; FedEM: per component.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aggregation: Option<crate::robust::RobustAggregation>,
+    pub aggregation: Option<crate::robust::RobustRuleSpec>,
     /// When a client, a peer or the server first sees NaN or infinite numbers: `stop` the run
     /// there (default) or `continue`. Either way `summary.csv` says the run diverged, and when.
     #[serde(default, skip_serializing_if = "OnDivergence::is_stop")]
@@ -188,12 +188,11 @@ impl Default for RawTraining {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum RawLrSchedule {
     /// The same learning rate every round.
-    #[default]
-    Constant,
+    Constant {},
     /// Multiply the learning rate by `gamma` after each milestone round.
     MultiStep {
         /// The rounds after which the rate is multiplied by `gamma`.
@@ -202,6 +201,13 @@ pub enum RawLrSchedule {
         #[serde(default = "default_gamma")]
         gamma: f64,
     },
+}
+
+impl Default for RawLrSchedule {
+    /// The same learning rate every round.
+    fn default() -> Self {
+        RawLrSchedule::Constant {}
+    }
 }
 
 fn default_gamma() -> f64 {

@@ -1,6 +1,6 @@
-//! What every catalogue (algorithms, data sets, models, partitioners, compressors) shares: its
-//! entries ([`Registration`]) and a scenario's section of it ([`Chosen`]), read and written
-//! here once.
+//! What every catalogue (algorithms, data sets, models, partitioners, compressors, robust
+//! rules) shares: its entries ([`Registration`]) and a scenario's section of it ([`Chosen`]),
+//! read and written here once.
 //! The item is named by a tag field (`name:` or `kind:`), the other fields are the item's own
 //! settings, read by the item's serde type; errors inside them put their path first
 //! (`` `a.b`: message ``), which the scenario turns into a field path. A catalogue itself
@@ -171,7 +171,7 @@ pub fn section_schema(
 }
 
 /// A catalogue of one concept's items (algorithms, data sets, models, partitioners,
-/// compressors), named by a marker type: its items are [`Registration`]s, a scenario's section
+/// compressors, robust rules), named by a marker type: its items are [`Registration`]s, a scenario's section
 /// of it is a [`Chosen`].
 /// What differs between catalogues is what each declares of an item beyond its settings
 /// ([`Catalogue::Declared`]) and the trait its settings implement ([`Catalogue::Settings`]).

@@ -80,11 +80,10 @@ pub struct NetworkSpec {
 }
 
 /// When clients are online.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum AvailabilitySpec {
-    #[default]
-    Always,
+    Always {},
     /// On/off two-state Markov process with exponential durations of these means.
     Markov {
         /// The mean of the exponential online durations, in seconds.
@@ -102,7 +101,9 @@ pub enum AvailabilitySpec {
         period_s: Option<f64>,
     },
     /// FedScale's `client_behave_trace` pickle.
-    Fedscale { path: PathBuf },
+    Fedscale {
+        path: PathBuf,
+    },
     /// Each client's availability class from a population file (CSV or Parquet with a
     /// `client` column and `column`, default `availability`), each class always online or an
     /// on/off Markov chain.
@@ -117,11 +118,18 @@ pub enum AvailabilitySpec {
     },
 }
 
+impl Default for AvailabilitySpec {
+    /// Every client always online.
+    fn default() -> Self {
+        AvailabilitySpec::Always {}
+    }
+}
+
 /// How the clients of one availability class come and go.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum AvailabilityClass {
-    Always,
+    Always {},
     Markov {
         /// The mean of the exponential online durations, in seconds.
         mean_online_s: f64,
@@ -385,7 +393,7 @@ impl SystemModel {
             .map(|ms| SimDuration::from_secs_f64_ceil(ms / 1e3))
             .collect();
         let availability = match &spec.availability {
-            AvailabilitySpec::Always => AvailabilityModel::Always,
+            AvailabilitySpec::Always {} => AvailabilityModel::Always,
             AvailabilitySpec::Markov {
                 mean_online_s,
                 mean_offline_s,
@@ -421,7 +429,7 @@ impl SystemModel {
                 let laws = classes
                     .values()
                     .map(|class| match class {
-                        AvailabilityClass::Always => None,
+                        AvailabilityClass::Always {} => None,
                         AvailabilityClass::Markov {
                             mean_online_s,
                             mean_offline_s,

@@ -9,17 +9,16 @@ use nalgebra::{DMatrix, SymmetricEigen};
 use serde::{Deserialize, Serialize};
 
 /// How a round's mixing weights are set.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "rule", rename_all = "snake_case", deny_unknown_fields)]
 pub enum MixingRule {
     /// W_ij = 1 / (1 + max(d_i, d_j)) on each link; the rest on the diagonal. Symmetric.
-    #[default]
-    MetropolisHastings,
+    MetropolisHastings {},
     /// W_ij = 1 / (1 + d_max) on each link; the rest on the diagonal. Symmetric.
-    MaxDegree,
+    MaxDegree {},
     /// W_ij = 1 / (1 + d_i) for each neighbour and for i itself. Rows sum to 1; symmetric only
     /// on regular graphs (on a complete graph: the uniform 1/n).
-    UniformNeighbour,
+    UniformNeighbour {},
     /// Fastest Mixing Markov Chain (Boyd, Diaconis, Xiao 2004): the symmetric, doubly stochastic
     /// W on the graph (self weights allowed) with the smallest second-largest |eigenvalue|, by
     /// the projected subgradient method of their §5 started from Metropolis–Hastings weights;
@@ -32,6 +31,13 @@ pub enum MixingRule {
         #[serde(default = "default_fmmc_step")]
         step: f64,
     },
+}
+
+impl Default for MixingRule {
+    /// Metropolis–Hastings weights.
+    fn default() -> Self {
+        MixingRule::MetropolisHastings {}
+    }
 }
 
 fn default_fmmc_iterations() -> u32 {
@@ -62,7 +68,7 @@ impl MixingRule {
 
     /// Whether the rule promises a symmetric (doubly stochastic) matrix on any graph.
     pub fn symmetric(&self) -> bool {
-        !matches!(self, MixingRule::UniformNeighbour)
+        !matches!(self, MixingRule::UniformNeighbour {})
     }
 }
 
@@ -84,12 +90,12 @@ impl Mixing {
         let n = graph.len();
         let edges = graph.edges();
         let (weights, balance) = match rule {
-            MixingRule::MetropolisHastings => (metropolis_hastings(graph, &edges), None),
-            MixingRule::MaxDegree => {
+            MixingRule::MetropolisHastings {} => (metropolis_hastings(graph, &edges), None),
+            MixingRule::MaxDegree {} => {
                 let w = 1.0 / (1.0 + graph.max_degree() as f64);
                 (vec![w; edges.len()], None)
             }
-            MixingRule::UniformNeighbour => {
+            MixingRule::UniformNeighbour {} => {
                 let balance: Vec<f64> = (0..n as u32)
                     .map(|i| 1.0 + graph.degree(i) as f64)
                     .collect();
@@ -369,9 +375,9 @@ mod tests {
     use rand_chacha::ChaCha20Rng;
 
     const RULES: [MixingRule; 4] = [
-        MixingRule::MetropolisHastings,
-        MixingRule::MaxDegree,
-        MixingRule::UniformNeighbour,
+        MixingRule::MetropolisHastings {},
+        MixingRule::MaxDegree {},
+        MixingRule::UniformNeighbour {},
         MixingRule::Fmmc {
             iterations: 60,
             step: 0.05,
@@ -460,7 +466,7 @@ mod tests {
     fn fmmc_mixes_at_least_as_fast_as_metropolis_hastings() {
         let mut strictly_better = 0;
         for graph in random_graphs(30).into_iter().filter(Graph::is_connected) {
-            let mh = Mixing::build(&graph, &MixingRule::MetropolisHastings).unwrap();
+            let mh = Mixing::build(&graph, &MixingRule::MetropolisHastings {}).unwrap();
             let fast = Mixing::build(&graph, &RULES[3]).unwrap();
             assert!(fast.spectral_gap() >= mh.spectral_gap() - 1e-12);
             strictly_better += (fast.spectral_gap() > mh.spectral_gap() + 1e-6) as usize;
@@ -474,11 +480,11 @@ mod tests {
     #[test]
     fn known_spectra() {
         // Complete graph: uniform-neighbour is 11ᵀ/n, which mixes in one step (gap 1).
-        let w = Mixing::build(&Graph::complete(5), &MixingRule::UniformNeighbour).unwrap();
+        let w = Mixing::build(&Graph::complete(5), &MixingRule::UniformNeighbour {}).unwrap();
         assert!((w.weight(0, 3) - 0.2).abs() < 1e-15 && (w.spectral_gap() - 1.0).abs() < 1e-12);
         // Ring of n with weights 1/3: eigenvalues (1 + 2cos(2πk/n))/3; n = 6: second
         // largest modulus max(2/3, 1/3) = 2/3.
-        let w = Mixing::build(&Graph::ring(6), &MixingRule::MaxDegree).unwrap();
+        let w = Mixing::build(&Graph::ring(6), &MixingRule::MaxDegree {}).unwrap();
         assert!(
             (w.spectral_gap() - 1.0 / 3.0).abs() < 1e-12,
             "{}",
@@ -502,7 +508,7 @@ mod tests {
         );
         // A disconnected graph has no gap.
         let two = Graph::from_edges(4, [(0, 1), (2, 3)]);
-        let w = Mixing::build(&two, &MixingRule::MetropolisHastings).unwrap();
+        let w = Mixing::build(&two, &MixingRule::MetropolisHastings {}).unwrap();
         assert!(w.spectral_gap().abs() < 1e-12);
     }
 

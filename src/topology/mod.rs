@@ -75,8 +75,8 @@ pub enum StepWeights {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum GraphSpec {
-    Complete,
-    Ring,
+    Complete {},
+    Ring {},
     /// A `rows × cols` grid with wrap-around; rows·cols must equal the number of peers.
     Torus {
         /// Rows of the grid.
@@ -101,7 +101,7 @@ pub enum GraphSpec {
         radius: f64,
     },
     /// Peer i linked to i + 2^k (mod n) for every 2^k < n.
-    Exponential,
+    Exponential {},
     /// A CSV file of links, one `a,b` pair of peer ids per line (an optional header line).
     EdgeList {
         /// The CSV file, relative to the working directory.
@@ -110,16 +110,22 @@ pub enum GraphSpec {
 }
 
 /// How the graph changes between rounds.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum TimeVarying {
     /// One graph for the whole run.
-    #[default]
-    Fixed,
+    Fixed {},
     /// A fresh draw of the (random) graph every `every` rounds.
     Resample { every: u32 },
     /// Each round, every link of the graph is down with probability `p`.
     DropLinks { p: f64 },
+}
+
+impl Default for TimeVarying {
+    /// One graph for the whole run.
+    fn default() -> Self {
+        TimeVarying::Fixed {}
+    }
 }
 
 #[derive(
@@ -238,8 +244,8 @@ impl Topology {
             ));
         }
         let base = match &spec.graph {
-            GraphSpec::Complete => Some(Graph::complete(peers)),
-            GraphSpec::Ring => Some(Graph::ring(peers)),
+            GraphSpec::Complete {} => Some(Graph::complete(peers)),
+            GraphSpec::Ring {} => Some(Graph::ring(peers)),
             GraphSpec::Torus { rows, cols } => {
                 if rows * cols != peers {
                     return Err(invalid(
@@ -261,7 +267,7 @@ impl Topology {
                 }
                 Some(Graph::star(peers, *center))
             }
-            GraphSpec::Exponential => Some(Graph::exponential(peers)),
+            GraphSpec::Exponential {} => Some(Graph::exponential(peers)),
             GraphSpec::EdgeList { path } => Some(Graph::read_edge_list(path, peers)?),
             GraphSpec::ErdosRenyi { .. } | GraphSpec::Geometric { .. } => None,
         };
@@ -303,7 +309,7 @@ impl Topology {
     /// Rounds sharing one graph share an epoch.
     fn epoch(&self, round: u32) -> u64 {
         match self.spec.time_varying {
-            TimeVarying::Fixed => 0,
+            TimeVarying::Fixed {} => 0,
             TimeVarying::Resample { every } => (round.max(1) as u64 - 1) / every as u64,
             TimeVarying::DropLinks { .. } => round as u64,
         }
@@ -385,7 +391,7 @@ mod tests {
     fn spec(graph: GraphSpec, time_varying: TimeVarying) -> TopologySpec {
         TopologySpec {
             graph,
-            mixing: MixingRule::MetropolisHastings,
+            mixing: MixingRule::MetropolisHastings {},
             time_varying,
             disconnected: Disconnected::Resample,
             gossip: GossipMode::Synchronous,
@@ -397,7 +403,7 @@ mod tests {
     fn rounds_are_reproducible_and_vary_as_asked() {
         let seeds = SeedTree::new(3);
         let er = GraphSpec::ErdosRenyi { p: 0.2 };
-        let fixed = Topology::build(&spec(er.clone(), TimeVarying::Fixed), 30, seeds).unwrap();
+        let fixed = Topology::build(&spec(er.clone(), TimeVarying::Fixed {}), 30, seeds).unwrap();
         assert_eq!(fixed.at(1).unwrap().graph, fixed.at(7).unwrap().graph);
         let every2 =
             Topology::build(&spec(er, TimeVarying::Resample { every: 2 }), 30, seeds).unwrap();
@@ -424,7 +430,7 @@ mod tests {
         .unwrap();
         assert_eq!(every2.at(3).unwrap().graph, again.at(3).unwrap().graph);
         let drop = Topology::build(
-            &spec(GraphSpec::Complete, TimeVarying::DropLinks { p: 0.5 }),
+            &spec(GraphSpec::Complete {}, TimeVarying::DropLinks { p: 0.5 }),
             20,
             seeds,
         )
@@ -438,7 +444,7 @@ mod tests {
     fn disconnected_graphs_are_never_silent() {
         let seeds = SeedTree::new(1);
         // G(40, 0.01) is almost never connected.
-        let sparse = spec(GraphSpec::ErdosRenyi { p: 0.01 }, TimeVarying::Fixed);
+        let sparse = spec(GraphSpec::ErdosRenyi { p: 0.01 }, TimeVarying::Fixed {});
         let e = Topology::build(&sparse, 40, seeds)
             .err()
             .unwrap()
@@ -454,13 +460,13 @@ mod tests {
         let t = Topology::build(&allowed, 40, seeds).unwrap();
         let r = t.at(1).unwrap();
         assert!(!r.connected && r.mixing.spectral_gap() == 0.0);
-        let torus = spec(GraphSpec::Torus { rows: 3, cols: 4 }, TimeVarying::Fixed);
+        let torus = spec(GraphSpec::Torus { rows: 3, cols: 4 }, TimeVarying::Fixed {});
         let e = Topology::build(&torus, 10, seeds)
             .err()
             .unwrap()
             .to_string();
         assert!(e.contains("rows × cols = 12") && e.contains("(10)"), "{e}");
-        let bad = spec(GraphSpec::Ring, TimeVarying::Resample { every: 1 });
+        let bad = spec(GraphSpec::Ring {}, TimeVarying::Resample { every: 1 });
         assert!(bad.validate().unwrap_err().path == "time_varying");
     }
 }

@@ -224,6 +224,15 @@ fn byzantine_settings_that_cannot_work_are_refused_with_their_fields() {
             "`aggregation.trim`: must be in [0, 0.5)",
         ),
         (
+            // A field of another rule is refused, not ignored.
+            vec!["aggregation={kind: median, trim: 0.1}"],
+            "`aggregation`: unknown field `trim`, there are no fields",
+        ),
+        (
+            vec!["aggregation={kind: medain}"],
+            "`aggregation.kind`: unknown variant `medain`, expected one of `median`",
+        ),
+        (
             // 24 clients, half a round: 12 < 2·5 + 3.
             vec!["aggregation={kind: krum, byzantine: 5}"],
             "Krum with byzantine: 5 needs 2f + 3 updates a round (and at least multi: 1), and \

@@ -467,3 +467,48 @@ fn fedgmm_image_settings_are_refused_with_their_paths() {
         "{e}"
     );
 }
+
+#[test]
+fn a_field_given_to_a_kind_that_takes_none_is_refused() {
+    // serde would ignore any field beside the tag of a kind without settings.
+    for (text, set, path) in [
+        (
+            PEERS,
+            "topology.graph={kind: ring, degree: 4}",
+            "topology.graph",
+        ),
+        (
+            PEERS,
+            "topology.mixing={rule: max_degree, iterations: 3}",
+            "topology.mixing",
+        ),
+        (
+            PEERS,
+            "topology.time_varying={kind: fixed, every: 2}",
+            "topology.time_varying",
+        ),
+        (
+            BASE,
+            "system.availability={kind: always, mean_online_s: 5}",
+            "system.availability",
+        ),
+        (
+            BASE,
+            "training.lr_schedule={kind: constant, gamma: 0.5}",
+            "training.lr_schedule",
+        ),
+        (
+            BASE,
+            "adversary={fraction: 0.2, attack: {kind: label_flip, scale: 3}}",
+            "adversary.attack",
+        ),
+        (BASE, "aggregation={kind: median, trim: 0.1}", "aggregation"),
+    ] {
+        let e = error(text, &[set]);
+        assert!(
+            e.contains(&format!("field `{path}`: unknown field `"))
+                && e.contains("there are no fields"),
+            "{set}: {e}"
+        );
+    }
+}
