@@ -38,7 +38,7 @@ use crate::records::{
     MixtureRecord, NoveltyRecord, Record,
 };
 use crate::records::{ModelKind, NoveltyScores, Split};
-use crate::robust::{Adversaries, Attack, RobustRuleSpec};
+use crate::robust::{Adversaries, RobustRuleSpec};
 use crate::scenario::RunSpec;
 use crate::sim::{
     Delivery, Effects, Entity, EntityId, Pending, RecordObserver, Scheduler, SeedTree, SimDuration,
@@ -615,7 +615,7 @@ impl<A: Algorithm> JobContext<A> {
             privacy,
             uplink: spec.compression.as_ref().and_then(|c| c.uplink.clone()),
             adversary: (spec.adversary.as_ref()).map(|a| Adversaries {
-                attack: a.attack,
+                attack: a.attack.clone(),
                 malicious: malicious_clients(spec, data_clients),
             }),
             robust: spec.aggregation.clone(),
@@ -930,7 +930,7 @@ pub fn simulate(
 
 /// `data` with the malicious clients' training data poisoned, under an adversary that
 /// poisons data (resident data only: rows made on demand are made for each job, unpoisoned):
-/// labels flipped, or a backdoor planted ([`plant_backdoor`]).
+/// the attack's own poisoning ([`crate::robust::AttackSpec::poison`]).
 fn poisoned(spec: &RunSpec, data: Arc<FederatedData>) -> Result<Arc<FederatedData>, SimError> {
     let Some(adversary) = &spec.adversary else {
         return Ok(data);
@@ -951,7 +951,7 @@ fn poisoned(spec: &RunSpec, data: Arc<FederatedData>) -> Result<Arc<FederatedDat
             ),
         );
     }
-    let attack = adversary.attack;
+    let attack = &adversary.attack;
     if !attack.poisons_data() {
         return Ok(data);
     }
@@ -962,92 +962,20 @@ fn poisoned(spec: &RunSpec, data: Arc<FederatedData>) -> Result<Arc<FederatedDat
                 "`{}` poisons the malicious clients' training data in memory, and this data \
                  set makes its rows on demand; load it whole (no `on_demand`) or use another \
                  attack",
-                attack.kind()
+                attack.name()
             ),
         );
     }
     let mut data = Arc::unwrap_or_clone(data);
-    match attack {
-        Attack::Backdoor(backdoor) => plant_backdoor(&mut data, &malicious, &backdoor, spec.seed)
-            .map_err(|message| {
+    attack
+        .poison(&mut data, &malicious, spec.seed)
+        .map_err(|message| {
             SimError::Scenario(crate::spec::FieldError::new(
                 "adversary.attack".into(),
                 message,
             ))
-        })?,
-        _ => data.flip_train_labels(&malicious),
-    }
+        })?;
     Ok(Arc::new(data))
-}
-
-/// Plants `backdoor` in `data`: stamps the trigger on a `poison` share of each `malicious`
-/// client's training images (drawn from its `backdoor` stream) and gives them the target
-/// label, then appends every client's [`Split::Backdoor`] rows: its test images of other
-/// labels, stamped and labelled with the target. Refused (with the reason) on data that is
-/// not images, a target that is not a class, or a trigger larger than the image.
-fn plant_backdoor(
-    data: &mut FederatedData,
-    malicious: &[u32],
-    backdoor: &crate::robust::Backdoor,
-    seed: u64,
-) -> Result<(), String> {
-    let crate::data::Layout::Image(shape) = data.layout else {
-        return Err(
-            "`backdoor` stamps a trigger on images, and this data set's rows are not \
-                    images; use an image data set or another attack"
-                .into(),
-        );
-    };
-    if backdoor.target as usize >= data.classes {
-        return Err(format!(
-            "`target: {}` is not a class of this data set, whose labels are 0 to {}",
-            backdoor.target,
-            data.classes - 1
-        ));
-    }
-    if backdoor.trigger > shape[1].min(shape[2]) {
-        return Err(format!(
-            "`trigger: {}` is larger than this data set's {}×{} images",
-            backdoor.trigger, shape[1], shape[2]
-        ));
-    }
-    let (dim, lead) = (data.dim, data.lead);
-    let value = backdoor.value_on(&data.features[lead..], shape);
-    let seeds = SeedTree::new(seed);
-    for &c in malicious {
-        let rows = data.clients[c as usize].range(Split::Train);
-        let count = (backdoor.poison * rows.len() as f64).ceil() as usize;
-        let mut rng = seeds.rng(Entity::Client(c), "backdoor", 0);
-        for i in rand::seq::index::sample(&mut rng, rows.len(), count.min(rows.len())) {
-            let row = rows.start + i;
-            let at = lead + row * dim;
-            backdoor.stamp(&mut data.features[at..at + dim], shape, value);
-            data.labels[row] = backdoor.target;
-        }
-    }
-    let triggered: usize = (data.clients.iter())
-        .flat_map(|shard| shard.range(Split::Test))
-        .filter(|&row| data.labels[row] != backdoor.target)
-        .count();
-    data.features.reserve_exact(triggered * dim);
-    data.labels.reserve_exact(triggered);
-    let mut ranges = Vec::with_capacity(data.clients.len());
-    for c in 0..data.clients.len() {
-        let start = data.labels.len();
-        for row in data.clients[c].range(Split::Test) {
-            if data.labels[row] == backdoor.target {
-                continue;
-            }
-            let at = lead + row * dim;
-            let mut image = data.features[at..at + dim].to_vec();
-            backdoor.stamp(&mut image, shape, value);
-            data.features.extend_from_slice(&image);
-            data.labels.push(backdoor.target);
-        }
-        ranges.push(start..data.labels.len());
-    }
-    data.backdoor = ranges;
-    Ok(())
 }
 
 /// DP-SGD as `spec`'s run over `data` applies it (σ solved where it gives `target_epsilon`),
@@ -1312,115 +1240,6 @@ pub(crate) mod testkit {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Two clients of 1×3×3 images (features 0.5, the largest 0.9), labels 0–2: client 1 is
-    /// malicious with a 2-pixel trigger, target 2, poison 0.5. Its ⌈0.5·3⌉ = 2 of 3 training
-    /// images get the trigger (value 0.9, bottom-right 2×2) and label 2; every client's test
-    /// images not labelled 2 are copied, stamped and labelled 2 into its backdoor rows.
-    #[test]
-    fn a_backdoor_stamps_poisoned_and_test_images_by_hand() {
-        use crate::data::{ClientShard, Layout};
-        let labels = vec![0, 1, 2, 0, 1, 2, 0, 1, 0, 2, 1];
-        let mut features = vec![0.5f32; labels.len() * 9];
-        features[4] = 0.9;
-        let mut data = FederatedData {
-            layout: Layout::Image([1, 3, 3]),
-            dim: 9,
-            classes: 3,
-            features,
-            labels,
-            clients: vec![
-                ClientShard {
-                    train: 0..3,
-                    val: 3..3,
-                    test: 3..6,
-                },
-                ClientShard {
-                    train: 6..9,
-                    val: 9..9,
-                    test: 9..11,
-                },
-            ],
-            truth: None,
-            novel: Vec::new(),
-            backdoor: Vec::new(),
-            on_demand: None,
-            lead: 0,
-        };
-        let backdoor = crate::robust::Backdoor {
-            target: 2,
-            trigger: 2,
-            value: None,
-            poison: 0.5,
-            boost: 1.0,
-        };
-        let clean = data.clone();
-        plant_backdoor(&mut data, &[1], &backdoor, 7).unwrap();
-        let stamped = |image: &[f32]| {
-            let mut want = image.to_vec();
-            for at in [4, 5, 7, 8] {
-                want[at] = 0.9;
-            }
-            want
-        };
-        let image = |d: &FederatedData, row: usize| d.features[row * 9..row * 9 + 9].to_vec();
-        let poisoned: Vec<usize> = (6..9)
-            .filter(|&r| image(&data, r) != image(&clean, r))
-            .collect();
-        assert_eq!(poisoned.len(), 2, "⌈0.5·3⌉ of client 1's training images");
-        for r in 6..9 {
-            let hit = poisoned.contains(&r);
-            assert_eq!(
-                data.labels[r],
-                if hit { 2 } else { clean.labels[r] },
-                "row {r}"
-            );
-            if hit {
-                assert_eq!(image(&data, r), stamped(&image(&clean, r)));
-            }
-        }
-        assert_eq!(
-            &data.features[..54],
-            &clean.features[..54],
-            "client 0 untouched"
-        );
-        assert_eq!(
-            &data.features[81..99],
-            &clean.features[81..99],
-            "tests untouched"
-        );
-        // Backdoor rows: client 0's tests 3 (label 0) and 4 (label 1), client 1's 10 (label 1).
-        assert_eq!(data.backdoor, vec![11..13, 13..14]);
-        assert_eq!(data.split_len(0, Split::Backdoor), 2);
-        for (row, from) in [(11, 3), (12, 4), (13, 10)] {
-            assert_eq!(
-                image(&data, row),
-                stamped(&image(&clean, from)),
-                "row {row}"
-            );
-            assert_eq!(data.labels[row], 2);
-        }
-        // The same draw for the same seed; a trigger larger than the image, or a target that
-        // is no class, is refused.
-        let mut again = clean.clone();
-        plant_backdoor(&mut again, &[1], &backdoor, 7).unwrap();
-        assert_eq!((again.features, again.labels), (data.features, data.labels));
-        let big = crate::robust::Backdoor {
-            trigger: 4,
-            ..backdoor
-        };
-        let e = plant_backdoor(&mut clean.clone(), &[1], &big, 7).unwrap_err();
-        assert!(
-            e.contains("`trigger: 4` is larger than this data set's 3×3 images"),
-            "{e}"
-        );
-        let far = crate::robust::Backdoor {
-            target: 3,
-            ..backdoor
-        };
-        let e = plant_backdoor(&mut clean.clone(), &[1], &far, 7).unwrap_err();
-        assert!(e.contains("labels are 0 to 2"), "{e}");
-    }
 
     /// An actor that answers every message with no effects.
     struct Quiet;

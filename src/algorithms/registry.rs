@@ -301,16 +301,11 @@ const fn line<S: AlgorithmSettings>(
 
 /// The names of the registered algorithms that have `wanted`, as "`a`, `b` or `c`".
 pub fn names_where(wanted: impl Fn(&Capabilities) -> bool) -> String {
-    let names: Vec<String> = REGISTRY
+    let names = REGISTRY
         .iter()
         .filter(|r| wanted(&r.declared.capabilities))
-        .map(|r| format!("`{}`", r.name))
-        .collect();
-    match names.split_last() {
-        None => String::new(),
-        Some((last, [])) => last.clone(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-    }
+        .map(|r| r.name);
+    catalogue::in_prose(names, "or")
 }
 
 /// What runs an algorithm once the registry has built it: the simulation (with a server or

@@ -52,14 +52,13 @@ pub trait CompressorSettings: ItemSettings {
         Ok(())
     }
 
+    /// Whether, without error feedback, a compressed change is never longer (L2) than the
+    /// change itself, so that a clipped update stays within its bound. (With error feedback
+    /// the residual comes back and can make it longer.)
+    const KEEPS_NORM_BOUND: bool = false;
+
     /// Whether the client keeps what was not sent for its next update.
     fn error_feedback(&self) -> bool;
-
-    /// Whether a compressed change is never longer (L2) than the change itself, so that a
-    /// clipped update stays within its bound.
-    fn keeps_norm_bound(&self) -> bool {
-        false
-    }
 
     /// Bytes on the wire for one compressed vector of `d` values (no header: both sides know
     /// the model's shapes and the compressor's settings).
@@ -77,7 +76,7 @@ impl Catalogue for Compressors {
     const TAG: &'static str = "kind";
     const EXAMPLE_SECTION: &'static str = "{kind: top_k, fraction: 0.01}";
     const SCHEMA_NAME: &'static str = "CompressorSpec";
-    type Declared = ();
+    type Declared = Declared;
     type Settings = dyn Settings;
     fn items() -> &'static [Registration] {
         COMPRESSORS
@@ -87,14 +86,32 @@ impl Catalogue for Compressors {
     }
 }
 
+/// What the catalogue declares of a compressor.
+pub struct Declared {
+    /// Without error feedback, it never lengthens a change
+    /// ([`CompressorSettings::KEEPS_NORM_BOUND`]).
+    pub keeps_norm_bound: bool,
+}
+
 /// One entry of the catalogue.
 pub type Registration = catalogue::Registration<Compressors>;
 
 /// The entry of the compressor whose settings are `S`.
 const fn entry<S: CompressorSettings>(kind: &'static str, summary: &'static str) -> Registration {
-    Registration::new::<S>(kind, summary, S::EXAMPLE, (), |fields| {
+    let declared = Declared {
+        keeps_norm_bound: S::KEEPS_NORM_BOUND,
+    };
+    Registration::new::<S>(kind, summary, S::EXAMPLE, declared, |fields| {
         Ok(Box::new(read_settings::<S>(fields)?))
     })
+}
+
+/// The compressors that, without error feedback, never lengthen a change, in catalogue order.
+pub fn keeping_norm_bound() -> impl Iterator<Item = &'static str> {
+    COMPRESSORS
+        .iter()
+        .filter(|r| r.declared.keeps_norm_bound)
+        .map(|r| r.name)
 }
 
 /// Settings of some registered compressor, their type erased.
@@ -102,7 +119,6 @@ pub trait Settings: ErasedSettings {
     fn clone_box(&self) -> Box<dyn Settings>;
     fn validate(&self) -> Result<(), FieldError>;
     fn error_feedback(&self) -> bool;
-    fn keeps_norm_bound(&self) -> bool;
     fn bytes(&self, d: usize) -> u64;
     fn compress(&self, v: &mut [f64], rng: &mut ChaCha20Rng);
 }
@@ -116,9 +132,6 @@ impl<S: CompressorSettings> Settings for S {
     }
     fn error_feedback(&self) -> bool {
         CompressorSettings::error_feedback(self)
-    }
-    fn keeps_norm_bound(&self) -> bool {
-        CompressorSettings::keeps_norm_bound(self)
     }
     fn bytes(&self, d: usize) -> u64 {
         CompressorSettings::bytes(self, d)
@@ -149,9 +162,10 @@ impl CompressorSpec {
     }
 
     /// Whether a compressed change is never longer (L2) than the change itself, so that a
-    /// clipped update stays within its bound (top-k and scaled sign without error feedback).
+    /// clipped update stays within its bound: a compressor that declares it
+    /// ([`CompressorSettings::KEEPS_NORM_BOUND`]), without error feedback.
     pub fn keeps_norm_bound(&self) -> bool {
-        self.erased().keeps_norm_bound()
+        self.declared().keeps_norm_bound && !self.error_feedback()
     }
 
     /// Bytes on the wire for one compressed vector of `d` values.

@@ -19,7 +19,8 @@ mod sign;
 mod top_k;
 
 pub use catalogue::{
-    CompressorSettings, CompressorSpec, Registration as CompressorRegistration, COMPRESSORS,
+    keeping_norm_bound, CompressorSettings, CompressorSpec, Registration as CompressorRegistration,
+    COMPRESSORS,
 };
 pub use qsgd::QsgdSpec;
 pub use quantize::QuantizeSpec;

@@ -15,13 +15,11 @@ pub struct SignSpec {
 }
 
 impl CompressorSettings for SignSpec {
+    /// The sign's L2 norm is ‖v‖₁/√d ≤ ‖v‖₂.
+    const KEEPS_NORM_BOUND: bool = true;
+
     fn error_feedback(&self) -> bool {
         self.error_feedback
-    }
-
-    /// The sign's L2 norm is ‖v‖₁/√d ≤ ‖v‖₂; with error feedback the residual comes back.
-    fn keeps_norm_bound(&self) -> bool {
-        !self.error_feedback
     }
 
     /// 4 + ⌈d / 8⌉: the scale; a bit a value.

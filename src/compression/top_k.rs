@@ -19,6 +19,8 @@ pub struct TopKSpec {
 
 impl CompressorSettings for TopKSpec {
     const EXAMPLE: &'static str = "{fraction: 0.01}";
+    /// A vector with values set to zero is never longer.
+    const KEEPS_NORM_BOUND: bool = true;
 
     fn validate(&self) -> Result<(), FieldError> {
         valid_fraction(self.fraction)
@@ -26,12 +28,6 @@ impl CompressorSettings for TopKSpec {
 
     fn error_feedback(&self) -> bool {
         self.error_feedback
-    }
-
-    /// A vector with values set to zero is never longer; with error feedback the residual
-    /// comes back and can be.
-    fn keeps_norm_bound(&self) -> bool {
-        !self.error_feedback
     }
 
     /// 4k + ⌈k·⌈log₂ d⌉ / 8⌉: values, then indices packed at ⌈log₂ d⌉ bits.

@@ -314,9 +314,7 @@ fn backdoor_term(
     run: &crate::scenario::RunSpec,
     data: &crate::data::FederatedData,
 ) -> Option<MemoryTerm> {
-    let crate::robust::Attack::Backdoor(backdoor) = &run.adversary.as_ref()?.attack else {
-        return None;
-    };
+    let backdoor = (run.adversary.as_ref()?.attack).settings::<crate::robust::BackdoorSpec>()?;
     if !data.is_resident() {
         return None;
     }

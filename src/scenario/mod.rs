@@ -18,6 +18,8 @@ use crate::data::{DatasetSpec, InputShape, SplitSpec};
 use crate::models::ModelSpec;
 use crate::models::{LocalPlan, LocalWork};
 use crate::privacy::{Accountant, Mechanism, PrivacySpec};
+use crate::robust::attacks_where;
+use crate::spec::catalogue::in_prose;
 use crate::spec::FieldError;
 use crate::spec::{check_client_counts, OnDivergence};
 use crate::spec::{
@@ -754,11 +756,13 @@ fn validate_compression(raw: &RawScenario) -> Result<(), FieldError> {
     if noised_after_the_clients(raw) && lengthens {
         return Err(FieldError::new(
             "compression.uplink".into(),
-            "under `privacy` with noise added after the clients (`central`, `dp_ftrl`, \
-             `distributed`) an update must stay within its clipping bound, which only `top_k` \
-             and `sign` without error feedback guarantee; use one of them, or \
-             `mechanism: local` or `dp_sgd`"
-                .into(),
+            format!(
+                "under `privacy` with noise added after the clients (`central`, `dp_ftrl`, \
+                 `distributed`) an update must stay within its clipping bound, which only {} \
+                 without error feedback guarantee; use one of them, or `mechanism: local` or \
+                 `dp_sgd`",
+                in_prose(crate::compression::keeping_norm_bound(), "and")
+            ),
         ));
     }
     let with = [
@@ -797,11 +801,13 @@ fn validate_robustness(raw: &RawScenario) -> Result<(), FieldError> {
         {
             return Err(FieldError::new(
                 "adversary.attack".into(),
-                "ALIE and IPM are crafted from the honest updates of a synchronous round, which \
-                 the attackers are assumed to see: they need synchronous rounds without late \
-                 updates and without `secure_aggregation:` (use `sign_flip`, `gaussian` or \
-                 `scaled` there)"
-                    .into(),
+                format!(
+                    "{} are crafted from the honest updates of a synchronous round, which the \
+                     attackers are assumed to see: they need synchronous rounds without late \
+                     updates and without `secure_aggregation:` (use {} there)",
+                    attacks_where(|a| a.crafted, "and"),
+                    attacks_where(|a| !a.crafted, "or"),
+                ),
             ));
         }
     }

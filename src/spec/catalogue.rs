@@ -1,5 +1,5 @@
 //! What every catalogue (algorithms, data sets, models, partitioners, compressors, robust
-//! rules) shares: its entries ([`Registration`]) and a scenario's section of it ([`Chosen`]),
+//! rules, attacks, mixing rules) shares: its entries ([`Registration`]) and a scenario's section of it ([`Chosen`]),
 //! read and written here once.
 //! The item is named by a tag field (`name:` or `kind:`), the other fields are the item's own
 //! settings, read by the item's serde type; errors inside them put their path first
@@ -84,6 +84,17 @@ pub fn unknown(name: &str, known: impl Iterator<Item = &'static str>) -> String 
         "unknown variant `{name}`, expected one of {}",
         known.join(", ")
     )
+}
+
+/// Items' `names` in prose, each in backticks, the last two joined by `joiner` ("or", "and"):
+/// "`a`", "`a` or `b`", "`a`, `b` or `c`".
+pub fn in_prose(names: impl Iterator<Item = &'static str>, joiner: &str) -> String {
+    let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
+    match names.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} {joiner} {last}", rest.join(", ")),
+    }
 }
 
 /// What every item's settings type is, whatever its catalogue: read and written by serde
@@ -171,8 +182,8 @@ pub fn section_schema(
 }
 
 /// A catalogue of one concept's items (algorithms, data sets, models, partitioners,
-/// compressors, robust rules), named by a marker type: its items are [`Registration`]s, a scenario's section
-/// of it is a [`Chosen`].
+/// compressors, robust rules, attacks, mixing rules), named by a marker type: its items are
+/// [`Registration`]s, a scenario's section of it is a [`Chosen`].
 /// What differs between catalogues is what each declares of an item beyond its settings
 /// ([`Catalogue::Declared`]) and the trait its settings implement ([`Catalogue::Settings`]).
 pub trait Catalogue: Sized + 'static {

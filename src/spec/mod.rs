@@ -43,6 +43,25 @@ impl FieldError {
         };
         FieldError { path, ..self }
     }
+
+    /// `field` must be at least 1.
+    pub fn at_least_one(field: &str, v: usize) -> Result<(), FieldError> {
+        if v == 0 {
+            return Err(FieldError::new(field.into(), "must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// `field` must be a positive finite number.
+    pub fn positive(field: &str, v: f64) -> Result<(), FieldError> {
+        if !(v > 0.0 && v.is_finite()) {
+            return Err(FieldError::new(
+                field.into(),
+                format!("must be a positive number, got {v}"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// What a run does when a client, a peer or the server first sees NaN or infinite numbers.

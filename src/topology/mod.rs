@@ -10,7 +10,11 @@ mod graph;
 mod mixing;
 
 pub use graph::Graph;
-pub use mixing::{Mixing, MixingRule, MIXING_TOLERANCE};
+pub use mixing::{
+    FmmcSpec, MaxDegreeSpec, MetropolisHastingsSpec, Mixing, MixingRuleRegistration,
+    MixingRuleSettings, MixingRuleSpec, UniformNeighbourSpec, Weights, MIXING_RULES,
+    MIXING_TOLERANCE,
+};
 
 use crate::sim::{Entity, SeedTree};
 use crate::spec::FieldError;
@@ -41,7 +45,7 @@ pub struct TopologySpec {
     pub graph: GraphSpec,
     /// How mixing weights W are made from the graph.
     #[serde(default)]
-    pub mixing: MixingRule,
+    pub mixing: MixingRuleSpec,
     /// Whether the graph is drawn again over time.
     #[serde(default)]
     pub time_varying: TimeVarying,
@@ -391,7 +395,7 @@ mod tests {
     fn spec(graph: GraphSpec, time_varying: TimeVarying) -> TopologySpec {
         TopologySpec {
             graph,
-            mixing: MixingRule::MetropolisHastings {},
+            mixing: MixingRuleSpec::default(),
             time_varying,
             disconnected: Disconnected::Resample,
             gossip: GossipMode::Synchronous,

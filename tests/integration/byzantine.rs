@@ -266,7 +266,7 @@ fn byzantine_settings_that_cannot_work_are_refused_with_their_fields() {
                 "adversary={fraction: 0.2, attack: {kind: alie}}",
                 "secure_aggregation={}",
             ],
-            "`adversary.attack`: ALIE and IPM are crafted from the honest updates",
+            "`adversary.attack`: `alie` and `ipm` are crafted from the honest updates",
         ),
     ] {
         let e = error(SMALL, &overrides);

@@ -470,7 +470,7 @@ training: {{local_epochs: 1, batch_size: 8, lr: 0.5}}
     assert!(e.contains("data.on_demand"), "{e}");
     let e = bad("{kind: pachinko, clients: 8, beta: -1}", "");
     assert!(
-        e.contains("data.partition.beta") && e.contains("must be positive"),
+        e.contains("data.partition.beta") && e.contains("must be a positive number"),
         "{e}"
     );
     let e = bad("{kind: pachinko, clients: 8}", "");

@@ -1,7 +1,7 @@
 //! `dirichlet`: FedEM's `split_dataset_by_labels`.
 
 use super::catalogue::PartitionSettings;
-use super::{at_least_one, dirichlet, multinomial, positive};
+use super::{dirichlet, multinomial};
 use crate::spec::FieldError;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha20Rng;
@@ -26,10 +26,10 @@ impl PartitionSettings for DirichletSpec {
     const EXAMPLE: &'static str = "{clients: 4, alpha: 0.5}";
 
     fn validate(&self) -> Result<(), FieldError> {
-        at_least_one("clients", self.clients)?;
-        positive("alpha", self.alpha)?;
+        FieldError::at_least_one("clients", self.clients)?;
+        FieldError::positive("alpha", self.alpha)?;
         if let Some(g) = self.groups {
-            at_least_one("groups", g)?;
+            FieldError::at_least_one("groups", g)?;
         }
         Ok(())
     }

@@ -1,6 +1,5 @@
 //! `iid`: shuffled rows in equal parts.
 
-use super::at_least_one;
 use super::catalogue::PartitionSettings;
 use crate::spec::FieldError;
 use rand::seq::SliceRandom;
@@ -19,7 +18,7 @@ impl PartitionSettings for IidSpec {
     const EXAMPLE: &'static str = "{clients: 4}";
 
     fn validate(&self) -> Result<(), FieldError> {
-        at_least_one("clients", self.clients)
+        FieldError::at_least_one("clients", self.clients)
     }
 
     fn clients(&self) -> Option<usize> {

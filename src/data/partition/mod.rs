@@ -24,29 +24,9 @@ pub use pfedme::PfedmeSpec;
 pub use quantity_skew::QuantitySkewSpec;
 pub use shards::ShardsSpec;
 
-use crate::spec::FieldError;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Binomial, Distribution, Gamma};
-
-/// `field` must be at least 1.
-fn at_least_one(field: &str, v: usize) -> Result<(), FieldError> {
-    if v == 0 {
-        return Err(FieldError::new(field.into(), "must be at least 1".into()));
-    }
-    Ok(())
-}
-
-/// `field` must be a positive finite number.
-fn positive(field: &str, v: f64) -> Result<(), FieldError> {
-    if !(v > 0.0 && v.is_finite()) {
-        return Err(FieldError::new(
-            field.into(),
-            format!("must be positive, got {v}"),
-        ));
-    }
-    Ok(())
-}
 
 /// An index drawn with probabilities `weights` (summing to 1); the last one takes what
 /// rounding leaves.

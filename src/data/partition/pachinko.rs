@@ -1,7 +1,7 @@
 //! `pachinko`: Pachinko allocation over coarse and fine labels.
 
 use super::catalogue::PartitionSettings;
-use super::{at_least_one, categorical, dirichlet, positive, remove_and_renormalise};
+use super::{categorical, dirichlet, remove_and_renormalise};
 use crate::spec::FieldError;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
@@ -49,9 +49,9 @@ impl PartitionSettings for PachinkoSpec {
     const EXAMPLE: &'static str = "{clients: 4}";
 
     fn validate(&self) -> Result<(), FieldError> {
-        at_least_one("clients", self.clients)?;
-        positive("alpha", self.alpha)?;
-        positive("beta", self.beta)?;
+        FieldError::at_least_one("clients", self.clients)?;
+        FieldError::positive("alpha", self.alpha)?;
+        FieldError::positive("beta", self.beta)?;
         match &self.coarse {
             Some(map) if map.iter().any(|&c| c >= map.len()) => Err(FieldError::new(
                 "coarse".into(),

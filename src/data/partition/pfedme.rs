@@ -1,6 +1,5 @@
 //! `pfedme`: pFedMe's MNIST split.
 
-use super::at_least_one;
 use super::catalogue::PartitionSettings;
 use crate::spec::FieldError;
 use rand::seq::SliceRandom;
@@ -30,8 +29,8 @@ fn twenty() -> usize {
 
 impl PartitionSettings for PfedmeSpec {
     fn validate(&self) -> Result<(), FieldError> {
-        at_least_one("clients", self.clients)?;
-        at_least_one("labels_per_client", self.labels_per_client)
+        FieldError::at_least_one("clients", self.clients)?;
+        FieldError::at_least_one("labels_per_client", self.labels_per_client)
     }
 
     fn clients(&self) -> Option<usize> {

@@ -1,7 +1,7 @@
 //! `quantity_skew`: shuffled rows in parts of Dirichlet-drawn sizes.
 
 use super::catalogue::PartitionSettings;
-use super::{at_least_one, dirichlet, multinomial, positive};
+use super::{dirichlet, multinomial};
 use crate::spec::FieldError;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha20Rng;
@@ -29,8 +29,8 @@ impl PartitionSettings for QuantitySkewSpec {
     const EXAMPLE: &'static str = "{clients: 4}";
 
     fn validate(&self) -> Result<(), FieldError> {
-        at_least_one("clients", self.clients)?;
-        positive("alpha", self.alpha)
+        FieldError::at_least_one("clients", self.clients)?;
+        FieldError::positive("alpha", self.alpha)
     }
 
     fn clients(&self) -> Option<usize> {

@@ -1,6 +1,5 @@
 //! `shards`: McMahan et al.'s pathological split.
 
-use super::at_least_one;
 use super::catalogue::PartitionSettings;
 use crate::spec::FieldError;
 use rand::seq::SliceRandom;
@@ -27,8 +26,8 @@ impl PartitionSettings for ShardsSpec {
     const EXAMPLE: &'static str = "{clients: 4}";
 
     fn validate(&self) -> Result<(), FieldError> {
-        at_least_one("clients", self.clients)?;
-        at_least_one("shards_per_client", self.shards_per_client)
+        FieldError::at_least_one("clients", self.clients)?;
+        FieldError::at_least_one("shards_per_client", self.shards_per_client)
     }
 
     fn clients(&self) -> Option<usize> {

@@ -24,19 +24,8 @@ impl RobustRuleSettings for CenteredClippingSpec {
     const EXAMPLE: &'static str = "{radius: 1.0}";
 
     fn validate(&self) -> Result<(), FieldError> {
-        if !(self.radius > 0.0 && self.radius.is_finite()) {
-            return Err(FieldError::new(
-                "radius".into(),
-                format!("must be a positive number, got {}", self.radius),
-            ));
-        }
-        if self.iterations == 0 {
-            return Err(FieldError::new(
-                "iterations".into(),
-                "must be at least 1".into(),
-            ));
-        }
-        Ok(())
+        FieldError::positive("radius", self.radius)?;
+        FieldError::at_least_one("iterations", self.iterations)
     }
 
     fn combine(&self, changes: &[&[f64]], previous: &[f64]) -> Vec<f64> {

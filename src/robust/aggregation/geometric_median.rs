@@ -26,19 +26,8 @@ fn default_smoothing() -> f64 {
 
 impl RobustRuleSettings for GeometricMedianSpec {
     fn validate(&self) -> Result<(), FieldError> {
-        if self.iterations == 0 {
-            return Err(FieldError::new(
-                "iterations".into(),
-                "must be at least 1".into(),
-            ));
-        }
-        if !(self.smoothing > 0.0 && self.smoothing.is_finite()) {
-            return Err(FieldError::new(
-                "smoothing".into(),
-                format!("must be a positive number, got {}", self.smoothing),
-            ));
-        }
-        Ok(())
+        FieldError::at_least_one("iterations", self.iterations)?;
+        FieldError::positive("smoothing", self.smoothing)
     }
 
     fn combine(&self, changes: &[&[f64]], _previous: &[f64]) -> Vec<f64> {

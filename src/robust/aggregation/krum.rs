@@ -24,10 +24,7 @@ impl RobustRuleSettings for KrumSpec {
     const EXAMPLE: &'static str = "{byzantine: 1}";
 
     fn validate(&self) -> Result<(), FieldError> {
-        if self.multi == 0 {
-            return Err(FieldError::new("multi".into(), "must be at least 1".into()));
-        }
-        Ok(())
+        FieldError::at_least_one("multi", self.multi)
     }
 
     fn least_updates(&self) -> Option<(usize, String)> {

@@ -25,12 +25,7 @@ pub use median::MedianSpec;
 pub use norm_bounding::NormBoundingSpec;
 pub use trimmed_mean::TrimmedMeanSpec;
 
-/// The coordinate-wise mean of `set` (all of one length).
-fn mean_of(set: &[&[f64]]) -> Vec<f64> {
-    (0..set[0].len())
-        .map(|j| set.iter().map(|v| v[j]).sum::<f64>() / set.len() as f64)
-        .collect()
-}
+use super::mean_of;
 
 /// The median of sorted values (the mean of the two middle ones for an even count).
 fn median_of_sorted(column: &[f64]) -> f64 {

@@ -16,13 +16,7 @@ impl RobustRuleSettings for NormBoundingSpec {
     const EXAMPLE: &'static str = "{bound: 1.0}";
 
     fn validate(&self) -> Result<(), FieldError> {
-        if !(self.bound > 0.0 && self.bound.is_finite()) {
-            return Err(FieldError::new(
-                "bound".into(),
-                format!("must be a positive number, got {}", self.bound),
-            ));
-        }
-        Ok(())
+        FieldError::positive("bound", self.bound)
     }
 
     fn combine(&self, changes: &[&[f64]], _previous: &[f64]) -> Vec<f64> {
