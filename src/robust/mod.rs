@@ -12,8 +12,9 @@
 //! clients' training data instead ([`AttackSpec::poison`]). A robust rule turns a round's
 //! changes into the one change the global model makes, each client counting the same.
 //!
-//! This room draws only from the streams its callers pass and never knows when a round
-//! happens: the clients and the server apply it.
+//! This room draws only from the streams its callers pass (a backdoor's poisoned rows: the
+//! `backdoor` stream of each malicious client in the run's seed tree) and never knows when a
+//! round happens: the clients and the server apply it.
 
 mod aggregation;
 mod attack;
