@@ -301,11 +301,7 @@ const fn line<S: AlgorithmSettings>(
 
 /// The names of the registered algorithms that have `wanted`, as "`a`, `b` or `c`".
 pub fn names_where(wanted: impl Fn(&Capabilities) -> bool) -> String {
-    let names = REGISTRY
-        .iter()
-        .filter(|r| wanted(&r.declared.capabilities))
-        .map(|r| r.name);
-    catalogue::in_prose(names, "or")
+    catalogue::names_declaring::<Algorithms>(|d| wanted(&d.capabilities), "or")
 }
 
 /// What runs an algorithm once the registry has built it: the simulation (with a server or

@@ -106,14 +106,6 @@ const fn entry<S: CompressorSettings>(kind: &'static str, summary: &'static str)
     })
 }
 
-/// The compressors that, without error feedback, never lengthen a change, in catalogue order.
-pub fn keeping_norm_bound() -> impl Iterator<Item = &'static str> {
-    COMPRESSORS
-        .iter()
-        .filter(|r| r.declared.keeps_norm_bound)
-        .map(|r| r.name)
-}
-
 /// Settings of some registered compressor, their type erased.
 pub trait Settings: ErasedSettings {
     fn clone_box(&self) -> Box<dyn Settings>;

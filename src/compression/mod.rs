@@ -19,7 +19,7 @@ mod sign;
 mod top_k;
 
 pub use catalogue::{
-    keeping_norm_bound, CompressorSettings, CompressorSpec, Registration as CompressorRegistration,
+    CompressorSettings, CompressorSpec, Compressors, Registration as CompressorRegistration,
     COMPRESSORS,
 };
 pub use qsgd::QsgdSpec;

@@ -24,9 +24,9 @@ pub use aggregation::{
     RobustRuleRegistration, RobustRuleSettings, RobustRuleSpec, TrimmedMeanSpec, ROBUST_RULES,
 };
 pub use attack::{
-    alie_z, attacks_where, inverse_normal_cdf, Adversaries, AdversarySpec, AlieSpec,
-    AttackRegistration, AttackSettings, AttackSpec, BackdoorSpec, GaussianSpec, IpmSpec,
-    LabelFlipSpec, ScaledSpec, SignFlipSpec, ATTACKS,
+    alie_z, inverse_normal_cdf, Adversaries, AdversarySpec, AlieSpec, AttackRegistration,
+    AttackSettings, AttackSpec, Attacks, BackdoorSpec, GaussianSpec, IpmSpec, LabelFlipSpec,
+    ScaledSpec, SignFlipSpec, ATTACKS,
 };
 
 /// The coordinate-wise mean of `set` (all of one length).

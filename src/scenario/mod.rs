@@ -14,12 +14,13 @@ pub use reference::{json_schema, json_schema_text, reference_page, REFERENCE_PAG
 
 use crate::algorithms::AlgorithmSpec;
 use crate::algorithms::{names_where, Capabilities, LrSchedule, Training};
+use crate::compression::Compressors;
 use crate::data::{DatasetSpec, InputShape, SplitSpec};
 use crate::models::ModelSpec;
 use crate::models::{LocalPlan, LocalWork};
 use crate::privacy::{Accountant, Mechanism, PrivacySpec};
-use crate::robust::attacks_where;
-use crate::spec::catalogue::in_prose;
+use crate::robust::Attacks;
+use crate::spec::catalogue::names_declaring;
 use crate::spec::FieldError;
 use crate::spec::{check_client_counts, OnDivergence};
 use crate::spec::{
@@ -761,7 +762,7 @@ fn validate_compression(raw: &RawScenario) -> Result<(), FieldError> {
                  `distributed`) an update must stay within its clipping bound, which only {} \
                  without error feedback guarantee; use one of them, or `mechanism: local` or \
                  `dp_sgd`",
-                in_prose(crate::compression::keeping_norm_bound(), "and")
+                names_declaring::<Compressors>(|c| c.keeps_norm_bound, "and")
             ),
         ));
     }
@@ -805,8 +806,8 @@ fn validate_robustness(raw: &RawScenario) -> Result<(), FieldError> {
                     "{} are crafted from the honest updates of a synchronous round, which the \
                      attackers are assumed to see: they need synchronous rounds without late \
                      updates and without `secure_aggregation:` (use {} there)",
-                    attacks_where(|a| a.crafted, "and"),
-                    attacks_where(|a| !a.crafted, "or"),
+                    names_declaring::<Attacks>(|a| a.crafted, "and"),
+                    names_declaring::<Attacks>(|a| !a.crafted, "or"),
                 ),
             ));
         }

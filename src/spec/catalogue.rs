@@ -86,9 +86,19 @@ pub fn unknown(name: &str, known: impl Iterator<Item = &'static str>) -> String 
     )
 }
 
-/// Items' `names` in prose, each in backticks, the last two joined by `joiner` ("or", "and"):
-/// "`a`", "`a` or `b`", "`a`, `b` or `c`".
-pub fn in_prose(names: impl Iterator<Item = &'static str>, joiner: &str) -> String {
+/// The names of catalogue `C`'s items whose declaration `wanted` accepts, in catalogue order and
+/// in prose (each in backticks, the last two joined by `joiner`, "or" or "and"): "`a`",
+/// "`a` or `b`", "`a`, `b` or `c`". For messages that say which items can do something.
+pub fn names_declaring<C: Catalogue>(
+    wanted: impl Fn(&C::Declared) -> bool,
+    joiner: &str,
+) -> String {
+    let names = C::items().iter().filter(|r| wanted(&r.declared));
+    in_prose(names.map(|r| r.name), joiner)
+}
+
+/// `names` in prose, each in backticks, the last two joined by `joiner`.
+fn in_prose(names: impl Iterator<Item = &'static str>, joiner: &str) -> String {
     let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
     match names.split_last() {
         None => String::new(),

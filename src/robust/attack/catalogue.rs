@@ -4,7 +4,7 @@
 
 use crate::data::FederatedData;
 use crate::spec::catalogue::{
-    self, in_prose, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
+    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
 };
 use crate::spec::FieldError;
 use rand_chacha::ChaCha20Rng;
@@ -140,18 +140,6 @@ const fn entry<S: AttackSettings>(kind: &'static str, summary: &'static str) -> 
     Registration::new::<S>(kind, summary, S::EXAMPLE, declared, |fields| {
         Ok(Box::new(read_settings::<S>(fields)?))
     })
-}
-
-/// The attacks whose declaration `wanted` accepts, in prose joined by `joiner` ("`alie` and
-/// `ipm`").
-pub fn attacks_where(wanted: impl Fn(&Declared) -> bool, joiner: &str) -> String {
-    in_prose(
-        ATTACKS
-            .iter()
-            .filter(|r| wanted(&r.declared))
-            .map(|r| r.name),
-        joiner,
-    )
 }
 
 /// Settings of some registered attack, their type erased.

@@ -20,7 +20,7 @@ mod sign_flip;
 pub use alie::{alie_z, inverse_normal_cdf, AlieSpec};
 pub use backdoor::BackdoorSpec;
 pub use catalogue::{
-    attacks_where, AttackSettings, AttackSpec, Registration as AttackRegistration, ATTACKS,
+    AttackSettings, AttackSpec, Attacks, Registration as AttackRegistration, ATTACKS,
 };
 pub use gaussian::GaussianSpec;
 pub use ipm::IpmSpec;
@@ -148,9 +148,13 @@ mod tests {
 
     #[test]
     fn the_catalogue_says_which_attacks_are_crafted() {
-        assert_eq!(attacks_where(|d| d.crafted, "and"), "`alie` and `ipm`");
+        use crate::spec::catalogue::names_declaring;
         assert_eq!(
-            attacks_where(|d| d.poisons_data, "and"),
+            names_declaring::<Attacks>(|d| d.crafted, "and"),
+            "`alie` and `ipm`"
+        );
+        assert_eq!(
+            names_declaring::<Attacks>(|d| d.poisons_data, "and"),
             "`label_flip` and `backdoor`"
         );
     }
