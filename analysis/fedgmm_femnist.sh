@@ -7,10 +7,13 @@
 # is a GPU job:
 #   FRACTION=0.15 ROUNDS=200 LR= BATCH=128 bash analysis/fedgmm_femnist.sh   (add FEDSIM_ARGS="--device cuda")
 # (an empty LR keeps each scenario's own rate). $LRS sets rates per method, over LR:
-# LRS="fedavg=0.0316 fedem=0.1 fedgmm=0.1". The test accuracy is measured every $EVAL_EVERY
-# rounds (default: once, at the end). Results go to results/fedgmm_femnist/$NAME/<method>/seed-<n>/
-# ($NAME: default f<fraction>-r<rounds>), the table to table.md there; finished runs are kept
-# (rerun to resume). Reads ../shared/data/femnist (or --set data.path=…).
+# LRS="fedavg=0.0316 fedem=0.1 fedgmm=0.1". Every rate is multiplied by 0.1 after rounds K/2 and
+# 3K/4 of the K rounds run, as in the authors' runs (analysis/authors_schedule.sh);
+# SCHEDULE=constant keeps one rate throughout. The test accuracy is measured
+# every $EVAL_EVERY rounds (default: once, at the end). Results go to
+# results/fedgmm_femnist/$NAME/<method>/seed-<n>/ ($NAME: default f<fraction>-r<rounds>-<schedule>),
+# the table to table.md there; finished runs are kept (rerun to resume). Reads
+# ../shared/data/femnist (or --set data.path=…).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
@@ -20,13 +23,17 @@ rounds=${ROUNDS:-30}
 lr=${LR-0.1}
 batch=${BATCH:-32}
 eval_every=${EVAL_EVERY:-$rounds}
-out=results/fedgmm_femnist/${NAME:-f$fraction-r$rounds}
+schedule=${SCHEDULE:-multi_step}
+source analysis/authors_schedule.sh
+schedule_yaml=$(authors_schedule "$rounds" "$schedule")
+out=results/fedgmm_femnist/${NAME:-f$fraction-r$rounds-$schedule}
 for seed in ${SEEDS:-1 2 3}; do
   for method in ${METHODS:-fedavg fedem fedgmm}; do
     dir="$out/$method/seed-$seed"
     [ -f "$dir/summary.csv" ] && continue
     settings=(--set data.partition.fraction="$fraction" --set rounds="$rounds"
-      --set eval_every="$eval_every" --set training.batch_size="$batch")
+      --set eval_every="$eval_every" --set training.batch_size="$batch"
+      --set training.lr_schedule="$schedule_yaml")
     method_lr=$lr
     for pair in ${LRS:-}; do
       [ "${pair%%=*}" != "$method" ] || method_lr=${pair#*=}

@@ -5,26 +5,31 @@
 # its label's likelihood under each client's mixture, fedem_mean under the training clients'
 # mean π, as the authors' ood_em.py scores it; the last five are the FedAvg scenario with
 # another algorithm section), seeds from $SEEDS (default "1 2 3"), $ROUNDS rounds (default 200; the
-# validation page's 2-core table used ROUNDS=20, about 5 hours on 2 cores). Results go to
-# results/fedgmm_mnist/r<rounds>/<method>/seed-<n>/, the table to table.md there; finished runs
-# are kept (rerun to resume). Needs MNIST in the cache (`fedsim data fetch mnist`, done here)
+# validation page's 2-core table used ROUNDS=20 SCHEDULE=constant, about 5 hours on 2 cores). The
+# rate is multiplied by 0.1 after rounds K/2 and 3K/4 of the K rounds run, as in the authors' runs
+# (analysis/authors_schedule.sh); SCHEDULE=constant keeps one rate throughout. Results go to
+# results/fedgmm_mnist/r<rounds>-<schedule>/<method>/seed-<n>/, the table to table.md there;
+# finished runs are kept (rerun to resume). Needs MNIST in the cache (`fedsim data fetch mnist`, done here)
 # and, for FedGMM, its image encoder: a small CNN trained once on FEMNIST
 # (scenarios/paper/fedgmm_mnist_encoder.yaml, about 5 minutes on 2 cores; it reads
 # ../shared/data/femnist/) into results/fedgmm_mnist/encoder/, made here when missing.
-#   SEEDS="1" ROUNDS=20 bash analysis/fedgmm_mnist.sh
+#   SEEDS="1" ROUNDS=20 SCHEDULE=constant bash analysis/fedgmm_mnist.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
 fedsim=${FEDSIM:-target/release/fedsim}
 "$fedsim" data fetch mnist >/dev/null
 rounds=${ROUNDS:-200}
+schedule=${SCHEDULE:-multi_step}
+source analysis/authors_schedule.sh
+schedule_yaml=$(authors_schedule "$rounds" "$schedule")
 methods=${METHODS:-fedgmm fedem fedem_label fedem_mean fedavg fedprox fedavg_plus local clustered pfedme}
 encoder=results/fedgmm_mnist/encoder
 if [[ " $methods " == *" fedgmm "* && ! -f $encoder/summary.csv ]]; then
   "$fedsim" run scenarios/paper/fedgmm_mnist_encoder.yaml --save-models --out "$encoder" \
     --quiet >/dev/null
 fi
-out=results/fedgmm_mnist/r$rounds
+out=results/fedgmm_mnist/r$rounds-$schedule
 for seed in ${SEEDS:-1 2 3}; do
   for method in $methods; do
     dir="$out/$method/seed-$seed"
@@ -42,7 +47,8 @@ for seed in ${SEEDS:-1 2 3}; do
       *) scen=fedavg; algorithm=(--set "algorithm={name: $method}") ;;
     esac
     "$fedsim" run "scenarios/paper/fedgmm_mnist_$scen.yaml" --seed "$seed" \
-      --set rounds="$rounds" --set eval_every="$rounds" ${algorithm[@]+"${algorithm[@]}"} \
+      --set rounds="$rounds" --set eval_every="$rounds" --set training.lr_schedule="$schedule_yaml" \
+      ${algorithm[@]+"${algorithm[@]}"} \
       --out "$dir" --quiet >/dev/null
   done
 done
