@@ -47,15 +47,10 @@ impl super::AlgorithmSettings for ApflSpec {
                 format!("must be in [0, 1], got {}", self.alpha),
             ));
         }
-        if let Some(lr) = self.alpha_lr {
-            if !(lr > 0.0 && lr.is_finite()) {
-                return Err(crate::spec::FieldError::new(
-                    "alpha_lr".into(),
-                    format!("must be a positive number, got {lr}"),
-                ));
-            }
+        match self.alpha_lr {
+            Some(lr) => crate::spec::FieldError::positive("alpha_lr", lr),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 

@@ -49,15 +49,8 @@ impl super::AlgorithmSettings for ClusteredSpec {
     }
 
     fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        for (f, v) in [("tol1", self.tol1), ("tol2", self.tol2)] {
-            if !(v >= 0.0 && v.is_finite()) {
-                return Err(crate::spec::FieldError::new(
-                    f.into(),
-                    format!("must be a non-negative number, got {v}"),
-                ));
-            }
-        }
-        Ok(())
+        crate::spec::FieldError::non_negative("tol1", self.tol1)?;
+        crate::spec::FieldError::non_negative("tol2", self.tol2)
     }
 }
 

@@ -37,21 +37,11 @@ impl super::AlgorithmSettings for DittoSpec {
     }
 
     fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        if !(self.lambda >= 0.0 && self.lambda.is_finite()) {
-            return Err(crate::spec::FieldError::new(
-                "lambda".into(),
-                format!("must be a non-negative number, got {}", self.lambda),
-            ));
+        crate::spec::FieldError::non_negative("lambda", self.lambda)?;
+        match self.personal_lr {
+            Some(lr) => crate::spec::FieldError::positive("personal_lr", lr),
+            None => Ok(()),
         }
-        if let Some(lr) = self.personal_lr {
-            if !(lr > 0.0 && lr.is_finite()) {
-                return Err(crate::spec::FieldError::new(
-                    "personal_lr".into(),
-                    format!("must be a positive number, got {lr}"),
-                ));
-            }
-        }
-        Ok(())
     }
 }
 

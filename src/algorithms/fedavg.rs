@@ -58,13 +58,7 @@ impl super::AlgorithmSettings for FedProxSpec {
     }
 
     fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        if !(self.mu >= 0.0 && self.mu.is_finite()) {
-            return Err(crate::spec::FieldError::new(
-                "mu".into(),
-                format!("must be a non-negative number, got {}", self.mu),
-            ));
-        }
-        Ok(())
+        crate::spec::FieldError::non_negative("mu", self.mu)
     }
 }
 
@@ -92,21 +86,11 @@ impl super::AlgorithmSettings for FedAvgPlusSpec {
     }
 
     fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        if self.finetune_epochs == 0 {
-            return Err(crate::spec::FieldError::new(
-                "finetune_epochs".into(),
-                "must be at least 1".into(),
-            ));
+        crate::spec::FieldError::at_least_one("finetune_epochs", self.finetune_epochs as usize)?;
+        match self.finetune_lr {
+            Some(lr) => crate::spec::FieldError::positive("finetune_lr", lr),
+            None => Ok(()),
         }
-        if let Some(lr) = self.finetune_lr {
-            if !(lr > 0.0 && lr.is_finite()) {
-                return Err(crate::spec::FieldError::new(
-                    "finetune_lr".into(),
-                    format!("must be a positive number, got {lr}"),
-                ));
-            }
-        }
-        Ok(())
     }
 }
 

@@ -137,28 +137,10 @@ impl super::AlgorithmSettings for FedEmSpec {
     }
 
     fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        if self.components == 0 {
-            return Err(crate::spec::FieldError::new(
-                "components".into(),
-                "must be at least 1".into(),
-            ));
-        }
-        if self.unseen_em_iterations == 0 {
-            return Err(crate::spec::FieldError::new(
-                "unseen_em_iterations".into(),
-                "must be at least 1".into(),
-            ));
-        }
-        if !(self.unseen_em_tolerance >= 0.0 && self.unseen_em_tolerance.is_finite()) {
-            return Err(crate::spec::FieldError::new(
-                "unseen_em_tolerance".into(),
-                format!(
-                    "must be a non-negative number, got {}",
-                    self.unseen_em_tolerance
-                ),
-            ));
-        }
-        Ok(())
+        use crate::spec::FieldError;
+        FieldError::at_least_one("components", self.components)?;
+        FieldError::at_least_one("unseen_em_iterations", self.unseen_em_iterations as usize)?;
+        FieldError::non_negative("unseen_em_tolerance", self.unseen_em_tolerance)
     }
 }
 

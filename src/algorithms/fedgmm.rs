@@ -621,13 +621,10 @@ impl super::AlgorithmSettings for FedGmmSpec {
     }
 
     fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        let err = |f: &str, m: String| Err(crate::spec::FieldError::new(f.into(), m));
-        if self.gaussians == 0 {
-            return err("gaussians", "must be at least 1".into());
-        }
-        if self.classifiers == 0 {
-            return err("classifiers", "must be at least 1".into());
-        }
+        use crate::spec::FieldError;
+        let err = |f: &str, m: String| Err(FieldError::new(f.into(), m));
+        FieldError::at_least_one("gaussians", self.gaussians)?;
+        FieldError::at_least_one("classifiers", self.classifiers)?;
         if !(self.epsilon > 0.0 && self.epsilon.is_finite()) {
             return err(
                 "epsilon",
@@ -637,12 +634,7 @@ impl super::AlgorithmSettings for FedGmmSpec {
                 ),
             );
         }
-        if !(self.init_variance > 0.0 && self.init_variance.is_finite()) {
-            return err(
-                "init_variance",
-                format!("must be a positive number, got {}", self.init_variance),
-            );
-        }
+        FieldError::positive("init_variance", self.init_variance)?;
         match &self.projection {
             Some(Projection::Pca { dims: 0 }) => {
                 return err("projection.dims", "must be at least 1".into());
@@ -669,19 +661,8 @@ impl super::AlgorithmSettings for FedGmmSpec {
             }
             _ => {}
         }
-        if self.unseen_em_iterations == 0 {
-            return err("unseen_em_iterations", "must be at least 1".into());
-        }
-        if !(self.unseen_em_tolerance >= 0.0 && self.unseen_em_tolerance.is_finite()) {
-            return err(
-                "unseen_em_tolerance",
-                format!(
-                    "must be a non-negative number, got {}",
-                    self.unseen_em_tolerance
-                ),
-            );
-        }
-        Ok(())
+        FieldError::at_least_one("unseen_em_iterations", self.unseen_em_iterations as usize)?;
+        FieldError::non_negative("unseen_em_tolerance", self.unseen_em_tolerance)
     }
 }
 

@@ -36,13 +36,7 @@ impl super::AlgorithmSettings for PerFedAvgSpec {
     }
 
     fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        if !(self.inner_lr > 0.0 && self.inner_lr.is_finite()) {
-            return Err(crate::spec::FieldError::new(
-                "inner_lr".into(),
-                format!("must be a positive number, got {}", self.inner_lr),
-            ));
-        }
-        Ok(())
+        crate::spec::FieldError::positive("inner_lr", self.inner_lr)
     }
 }
 

@@ -66,26 +66,11 @@ impl super::AlgorithmSettings for PFedMeSpec {
     }
 
     fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        let positive = |f: &str, v: f64| {
-            if v > 0.0 && v.is_finite() {
-                Ok(())
-            } else {
-                Err(crate::spec::FieldError::new(
-                    f.to_string(),
-                    format!("must be a positive number, got {v}"),
-                ))
-            }
-        };
-        positive("lambda", self.lambda)?;
-        positive("personal_lr", self.personal_lr)?;
-        positive("beta", self.beta)?;
-        if self.inner_steps == 0 {
-            return Err(crate::spec::FieldError::new(
-                "inner_steps".into(),
-                "must be at least 1".into(),
-            ));
-        }
-        Ok(())
+        use crate::spec::FieldError;
+        FieldError::positive("lambda", self.lambda)?;
+        FieldError::positive("personal_lr", self.personal_lr)?;
+        FieldError::positive("beta", self.beta)?;
+        FieldError::at_least_one("inner_steps", self.inner_steps as usize)
     }
 }
 

@@ -53,32 +53,18 @@ fn three_f() -> f64 {
 
 impl DatasetSettings for BlobsSpec {
     fn validate(&self) -> Result<(), FieldError> {
-        for (field, v) in [
-            ("clients", self.clients),
-            ("dim", self.dim),
-            ("samples", self.samples),
-        ] {
-            if v == 0 {
-                return Err(FieldError::new(field.into(), "must be at least 1".into()));
-            }
-        }
+        FieldError::at_least_one("clients", self.clients)?;
+        FieldError::at_least_one("dim", self.dim)?;
+        FieldError::at_least_one("samples", self.samples)?;
         if self.classes < 2 {
             return Err(FieldError::new(
                 "classes".into(),
                 format!("must be at least 2, got {}", self.classes),
             ));
         }
-        if !(self.separation >= 0.0 && self.separation.is_finite()) {
-            return Err(FieldError::new(
-                "separation".into(),
-                format!("must be a non-negative number, got {}", self.separation),
-            ));
-        }
-        if let Some(alpha) = self.alpha.filter(|a| !(*a > 0.0 && a.is_finite())) {
-            return Err(FieldError::new(
-                "alpha".into(),
-                format!("must be positive, got {alpha}"),
-            ));
+        FieldError::non_negative("separation", self.separation)?;
+        if let Some(alpha) = self.alpha {
+            FieldError::positive("alpha", alpha)?;
         }
         Ok(())
     }

@@ -156,30 +156,12 @@ impl Default for FedemSyntheticSpec {
 impl FedemSyntheticSpec {
     pub fn validate(&self) -> Result<(), FieldError> {
         let err = |f: &str, m: String| Err(FieldError::new(f.to_string(), m));
-        if self.clients == 0 {
-            return err("clients", "must be at least 1".into());
-        }
-        if self.components == 0 {
-            return err("components", "must be at least 1".into());
-        }
-        if self.dim == 0 {
-            return err("dim", "must be at least 1".into());
-        }
-        if !(self.alpha > 0.0 && self.alpha.is_finite()) {
-            return err(
-                "alpha",
-                format!("must be a positive number, got {}", self.alpha),
-            );
-        }
-        if !(self.noise >= 0.0 && self.noise.is_finite()) {
-            return err(
-                "noise",
-                format!("must be a non-negative number, got {}", self.noise),
-            );
-        }
-        if self.min_samples == 0 {
-            return err("min_samples", "must be at least 1".into());
-        }
+        FieldError::at_least_one("clients", self.clients)?;
+        FieldError::at_least_one("components", self.components)?;
+        FieldError::at_least_one("dim", self.dim)?;
+        FieldError::positive("alpha", self.alpha)?;
+        FieldError::non_negative("noise", self.noise)?;
+        FieldError::at_least_one("min_samples", self.min_samples)?;
         if self.sizes_from.is_some() && self.numpy_seed.is_some() {
             return err(
                 "sizes_from",
@@ -215,9 +197,7 @@ impl FedemSyntheticSpec {
                 format!("must be at least min_samples ({})", self.min_samples),
             );
         }
-        if !(self.lognormal_sigma > 0.0 && self.lognormal_sigma.is_finite()) {
-            return err("lognormal_sigma", "must be a positive number".into());
-        }
+        FieldError::positive("lognormal_sigma", self.lognormal_sigma)?;
         if !self.lognormal_mean.is_finite() {
             return err("lognormal_mean", "must be a finite number".into());
         }

@@ -98,24 +98,15 @@ fn d_samples() -> usize {
 impl FedgmmSyntheticSpec {
     pub fn validate(&self) -> Result<(), FieldError> {
         let err = |f: &str, m: String| Err(FieldError::new(f.to_string(), m));
-        if self.clients == 0 {
-            return err("clients", "must be at least 1".into());
-        }
+        FieldError::at_least_one("clients", self.clients)?;
         if self.components < 2 {
             return err(
                 "components",
                 "must be at least 2 (each labelling direction points at another component)".into(),
             );
         }
-        if self.dim == 0 {
-            return err("dim", "must be at least 1".into());
-        }
-        if !(self.alpha > 0.0 && self.alpha.is_finite()) {
-            return err(
-                "alpha",
-                format!("must be a positive number, got {}", self.alpha),
-            );
-        }
+        FieldError::at_least_one("dim", self.dim)?;
+        FieldError::positive("alpha", self.alpha)?;
         if self.samples < 2 {
             return err("samples", "must be at least 2".into());
         }

@@ -169,11 +169,8 @@ impl ParquetSpec {
                             "rows are images (`shape`) or tokens (`vocabulary`), not both".into(),
                         ));
                     }
-                    if self.vocabulary == Some(0) {
-                        return Err(FieldError::new(
-                            "vocabulary".into(),
-                            "must be at least 1".into(),
-                        ));
+                    if let Some(vocabulary) = self.vocabulary {
+                        FieldError::at_least_one("vocabulary", vocabulary)?;
                     }
                     if let Some(shape) = self.shape {
                         if shape.contains(&0) {
@@ -194,11 +191,8 @@ impl ParquetSpec {
                         ));
                     }
                     match self.scale {
-                        Some(v) if !(v > 0.0 && v.is_finite()) => Err(FieldError::new(
-                            "scale".into(),
-                            format!("must be a positive number, got {v}"),
-                        )),
-                        _ => Ok(()),
+                        Some(v) => FieldError::positive("scale", v),
+                        None => Ok(()),
                     }
                 }
             },

@@ -58,20 +58,11 @@ fn d_fraction() -> f64 {
 
 impl ShakespeareSpec {
     pub fn validate(&self) -> Result<(), FieldError> {
-        for (field, v) in [
-            ("window", self.window),
-            ("stride", self.stride),
-            ("min_samples", self.min_samples),
-        ] {
-            if v == 0 {
-                return Err(FieldError::new(field.into(), "must be at least 1".into()));
-            }
-        }
-        if self.max_samples == Some(0) {
-            return Err(FieldError::new(
-                "max_samples".into(),
-                "must be at least 1".into(),
-            ));
+        FieldError::at_least_one("window", self.window)?;
+        FieldError::at_least_one("stride", self.stride)?;
+        FieldError::at_least_one("min_samples", self.min_samples)?;
+        if let Some(max) = self.max_samples {
+            FieldError::at_least_one("max_samples", max)?;
         }
         if !(self.fraction > 0.0 && self.fraction <= 1.0) {
             return Err(FieldError::new(

@@ -92,12 +92,7 @@ impl SplitSpec {
                 Ok(())
             }
             SplitSpec::ExtraTest { test_samples, val } => {
-                if test_samples == 0 {
-                    return Err(FieldError::new(
-                        "test_samples".into(),
-                        "must be at least 1".into(),
-                    ));
-                }
+                FieldError::at_least_one("test_samples", test_samples)?;
                 frac("val", val)?;
                 if val >= 1.0 {
                     return Err(FieldError::new(

@@ -98,41 +98,22 @@ impl Default for SyntheticAbSpec {
 impl SyntheticAbSpec {
     pub fn validate(&self) -> Result<(), FieldError> {
         let err = |f: &str, m: String| Err(FieldError::new(f.to_string(), m));
-        if self.clients == 0 {
-            return err("clients", "must be at least 1".into());
-        }
-        if self.dim == 0 {
-            return err("dim", "must be at least 1".into());
-        }
+        FieldError::at_least_one("clients", self.clients)?;
+        FieldError::at_least_one("dim", self.dim)?;
         if self.classes < 2 {
             return err(
                 "classes",
                 format!("must be at least 2, got {}", self.classes),
             );
         }
-        for (f, v) in [("alpha", self.alpha), ("beta", self.beta)] {
-            if !(v >= 0.0 && v.is_finite()) {
-                return err(f, format!("must be a non-negative number, got {v}"));
-            }
-        }
-        if !(self.lognormal_sigma >= 0.0 && self.lognormal_sigma.is_finite()) {
-            return err(
-                "lognormal_sigma",
-                format!(
-                    "must be a non-negative number, got {}",
-                    self.lognormal_sigma
-                ),
-            );
-        }
+        FieldError::non_negative("alpha", self.alpha)?;
+        FieldError::non_negative("beta", self.beta)?;
+        FieldError::non_negative("lognormal_sigma", self.lognormal_sigma)?;
         if !self.lognormal_mean.is_finite() {
             return err("lognormal_mean", "must be a finite number".into());
         }
-        if self.size_factor == 0 {
-            return err("size_factor", "must be at least 1".into());
-        }
-        if self.min_samples == 0 {
-            return err("min_samples", "must be at least 1".into());
-        }
+        FieldError::at_least_one("size_factor", self.size_factor)?;
+        FieldError::at_least_one("min_samples", self.min_samples)?;
         if self.on_demand && self.numpy_seed.is_some() {
             return err(
                 "on_demand",

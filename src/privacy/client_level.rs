@@ -255,12 +255,7 @@ impl PrivacySpec {
     /// [`PrivacySpec::resolve`].
     pub fn validate(&self) -> Result<(), FieldError> {
         let bad = |path: &str, message: String| Err(FieldError::new(path.into(), message));
-        if !(self.clip > 0.0 && self.clip.is_finite()) {
-            return bad(
-                "clip",
-                format!("must be a positive number, got {}", self.clip),
-            );
-        }
+        FieldError::positive("clip", self.clip)?;
         match (self.noise_multiplier, self.target_epsilon) {
             (Some(_), Some(_)) => {
                 return bad(
@@ -277,13 +272,8 @@ impl PrivacySpec {
             (Some(s), None) if !(s >= 0.0 && s.is_finite()) => {
                 return bad("noise_multiplier", format!("must be a number ≥ 0, got {s}"))
             }
-            (None, Some(e)) if !(e > 0.0 && e.is_finite()) => {
-                return bad(
-                    "target_epsilon",
-                    format!("must be a positive number, got {e}"),
-                )
-            }
-            _ => {}
+            (None, Some(e)) => FieldError::positive("target_epsilon", e)?,
+            (Some(_), None) => {}
         }
         if !(self.delta > 0.0 && self.delta < 1.0) {
             return bad("delta", format!("must be in (0, 1), got {}", self.delta));
@@ -339,20 +329,9 @@ impl PrivacySpec {
                 let got = adaptive.quantile;
                 return bad("adaptive.quantile", format!("must be in (0, 1), got {got}"));
             }
-            if !(adaptive.learning_rate > 0.0 && adaptive.learning_rate.is_finite()) {
-                let got = adaptive.learning_rate;
-                return bad(
-                    "adaptive.learning_rate",
-                    format!("must be a positive number, got {got}"),
-                );
-            }
+            FieldError::positive("adaptive.learning_rate", adaptive.learning_rate)?;
             if let Some(sigma_b) = adaptive.count_noise {
-                if !(sigma_b > 0.0 && sigma_b.is_finite()) {
-                    return bad(
-                        "adaptive.count_noise",
-                        format!("must be a positive number, got {sigma_b}"),
-                    );
-                }
+                FieldError::positive("adaptive.count_noise", sigma_b)?;
             }
         }
         Ok(())

@@ -436,9 +436,7 @@ pub fn apply_override(tree: &mut Value, arg: &str) -> Result<Option<String>, Sce
 fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     let bad = |path: &str, message: String| Err(FieldError::new(path.to_string(), message));
     check_name(&raw.name).map_err(|m| FieldError::new("name".into(), m))?;
-    if raw.rounds == 0 {
-        return bad("rounds", "must be at least 1".into());
-    }
+    FieldError::at_least_one("rounds", raw.rounds as usize)?;
     let evaluation = validate_evaluation(&mut raw)?;
     raw.data.validate().map_err(|e| e.within("data"))?;
     raw.split.validate().map_err(|e| e.within("split"))?;
@@ -984,30 +982,16 @@ fn validate_training(t: &RawTraining) -> Result<Training, FieldError> {
         (None, Some(s)) => LocalWork::Steps(s),
         (None, None) => LocalWork::Epochs(1),
     };
-    if t.batch_size == 0 {
-        return bad("batch_size", "must be at least 1".into());
-    }
-    if !(t.lr > 0.0 && t.lr.is_finite()) {
-        return bad("lr", format!("must be a positive number, got {}", t.lr));
-    }
+    FieldError::at_least_one("batch_size", t.batch_size)?;
+    FieldError::positive("lr", t.lr)?;
     if !(0.0..1.0).contains(&t.momentum) {
         return bad("momentum", format!("must be in [0, 1), got {}", t.momentum));
     }
-    if !(t.weight_decay >= 0.0 && t.weight_decay.is_finite()) {
-        return bad(
-            "weight_decay",
-            format!("must be a non-negative number, got {}", t.weight_decay),
-        );
-    }
+    FieldError::non_negative("weight_decay", t.weight_decay)?;
     let schedule = match &t.lr_schedule {
         RawLrSchedule::Constant {} => LrSchedule::Constant,
         RawLrSchedule::MultiStep { milestones, gamma } => {
-            if !(*gamma > 0.0 && gamma.is_finite()) {
-                return bad(
-                    "lr_schedule.gamma",
-                    format!("must be a positive number, got {gamma}"),
-                );
-            }
+            FieldError::positive("lr_schedule.gamma", *gamma)?;
             if milestones.windows(2).any(|w| w[0] >= w[1]) {
                 return bad(
                     "lr_schedule.milestones",

@@ -62,6 +62,17 @@ impl FieldError {
         }
         Ok(())
     }
+
+    /// `field` must be a non-negative finite number.
+    pub fn non_negative(field: &str, v: f64) -> Result<(), FieldError> {
+        if !(v >= 0.0 && v.is_finite()) {
+            return Err(FieldError::new(
+                field.into(),
+                format!("must be a non-negative number, got {v}"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// What a run does when a client, a peer or the server first sees NaN or infinite numbers.
@@ -153,5 +164,48 @@ pub fn compact(v: &serde_yaml::Value) -> String {
                 .join(", ")
         ),
         serde_yaml::Value::Tagged(t) => compact(&t.value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FieldError;
+
+    fn message(r: Result<(), FieldError>) -> Option<String> {
+        r.err().map(|e| format!("{}: {}", e.path, e.message))
+    }
+
+    #[test]
+    fn the_shared_value_checks_by_hand() {
+        assert_eq!(message(FieldError::at_least_one("dim", 1)), None);
+        assert_eq!(
+            message(FieldError::at_least_one("dim", 0)).as_deref(),
+            Some("dim: must be at least 1")
+        );
+        assert_eq!(message(FieldError::positive("lr", 1e-300)), None);
+        for (v, got) in [
+            (0.0, "0"),
+            (-1.5, "-1.5"),
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "inf"),
+        ] {
+            assert_eq!(
+                message(FieldError::positive("lr", v)),
+                Some(format!("lr: must be a positive number, got {got}"))
+            );
+        }
+        for v in [0.0, -0.0, 2.5] {
+            assert_eq!(message(FieldError::non_negative("mu", v)), None);
+        }
+        for (v, got) in [
+            (-1e-9, "-0.000000001"),
+            (f64::NAN, "NaN"),
+            (f64::NEG_INFINITY, "-inf"),
+        ] {
+            assert_eq!(
+                message(FieldError::non_negative("mu", v)),
+                Some(format!("mu: must be a non-negative number, got {got}"))
+            );
+        }
     }
 }

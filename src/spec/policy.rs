@@ -92,16 +92,6 @@ impl PolicySpec {
 
     /// Checks the settings; an error's path is below `policy`.
     pub fn validate(&self) -> Result<(), FieldError> {
-        let non_negative = |path: &str, v: f64| {
-            if v >= 0.0 && v.is_finite() {
-                Ok(())
-            } else {
-                Err(FieldError::new(
-                    path.to_string(),
-                    format!("must be a non-negative number, got {v}"),
-                ))
-            }
-        };
         match self {
             PolicySpec::Synchronous {
                 deadline_s,
@@ -116,7 +106,7 @@ impl PolicySpec {
                         ));
                     }
                 }
-                non_negative("staleness_exponent", *staleness_exponent)
+                FieldError::non_negative("staleness_exponent", *staleness_exponent)
             }
             PolicySpec::Fedbuff {
                 buffer_size,
@@ -125,25 +115,10 @@ impl PolicySpec {
                 server_lr,
                 ..
             } => {
-                if *buffer_size == 0 {
-                    return Err(FieldError::new(
-                        "buffer_size".into(),
-                        "must be at least 1".into(),
-                    ));
-                }
-                if *concurrency == 0 {
-                    return Err(FieldError::new(
-                        "concurrency".into(),
-                        "must be at least 1".into(),
-                    ));
-                }
-                if !(*server_lr > 0.0 && server_lr.is_finite()) {
-                    return Err(FieldError::new(
-                        "server_lr".into(),
-                        format!("must be positive, got {server_lr}"),
-                    ));
-                }
-                non_negative("staleness_exponent", *staleness_exponent)
+                FieldError::at_least_one("buffer_size", *buffer_size)?;
+                FieldError::at_least_one("concurrency", *concurrency)?;
+                FieldError::positive("server_lr", *server_lr)?;
+                FieldError::non_negative("staleness_exponent", *staleness_exponent)
             }
         }
     }

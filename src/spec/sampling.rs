@@ -299,8 +299,8 @@ impl RawSampling {
                 "applies to `strategy: power_of_choice` only".into(),
             );
         }
-        if s.candidates == Some(0) {
-            return bad("candidates", "must be at least 1".into());
+        if let Some(candidates) = s.candidates {
+            FieldError::at_least_one("candidates", candidates)?;
         }
         if s.oort.is_some() && s.strategy != Strategy::Oort {
             return bad("oort", "applies to `strategy: oort` only".into());
@@ -308,12 +308,7 @@ impl RawSampling {
         if let Some(oort) = &s.oort {
             oort.validate().map_err(|e| e.within("oort"))?;
         }
-        if !(s.over_selection >= 0.0 && s.over_selection.is_finite()) {
-            return bad(
-                "over_selection",
-                format!("must be a non-negative number, got {}", s.over_selection),
-            );
-        }
+        FieldError::non_negative("over_selection", s.over_selection)?;
         Ok(Sampling {
             size,
             strategy: s.strategy,

@@ -144,14 +144,7 @@ impl SecAggSpec {
                 format!("must be a number ≥ 0, got {ms}"),
             );
         }
-        let rate = self.mask_floats_per_second;
-        if !(rate.is_finite() && rate > 0.0) {
-            return bad(
-                "mask_floats_per_second",
-                format!("must be a positive number, got {rate}"),
-            );
-        }
-        Ok(())
+        FieldError::positive("mask_floats_per_second", self.mask_floats_per_second)
     }
 
     /// Each client's neighbours in a round of `n` clients.

@@ -170,12 +170,7 @@ impl TopologySpec {
             GraphSpec::ErdosRenyi { p } if !(*p > 0.0 && *p <= 1.0) => {
                 return bad("graph.p", format!("must be in (0, 1], got {p}"))
             }
-            GraphSpec::Geometric { radius } if !(*radius > 0.0 && radius.is_finite()) => {
-                return bad(
-                    "graph.radius",
-                    format!("must be a positive number, got {radius}"),
-                )
-            }
+            GraphSpec::Geometric { radius } => FieldError::positive("graph.radius", *radius)?,
             GraphSpec::Torus { rows, cols } if *rows == 0 || *cols == 0 => {
                 return bad("graph", "`rows` and `cols` must be at least 1".into())
             }
