@@ -45,6 +45,9 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
         force,
     } = args;
     let plan = Sweep::load(&sweep)?;
+    for n in plan.notes() {
+        errln!("note: {n}");
+    }
     if !list {
         for cell in &plan.cells {
             fedsim::results::preflight(&cell.scenario)?;

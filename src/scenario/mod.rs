@@ -286,6 +286,10 @@ impl Scenario {
         let mut scenario = validate(raw).map_err(|e| invalid(e.path, e.message))?;
         scenario.file = file.to_path_buf();
         scenario.text = text.to_string();
+        notes.extend(unreached_milestones(
+            &scenario.run.training,
+            scenario.run.rounds,
+        ));
         scenario.notes = notes;
         Ok(scenario)
     }
@@ -965,6 +969,30 @@ fn validate_evaluation(raw: &mut RawScenario) -> Result<EvaluationPlan, FieldErr
         NoveltyScoring::MaxOverClients | NoveltyScoring::MeanWeights => {}
     }
     Ok(plan)
+}
+
+/// A note when learning-rate milestones are at or past the last round: round `r` decays once
+/// for every milestone below `r`, so those never apply. Not an error (a short test run of a long
+/// scenario is common), but `--set rounds=…` would otherwise drop the decay without a word.
+fn unreached_milestones(training: &Training, rounds: u32) -> Option<String> {
+    let LrSchedule::MultiStep { milestones, .. } = &training.schedule else {
+        return None;
+    };
+    let late: Vec<String> = milestones
+        .iter()
+        .filter(|&&m| m >= rounds)
+        .map(u32::to_string)
+        .collect();
+    let (what, verb, applies) = match late.len() {
+        0 => return None,
+        1 => ("milestone", "is", "it never applies"),
+        _ => ("milestones", "are", "they never apply"),
+    };
+    Some(format!(
+        "training.lr_schedule.milestones: {what} {} {verb} at or past the last round ({rounds}), \
+         so {applies} (round r decays once for every milestone below r)",
+        late.join(", ")
+    ))
 }
 
 fn validate_training(t: &RawTraining) -> Result<Training, FieldError> {

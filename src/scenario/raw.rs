@@ -195,7 +195,8 @@ pub enum RawLrSchedule {
     Constant {},
     /// Multiply the learning rate by `gamma` after each milestone round.
     MultiStep {
-        /// The rounds after which the rate is multiplied by `gamma`.
+        /// The rounds after which the rate is multiplied by `gamma`, strictly increasing
+        /// (round numbers: one at or past the last round never applies, and fedsim says so).
         milestones: Vec<u32>,
         /// The factor applied at each milestone.
         #[serde(default = "default_gamma")]

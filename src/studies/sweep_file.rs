@@ -288,6 +288,26 @@ impl Sweep {
         })
     }
 
+    /// What the cells' scenarios had to say ([`Scenario::notes`]), each note once, with the first
+    /// cell that said it and how many others did.
+    pub fn notes(&self) -> Vec<String> {
+        let mut seen: Vec<(&str, String, usize)> = Vec::new();
+        for cell in &self.cells {
+            for note in &cell.scenario.notes {
+                match seen.iter_mut().find(|(n, ..)| n == note) {
+                    Some((.., others)) => *others += 1,
+                    None => seen.push((note, cell.label(), 0)),
+                }
+            }
+        }
+        seen.into_iter()
+            .map(|(note, first, others)| match others {
+                0 => format!("cell {first}: {note}"),
+                n => format!("cell {first} (and {n} more): {note}"),
+            })
+            .collect()
+    }
+
     /// The cells of shard `index` of `count`: every `count`-th cell in id order, from the
     /// `index`-th. The shards partition the sweep, whatever the machine.
     pub fn shard(&self, index: usize, count: usize) -> Vec<&Cell> {

@@ -469,6 +469,54 @@ fn empty_and_section_replacing_overrides_say_what_they_do() {
 }
 
 #[test]
+fn milestones_past_the_last_round_are_noted_in_runs_and_sweeps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = write(&tmp.path().join("s.yaml"), SMALL);
+    let s = scenario.to_str().unwrap();
+    let schedule = "training.lr_schedule={kind: multi_step, milestones: [1, 3, 4]}";
+    let note = "training.lr_schedule.milestones: milestones 3, 4 are at or past the last round \
+                (3), so they never apply (round r decays once for every milestone below r)";
+    let o = fedsim(
+        &["check", s, "--set", schedule, "--set", "rounds=3"],
+        tmp.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains(note), "{}", stderr(&o));
+    let o = fedsim(
+        &["check", s, "--set", schedule, "--set", "rounds=4"],
+        tmp.path(),
+    );
+    assert!(
+        stderr(&o).contains("milestone 4 is at or past the last round (4), so it never applies"),
+        "{}",
+        stderr(&o)
+    );
+    let o = fedsim(
+        &["check", s, "--set", schedule, "--set", "rounds=5"],
+        tmp.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("lr_schedule"), "{}", stderr(&o));
+    // A sweep says each note once, naming the first cell that has it.
+    let sweep = write(
+        &tmp.path().join("sweep.yaml"),
+        "name: sw\nbase: s.yaml\nseeds: [1, 2]\n\
+         set: {training.lr_schedule: {kind: multi_step, milestones: [1, 3, 4]}}\n\
+         grid:\n  rounds: [3, 5]\n",
+    );
+    let o = fedsim(&["sweep", sweep.to_str().unwrap(), "--list"], tmp.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = format!("note: cell rounds=3, seed=1 (and 1 more): {note}");
+    assert!(stderr(&o).contains(&said), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).matches("lr_schedule").count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn a_corrupt_or_empty_summary_is_never_a_finished_run_nor_silently_left_out() {
     let tmp = tempfile::tempdir().unwrap();
     write(&tmp.path().join("s.yaml"), SMALL);
