@@ -8,6 +8,7 @@
 
 mod describe;
 mod frames;
+mod machine;
 mod novelty;
 mod preflight;
 mod run;
@@ -19,6 +20,7 @@ pub use frames::{
     clients_frame, column, extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame,
     read_parquet, rounds_frame, summary_frame, ClientsFileRows, RunMeta,
 };
+pub use machine::{Machine, KERNEL_LIMITS, MACHINE_FILE};
 pub use novelty::{novelty_frame, NoveltyFigures};
 pub use preflight::{
     check_run_fits, check_terms, human_bytes, least_bytes, machine_memory, peak_memory, preflight,
@@ -202,7 +204,8 @@ pub fn write_csv(path: &Path, df: &mut DataFrame) -> Result<(), ReportError> {
 }
 
 /// The result files that must be identical between two runs of the same scenario and seed
-/// (`summary.csv` is not among them: it holds the wall time).
+/// (`summary.csv` is not among them: it holds the wall time; nor is `machine.yaml`, which says
+/// what ran the run).
 pub const REPRODUCIBLE_FILES: [&str; 7] = [
     "scenario.yaml",
     "metrics.parquet",
@@ -232,6 +235,7 @@ pub fn result_files() -> Vec<&'static str> {
     std::iter::once("summary.csv")
         .chain(REPRODUCIBLE_FILES)
         .chain(OPTIONAL_REPRODUCIBLE_FILES)
+        .chain([MACHINE_FILE])
         .collect()
 }
 

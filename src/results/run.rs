@@ -5,7 +5,7 @@ use crate::data::DataError;
 use crate::io::OutputRules;
 use crate::models::Architecture;
 use crate::records::{DivergenceRecord, EarlyEndRecord, Record, RoundRecord};
-use crate::results::{ReportError, RunFiles, RunIdentity, RunMeta, Summary};
+use crate::results::{Machine, ReportError, RunFiles, RunIdentity, RunMeta, Summary};
 use crate::scenario::Scenario;
 use crate::sim::{RecordObserver, SeedTree, SimError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -228,6 +228,7 @@ pub fn run_scenario_with_bar(
         .expect("the simulation has let go of the observer")
         .into_inner();
     files.write_final_models(&arch)?;
+    files.describe_machine(&Machine::here(opts.threads, &s.run.training.device))?;
     let (sim_seconds, wall_seconds) = (output.end_time.as_secs_f64(), wall.elapsed().as_secs_f64());
     let run = RunIdentity {
         run_id: s.run_id(),

@@ -325,7 +325,7 @@ pub struct RunFiles {
     /// `Some` when the clients' own models are kept for `client_models.safetensors`: each
     /// client's latest.
     client_models: Option<BTreeMap<u32, KeptClient>>,
-    /// Files staged besides the tables (`models.safetensors`).
+    /// Files staged besides the tables (`models.safetensors`, `machine.yaml`).
     staged: Vec<PathBuf>,
 }
 
@@ -528,6 +528,11 @@ impl RunFiles {
     /// order.
     fn publish(&mut self, staged: Vec<PathBuf>) -> Result<Vec<PathBuf>, ReportError> {
         Ok(self.folder.publish(&staged, &super::result_files())?)
+    }
+
+    /// Writes `machine.yaml` ([`super::Machine`]): what ran the run.
+    pub fn describe_machine(&mut self, machine: &super::Machine) -> Result<(), ReportError> {
+        self.stage(super::MACHINE_FILE, machine.to_yaml().as_bytes())
     }
 
     /// What claiming the folder did beyond the run's own files (foreign files moved aside).

@@ -481,3 +481,38 @@ fn spilling_leaves_every_result_file_as_it_was() {
         }
     }
 }
+
+#[test]
+fn machine_yaml_says_what_ran_and_is_never_compared() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dirs = [1, 2].map(|t| tmp.path().join(format!("t{t}")));
+    for (threads, dir) in [1, 2].into_iter().zip(&dirs) {
+        crate::common::run_saving(SMALL, &[], threads, dir);
+        let text = std::fs::read_to_string(dir.join(fedsim::results::MACHINE_FILE)).unwrap();
+        let machine: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(
+            machine["threads"],
+            serde_yaml::Value::from(threads),
+            "{text}"
+        );
+        assert_eq!(
+            machine["devices"][0],
+            serde_yaml::Value::from("cpu"),
+            "{text}"
+        );
+        assert_eq!(
+            machine["fedsim"],
+            serde_yaml::Value::from(env!("CARGO_PKG_VERSION")),
+            "{text}"
+        );
+    }
+    // The two files differ (their thread counts), the results do not.
+    let machine = |d: &Path| std::fs::read(d.join(fedsim::results::MACHINE_FILE)).unwrap();
+    assert_ne!(machine(&dirs[0]), machine(&dirs[1]));
+    assert!(!fedsim::results::compared_files(&dirs[0], &dirs[1])
+        .contains(&fedsim::results::MACHINE_FILE));
+    assert_eq!(
+        fedsim::results::differing_files(&dirs[0], &dirs[1]),
+        Vec::<String>::new()
+    );
+}
