@@ -13,7 +13,9 @@
 # every $EVAL_EVERY rounds (default: once, at the end). Results go to
 # results/fedgmm_femnist/$NAME/<method>/seed-<n>/ ($NAME: default f<fraction>-r<rounds>-<schedule>),
 # the table to table.md there; finished runs are kept (rerun to resume). Reads
-# ../shared/data/femnist (or --set data.path=…).
+# ../shared/data/femnist (or --set data.path=…). libtorch's CPU kernels follow the processor's
+# instruction sets, so the validation page's rows are held to AVX2 (each run's machine.yaml says
+# so): prefix ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${FEDSIM:-}" ] || bash scripts/setup.sh
