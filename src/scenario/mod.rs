@@ -155,7 +155,8 @@ pub struct Scenario {
     pub file: PathBuf,
     /// The file's text as read (for the line of an error found later).
     pub text: String,
-    /// What the overrides did beyond setting a value (a whole section replaced), for the user.
+    /// What the user should know that is not an error: what the overrides did beyond setting a
+    /// value (a whole section replaced), and milestones the run never reaches.
     pub notes: Vec<String>,
 }
 
