@@ -36,7 +36,8 @@ pub struct Machine {
     /// Of the vector instruction sets libtorch's x86-64 kernels choose between, those the
     /// processor has (empty elsewhere).
     pub cpu_features: Vec<String>,
-    /// Each of [`KERNEL_LIMITS`] set in the environment, with its value.
+    /// Each of `ATEN_CPU_CAPABILITY`, `ONEDNN_MAX_CPU_ISA` and `MKL_ENABLE_INSTRUCTIONS` set in
+    /// the environment, with its value.
     pub kernel_limits: BTreeMap<String, String>,
     pub threads: usize,
     /// Where cohorts trained (`training.device` resolved): `cpu`, or the CUDA devices.

@@ -20,7 +20,7 @@ pub use frames::{
     clients_frame, column, extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame,
     read_parquet, rounds_frame, summary_frame, ClientsFileRows, RunMeta,
 };
-pub use machine::{Machine, KERNEL_LIMITS, MACHINE_FILE};
+pub use machine::{Machine, MACHINE_FILE};
 pub use novelty::{novelty_frame, NoveltyFigures};
 pub use preflight::{
     check_run_fits, check_terms, human_bytes, least_bytes, machine_memory, peak_memory, preflight,
