@@ -17,8 +17,8 @@
 # libtorch's CPU kernels follow the processor's instruction sets, so by default the recipe holds
 # them to AVX2 (ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2,
 # each run's machine.yaml records them), with which another x86-64 machine with AVX2 should give
-# the page's figures exactly (two machines compared so far). CPU_KERNELS=native lets libtorch choose (faster on AVX-512, other
-# figures).
+# the page's figures exactly (two machines compared so far). CPU_KERNELS=native lets libtorch
+# choose (faster on AVX-512, other figures).
 #
 # The paper's setting is a GPU job:
 #   FRACTION=0.15 ROUNDS=200 LRS= BATCH=128 FEDSIM_ARGS="--device cuda" bash analysis/fedgmm_femnist.sh
