@@ -8,17 +8,18 @@
 # the test accuracy every $EVAL_EVERY rounds (default 20), each scenario's own rate (FedEM's
 # Table 5: FedAvg 10^-1.5, FedEM 10^-1) but FedGMM at 0.1 (its paper's 0.001 is too slow for 100
 # rounds: at 0.0316 it reached 2.7 % after 10): $LRS sets rates per method (default
-# "fedgmm=0.1"), over $LR for every method (default: empty, each scenario's own). Every rate is multiplied by 0.1 after rounds K/2 and
-# 3K/4 of the K rounds run, as in the authors' runs (analysis/authors_schedule.sh);
-# SCHEDULE=constant keeps one rate throughout. With FEDSIM_ARGS="--threads 1" a FedEM or FedGMM
-# seed takes about 62 CPU-minutes and a FedAvg seed 16 (7 CPU-hours in all; on 2 cores run two
-# recipes side by side, each with its own SEEDS or METHODS).
+# "fedgmm=0.1"), over $LR for every method (default: empty, each scenario's own). Every rate is
+# multiplied by 0.1 after rounds K/2 and 3K/4 of the K rounds run, as in the authors' runs
+# (analysis/authors_schedule.sh); SCHEDULE=constant keeps one rate throughout.
+# With FEDSIM_ARGS="--threads 1" a FedEM or FedGMM seed takes about an hour of CPU time and a
+# FedAvg seed 16 minutes (7 CPU-hours in all; on 2 cores run two recipes side by side, each with
+# its own SEEDS or METHODS).
 #
 # libtorch's CPU kernels follow the processor's instruction sets, so by default the recipe holds
 # them to AVX2 (ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2,
 # each run's machine.yaml records them), with which another x86-64 machine with AVX2 should give
 # the page's figures exactly (two machines compared so far). CPU_KERNELS=native lets libtorch
-# choose (faster on AVX-512, other figures).
+# choose (faster on AVX-512, other figures); it is the default on processors other than x86-64.
 #
 # The paper's setting is a GPU job:
 #   FRACTION=0.15 ROUNDS=200 LRS= BATCH=128 FEDSIM_ARGS="--device cuda" bash analysis/fedgmm_femnist.sh
@@ -38,7 +39,9 @@ lrs=${LRS-fedgmm=0.1}
 batch=${BATCH:-32}
 eval_every=${EVAL_EVERY:-20}
 schedule=${SCHEDULE:-multi_step}
-case ${CPU_KERNELS:-avx2} in
+default_kernels=native
+[ "$(uname -m)" != x86_64 ] || default_kernels=avx2
+case ${CPU_KERNELS:-$default_kernels} in
   avx2) export ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ;;
   native) ;;
   *) echo "CPU_KERNELS must be avx2 or native, got '$CPU_KERNELS'" >&2; exit 2 ;;
