@@ -160,7 +160,9 @@ fn main() {
                 .collect(),
         }],
     };
-    fedsim::studies::write_chart(&out.join("rounds_per_second"), &chart).unwrap();
+    for (ext, bytes) in fedsim::studies::chart_images(&chart).unwrap() {
+        std::fs::write(out.join(format!("rounds_per_second.{ext}")), bytes).unwrap();
+    }
     println!(
         "\nwrote {}/scale.csv and rounds_per_second.png",
         out.display()

@@ -350,3 +350,113 @@ fn the_readme_layout_matches_the_tree() {
         );
     }
 }
+
+/// What only `src/io/` may call: every way Rust, polars, plotters or libtorch opens, reads,
+/// writes, renames or removes a file by its path. The rest of fedsim goes through `io`, whose
+/// readers refuse what is not a regular file and bound its size, and whose writers keep the
+/// output-folder promise (manifest, lock, staging, never a foreign file).
+const FILE_CALLS: [&str; 22] = [
+    "File::create",
+    "File::open",
+    "OpenOptions",
+    "fs::write",
+    "fs::read(",
+    "fs::read_to_string",
+    "fs::rename",
+    "fs::copy",
+    "fs::remove_file",
+    "fs::remove_dir",
+    "fs::create_dir",
+    "fs::hard_link",
+    "fs::set_permissions",
+    "os::unix::fs::symlink",
+    "tempfile::",
+    "try_into_reader_with_file_path",
+    "with_file_path",
+    "BitMapBackend::new",
+    "SVGBackend::new",
+    "CModule::load(",
+    "Tensor::load",
+    ".save(",
+];
+
+/// A file's code without its comments and without its unit tests (the `#[cfg(test)] mod
+/// tests` block, last in the file by the house's habit), where test fixtures may use the file
+/// system directly.
+fn code_outside_tests(text: &str) -> String {
+    let code = without_comments(text);
+    match code.find("#[cfg(test)]\nmod tests") {
+        Some(at) => code[..at].to_string(),
+        None => code,
+    }
+}
+
+/// The places (file: call) of `src/` outside `src/io/` that use [`FILE_CALLS`].
+fn file_calls_outside_io(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(src).expect("below src/");
+        if rel.starts_with("io") || rel == Path::new("layering.rs") {
+            continue;
+        }
+        let code = code_outside_tests(&std::fs::read_to_string(&file).expect("readable"));
+        for call in FILE_CALLS {
+            // A call, not the end of a longer name (`InputFile::open` is io's own).
+            let called = code.match_indices(call).any(|(i, _)| {
+                !call.starts_with(|c: char| c.is_ascii_alphabetic())
+                    || !code[..i]
+                        .chars()
+                        .next_back()
+                        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+            });
+            if called {
+                found.push(format!("{}: {call}", rel.display()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn only_io_touches_files() {
+    let found = file_calls_outside_io(&src());
+    assert!(
+        found.is_empty(),
+        "file-system calls outside src/io/ (go through `crate::io`: `read_text`, \
+         `read_bytes`, `InputFile`, `OutputFolder`, `Staging`):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The scan itself, on hand-written files: a call in code is found, in a comment or a unit
+/// test it is not, and `src/io/` may make it.
+#[test]
+fn the_file_call_scan_finds_what_it_should() {
+    let dir = std::env::temp_dir().join(format!("fedsim-calls-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("io")).unwrap();
+    std::fs::create_dir_all(dir.join("results")).unwrap();
+    std::fs::write(dir.join("io/mod.rs"), "fn f() { std::fs::write(p, b) }").unwrap();
+    std::fs::write(
+        dir.join("results/mod.rs"),
+        "// std::fs::write(commented)\nfn g() { let f = std::fs::File::create(p); }\n\
+         #[cfg(test)]\nmod tests { fn h() { std::fs::remove_file(p) } }",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("plots.rs"),
+        "let b = BitMapBackend::new(path, size); let i = InputFile::open(p, l);",
+    )
+    .unwrap();
+    let mut found = file_calls_outside_io(&dir);
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            "plots.rs: BitMapBackend::new",
+            "results/mod.rs: File::create"
+        ]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

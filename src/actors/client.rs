@@ -95,7 +95,12 @@ impl<A: Algorithm> Client<A> {
 
     /// Starts a training job, unless the client drops out or goes offline before its
     /// compute ends (then the server hears of the failure when it happens).
-    fn train(&mut self, now: SimTime, order: TrainOrder<A>, eff: &mut FlEffects<A>) {
+    fn train(
+        &mut self,
+        now: SimTime,
+        order: TrainOrder<A>,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
         let TrainOrder {
             round,
             job,
@@ -109,14 +114,14 @@ impl<A: Algorithm> Client<A> {
             .jobs
             .algorithm
             .samples_processed(&self.jobs.training.plan, n_train);
-        let compute = self.system.compute_time(self.id, job, samples);
+        let compute = self.system.compute_time(self.id, job, samples)?;
         let online_until = self.system.online_until(self.id, now).unwrap_or(now);
         let cut_short = self
             .system
             .cut_short(self.id, job, now, online_until, compute);
         if let Some(after) = cut_short {
             self.fail(round, after, after, eff);
-            return;
+            return Ok(());
         }
         let base = global.clone();
         // Local privacy's noise (or its share of the server's): the client's own stream for
@@ -188,6 +193,7 @@ impl<A: Algorithm> Client<A> {
         });
         self.awaited += 1;
         eff.to_member_pending(self.id, compute, pending);
+        Ok(())
     }
 
     /// Tells the server, `after` from now, that this job is lost (after `compute` of work).
@@ -202,7 +208,12 @@ impl<A: Algorithm> Client<A> {
         );
     }
 
-    fn trained(&mut self, now: SimTime, work: FinishedWork<A>, eff: &mut FlEffects<A>) {
+    fn trained(
+        &mut self,
+        now: SimTime,
+        work: FinishedWork<A>,
+        eff: &mut FlEffects<A>,
+    ) -> Result<(), SimError> {
         let FinishedWork {
             round,
             update,
@@ -219,11 +230,11 @@ impl<A: Algorithm> Client<A> {
         kept.state = state;
         kept.residual = residual;
         kept.last_trained = Some(round);
-        let delay = self.system.transfer_time(self.id, Link::Up, bytes);
+        let delay = self.system.transfer_time(self.id, Link::Up, bytes)?;
         let online_until = self.system.online_until(self.id, now).unwrap_or(now);
         if online_until < now + delay {
             self.fail(round, online_until - now, compute, eff);
-            return;
+            return Ok(());
         }
         let client = self.id;
         let msg = if upload {
@@ -244,6 +255,7 @@ impl<A: Algorithm> Client<A> {
             }
         };
         eff.to_hub(delay, msg);
+        Ok(())
     }
 
     fn evaluate(&mut self, round: u32, global: Arc<A::Global>, eff: &mut FlEffects<A>) {
@@ -417,7 +429,8 @@ impl<A: Algorithm> Handler<Deliver<ToClient<A>, Msg<A>>> for Client<A> {
     type Result = Result<FlEffects<A>, SimError>;
 
     fn handle(&mut self, d: Deliver<ToClient<A>, Msg<A>>, ctx: &mut Context<Self>) -> Self::Result {
-        let mut eff = self.on_message(d.now, d.msg)?;
+        let id = self.id;
+        let mut eff = super::guarded(|| format!("client {id}"), || self.on_message(d.now, d.msg))?;
         if std::mem::take(&mut self.introduce) {
             eff.record(super::device_record(&self.system, self.id));
         }
@@ -438,7 +451,7 @@ impl<A: Algorithm> Client<A> {
     fn on_message(&mut self, now: SimTime, msg: ToClient<A>) -> Result<FlEffects<A>, SimError> {
         let mut eff = FlEffects::<A>::new();
         match msg {
-            ToClient::Train(order) => self.train(now, order, &mut eff),
+            ToClient::Train(order) => self.train(now, order, &mut eff)?,
             ToClient::Trained(work) => {
                 self.awaited -= 1;
                 let at = Seen {
@@ -449,7 +462,7 @@ impl<A: Algorithm> Client<A> {
                 self.kept()
                     .watch
                     .check(work.finite, at, DivergenceStage::Training, &mut eff);
-                self.trained(now, work, &mut eff)
+                self.trained(now, work, &mut eff)?
             }
             ToClient::Evaluate { round, global } => self.evaluate(round, global, &mut eff),
             ToClient::Evaluated {
@@ -540,7 +553,7 @@ mod tests {
             assert_eq!(to, c.me());
             assert!(msg.is_none(), "a pending result");
             let n = c.jobs.data.split_len(0, Split::Train) as u64;
-            assert_eq!(delay, c.system.compute_time(0, 1, n));
+            assert_eq!(delay, c.system.compute_time(0, 1, n).unwrap());
         });
     }
 
@@ -586,7 +599,7 @@ mod tests {
             let sends: Vec<_> = eff.sends().collect();
             let fraction = c.system.dropout_point(0, 1).expect("drops out");
             let n = c.jobs.data.split_len(0, Split::Train) as u64;
-            let compute = c.system.compute_time(0, 1, n);
+            let compute = c.system.compute_time(0, 1, n).unwrap();
             let after = SimDuration::from_secs_f64_ceil(compute.as_secs_f64() * fraction);
             assert!(matches!(
                 sends[..],
@@ -603,7 +616,8 @@ mod tests {
             let eff = c.on_message(SimTime(1000), trained(true)).unwrap();
             let upload = c
                 .system
-                .transfer_time(0, Link::Up, crate::system::payload_bytes(4));
+                .transfer_time(0, Link::Up, crate::system::payload_bytes(4))
+                .unwrap();
             let sends: Vec<_> = eff.sends().collect();
             assert!(matches!(
                 sends[..],

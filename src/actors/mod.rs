@@ -342,6 +342,22 @@ impl<H, M> Outbox<H, M> for Effects<Routed<H, M>, Record> {
     }
 }
 
+/// Runs an entity's handling of one message: a panic inside it (a bug) becomes an error that
+/// ends the run, which then keeps its results so far, instead of taking the actor system down
+/// with it (`who` names the entity in the message).
+fn guarded<T>(
+    who: impl FnOnce() -> String,
+    handle: impl FnOnce() -> Result<T, SimError>,
+) -> Result<T, SimError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(handle)).unwrap_or_else(|panic| {
+        Err(SimError::Internal(format!(
+            "{} panicked: {}",
+            who(),
+            trainer::panic_message(&*panic)
+        )))
+    })
+}
+
 /// A message handed to an actor by the scheduler: `msg` in, the effects (sends of the world's
 /// message type `W`) out.
 struct Deliver<In, W> {
@@ -1240,6 +1256,23 @@ pub(crate) mod testkit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Oort's panic on non-finite feedback ended runs as "Mailbox has closed": a panic inside
+    /// an entity is now an error that names it and what it said.
+    #[test]
+    fn a_panic_inside_an_entity_is_an_error_naming_it() {
+        let handled: Result<(), SimError> = guarded(
+            || "client 3".into(),
+            || panic!("`amount` of samples must be less than or equal to `length`"),
+        );
+        let e = handled.unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "internal error (a bug in fedsim; please report it): client 3 panicked: `amount` of \
+             samples must be less than or equal to `length`"
+        );
+        assert_eq!(guarded(|| "the server".into(), || Ok(7)).unwrap(), 7);
+    }
 
     /// An actor that answers every message with no effects.
     struct Quiet;

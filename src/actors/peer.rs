@@ -156,7 +156,7 @@ impl<A: Gossip> Peer<A> {
         let samples = jobs
             .algorithm
             .samples_processed(&jobs.training.plan, n_train);
-        let compute = system.compute_time(self.id, round as u64, samples);
+        let compute = system.compute_time(self.id, round as u64, samples)?;
         if let Some(after) = system.cut_short(self.id, round as u64, now, online_until, compute) {
             return self.drop_out(round, after, eff);
         }
@@ -194,7 +194,7 @@ impl<A: Gossip> Peer<A> {
         if self.inbox.sat_out(round) {
             let topology = self.shared.round_topology(round)?;
             for to in topology.mixing.sources(self.id) {
-                let (latency, _) = self.shared.system.peer_transfer_time(self.id, to, 0);
+                let (latency, _) = self.shared.system.peer_transfer_time(self.id, to, 0)?;
                 let msg = PeerMsg::Absent {
                     round,
                     from: self.id,
@@ -224,7 +224,7 @@ impl<A: Gossip> Peer<A> {
         // The support of every mixing matrix is symmetric: the peers this one mixes from are
         // the peers that mix from it.
         for to in topology.mixing.sources(self.id) {
-            let (latency, transfer) = self.shared.system.peer_transfer_time(self.id, to, bytes);
+            let (latency, transfer) = self.shared.system.peer_transfer_time(self.id, to, bytes)?;
             uplink_busy = uplink_busy + transfer;
             let msg = PeerMsg::Model {
                 round,
@@ -364,6 +364,17 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>, GossipMsg<A>>> for Peer<A> {
         d: Deliver<PeerMsg<A>, GossipMsg<A>>,
         _: &mut Context<Self>,
     ) -> Self::Result {
+        let id = self.id;
+        super::guarded(|| format!("peer {id}"), || self.on_message(d))
+    }
+}
+
+impl<A: Gossip> Peer<A> {
+    /// The peer's whole behaviour: one message in, its effects out.
+    fn on_message(
+        &mut self,
+        d: Deliver<PeerMsg<A>, GossipMsg<A>>,
+    ) -> Result<PeerEffects<A>, SimError> {
         let mut eff = PeerEffects::<A>::new();
         match d.msg {
             PeerMsg::Train { round } => self.train(d.now, round, &mut eff)?,
@@ -545,17 +556,22 @@ impl<A: Gossip> Handler<Deliver<Mixed<A>, GossipMsg<A>>> for Monitor<A> {
         d: Deliver<Mixed<A>, GossipMsg<A>>,
         _: &mut Context<Self>,
     ) -> Self::Result {
-        let mut eff = PeerEffects::<A>::new();
-        let at = Seen {
-            round: d.msg.round,
-            time: d.now,
-            client: Some(d.msg.peer),
-        };
-        let finite = d.msg.model.is_finite();
-        self.watch
-            .check(finite, at, DivergenceStage::Mixing, &mut eff);
-        self.mixed(d.now, d.msg, &mut eff)?;
-        Ok(eff)
+        super::guarded(
+            || "the gossip monitor".into(),
+            || {
+                let mut eff = PeerEffects::<A>::new();
+                let at = Seen {
+                    round: d.msg.round,
+                    time: d.now,
+                    client: Some(d.msg.peer),
+                };
+                let finite = d.msg.model.is_finite();
+                self.watch
+                    .check(finite, at, DivergenceStage::Mixing, &mut eff);
+                self.mixed(d.now, d.msg, &mut eff)?;
+                Ok(eff)
+            },
+        )
     }
 }
 

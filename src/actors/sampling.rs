@@ -31,9 +31,15 @@ impl ReportedLoss {
         }
     }
 
-    /// Oort's statistical utility |B|·√(Σ ℓ² / |B|).
+    /// Oort's statistical utility |B|·√(Σ ℓ² / |B|); 0 for a loss that is not finite (a
+    /// diverged model tells nothing of what training on the client would be worth).
     pub fn utility(&self) -> f64 {
-        self.rows as f64 * self.mean_square.sqrt()
+        let u = self.rows as f64 * self.mean_square.sqrt();
+        if u.is_finite() {
+            u
+        } else {
+            0.0
+        }
     }
 }
 
@@ -225,15 +231,20 @@ impl Sampling {
     }
 }
 
-/// `count` of `candidates` drawn without replacement with probability proportional to
-/// `weight` (positive), in draw order.
+/// `count` of `candidates` (all of them where there are fewer) drawn without replacement with
+/// probability proportional to `weight`, in draw order. A weight that is not a positive
+/// finite number counts as the least positive one.
 fn weighted_draw(
     candidates: &[u32],
     weight: impl Fn(u32) -> f64,
     count: usize,
     rng: &mut impl Rng,
 ) -> Vec<u32> {
-    let weight = |i: usize| weight(candidates[i]).max(f64::MIN_POSITIVE);
+    let weight = |i: usize| match weight(candidates[i]) {
+        w if w.is_finite() => w.max(f64::MIN_POSITIVE),
+        _ => f64::MIN_POSITIVE,
+    };
+    let count = count.min(candidates.len());
     rand::seq::index::sample_weighted(rng, candidates.len(), weight, count)
         .map(|ix| ix.into_iter().map(|i| candidates[i]).collect())
         .unwrap_or_default()

@@ -393,8 +393,11 @@ impl ProjectionFile {
 impl Matrix {
     /// Reads `path`: numbers separated by commas (or spaces), one line per row.
     pub fn read(path: &str) -> Result<Matrix, String> {
-        let text = crate::io::read_text(std::path::Path::new(path))
-            .map_err(|e| format!("cannot read `{path}`: {e}"))?;
+        let text = crate::io::read_text(
+            std::path::Path::new(path),
+            crate::io::SizeLimit::memory("a projection matrix"),
+        )
+        .map_err(|e| format!("cannot read `{path}`: {e}"))?;
         let mut values = Vec::new();
         let (mut rows, mut cols) = (0, 0);
         for (i, line) in text.lines().enumerate() {

@@ -49,7 +49,8 @@ pub enum DataAction {
     Fetch {
         /// The data set (see `fedsim data list`).
         name: String,
-        /// Install again even when the cache looks intact.
+        /// Install again even when the cache looks intact; files of the set's names that
+        /// fedsim did not write are moved aside (renamed to NAME.before-fedsim), never deleted.
         #[arg(long)]
         force: bool,
     },

@@ -13,9 +13,14 @@ pub struct DescribeArgs {
     pub scenario: PathBuf,
     #[command(flatten)]
     pub overrides: Overrides,
-    /// Also draw a `clients × labels` heat map of the label shares (PNG) into this file.
+    /// Also draw a `clients × labels` heat map of the label shares (PNG) into this file (never
+    /// over a file fedsim did not write: see --force).
     #[arg(long, value_name = "FILE.png")]
     pub heatmap: Option<PathBuf>,
+    /// Write the heat map over a file of its name that fedsim did not write: that file is
+    /// moved aside (renamed to NAME.before-fedsim), never deleted.
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub fn describe(args: DescribeArgs) -> Result<i32> {
@@ -23,8 +28,24 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         scenario,
         overrides,
         heatmap,
+        force,
     } = args;
     let s = overrides.load(&scenario)?;
+    // The heat map's file is claimed before anything is built, so a refused one costs nothing.
+    let heatmap = match heatmap {
+        Some(path) => {
+            let rules = fedsim::io::OutputRules {
+                force,
+                inputs: s.input_files(),
+            };
+            let (folder, name, notes) = fedsim::results::claim_single_file(&path, &rules, None)?;
+            for n in notes {
+                errln!("note: {n}");
+            }
+            Some((folder, name, path))
+        }
+        None => None,
+    };
     let data = s
         .data
         .build(&s.split, &SeedTree::new(s.data_seed))
@@ -123,7 +144,24 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         .run
         .privacy_for(data.num_clients())
         .map_err(|e| s.locate(e))?;
+    // A target more than the least noise spends: σ stopped at the smallest tried.
+    let shortfall = |sigma: f64, spent: f64| {
+        let target = s.run.privacy.as_ref().and_then(|p| p.target_epsilon)?;
+        let solved = fedsim::privacy::Calibrated {
+            sigma,
+            epsilon: spent,
+        };
+        (sigma <= fedsim::privacy::SMALLEST_SIGMA)
+            .then(|| solved.shortfall(target))
+            .flatten()
+    };
     if let Some(privacy) = privacy {
+        if let Some(note) = shortfall(
+            privacy.noise_multiplier,
+            privacy.epsilon_after(s.run.rounds as u64),
+        ) {
+            errln!("note: {note}");
+        }
         let solved = if privacy.calibrated {
             " (solved for target_epsilon)"
         } else {
@@ -197,6 +235,9 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
             .collect();
         let rounds = s.run.rounds as u64;
         let worst = sample.worst_case_epsilon(plan, &sizes, rounds, runs);
+        if let Some(note) = shortfall(sample.dp_sgd.noise_multiplier, worst) {
+            errln!("note: {note}");
+        }
         let (smallest, largest) = (sizes.iter().min(), sizes.iter().max());
         let rates = |n: Option<&usize>| n.map_or(0.0, |&n| plan.dp_sampling_rate(n));
         let solved = if s
@@ -225,13 +266,16 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
             sample.delta
         );
     }
-    if let Some(path) = heatmap {
+    if let Some((mut folder, name, path)) = heatmap {
         let title = format!("{}: label shares of {} clients", s.name, data.num_clients());
-        fedsim::studies::write_label_heatmap(
-            &path,
+        let png = fedsim::studies::label_heatmap_png(
             &title,
             &fedsim::results::client_label_shares(&data),
-        )?;
+        )
+        .map_err(|m| anyhow::anyhow!("drawing {}: {m}", path.display()))?;
+        folder
+            .write_file(&name, &png)
+            .with_context(|| format!("writing {}", path.display()))?;
         outln!("  wrote {}", path.display());
     }
     finish(0)

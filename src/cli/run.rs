@@ -62,6 +62,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         force,
         save_models,
         save_client_models,
+        keep_unfinished: true,
     };
     let report =
         run_scenario(&s, &opts).with_context(|| format!("running {}", scenario.display()))?;
@@ -122,6 +123,18 @@ pub fn run(args: RunArgs) -> Result<i32> {
         if let Some(a) = p.adaptive {
             outln!("  adaptive clip, last round C = {:.4}", a.clip);
         }
+        // A target more than the least noise spends: σ stopped at the smallest tried.
+        if let Some(target) = spec.target_epsilon {
+            let solved = fedsim::privacy::Calibrated {
+                sigma: p.noise_multiplier,
+                epsilon: p.epsilon,
+            };
+            if p.noise_multiplier <= fedsim::privacy::SMALLEST_SIGMA {
+                if let Some(note) = solved.shortfall(target) {
+                    errln!("note: {note}");
+                }
+            }
+        }
     }
     outln!("  simulated time           {:.1} s", report.sim_seconds);
     outln!("  wall time                {:.1} s", report.wall_seconds);
@@ -162,8 +175,13 @@ pub fn run(args: RunArgs) -> Result<i32> {
             force: false,
             save_models,
             save_client_models,
+            keep_unfinished: false,
         };
-        run_scenario(&s, &rerun).context("determinism check rerun")?;
+        if let Err(e) = run_scenario(&s, &rerun) {
+            // Nothing of a failed re-run stays (its folder holds only fedsim's bookkeeping).
+            let _ = fedsim::io::remove_owned_folder(&rerun_dir);
+            return Err(e).context("determinism check rerun");
+        }
         let compared = compared_files(&opts.out_dir, &rerun_dir);
         let differing = differing_files(&opts.out_dir, &rerun_dir);
         if differing.is_empty() {

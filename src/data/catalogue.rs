@@ -104,6 +104,13 @@ pub trait DatasetSettings: ItemSettings {
         None
     }
 
+    /// The rows held at once, with the features per row, where a small file of the settings
+    /// gives the clients' sizes (`sizes_from`): the pre-flight counts it instead of
+    /// [`Self::least_rows`]. `None` where no such file is named.
+    fn planned_rows(&self, _split: &SplitSpec) -> Result<Option<(f64, usize)>, DataError> {
+        Ok(None)
+    }
+
     /// Whether the data set can make each client's rows only when a job needs them
     /// (`data.on_demand`), so that populations larger than memory run.
     const ON_DEMAND: bool = false;
@@ -169,6 +176,7 @@ pub trait Settings: ErasedSettings {
     fn input_shape(&self) -> Option<InputShape>;
     fn classes(&self) -> Option<usize>;
     fn least_rows(&self) -> Option<(f64, usize)>;
+    fn planned_rows(&self, split: &SplitSpec) -> Result<Option<(f64, usize)>, DataError>;
     fn asks_on_demand(&self) -> bool;
     fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError>;
 }
@@ -191,6 +199,9 @@ impl<S: DatasetSettings> Settings for S {
     }
     fn least_rows(&self) -> Option<(f64, usize)> {
         DatasetSettings::least_rows(self)
+    }
+    fn planned_rows(&self, split: &SplitSpec) -> Result<Option<(f64, usize)>, DataError> {
+        DatasetSettings::planned_rows(self, split)
     }
     fn asks_on_demand(&self) -> bool {
         DatasetSettings::asks_on_demand(self)
@@ -232,6 +243,12 @@ impl DatasetSpec {
     /// A lower bound on the rows this spec holds, with the features per row.
     pub fn least_rows(&self) -> Option<(f64, usize)> {
         self.erased().least_rows()
+    }
+
+    /// The rows held at once where a file of the settings gives the clients' sizes (see
+    /// [`DatasetSettings::planned_rows`]).
+    pub fn planned_rows(&self, split: &SplitSpec) -> Result<Option<(f64, usize)>, DataError> {
+        self.erased().planned_rows(split)
     }
 
     /// Whether the data set can make rows on demand (`Some`), and whether it is asked to.

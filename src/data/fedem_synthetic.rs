@@ -238,22 +238,75 @@ impl FedemSyntheticSpec {
             path: file.path.clone(),
             message: format!("data.sizes_from: {message}"),
         };
-        let sizes = crate::io::per_client_column(&file.path, &file.column, self.clients)
-            .map_err(|e| content(e.message))?
-            .into_iter()
-            .enumerate()
-            .map(|(c, n)| {
-                if n >= 1.0 && n.fract() == 0.0 && n <= u32::MAX as f64 {
-                    Ok(n as usize)
-                } else {
-                    Err(content(format!(
-                        "client {c}: `{}` must be a whole number of samples ≥ 1, got {n}",
-                        file.column
-                    )))
-                }
-            })
-            .collect::<Result<Vec<usize>, _>>()?;
+        let sizes = self.read_sizes(file)?;
+        // Before anything is allocated: the rows must fit this process's memory.
+        if let Some(available) = crate::io::machine_memory() {
+            let (rows, _) = self.rows_held(&sizes, split);
+            let bytes = rows * (4.0 * self.dim as f64 + 8.0);
+            if bytes > available {
+                let (largest, n) = (sizes.iter().enumerate())
+                    .max_by_key(|(_, n)| **n)
+                    .map(|(c, n)| (c, *n))
+                    .unwrap_or_default();
+                return Err(content(format!(
+                    "the clients' rows ({rows} of {} features{}) take {}, more than this \
+                     machine's {} (the largest, client {largest}, has {n}); use smaller sizes{}",
+                    self.dim,
+                    if self.on_demand {
+                        ", the largest client's made at once on demand"
+                    } else {
+                        ""
+                    },
+                    crate::io::input::human_bytes(bytes),
+                    crate::io::input::human_bytes(available),
+                    if self.on_demand {
+                        ""
+                    } else {
+                        ", or `data.on_demand: true` to make each client's rows only when a job \
+                         needs them"
+                    }
+                )));
+            }
+        }
         Ok(self.generate_sized(split, seeds, sizes))
+    }
+
+    /// The rows held at once for clients of `sizes` and the features per row: every client's
+    /// (with the split's extra test rows), or with rows on demand the largest client's.
+    fn rows_held(&self, sizes: &[usize], split: &SplitSpec) -> (f64, usize) {
+        let rows = |n: usize| (n + split.extra_samples()) as f64;
+        let held = if self.on_demand {
+            sizes.iter().map(|&n| rows(n)).fold(0.0, f64::max)
+        } else {
+            sizes.iter().map(|&n| rows(n)).sum()
+        };
+        (held, self.dim)
+    }
+
+    /// Each client's n_t from `sizes_from`: whole numbers from 1 to 2³² − 1.
+    fn read_sizes(&self, file: &ColumnFile) -> Result<Vec<usize>, DataError> {
+        let content = |message: String| DataError::Content {
+            path: file.path.clone(),
+            message: format!("data.sizes_from: {message}"),
+        };
+        let whole = |n: &f64| {
+            if *n >= 1.0 && n.fract() == 0.0 && *n <= u32::MAX as f64 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "must be a whole number of samples from 1 to {} (a client's rows are \
+                     counted in 32 bits)",
+                    u32::MAX
+                ))
+            }
+        };
+        Ok(
+            crate::io::per_client_column(&file.path, &file.column, self.clients, &whole)
+                .map_err(|e| content(e.message))?
+                .into_iter()
+                .map(|n| n as usize)
+                .collect(),
+        )
     }
 
     /// The data set, sizes drawn from the lognormal law.
@@ -727,6 +780,12 @@ impl DatasetSettings for FedemSyntheticSpec {
             self.clients as f64 * self.min_samples as f64
         };
         Some((rows, self.dim))
+    }
+    fn planned_rows(&self, split: &SplitSpec) -> Result<Option<(f64, usize)>, DataError> {
+        match &self.sizes_from {
+            Some(file) => Ok(Some(self.rows_held(&self.read_sizes(file)?, split))),
+            None => Ok(None),
+        }
     }
     const ON_DEMAND: bool = true;
     fn asks_on_demand(&self) -> bool {

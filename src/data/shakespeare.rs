@@ -76,10 +76,11 @@ impl ShakespeareSpec {
     pub fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
         let files =
             registry::cached_files("shakespeare").map_err(|e| DataError::Fetch(e.to_string()))?;
-        let text = crate::io::read_text(&files[0]).map_err(|e| DataError::Content {
-            path: files[0].clone(),
-            message: e.to_string(),
-        })?;
+        let text = crate::io::read_text(&files[0], crate::io::SizeLimit::memory("the plays"))
+            .map_err(|e| DataError::Content {
+                path: files[0].clone(),
+                message: e.to_string(),
+            })?;
         self.from_plays(&text, split, seeds)
             .map_err(|message| DataError::Content {
                 path: files[0].clone(),

@@ -17,6 +17,7 @@
 //!
 //! This room must not remove anything it cannot prove fedsim wrote.
 
+use super::disk::DiskFile;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
@@ -26,6 +27,8 @@ use std::path::{Path, PathBuf};
 pub const MANIFEST: &str = ".fedsim-manifest";
 /// The lock file of a folder's one writer.
 pub const LOCK: &str = ".fedsim-lock";
+/// The folder of the locks of a folder's parts (a sweep's cells).
+pub const LOCKS: &str = ".fedsim-locks";
 /// The marker file inside fedsim's own staging folders.
 pub const STAGING_MARKER: &str = ".fedsim-staging";
 /// A staging folder is made as `STAGING_DRAFT` + its name, marked, then renamed: a folder of
@@ -124,7 +127,8 @@ pub struct Manifest {
 impl Manifest {
     /// The manifest of `dir`; empty (nothing proven) when it is missing or unreadable.
     pub fn read(dir: &Path) -> Manifest {
-        let Ok(text) = std::fs::read_to_string(dir.join(MANIFEST)) else {
+        let Ok(text) = super::input::read_text(&dir.join(MANIFEST), super::SizeLimit::RESULT)
+        else {
             return Manifest::default();
         };
         let mut entries = BTreeMap::new();
@@ -218,6 +222,16 @@ impl FolderLock {
     /// Takes the lock of `path` (created if missing) without waiting; a live holder is
     /// [`FolderError::Busy`] for `dir`, naming its process.
     pub fn take(path: &Path, dir: &Path) -> Result<FolderLock, FolderError> {
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            if !meta.is_file() {
+                return Err(FolderError::Io {
+                    path: path.to_path_buf(),
+                    source: std::io::Error::other(
+                        "fedsim's lock file is not a regular file here; move it out of the way",
+                    ),
+                });
+            }
+        }
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -227,7 +241,7 @@ impl FolderLock {
             .map_err(io_at(path))?;
         if !try_lock(&file).map_err(io_at(path))? {
             let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
+            let _ = (&mut file).take(4096).read_to_string(&mut holder);
             let holder = match holder.trim() {
                 "" => "a process that has not yet said which".to_string(),
                 h => h.to_string(),
@@ -295,6 +309,20 @@ pub struct OutputFolder {
     dir: PathBuf,
     manifest: Manifest,
     _lock: FolderLock,
+    /// The claim made the folder, and nothing has been written into it yet: dropped so, it
+    /// goes again (a run that failed leaves no empty folder behind).
+    unused_new: bool,
+}
+
+impl Drop for OutputFolder {
+    fn drop(&mut self) {
+        if self.unused_new {
+            // Only fedsim's lock is in it, unless someone put something there meanwhile (then
+            // the folder stays: `remove_dir` removes only an empty one).
+            let _ = std::fs::remove_file(self.dir.join(LOCK));
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
 }
 
 impl OutputFolder {
@@ -317,6 +345,7 @@ impl OutputFolder {
         rules: &OutputRules,
         patience: std::time::Duration,
     ) -> Result<(OutputFolder, Vec<String>), FolderError> {
+        let new = std::fs::symlink_metadata(dir).is_err();
         std::fs::create_dir_all(dir).map_err(io_at(dir))?;
         let lock_path = dir.join(LOCK);
         let lock_was_there = std::fs::symlink_metadata(&lock_path).is_ok();
@@ -325,6 +354,7 @@ impl OutputFolder {
             dir: dir.to_path_buf(),
             manifest: Manifest::read(dir),
             _lock: lock,
+            unused_new: new,
         };
         let claimed = folder
             .refuse_inputs(names, &rules.inputs)
@@ -413,14 +443,25 @@ impl OutputFolder {
 
     /// Makes a staging folder `prefix<pid>` inside, marked as fedsim's, after removing the
     /// marked staging folders `prefix<digits>` that killed runs left (the lock proves no live
-    /// writer uses them). Unmarked folders are left alone.
-    pub fn staging(&self, prefix: &str) -> Result<PathBuf, FolderError> {
+    /// writer uses them). Unmarked folders are left alone. The folder goes when the returned
+    /// [`Staging`] is dropped, whatever happened.
+    pub fn staging(&self, prefix: &str) -> Result<Staging, FolderError> {
         clear_staging(&self.dir, prefix)?;
         clear_manifest_drafts(&self.dir);
         make_staging(&self.dir.join(format!("{prefix}{}", std::process::id())))
     }
 
-    /// Publishes `staged` (files of a staging folder; moved in, in order) as the folder's
+    /// Writes `bytes` as the folder's file `name`: staged, then published in place of fedsim's
+    /// earlier file of that name ([`OutputFolder::publish`]). `name` must have been among the
+    /// names claimed (a foreign file of that name was refused or moved aside then).
+    pub fn write_file(&mut self, name: &str, bytes: &[u8]) -> Result<PathBuf, FolderError> {
+        let staging = self.staging(".partial-")?;
+        let staged = staging.write(name, bytes)?;
+        let mut published = self.publish(&[staged], &[name])?;
+        Ok(published.remove(0))
+    }
+
+    /// Publishes `staged` (files of a [`Staging`] folder; moved in, in order) as the folder's
     /// results: first removes the owned files among `retire` (in order), so that a file
     /// last in `staged` (a summary) marks a complete set. The manifest covers every file
     /// fedsim may have placed at every moment, and keeps the owned files not retired.
@@ -474,11 +515,13 @@ impl OutputFolder {
         }
         done.write(&self.dir)?;
         self.manifest = done;
+        self.unused_new = false;
         Ok(published)
     }
 
     /// Adds files written in place (atomically, by the caller) to the manifest.
     pub fn adopt(&mut self, names: &[&str]) -> Result<(), FolderError> {
+        self.unused_new = false;
         self.manifest.prune(&self.dir);
         for name in names {
             self.manifest.add(&self.dir, name)?;
@@ -540,10 +583,72 @@ fn clear_manifest_drafts(dir: &Path) {
     }
 }
 
+/// A staging folder of fedsim's (marked with [`STAGING_MARKER`]): results are written into it
+/// and published from it. Dropping it removes it with whatever is left in it, so a run that
+/// fails for any reason leaves nothing half-written.
+#[derive(Debug)]
+pub struct Staging {
+    dir: PathBuf,
+}
+
+impl Staging {
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The path of `name` inside.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Creates the folder `name` inside (for what other programs write there: a download).
+    pub fn make_dir(&self, name: &str) -> Result<PathBuf, FolderError> {
+        let path = self.path(name);
+        std::fs::create_dir_all(&path).map_err(io_at(&path))?;
+        Ok(path)
+    }
+
+    /// Creates the file `name` inside, for a writer that streams into it.
+    pub fn create(&self, name: &str) -> Result<DiskFile, FolderError> {
+        let path = self.path(name);
+        DiskFile::create(&path).map_err(io_at(&path))
+    }
+
+    /// Writes the file `name` inside whole, synced; returns its path.
+    pub fn write(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, FolderError> {
+        let path = self.path(name);
+        let written = DiskFile::create(&path).and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        });
+        written.map_err(io_at(&path))?;
+        Ok(path)
+    }
+
+    /// Leaves the folder where it stands, marked, as a process killed while writing it would
+    /// (for tests of what the next writer does with such folders).
+    pub fn left_behind(self) -> PathBuf {
+        let dir = self.dir.clone();
+        std::mem::forget(self);
+        dir
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // Only a folder that still holds the marker is fedsim's to remove (a published cell
+        // folder has had it taken out, and no longer stands here anyway).
+        if self.dir.join(STAGING_MARKER).is_file() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 /// Creates the staging folder `path` with fedsim's marker in it: made as its draft
 /// (`STAGING_DRAFT` + its name), marked, then renamed, so that at no moment does an unmarked
 /// folder of fedsim's stand under `path`'s name. An existing folder `path` is marked in place.
-pub fn make_staging(path: &Path) -> Result<PathBuf, FolderError> {
+pub fn make_staging(path: &Path) -> Result<Staging, FolderError> {
     if !path.is_dir() {
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         let draft = path.with_file_name(format!("{STAGING_DRAFT}{name}"));
@@ -554,7 +659,58 @@ pub fn make_staging(path: &Path) -> Result<PathBuf, FolderError> {
     }
     let marker = path.join(STAGING_MARKER);
     File::create(&marker).map_err(io_at(&marker))?;
-    Ok(path.to_path_buf())
+    Ok(Staging {
+        dir: path.to_path_buf(),
+    })
+}
+
+/// Publishes a staging folder that holds a whole result folder (a sweep cell's run) as
+/// `out/name`: its marker is taken out, an earlier folder of that name is removed where
+/// fedsim wrote all of it ([`remove_owned_folder`]), or else moved aside with all it holds to
+/// `name.before-fedsim` (the returned note says so), and the staging folder is renamed into
+/// place.
+pub fn publish_folder(
+    out: &Path,
+    staging: Staging,
+    name: &str,
+) -> Result<Option<String>, FolderError> {
+    let done = out.join(name);
+    let mut moved_aside = None;
+    if std::fs::symlink_metadata(&done).is_ok() {
+        match remove_owned_folder(&done) {
+            Ok(()) => {}
+            // What fedsim cannot prove it wrote (a result file changed since, say) stays,
+            // with the rest of the folder, under another name.
+            Err(FolderError::NotOnlyOurs { names, .. }) => {
+                let aside = aside_name(out, name);
+                std::fs::rename(&done, &aside).map_err(io_at(&done))?;
+                moved_aside = Some(format!(
+                    "its earlier folder held what fedsim cannot prove it wrote ({}): moved \
+                     aside to {}",
+                    names.join(", "),
+                    aside.display()
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let marker = staging.path(STAGING_MARKER);
+    std::fs::remove_file(&marker).map_err(io_at(&marker))?;
+    if let Err(e) = std::fs::rename(&staging.dir, &done) {
+        // Marked again, so that the drop removes it.
+        let _ = File::create(&marker);
+        return Err(io_at(&done)(e));
+    }
+    Ok(moved_aside)
+}
+
+/// Takes the lock `name` among the locks of the folder `out` (`out/.fedsim-locks/name`, the
+/// folder made if missing) without waiting; a live holder is [`FolderError::Busy`] for
+/// `shown` (the folder the lock stands for).
+pub fn take_named_lock(out: &Path, name: &str, shown: &Path) -> Result<FolderLock, FolderError> {
+    let locks = out.join(LOCKS);
+    std::fs::create_dir_all(&locks).map_err(io_at(&locks))?;
+    FolderLock::take(&locks.join(name), shown)
 }
 
 /// Removes a folder of fedsim's results (a finished run or sweep cell): the files its
@@ -609,14 +765,13 @@ mod tests {
 
     fn stage(folder: &OutputFolder, files: &[(&str, &str)]) -> Vec<PathBuf> {
         let staging = folder.staging(".partial-").unwrap();
-        files
+        let staged = files
             .iter()
-            .map(|(n, text)| {
-                let p = staging.join(n);
-                std::fs::write(&p, text).unwrap();
-                p
-            })
-            .collect()
+            .map(|(n, text)| staging.write(n, text.as_bytes()).unwrap())
+            .collect();
+        // Published files leave the folder; the test removes it with what is left.
+        staging.left_behind();
+        staged
     }
 
     #[test]
@@ -681,9 +836,13 @@ mod tests {
     fn only_marked_staging_folders_of_the_prefix_are_cleared() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        make_staging(&dir.join(".partial-123")).unwrap();
+        make_staging(&dir.join(".partial-123"))
+            .unwrap()
+            .left_behind();
         std::fs::create_dir(dir.join(".partial-456")).unwrap(); // a user's, unmarked
-        make_staging(&dir.join(".partial-mine")).unwrap(); // not a process id
+        make_staging(&dir.join(".partial-mine"))
+            .unwrap()
+            .left_behind(); // not a process id
         clear_staging(dir, ".partial-").unwrap();
         assert_eq!(names(dir), [".partial-456", ".partial-mine"]);
     }
@@ -694,11 +853,13 @@ mod tests {
     fn a_staging_folder_is_never_unmarked_under_its_own_name() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let made = make_staging(&dir.join(".partial-7")).unwrap();
+        let made = make_staging(&dir.join(".partial-7")).unwrap().left_behind();
         assert!(made.join(STAGING_MARKER).is_file());
         assert_eq!(names(dir), [".partial-7"], "no draft is left behind");
         std::fs::create_dir(dir.join(format!("{STAGING_DRAFT}.partial-8"))).unwrap();
-        make_staging(&dir.join(format!("{STAGING_DRAFT}.partial-9"))).unwrap();
+        make_staging(&dir.join(format!("{STAGING_DRAFT}.partial-9")))
+            .unwrap()
+            .left_behind();
         std::fs::create_dir(dir.join(format!("{STAGING_DRAFT}.partial-cell=1-5"))).unwrap();
         clear_staging(dir, ".partial-").unwrap();
         assert_eq!(names(dir), [format!("{STAGING_DRAFT}.partial-cell=1-5")]);
@@ -716,7 +877,7 @@ mod tests {
         let staging = folder.staging(".partial-").unwrap();
         assert!(!dir.join(format!("{MANIFEST}.321.tmp")).exists());
         assert!(dir.join("notes.tmp").is_file());
-        assert!(staging.join(STAGING_MARKER).is_file());
+        assert!(staging.path(STAGING_MARKER).is_file());
     }
 
     #[test]

@@ -43,7 +43,8 @@ struct Csv {
 
 impl Csv {
     fn read(path: &Path) -> Result<Csv, FileError> {
-        let text = crate::io::read_text(path).map_err(|e| content(path, e.to_string()))?;
+        let text = crate::io::read_text(path, crate::io::SizeLimit::memory("a per-client file"))
+            .map_err(|e| content(path, e.to_string()))?;
         let (header_index, head) = text
             .lines()
             .enumerate()
@@ -131,15 +132,26 @@ type RowFeed<'a, T> = &'a mut dyn FnMut(
     &mut dyn FnMut(String, f64, T) -> Result<(), FileError>,
 ) -> Result<(), FileError>;
 
-/// Puts `(place, client id, value)` rows in client order; every client must have exactly one.
-fn one_per_client<T>(
+/// What a per-client value must be, checked where it is read: `Err` says what it must be.
+pub type ValueRule<'a, T> = &'a dyn Fn(&T) -> Result<(), String>;
+
+/// Puts `(place, client id, value)` rows in client order; every client must have exactly one,
+/// and each value must pass `rule` (the error names the place and `column`).
+fn one_per_client<T: std::fmt::Debug>(
     path: &Path,
     clients: usize,
+    (column, rule): (&str, ValueRule<'_, T>),
     rows: RowFeed<'_, T>,
 ) -> Result<Vec<T>, FileError> {
     let mut out: Vec<Option<T>> = (0..clients).map(|_| None).collect();
     rows(&mut |place, id, value| {
         let c = client_id(path, &place, id, clients)?;
+        rule(&value).map_err(|must| {
+            content(
+                path,
+                format!("{place}: column `{column}` (client {c}): {must}, got {value:?}"),
+            )
+        })?;
         if out[c].replace(value).is_some() {
             return Err(content(path, format!("{place}: client {c} appears twice")));
         }
@@ -159,11 +171,11 @@ fn is_parquet(path: &Path) -> bool {
 
 /// One value per client of `column` in a population file (see [`per_client_column`]):
 /// `text` asks for text, and `from_csv` turns a CSV row's cells into the value.
-fn per_client_values<T>(
+fn per_client_values<T: std::fmt::Debug>(
     path: &Path,
     column: &str,
     clients: usize,
-    text: bool,
+    (text, rule): (bool, ValueRule<'_, T>),
     from_parquet: impl Fn(PopulationValues) -> Vec<T>,
     from_csv: impl Fn(&Csv, usize, &[&str], usize) -> Result<T, FileError>,
 ) -> Result<Vec<T>, FileError> {
@@ -172,13 +184,13 @@ fn per_client_values<T>(
             read_population_column(path, column, text).map_err(|e| content(path, e.message))?;
         let values = from_parquet(values);
         let mut rows = ids.into_iter().zip(values).enumerate();
-        return one_per_client(path, clients, &mut |put| {
+        return one_per_client(path, clients, (column, rule), &mut |put| {
             rows.try_for_each(|(r, (id, v))| put(format!("row {r}"), id as f64, v))
         });
     }
     let csv = Csv::read(path)?;
     let (ci, vi) = (csv.column(path, "client")?, csv.column(path, column)?);
-    one_per_client(path, clients, &mut |put| {
+    one_per_client(path, clients, (column, rule), &mut |put| {
         csv.for_each_row(path, |line, cells| {
             let id = csv.number(path, line, cells, ci)?;
             put(format!("line {line}"), id, from_csv(&csv, line, cells, vi)?)
@@ -187,14 +199,21 @@ fn per_client_values<T>(
 }
 
 /// One value per client from a file with a `client` column and `column` (a CSV file with a
-/// header, or a Parquet file); every client must have exactly one row. One file can describe
-/// a whole population, a column per quantity.
-pub fn per_client_column(path: &Path, column: &str, clients: usize) -> Result<Vec<f64>, FileError> {
+/// header, or a Parquet file); every client must have exactly one row, and each value must
+/// pass `rule` (the rule an inline value of the same setting passes: an error names the file,
+/// the line or row, the column and what is allowed). One file can describe a whole
+/// population, a column per quantity.
+pub fn per_client_column(
+    path: &Path,
+    column: &str,
+    clients: usize,
+    rule: ValueRule<'_, f64>,
+) -> Result<Vec<f64>, FileError> {
     per_client_values(
         path,
         column,
         clients,
-        false,
+        (false, rule),
         |values| match values {
             PopulationValues::Numbers(v) => v,
             PopulationValues::Text(_) => unreachable!("asked for numbers"),
@@ -213,7 +232,7 @@ pub fn per_client_text(
         path,
         column,
         clients,
-        true,
+        (true, &|_: &String| Ok(())),
         |values| match values {
             PopulationValues::Text(v) => v,
             PopulationValues::Numbers(_) => unreachable!("asked for text"),
@@ -241,10 +260,15 @@ pub fn online_intervals(path: &Path, clients: usize) -> Result<Vec<Vec<(f64, f64
         )?;
         let start = csv.number(path, line, cells, cols[1])?;
         let end = csv.number(path, line, cells, cols[2])?;
-        if !(start >= 0.0 && end > start && end.is_finite()) {
+        if !(start >= 0.0 && end > start && end <= crate::spec::LONGEST_SECONDS) {
             return Err(content(
                 path,
-                format!("line {line}: need 0 ≤ start_s < end_s, got {start}, {end}"),
+                format!(
+                    "line {line}: need 0 ≤ start_s < end_s ≤ 4.6e12 (the longest span the \
+                     virtual clock counts), got {}, {}",
+                    crate::spec::number(start),
+                    crate::spec::number(end)
+                ),
             ));
         }
         out[c].push((start, end));
@@ -272,7 +296,8 @@ pub struct FedScaleBehavior {
 }
 
 fn read_pickle<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<BTreeMap<i64, T>, FileError> {
-    let file = crate::io::open_regular(path).map_err(|e| content(path, e.to_string()))?;
+    let file = crate::io::open_regular(path, crate::io::SizeLimit::memory("a FedScale trace"))
+        .map_err(|e| content(path, e.to_string()))?;
     serde_pickle::from_reader(
         std::io::BufReader::new(file),
         serde_pickle::DeOptions::new(),
@@ -316,11 +341,20 @@ pub fn fedscale_behavior(path: &Path) -> Result<Vec<FedScaleBehavior>, FileError
         return Err(content(path, "the trace has no clients"));
     }
     let traces: Vec<FedScaleBehavior> = map.into_values().collect();
+    let longest = crate::spec::LONGEST_SECONDS;
+    let in_clock = |t: f64| (0.0..=longest).contains(&t);
     for t in &traces {
-        if t.active.len() != t.inactive.len() || t.finish_time.is_nan() || t.finish_time <= 0.0 {
+        let times_fit = t.active.iter().chain(&t.inactive).all(|&x| in_clock(x));
+        if t.active.len() != t.inactive.len()
+            || !(t.finish_time > 0.0 && t.finish_time <= longest)
+            || !times_fit
+        {
             return Err(content(
                 path,
-                "each trace needs as many `active` as `inactive` times and a positive finish_time",
+                "each trace needs as many `active` as `inactive` times, each from 0 to 4.6e12 s, \
+                 and a positive finish_time up to that (the longest span the virtual clock \
+                 counts)"
+                    .to_string(),
             ));
         }
     }

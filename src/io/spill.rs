@@ -24,6 +24,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// A new file in the system's temporary folder (`TMPDIR`) that has no name there: it lives as
+/// long as the handle, and the operating system frees it when the process ends, however it
+/// ends (a large Parquet table's rows, copied to be read a client at a time).
+pub fn unnamed_file() -> std::io::Result<File> {
+    tempfile::tempfile()
+}
+
 /// A value whose large float buffers may be spilled.
 pub trait Floats {
     /// The value's float buffers, always in the same order for values of one shape. A value

@@ -181,10 +181,101 @@ fn with_reader<T>(
         path: path.to_path_buf(),
         message,
     };
-    let file = crate::io::open_regular(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let file = crate::io::open_regular(path, crate::io::SizeLimit::STREAMED)
+        .map_err(|e| fail(format!("cannot open: {e}")))?;
+    without_panics(|| check_pages(path, &file))
+        .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
+        .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?;
     without_panics(|| read(ParquetReader::new(file)))
         .map_err(|e| fail(format!("not a readable Parquet file (it is corrupt: {e})")))?
         .map_err(|e| fail(format!("not a readable Parquet file: {e}")))
+}
+
+/// Checks every page header of `file` against its footer before polars decodes a page: each
+/// data page declares no more values (and no fewer than none) than are left of its column
+/// chunk, every size is non-negative and within the chunk, and no page or chunk declares more
+/// than this process's memory. polars reserves what a page header declares before it decodes
+/// it, so a corrupt header (a negative count read as 2⁶⁴ − 8) would make it ask for exabytes:
+/// an abort, not an error. Headers are read, never pages; a file is checked once per process
+/// (by its path, size and modification time), since a table is read a row group at a time.
+fn check_pages(path: &Path, file: &std::fs::File) -> Result<(), String> {
+    use polars_parquet_format::thrift::protocol::TCompactInputProtocol;
+    use polars_parquet_format::{PageHeader, PageType};
+    use std::io::{Read, Seek, SeekFrom};
+    type Key = (PathBuf, u64, Option<std::time::SystemTime>);
+    static CHECKED: std::sync::Mutex<Vec<Key>> = std::sync::Mutex::new(Vec::new());
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    let key = (path.to_path_buf(), meta.len(), meta.modified().ok());
+    if CHECKED.lock().is_ok_and(|c| c.contains(&key)) {
+        return Ok(());
+    }
+    let memory = crate::io::machine_memory().unwrap_or(16e9);
+    let mut handle = file.try_clone().map_err(|e| e.to_string())?;
+    let metadata = ParquetReader::new(file.try_clone().map_err(|e| e.to_string())?)
+        .get_metadata()
+        .map_err(|e| e.to_string())?
+        .clone();
+    for (g, group) in metadata.row_groups.iter().enumerate() {
+        for column in group.parquet_columns() {
+            let name = column.descriptor().path_in_schema.join(".");
+            let at = |what: String| format!("row group {g}, column `{name}`: {what}");
+            let values = column.num_values();
+            let chunk = column.byte_range();
+            if values < 0 || values as f64 > 8.0 * memory || chunk.end > meta.len() {
+                return Err(at(format!(
+                    "its footer declares {values} values in bytes {}..{} of a file of {}",
+                    chunk.start,
+                    chunk.end,
+                    meta.len()
+                )));
+            }
+            let (mut pos, mut seen) = (chunk.start, 0i64);
+            while seen < values && pos < chunk.end {
+                handle
+                    .seek(SeekFrom::Start(pos))
+                    .map_err(|e| e.to_string())?;
+                let mut header_bytes = (&mut handle).take(chunk.end - pos);
+                let mut protocol = TCompactInputProtocol::new(&mut header_bytes, 1 << 24);
+                let header = PageHeader::read_from_in_protocol(&mut protocol)
+                    .map_err(|e| at(format!("a page header at byte {pos} does not read: {e}")))?;
+                drop(protocol);
+                let header_len = (chunk.end - pos) - header_bytes.limit();
+                let declared = match header.type_ {
+                    PageType::DATA_PAGE => header.data_page_header.as_ref().map(|h| h.num_values),
+                    PageType::DATA_PAGE_V2 => {
+                        header.data_page_header_v2.as_ref().map(|h| h.num_values)
+                    }
+                    PageType::DICTIONARY_PAGE => {
+                        header.dictionary_page_header.as_ref().map(|h| h.num_values)
+                    }
+                    _ => Some(0),
+                };
+                let fits = header.compressed_page_size >= 0
+                    && header.uncompressed_page_size >= 0
+                    && (header.uncompressed_page_size as f64) < memory
+                    && pos + header_len + header.compressed_page_size as u64 <= chunk.end;
+                let count = declared.filter(|&n| n >= 0 && (seen + n as i64) <= values);
+                let Some(count) = count.filter(|_| fits) else {
+                    return Err(at(format!(
+                        "a page at byte {pos} declares {} values and {} bytes, where {} of the \
+                         chunk's {values} values and {} of its bytes are left",
+                        declared.map_or("no".into(), |n| n.to_string()),
+                        header.compressed_page_size,
+                        values - seen,
+                        chunk.end - pos - header_len
+                    )));
+                };
+                if header.type_ != PageType::DICTIONARY_PAGE {
+                    seen += count as i64;
+                }
+                pos += header_len + header.compressed_page_size as u64;
+            }
+        }
+    }
+    if let Ok(mut checked) = CHECKED.lock() {
+        checked.push(key);
+    }
+    Ok(())
 }
 
 /// Reads `path` (rows `slice = (offset, len)` only, if given).

@@ -87,7 +87,9 @@ impl TorchScriptSpec {
     ) -> Result<Option<ScriptId>, FieldError> {
         let at =
             |m: String| FieldError::new("path".into(), format!("{}: {m}", self.path.display()));
-        let bytes = std::fs::read(&self.path).map_err(|e| at(format!("cannot read it: {e}")))?;
+        let limit = crate::io::SizeLimit::memory("a TorchScript module (held in memory)");
+        let bytes = crate::io::read_bytes(&self.path, limit)
+            .map_err(|e| at(format!("cannot read it: {e}")))?;
         let mut scripts = SCRIPTS.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = scripts.iter().position(|s| {
             s.bytes == bytes

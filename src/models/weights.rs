@@ -101,7 +101,7 @@ const EXTRA: &str = "extra.";
 /// with the shape expected.
 pub fn read_models(file: &Path, arch: &Architecture) -> Result<Vec<Vec<f32>>, String> {
     let at = |m: String| format!("{}: {m}", file.display());
-    let bytes = std::fs::read(file).map_err(|e| at(format!("cannot read it: {e}")))?;
+    let bytes = read_safetensors(file).map_err(at)?;
     let tensors = SafeTensors::deserialize(&bytes)
         .map_err(|e| at(format!("not a safetensors file ({e:?})")))?;
     let names = arch.parameter_names();
@@ -183,6 +183,59 @@ pub fn read_models(file: &Path, arch: &Architecture) -> Result<Vec<Vec<f32>>, St
         out.push(flat);
     }
     Ok(out)
+}
+
+/// The most bytes a safetensors header may take (the safetensors format's own limit).
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// The bytes of a safetensors file, read no further than its header says the file goes: the
+/// 8-byte header length and the header first (at most [`MAX_HEADER_BYTES`]), then exactly the
+/// tensor data the header describes, where the file is that long (and no longer than the
+/// memory this process may use).
+fn read_safetensors(file: &Path) -> Result<Vec<u8>, String> {
+    let not = |why: String| format!("not a safetensors file ({why})");
+    let mut input = crate::io::InputFile::open(
+        file,
+        crate::io::SizeLimit::memory("a weights file (held in memory)"),
+    )
+    .map_err(|e| format!("cannot read it: {e}"))?;
+    let len = input.len();
+    if len < 8 {
+        return Err(not(format!("{len} bytes, shorter than a header")));
+    }
+    let read = |input: &mut crate::io::InputFile, n: u64| {
+        input
+            .read_exact(n as usize)
+            .map_err(|e| format!("cannot read it: {e}"))
+    };
+    let head = read(&mut input, 8)?;
+    let n = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+    if n > MAX_HEADER_BYTES || 8 + n > len {
+        return Err(not(format!(
+            "its header would take {n} bytes, and the file has {len}"
+        )));
+    }
+    let header = read(&mut input, n)?;
+    let described: serde_json::Value =
+        serde_json::from_slice(&header).map_err(|e| not(format!("its header is not JSON: {e}")))?;
+    let data_bytes = described
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(_, t)| t.get("data_offsets")?.get(1)?.as_u64())
+        .max()
+        .unwrap_or(0);
+    if len - 8 - n != data_bytes {
+        return Err(not(format!(
+            "its header describes {} bytes of tensors, and the file holds {} after it",
+            data_bytes,
+            len - 8 - n
+        )));
+    }
+    let mut bytes = head;
+    bytes.extend(header);
+    bytes.extend(read(&mut input, data_bytes)?);
+    Ok(bytes)
 }
 
 fn unexpected(name: &str, expected: &str) -> String {

@@ -162,19 +162,60 @@ pub enum CalibrationError {
     Epsilon(f64),
     #[error("δ must lie in (0, 1), not {0}")]
     Delta(f64),
-    #[error("no noise multiplier up to {max} spends only ε = {target} (ε there: {reached})")]
-    Unreachable { target: f64, max: f64, reached: f64 },
+    #[error(
+        "no noise multiplier spends ε = {target}: the least ε one can be calibrated to here is \
+         {smallest:.4} (σ = {sigma:.4e}){beyond}; ask for at least that, or give \
+         `noise_multiplier` instead"
+    )]
+    Unreachable {
+        target: f64,
+        /// The smallest ε above the target that a noise multiplier spends.
+        smallest: f64,
+        /// The noise multiplier that spends it.
+        sigma: f64,
+        /// What happens past it, in words (where ε drops at once to less than the target).
+        beyond: String,
+    },
 }
 
+/// A noise multiplier solved for a target ε ([`calibrate`]), and the ε it spends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Calibrated {
+    pub sigma: f64,
+    pub epsilon: f64,
+}
+
+impl Calibrated {
+    /// What to tell a user who asked for `target` and gets less spent (the smallest noise
+    /// multiplier tried, [`SMALLEST_SIGMA`], spends less than 99 % of it), `None` otherwise.
+    pub fn shortfall(&self, target: f64) -> Option<String> {
+        (self.epsilon < 0.99 * target).then(|| {
+            format!(
+                "target_epsilon {target} is more than any noise multiplier fedsim calibrates \
+                 to spends: the smallest, σ = {}, spends ε = {:.4}; give `noise_multiplier` \
+                 for less noise",
+                self.sigma, self.epsilon
+            )
+        })
+    }
+}
+
+/// The smallest noise multiplier [`calibrate`] tries.
+pub const SMALLEST_SIGMA: f64 = 1e-3;
+/// The largest noise multiplier [`calibrate`] tries.
+pub const LARGEST_SIGMA: f64 = 1e6;
+/// The most halvings of the bracket [`calibrate`] makes: past this many, its ends are adjacent
+/// floating-point numbers.
+const MOST_HALVINGS: usize = 2000;
+
 /// The largest noise multiplier σ, to 1 % of ε, whose `steps` steps of `sampling` spend at
-/// most `target_epsilon` at `delta` by RDP: ε(σ) lies in [0.99 · target, target] (or σ is the
-/// smallest tried, 1e-3, when even that spends less).
+/// most `target_epsilon` at `delta` by RDP (see [`calibrate`]).
 pub fn calibrate_noise_multiplier(
     sampling: Subsampling,
     steps: u64,
     target_epsilon: f64,
     delta: f64,
-) -> Result<f64, CalibrationError> {
+) -> Result<Calibrated, CalibrationError> {
     if !(delta > 0.0 && delta < 1.0) {
         return Err(CalibrationError::Delta(delta));
     }
@@ -185,51 +226,79 @@ pub fn calibrate_noise_multiplier(
 }
 
 /// The largest noise multiplier σ, to 1 % of ε, with `epsilon_of(σ)` at most `target_epsilon`
-/// (ε falling as σ grows, whichever accountant gives it): ε(σ) lies in [0.99 · target, target]
-/// (or σ is the smallest tried, 1e-3, when even that spends less).
+/// (ε falling as σ grows, whichever accountant gives it): ε(σ) lies in [0.99 · target, target],
+/// or σ is the smallest tried ([`SMALLEST_SIGMA`]) when even that spends less ([`Calibrated::
+/// shortfall`] says so). It always ends: ε is not continuous everywhere (an accountant's ε
+/// drops to 0 once the RDP is within δ², and it floors where its largest order does), so a
+/// target that no σ up to [`LARGEST_SIGMA`] meets, or that falls in such a drop, is refused
+/// with the least ε above it that a σ spends.
 pub fn calibrate(
     epsilon_of: impl Fn(f64) -> f64,
     target_epsilon: f64,
-) -> Result<f64, CalibrationError> {
+) -> Result<Calibrated, CalibrationError> {
     if !(target_epsilon > 0.0 && target_epsilon.is_finite()) {
         return Err(CalibrationError::Epsilon(target_epsilon));
     }
-    const MIN: f64 = 1e-3;
-    const MAX: f64 = 1e6;
     let epsilon = epsilon_of;
     // ε falls as σ grows: bracket the target between `low` (spends more) and `high` (spends
     // at most the target), then halve the bracket.
     let mut high = 1.0;
-    while epsilon(high) > target_epsilon {
-        if high >= MAX {
-            let reached = epsilon(high);
+    let mut spent = epsilon(high);
+    // The least ε above the target seen, with its σ (for the refusal).
+    let mut least = (f64::INFINITY, high);
+    while spent.is_nan() || spent > target_epsilon {
+        if spent < least.0 {
+            least = (spent, high);
+        }
+        if high >= LARGEST_SIGMA {
             return Err(CalibrationError::Unreachable {
                 target: target_epsilon,
-                max: MAX,
-                reached,
+                smallest: least.0,
+                sigma: least.1,
+                beyond: format!(" and no σ up to {LARGEST_SIGMA:e} spends less"),
             });
         }
         high *= 2.0;
+        spent = epsilon(high);
     }
     let mut low = high / 2.0;
-    while epsilon(low) <= target_epsilon {
-        if low <= MIN {
-            return Ok(low);
+    let mut at_low = epsilon(low);
+    while at_low <= target_epsilon {
+        if low <= SMALLEST_SIGMA {
+            return Ok(Calibrated {
+                sigma: low,
+                epsilon: at_low,
+            });
         }
-        high = low;
+        (high, spent) = (low, at_low);
         low /= 2.0;
+        at_low = epsilon(low);
     }
-    let mut spent = epsilon(high);
-    while spent < 0.99 * target_epsilon {
+    for _ in 0..MOST_HALVINGS {
+        if spent >= 0.99 * target_epsilon {
+            return Ok(Calibrated {
+                sigma: high,
+                epsilon: spent,
+            });
+        }
         let mid = 0.5 * (low + high);
+        if mid <= low || mid >= high {
+            break;
+        }
         let at_mid = epsilon(mid);
-        if at_mid > target_epsilon {
-            low = mid;
+        if at_mid.is_nan() || at_mid > target_epsilon {
+            (low, at_low) = (mid, at_mid);
         } else {
             (high, spent) = (mid, at_mid);
         }
     }
-    Ok(high)
+    // The bracket closed on a drop: ε jumps from above the target to below 99 % of it.
+    Err(CalibrationError::Unreachable {
+        target: target_epsilon,
+        smallest: at_low,
+        sigma: low,
+        beyond: format!(", and a larger σ spends {spent:.4} at once"),
+    })
 }
 
 /// log(e^x + e^y).
@@ -507,12 +576,14 @@ mod tests {
             (Subsampling::Poisson { rate: 1.0 }, 10),
         ] {
             for target in [1.0, 4.0, 8.0] {
-                let sigma = calibrate_noise_multiplier(sampling, steps, target, 1e-5).unwrap();
-                let eps = epsilon(sampling, sigma, steps, 1e-5);
+                let solved = calibrate_noise_multiplier(sampling, steps, target, 1e-5).unwrap();
+                let eps = epsilon(sampling, solved.sigma, steps, 1e-5);
+                assert_eq!(eps, solved.epsilon);
                 assert!(
                     eps <= target && eps >= 0.99 * target,
                     "{sampling:?} {target}: {eps}"
                 );
+                assert_eq!(solved.shortfall(target), None);
             }
         }
         assert_eq!(
@@ -523,6 +594,66 @@ mod tests {
             calibrate_noise_multiplier(Subsampling::Poisson { rate: 0.1 }, 10, 1.0, 1.0),
             Err(CalibrationError::Delta(1.0))
         );
+    }
+
+    /// ε by hand as a function of σ with a drop, and one that floors: the calibration ends,
+    /// refusing a target in the drop or below the floor with the least ε above it.
+    #[test]
+    fn calibration_ends_on_a_drop_or_a_floor_and_says_what_is_reachable() {
+        // ε = 1/σ down to 0.05 at σ = 20, then 0 from σ = 40 on (the KL bound's drop).
+        let dropping = |sigma: f64| {
+            if sigma >= 40.0 {
+                0.0
+            } else {
+                (1.0 / sigma).max(0.05)
+            }
+        };
+        let e = calibrate(dropping, 0.01).unwrap_err();
+        let CalibrationError::Unreachable {
+            smallest, sigma, ..
+        } = &e
+        else {
+            panic!("{e}")
+        };
+        assert_eq!(*smallest, 0.05, "the floor above the drop");
+        assert!((20.0..40.0).contains(sigma), "{sigma}");
+        assert!(
+            e.to_string().contains("a larger σ spends 0.0000 at once"),
+            "{e}"
+        );
+        // Above the floor, the target is met within 1 %.
+        let met = calibrate(dropping, 0.2).unwrap();
+        assert!(met.epsilon <= 0.2 && met.epsilon >= 0.198, "{met:?}");
+        // ε that never falls below 0.5: refused after σ = 1e6, with 0.5 named.
+        let e = calibrate(|s| 0.5 + 1.0 / s, 0.1).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "no noise multiplier spends ε = 0.1: the least ε one can be calibrated to here \
+                 is 0.5000"
+            ),
+            "{e}"
+        );
+        // A target above what the least noise spends: σ stops at the smallest, and says so.
+        let loose = calibrate(|s| 1.0 / s, 1e9).unwrap();
+        assert!(
+            loose.sigma <= SMALLEST_SIGMA && loose.epsilon < 1e4,
+            "{loose:?}"
+        );
+        let note = loose.shortfall(1e9).unwrap();
+        assert!(
+            note.contains("give `noise_multiplier` for less noise"),
+            "{note}"
+        );
+        // Real accountants: K of N, and Poisson at q = 1e-9, end with a refusal.
+        let fixed = Subsampling::FixedSize {
+            sample: 10,
+            population: 100,
+        };
+        let e = calibrate_noise_multiplier(fixed, 10, 0.01, 1e-5).unwrap_err();
+        assert!(matches!(e, CalibrationError::Unreachable { smallest, .. } if smallest > 0.01));
+        let rare = Subsampling::Poisson { rate: 1e-9 };
+        let e = calibrate_noise_multiplier(rare, 10, 0.01, 1e-5).unwrap_err();
+        assert!(matches!(e, CalibrationError::Unreachable { .. }), "{e}");
     }
 
     #[test]

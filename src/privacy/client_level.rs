@@ -46,8 +46,9 @@
 //! when. Noise is drawn from the stream the caller passes, one standard normal per coordinate
 //! in order.
 
+use super::accounting::CalibrationError;
 use super::accounting::{calibrate, RdpAccountant, SubsampledGaussian, Subsampling};
-use super::pld::PldAccountant;
+use super::pld::{PldAccountant, MOST_GRID_POINTS};
 use crate::spec::FieldError;
 use rand::Rng;
 use rand_distr::StandardNormal;
@@ -425,12 +426,22 @@ impl PrivacySpec {
                         self.delta,
                     ),
                     (_, Accountant::Rdp) => super::epsilon(sampling, sigma, steps, self.delta),
-                    (_, Accountant::Pld) => {
-                        PldAccountant::new(sampling.rate(), sigma).epsilon(steps, self.delta)
-                    }
+                    // A σ whose grid would be too large spends "too much": the search moves
+                    // to larger σ, whose grids are smaller.
+                    (_, Accountant::Pld) => match PldAccountant::new(sampling.rate(), sigma) {
+                        pld if pld.grid_points(steps) > MOST_GRID_POINTS => f64::INFINITY,
+                        pld => pld.epsilon(steps, self.delta),
+                    },
                 };
-                calibrate(epsilon, target)
-                    .map_err(|e| FieldError::new("target_epsilon".into(), e.to_string()))?
+                match calibrate(epsilon, target) {
+                    Ok(solved) => solved.sigma,
+                    Err(CalibrationError::Unreachable {
+                        smallest, sigma, ..
+                    }) if self.accountant == Accountant::Pld && smallest.is_infinite() => {
+                        return Err(pld_too_large(rounds, sigma));
+                    }
+                    Err(e) => return Err(FieldError::new("target_epsilon".into(), e.to_string())),
+                }
             }
             (None, None) => unreachable!("validated"),
         };
@@ -475,7 +486,11 @@ impl PrivacySpec {
             (Mechanism::DpFtrl, _) => OneRound::Tree,
             (_, Accountant::Rdp) => OneRound::Rdp(mechanism.rdp(RdpAccountant::default().orders())),
             (_, Accountant::Pld) => {
-                OneRound::Pld(PldAccountant::new(sampling.rate(), noise_multiplier))
+                let pld = PldAccountant::new(sampling.rate(), noise_multiplier);
+                if pld.grid_points(rounds as u64) > MOST_GRID_POINTS {
+                    return Err(pld_too_large(rounds, noise_multiplier));
+                }
+                OneRound::Pld(pld)
             }
         };
         let shares_for =
@@ -527,6 +542,19 @@ pub struct ClientLevelPrivacy {
     pub sampling: Subsampling,
     /// One release, as the scenario's accountant composes it.
     one_round: OneRound,
+}
+
+/// The refusal of a PLD accountant whose grid for `rounds` rounds at σ `sigma` (or below)
+/// would take more than [`MOST_GRID_POINTS`].
+fn pld_too_large(rounds: u32, sigma: f64) -> FieldError {
+    FieldError::new(
+        "accountant".into(),
+        format!(
+            "the PLD accountant over {rounds} rounds at σ = {sigma:.4e} needs a grid of more \
+             than {MOST_GRID_POINTS} points (its cost grows with the rounds, and fastest at \
+             small σ); use `accountant: rdp`, whose cost does not, or fewer rounds"
+        ),
+    )
 }
 
 /// One release as an accountant holds it.

@@ -16,13 +16,13 @@ pub mod sample_level;
 pub mod tree;
 
 pub use accounting::{
-    calibrate, calibrate_noise_multiplier, default_orders, epsilon, CalibrationError,
-    RdpAccountant, SubsampledGaussian, Subsampling,
+    calibrate, calibrate_noise_multiplier, default_orders, epsilon, Calibrated, CalibrationError,
+    RdpAccountant, SubsampledGaussian, Subsampling, SMALLEST_SIGMA,
 };
 pub use client_level::{
     Accountant, AdaptiveClipSpec, AdaptiveClipping, ClientLevelPrivacy, Mechanism, Neighbours,
     NoiseAt, Participation, PrivacySpec, ShareAccountant,
 };
-pub use pld::{pld_epsilon, PldAccountant};
+pub use pld::{pld_epsilon, PldAccountant, MOST_GRID_POINTS};
 pub use sample_level::{RecordAccountant, SampleLevelPrivacy};
 pub use tree::TreeAccountant;

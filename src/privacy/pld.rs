@@ -24,6 +24,11 @@
 use super::accounting::{log_add, log_erfc};
 use std::f64::consts::SQRT_2;
 
+/// The most points a composed grid may take ([`PldAccountant::grid_points`]): 2²⁴, 256 MiB of
+/// complex values and a few seconds an ε. A run whose rounds need more is refused (the RDP
+/// accountant's cost does not grow with the rounds).
+pub const MOST_GRID_POINTS: u64 = 1 << 24;
+
 /// The grid's spacing, in units of privacy loss (dp-accounting's default).
 const SPACING: f64 = 1e-4;
 /// ln of the noise's mass left out of the one-step distribution (dp-accounting's default).
@@ -88,6 +93,26 @@ impl PldAccountant {
             }
         };
         Self { step }
+    }
+
+    /// The points of the grid composing `steps` steps takes (the FFT's length, each point two
+    /// f64 values): it grows with the steps, fast at small σ and large q (0 without a grid).
+    pub fn grid_points(&self, steps: u64) -> u64 {
+        match &self.step {
+            Step::Sampled { remove, add } if steps > 1 => [remove, add]
+                .iter()
+                .map(|(pmf, log_mgfs)| {
+                    let (low, high) = pmf.chernoff_bounds(steps, log_mgfs);
+                    let out_len = (high - low + 1).max(1) as u64;
+                    out_len
+                        .max(pmf.probs.len() as u64)
+                        .checked_next_power_of_two()
+                        .unwrap_or(u64::MAX)
+                })
+                .max()
+                .unwrap_or(0),
+            _ => 0,
+        }
     }
 
     /// ε at `delta` after `steps` steps.

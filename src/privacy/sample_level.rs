@@ -79,7 +79,8 @@ pub fn resolve(
             at.worst_case_epsilon(plan, sizes, rounds, runs)
         };
         privacy.dp_sgd.noise_multiplier = calibrate(epsilon, target)
-            .map_err(|e| FieldError::new("target_epsilon".into(), e.to_string()))?;
+            .map_err(|e| FieldError::new("target_epsilon".into(), e.to_string()))?
+            .sigma;
     }
     Ok(Some(privacy))
 }

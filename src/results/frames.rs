@@ -392,7 +392,8 @@ where
     Column::new(name.into(), rows.iter().map(value).collect::<Vec<T>>())
 }
 
-/// Reads a Parquet file (for tests and analysis).
+/// Reads a Parquet file of results (for reports, tests and analysis).
 pub fn read_parquet(path: &Path) -> PolarsResult<DataFrame> {
-    ParquetReader::new(std::fs::File::open(path)?).finish()
+    let file = crate::io::open_regular(path, crate::io::SizeLimit::STREAMED)?;
+    ParquetReader::new(file).finish()
 }

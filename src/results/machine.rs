@@ -55,8 +55,7 @@ impl Machine {
             fedsim: env!("CARGO_PKG_VERSION").to_string(),
             os: std::env::consts::OS.to_string(),
             arch: std::env::consts::ARCH.to_string(),
-            cpu: std::fs::read_to_string("/proc/cpuinfo")
-                .ok()
+            cpu: crate::io::input::system_text(std::path::Path::new("/proc/cpuinfo"))
                 .and_then(|text| cpu_model(&text))
                 .unwrap_or_else(|| "unknown".into()),
             cpu_features: cpu_features(),

@@ -27,14 +27,14 @@ pub use preflight::{
     run_terms, DataShape, MemoryTerm,
 };
 pub use run::{
-    default_out_dir, default_threads, observe_scenario, run_scenario, run_scenario_with_bar,
-    simulate_scenario, style_run_bar, RunError, RunOptions, RunReport,
+    check_threads, default_out_dir, default_threads, max_threads, observe_scenario, run_scenario,
+    run_scenario_with_bar, simulate_scenario, style_run_bar, RunError, RunOptions, RunReport,
 };
 pub use run_files::{RunFiles, BUFFER_BYTES, CLIENT_MODELS_FILE, MODELS_FILE, ROW_GROUP};
 pub use summary::{percentile, time_to_accuracy, Fairness, RunIdentity, Summary, SummaryInputs};
 
+use crate::io::{DiskFile, Staging};
 use polars::prelude::*;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 #[cfg(test)]
@@ -93,114 +93,108 @@ pub enum ReportError {
     Folder(#[from] crate::io::FolderError),
     #[error("reading {}: {message}", path.display())]
     Corrupt { path: PathBuf, message: String },
+    #[error("{}: {message}", path.display())]
+    OutputName { path: PathBuf, message: String },
 }
 
-/// Writes `path` through a temporary file in the same folder and a rename, so that a reader
-/// (or a killed run) never sees a half-written file.
-pub fn write_atomic(
+/// Claims the folder of `path` for the one file `path` (`fedsim export-weights --out`,
+/// `fedsim describe --heatmap`) by the output-folder rules of [`crate::io::folder`]: a file
+/// fedsim did not write there is refused, or moved aside under `rules.force`, and an input is
+/// never replaced. The name may not be one of a run's result files ([`result_files`]), which
+/// would break the run it belongs to, unless it is `allowed` (a run's own
+/// `models.safetensors`, written by `export-weights` as `--save-models` would have). Returns
+/// the folder, the file's name in it and what `force` moved aside.
+pub fn claim_single_file(
     path: &Path,
-    write: impl FnOnce(&mut DiskFile) -> Result<(), PolarsError>,
-) -> Result<(), ReportError> {
-    let io = |source| ReportError::Io {
+    rules: &crate::io::OutputRules,
+    allowed: Option<&Path>,
+) -> Result<(crate::io::OutputFolder, String, Vec<String>), ReportError> {
+    let refuse = |message: String| ReportError::OutputName {
         path: path.to_path_buf(),
-        source,
+        message,
     };
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("result");
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut file = DiskFile::new(File::create(&tmp).map_err(io)?);
-        let written = write(&mut file);
-        written.map_err(|source| file.error_of(path, source))?;
-        file.file.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let name = (path.file_name().and_then(|n| n.to_str()))
+        .filter(|n| !n.starts_with(".fedsim"))
+        .ok_or_else(|| refuse("give a file name to write (a folder or `..` is not one)".into()))?
+        .to_string();
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    let is_allowed = allowed.is_some_and(|a| {
+        a.file_name().and_then(|n| n.to_str()) == Some(name.as_str())
+            && same(a.parent().unwrap_or(Path::new(".")), &dir)
+    });
+    if result_files().contains(&name.as_str()) && !is_allowed {
+        return Err(refuse(format!(
+            "`{name}` is the name of one of a run's result files, which this file would break; \
+             give it another name"
+        )));
     }
-    result
+    let (folder, notes) = crate::io::OutputFolder::claim(&dir, &[&name], rules)?;
+    Ok((folder, name, notes))
 }
 
-/// A file being written that remembers the first error the disk gave: polars reports some of
-/// them (a full disk while writing Parquet) as errors of its own ("Invalid thrift: transport
-/// error"), and the disk's own error is what a user must read.
-pub struct DiskFile {
-    file: File,
-    error: std::sync::Arc<std::sync::Mutex<Option<(std::io::ErrorKind, String)>>>,
-}
-
-impl DiskFile {
-    pub fn new(file: File) -> DiskFile {
-        DiskFile {
-            file,
-            error: Default::default(),
-        }
-    }
-
-    /// A second handle on the same file that records into the same place (for writers that
-    /// take their file by value).
-    pub fn try_clone(&self) -> std::io::Result<DiskFile> {
-        Ok(DiskFile {
-            file: self.file.try_clone()?,
-            error: self.error.clone(),
-        })
-    }
-
-    pub fn sync_all(&self) -> std::io::Result<()> {
-        self.file.sync_all()
-    }
-
-    /// The error to report for a failed write of `path`: the disk's, where it gave one.
-    pub fn error_of(&self, path: &Path, source: PolarsError) -> ReportError {
-        match self.error.lock().ok().and_then(|e| e.clone()) {
-            Some((kind, text)) => ReportError::Io {
-                path: path.to_path_buf(),
-                source: std::io::Error::new(kind, text),
-            },
-            None => ReportError::Polars {
-                path: path.to_path_buf(),
-                source,
-            },
-        }
-    }
-
-    fn keep<T>(&self, r: std::io::Result<T>) -> std::io::Result<T> {
-        if let Err(e) = &r {
-            if let Ok(mut slot) = self.error.lock() {
-                slot.get_or_insert_with(|| (e.kind(), e.to_string()));
-            }
-        }
-        r
+/// The error of a failed write of `path` into `file`: the disk's own, where it gave one (a
+/// full disk, which polars may report as an error of its own), else polars'.
+pub fn write_error(file: &DiskFile, path: &Path, source: PolarsError) -> ReportError {
+    match file.disk_error() {
+        Some(source) => ReportError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        None => ReportError::Polars {
+            path: path.to_path_buf(),
+            source,
+        },
     }
 }
 
-impl std::io::Write for DiskFile {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let r = self.file.write(buf);
-        self.keep(r)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        let r = self.file.flush();
-        self.keep(r)
-    }
+/// Writes `df` as the Parquet file `name` of a staging folder; returns its path.
+pub fn stage_parquet(
+    staging: &Staging,
+    name: &str,
+    df: &mut DataFrame,
+) -> Result<PathBuf, ReportError> {
+    stage_with(staging, name, |f| {
+        ParquetWriter::new(f).finish(df).map(|_| ())
+    })
 }
 
-impl std::io::Seek for DiskFile {
-    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
-        let r = self.file.seek(pos);
-        self.keep(r)
-    }
+/// Writes `df` as the CSV file `name` of a staging folder; returns its path.
+pub fn stage_csv(
+    staging: &Staging,
+    name: &str,
+    df: &mut DataFrame,
+) -> Result<PathBuf, ReportError> {
+    stage_with(staging, name, |f| CsvWriter::new(f).finish(df))
 }
 
-pub fn write_parquet(path: &Path, df: &mut DataFrame) -> Result<(), ReportError> {
-    write_atomic(path, |f| ParquetWriter::new(f).finish(df).map(|_| ()))
+/// Writes the file `name` of a staging folder with `write`, then syncs it.
+fn stage_with(
+    staging: &Staging,
+    name: &str,
+    write: impl FnOnce(&mut DiskFile) -> Result<(), PolarsError>,
+) -> Result<PathBuf, ReportError> {
+    let path = staging.path(name);
+    let mut file = staging.create(name)?;
+    write(&mut file).map_err(|source| write_error(&file, &path, source))?;
+    file.sync_all().map_err(|source| ReportError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
 }
 
-pub fn write_csv(path: &Path, df: &mut DataFrame) -> Result<(), ReportError> {
-    write_atomic(path, |f| CsvWriter::new(f).finish(df))
+/// `df` as CSV text (for small tables written whole: a sweep's `cells.csv`).
+pub fn csv_bytes(df: &mut DataFrame) -> Result<Vec<u8>, PolarsError> {
+    let mut bytes = Vec::new();
+    CsvWriter::new(&mut bytes).finish(df)?;
+    Ok(bytes)
 }
 
 /// The result files that must be identical between two runs of the same scenario and seed
@@ -248,17 +242,23 @@ pub fn compared_files(a: &Path, b: &Path) -> Vec<&'static str> {
     REPRODUCIBLE_FILES.iter().chain(optional).copied().collect()
 }
 
+/// A result file's bytes, to compare.
+fn read_whole(path: &Path) -> std::io::Result<Vec<u8>> {
+    crate::io::read_bytes(
+        path,
+        crate::io::SizeLimit::memory("a result file compared whole"),
+    )
+}
+
 /// The reproducible files that differ (or are missing) between two result folders
 /// ([`compared_files`]).
 pub fn differing_files(a: &Path, b: &Path) -> Vec<String> {
     compared_files(a, b)
         .into_iter()
-        .filter(
-            |f| match (std::fs::read(a.join(f)), std::fs::read(b.join(f))) {
-                (Ok(x), Ok(y)) => x != y,
-                _ => true,
-            },
-        )
+        .filter(|f| match (read_whole(&a.join(f)), read_whole(&b.join(f))) {
+            (Ok(x), Ok(y)) => x != y,
+            _ => true,
+        })
         .map(|f| f.to_string())
         .collect()
 }

@@ -33,12 +33,30 @@ pub fn preflight(s: &Scenario) -> Result<(), ScenarioError> {
             .map_err(|e| s.locate(e.within("algorithm")))?;
     }
     let memory = machine_memory();
-    check_fits(&s.data, memory).map_err(|e| s.locate(e))?;
-    if let (Some(input), Some(classes), Some(clients), Some((_, data_bytes))) = (
+    // Where a small file gives the clients' sizes, what they hold, read now.
+    let planned = s.data.planned_rows(&s.split).map_err(|e| {
+        let message = match e {
+            crate::data::DataError::Content { path, message } => format!(
+                "{}: {}",
+                path.display(),
+                message.trim_start_matches("data.sizes_from: ")
+            ),
+            e => crate::error_chain(&e),
+        };
+        s.locate(FieldError::new("data.sizes_from".into(), message))
+    })?;
+    let data_bytes = match planned {
+        Some((rows, dim)) => Some(rows * (dim as f64 * 4.0 + 8.0)),
+        None => least_bytes(&s.data).map(|(_, data)| data),
+    };
+    if planned.is_none() {
+        check_fits(&s.data, memory).map_err(|e| s.locate(e))?;
+    }
+    if let (Some(input), Some(classes), Some(clients), Some(data_bytes)) = (
         s.data.input_shape(),
         s.data.classes(),
         s.data.num_clients(),
-        least_bytes(&s.data),
+        data_bytes,
     ) {
         let shape = DataShape {
             input,
@@ -47,7 +65,12 @@ pub fn preflight(s: &Scenario) -> Result<(), ScenarioError> {
             least_train_rows: 1,
             data_bytes,
         };
-        check_terms(&run_terms(&s.run, &shape), memory).map_err(|e| s.locate(e))?;
+        let mut terms = run_terms(&s.run, &shape);
+        if planned.is_some() {
+            // The data's size is the sizes file's.
+            terms[0].field = "data.sizes_from";
+        }
+        check_terms(&terms, memory).map_err(|e| s.locate(e))?;
         if let Some(init) = &s.run.model.init {
             // The file against the model for these data (how many models the algorithm
             // starts is checked when the run starts).
@@ -107,7 +130,8 @@ pub struct MemoryTerm {
 /// - the results kept of each evaluated client until the end (its row of `clients.parquet`
 ///   and its last test evaluation; every other record is streamed to the files);
 /// - under compression with error feedback, the residuals of the first round's clients (a
-///   model's floats each).
+///   model's floats each);
+/// - under secure aggregation, a round's graph of neighbours (n·(n − 1) indices for SecAgg).
 ///
 /// [`Capabilities::client_models`]: crate::algorithms::Capabilities::client_models
 pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<MemoryTerm> {
@@ -221,6 +245,20 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
             field: "compression.downlink",
             what: "the clients' public copy of the model, and a second copy while it moves".into(),
             bytes: 2.0 * 4.0 * params,
+        });
+    }
+    // Secure aggregation keeps a round's graph (each selected client's neighbours) and its
+    // survivors' flags: n clients × (k neighbours' indices + a list's own bytes), SecAgg's
+    // k = n − 1 making it grow with the square of the clients a round.
+    if let Some(secagg) = &run.secure_aggregation {
+        let n = run.sampling.per_round(shape.clients.max(1)) as f64;
+        let k = secagg.neighbours_of(n as usize) as f64;
+        terms.push(MemoryTerm {
+            field: "secure_aggregation",
+            what: format!(
+                "a secure-aggregation round's graph: {n} clients × {k} neighbours (8 bytes each)"
+            ),
+            bytes: n * (8.0 * k + 32.0),
         });
     }
     if residuals > 0.0 {

@@ -31,6 +31,10 @@ pub struct RunOptions {
     /// Write each client's own models at its last evaluation as `client_models.safetensors`
     /// ([`crate::models::client_models_to_safetensors`]).
     pub save_client_models: bool,
+    /// When the simulation fails after it has begun, publish what it had written (without
+    /// `summary.csv`) instead of nothing (`fedsim run`; a sweep's cells and re-runs keep
+    /// nothing of a failed run).
+    pub keep_unfinished: bool,
 }
 
 #[derive(Debug)]
@@ -72,6 +76,53 @@ pub enum RunError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "--threads {asked}: at most {most} trainer threads (this machine has {cores} cores, and \
+         more threads than cores make a run no faster; results do not depend on the count)"
+    )]
+    Threads {
+        asked: usize,
+        most: usize,
+        cores: usize,
+    },
+    #[error(
+        "--jobs {asked}: at most {most} cells at once (each runs at least one trainer thread)"
+    )]
+    Jobs { asked: usize, most: usize },
+    /// The simulation failed after it had begun; what it had written is published.
+    #[error(
+        "{error}; what the run had written is in {} ({}), without summary.csv: the run did \
+         not finish",
+        out.display(),
+        match rounds { 0 => "no round had ended".to_string(), r => format!("rounds 1 to {r}") }
+    )]
+    Unfinished {
+        /// The failure, with its causes.
+        error: String,
+        out: PathBuf,
+        /// The rounds that had ended.
+        rounds: u32,
+    },
+}
+
+/// The most trainer threads a run takes: twice this machine's cores, and at least 256 (a
+/// thread per client beyond the cores runs no faster, and thousands of threads can exhaust
+/// the process's memory before a run begins).
+pub fn max_threads() -> usize {
+    (2 * default_threads()).max(256)
+}
+
+/// Refuses more trainer threads than [`max_threads`].
+pub fn check_threads(threads: usize) -> Result<(), RunError> {
+    let most = max_threads();
+    if threads > most {
+        return Err(RunError::Threads {
+            asked: threads,
+            most,
+            cores: default_threads(),
+        });
+    }
+    Ok(())
 }
 
 /// The number of cores, the default for `--threads`.
@@ -112,6 +163,7 @@ pub fn observe_scenario(
     threads: usize,
     observer: RecordObserver<Record>,
 ) -> Result<(SimOutput, Architecture), RunError> {
+    check_threads(threads)?;
     crate::results::preflight(s)?;
     let data = s.data.build(&s.split, &SeedTree::new(s.data_seed))?;
     crate::results::check_run_fits(&s.run, &data, crate::results::machine_memory()).map_err(
@@ -122,7 +174,12 @@ pub fn observe_scenario(
     )?;
     let arch = Architecture::for_input(&s.run.model, data.input_shape(), data.classes);
     let data = Arc::new(data);
-    Ok((simulate(&s.run, data, threads, observer)?, arch))
+    let output = simulate(&s.run, data, threads, observer).map_err(|e| match e {
+        // A field only the built data could check: located in the file like the others.
+        SimError::Scenario(field) => RunError::Preflight(s.locate(field)),
+        e => RunError::Sim(e),
+    })?;
+    Ok((output, arch))
 }
 
 /// Runs a scenario and writes its result files into `opts.out_dir`.
@@ -168,6 +225,7 @@ pub fn run_scenario_with_bar(
     bar: ProgressBar,
 ) -> Result<RunReport, RunError> {
     let wall = Instant::now();
+    check_threads(opts.threads)?;
     let prefix = match bar.prefix() {
         p if p.is_empty() => format!("{} ({})", s.name, s.run.algorithm.name()),
         p => p,
@@ -208,7 +266,7 @@ pub fn run_scenario_with_bar(
     let notes = files.notes().to_vec();
     let files = Rc::new(RefCell::new(files));
     let (tick, sink) = (bar.clone(), files.clone());
-    let (output, arch) = observe_scenario(
+    let observed = observe_scenario(
         s,
         opts.threads,
         RecordObserver::streaming(move |r| {
@@ -222,11 +280,27 @@ pub fn run_scenario_with_bar(
             }
             sink.borrow_mut().record(r);
         }),
-    )?;
+    );
     let mut files = Rc::try_unwrap(files)
         .map_err(|_| ())
         .expect("the simulation has let go of the observer")
         .into_inner();
+    let (output, arch) = match observed {
+        Ok(done) => done,
+        // Failed once it had begun: what it wrote is published where asked for. Otherwise
+        // the files go with their staging folder, and the folder keeps what it held.
+        Err(e @ RunError::Sim(_)) if opts.keep_unfinished && files.rounds_done() > 0 => {
+            let rounds = files.rounds_done();
+            files.describe_machine(&Machine::here(opts.threads, &s.run.training.device))?;
+            files.finish_unfinished()?;
+            return Err(RunError::Unfinished {
+                error: crate::error_chain(&e),
+                out: opts.out_dir.clone(),
+                rounds,
+            });
+        }
+        Err(e) => return Err(e),
+    };
     files.write_final_models(&arch)?;
     files.describe_machine(&Machine::here(opts.threads, &s.run.training.device))?;
     let (sim_seconds, wall_seconds) = (output.end_time.as_secs_f64(), wall.elapsed().as_secs_f64());

@@ -22,17 +22,16 @@
 use super::frames::ClientsFileRows;
 use super::novelty::novelty_frame;
 use super::{
-    extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame, rounds_frame,
-    summary_frame, write_atomic, write_csv, DiskFile, ReportError, RunMeta, Summary, SummaryInputs,
+    extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame, rounds_frame, stage_csv,
+    stage_parquet, summary_frame, write_error, ReportError, RunMeta, Summary, SummaryInputs,
 };
-use crate::io::{OutputFolder, OutputRules};
+use crate::io::{DiskFile, OutputFolder, OutputRules, Staging};
 use crate::models::{Architecture, ClientModels};
 use crate::records::{ClientModelsRecord, MixtureRecord, ModelKind, Record};
 use polars::io::csv::write::BatchedWriter as CsvBatches;
 use polars::io::parquet::write::BatchedWriter as ParquetBatches;
 use polars::prelude::*;
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// The final global models of a run asked to save them (`fedsim run --save-models`).
@@ -148,21 +147,22 @@ struct Sink<W> {
 
 impl<W> Sink<W> {
     fn open(
-        path: PathBuf,
+        staging: &Staging,
+        name: &str,
         make: impl FnOnce(DiskFile) -> PolarsResult<W>,
     ) -> Result<Self, ReportError> {
-        let io = |source| ReportError::Io {
+        let path = staging.path(name);
+        let file = staging.create(name)?;
+        let handle = file.try_clone().map_err(|source| ReportError::Io {
             path: path.clone(),
             source,
-        };
-        let file = DiskFile::new(File::create(&path).map_err(io)?);
-        let handle = file.try_clone().map_err(io)?;
-        let writer = make(handle).map_err(|source| file.error_of(&path, source))?;
+        })?;
+        let writer = make(handle).map_err(|source| write_error(&file, &path, source))?;
         Ok(Sink { file, path, writer })
     }
 
     fn polars<T>(&self, result: PolarsResult<T>) -> Result<T, ReportError> {
-        result.map_err(|source| self.file.error_of(&self.path, source))
+        result.map_err(|source| write_error(&self.file, &self.path, source))
     }
 
     fn sync(self) -> Result<PathBuf, ReportError> {
@@ -223,23 +223,24 @@ impl Table {
     /// Writes the buffered records as row groups of at most `at.row_group` rows (opening the
     /// files on the first call) and empties the buffer.
     fn write_buffer(&mut self, at: &Place) -> Result<(), ReportError> {
-        let dir = &at.dir;
-        let parquet_path = dir.join(format!("{}.parquet", self.kind.name));
+        let parquet_name = format!("{}.parquet", self.kind.name);
         let df =
             (self.kind.frame)(&at.meta, &self.buffered).map_err(|source| ReportError::Polars {
-                path: parquet_path.clone(),
+                path: at.staging.path(&parquet_name),
                 source,
             })?;
         self.buffered.clear();
         (self.rows, self.bytes) = (0, 0);
         if self.parquet.is_none() {
             let schema = df.schema().clone();
-            self.parquet = Some(Sink::open(parquet_path, |f| {
+            self.parquet = Some(Sink::open(&at.staging, &parquet_name, |f| {
                 ParquetWriter::new(f).batched(&schema)
             })?);
             if self.kind.csv {
-                let path = dir.join(format!("{}.csv", self.kind.name));
-                self.csv = Some(Sink::open(path, |f| CsvWriter::new(f).batched(&schema))?);
+                let name = format!("{}.csv", self.kind.name);
+                self.csv = Some(Sink::open(&at.staging, &name, |f| {
+                    CsvWriter::new(f).batched(&schema)
+                })?);
             }
         }
         let mut offset = 0;
@@ -266,19 +267,17 @@ impl Table {
         }
         if !self.streaming {
             // One write of the whole table.
-            let parquet = at.dir.join(format!("{}.parquet", self.kind.name));
+            let parquet = format!("{}.parquet", self.kind.name);
             let mut df = (self.kind.frame)(&at.meta, &self.buffered).map_err(|source| {
                 ReportError::Polars {
-                    path: parquet.clone(),
+                    path: at.staging.path(&parquet),
                     source,
                 }
             })?;
-            super::write_parquet(&parquet, &mut df)?;
-            let mut paths = vec![parquet];
+            let mut paths = vec![stage_parquet(&at.staging, &parquet, &mut df)?];
             if self.kind.csv {
-                let csv = at.dir.join(format!("{}.csv", self.kind.name));
-                write_csv(&csv, &mut df)?;
-                paths.push(csv);
+                let csv = format!("{}.csv", self.kind.name);
+                paths.push(stage_csv(&at.staging, &csv, &mut df)?);
             }
             return Ok(paths);
         }
@@ -302,8 +301,9 @@ impl Table {
 
 /// Where and how the tables are written.
 struct Place {
-    /// The staging folder.
-    dir: PathBuf,
+    /// The staging folder (removed, with whatever is left in it, when the run's files are
+    /// dropped: published or not).
+    staging: Staging,
     meta: RunMeta,
     row_group: usize,
     buffer_bytes: usize,
@@ -311,8 +311,10 @@ struct Place {
 
 /// A run's result files while it goes (see the module docs).
 pub struct RunFiles {
-    folder: OutputFolder,
+    /// Before `folder`: fields drop in order, and the staging folder goes before the output
+    /// folder decides whether it can remove itself (one this run made and never wrote into).
     at: Place,
+    folder: OutputFolder,
     tables: Vec<Table>,
     clients: ClientsFileRows,
     summary: SummaryInputs,
@@ -327,6 +329,8 @@ pub struct RunFiles {
     client_models: Option<BTreeMap<u32, KeptClient>>,
     /// Files staged besides the tables (`models.safetensors`, `machine.yaml`).
     staged: Vec<PathBuf>,
+    /// The last round recorded.
+    rounds_done: u32,
 }
 
 /// A client's latest own models ([`Record::ClientModels`]) and mixture weights
@@ -377,7 +381,7 @@ impl RunFiles {
             folder,
             notes,
             at: Place {
-                dir: staging,
+                staging,
                 meta,
                 row_group: ROW_GROUP,
                 buffer_bytes: BUFFER_BYTES,
@@ -389,17 +393,14 @@ impl RunFiles {
             final_models: None,
             client_models: None,
             staged: Vec::new(),
+            rounds_done: 0,
         };
         let header = format!(
             "# Resolved scenario of run {} (content hash sha256:{}).\n",
             files.at.meta.run_id, files.at.meta.content_hash
         );
-        write_atomic(&files.at.dir.join("scenario.yaml"), |f| {
-            use std::io::Write;
-            f.write_all(header.as_bytes())?;
-            f.write_all(resolved_yaml.as_bytes())?;
-            Ok(())
-        })?;
+        let text = format!("{header}{resolved_yaml}");
+        files.at.staging.write("scenario.yaml", text.as_bytes())?;
         Ok(files)
     }
 
@@ -413,6 +414,9 @@ impl RunFiles {
     /// Takes in the run's next record. A failed write is kept and reported by `finish`; later
     /// records are then only summarised.
     pub fn record(&mut self, r: &Record) {
+        if let Record::Round(round) = r {
+            self.rounds_done = self.rounds_done.max(round.round);
+        }
         self.summary.see(r);
         self.clients.see(r);
         if let (Some(kept), Record::FinalModels(models)) = (&mut self.final_models, r) {
@@ -476,13 +480,14 @@ impl RunFiles {
 
     /// Writes `bytes` as the staged file `name`, published with the tables.
     fn stage(&mut self, name: &str, bytes: &[u8]) -> Result<(), ReportError> {
-        let path = self.at.dir.join(name);
-        std::fs::write(&path, bytes).map_err(|source| ReportError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let path = self.at.staging.write(name, bytes)?;
         self.staged.push(path);
         Ok(())
+    }
+
+    /// The last round whose record the run made (0: none).
+    pub fn rounds_done(&self) -> u32 {
+        self.rounds_done
     }
 
     /// What the summaries need, from the records so far.
@@ -493,34 +498,45 @@ impl RunFiles {
     /// Writes the rest of every table, `clients.parquet`/`.csv` and `summary.csv` (last), then
     /// publishes them into the output folder as one unit; returns their final paths,
     /// `summary.csv` last.
-    pub fn finish(mut self, summaries: &[Summary]) -> Result<Vec<PathBuf>, ReportError> {
+    pub fn finish(self, summaries: &[Summary]) -> Result<Vec<PathBuf>, ReportError> {
+        self.finish_with(Some(summaries))
+    }
+
+    /// What a run that failed had written when it failed: every table and `clients.parquet`
+    /// as far as they go, published as [`RunFiles::finish`] does but without `summary.csv`, so
+    /// that the folder does not read as a finished run (and the earlier run's files there go,
+    /// as they would have).
+    pub fn finish_unfinished(self) -> Result<Vec<PathBuf>, ReportError> {
+        self.finish_with(None)
+    }
+
+    fn finish_with(mut self, summaries: Option<&[Summary]>) -> Result<Vec<PathBuf>, ReportError> {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
-        let dir = self.at.dir.clone();
-        let mut staged = vec![dir.join("scenario.yaml")];
+        let staging = &self.at.staging;
+        let mut staged = vec![staging.path("scenario.yaml")];
         for table in std::mem::take(&mut self.tables) {
             staged.extend(table.finish(&self.at)?);
         }
+        let staging = &self.at.staging;
         let mut clients =
             self.clients
                 .frame(&self.at.meta)
                 .map_err(|source| ReportError::Polars {
-                    path: dir.join("clients.parquet"),
+                    path: staging.path("clients.parquet"),
                     source,
                 })?;
-        let (parquet, csv) = (dir.join("clients.parquet"), dir.join("clients.csv"));
-        super::write_parquet(&parquet, &mut clients)?;
-        super::write_csv(&csv, &mut clients)?;
-        staged.extend([parquet, csv]);
+        staged.push(stage_parquet(staging, "clients.parquet", &mut clients)?);
+        staged.push(stage_csv(staging, "clients.csv", &mut clients)?);
         staged.append(&mut self.staged);
-        let summary = dir.join("summary.csv");
-        let mut s = summary_frame(summaries).map_err(|source| ReportError::Polars {
-            path: summary.clone(),
-            source,
-        })?;
-        write_csv(&summary, &mut s)?;
-        staged.push(summary);
+        if let Some(summaries) = summaries {
+            let mut s = summary_frame(summaries).map_err(|source| ReportError::Polars {
+                path: staging.path("summary.csv"),
+                source,
+            })?;
+            staged.push(stage_csv(staging, "summary.csv", &mut s)?);
+        }
         self.publish(staged)
     }
 
@@ -542,11 +558,9 @@ impl RunFiles {
 }
 
 impl Drop for RunFiles {
-    // Removes the staging folder (after publishing it is empty; after a failure it holds the
-    // partial files).
+    // The open tables' files close before their staging folder goes (see [`Place::staging`]).
     fn drop(&mut self) {
         self.tables.clear();
-        let _ = std::fs::remove_dir_all(&self.at.dir);
     }
 }
 
@@ -633,7 +647,7 @@ mod tests {
         }
         // 35 evaluation rows in groups of 4: nine row groups; CSV rows are the same bytes.
         let groups = |dir: &Path| {
-            let f = File::open(dir.join("metrics.parquet")).unwrap();
+            let f = std::fs::File::open(dir.join("metrics.parquet")).unwrap();
             ParquetReader::new(f)
                 .get_metadata()
                 .unwrap()
@@ -644,10 +658,12 @@ mod tests {
         let csv = |dir: &Path| std::fs::read(dir.join("metrics.csv")).unwrap();
         assert_eq!(csv(&small), csv(&whole));
         // Held whole, the file is what one write of the whole table gives.
-        let single = tmp.path().join("single.parquet");
-        super::super::write_parquet(&single, &mut expected.clone()).unwrap();
+        let mut single = Vec::new();
+        ParquetWriter::new(&mut single)
+            .finish(&mut expected.clone())
+            .unwrap();
         assert_eq!(
-            std::fs::read(single).unwrap(),
+            single,
             std::fs::read(whole.join("metrics.parquet")).unwrap()
         );
         // No optional table was fed, so none was written.

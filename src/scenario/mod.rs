@@ -208,10 +208,13 @@ impl Scenario {
 
     /// Reads, overrides and validates a scenario file.
     pub fn load(file: &Path, overrides: &[String]) -> Result<Scenario, ScenarioError> {
-        let text = crate::io::read_text(file).map_err(|source| ScenarioError::Read {
-            file: file.to_path_buf(),
-            source,
-        })?;
+        let text =
+            crate::io::read_text(file, crate::io::SizeLimit::SCENARIO).map_err(|source| {
+                ScenarioError::Read {
+                    file: file.to_path_buf(),
+                    source,
+                }
+            })?;
         Scenario::from_yaml(&text, file, overrides)
     }
 

@@ -26,6 +26,22 @@ pub enum SimError {
     Setup(Box<dyn std::error::Error + Send + Sync>),
     #[error("entity {0} was sent a message of another kind of entity")]
     Misrouted(u32),
+    /// A model's time that the virtual clock cannot count (what gave it, in words).
+    #[error(transparent)]
+    Model(Box<dyn std::error::Error + Send + Sync>),
+    /// An event later than the clock can count ([`SimTime::LAST`]).
+    #[error(
+        "the virtual clock cannot count past {} s (about 292 000 years): a message to entity \
+         {to} at {now} s was to arrive {delay} s later",
+        SimTime::LAST.as_secs_f64(),
+        now = now.as_secs_f64(),
+        delay = delay.as_secs_f64()
+    )]
+    Clock {
+        now: SimTime,
+        delay: SimDuration,
+        to: u32,
+    },
     /// A rule of the simulation broke: a bug in fedsim, never a user's input.
     #[error("internal error (a bug in fedsim; please report it): {0}")]
     Internal(String),
@@ -249,15 +265,23 @@ impl<W: World> Scheduler<W> {
         ctx.stop();
     }
 
-    fn apply(&mut self, origin: EntityId, effects: Effects<W::Msg, W::Record>) -> bool {
-        for (to, delay, payload) in effects.sends {
-            self.queue
-                .push(self.now + delay, origin.0, Event { to, payload });
-        }
+    fn apply(
+        &mut self,
+        origin: EntityId,
+        effects: Effects<W::Msg, W::Record>,
+    ) -> Result<bool, SimError> {
         for r in effects.records {
             self.records.extend(self.observer.see(r));
         }
-        effects.stop
+        for (to, delay, payload) in effects.sends {
+            let at = self.now.checked_add(delay).ok_or(SimError::Clock {
+                now: self.now,
+                delay,
+                to: to.0,
+            })?;
+            self.queue.push(at, origin.0, Event { to, payload });
+        }
+        Ok(effects.stop)
     }
 }
 
@@ -298,14 +322,9 @@ impl<W: World> Handler<Step> for Scheduler<W> {
             world.deliver(now, to, msg).await
         };
         AtomicResponse::new(Box::pin(delivery.into_actor(self).map(
-            move |result, act, ctx| match result {
-                Ok(effects) => {
-                    if act.apply(to, effects) {
-                        act.finish(Ok(()), ctx);
-                    } else {
-                        ctx.notify(Step);
-                    }
-                }
+            move |result, act, ctx| match result.and_then(|effects| act.apply(to, effects)) {
+                Ok(true) => act.finish(Ok(()), ctx),
+                Ok(false) => ctx.notify(Step),
                 Err(e) => act.finish(Err(e), ctx),
             },
         )))
@@ -469,6 +488,27 @@ mod tests {
         assert_eq!(
             (out.end_time, out.records),
             (SimTime(10), vec!["stopped here".into()])
+        );
+    }
+
+    #[test]
+    fn an_event_past_the_clocks_last_time_ends_the_run_naming_it() {
+        let (out, log) = run(vec![(e(1), e(1), "go")], |to, msg| {
+            let mut eff = Effects::new();
+            if (to.0, msg) == (1, "go") {
+                eff.send(e(2), SimDuration(SimTime::LAST.0), "last");
+            } else if msg == "last" {
+                eff.send(e(3), SimDuration(1), "too late");
+            }
+            Ok(eff)
+        });
+        assert_eq!(log, [(0, 1, "go"), (SimTime::LAST.0, 2, "last")]);
+        let e = out.err().expect("refused");
+        assert!(matches!(e, SimError::Clock { to: 3, .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("the virtual clock cannot count past"),
+            "{e}"
         );
     }
 

@@ -29,6 +29,13 @@ pub struct FieldError {
     pub message: String,
 }
 
+/// The longest span of simulated time in microseconds: 2⁶² (`sim::SimDuration::LONGEST`), so
+/// that a time plus a span never wraps.
+pub const LONGEST_MICROS: u64 = 1 << 62;
+
+/// [`LONGEST_MICROS`] in seconds: the most a setting in seconds may say.
+pub const LONGEST_SECONDS: f64 = LONGEST_MICROS as f64 / 1e6;
+
 impl FieldError {
     pub fn new(path: String, message: String) -> Self {
         FieldError { path, message }
@@ -58,6 +65,22 @@ impl FieldError {
             return Err(FieldError::new(
                 field.into(),
                 format!("must be a positive number, got {v}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `field` must be a positive number of seconds the virtual clock can count (at most
+    /// [`LONGEST_SECONDS`]).
+    pub fn seconds(field: &str, v: f64) -> Result<(), FieldError> {
+        if !(v > 0.0 && v <= LONGEST_SECONDS) {
+            return Err(FieldError::new(
+                field.into(),
+                format!(
+                    "must be a positive number of seconds, at most 4.6e12 (about 146 000 \
+                     years, the longest span the virtual clock counts), got {}",
+                    number(v)
+                ),
             ));
         }
         Ok(())
@@ -141,6 +164,17 @@ pub fn check_client_counts(
         }
     }
     Ok(())
+}
+
+/// A number for a message: as written where that is short (`0.5`, `250`), else in scientific
+/// notation (`1e300`, `7.5e-12`), never hundreds of digits.
+pub fn number(v: f64) -> String {
+    let plain = v.to_string();
+    if v == 0.0 || !v.is_finite() || plain.len() <= 12 {
+        plain
+    } else {
+        format!("{v:e}")
+    }
 }
 
 /// A value on one line (flow style), for labels and tables.

@@ -99,12 +99,7 @@ impl PolicySpec {
                 ..
             } => {
                 if let Some(d) = deadline_s {
-                    if !(*d > 0.0 && d.is_finite()) {
-                        return Err(FieldError::new(
-                            "deadline_s".into(),
-                            format!("must be a positive number of seconds, got {d}"),
-                        ));
-                    }
+                    FieldError::seconds("deadline_s", *d)?;
                 }
                 FieldError::non_negative("staleness_exponent", *staleness_exponent)
             }

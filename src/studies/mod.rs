@@ -10,11 +10,11 @@ mod summaries;
 mod sweep;
 mod sweep_file;
 
-pub use plots::{write_chart, write_label_heatmap, Chart, Series};
+pub use plots::{chart_images, label_heatmap_png, write_chart, Chart, Series};
 pub use runs::{Runs, UnfinishedSweep, Unreadable};
 pub use study::{
     aggregate, markdown, mean_std, publish_report, read_curve, read_curves, report_frame,
-    write_plots, write_report, write_text_table, CurvePoint, ReportRow, RunCurve,
+    text_table_csv, write_plots, write_report, CurvePoint, ReportRow, RunCurve,
 };
 pub use summaries::{summary_is_readable, ReportMetric, RunRow, REPORT_METRICS};
 pub use sweep::{cell_dir, is_finished, run_sweep, CellNote, SweepOptions, SweepOutcome};

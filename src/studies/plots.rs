@@ -1,10 +1,13 @@
 //! Line charts as PNG and SVG (plotters), for `fedsim report`: each series a mean line with a
-//! ±std band. Text is drawn with the bundled DejaVu Sans, so no system font is needed.
+//! ±std band; and the label heat map of `fedsim describe`. Text is drawn with the bundled
+//! DejaVu Sans, so no system font is needed. Images are drawn in memory and written through
+//! `io`'s staging folders, like every other file fedsim writes.
 
+use crate::io::Staging;
 use crate::results::ReportError;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Once;
 
 static FONT: &[u8] = include_bytes!("fonts/DejaVuSans.ttf");
@@ -166,51 +169,51 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Resu
     Ok(())
 }
 
-/// Draws `chart` into `<stem>.png` and `<stem>.svg` (each written to a temporary file and
-/// renamed into place); returns their paths.
-pub fn write_chart(stem: &Path, chart: &Chart) -> Result<Vec<PathBuf>, ReportError> {
+/// `chart` drawn as PNG and as SVG, in memory: `[("png", bytes), ("svg", bytes)]`.
+pub fn chart_images(chart: &Chart) -> Result<[(&'static str, Vec<u8>); 2], String> {
+    register_font();
+    let png = png_of((960, 640), |area| draw(area, chart))?;
+    let mut svg = String::new();
+    draw(
+        SVGBackend::with_string(&mut svg, (960, 640)).into_drawing_area(),
+        chart,
+    )?;
+    Ok([("png", png), ("svg", svg.into_bytes())])
+}
+
+/// Draws `chart` into the staging folder as `<stem>.png` and `<stem>.svg`; returns their
+/// paths.
+pub fn write_chart(
+    staging: &Staging,
+    stem: &str,
+    chart: &Chart,
+) -> Result<Vec<PathBuf>, ReportError> {
+    let fail = |message: String| ReportError::Plot {
+        path: staging.path(stem),
+        message,
+    };
     let mut out = Vec::new();
-    for ext in ["png", "svg"] {
-        let path = stem.with_extension(ext);
-        write_drawing(&path, |tmp| {
-            if ext == "png" {
-                draw(
-                    BitMapBackend::new(tmp, (960, 640)).into_drawing_area(),
-                    chart,
-                )
-            } else {
-                draw(SVGBackend::new(tmp, (960, 640)).into_drawing_area(), chart)
-            }
-        })?;
-        out.push(path);
+    for (ext, bytes) in chart_images(chart).map_err(fail)? {
+        out.push(staging.write(&format!("{stem}.{ext}"), &bytes)?);
     }
     Ok(out)
 }
 
-/// Runs `draw` on a temporary file beside `path`, then renames it into place.
-fn write_drawing(
-    path: &Path,
-    draw: impl FnOnce(&Path) -> Result<(), String>,
-) -> Result<(), ReportError> {
-    register_font();
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let ext = path
-        .extension()
-        .map(|e| e.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp.{ext}", std::process::id()));
-    let fail = |message: String| {
-        let _ = std::fs::remove_file(&tmp);
-        ReportError::Plot {
-            path: path.to_path_buf(),
-            message,
-        }
-    };
-    draw(&tmp).map_err(fail)?;
-    std::fs::rename(&tmp, path).map_err(|e| fail(e.to_string()))
+/// A PNG image of `size` (width, height) drawn by `draw` on a bitmap in memory, encoded as
+/// plotters encodes the PNG files it saves itself.
+fn png_of(
+    size: (u32, u32),
+    draw: impl FnOnce(DrawingArea<BitMapBackend<'_>, Shift>) -> Result<(), String>,
+) -> Result<Vec<u8>, String> {
+    let mut pixels = vec![0u8; size.0 as usize * size.1 as usize * 3];
+    draw(BitMapBackend::with_buffer(&mut pixels, size).into_drawing_area())?;
+    let image = image::RgbImage::from_raw(size.0, size.1, pixels)
+        .ok_or("the bitmap has another size than its image")?;
+    let mut png = std::io::Cursor::new(Vec::new());
+    image
+        .write_to(&mut png, image::ImageOutputFormat::Png)
+        .map_err(|e| e.to_string())?;
+    Ok(png.into_inner())
 }
 
 /// The heat map's colour of a share in [0, 1]: white to dark blue (matplotlib's `Blues`
@@ -221,16 +224,12 @@ fn share_colour(share: f64) -> RGBColor {
     RGBColor(mix(255.0, 8.0), mix(255.0, 48.0), mix(255.0, 107.0))
 }
 
-/// A `clients × labels` heat map (PNG) of each client's label shares (`shares[c][y]`, rows
-/// summing to 1): darker is a larger share, with its colour scale on the right and each
+/// A `clients × labels` heat map (PNG bytes) of each client's label shares (`shares[c][y]`,
+/// rows summing to 1): darker is a larger share, with its colour scale on the right and each
 /// label's tick at the middle of its column.
-pub fn write_label_heatmap(
-    path: &Path,
-    title: &str,
-    shares: &[Vec<f64>],
-) -> Result<(), ReportError> {
-    write_drawing(path, |tmp| {
-        let root = BitMapBackend::new(tmp, (1040, 720)).into_drawing_area();
+pub fn label_heatmap_png(title: &str, shares: &[Vec<f64>]) -> Result<Vec<u8>, String> {
+    register_font();
+    png_of((1040, 720), |root| {
         fn e<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> String {
             e.to_string()
         }
@@ -314,8 +313,6 @@ mod tests {
 
     #[test]
     fn writes_png_and_svg_with_text() {
-        let dir = std::env::temp_dir().join(format!("fedsim-plot-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
         let chart = Chart {
             title: "accuracy vs sampling rate".into(),
             x_label: "sampling.fraction".into(),
@@ -328,14 +325,13 @@ mod tests {
                 points: vec![(0.05, 70.0, 1.0), (0.5, 80.0, 0.5), (1.0, 82.0, 0.0)],
             }],
         };
-        let files = write_chart(&dir.join("acc"), &chart).unwrap();
-        let png = std::fs::read(&files[0]).unwrap();
+        let [(png_ext, png), (svg_ext, svg)] = chart_images(&chart).unwrap();
+        assert_eq!((png_ext, svg_ext), ("png", "svg"));
         assert_eq!(&png[1..4], b"PNG");
-        let svg = std::fs::read_to_string(&files[1]).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
         assert!(
             svg.contains("accuracy vs sampling rate") && svg.contains("fedem"),
             "{svg}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

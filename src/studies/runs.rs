@@ -293,7 +293,7 @@ fn value<'a>(fields: &BTreeMap<&'a str, &'a str>, key: &str) -> &'a str {
 /// written as `scenario::compact` writes it, the fields in [`NOT_CONFIG`] left out; `None`
 /// where the file does not exist.
 fn scenario_fields(path: &Path) -> Result<Option<Vec<(String, String)>>, ReportError> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::io::read_text(path, crate::io::SizeLimit::RESULT) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => {

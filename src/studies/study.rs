@@ -6,9 +6,9 @@
 
 use super::runs::Runs;
 use super::summaries::{ReportMetric, RunRow, REPORT_METRICS};
-use crate::io::{OutputFolder, OutputRules};
+use crate::io::{OutputFolder, OutputRules, Staging};
 use crate::results::column;
-use crate::results::{write_atomic, ReportError};
+use crate::results::{stage_csv, ReportError};
 use polars::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -46,24 +46,20 @@ pub fn publish_report(
 ) -> Result<(Vec<PathBuf>, Vec<String>), ReportError> {
     let (mut folder, _) = OutputFolder::claim(out, &[], &OutputRules::default())?;
     let staging = folder.staging(".partial-")?;
-    let result = (|| {
-        let mut files = write_report(&staging, rows)?;
-        files.extend(write_plots(&staging, rows, curves)?);
-        let names: Vec<&str> = files
-            .iter()
-            .filter_map(|p| p.file_name()?.to_str())
-            .collect();
-        let notes = folder.make_way(&names, force)?;
-        let old: Vec<String> = folder
-            .owned()
-            .into_iter()
-            .filter(|n| is_report_file(n))
-            .collect();
-        let retire: Vec<&str> = old.iter().map(String::as_str).collect();
-        Ok((folder.publish(&files, &retire)?, notes))
-    })();
-    let _ = std::fs::remove_dir_all(&staging);
-    result
+    let mut files = write_report(&staging, rows)?;
+    files.extend(write_plots(&staging, rows, curves)?);
+    let names: Vec<&str> = files
+        .iter()
+        .filter_map(|p| p.file_name()?.to_str())
+        .collect();
+    let notes = folder.make_way(&names, force)?;
+    let old: Vec<String> = folder
+        .owned()
+        .into_iter()
+        .filter(|n| is_report_file(n))
+        .collect();
+    let retire: Vec<&str> = old.iter().map(String::as_str).collect();
+    Ok((folder.publish(&files, &retire)?, notes))
 }
 
 /// Groups rows by (configuration, model, client group), in order of first appearance.
@@ -230,41 +226,34 @@ pub fn report_frame(rows: &[ReportRow]) -> PolarsResult<DataFrame> {
     DataFrame::new_infer_height(columns)
 }
 
-/// Writes `report.csv` and `report.md` into `out` (created if needed); returns their paths.
-pub fn write_report(out: &Path, rows: &[ReportRow]) -> Result<Vec<PathBuf>, ReportError> {
-    std::fs::create_dir_all(out).map_err(|source| ReportError::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
-    let csv = out.join("report.csv");
+/// Writes `report.csv` and `report.md` into a staging folder; returns their paths.
+pub fn write_report(staging: &Staging, rows: &[ReportRow]) -> Result<Vec<PathBuf>, ReportError> {
     let mut df = report_frame(rows).map_err(|source| ReportError::Polars {
-        path: csv.clone(),
+        path: staging.path("report.csv"),
         source,
     })?;
-    crate::results::write_csv(&csv, &mut df)?;
-    let md = out.join("report.md");
-    let text = markdown(rows);
-    write_atomic(&md, |f| {
-        use std::io::Write;
-        f.write_all(text.as_bytes())?;
-        Ok(())
-    })?;
+    let csv = stage_csv(staging, "report.csv", &mut df)?;
+    let md = staging.write("report.md", markdown(rows).as_bytes())?;
     Ok(vec![csv, md])
 }
 
-/// Writes a table of text columns as CSV (for a sweep's `cells.csv`).
-pub fn write_text_table(path: &Path, columns: &[(String, Vec<String>)]) -> Result<(), ReportError> {
+/// A table of text columns as CSV text (a sweep's `cells.csv`, to be written as `path`).
+pub fn text_table_csv(
+    path: &Path,
+    columns: &[(String, Vec<String>)],
+) -> Result<Vec<u8>, ReportError> {
+    let failed = |source| ReportError::Polars {
+        path: path.to_path_buf(),
+        source,
+    };
     let mut df = DataFrame::new_infer_height(
         columns
             .iter()
             .map(|(n, v)| Column::new(n.as_str().into(), v.clone()))
             .collect(),
     )
-    .map_err(|source| ReportError::Polars {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    crate::results::write_csv(path, &mut df)
+    .map_err(failed)?;
+    crate::results::csv_bytes(&mut df).map_err(failed)
 }
 
 /// One evaluation of a learning curve: test accuracy and loss weighted by test samples.
@@ -440,7 +429,7 @@ fn readable(axis: &str, value: &str) -> String {
 /// (`convergence_{accuracy,loss}_{round,time}`), and the distribution (CDF) of per-client
 /// accuracy, per configuration. Returns the files written.
 pub fn write_plots(
-    out: &Path,
+    staging: &Staging,
     rows: &[ReportRow],
     curves: &[RunCurve],
 ) -> Result<Vec<PathBuf>, ReportError> {
@@ -491,8 +480,9 @@ pub fn write_plots(
             s.points.sort_by(|p, q| p.0.total_cmp(&q.0));
         }
         let positive = va.iter().all(|v| v.parse::<f64>().is_ok_and(|x| x > 0.0));
-        let stem = out.join(format!("accuracy_vs_{}", a.replace(['.', '/'], "_")));
+        let stem = format!("accuracy_vs_{}", a.replace(['.', '/'], "_"));
         files.extend(write_chart(
+            staging,
             &stem,
             &Chart {
                 title: format!("test accuracy vs {a} (mean ± std over seeds)"),
@@ -549,7 +539,8 @@ pub fn write_plots(
                 .collect();
             let x = if by_time { "time" } else { "round" };
             files.extend(write_chart(
-                &out.join(format!("convergence_{metric}_{x}")),
+                staging,
+                &format!("convergence_{metric}_{x}"),
                 &Chart {
                     title: format!("test {metric} vs {x_name} (mean ± std over seeds)"),
                     x_label: x_name.into(),
@@ -583,7 +574,8 @@ pub fn write_plots(
         })
         .collect();
     files.extend(write_chart(
-        &out.join("client_accuracy_cdf"),
+        staging,
+        "client_accuracy_cdf",
         &Chart {
             title: "per-client test accuracy (CDF, seeds pooled)".into(),
             x_label: "test accuracy (%)".into(),

@@ -2,6 +2,7 @@
 //! ([`REPORT_METRICS`]), one [`RunRow`] per row, and what makes a summary readable (and so a
 //! run finished). This room reads summaries; it groups nothing and writes nothing.
 
+use crate::io::SizeLimit;
 use crate::results::ReportError;
 use polars::prelude::*;
 use std::collections::BTreeMap;
@@ -61,6 +62,20 @@ type TextColumn = (String, Vec<Option<String>>);
 
 /// Every column of a CSV file as text.
 pub(super) fn read_csv_text(path: &Path) -> Result<Vec<TextColumn>, ReportError> {
+    let bytes = read_result_file(path)?;
+    csv_text_columns(path, bytes)
+}
+
+/// A result file's bytes (bounded: see [`SizeLimit::RESULT`]).
+fn read_result_file(path: &Path) -> Result<Vec<u8>, ReportError> {
+    crate::io::read_bytes(path, SizeLimit::RESULT).map_err(|source| ReportError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Every column of the CSV text `bytes` (of `path`) as text.
+fn csv_text_columns(path: &Path, bytes: Vec<u8>) -> Result<Vec<TextColumn>, ReportError> {
     let err = |source| ReportError::ReadTable {
         path: path.to_path_buf(),
         source,
@@ -68,8 +83,8 @@ pub(super) fn read_csv_text(path: &Path) -> Result<Vec<TextColumn>, ReportError>
     let df = CsvReadOptions::default()
         .with_has_header(true)
         .with_infer_schema_length(Some(0))
-        .try_into_reader_with_file_path(Some(path.to_path_buf()))
-        .and_then(|r| r.finish())
+        .into_reader_with_file_handle(std::io::Cursor::new(bytes))
+        .finish()
         .map_err(err)?;
     df.columns()
         .iter()
@@ -92,14 +107,34 @@ pub(super) fn text_column<'a>(
     cols.iter().find(|(n, _)| n == name).map(|(_, v)| &v[..])
 }
 
-/// The summary rows of one run folder, each with `config`.
+/// The summary rows of one run folder, each with `config`. A summary cut short (its last line
+/// unfinished, or no row under its header) or without its columns is refused, saying so.
 pub(super) fn read_summary(
     path: &Path,
     config: &[(String, String)],
     seed: Option<&str>,
 ) -> Result<Vec<RunRow>, ReportError> {
-    let cols = read_csv_text(path)?;
+    let bytes = read_result_file(path)?;
+    let corrupt = |message: &str| ReportError::Corrupt {
+        path: path.to_path_buf(),
+        message: message.into(),
+    };
+    if bytes.is_empty() {
+        return Err(corrupt("the file is empty"));
+    }
+    if !bytes.ends_with(b"\n") {
+        return Err(corrupt(
+            "it ends in the middle of a line: the file was cut short (fedsim ends every line)",
+        ));
+    }
+    let cols = csv_text_columns(path, bytes)?;
     check_summary_columns(path, &cols)?;
+    if cols.first().is_none_or(|c| c.1.is_empty()) {
+        return Err(corrupt(
+            "it has a header but no rows: the file was cut short (a run's summary has a row \
+             for each model it evaluated)",
+        ));
+    }
     let n = cols.first().map_or(0, |c| c.1.len());
     let text = |name: &str, i: usize| {
         text_column(&cols, name)
@@ -145,6 +180,18 @@ fn check_summary_columns(path: &Path, cols: &[TextColumn]) -> Result<(), ReportE
             "not a run's summary: no column {}",
             missing.join(", ")
         )));
+    }
+    for column in ["run_id", "model", "seed"] {
+        let values = text_column(cols, column).unwrap_or_default();
+        if let Some(row) = values
+            .iter()
+            .position(|v| v.as_deref().is_none_or(str::is_empty))
+        {
+            return Err(corrupt(format!(
+                "row {}, column `{column}` is empty: the row was cut short",
+                row + 1
+            )));
+        }
     }
     for ReportMetric { column: metric, .. } in REPORT_METRICS {
         let Some(values) = text_column(cols, metric) else {

@@ -4,7 +4,7 @@
 //! A cell runs into `OUT/.partial-cell=<id>-<pid>/` and is renamed to `OUT/cell=<id>/` once
 //! every result file is written, so a `cell=` folder is always complete: killing a sweep at any
 //! moment loses only the cells that were running, and the next run redoes exactly those (and
-//! removes their partial folders). A cell is finished when its manifest's files are all there
+//! removes their partial folders). A cell that fails removes its partial folder itself. A cell is finished when its manifest's files are all there
 //! unchanged and its `summary.csv` reads (see [`is_finished`]).
 //!
 //! One writer per cell: a process runs a cell only while it holds the cell's lock
@@ -16,14 +16,15 @@
 //! `cells.csv` on `run_id = cell`).
 
 use crate::io::{
-    folder::{aside_name, clear_staging, make_staging},
-    remove_owned_folder, FolderError, FolderLock, Manifest, OutputFolder, OutputRules,
-    STAGING_MARKER,
+    folder::{clear_staging, make_staging},
+    publish_folder, take_named_lock, FolderError, Manifest, OutputFolder, OutputRules, SizeLimit,
 };
 use crate::results::ReportError;
-use crate::results::{default_threads, run_scenario_with_bar, RunError, RunOptions};
+use crate::results::{
+    check_threads, default_threads, max_threads, run_scenario_with_bar, RunError, RunOptions,
+};
 use crate::spec::compact;
-use crate::studies::write_text_table;
+use crate::studies::text_table_csv;
 use crate::studies::{Cell, Sweep};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -91,7 +92,8 @@ pub fn cell_dir(out: &Path, cell: &Cell) -> PathBuf {
 /// manifest lists there unchanged (folders written before manifests have none, and count
 /// without it).
 pub fn is_finished(dir: &Path, cell: &Cell) -> bool {
-    let scenario = std::fs::read_to_string(dir.join("scenario.yaml")).unwrap_or_default();
+    let scenario =
+        crate::io::read_text(&dir.join("scenario.yaml"), SizeLimit::RESULT).unwrap_or_default();
     let intact = !Manifest::exists_in(dir) || Manifest::read(dir).is_intact(dir);
     intact
         && scenario
@@ -123,16 +125,9 @@ fn write_cells(out: &Path, sweep: &Sweep, rules: &OutputRules) -> Result<Vec<Str
     }
     let (mut folder, notes) =
         OutputFolder::claim_within(out, &["cells.csv"], rules, Duration::from_secs(30))?;
-    write_text_table(&out.join("cells.csv"), &columns)?;
-    folder.adopt(&["cells.csv"])?;
+    let bytes = text_table_csv(&out.join("cells.csv"), &columns)?;
+    folder.write_file("cells.csv", &bytes)?;
     Ok(notes)
-}
-
-fn io_error(path: &Path) -> impl Fn(std::io::Error) -> RunError + '_ {
-    move |source| RunError::OutDir {
-        path: path.to_path_buf(),
-        source,
-    }
 }
 
 /// The staging folders of `cell` start with this, then the process id.
@@ -158,10 +153,9 @@ fn run_cell(
     force: bool,
     bar: ProgressBar,
 ) -> Result<CellRun, RunError> {
-    let locks = out.join(".fedsim-locks");
-    std::fs::create_dir_all(&locks).map_err(io_error(&locks))?;
     let done = cell_dir(out, cell);
-    let _lock = match FolderLock::take(&locks.join(format!("cell={}", cell.id())), &done) {
+    let name = format!("cell={}", cell.id());
+    let _lock = match take_named_lock(out, &name, &done) {
         Ok(lock) => lock,
         Err(FolderError::Busy { holder, .. }) => return Ok(CellRun::Busy(holder)),
         Err(e) => return Err(RunError::Report(e.into())),
@@ -171,39 +165,21 @@ fn run_cell(
     }
     let partial_name = |pid: u32| format!("{}{pid}", partial_prefix(cell));
     clear_staging(out, &partial_prefix(cell)).map_err(|e| RunError::Report(e.into()))?;
+    // Removed with all it holds when this returns early: a failed cell leaves nothing.
     let partial = make_staging(&out.join(partial_name(std::process::id())))
         .map_err(|e| RunError::Report(e.into()))?;
     let opts = RunOptions {
-        out_dir: partial.clone(),
+        out_dir: partial.dir().to_path_buf(),
         threads,
         progress: false,
         force,
         save_models: false,
         save_client_models: false,
+        keep_unfinished: false,
     };
     let report = run_scenario_with_bar(&cell.scenario, &opts, bar)?;
-    let marker = partial.join(STAGING_MARKER);
-    std::fs::remove_file(&marker).map_err(io_error(&marker))?;
-    let mut moved_aside = None;
-    if std::fs::symlink_metadata(&done).is_ok() {
-        match remove_owned_folder(&done) {
-            Ok(()) => {}
-            // What fedsim cannot prove it wrote (a result file changed since, say) stays,
-            // with the rest of the folder, under another name.
-            Err(FolderError::NotOnlyOurs { names, .. }) => {
-                let aside = aside_name(out, &format!("cell={}", cell.id()));
-                std::fs::rename(&done, &aside).map_err(io_error(&done))?;
-                moved_aside = Some(format!(
-                    "its earlier folder held what fedsim cannot prove it wrote ({}): moved \
-                     aside to {}",
-                    names.join(", "),
-                    aside.display()
-                ));
-            }
-            Err(e) => return Err(RunError::Report(e.into())),
-        }
-    }
-    std::fs::rename(&partial, &done).map_err(io_error(&done))?;
+    let moved_aside =
+        publish_folder(out, partial, &name).map_err(|e| RunError::Report(e.into()))?;
     Ok(CellRun::Ran(CellRemarks {
         diverged: report.divergence.map(|d| d.describe()),
         ended_early: report.ended_early.map(|e| e.describe()),
@@ -213,7 +189,13 @@ fn run_cell(
 
 /// Runs this shard's unfinished cells of `sweep`.
 pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, RunError> {
-    std::fs::create_dir_all(&opts.out).map_err(io_error(&opts.out))?;
+    if opts.jobs > max_threads() {
+        return Err(RunError::Jobs {
+            asked: opts.jobs,
+            most: max_threads(),
+        });
+    }
+    check_threads((default_threads() / opts.jobs.max(1)).max(1))?;
     let rules = OutputRules {
         force: opts.force,
         inputs: Vec::new(),

@@ -110,10 +110,13 @@ fn override_arg(path: &str, v: &Value) -> Result<String, String> {
 
 impl Sweep {
     pub fn load(file: &Path) -> Result<Sweep, SweepError> {
-        let text = crate::io::read_text(file).map_err(|source| SweepError::Read {
-            file: file.to_path_buf(),
-            source,
-        })?;
+        let text =
+            crate::io::read_text(file, crate::io::SizeLimit::SCENARIO).map_err(|source| {
+                SweepError::Read {
+                    file: file.to_path_buf(),
+                    source,
+                }
+            })?;
         Sweep::from_yaml(&text, file)
     }
 
@@ -145,12 +148,13 @@ impl Sweep {
             invalid(format!("field `{path}`{line}: {}", e.into_inner()))
         })?;
         let base_file = file.parent().unwrap_or(Path::new(".")).join(&raw.base);
-        let base_text = crate::io::read_text(&base_file).map_err(|e| {
-            invalid(format!(
-                "field `base`: cannot read {}: {e}",
-                base_file.display()
-            ))
-        })?;
+        let base_text =
+            crate::io::read_text(&base_file, crate::io::SizeLimit::SCENARIO).map_err(|e| {
+                invalid(format!(
+                    "field `base`: cannot read {}: {e}",
+                    base_file.display()
+                ))
+            })?;
         let axis =
             |kind: &str, (k, v): (&Value, &Value)| -> Result<(String, Vec<Value>), SweepError> {
                 let path = k
@@ -162,6 +166,13 @@ impl Sweep {
                             compact(k)
                         ))
                     })?;
+                if path == "seed" {
+                    return Err(invalid(format!(
+                        "`{kind}.seed`: the seed is not an axis; give the seeds as `seeds: \
+                         [1, 2, …]` (every cell runs with each, and cells.csv has a `seed` \
+                         column already)"
+                    )));
+                }
                 match v {
                     Value::Sequence(values) if !values.is_empty() => {
                         Ok((path.to_string(), values.clone()))

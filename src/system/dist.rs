@@ -31,20 +31,56 @@ pub enum DrawnDist {
     File { path: PathBuf, column: String },
 }
 
+/// What a per-client quantity is: its field below `system` (for messages), the stream its
+/// draws come from, and whether it must be positive (else non-negative). Every value, inline,
+/// drawn or read from a file, is held to the same rule.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Quantity {
+    pub field: &'static str,
+    pub purpose: &'static str,
+    pub positive: bool,
+    /// The most a value may be, for a span of simulated time (in its own unit: seconds,
+    /// milliseconds) that the virtual clock must count; `None` for a rate.
+    pub most: Option<f64>,
+}
+
+impl Quantity {
+    /// A rate (a speed, a bandwidth): positive, as large as it likes.
+    pub const fn rate(field: &'static str, purpose: &'static str) -> Quantity {
+        Quantity {
+            field,
+            purpose,
+            positive: true,
+            most: None,
+        }
+    }
+
+    /// `Err` with what a value must be, where `v` is not a finite positive (or non-negative)
+    /// number, or more than [`Quantity::most`].
+    pub fn check(&self, v: f64) -> Result<(), String> {
+        let sign_ok = v.is_finite() && if self.positive { v > 0.0 } else { v >= 0.0 };
+        let what = if self.positive {
+            "a positive number"
+        } else {
+            "a non-negative number"
+        };
+        match self.most {
+            _ if !sign_ok => Err(format!("must be {what}")),
+            Some(most) if v > most => Err(format!(
+                "must be {what} of at most {} (the longest span the virtual clock counts)",
+                crate::spec::number(most)
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Dist {
     /// Checks parameters (not files); an error's path is below this value.
-    pub fn validate(&self, positive: bool) -> Result<(), FieldError> {
+    pub fn validate(&self, rule: Quantity) -> Result<(), FieldError> {
         let check = |path: &str, v: f64| {
-            let ok = v.is_finite() && if positive { v > 0.0 } else { v >= 0.0 };
-            if ok {
-                Ok(())
-            } else {
-                let what = if positive { "positive" } else { "non-negative" };
-                Err(FieldError::new(
-                    path.to_string(),
-                    format!("must be a {what} number, got {v}"),
-                ))
-            }
+            rule.check(v)
+                .map_err(|must| FieldError::new(path.to_string(), format!("{must}, got {v}")))
         };
         match self {
             Dist::Constant(v) => check("", *v),
@@ -73,19 +109,22 @@ impl Dist {
         }
     }
 
-    /// One value per client: client `c` draws from `(seeds, Client(c), purpose)`.
+    /// One value per client of `quantity`: client `c` draws from `(seeds, Client(c),
+    /// quantity.purpose)`. Every value must pass [`Quantity::check`]: a file's is refused
+    /// naming the file, line or row and column; a drawn one that is not (a lognormal's draw
+    /// that underflows to 0) naming the client and the field.
     pub fn per_client(
         &self,
         seeds: &SeedTree,
-        purpose: &str,
+        quantity: Quantity,
         clients: usize,
     ) -> Result<Vec<f64>, SystemError> {
-        let draw = |f: &dyn Fn(&mut rand_chacha::ChaCha20Rng) -> f64| {
+        let draw = |f: &dyn Fn(&mut rand_chacha::ChaCha20Rng) -> f64| -> Vec<f64> {
             (0..clients)
-                .map(|c| f(&mut seeds.rng(Entity::Client(c as u32), purpose, 0)))
+                .map(|c| f(&mut seeds.rng(Entity::Client(c as u32), quantity.purpose, 0)))
                 .collect()
         };
-        Ok(match self {
+        let values = match self {
             Dist::Constant(v) => vec![*v; clients],
             Dist::Drawn(DrawnDist::Uniform { low, high }) => {
                 draw(&|rng| low + (high - low) * rng.gen::<f64>())
@@ -95,9 +134,22 @@ impl Dist {
                 draw(&|rng| ln.sample(rng))
             }
             Dist::Drawn(DrawnDist::File { path, column }) => {
-                crate::io::per_client_column(path, column, clients)?
+                let rule = |v: &f64| quantity.check(*v);
+                return Ok(crate::io::per_client_column(path, column, clients, &rule)?);
             }
-        })
+        };
+        if let Some((c, v)) =
+            (values.iter().enumerate()).find(|(_, v)| quantity.check(**v).is_err())
+        {
+            return Err(SystemError::Spec {
+                field: quantity.field.into(),
+                message: format!(
+                    "client {c} drew {v}, and {}; narrow the law",
+                    quantity.check(*v).unwrap_err()
+                ),
+            });
+        }
+        Ok(values)
     }
 }
 
@@ -178,19 +230,93 @@ mod tests {
             median: 100.0,
             sigma: 0.5,
         });
-        let a = d.per_client(&seeds, "speed", 50).unwrap();
-        assert_eq!(a, d.per_client(&seeds, "speed", 50).unwrap());
+        let speed = Quantity {
+            field: "compute.samples_per_second",
+            purpose: "speed",
+            positive: true,
+            most: None,
+        };
+        let a = d.per_client(&seeds, speed, 50).unwrap();
+        assert_eq!(a, d.per_client(&seeds, speed, 50).unwrap());
         // A client's value does not depend on how many clients there are.
-        assert_eq!(a[..10], d.per_client(&seeds, "speed", 10).unwrap()[..]);
+        assert_eq!(a[..10], d.per_client(&seeds, speed, 10).unwrap()[..]);
         assert!(a.iter().all(|v| *v > 0.0));
         let u = Dist::Drawn(DrawnDist::Uniform {
             low: 2.0,
             high: 3.0,
         });
+        let x = Quantity {
+            purpose: "x",
+            ..speed
+        };
         assert!(u
-            .per_client(&seeds, "x", 20)
+            .per_client(&seeds, x, 20)
             .unwrap()
             .iter()
             .all(|v| (2.0..=3.0).contains(v)));
+        // A lognormal whose draws underflow to 0 is refused, naming a client.
+        let wide = Dist::Drawn(DrawnDist::Lognormal {
+            median: 1.0,
+            sigma: 1e3,
+        });
+        let e = wide.per_client(&seeds, speed, 50).unwrap_err().to_string();
+        assert!(
+            e.starts_with("system.compute.samples_per_second: client ")
+                && e.contains("must be a positive number; narrow the law"),
+            "{e}"
+        );
+    }
+
+    /// A file's values meet the inline rule: −1, NaN or 0 speeds and latencies below 0 are
+    /// refused naming the file, its line and column; a latency of 0 is allowed.
+    #[test]
+    fn a_files_values_meet_the_rule_of_inline_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pop.csv");
+        let seeds = SeedTree::new(1);
+        let file = Dist::Drawn(DrawnDist::File {
+            path: path.clone(),
+            column: "v".into(),
+        });
+        let speed = Quantity {
+            field: "compute.samples_per_second",
+            purpose: "device/samples_per_second",
+            positive: true,
+            most: None,
+        };
+        let latency = Quantity {
+            field: "network.latency_ms",
+            purpose: "network/latency",
+            positive: false,
+            most: Some(1e15),
+        };
+        for (bad, shown) in [("-1", "-1.0"), ("NaN", "NaN"), ("0", "0.0"), ("inf", "inf")] {
+            std::fs::write(&path, format!("client,v\n0,5\n1,{bad}\n")).unwrap();
+            let e = file.per_client(&seeds, speed, 2).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "{}: line 3: column `v` (client 1): must be a positive number, got {shown}",
+                    path.display()
+                )
+            );
+        }
+        std::fs::write(&path, "client,v\n0,0\n1,2.5\n").unwrap();
+        assert_eq!(file.per_client(&seeds, latency, 2).unwrap(), [0.0, 2.5]);
+        std::fs::write(&path, "client,v\n0,-0.5\n1,2.5\n").unwrap();
+        let e = file.per_client(&seeds, latency, 2).unwrap_err().to_string();
+        assert!(
+            e.ends_with("must be a non-negative number, got -0.5"),
+            "{e}"
+        );
+        std::fs::write(&path, "client,v\n0,1e300\n1,2.5\n").unwrap();
+        let e = file.per_client(&seeds, latency, 2).unwrap_err().to_string();
+        assert!(
+            e.ends_with(
+                "column `v` (client 0): must be a non-negative number of at most 1e15 (the \
+                 longest span the virtual clock counts), got 1e300"
+            ),
+            "{e}"
+        );
     }
 }

@@ -11,7 +11,7 @@ mod dist;
 pub mod secagg;
 
 pub use availability::{AvailabilityModel, Intervals, OnOff};
-pub use dist::{Dist, DrawnDist};
+pub use dist::{Dist, DrawnDist, Quantity};
 
 use crate::data::MixtureTruth;
 use crate::sim::{Entity, SeedTree, SimDuration, SimTime};
@@ -28,6 +28,23 @@ pub enum SystemError {
     File { path: PathBuf, message: String },
     #[error("system.{field}: {message}")]
     Spec { field: String, message: String },
+    #[error(
+        "{what} takes {} s of simulated time, more than the virtual clock counts (at most \
+         4.6e12 s, about 146 000 years); check the numbers it comes from",
+        crate::spec::number(*secs)
+    )]
+    Clock { what: String, secs: f64 },
+}
+
+impl From<SystemError> for crate::sim::SimError {
+    fn from(e: SystemError) -> Self {
+        crate::sim::SimError::Model(Box::new(e))
+    }
+}
+
+/// `secs` of `what` as a duration the virtual clock counts, or the error that names `what`.
+pub fn duration(secs: f64, what: impl FnOnce() -> String) -> Result<SimDuration, SystemError> {
+    SimDuration::try_from_secs(secs).ok_or_else(|| SystemError::Clock { what: what(), secs })
 }
 
 impl From<crate::io::FileError> for SystemError {
@@ -145,12 +162,7 @@ fn d_class_column() -> String {
 /// Checks Markov means: each a positive number of seconds; errors name the field below `at`.
 fn check_means(at: &str, online: f64, offline: f64) -> Result<(), FieldError> {
     for (name, v) in [("mean_online_s", online), ("mean_offline_s", offline)] {
-        if !(v > 0.0 && v.is_finite()) {
-            return Err(FieldError::new(
-                format!("{at}.{name}"),
-                format!("must be a positive number of seconds, got {v}"),
-            ));
-        }
+        FieldError::seconds(&format!("{at}.{name}"), v)?;
     }
     Ok(())
 }
@@ -217,13 +229,16 @@ impl SystemSpec {
             ));
         }
         if let Some(d) = &c.flops_per_second {
-            d.validate(true).map_err(at("compute.flops_per_second"))?;
+            d.validate(FLOPS_PER_SECOND)
+                .map_err(at(FLOPS_PER_SECOND.field))?;
         }
         if let Some(d) = &c.samples_per_second {
-            d.validate(true).map_err(at("compute.samples_per_second"))?;
+            d.validate(SAMPLES_PER_SECOND)
+                .map_err(at(SAMPLES_PER_SECOND.field))?;
         }
         if let Some(d) = &c.seconds_per_batch {
-            d.validate(true).map_err(at("compute.seconds_per_batch"))?;
+            d.validate(SECONDS_PER_BATCH)
+                .map_err(at(SECONDS_PER_BATCH.field))?;
         }
         if !(c.jitter >= 0.0 && c.jitter.is_finite()) {
             return Err(FieldError::new(
@@ -231,18 +246,13 @@ impl SystemSpec {
                 format!("must be ≥ 0, got {}", c.jitter),
             ));
         }
-        self.network
-            .latency_ms
-            .validate(false)
-            .map_err(at("network.latency_ms"))?;
-        self.network
-            .downlink_mbps
-            .validate(true)
-            .map_err(at("network.downlink_mbps"))?;
-        self.network
-            .uplink_mbps
-            .validate(true)
-            .map_err(at("network.uplink_mbps"))?;
+        for (dist, quantity) in [
+            (&self.network.latency_ms, LATENCY_MS),
+            (&self.network.downlink_mbps, DOWNLINK_MBPS),
+            (&self.network.uplink_mbps, UPLINK_MBPS),
+        ] {
+            dist.validate(quantity).map_err(at(quantity.field))?;
+        }
         if !(0.0..1.0).contains(&self.dropout) {
             return Err(FieldError::new(
                 "dropout".into(),
@@ -285,12 +295,7 @@ impl SystemSpec {
             }
             AvailabilitySpec::Csv {
                 period_s: Some(p), ..
-            } if !(*p > 0.0 && p.is_finite()) => {
-                return Err(FieldError::new(
-                    "availability.period_s".into(),
-                    format!("must be a positive number of seconds, got {p}"),
-                ))
-            }
+            } => FieldError::seconds("availability.period_s", *p)?,
             _ => {}
         }
         Ok(())
@@ -335,6 +340,27 @@ pub struct SystemModel {
     seeds: SeedTree,
 }
 
+/// The per-client quantities of `system`: each one's field, its draws' stream and the rule
+/// every value meets, inline, drawn or from a file.
+const SAMPLES_PER_SECOND: Quantity =
+    Quantity::rate("compute.samples_per_second", "device/samples_per_second");
+const SECONDS_PER_BATCH: Quantity = Quantity {
+    field: "compute.seconds_per_batch",
+    purpose: "device/seconds_per_batch",
+    positive: true,
+    most: Some(crate::spec::LONGEST_SECONDS),
+};
+const FLOPS_PER_SECOND: Quantity =
+    Quantity::rate("compute.flops_per_second", "device/flops_per_second");
+const DOWNLINK_MBPS: Quantity = Quantity::rate("network.downlink_mbps", "network/downlink");
+const UPLINK_MBPS: Quantity = Quantity::rate("network.uplink_mbps", "network/uplink");
+const LATENCY_MS: Quantity = Quantity {
+    field: "network.latency_ms",
+    purpose: "network/latency",
+    positive: false,
+    most: Some(crate::spec::LONGEST_SECONDS * 1e3),
+};
+
 impl SystemModel {
     /// Draws (or reads) every client's parameters. `cost` converts seconds per batch and
     /// FLOP/s into samples per second; `truth` is needed by `compute.slowest_to_component`.
@@ -352,27 +378,23 @@ impl SystemModel {
             &c.flops_per_second,
         ) {
             (_, Some(spb), _) => spb
-                .per_client(seeds, "device/seconds_per_batch", clients)?
+                .per_client(seeds, SECONDS_PER_BATCH, clients)?
                 .into_iter()
                 .map(|s| cost.batch_size as f64 / s)
                 .collect(),
             (_, _, Some(fps)) => fps
-                .per_client(seeds, "device/flops_per_second", clients)?
+                .per_client(seeds, FLOPS_PER_SECOND, clients)?
                 .into_iter()
                 .map(|f| f / cost.training_flops.max(1.0))
                 .collect(),
-            (Some(sps), None, None) => {
-                sps.per_client(seeds, "device/samples_per_second", clients)?
-            }
+            (Some(sps), None, None) => sps.per_client(seeds, SAMPLES_PER_SECOND, clients)?,
             (None, None, None) => vec![1000.0; clients],
         };
         let net = &spec.network;
         let mut downlink_mbps = net
             .downlink_mbps
-            .per_client(seeds, "network/downlink", clients)?;
-        let mut uplink_mbps = net
-            .uplink_mbps
-            .per_client(seeds, "network/uplink", clients)?;
+            .per_client(seeds, DOWNLINK_MBPS, clients)?;
+        let mut uplink_mbps = net.uplink_mbps.per_client(seeds, UPLINK_MBPS, clients)?;
         if let Some(path) = &spec.fedscale_devices {
             for (c, d) in crate::io::population::fedscale_devices(path, clients)?
                 .into_iter()
@@ -388,10 +410,18 @@ impl SystemModel {
         }
         let latency = net
             .latency_ms
-            .per_client(seeds, "network/latency", clients)?
+            .per_client(seeds, LATENCY_MS, clients)?
             .into_iter()
-            .map(|ms| SimDuration::from_secs_f64_ceil(ms / 1e3))
-            .collect();
+            .enumerate()
+            .map(|(c, ms)| {
+                duration(ms / 1e3, || {
+                    format!(
+                        "client {c}'s latency (system.network.latency_ms: {} ms)",
+                        crate::spec::number(ms)
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
         let availability = match &spec.availability {
             AvailabilitySpec::Always {} => AvailabilityModel::Always,
             AvailabilitySpec::Markov {
@@ -469,39 +499,78 @@ impl SystemModel {
         }
     }
 
-    /// Time for `client` to process `samples` training samples in its job number `job`.
-    pub fn compute_time(&self, client: u32, job: u64, samples: u64) -> SimDuration {
-        let mut secs = samples as f64 / self.samples_per_second(client);
+    /// Time for `client` to process `samples` training samples in its job number `job`; an
+    /// error where the virtual clock cannot count it.
+    pub fn compute_time(
+        &self,
+        client: u32,
+        job: u64,
+        samples: u64,
+    ) -> Result<SimDuration, SystemError> {
+        let speed = self.samples_per_second(client);
+        let mut secs = samples as f64 / speed;
         if self.jitter > 0.0 {
             let mut rng = self.seeds.rng(Entity::Client(client), "device/jitter", job);
             let z: f64 = StandardNormal.sample(&mut rng);
             secs *= (self.jitter * z).exp();
         }
-        SimDuration::from_secs_f64_ceil(secs)
+        duration(secs, || {
+            format!(
+                "client {client}'s training ({samples} samples at {} samples per second, from \
+                 system.compute)",
+                crate::spec::number(speed)
+            )
+        })
     }
 
     /// Time for a message of `bytes` to cross `client`'s `link`: latency plus bytes over the
-    /// bandwidth. A message of no bytes (a completion notice) takes the latency only.
-    pub fn transfer_time(&self, client: u32, link: Link, bytes: u64) -> SimDuration {
+    /// bandwidth. A message of no bytes (a completion notice) takes the latency only. An error
+    /// where the virtual clock cannot count it.
+    pub fn transfer_time(
+        &self,
+        client: u32,
+        link: Link,
+        bytes: u64,
+    ) -> Result<SimDuration, SystemError> {
         let bits = bytes as f64 * 8.0;
-        self.latency[client as usize]
-            + SimDuration::from_secs_f64_ceil(bits / (self.bandwidth_mbps(client, link) * 1e6))
+        let mbps = self.bandwidth_mbps(client, link);
+        let transfer = duration(bits / (mbps * 1e6), || {
+            let field = match link {
+                Link::Down => "downlink",
+                Link::Up => "uplink",
+            };
+            format!(
+                "client {client}'s {field} transfer of {bytes} bytes at {} Mbit/s (from \
+                 system.network.{field}_mbps)",
+                crate::spec::number(mbps)
+            )
+        })?;
+        Ok(self.latency[client as usize] + transfer)
     }
 
     /// A direct message of `bytes` from peer `from` to peer `to` (decentralized runs): the
     /// larger of the two latencies, and the time the bytes take at the slower of `from`'s
     /// uplink and `to`'s downlink, returned apart so that a sender can queue its messages on
-    /// its uplink.
-    pub fn peer_transfer_time(&self, from: u32, to: u32, bytes: u64) -> (SimDuration, SimDuration) {
+    /// its uplink. An error where the virtual clock cannot count it.
+    pub fn peer_transfer_time(
+        &self,
+        from: u32,
+        to: u32,
+        bytes: u64,
+    ) -> Result<(SimDuration, SimDuration), SystemError> {
         let latency = self.latency[from as usize].max(self.latency[to as usize]);
         let mbps = self
             .bandwidth_mbps(from, Link::Up)
             .min(self.bandwidth_mbps(to, Link::Down));
         let bits = bytes as f64 * 8.0;
-        (
-            latency,
-            SimDuration::from_secs_f64_ceil(bits / (mbps * 1e6)),
-        )
+        let transfer = duration(bits / (mbps * 1e6), || {
+            format!(
+                "peer {from}'s message of {bytes} bytes to peer {to} at {} Mbit/s (from \
+                 system.network)",
+                crate::spec::number(mbps)
+            )
+        })?;
+        Ok((latency, transfer))
     }
 
     /// If `client` is online at `t`: when it goes offline ([`SimTime::MAX`]: never).
@@ -639,18 +708,21 @@ mod tests {
             },
             3,
         );
-        assert_eq!(m.compute_time(0, 1, 100), SimDuration::from_millis(500));
+        assert_eq!(
+            m.compute_time(0, 1, 100).unwrap(),
+            SimDuration::from_millis(500)
+        );
         // 1000 bytes = 8000 bits at 8 Mbit/s = 1 ms, plus 10 ms latency.
         assert_eq!(
-            m.transfer_time(0, Link::Down, 1000),
+            m.transfer_time(0, Link::Down, 1000).unwrap(),
             SimDuration::from_millis(11)
         );
         assert_eq!(
-            m.transfer_time(0, Link::Up, 1000),
+            m.transfer_time(0, Link::Up, 1000).unwrap(),
             SimDuration::from_millis(18)
         );
         assert_eq!(
-            m.transfer_time(0, Link::Up, 0),
+            m.transfer_time(0, Link::Up, 0).unwrap(),
             SimDuration::from_millis(10)
         );
         let b = model(
@@ -664,7 +736,10 @@ mod tests {
             1,
         );
         // 50 samples per 2 s batch.
-        assert_eq!(b.compute_time(0, 1, 100), SimDuration::from_secs(4));
+        assert_eq!(
+            b.compute_time(0, 1, 100).unwrap(),
+            SimDuration::from_secs(4)
+        );
     }
 
     #[test]
@@ -680,9 +755,9 @@ mod tests {
             },
             2,
         );
-        let a = m.compute_time(1, 7, 1000);
-        assert_eq!(a, m.compute_time(1, 7, 1000));
-        assert_ne!(a, m.compute_time(1, 8, 1000));
+        let a = m.compute_time(1, 7, 1000).unwrap();
+        assert_eq!(a, m.compute_time(1, 7, 1000).unwrap());
+        assert_ne!(a, m.compute_time(1, 8, 1000).unwrap());
         let drops = (0..1000)
             .filter(|&j| m.dropout_point(0, j).is_some())
             .count();

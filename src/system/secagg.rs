@@ -38,7 +38,7 @@
 //! This room is the arithmetic of one round: the server passes the selected clients, how long
 //! their links take and who drops; it decides nothing about rounds.
 
-use super::Link;
+use super::{Link, SystemError};
 use crate::sim::SimDuration;
 use crate::spec::FieldError;
 use rand::seq::SliceRandom;
@@ -240,26 +240,46 @@ pub struct Finish {
     pub unmasked: bool,
 }
 
+/// The sum of `parts`, each one the clock counts, where the sum is too (`what` names it).
+fn clock_sum(parts: &[SimDuration], what: &str) -> Result<SimDuration, SystemError> {
+    let secs: f64 = parts.iter().map(|d| d.as_secs_f64()).sum();
+    let total = parts
+        .iter()
+        .try_fold(0u64, |sum, d| sum.checked_add(d.micros()))
+        .filter(|&us| us <= SimDuration::LONGEST.micros());
+    total.map(SimDuration).ok_or_else(|| SystemError::Clock {
+        what: what.into(),
+        secs,
+    })
+}
+
 /// The indices where `set` holds.
 fn members(set: &[bool]) -> impl Iterator<Item = usize> + '_ {
     (0..set.len()).filter(move |&i| set[i])
 }
 
-/// The slowest of `times` (zero for none).
-fn slowest(times: impl Iterator<Item = SimDuration>) -> SimDuration {
-    times.max().unwrap_or(SimDuration::ZERO)
+/// The slowest of `times` (zero for none), or the first that the clock cannot count.
+fn slowest(
+    times: impl Iterator<Item = Result<SimDuration, SystemError>>,
+) -> Result<SimDuration, SystemError> {
+    let mut longest = SimDuration::ZERO;
+    for t in times {
+        longest = longest.max(t?);
+    }
+    Ok(longest)
 }
 
 impl SecAggSpec {
     /// Steps 1–2 for the round's `clients` (sorted) on `graph`; `link(client, link, bytes)` is
-    /// a message's time, `drops(client, step)` whether the client drops before the step.
+    /// a message's time, `drops(client, step)` whether the client drops before the step. An
+    /// error where a time is more than the virtual clock counts.
     pub fn setup(
         &self,
         clients: &[u32],
         graph: Vec<Vec<usize>>,
-        link: impl Fn(u32, Link, u64) -> SimDuration,
+        link: impl Fn(u32, Link, u64) -> Result<SimDuration, SystemError>,
         drops: impl Fn(u32, Step) -> bool,
-    ) -> Setup {
+    ) -> Result<Setup, SystemError> {
         let n = clients.len();
         let advertised: Vec<bool> = clients
             .iter()
@@ -272,12 +292,12 @@ impl SecAggSpec {
         let up1 = slowest(members(&advertised).map(|i| {
             bytes_up += 2 * PUBLIC_KEY_BYTES;
             link(clients[i], Link::Up, 2 * PUBLIC_KEY_BYTES)
-        }));
+        }))?;
         let down1 = slowest(members(&advertised).map(|i| {
             let bytes = 2 * PUBLIC_KEY_BYTES * present(&advertised, i);
             bytes_down += bytes;
             link(clients[i], Link::Down, bytes)
-        }));
+        }))?;
         // Step 2.
         let shared: Vec<bool> = (0..n)
             .map(|i| advertised[i] && !drops(clients[i], Step::Share))
@@ -287,55 +307,72 @@ impl SecAggSpec {
             let others = present(&advertised, i);
             let bytes = SHARE_CIPHERTEXT_BYTES * others;
             bytes_up += bytes;
-            SimDuration::from_secs_f64_ceil(others as f64 * key_agreement)
-                + link(clients[i], Link::Up, bytes)
-        }));
+            let agree = super::duration(others as f64 * key_agreement, || {
+                format!(
+                    "client {}'s {others} key agreements (secure_aggregation.key_agreement_ms: \
+                     {} ms each)",
+                    clients[i],
+                    crate::spec::number(self.key_agreement_ms)
+                )
+            })?;
+            Ok(agree + link(clients[i], Link::Up, bytes)?)
+        }))?;
         let down2 = slowest(members(&shared).map(|i| {
             let bytes = SHARE_CIPHERTEXT_BYTES * present(&shared, i);
             bytes_down += bytes;
             link(clients[i], Link::Down, bytes)
-        }));
+        }))?;
         let dropped = shared.iter().filter(|&&s| !s).count() as u32;
-        Setup {
+        Ok(Setup {
             graph,
             shared,
-            time: up1 + down1 + up2 + down2,
+            time: clock_sum(
+                &[up1, down1, up2, down2],
+                "secure aggregation's setup steps",
+            )?,
             bytes_up,
             bytes_down,
             dropped,
-        }
+        })
     }
 
     /// Step 3's masks, step 4 and the server's work, once the round's updates are in:
-    /// `uploaded[i]` whether client i's arrived (U3), over `floats` floats.
+    /// `uploaded[i]` whether client i's arrived (U3), over `floats` floats. An error where a
+    /// time is more than the virtual clock counts.
     pub fn finish(
         &self,
         clients: &[u32],
         setup: &Setup,
         uploaded: &[bool],
         floats: usize,
-        link: impl Fn(u32, Link, u64) -> SimDuration,
+        link: impl Fn(u32, Link, u64) -> Result<SimDuration, SystemError>,
         drops: impl Fn(u32, Step) -> bool,
-    ) -> Finish {
+    ) -> Result<Finish, SystemError> {
         let n = clients.len();
         let (graph, shared) = (&setup.graph, &setup.shared);
         let survivors = uploaded.iter().filter(|&&u| u).count() as u64;
         if survivors == 0 {
-            return Finish {
+            return Ok(Finish {
                 time: SimDuration::ZERO,
                 bytes_up: 0,
                 bytes_down: 0,
                 dropped: 0,
                 unmasked: true,
-            };
+            });
         }
         let present = |set: &[bool], i: usize| graph[i].iter().filter(|&&j| set[j]).count();
         let expand = |masks: usize| masks as f64 * floats as f64 / self.mask_floats_per_second;
-        let masks = slowest(
-            (0..n)
-                .filter(|&i| uploaded[i])
-                .map(|i| SimDuration::from_secs_f64_ceil(expand(present(shared, i) + 1))),
-        );
+        let masks = slowest((0..n).filter(|&i| uploaded[i]).map(|i| {
+            let masks = present(shared, i) + 1;
+            super::duration(expand(masks), || {
+                format!(
+                    "client {}'s expansion of {masks} masks of {floats} floats \
+                     (secure_aggregation.mask_floats_per_second: {})",
+                    clients[i],
+                    crate::spec::number(self.mask_floats_per_second)
+                )
+            })
+        }))?;
         let answered: Vec<bool> = (0..n)
             .map(|i| uploaded[i] && !drops(clients[i], Step::Unmask))
             .collect();
@@ -344,12 +381,12 @@ impl SecAggSpec {
             let bytes = CLIENT_ID_BYTES * survivors;
             bytes_down += bytes;
             link(clients[i], Link::Down, bytes)
-        }));
+        }))?;
         let up = slowest((0..n).filter(|&i| answered[i]).map(|i| {
             let bytes = SHARE_BYTES * (present(shared, i) as u64 + 1);
             bytes_up += bytes;
             link(clients[i], Link::Up, bytes)
-        }));
+        }))?;
         // Whose secrets the server needs, and whether enough neighbours answered for each.
         let needed = (0..n).filter(|&i| uploaded[i] || (shared[i] && present(uploaded, i) > 0));
         let holders = |i: usize| present(&answered, i) + answered[i] as usize;
@@ -366,17 +403,24 @@ impl SecAggSpec {
             };
         }
         let server = if unmasked {
-            SimDuration::from_secs_f64_ceil(server)
+            super::duration(server, || {
+                "the server's unmasking (secure_aggregation.key_agreement_ms and \
+                 mask_floats_per_second)"
+                    .into()
+            })?
         } else {
             SimDuration::ZERO
         };
-        Finish {
-            time: masks + down + up + server,
+        Ok(Finish {
+            time: clock_sum(
+                &[masks, down, up, server],
+                "secure aggregation's last steps",
+            )?,
             bytes_up,
             bytes_down,
             dropped: (0..n).filter(|&i| uploaded[i] && !answered[i]).count() as u32,
             unmasked,
-        }
+        })
     }
 }
 
@@ -393,8 +437,8 @@ mod tests {
     }
 
     /// Every link: 10 ms latency and 1 ms per 100 bytes (0.8 Mbit/s).
-    fn link(_: u32, _: Link, bytes: u64) -> SimDuration {
-        SimDuration::from_micros(10_000 + 10 * bytes)
+    fn link(_: u32, _: Link, bytes: u64) -> Result<SimDuration, SystemError> {
+        Ok(SimDuration::from_micros(10_000 + 10 * bytes))
     }
 
     /// SecAgg over 4 clients, nobody drops, 1 000 floats at 1e6 floats/s, key agreement 1 ms.
@@ -408,7 +452,7 @@ mod tests {
         let clients = [3, 5, 8, 9];
         let graph = s.graph(4, &mut ChaCha20Rng::seed_from_u64(1));
         assert_eq!(graph[0], vec![1, 2, 3]);
-        let setup = s.setup(&clients, graph, link, |_, _| false);
+        let setup = s.setup(&clients, graph, link, |_, _| false).unwrap();
         assert_eq!(
             setup.time,
             SimDuration::from_micros(10_640 + 11_920 + 15_880 + 12_880)
@@ -418,7 +462,7 @@ mod tests {
             (4 * 64 + 4 * 288, 4 * 192 + 4 * 288)
         );
         assert_eq!((setup.dropped, setup.shared.clone()), (0, vec![true; 4]));
-        let finish = s.finish(&clients, &setup, &[true; 4], 1_000, link, |_, _| false);
+        let finish = (s.finish(&clients, &setup, &[true; 4], 1_000, link, |_, _| false)).unwrap();
         assert!(finish.unmasked);
         assert_eq!(
             finish.time,
@@ -443,7 +487,7 @@ mod tests {
             ));
             let clients = [3, 5, 8, 9];
             let graph = s.graph(4, &mut ChaCha20Rng::seed_from_u64(1));
-            let setup = s.setup(&clients, graph, link, drops);
+            let setup = s.setup(&clients, graph, link, drops).unwrap();
             assert_eq!(setup.shared, vec![true, true, true, false]);
             assert_eq!(setup.dropped, 1);
             // Step 2's uploads still carry shares for all three advertised neighbours; the
@@ -451,7 +495,7 @@ mod tests {
             assert_eq!(setup.bytes_up, 4 * 64 + 3 * 288);
             assert_eq!(setup.bytes_down, 4 * 192 + 3 * 192);
             let uploaded = [false, true, true, false];
-            let finish = s.finish(&clients, &setup, &uploaded, 1_000, link, drops);
+            let finish = (s.finish(&clients, &setup, &uploaded, 1_000, link, drops)).unwrap();
             assert_eq!(finish.dropped, 1);
             assert_eq!(finish.unmasked, unmasked, "threshold {threshold}");
             // Client 5 answers with a share for itself and its 2 neighbours in U2.
@@ -465,6 +509,24 @@ mod tests {
                 SimDuration::from_micros(3_000 + 10_080 + 10_960 + server)
             );
         }
+    }
+
+    /// Key agreements of 1e300 ms cannot be counted by the virtual clock: the setup says so,
+    /// naming the setting, instead of saturating.
+    #[test]
+    fn costs_past_the_clock_are_an_error_naming_the_setting() {
+        let s = spec("{protocol: secagg, key_agreement_ms: 1.0e300}");
+        let graph = s.graph(3, &mut ChaCha20Rng::seed_from_u64(1));
+        let e = s.setup(&[0, 1, 2], graph, link, |_, _| false).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "client 0's 2 key agreements (secure_aggregation.key_agreement_ms: 1e300 ms \
+                 each) takes 2e297 s of simulated time, more than the virtual clock counts (at \
+                 most 4.6e12 s"
+            ),
+            "{text}"
+        );
     }
 
     /// SecAgg+ on 100 clients: k = 2⌈log₂ 100⌉ = 14 neighbours each, symmetric, no self-loops;

@@ -102,11 +102,12 @@ impl Graph {
     /// Reads an edge list: one `a,b` pair of peer ids per line; an optional header line
     /// (anything not starting with a digit) and blank lines are skipped.
     pub fn read_edge_list(path: &Path, n: usize) -> Result<Graph, TopologyError> {
-        let text = crate::io::read_text(path).map_err(|e| TopologyError::File {
-            file: path.to_path_buf(),
-            line: None,
-            message: e.to_string(),
-        })?;
+        let text = crate::io::read_text(path, crate::io::SizeLimit::memory("an edge list"))
+            .map_err(|e| TopologyError::File {
+                file: path.to_path_buf(),
+                line: None,
+                message: e.to_string(),
+            })?;
         let mut edges = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();

@@ -350,6 +350,7 @@ fn assert_reruns_identical(what: &str, settings: &[&str], threads: &[usize]) {
                 force: false,
                 save_models: false,
                 save_client_models: false,
+                keep_unfinished: false,
             };
             fedsim::results::run_scenario(&scenario(SMALL, settings), &opts).expect("run succeeds");
             dir
@@ -422,6 +423,7 @@ fn fedem_synthetic_full_run_agrees_with_training_alone() {
             force: false,
             save_models: false,
             save_client_models: false,
+            keep_unfinished: false,
         };
         let r = fedsim::results::run_scenario(&s, &opts).unwrap();
         let h = r.headline().expect("evaluated").test;

@@ -112,6 +112,7 @@ pub fn run_saving(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
         force: false,
         save_models: true,
         save_client_models: true,
+        keep_unfinished: false,
     };
     run_scenario(&scenario(text, overrides), &opts).expect("run succeeds");
 }
@@ -127,4 +128,49 @@ pub fn assert_identical_on_1_2_4_threads(what: &str, text: &str, overrides: &[&s
         let differ = fedsim::results::differing_files(&dirs[0], other);
         assert!(differ.is_empty(), "{what} {other:?}: {differ:?} differ");
     }
+}
+
+/// Writes `df` as a Parquet file (the tests' own fixtures; fedsim writes results only through
+/// its output folders).
+pub fn write_parquet(
+    path: &Path,
+    df: &mut polars::prelude::DataFrame,
+) -> polars::prelude::PolarsResult<()> {
+    let file = std::fs::File::create(path)?;
+    polars::prelude::ParquetWriter::new(file).finish(df)?;
+    Ok(())
+}
+
+/// Writes `text` to `path`; returns the path.
+pub fn write(path: &Path, text: &str) -> std::path::PathBuf {
+    std::fs::write(path, text).unwrap();
+    path.to_path_buf()
+}
+
+/// Runs `fedsim ARGS` in `cwd` to its end.
+pub fn fedsim(args: &[&str], cwd: &Path) -> std::process::Output {
+    bin().args(args).current_dir(cwd).output().unwrap()
+}
+
+pub fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Exit code 2 (a clear error, no panic: a panic exits 101, an abort by signal) with `text`
+/// in the message.
+pub fn assert_refused(o: &std::process::Output, text: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
+    assert!(err.contains(text), "expected `{text}` in: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// The names in `dir`, sorted (hidden ones too).
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
 }

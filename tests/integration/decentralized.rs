@@ -292,6 +292,7 @@ fn run_to(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
         force: false,
         save_models: true,
         save_client_models: true,
+        keep_unfinished: false,
     };
     run_scenario(&scenario(text, overrides), &opts).expect("run succeeds");
 }

@@ -13,6 +13,7 @@ fn run(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<u8> {
         force: false,
         save_models: false,
         save_client_models: false,
+        keep_unfinished: false,
     };
     run_scenario(&s, &opts).expect("run succeeds");
     std::fs::read(dir.join("metrics.parquet")).expect("metrics.parquet written")

@@ -71,6 +71,7 @@ fn on_divergence_continue_runs_every_round_and_still_says_when() {
         force: false,
         save_models: false,
         save_client_models: false,
+        keep_unfinished: false,
     };
     let report = run_scenario(&s, &opts).unwrap();
     let d = report.divergence.clone().expect("diverged");
@@ -175,6 +176,7 @@ fn where_a_run_diverges_does_not_depend_on_threads() {
             force: false,
             save_models: false,
             save_client_models: false,
+            keep_unfinished: false,
         };
         run_scenario(&s, &opts).unwrap();
         opts.out_dir

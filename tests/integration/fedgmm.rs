@@ -37,6 +37,7 @@ fn run(s: &Scenario, dir: &Path) -> DataFrame {
         force: false,
         save_models: false,
         save_client_models: false,
+        keep_unfinished: false,
     };
     run_scenario(s, &opts).expect("run succeeds");
     CsvReadOptions::default()
@@ -430,6 +431,7 @@ fn a_projection_file_shapes_the_gaussians() {
         force: false,
         save_models: false,
         save_client_models: false,
+        keep_unfinished: false,
     };
     let e = fedsim::error_chain(&run_scenario(&s, &opts).unwrap_err());
     assert!(

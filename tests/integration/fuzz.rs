@@ -517,7 +517,7 @@ fn random_parquet_schemas_give_data_or_an_error_never_a_panic() {
         let Ok(mut df) = polars::prelude::DataFrame::new_infer_height(cols) else {
             continue;
         };
-        if fedsim::results::write_parquet(&path, &mut df).is_err() {
+        if crate::common::write_parquet(&path, &mut df).is_err() {
             continue;
         }
         let features = if rng.gen_bool(0.7) {
@@ -591,7 +591,7 @@ fn random_csv_files_give_values_or_an_error_never_a_panic() {
         std::fs::write(&path, &text).unwrap();
         let clients = rng.gen_range(0..4);
         match no_panic("the CSV reader", &(i, &text), || {
-            fedsim::io::per_client_column(&path, "x", clients)
+            fedsim::io::per_client_column(&path, "x", clients, &|_| Ok(()))
         }) {
             Ok(_) => ok += 1,
             Err(e) => {
@@ -614,24 +614,30 @@ fn result_folders_in_any_state_keep_every_foreign_file() {
     let tmp = tempfile::tempdir().unwrap();
     let mut rng = rng(8);
     let names = result_files();
+    // Other tests of this process start fedsim processes meanwhile: for the moment between
+    // fork and exec a child holds a copy of every open file, a lock just released included.
+    // Claims that no holder of this test's own refuses wait that moment out.
+    let wait = std::time::Duration::from_secs(10);
     for i in 0..(cases() / 50).max(40) {
         let dir = tmp.path().join(format!("case{i}"));
         std::fs::create_dir_all(&dir).unwrap();
         // First, perhaps, an earlier run of fedsim's own.
         if rng.gen_bool(0.5) {
-            let (mut folder, _) = OutputFolder::claim(&dir, &names, &OutputRules::default())
-                .expect("an empty folder is fedsim's to use");
+            let (mut folder, _) =
+                OutputFolder::claim_within(&dir, &names, &OutputRules::default(), wait)
+                    .expect("an empty folder is fedsim's to use");
             let staging = folder.staging(".partial-").unwrap();
             let staged: Vec<_> = names[..rng.gen_range(1..names.len())]
                 .iter()
                 .rev()
                 .map(|n| {
-                    std::fs::write(staging.join(n), format!("fedsim's {n}")).unwrap();
-                    staging.join(n)
+                    staging
+                        .write(n, format!("fedsim's {n}").as_bytes())
+                        .unwrap()
                 })
                 .collect();
             folder.publish(&staged, &names).unwrap();
-            std::fs::remove_dir_all(&staging).unwrap();
+            drop(staging);
         }
         // Then the user's files, some over fedsim's (changed), and folders.
         let mut foreign = std::collections::BTreeMap::new();
@@ -650,7 +656,9 @@ fn result_folders_in_any_state_keep_every_foreign_file() {
             }
         }
         if rng.gen_bool(0.3) {
-            fedsim::io::folder::make_staging(&dir.join(".partial-77777777")).unwrap();
+            fedsim::io::folder::make_staging(&dir.join(".partial-77777777"))
+                .unwrap()
+                .left_behind();
         }
         let user_partial = rng.gen_bool(0.3);
         if user_partial {
@@ -659,21 +667,23 @@ fn result_folders_in_any_state_keep_every_foreign_file() {
         let force = rng.gen_bool(0.5);
         let held = rng
             .gen_bool(0.2)
-            .then(|| OutputFolder::claim(&dir, &[], &OutputRules::default()).unwrap());
+            .then(|| OutputFolder::claim_within(&dir, &[], &OutputRules::default(), wait).unwrap());
         let rules = OutputRules {
             force,
             inputs: Vec::new(),
         };
+        let patience = if held.is_some() {
+            std::time::Duration::ZERO
+        } else {
+            wait
+        };
         let result = no_panic("claiming a folder", &(i, &foreign), || {
-            OutputFolder::claim(&dir, &names, &rules).map(|(mut folder, _)| {
+            OutputFolder::claim_within(&dir, &names, &rules, patience).map(|(mut folder, _)| {
                 let staging = folder.staging(".partial-").unwrap();
                 let staged: Vec<_> = names
                     .iter()
                     .rev()
-                    .map(|n| {
-                        std::fs::write(staging.join(n), "new").unwrap();
-                        staging.join(n)
-                    })
+                    .map(|n| staging.write(n, b"new").unwrap())
                     .collect();
                 folder.publish(&staged, &names)
             })
@@ -752,4 +762,507 @@ fn torchscript_sections_and_corrupted_modules_give_ok_or_an_error_with_its_path(
             assert_located(&e, input);
         }
     }
+}
+
+/// Runs `read` on another thread and waits at most `limit` for it: a reader that blocks (on a
+/// FIFO) or reads without end (a device) fails the test instead of hanging it.
+fn finishes<T: Send + 'static>(
+    what: &str,
+    input: &dyn std::fmt::Debug,
+    limit: std::time::Duration,
+    read: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(catch_unwind(AssertUnwindSafe(read)));
+    });
+    match rx.recv_timeout(limit) {
+        Ok(Ok(v)) => v,
+        Ok(Err(_)) => panic!("{what} panicked on {input:?}"),
+        Err(_) => panic!("{what} did not end within {limit:?} on {input:?}"),
+    }
+}
+
+/// What an input file is made to be: a valid one, a special file, an empty one, one far larger
+/// than any memory (sparse, never written), random bytes, or a valid file mutated.
+#[derive(Clone, Copy, Debug)]
+enum FileState {
+    Valid,
+    Fifo,
+    Device,
+    Folder,
+    Missing,
+    Empty,
+    Huge,
+    Random,
+    Mutated,
+}
+
+const FILE_STATES: [FileState; 9] = [
+    FileState::Valid,
+    FileState::Fifo,
+    FileState::Device,
+    FileState::Folder,
+    FileState::Missing,
+    FileState::Empty,
+    FileState::Huge,
+    FileState::Random,
+    FileState::Mutated,
+];
+
+/// Makes `path` be `state` (from `good`, a valid file's bytes, where it is mutated); returns
+/// the path to read (`/dev/zero` for a device).
+fn make_file(rng: &mut ChaCha8Rng, path: &Path, state: FileState, good: &[u8]) -> PathBuf {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.is_dir() {
+            std::fs::remove_dir_all(path).unwrap();
+        } else {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    match state {
+        FileState::Fifo => {
+            let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+            // SAFETY: a valid NUL-terminated path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        }
+        FileState::Device => return PathBuf::from("/dev/zero"),
+        FileState::Folder => std::fs::create_dir(path).unwrap(),
+        FileState::Missing => {}
+        FileState::Empty => std::fs::write(path, b"").unwrap(),
+        FileState::Huge => std::fs::File::create(path)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap(),
+        FileState::Random => {
+            let bytes: Vec<u8> = (0..rng.gen_range(0..300)).map(|_| rng.gen()).collect();
+            std::fs::write(path, bytes).unwrap();
+        }
+        FileState::Mutated => std::fs::write(path, mutate(rng, good)).unwrap(),
+        FileState::Valid => std::fs::write(path, good).unwrap(),
+    }
+    path.to_path_buf()
+}
+
+/// Every kind of input file fedsim reads (scenarios, sweeps, Parquet data, per-client CSV
+/// columns, online intervals, FedScale traces, edge lists, FedGMM projections, `model.init`
+/// weights, TorchScript modules), in every state (a FIFO, a device, a folder, missing, empty,
+/// larger than any memory, random, a valid file mutated): each read ends, within seconds, in a
+/// value or an error naming the file; never a hang, a panic or an attempt to read it all.
+#[test]
+fn every_input_file_kind_in_any_state_gives_a_value_or_an_error_naming_it() {
+    use fedsim::models::{models_to_safetensors, read_models, Architecture};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let mut rng = rng(10);
+    let spec: fedsim::models::ModelSpec = serde_yaml::from_str("{kind: linear}").unwrap();
+    let arch = Architecture::for_input(&spec, fedsim::data::InputShape::Flat(4), 3);
+    let weights = models_to_safetensors(&arch, &[arch.init(&mut rng)]);
+    let module = std::fs::read(crate::weights::fixture("femnist_cnn16.pt")).unwrap();
+    let parquet = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/parquet/feature_types.parquet"
+    ))
+    .unwrap();
+    let kinds: [(&'static str, Vec<u8>); 10] = [
+        ("scenario.yaml", crate::common::SMALL.as_bytes().to_vec()),
+        (
+            "sweep.yaml",
+            b"name: s\nbase: small.yaml\nseeds: [1, 2]\n".to_vec(),
+        ),
+        ("data.parquet", parquet),
+        ("column.csv", b"client,x\n0,1\n1,2.5\n2,3\n".to_vec()),
+        (
+            "online.csv",
+            b"client,start_s,end_s\n0,0,10\n1,5,8\n".to_vec(),
+        ),
+        (
+            "devices.pkl",
+            std::fs::read(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/data/fedscale/client_device_capacity"
+            ))
+            .unwrap(),
+        ),
+        ("edges.csv", b"source,target\n0,1\n1,2\n2,3\n".to_vec()),
+        ("projection.csv", b"1,0\n0,1\n1,1\n0,0\n".to_vec()),
+        ("weights.safetensors", weights),
+        ("module.pt", module),
+    ];
+    std::fs::write(dir.join("small.yaml"), crate::common::SMALL).unwrap();
+    // Images of the fixture module's shape, for a module to be read against.
+    crate::layers::write_images(&dir.join("images.parquet"), 1, 16, 4);
+    let limit = std::time::Duration::from_secs(30);
+    let mut outcomes = std::collections::BTreeMap::<String, (usize, usize)>::new();
+    // Loading a module takes milliseconds: a fiftieth of the other targets' cases.
+    for i in 0..(cases() / 50).max(2 * kinds.len() * FILE_STATES.len()) {
+        let (name, good) = &kinds[i % kinds.len()];
+        let state = FILE_STATES[(i / kinds.len()) % FILE_STATES.len()];
+        let path = make_file(&mut rng, &dir.join(name), state, good);
+        let shown = path.display().to_string();
+        let (p, d, arch) = (path.clone(), dir.clone(), arch.clone());
+        let name: &'static str = name;
+        let input = (i, name, state);
+        let result: Result<(), String> = finishes("a reader", &input, limit, move || {
+            let e = |e: &dyn std::error::Error| fedsim::error_chain(e);
+            match name.split('.').next().unwrap() {
+                "scenario" => Scenario::load(&p, &[]).map(drop).map_err(|x| e(&x)),
+                "sweep" => Sweep::load(&p).map(drop).map_err(|x| e(&x)),
+                "data" => {
+                    let text = format!(
+                        "name: f\nrounds: 1\ndata: {{kind: parquet, path: '{}', \
+                         features_column: fsl_f32}}\nalgorithm: {{name: fedavg}}\n",
+                        p.display()
+                    );
+                    let s =
+                        Scenario::from_yaml(&text, &d.join("f.yaml"), &[]).map_err(|x| e(&x))?;
+                    s.data
+                        .build(&s.split, &SeedTree::new(1))
+                        .map(drop)
+                        .map_err(|x| e(&x))
+                }
+                "column" => fedsim::io::per_client_column(&p, "x", 3, &|_| Ok(()))
+                    .map(drop)
+                    .map_err(|x| e(&x)),
+                "online" => fedsim::io::population::online_intervals(&p, 2)
+                    .map(drop)
+                    .map_err(|x| e(&x)),
+                "devices" => fedsim::io::population::fedscale_devices(&p, 2)
+                    .map(drop)
+                    .map_err(|x| e(&x)),
+                "edges" => fedsim::topology::Graph::read_edge_list(&p, 4)
+                    .map(drop)
+                    .map_err(|x| e(&x)),
+                "projection" => {
+                    let text = format!(
+                        "name: f\nrounds: 1\ndata: {{kind: fedgmm_synthetic, clients: 3, \
+                         dim: 4}}\nalgorithm: {{name: fedgmm, projection: '{}'}}\n",
+                        p.display()
+                    );
+                    Scenario::from_yaml(&text, &d.join("f.yaml"), &[])
+                        .map_err(|x| e(&x))
+                        .and_then(|s| fedsim::results::preflight(&s).map_err(|x| e(&x)))
+                }
+                "module" => {
+                    let model = format!(
+                        "{{kind: torchscript, path: '{}', flops: 1000}}",
+                        p.display()
+                    );
+                    let text = crate::layers::images_scenario(
+                        &d.join("images.parquet"),
+                        [1, 16, 16],
+                        &model,
+                    )
+                    .replace("classes: 4", "classes: 10");
+                    Scenario::from_yaml(&text, &d.join("f.yaml"), &[])
+                        .map(drop)
+                        .map_err(|x| e(&x))
+                }
+                _ => read_models(&p, &arch).map(drop),
+            }
+        });
+        let counts = outcomes.entry(name.to_string()).or_default();
+        match result {
+            Ok(()) => counts.0 += 1,
+            Err(message) => {
+                counts.1 += 1;
+                let file = path.file_name().unwrap().to_string_lossy().into_owned();
+                assert!(
+                    message.contains(&shown) || message.contains(&file),
+                    "{input:?}: the error does not name {shown}: {message}"
+                );
+                if matches!(state, FileState::Fifo | FileState::Device) {
+                    assert!(
+                        message.contains("not a regular file"),
+                        "{input:?}: {message}"
+                    );
+                }
+            }
+        }
+    }
+    eprintln!("input files (read, refused): {outcomes:?}");
+}
+
+/// Per-client files of hostile numbers (negative, zero, NaN, infinities, denormals, past any
+/// clock, past 32 bits) for every per-client quantity of the system model and for
+/// `sizes_from`: the system model and the data are built, or refused naming the file, line and
+/// column; and every duration a built model gives is one the virtual clock counts, or an error
+/// that names where it came from. Never a panic, and never a saturated clock.
+#[test]
+fn per_client_files_of_hostile_numbers_give_valid_values_or_errors_naming_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("population.csv");
+    let mut rng = rng(11);
+    const HOSTILE: [&str; 16] = [
+        "-1",
+        "0",
+        "-0",
+        "NaN",
+        "inf",
+        "-inf",
+        "1e-320",
+        "5e-324",
+        "1e300",
+        "1e-300",
+        "1e12",
+        "4294967296",
+        "18446744073709551616",
+        "0.5",
+        "3",
+        "250",
+    ];
+    let quantities = [
+        "compute: {samples_per_second: {dist: file, path: P, column: v}}",
+        "compute: {seconds_per_batch: {dist: file, path: P, column: v}}",
+        "compute: {flops_per_second: {dist: file, path: P, column: v}}",
+        "network: {uplink_mbps: {dist: file, path: P, column: v}}",
+        "network: {downlink_mbps: {dist: file, path: P, column: v}}",
+        "network: {latency_ms: {dist: file, path: P, column: v}}",
+    ];
+    let (mut built, mut refused, mut clock) = (0, 0, 0);
+    for i in 0..(cases() / 10).max(200) {
+        let clients = 4;
+        let mut csv = String::from("client,v\n");
+        for c in 0..clients {
+            csv.push_str(&format!(
+                "{c},{}\n",
+                HOSTILE[rng.gen_range(0..HOSTILE.len())]
+            ));
+        }
+        std::fs::write(&path, &csv).unwrap();
+        let shown = path.display().to_string();
+        let sizes = i % 7 == 0;
+        let text = if sizes {
+            format!(
+                "name: h\nrounds: 1\ndata: {{kind: fedem_synthetic, clients: {clients}, dim: 3, \
+                 sizes_from: {{path: '{shown}', column: v}}}}\nalgorithm: {{name: fedavg}}\n"
+            )
+        } else {
+            let system = quantities[rng.gen_range(0..quantities.len())].replace('P', &shown);
+            format!(
+                "name: h\nrounds: 1\ndata: {{kind: fedem_synthetic, clients: {clients}, dim: 3}}\n\
+                 algorithm: {{name: fedavg}}\nsystem: {{{system}}}\n"
+            )
+        };
+        let s = Scenario::from_yaml(&text, Path::new("h.yaml"), &[]).expect("valid inline");
+        let input = (i, &csv, &text);
+        let outcome = no_panic("building the data and system model", &input, || {
+            let data = match s.data.build(&s.split, &SeedTree::new(1)) {
+                Ok(d) => std::sync::Arc::new(d),
+                Err(e) => return Err(fedsim::error_chain(&e)),
+            };
+            let parts =
+                fedsim::actors::SimInit::new(&s.run, data).map_err(|e| fedsim::error_chain(&e))?;
+            // Every duration the model gives for these clients: counted, or an error.
+            let mut errors = Vec::new();
+            for c in 0..clients as u32 {
+                for samples in [0, 1, 1000, u32::MAX as u64] {
+                    if let Err(e) = parts.system.compute_time(c, 1, samples) {
+                        errors.push(e.to_string());
+                    }
+                }
+                for link in [fedsim::system::Link::Up, fedsim::system::Link::Down] {
+                    if let Err(e) = parts.system.transfer_time(c, link, 1 << 30) {
+                        errors.push(e.to_string());
+                    }
+                }
+            }
+            Ok(errors)
+        });
+        match outcome {
+            Ok(errors) => {
+                built += 1;
+                for e in errors {
+                    clock += 1;
+                    assert!(
+                        e.contains("more than the virtual clock counts"),
+                        "{input:?}: {e}"
+                    );
+                    assert!(e.contains("client "), "{input:?}: {e}");
+                }
+            }
+            Err(message) => {
+                refused += 1;
+                assert!(message.contains(&shown), "{input:?}: {message}");
+                assert!(
+                    message.contains("line ") && message.contains("column `v`"),
+                    "{input:?}: {message}"
+                );
+            }
+        }
+    }
+    eprintln!(
+        "hostile per-client numbers: {built} built ({clock} durations refused), {refused} \
+         files refused"
+    );
+    assert!(built > 0 && refused > 0, "{built} built, {refused} refused");
+}
+
+/// Every command that writes (`run`, `sweep`, `report`, `export-weights`, `describe
+/// --heatmap`), with or without `--force`, into folders in any state: foreign files, folders
+/// and FIFOs under the names it writes, fedsim's own files (changed or not), staging folders
+/// and drafts (marked or not), a garbled manifest, a lock that is a folder. Each ends in results
+/// or a clear error (exit 0, 1 or 2, never a panic); every foreign entry is where it was or
+/// moved aside, unchanged; nothing half-written is left.
+#[test]
+fn every_writing_command_over_folders_in_any_state_keeps_what_is_not_its_own() {
+    use crate::common::{bin, write};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(&root.join("s.yaml"), crate::common::SMALL);
+    write(
+        &root.join("sweep.yaml"),
+        "name: sw\nbase: s.yaml\nseeds: [1]\n",
+    );
+    // A finished run with its models, for `report` and `export-weights` to read.
+    let o = bin()
+        .args(["run", "s.yaml", "-q", "--out", "source", "--save-models"])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let mut rng = rng(12);
+    // What each command writes into the folder `out` (the names a foreign entry may take).
+    let commands: [(&str, &[&str], Vec<&str>); 5] = [
+        (
+            "run",
+            &["run", "s.yaml", "-q", "--out", "out"],
+            fedsim::results::result_files(),
+        ),
+        (
+            "sweep",
+            &["sweep", "sweep.yaml", "-q", "--out", "out"],
+            vec!["cells.csv", "cell=x"],
+        ),
+        (
+            "report",
+            &["report", "source", "--out", "out"],
+            vec!["report.csv", "report.md", "client_accuracy_cdf.png"],
+        ),
+        (
+            "export",
+            &["export-weights", "source", "--out", "out/w.safetensors"],
+            vec!["w.safetensors"],
+        ),
+        (
+            "heatmap",
+            &["describe", "s.yaml", "--heatmap", "out/map.png"],
+            vec!["map.png"],
+        ),
+    ];
+    let mut outcomes = std::collections::BTreeMap::<&str, [usize; 2]>::new();
+    for i in 0..(cases() / 100).max(2 * commands.len()) {
+        let (name, args, written) = &commands[i % commands.len()];
+        let out = root.join("out");
+        if out.exists() {
+            std::fs::remove_dir_all(&out).unwrap();
+        }
+        // Perhaps an earlier run of the same command: fedsim's own files.
+        if rng.gen_bool(0.4) {
+            let _ = bin().args(*args).current_dir(root).output().unwrap();
+        }
+        std::fs::create_dir_all(&out).unwrap();
+        // Foreign entries: files (some over fedsim's own), folders and FIFOs of the names the
+        // command writes, and others.
+        let mut foreign: Vec<(String, Option<String>)> = Vec::new();
+        for _ in 0..rng.gen_range(0..4) {
+            let entry = if rng.gen_bool(0.7) {
+                written[rng.gen_range(0..written.len())].to_string()
+            } else {
+                format!("notes-{}.txt", rng.gen_range(0..5))
+            };
+            let path = out.join(&entry);
+            if std::fs::symlink_metadata(&path).is_ok() && rng.gen_bool(0.5) {
+                continue;
+            }
+            if let Ok(meta) = std::fs::symlink_metadata(&path) {
+                if meta.is_dir() {
+                    std::fs::remove_dir_all(&path).unwrap();
+                } else {
+                    std::fs::remove_file(&path).unwrap();
+                }
+                foreign.retain(|(e, _)| *e != entry);
+            }
+            match rng.gen_range(0..6) {
+                0 => std::fs::create_dir(&path).unwrap(),
+                1 => {
+                    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+                    // SAFETY: a valid NUL-terminated path.
+                    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+                }
+                _ => {
+                    let text = format!("user {i} {entry}");
+                    std::fs::write(&path, &text).unwrap();
+                    foreign.push((entry, Some(text)));
+                    continue;
+                }
+            }
+            foreign.push((entry, None));
+        }
+        // fedsim's bookkeeping in any state.
+        match rng.gen_range(0..6) {
+            0 => write(&out.join(".fedsim-manifest"), "garbled\tx\n"),
+            1 => fedsim::io::folder::make_staging(&out.join(".partial-99999999"))
+                .unwrap()
+                .left_behind(),
+            2 => {
+                std::fs::create_dir_all(out.join(".fedsim-draft.partial-99999998")).unwrap();
+                out.clone()
+            }
+            3 => {
+                std::fs::create_dir_all(out.join(".partial-mine")).unwrap();
+                foreign.push((".partial-mine".into(), None));
+                out.clone()
+            }
+            4 if !out.join(".fedsim-lock").exists() => {
+                std::fs::create_dir_all(out.join(".fedsim-lock")).unwrap();
+                out.clone()
+            }
+            _ => out.clone(),
+        };
+        let force = rng.gen_bool(0.5);
+        let mut command: Vec<&str> = args.to_vec();
+        if force {
+            command.push("--force");
+        }
+        let o = bin().args(&command).current_dir(root).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let input = (i, name, force, &foreign);
+        assert!(
+            matches!(o.status.code(), Some(0..=2)) && !err.contains("panicked"),
+            "{input:?}: {:?} {err}",
+            o.status
+        );
+        outcomes.entry(name).or_default()[(o.status.code() != Some(0)) as usize] += 1;
+        // Every foreign entry is where it was, or moved aside; files unchanged.
+        for (entry, text) in &foreign {
+            let here = out.join(entry);
+            let aside = out.join(format!("{entry}.before-fedsim"));
+            match text {
+                Some(text) => {
+                    let kept = [&here, &aside]
+                        .iter()
+                        .any(|p| std::fs::read_to_string(p).ok().as_ref() == Some(text));
+                    assert!(kept, "{input:?}: {entry} lost or changed; {err}");
+                }
+                None => assert!(
+                    std::fs::symlink_metadata(&here).is_ok()
+                        || std::fs::symlink_metadata(&aside).is_ok(),
+                    "{input:?}: {entry} gone; {err}"
+                ),
+            }
+        }
+        // Nothing half-written: no staging folder of this process, no temporary file.
+        if out.is_dir() {
+            let left: Vec<String> = crate::common::names(&out)
+                .into_iter()
+                .filter(|n| {
+                    (n.starts_with(".partial-") && n != ".partial-mine" && n != ".partial-99999999")
+                        || n.ends_with(".tmp")
+                })
+                .collect();
+            assert!(left.is_empty(), "{input:?}: {left:?}; {err}");
+        }
+    }
+    eprintln!("writing commands (done, refused): {outcomes:?}");
 }

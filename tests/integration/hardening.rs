@@ -2,43 +2,12 @@
 //! writer per folder, and ends every input in results or a clear error (exit 2), never a
 //! panic, an abort, a hang or silently changed meaning.
 
-use crate::common::{bin, SMALL};
-use fedsim::results::write_parquet;
+use crate::common::write_parquet;
+use crate::common::{assert_refused, bin, fedsim, names, stderr, write, SMALL};
 use polars::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn write(path: &Path, text: &str) -> PathBuf {
-    std::fs::write(path, text).unwrap();
-    path.to_path_buf()
-}
-
-fn fedsim(args: &[&str], cwd: &Path) -> Output {
-    bin().args(args).current_dir(cwd).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Exit code 2 (a clear error, no panic: a panic exits 101, an abort by signal) with `text`
-/// in the message.
-fn assert_refused(o: &Output, text: &str) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
-    assert!(err.contains(text), "expected `{text}` in: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
 
 #[test]
 fn a_run_into_the_scenarios_own_folder_never_replaces_the_scenario() {
@@ -113,7 +82,9 @@ fn a_killed_runs_staging_folder_is_removed_but_only_if_it_is_fedsims() {
     let out = tmp.path().join("out");
     // What a run killed by -9 leaves: its marked staging folder (its process is gone).
     let stale = out.join(".partial-4000000");
-    fedsim::io::folder::make_staging(&stale).unwrap();
+    fedsim::io::folder::make_staging(&stale)
+        .unwrap()
+        .left_behind();
     write(&stale.join("metrics.parquet"), "half written");
     let o = fedsim(
         &["run", scenario.to_str().unwrap(), "-q", "--out", "out"],

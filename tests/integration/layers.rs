@@ -37,7 +37,7 @@ pub(crate) fn write_images(path: &Path, channels: usize, side: usize, clients: u
         Column::new("x".into(), rows),
     ])
     .unwrap();
-    fedsim::results::write_parquet(path, &mut df).unwrap();
+    crate::common::write_parquet(path, &mut df).unwrap();
 }
 
 /// A scenario on the images of `path` (`[channels, side, side]`) with `model`.

@@ -1,5 +1,6 @@
 //! fedsim's integration tests: one binary, one module per concern.
 
+mod bounds;
 mod byzantine;
 mod cli;
 mod cohorts;
@@ -13,6 +14,7 @@ mod fedgmm;
 mod fuzz;
 mod hardening;
 mod layers;
+mod outputs;
 mod paper;
 mod parquet_data;
 mod population;

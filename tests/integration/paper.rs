@@ -32,6 +32,7 @@ fn run_paper_all(file: &str, overrides: &[String]) -> Vec<Summary> {
         force: false,
         save_models: false,
         save_client_models: false,
+        keep_unfinished: false,
     };
     let r = run_scenario(&s, &opts).unwrap();
     let h = r.headline().expect("paper runs evaluate their clients");

@@ -1,9 +1,10 @@
 //! Bring-your-own data: federated data sets read from Parquet files in the documented layout.
 
 use crate::common::scenario;
+use crate::common::write_parquet;
 use fedsim::records::Record;
 use fedsim::records::Split;
-use fedsim::results::{read_parquet, write_parquet};
+use fedsim::results::read_parquet;
 use fedsim::results::{run_scenario, simulate_scenario, RunOptions};
 use polars::prelude::*;
 use std::path::Path;
@@ -101,6 +102,7 @@ fn split_column_and_feature_columns() {
         force: false,
         save_models: false,
         save_client_models: false,
+        keep_unfinished: false,
     };
     run_scenario(&s, &opts).unwrap();
     let rows = test_rows_per_client(&out);

@@ -1,10 +1,10 @@
 //! A client population described in one file (CSV or Parquet): device speed, links,
 //! availability class and data size, a column each.
 
+use crate::common::write_parquet;
 use crate::common::{scenario, SMALL};
 use fedsim::records::Record;
 use fedsim::results::simulate_scenario;
-use fedsim::results::write_parquet;
 use polars::prelude::*;
 use std::path::Path;
 
@@ -181,7 +181,7 @@ fn population_errors_name_the_file_the_client_and_what_is_allowed() {
         "data.sizes_from={{path: '{f}', column: uplink_mbps}}"
     )]);
     assert!(
-        e.contains("client 0: `uplink_mbps` must be a whole number"),
+        e.contains("row 0: column `uplink_mbps` (client 0): must be a whole number"),
         "{e}"
     );
     let e = crate::common::error(

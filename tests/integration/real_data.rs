@@ -49,6 +49,7 @@ fn run_in(s: &Scenario, threads: usize, dir: &Path) {
         force: false,
         save_models: false,
         save_client_models: false,
+        keep_unfinished: false,
     };
     run_scenario(s, &opts).unwrap_or_else(|e| panic!("{}", fedsim::error_chain(&e)));
 }

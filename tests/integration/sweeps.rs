@@ -120,8 +120,10 @@ fn bad_sweeps_name_the_problem() {
     );
     let e = sweep_error(tmp.path(), "grids: {}\n");
     assert!(e.contains("unknown field `grids`"), "{e}");
-    let e = sweep_error(tmp.path(), "grid:\n  seed: [3, 3]\n");
+    let e = sweep_error(tmp.path(), "grid:\n  rounds: [3, 3]\n");
     assert!(e.contains("are the same scenario"), "{e}");
+    let e = sweep_error(tmp.path(), "grid:\n  seed: [3, 4]\n");
+    assert!(e.contains("`grid.seed`: the seed is not an axis"), "{e}");
     let e = Sweep::load(&tmp.path().join("none.yaml"))
         .unwrap_err()
         .to_string();

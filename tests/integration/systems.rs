@@ -466,6 +466,7 @@ fn files(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<Vec<
         force: false,
         save_models: false,
         save_client_models: false,
+        keep_unfinished: false,
     };
     run_scenario(&s, &opts).unwrap();
     REPRODUCIBLE_FILES

@@ -223,6 +223,7 @@ fn run_without_saving(overrides: &[&str], dir: &Path) {
         force: false,
         save_models: false,
         save_client_models: false,
+        keep_unfinished: false,
     };
     fedsim::results::run_scenario(&scenario(SMALL, overrides), &opts).unwrap();
 }

@@ -492,14 +492,14 @@ impl<A: Algorithm> Core<A> {
         job: u64,
         upload: bool,
         eff: &mut FlEffects<A>,
-    ) {
+    ) -> Result<(), SimError> {
         let now = now + lead;
         let whole = payload_bytes(self.alg().broadcast_len(&self.global));
         let (model, bytes) = match &mut self.downlink {
             Some(downlink) => downlink.send_to(client, whole),
             None => (self.global.clone(), whole),
         };
-        let download = self.cfg.system.transfer_time(client, Link::Down, bytes);
+        let download = self.cfg.system.transfer_time(client, Link::Down, bytes)?;
         self.counts.bytes_down += bytes;
         self.counts.selected += 1;
         self.in_flight.insert(
@@ -526,6 +526,7 @@ impl<A: Algorithm> Core<A> {
                 clip: self.cfg.algorithm.privacy.as_ref().map(|_| self.clip),
             }),
         );
+        Ok(())
     }
 
     /// Aggregates `held` into the global model: the algorithm's own rule when every update is
@@ -916,7 +917,7 @@ impl<A: Algorithm> Handler<Deliver<ToServer<A>, Msg<A>>> for Server<A> {
     type Result = Result<FlEffects<A>, SimError>;
 
     fn handle(&mut self, d: Deliver<ToServer<A>, Msg<A>>, _: &mut Context<Self>) -> Self::Result {
-        self.on_message(d.now, d.msg)
+        super::guarded(|| "the server".into(), || self.on_message(d.now, d.msg))
     }
 }
 

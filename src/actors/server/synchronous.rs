@@ -78,10 +78,10 @@ impl<A: Algorithm> Synchronous<A> {
     /// Under secure aggregation, once the round's updates are in: the masks, the unmasking step
     /// and the server's work (recorded on the round); how long they take, and whether the
     /// masks came off (else `fresh` is emptied: nothing is aggregated).
-    fn unmask(&mut self, core: &mut Core<A>) -> SimDuration {
+    fn unmask(&mut self, core: &mut Core<A>) -> Result<SimDuration, SimError> {
         let (Some(setup), Some(spec)) = (self.setup.take(), core.cfg.secure_aggregation.clone())
         else {
-            return SimDuration::ZERO;
+            return Ok(SimDuration::ZERO);
         };
         let round = core.round;
         let mut arrived: Vec<u32> = self.fresh.iter().map(|h| h.client).collect();
@@ -93,7 +93,7 @@ impl<A: Algorithm> Synchronous<A> {
         let system = core.cfg.system.clone();
         let link = |c, link, bytes| system.transfer_time(c, link, bytes);
         let drops = |c, step| Self::secagg_drops(core, round, c, step);
-        let finish = spec.finish(&self.selected, &setup, &uploaded, floats, link, drops);
+        let finish = spec.finish(&self.selected, &setup, &uploaded, floats, link, drops)?;
         if !finish.unmasked {
             core.counts.discarded += self.fresh.len() as u32;
             self.fresh.clear();
@@ -112,7 +112,7 @@ impl<A: Algorithm> Synchronous<A> {
             dropped: setup.dropped + finish.dropped,
             failed: !finish.unmasked,
         });
-        finish.time
+        Ok(finish.time)
     }
 
     /// Whether `job` belongs to the round in progress (and its report counts there).
@@ -167,7 +167,7 @@ impl<A: Algorithm> Synchronous<A> {
                 }
             }
         }
-        let unmasking = self.unmask(core);
+        let unmasking = self.unmask(core)?;
         for record in self.held_jobs.drain(..) {
             eff.record(record);
         }
@@ -278,7 +278,7 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
                 let system = core.cfg.system.clone();
                 let link = |c, link, bytes| system.transfer_time(c, link, bytes);
                 let drops = |c, step| Self::secagg_drops(core, round, c, step);
-                let setup = spec.setup(&selected, graph, link, drops);
+                let setup = spec.setup(&selected, graph, link, drops)?;
                 let gone: Vec<u32> = (selected.iter().zip(&setup.shared))
                     .filter(|(_, &shared)| !shared)
                     .map(|(&c, _)| c)
@@ -304,7 +304,7 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
         self.outstanding = trainers.len();
         for c in trainers {
             let upload = self.selected.binary_search(&c).is_ok();
-            core.dispatch(now, lead, c, round, round as u64, upload, eff);
+            core.dispatch(now, lead, c, round, round as u64, upload, eff)?;
         }
         core.counts.selected = self.selected.len() as u32;
         core.counts.bytes_up += setup_bytes.0;

@@ -226,8 +226,8 @@ struct RowFiles {
 impl RowFiles {
     fn create() -> std::io::Result<RowFiles> {
         Ok(RowFiles {
-            features: BufWriter::with_capacity(1 << 20, unnamed_file("features")?),
-            labels: BufWriter::with_capacity(1 << 16, unnamed_file("labels")?),
+            features: BufWriter::with_capacity(1 << 20, crate::io::unnamed_file()?),
+            labels: BufWriter::with_capacity(1 << 16, crate::io::unnamed_file()?),
         })
     }
 
@@ -246,25 +246,6 @@ impl RowFiles {
         let labels = self.labels.into_inner().map_err(|e| e.into_error())?;
         Ok((features, labels))
     }
-}
-
-/// A new file in the temporary folder, removed from the folder at once: it lives as long as
-/// the handle (the operating system frees it when the run ends, however it ends).
-fn unnamed_file(what: &str) -> std::io::Result<File> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let path = std::env::temp_dir().join(format!(
-        "fedsim-{what}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    std::fs::remove_file(&path)?;
-    Ok(file)
 }
 
 /// A Parquet table's rows, served from the temporary files.
