@@ -16,6 +16,7 @@
 
 use criterion::{criterion_group, BatchSize, Criterion, Throughput};
 use fedsim::actors::simulate;
+use fedsim::plan::RunPlan;
 use fedsim::records::Split;
 use fedsim::results::default_threads;
 use fedsim::scenario::Scenario;
@@ -395,14 +396,10 @@ fn whole_runs(
         let s = Scenario::load(&file, &overrides).unwrap();
         g.bench_function(*name, |b| {
             b.iter(|| {
-                simulate(
-                    &s.run,
-                    data.clone(),
-                    threads,
-                    RecordObserver::keeping(|_| {}),
-                )
-                .unwrap()
-                .events
+                let plan = RunPlan::new(&s.run, data.clone(), threads).unwrap();
+                simulate(plan, RecordObserver::keeping(|_| {}))
+                    .unwrap()
+                    .events
             })
         });
     }
@@ -652,14 +649,10 @@ training: {local_steps: 1, batch_size: 8}
         let data = Arc::new(s.data.build(&s.split, &SeedTree::new(s.data_seed)).unwrap());
         g.bench_function(name, |b| {
             b.iter(|| {
-                simulate(
-                    &s.run,
-                    data.clone(),
-                    threads,
-                    RecordObserver::keeping(|_| {}),
-                )
-                .unwrap()
-                .events
+                let plan = RunPlan::new(&s.run, data.clone(), threads).unwrap();
+                simulate(plan, RecordObserver::keeping(|_| {}))
+                    .unwrap()
+                    .events
             })
         });
     }

@@ -53,8 +53,7 @@ fi
 
 features=()
 [ "$flavour" = cuda ] && features=(--features cuda)
-# --all-targets: tests and benches in the same build. Their dev-dependencies change the features
-# of shared crates (polars among them), so building the binary alone and then the tests would
-# compile those crates twice.
-say "building (cargo build --release --all-targets)"
-cargo build --release --locked --all-targets "${features[@]}"
+# The binary only: the tests and benches are built by the commands that run them, and share
+# every dependency with it (Cargo.toml unifies the features that would split them).
+say "building (cargo build --release --bin fedsim)"
+cargo build --release --locked --bin fedsim "${features[@]}"

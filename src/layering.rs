@@ -101,21 +101,33 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Imports between top-level modules: `(from, to) → files`.
-fn imports(src: &Path) -> BTreeMap<(String, String), BTreeSet<String>> {
+/// Every Rust file below `src`: its path below `src`, its top-level module (`a` for `a/…` and
+/// `a.rs`) and its text.
+fn sources(src: &Path) -> Vec<(PathBuf, String, String)> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
+    files
+        .into_iter()
+        .map(|file| {
+            let rel = file.strip_prefix(src).expect("below src/").to_path_buf();
+            let first = rel.components().next().expect("a path");
+            let module = first.as_os_str().to_string_lossy();
+            let module = module.trim_end_matches(".rs").to_string();
+            let text = std::fs::read_to_string(&file).expect("readable");
+            (rel, module, text)
+        })
+        .collect()
+}
+
+/// Imports between top-level modules: `(from, to) → files`.
+fn imports(src: &Path) -> BTreeMap<(String, String), BTreeSet<String>> {
     let mut edges: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     let binary = binary_modules(src);
-    for file in files {
-        let rel = file.strip_prefix(src).expect("below src/");
-        let first = rel.components().next().expect("a path");
-        let module = first.as_os_str().to_string_lossy();
-        let module = module.trim_end_matches(".rs").to_string();
+    for (rel, module, text) in sources(src) {
         if module == "lib" || module == "main" || module == "layering" || binary.contains(&module) {
             continue;
         }
-        let code = without_comments(&std::fs::read_to_string(&file).expect("readable"));
+        let code = without_comments(&text);
         for named in modules_named(&code) {
             if named != module && layer_of(&named).is_some() {
                 edges
@@ -393,15 +405,12 @@ fn code_outside_tests(text: &str) -> String {
 
 /// The places (file: call) of `src/` outside `src/io/` that use [`FILE_CALLS`].
 fn file_calls_outside_io(src: &Path) -> Vec<String> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
     let mut found = Vec::new();
-    for file in files {
-        let rel = file.strip_prefix(src).expect("below src/");
-        if rel.starts_with("io") || rel == Path::new("layering.rs") {
+    for (rel, module, text) in sources(src) {
+        if module == "io" || module == "layering" {
             continue;
         }
-        let code = code_outside_tests(&std::fs::read_to_string(&file).expect("readable"));
+        let code = code_outside_tests(&text);
         for call in FILE_CALLS {
             // A call, not the end of a longer name (`InputFile::open` is io's own).
             let called = code.match_indices(call).any(|(i, _)| {
@@ -459,4 +468,77 @@ fn the_file_call_scan_finds_what_it_should() {
         ]
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The places (file) of `src/` above the `plan` layer (and in the binary's modules) that make
+/// a [`crate::settings::FieldError`]: a field of the scenario found wrong.
+fn field_errors_above_the_plan(src: &Path) -> Vec<String> {
+    let plan = layer_of("plan").expect("plan is a layer");
+    let binary = binary_modules(src);
+    let mut found = Vec::new();
+    for (rel, module, text) in sources(src) {
+        let above = match layer_of(&module) {
+            Some(layer) => layer > plan,
+            None => binary.contains(&module) || module == "main",
+        };
+        let code = code_outside_tests(&text);
+        if above && (code.contains("FieldError::new") || code.contains("FieldError {")) {
+            found.push(rel.display().to_string());
+        }
+    }
+    found
+}
+
+/// A `FieldError` is made only in the layers that read and decide input: settings, the
+/// catalogues that validate their items, the scenario and the plan. Above the plan a run has
+/// been decided, and nothing there can find a field of the scenario wrong.
+#[test]
+fn only_the_layers_that_read_input_make_field_errors() {
+    let found = field_errors_above_the_plan(&src());
+    assert!(
+        found.is_empty(),
+        "FieldErrors made above the plan (check it in `scenario` or `plan` instead):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The scan itself, on hand-written files: one made in `actors` is found, one in `plan` or a
+/// unit test is not.
+#[test]
+fn the_field_error_scan_finds_what_it_should() {
+    let dir = std::env::temp_dir().join(format!("fedsim-fields-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("actors")).unwrap();
+    std::fs::create_dir_all(dir.join("plan")).unwrap();
+    std::fs::write(
+        dir.join("actors/mod.rs"),
+        "fn f() -> FieldError { FieldError::new(p, m) }",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("actors/run.rs"),
+        "// FieldError::new in a comment\n#[cfg(test)]\nmod tests { fn g() { FieldError::new(p, m) } }",
+    )
+    .unwrap();
+    std::fs::write(dir.join("plan/mod.rs"), "fn h() { FieldError::new(p, m) }").unwrap();
+    assert_eq!(field_errors_above_the_plan(&dir), ["actors/mod.rs"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Algorithms do their arithmetic on flat vectors and ask `models` for every tensor
+/// computation, so that one tch code path serves a client alone and a cohort: no `tch::` in
+/// `src/algorithms/`.
+#[test]
+fn algorithms_hold_no_tch_code() {
+    let found: Vec<String> = (sources(&src()).into_iter())
+        .filter(|(_, module, _)| module == "algorithms")
+        .filter(|(_, _, text)| {
+            let code = without_comments(text);
+            // `tch::`, not the end of a longer name (`Batch::`, `Dispatch::`).
+            code.match_indices("tch::").any(|(i, _)| {
+                !(code[..i].chars().next_back()).is_some_and(|c| c.is_alphanumeric() || c == '_')
+            })
+        })
+        .map(|(rel, _, _)| rel.display().to_string())
+        .collect();
+    assert!(found.is_empty(), "tch code in `algorithms`: {found:?}");
 }

@@ -8,8 +8,8 @@
 //!
 //! 1. The kernel and what everything shares, importing nothing above:
 //!    - [`sim`]: virtual time, the event queue, the seed tree and the scheduler actor.
-//!    - [`spec`]: the run settings that belong to no catalogue (sampling, round policy,
-//!      evaluation, divergence) and [`spec::FieldError`]; pure validation, no host.
+//!    - [`settings`]: the run settings that belong to no catalogue (sampling, round policy,
+//!      evaluation, divergence) and [`settings::FieldError`]; pure validation, no host.
 //!    - [`io`]: input files that are regular files, the readers of data tables and
 //!      per-client files, and output folders fedsim shares with its users.
 //!    - [`records`]: what the entities emit, in event order.
@@ -24,15 +24,18 @@
 //!    - [`robust`]: Byzantine clients' attacks and robust aggregation rules.
 //! 3. [`algorithms`]: federated algorithms behind one trait, and their registry.
 //! 4. [`scenario`]: a YAML scenario read, overridden and validated into a run's settings.
-//! 5. [`actors`]: the server, the clients, the peers and the trainer pool as actix actors.
-//! 6. [`results`]: one run end to end, its pre-flight, its result files and summary.
-//! 7. [`studies`]: sweeps (resumable, shardable) and reports over many runs, with plots.
+//! 5. [`plan`]: a run decided before it runs: its settings, built data and this machine
+//!    checked into one immutable [`plan::RunPlan`], the algorithm built as its own type.
+//! 6. [`actors`]: the server, the clients, the peers and the trainer pool as actix actors,
+//!    assembled from a plan; they cannot fail on input.
+//! 7. [`results`]: one run end to end, its pre-flight, its result files and summary.
+//! 8. [`studies`]: sweeps (resumable, shardable) and reports over many runs, with plots.
 //!
 //! The command line (`src/main.rs`) sits on top and uses only the library's public items.
 
 /// The layers, bottom first: a module may import from its own layer and the ones below.
 pub const LAYERS: &[&[&str]] = &[
-    &["sim", "spec", "io", "records"],
+    &["sim", "settings", "io", "records"],
     &[
         "data",
         "models",
@@ -44,6 +47,7 @@ pub const LAYERS: &[&[&str]] = &[
     ],
     &["algorithms"],
     &["scenario"],
+    &["plan"],
     &["actors"],
     &["results"],
     &["studies"],
@@ -58,13 +62,14 @@ pub mod compression;
 pub mod data;
 pub mod io;
 pub mod models;
+pub mod plan;
 pub mod privacy;
 pub mod records;
 pub mod results;
 pub mod robust;
 pub mod scenario;
+pub mod settings;
 pub mod sim;
-pub mod spec;
 pub mod studies;
 pub mod system;
 pub mod topology;

@@ -6,10 +6,13 @@
 //! (their mean).
 
 use super::cohort::{Dispatch, EvalJob, TrainJob};
-use super::{
-    Deliver, DivergenceWatch, EvalContext, FinishedWork, FlEffects, JobContext, Msg, Outbox,
-    PooledNovelty, PrivacyNote, Routed, Seen, ToClient, ToServer, TrainOrder,
+use super::divergence::{DivergenceWatch, Seen};
+use super::evaluation::EvalContext;
+use super::job::JobContext;
+use super::messages::{
+    FinishedWork, FlEffects, Msg, PooledNovelty, PrivacyNote, ToClient, ToServer, TrainOrder,
 };
+use super::world::{Deliver, Members, Outbox, Routed};
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::io::Stored;
 use crate::records::Split;
@@ -90,7 +93,7 @@ impl<A: Algorithm> Client<A> {
 
     #[cfg(test)]
     fn me(&self) -> crate::sim::EntityId {
-        super::member_entity(self.id)
+        super::world::member_entity(self.id)
     }
 
     /// Starts a training job, unless the client drops out or goes offline before its
@@ -306,7 +309,7 @@ impl<A: Algorithm> Client<A> {
             sampled,
             unseen: self.unseen,
         };
-        let records = super::evaluation_records(context, results, report);
+        let records = super::evaluation::evaluation_records(context, results, report);
         records.into_iter().for_each(|r| eff.record(r));
     }
 
@@ -430,9 +433,10 @@ impl<A: Algorithm> Handler<Deliver<ToClient<A>, Msg<A>>> for Client<A> {
 
     fn handle(&mut self, d: Deliver<ToClient<A>, Msg<A>>, ctx: &mut Context<Self>) -> Self::Result {
         let id = self.id;
-        let mut eff = super::guarded(|| format!("client {id}"), || self.on_message(d.now, d.msg))?;
+        let mut eff =
+            super::world::guarded(|| format!("client {id}"), || self.on_message(d.now, d.msg))?;
         if std::mem::take(&mut self.introduce) {
-            eff.record(super::device_record(&self.system, self.id));
+            eff.record(super::init::device_record(&self.system, self.id));
         }
         if self.awaited == 0 {
             if let Some(roster) = self.roster.as_ref().and_then(Weak::upgrade) {
@@ -496,12 +500,19 @@ impl<A: Algorithm> Client<A> {
     }
 }
 
+impl<A: Algorithm> Members<ToClient<A>, Msg<A>> for Rc<Roster<A>> {
+    type Actor = Client<A>;
+    fn addr(&self, index: u32) -> Addr<Client<A>> {
+        self.wake(index)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::algorithms::{FedAvg, ModelUpdate};
     use crate::records::Record;
-    use crate::spec::OnDivergence;
+    use crate::settings::OnDivergence;
 
     /// Client 0 of a tiny FedAvg run, with `overrides` on the scenario. Needs a running actix
     /// system (for its trainer pool).
@@ -604,7 +615,7 @@ mod tests {
             assert!(matches!(
                 sends[..],
                 [(to, d, Some(Routed::Hub(ToServer::Failed { round: 1, client: 0, .. })))]
-                    if to == crate::actors::HUB && d == after
+                    if to == crate::actors::world::HUB && d == after
             ));
         });
     }
@@ -622,7 +633,7 @@ mod tests {
             assert!(matches!(
                 sends[..],
                 [(to, d, Some(Routed::Hub(ToServer::Update { round: 1, client: 0, .. })))]
-                    if to == crate::actors::HUB && d == upload
+                    if to == crate::actors::world::HUB && d == upload
             ));
             assert!(eff.records().is_empty() && !eff.stops());
             assert_eq!(c.kept().last_trained, Some(1));
@@ -652,7 +663,7 @@ mod tests {
 
     #[test]
     fn a_client_sleeps_when_it_awaits_nothing_and_wakes_with_what_it_kept() {
-        use crate::actors::Deliver;
+        use crate::actors::world::Deliver;
         use crate::algorithms::Evaluation;
         use crate::models::EvalStats;
         actix::System::new().block_on(async {

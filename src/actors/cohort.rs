@@ -25,11 +25,13 @@
 //! [`Architecture::stacks`]: crate::models::Architecture::stacks
 //! [`World::flush`]: crate::sim::World::flush
 
-use super::{JobContext, TrainerPool};
+use super::job::JobContext;
+use super::trainer::TrainerPool;
+use super::world::Flush;
 use crate::algorithms::LocalUpdate;
 use crate::algorithms::ProximalTerm;
 use crate::algorithms::{
-    Algorithm, BatchwiseClient, BatchwiseUpdate, ClientReport, Cohorts, Evaluation, LocalContext,
+    Algorithm, BatchwiseClient, BatchwiseUpdate, ClientReport, Evaluation, LocalContext,
     NoveltyShare, SgdRun, Tested,
 };
 use crate::data::ClientRows;
@@ -41,8 +43,9 @@ use crate::models::{
 };
 use crate::records::NoveltyScores;
 use crate::records::Split;
+use crate::settings::Cohorts;
+use crate::settings::NoveltyScoring;
 use crate::sim::Pending;
-use crate::spec::NoveltyScoring;
 use rand_chacha::ChaCha20Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
@@ -418,11 +421,6 @@ impl<A: Algorithm> CohortQueue<A> {
         resident.push(rows);
         Some(shared)
     }
-}
-
-/// What the scheduler calls before it waits for a pending result.
-pub(super) trait Flush {
-    fn flush(&self);
 }
 
 impl<A: Algorithm> Flush for CohortQueue<A> {

@@ -4,8 +4,12 @@
 //! A sample is a function of (run seed, round) alone, drawn from the run's
 //! `evaluation_clients` stream; this room draws, it sends nothing.
 
-use crate::sim::{Entity, SeedTree};
-use crate::spec::{EvalSample, EvaluationPlan};
+use crate::algorithms::{ClientReport, Evaluation};
+use crate::records::{
+    ClientModelsRecord, EvalRecord, ExtraRecord, MixtureRecord, NoveltyRecord, Record,
+};
+use crate::settings::{EvalSample, EvaluationPlan};
+use crate::sim::{Entity, SeedTree, SimTime};
 use std::sync::{Arc, Mutex};
 
 /// The clients an evaluation tests, drawn lazily and kept for the latest round asked about
@@ -72,18 +76,106 @@ impl EvaluatedClients {
     }
 }
 
+/// Whose evaluation it is: client (or peer) `client`'s after `round`, at `time`; whether it
+/// trained in that round (`sampled`) and whether it is held out of training (`unseen`).
+pub(super) struct EvalContext {
+    pub(super) round: u32,
+    pub(super) time: SimTime,
+    pub(super) client: u32,
+    pub(super) sampled: bool,
+    pub(super) unseen: bool,
+}
+
+/// The records of one client's evaluation: what the algorithm reports (mixture weights,
+/// extras), then one row per (model, split).
+pub(super) fn evaluation_records(
+    EvalContext {
+        round,
+        time: now,
+        client,
+        sampled,
+        unseen,
+    }: EvalContext,
+    results: Vec<Evaluation>,
+    report: ClientReport,
+) -> Vec<Record> {
+    let ClientReport {
+        mixture,
+        cluster,
+        extras,
+        novelty,
+        models,
+        // Sent to the server by the client (`evaluation.novelty`).
+        novelty_share: _,
+    } = report;
+    let models = (!models.is_empty()).then_some({
+        Record::ClientModels(ClientModelsRecord {
+            round,
+            client,
+            models,
+        })
+    });
+    let novelty = novelty.map(|scores| {
+        Record::Novelty(NoveltyRecord {
+            round,
+            client,
+            unseen,
+            scores,
+        })
+    });
+    let weights = mixture.map(|weights| {
+        Record::Mixture(MixtureRecord {
+            round,
+            client,
+            unseen,
+            weights,
+        })
+    });
+    let extras = extras.into_iter().map(|(name, values)| {
+        Record::Extra(ExtraRecord {
+            round,
+            client,
+            unseen,
+            name,
+            values,
+        })
+    });
+    let rows = results.into_iter().map(|e| {
+        Record::Eval(EvalRecord {
+            round,
+            time: now,
+            client,
+            split: e.split,
+            model: e.model,
+            n_samples: e.stats.n,
+            loss: e.stats.loss,
+            accuracy: e.stats.accuracy,
+            sampled,
+            cluster,
+            unseen,
+        })
+    });
+    weights
+        .into_iter()
+        .chain(extras)
+        .chain(novelty)
+        .chain(models)
+        .chain(rows)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::EvalClients;
+    use crate::settings::EvalClients;
 
     fn plan(clients: EvalClients, sample: EvalSample) -> EvaluationPlan {
         EvaluationPlan {
             every: 5,
             clients,
             sample,
-            splits: crate::spec::EvaluatedSplits::ALL,
-            novelty: crate::spec::NoveltyScoring::Own,
+            splits: crate::settings::EvaluatedSplits::ALL,
+            novelty: crate::settings::NoveltyScoring::Own,
         }
     }
 

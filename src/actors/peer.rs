@@ -29,26 +29,23 @@
 //! streams, so a peer trains exactly like client p would.
 
 use super::cohort::{Dispatch, EvalJob, TrainJob};
+use super::divergence::{DivergenceWatch, Seen};
 use super::evaluation::EvaluatedClients;
+use super::evaluation::{evaluation_records, EvalContext};
 use super::gossip::{Complete, Inbox};
-use super::{
-    device_record, evaluation_records, member_entity, run_world, Deliver, DivergenceWatch,
-    EvalContext, HubWorld, JobContext, Outbox, Routed, Seen,
-};
-use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip};
-use crate::data::FederatedData;
+use super::init::device_record;
+use super::job::JobContext;
+use super::world::{member_entity, run_world, Deliver, HubWorld, Outbox, Routed, SimOutput};
+use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip, Planned};
 use crate::io::Stored;
-use crate::models::Placement;
+use crate::plan::Setup;
 use crate::records::{ClientModelsRecord, DivergenceStage, GossipRecord, ModelKind, Record, Split};
-use crate::scenario::RunSpec;
 use crate::sim::{Effects, Entity, RecordObserver, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, SystemModel};
 use crate::topology::{StepWeights, Topology};
 use actix::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-use super::SimOutput;
 
 /// A peer's messages.
 pub enum PeerMsg<A: Gossip> {
@@ -365,7 +362,7 @@ impl<A: Gossip> Handler<Deliver<PeerMsg<A>, GossipMsg<A>>> for Peer<A> {
         _: &mut Context<Self>,
     ) -> Self::Result {
         let id = self.id;
-        super::guarded(|| format!("peer {id}"), || self.on_message(d))
+        super::world::guarded(|| format!("peer {id}"), || self.on_message(d))
     }
 }
 
@@ -556,7 +553,7 @@ impl<A: Gossip> Handler<Deliver<Mixed<A>, GossipMsg<A>>> for Monitor<A> {
         d: Deliver<Mixed<A>, GossipMsg<A>>,
         _: &mut Context<Self>,
     ) -> Self::Result {
-        super::guarded(
+        super::world::guarded(
             || "the gossip monitor".into(),
             || {
                 let mut eff = PeerEffects::<A>::new();
@@ -575,43 +572,38 @@ impl<A: Gossip> Handler<Deliver<Mixed<A>, GossipMsg<A>>> for Monitor<A> {
     }
 }
 
-/// Runs one decentralized simulation (`spec.topology` must be set) on `threads` trainer
-/// threads. Every peer starts from the same initial model (the run's `model_init` stream).
+/// Runs `planned` on peers over `setup`'s topology. Every peer starts from the same initial
+/// model (the run's `model_init` stream).
 pub(super) fn simulate_peers<A: Gossip>(
-    algorithm: A,
-    spec: &RunSpec,
-    placement: Placement,
-    data: Arc<FederatedData>,
-    threads: usize,
+    planned: Planned<A>,
+    setup: Setup,
     observer: RecordObserver<Record>,
 ) -> Result<SimOutput, SimError> {
-    let spec = spec.clone();
-    let topology_spec = spec.topology.clone().ok_or_else(|| {
-        SimError::Scenario(crate::spec::FieldError::new(
-            "topology".into(),
-            "a decentralized run needs a topology".into(),
-        ))
-    })?;
     let system = actix::System::new();
     system.block_on(async move {
-        let peers = data.num_clients();
-        let n_train: Vec<f64> = (0..peers)
-            .map(|p| data.split_len(p, Split::Train) as f64)
-            .collect();
-        let parts = super::SimInit::new(&spec, data)?;
-        let seeds = parts.seeds;
-        let topology =
-            Topology::build(&topology_spec, peers, seeds).map_err(|e| SimError::Setup(e.into()))?;
-        let devices = (0..peers as u32)
-            .map(|p| device_record(&parts.system, p))
-            .collect();
         let super::init::Started {
             global,
             jobs,
             dispatch,
+        } = super::init::start(planned, &setup);
+        let Setup {
+            spec,
+            seeds,
+            data,
             system: system_model,
+            topology,
             ..
-        } = parts.start(algorithm, &spec, placement, threads, None)?;
+        } = setup;
+        let topology_spec = (spec.topology.clone()).expect("a decentralized plan has a topology");
+        let topology = topology.expect("a decentralized plan has a topology");
+        let peers = data.num_clients();
+        let n_train: Vec<f64> = (0..peers)
+            .map(|p| data.split_len(p, Split::Train) as f64)
+            .collect();
+        let devices = (0..peers as u32)
+            .map(|p| device_record(&system_model, p))
+            .collect();
+        let system_model = Arc::new(system_model);
         let init = Arc::new(global);
         let states: Vec<A::ClientState> = (0..peers as u32)
             .map(|p| jobs.algorithm.init_client(&init, p))
@@ -660,7 +652,7 @@ pub(super) fn simulate_peers<A: Gossip>(
         .start();
         let mut world: HubWorld<_, _, Mixed<A>, PeerMsg<A>> =
             HubWorld::new(monitor, Arc::new(peer_addrs));
-        world.cohorts = queue.map(|queue| queue as Arc<dyn super::cohort::Flush>);
+        world.cohorts = queue.map(|queue| queue as Arc<dyn super::world::Flush>);
         let start = (0..peers as u32)
             .map(|p| {
                 let train = Routed::Member(PeerMsg::Train { round: 1 });

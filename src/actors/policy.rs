@@ -1,4 +1,4 @@
-//! Round policies at run time (the settings are [`crate::spec::PolicySpec`]).
+//! Round policies at run time (the settings are [`crate::settings::PolicySpec`]).
 
 /// (1 + staleness)^(−exponent).
 pub fn staleness_factor(staleness: u32, exponent: f64) -> f64 {

@@ -1,10 +1,10 @@
 //! Client selection for a round, drawn from the server's seeded stream (the settings are
-//! [`crate::spec::Sampling`]). Loss-guided strategies (power-of-choice, Oort) read only
+//! [`crate::settings::Sampling`]). Loss-guided strategies (power-of-choice, Oort) read only
 //! [`Feedback`]: what clients reported with updates that have reached the server, never what a
 //! client would report if asked now.
 
+use crate::settings::{Oort, Sampling, Strategy};
 use crate::sim::SimDuration;
-use crate::spec::{Oort, Sampling, Strategy};
 use rand::distributions::{Distribution, WeightedIndex};
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -270,7 +270,7 @@ fn power_of_choice(
 }
 
 /// Oort's training selection (Lai et al. 2021, Algorithm 1, as FedScale implements it; see
-/// [`crate::spec::Oort`] for the settings). Of the `count` clients:
+/// [`crate::settings::Oort`] for the settings). Of the `count` clients:
 /// - about (1 − ε)·`count` are exploited among the candidates heard from. Each scores its
 ///   utility (clipped at the `clip_quantile` of those heard, scaled to [0, 1]) plus
 ///   √(0.1·ln R / r), r the round it was last sent for and R this `round`, times
@@ -373,7 +373,7 @@ fn poisson(candidates: &(impl Candidates + ?Sized), rate: f64, rng: &mut impl Rn
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::SampleSize;
+    use crate::settings::SampleSize;
     use rand::SeedableRng;
 
     const NOTHING: (&Feedback, u32) = (&Feedback::EMPTY, 1);

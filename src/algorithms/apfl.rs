@@ -40,15 +40,15 @@ impl super::AlgorithmSettings for ApflSpec {
         Apfl { spec: self.clone() }
     }
 
-    fn validate(&self) -> Result<(), crate::spec::FieldError> {
+    fn validate(&self) -> Result<(), crate::settings::FieldError> {
         if !(0.0..=1.0).contains(&self.alpha) {
-            return Err(crate::spec::FieldError::new(
+            return Err(crate::settings::FieldError::new(
                 "alpha".into(),
                 format!("must be in [0, 1], got {}", self.alpha),
             ));
         }
         match self.alpha_lr {
-            Some(lr) => crate::spec::FieldError::positive("alpha_lr", lr),
+            Some(lr) => crate::settings::FieldError::positive("alpha_lr", lr),
             None => Ok(()),
         }
     }

@@ -48,9 +48,9 @@ impl super::AlgorithmSettings for ClusteredSpec {
         }
     }
 
-    fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        crate::spec::FieldError::non_negative("tol1", self.tol1)?;
-        crate::spec::FieldError::non_negative("tol2", self.tol2)
+    fn validate(&self) -> Result<(), crate::settings::FieldError> {
+        crate::settings::FieldError::non_negative("tol1", self.tol1)?;
+        crate::settings::FieldError::non_negative("tol2", self.tol2)
     }
 }
 

@@ -36,10 +36,10 @@ impl super::AlgorithmSettings for DittoSpec {
         Ditto { spec: self.clone() }
     }
 
-    fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        crate::spec::FieldError::non_negative("lambda", self.lambda)?;
+    fn validate(&self) -> Result<(), crate::settings::FieldError> {
+        crate::settings::FieldError::non_negative("lambda", self.lambda)?;
         match self.personal_lr {
-            Some(lr) => crate::spec::FieldError::positive("personal_lr", lr),
+            Some(lr) => crate::settings::FieldError::positive("personal_lr", lr),
             None => Ok(()),
         }
     }

@@ -57,8 +57,8 @@ impl super::AlgorithmSettings for FedProxSpec {
         FedAvg::prox(self)
     }
 
-    fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        crate::spec::FieldError::non_negative("mu", self.mu)
+    fn validate(&self) -> Result<(), crate::settings::FieldError> {
+        crate::settings::FieldError::non_negative("mu", self.mu)
     }
 }
 
@@ -85,10 +85,13 @@ impl super::AlgorithmSettings for FedAvgPlusSpec {
         FedAvg::plus(self)
     }
 
-    fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        crate::spec::FieldError::at_least_one("finetune_epochs", self.finetune_epochs as usize)?;
+    fn validate(&self) -> Result<(), crate::settings::FieldError> {
+        crate::settings::FieldError::at_least_one(
+            "finetune_epochs",
+            self.finetune_epochs as usize,
+        )?;
         match self.finetune_lr {
-            Some(lr) => crate::spec::FieldError::positive("finetune_lr", lr),
+            Some(lr) => crate::settings::FieldError::positive("finetune_lr", lr),
             None => Ok(()),
         }
     }

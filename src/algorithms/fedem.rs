@@ -136,8 +136,8 @@ impl super::AlgorithmSettings for FedEmSpec {
         FedEm::new(self.clone(), population.participants_train, participants)
     }
 
-    fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        use crate::spec::FieldError;
+    fn validate(&self) -> Result<(), crate::settings::FieldError> {
+        use crate::settings::FieldError;
         FieldError::at_least_one("components", self.components)?;
         FieldError::at_least_one("unseen_em_iterations", self.unseen_em_iterations as usize)?;
         FieldError::non_negative("unseen_em_tolerance", self.unseen_em_tolerance)
@@ -156,7 +156,7 @@ impl super::AlgorithmSettings for DFedEmSpec {
         self.0.build(population)
     }
 
-    fn validate(&self) -> Result<(), crate::spec::FieldError> {
+    fn validate(&self) -> Result<(), crate::settings::FieldError> {
         self.0.validate()
     }
 }

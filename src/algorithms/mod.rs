@@ -34,8 +34,8 @@ pub use noop::{Noop, NoopSpec};
 pub use per_fedavg::{PerFedAvg, PerFedAvgSpec};
 pub use pfedme::{PFedMe, PFedMeSpec};
 pub use registry::{
-    names_where, trains_in_cohorts, AlgorithmSettings, AlgorithmSpec, Capabilities, Launcher,
-    Population, Registration,
+    names_where, trains_in_cohorts, AlgorithmSettings, AlgorithmSpec, Built, Capabilities,
+    InRegistry, Planned, Population, Registration, RunBuilt,
 };
 
 use crate::data::{FederatedData, SplitView};
@@ -45,7 +45,7 @@ use crate::models::{
     InitialModels, LocalPlan, LocalWork, Objective, Predictor, Proximal, StackedBatch,
 };
 use crate::records::{ModelKind, NoveltyScores, Split};
-use crate::spec::EvaluatedSplits;
+use crate::settings::{Cohorts, EvaluatedSplits, Spill};
 use rand_chacha::ChaCha20Rng;
 use std::borrow::Cow;
 
@@ -85,95 +85,6 @@ pub struct Training {
     pub device: DeviceChoice,
     /// Which idle values go to a spill file instead of memory (`training.spill`).
     pub spill: Spill,
-}
-
-/// Whether clients train in cohorts (`training.cohorts`): a round's training jobs as one
-/// stacked computation, where the algorithm declares an update cohorts can train
-/// ([`LocalUpdate::Sgd`], [`LocalUpdate::Batchwise`]) and the model stacks
-/// ([`crate::models::Architecture::stacks`]). Results match training each client alone up to
-/// float rounding.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Cohorts {
-    /// Cohorts wherever the algorithm and the model allow and stacking pays on the devices
-    /// trained on (on the CPU: dense models; on a GPU: every model that stacks), each client
-    /// alone otherwise.
-    #[default]
-    Auto,
-    /// Cohorts wherever the algorithm and the model allow, even where each client alone is
-    /// faster (convolutions on the CPU): to check a GPU run's stacked path on a CPU.
-    Always,
-    /// Every client trains alone.
-    Off,
-}
-
-impl Cohorts {
-    /// The default, left out of the resolved scenario so that run ids stay as they were.
-    pub fn is_auto(&self) -> bool {
-        *self == Cohorts::Auto
-    }
-}
-
-/// Which values wait in a spill file (an unnamed file in `TMPDIR`) instead of memory while
-/// nobody needs them (`training.spill`): a client's state between its jobs, a finished job's
-/// state until the client takes it, an update until its round's aggregation. They read back
-/// bit for bit, so results never depend on it; memory then follows the round's jobs instead of
-/// the number of clients.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Spill {
-    /// Values whose float buffers hold at least 2¹⁸ floats (1 MiB: the CNNs, the LSTM, FedEM's
-    /// momentum), where a file write costs little beside the training that made them, once
-    /// such values kept in memory take a quarter of the machine's memory (the cgroup's limit
-    /// where one is set): a run whose idle values fit is not slowed by the file.
-    #[default]
-    Auto,
-    /// Every value of at least 2¹⁸ floats, however much memory is free: the least memory.
-    Large,
-    /// Every value with float buffers (to check the spilled path with small models).
-    Always,
-    /// Everything stays in memory.
-    Off,
-}
-
-/// The share of the machine's memory that `spill: auto` fills with idle values before it
-/// spills.
-pub const AUTO_SPILL_SHARE: f64 = 0.25;
-
-impl Spill {
-    /// The least number of floats a spilled value holds and the bytes of such values kept in
-    /// memory before any is spilled, or `None`: nothing is spilled.
-    pub fn store_settings(&self) -> Option<(usize, u64)> {
-        match self {
-            Spill::Auto => {
-                let memory = crate::io::machine_memory().unwrap_or(0.0);
-                Some((1 << 18, (AUTO_SPILL_SHARE * memory) as u64))
-            }
-            Spill::Large => Some((1 << 18, 0)),
-            Spill::Always => Some((1, 0)),
-            Spill::Off => None,
-        }
-    }
 }
 
 impl Training {

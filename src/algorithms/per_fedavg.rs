@@ -35,8 +35,8 @@ impl super::AlgorithmSettings for PerFedAvgSpec {
         PerFedAvg { spec: self.clone() }
     }
 
-    fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        crate::spec::FieldError::positive("inner_lr", self.inner_lr)
+    fn validate(&self) -> Result<(), crate::settings::FieldError> {
+        crate::settings::FieldError::positive("inner_lr", self.inner_lr)
     }
 }
 

@@ -65,8 +65,8 @@ impl super::AlgorithmSettings for PFedMeSpec {
         PFedMe { spec: self.clone() }
     }
 
-    fn validate(&self) -> Result<(), crate::spec::FieldError> {
-        use crate::spec::FieldError;
+    fn validate(&self) -> Result<(), crate::settings::FieldError> {
+        use crate::settings::FieldError;
         FieldError::positive("lambda", self.lambda)?;
         FieldError::positive("personal_lr", self.personal_lr)?;
         FieldError::positive("beta", self.beta)?;

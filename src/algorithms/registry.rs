@@ -6,109 +6,135 @@
 //! (a `peers` line needs a [`Gossip`] algorithm), whether it takes stale updates from
 //! its [`Algorithm::STALE_UPDATES`]. Validation and the run read only this registry: no name
 //! lists elsewhere. This room parses settings and builds algorithms; it holds no algorithm's
-//! logic, and it runs nothing itself: a run passes in its [`Launcher`], which gets the built
-//! algorithm as its own type.
+//! logic, and it runs nothing itself: [`Built::run`] hands the built algorithm, as its own
+//! type, to whatever runs it.
 
 use super::{Algorithm, Gossip};
 use crate::data::{FederatedData, InputShape, SplitView};
+use crate::models::{Architecture, InitialModels};
 use crate::records::Split;
-use crate::spec::catalogue::{
-    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
-};
-use crate::spec::FieldError;
-use std::any::Any;
+use crate::settings::catalogue::{catalogue, read_settings, Chosen, ItemSettings};
+use crate::settings::FieldError;
+use rand_chacha::ChaCha20Rng;
 use std::sync::Arc;
 
-/// Writes [`REGISTRY`] and the function that starts a run of its `index`-th algorithm, from one
-/// list: `server|peers settings-type { name, title, summary }` per algorithm.
+/// Writes, from one list (`server|peers Variant settings-type { name, title, summary }` per
+/// algorithm): [`REGISTRY`]; [`Built`], a variant per algorithm holding it as its own type; how
+/// each settings type builds its variant; and [`Built::run`], the one `match` that hands an
+/// algorithm to a run with a server or on peers, as it is registered.
 macro_rules! registry {
-    ($($how:ident $settings:ty { $name:expr, $title:expr, $summary:expr $(,)? })*) => {
+    ($($how:ident $variant:ident $settings:ty { $name:expr, $title:expr, $summary:expr $(,)? })*) => {
         /// The registry: every algorithm a scenario can name, in the order `fedsim` lists them.
         pub static REGISTRY: &[Registration] = &[
             $($how::<$settings>($name, $title, $summary),)*
         ];
 
-        /// Builds the `index`-th registered algorithm from `settings` and hands it to
-        /// `launcher`, with a server or on peers as it is registered.
-        fn start_registered<L: Launcher>(
-            index: usize,
-            settings: &dyn Any,
-            launcher: L,
-        ) -> Result<L::Output, FieldError> {
-            let starts: &[fn(&dyn Any, L) -> Result<L::Output, FieldError>] =
-                &[$(start::$how::<$settings, L>,)*];
-            starts[index](settings, launcher)
+        /// A registered algorithm built for a run, with its initial global model: one variant
+        /// per line of the registry, each holding the algorithm as its own type.
+        pub enum Built {
+            $($variant(Planned<<$settings as AlgorithmSettings>::Algorithm>),)*
+        }
+
+        $(impl InRegistry for $settings {
+            fn built(
+                &self,
+                population: &Population,
+                arch: &Architecture,
+                init: &mut InitialModels<'_, ChaCha20Rng>,
+            ) -> Built {
+                let algorithm = AlgorithmSettings::build(self, population);
+                let global = algorithm.init_global(arch, init);
+                Built::$variant(Planned { algorithm, global })
+            }
+        })*
+
+        impl Built {
+            /// Hands the algorithm, as its own type, to `run`: to [`RunBuilt::server`] if it
+            /// is registered with a server, to [`RunBuilt::peers`] if on peers.
+            pub fn run<R: RunBuilt>(self, run: R) -> R::Output {
+                match self {
+                    $(Built::$variant(planned) => run.$how(planned),)*
+                }
+            }
+
+            /// The vectors its updates send, one per vector of its global model
+            /// ([`Algorithm::PRIVATE_UPDATES`]); `None` where its updates declare none.
+            pub fn sent_vectors(&self) -> Option<usize> {
+                match self {
+                    $(Built::$variant(planned) => planned.sent_vectors(),)*
+                }
+            }
         }
     };
 }
 
 registry! {
-    server super::fedavg::FedAvgSpec {
+    server FedAvg super::fedavg::FedAvgSpec {
         "fedavg",
         "FedAvg",
         "FedAvg (McMahan et al. 2017): local SGD, weighted average of the models",
     }
-    server super::fedavg::FedProxSpec {
+    server FedProx super::fedavg::FedProxSpec {
         "fedprox",
         "FedProx",
         "FedProx (Li et al. 2020): FedAvg with a proximal term (μ/2)‖θ − θ_global‖²",
     }
-    server super::fedavg::FedAvgPlusSpec {
+    server FedAvgPlus super::fedavg::FedAvgPlusSpec {
         "fedavg_plus",
         "FedAvg+",
         "FedAvg+ (Jiang et al. 2019): FedAvg, then local fine-tuning before each test",
     }
-    server super::local::LocalSpec {
+    server Local super::local::LocalSpec {
         "local",
         "Local",
         "every client trains alone on its own data; nothing is communicated",
     }
-    server super::fedem::FedEmSpec {
+    server FedEm super::fedem::FedEmSpec {
         "fedem",
         "FedEM",
         "FedEM (Marfoq et al. 2021): a mixture of M shared components, learned by federated EM",
     }
-    server super::pfedme::PFedMeSpec {
+    server PFedMe super::pfedme::PFedMeSpec {
         "pfedme",
         "pFedMe",
         "pFedMe (Dinh et al. 2020): personalized models through Moreau envelopes",
     }
-    server super::clustered::ClusteredSpec {
+    server Clustered super::clustered::ClusteredSpec {
         "clustered",
         "Clustered FL",
         "Clustered FL (Sattler et al. 2020): clusters split by the cosine similarity of updates",
     }
-    server super::apfl::ApflSpec {
+    server Apfl super::apfl::ApflSpec {
         "apfl",
         "APFL",
         "APFL (Deng et al. 2020): a local model mixed with the global one",
     }
-    server super::per_fedavg::PerFedAvgSpec {
+    server PerFedAvg super::per_fedavg::PerFedAvgSpec {
         "per_fedavg",
         "Per-FedAvg",
         "Per-FedAvg (Fallah et al. 2020), first-order MAML: one adaptation step before testing",
     }
-    server super::ditto::DittoSpec {
+    server Ditto super::ditto::DittoSpec {
         "ditto",
         "Ditto",
         "Ditto (Li et al. 2021): personal models pulled towards the global one",
     }
-    server super::fedgmm::FedGmmSpec {
+    server FedGmm super::fedgmm::FedGmmSpec {
         "fedgmm",
         "FedGMM",
         "FedGMM (Wu et al. 2023): Gaussian mixtures over inputs times shared classifiers",
     }
-    server super::noop::NoopSpec {
+    server Noop super::noop::NoopSpec {
         "noop",
         "no training",
         "no training: only the system is simulated (round times, participation)",
     }
-    peers super::fedavg::DPsgdSpec {
+    peers DPsgd super::fedavg::DPsgdSpec {
         "d_psgd",
         "D-PSGD",
         "D-PSGD (Lian et al. 2017): FedAvg without a server, averaging with neighbours",
     }
-    peers super::fedem::DFedEmSpec {
+    peers DFedEm super::fedem::DFedEmSpec {
         "d_fedem",
         "D-FedEM",
         "D-FedEM (Marfoq et al. 2021, Alg. 4): FedEM without a server, mixing with neighbours",
@@ -145,7 +171,7 @@ impl Population {
 }
 
 /// An algorithm's settings, as its `algorithm:` section holds them (besides `name`).
-pub trait AlgorithmSettings: ItemSettings {
+pub trait AlgorithmSettings: ItemSettings + InRegistry {
     /// The algorithm these settings configure.
     type Algorithm: Algorithm;
 
@@ -178,6 +204,17 @@ pub trait AlgorithmSettings: ItemSettings {
 
     /// The algorithm for a run over `population` (after [`AlgorithmSettings::check_data`]).
     fn build(&self, population: &Population) -> Self::Algorithm;
+
+    /// The algorithm for a run over `population`, with its initial global model from `init`,
+    /// as its [`Built`] variant.
+    fn build_with_global(
+        &self,
+        population: &Population,
+        arch: &Architecture,
+        init: &mut InitialModels<'_, ChaCha20Rng>,
+    ) -> Built {
+        self.built(population, arch, init)
+    }
 }
 
 /// What an algorithm can do beyond a synchronous round with a server.
@@ -214,20 +251,22 @@ pub const fn trains_in_cohorts<A: Algorithm>() -> bool {
     A::UPDATE.stacks()
 }
 
-/// The catalogue of algorithms (the registry).
-pub struct Algorithms;
-
-impl Catalogue for Algorithms {
-    const TAG: &'static str = "name";
-    const EXAMPLE_SECTION: &'static str = "{name: fedavg}";
-    const SCHEMA_NAME: &'static str = "AlgorithmSpec";
-    type Declared = Declared;
-    type Settings = dyn Settings;
-    fn items() -> &'static [Registration] {
-        REGISTRY
+catalogue! {
+    /// The catalogue of algorithms (the registry).
+    pub struct Algorithms {
+        tag: "name",
+        example: "{name: fedavg}",
+        schema: "AlgorithmSpec",
+        declared: Declared,
+        items: REGISTRY,
     }
-    fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
-        settings.clone_box()
+    /// Settings of some registered algorithm, their type erased.
+    erases AlgorithmSettings {
+        fn validate(&self) -> Result<(), FieldError>;
+        fn check_files(&self) -> Result<(), FieldError>;
+        fn check_input(&self, input: InputShape) -> Result<(), FieldError>;
+        fn check_data(&self, population: &Population) -> Result<(), FieldError>;
+        fn build_with_global(&self, population: &Population, arch: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Built;
     }
 }
 
@@ -237,10 +276,6 @@ pub struct Declared {
     pub title: &'static str,
     pub capabilities: Capabilities,
 }
-
-/// One line of the registry: a name, what the algorithm can do, how its settings are read and
-/// how a run starts.
-pub type Registration = catalogue::Registration<Algorithms>;
 
 /// The line of an algorithm that runs with a server.
 const fn server<S: AlgorithmSettings>(
@@ -301,88 +336,41 @@ const fn line<S: AlgorithmSettings>(
 
 /// The names of the registered algorithms that have `wanted`, as "`a`, `b` or `c`".
 pub fn names_where(wanted: impl Fn(&Capabilities) -> bool) -> String {
-    catalogue::names_declaring::<Algorithms>(|d| wanted(&d.capabilities), "or")
+    crate::settings::catalogue::names_declaring::<Algorithms>(|d| wanted(&d.capabilities), "or")
 }
 
-/// What runs an algorithm once the registry has built it: the simulation (with a server or
-/// on peers), or anything else that wants the algorithm as its own type. The registry calls
-/// down into nothing: whoever starts a run passes its launcher in.
-pub trait Launcher {
+/// An algorithm built for a run, as its own type, with its initial global model.
+pub struct Planned<A: Algorithm> {
+    pub algorithm: A,
+    pub global: A::Global,
+}
+
+impl<A: Algorithm> Planned<A> {
+    /// See [`Built::sent_vectors`].
+    fn sent_vectors(&self) -> Option<usize> {
+        A::PRIVATE_UPDATES.map(|hooks| (hooks.global)(&mut self.global.clone()).len())
+    }
+}
+
+/// What runs a [`Built`] algorithm (the simulation, with a server or on peers): it gets the
+/// algorithm as its own type from [`Built::run`].
+pub trait RunBuilt {
     type Output;
-    /// The clients as the algorithm sees them when it is built.
-    fn population(&self) -> Population;
-    /// Runs `algorithm` with a server and clients.
-    fn server<A: Algorithm>(self, algorithm: A) -> Self::Output;
-    /// Runs `algorithm` on peers.
-    fn peers<A: Gossip>(self, algorithm: A) -> Self::Output;
+    /// Runs `planned` with a server and clients.
+    fn server<A: Algorithm>(self, planned: Planned<A>) -> Self::Output;
+    /// Runs `planned` on peers.
+    fn peers<A: Gossip>(self, planned: Planned<A>) -> Self::Output;
 }
 
-/// The settings as their own type, checked against the data of `population`.
-fn settings_of<'a, S: AlgorithmSettings>(
-    settings: &'a dyn Any,
-    population: &Population,
-) -> Result<&'a S, FieldError> {
-    let settings = settings
-        .downcast_ref::<S>()
-        .expect("an algorithm's settings are parsed by its own registration");
-    settings
-        .check_data(population)
-        .map_err(|e| e.within("algorithm"))?;
-    Ok(settings)
-}
-
-/// How a registered algorithm starts, by the way it is registered.
-mod start {
-    use super::{settings_of, AlgorithmSettings, Gossip, Launcher};
-    use crate::spec::FieldError;
-    use std::any::Any;
-
-    pub(super) fn server<S: AlgorithmSettings, L: Launcher>(
-        settings: &dyn Any,
-        launcher: L,
-    ) -> Result<L::Output, FieldError> {
-        let population = launcher.population();
-        let algorithm = settings_of::<S>(settings, &population)?.build(&population);
-        Ok(launcher.server(algorithm))
-    }
-
-    pub(super) fn peers<S: AlgorithmSettings, L: Launcher>(
-        settings: &dyn Any,
-        launcher: L,
-    ) -> Result<L::Output, FieldError>
-    where
-        S::Algorithm: Gossip,
-    {
-        let population = launcher.population();
-        let algorithm = settings_of::<S>(settings, &population)?.build(&population);
-        Ok(launcher.peers(algorithm))
-    }
-}
-
-/// Settings of some registered algorithm, their type erased.
-pub trait Settings: ErasedSettings {
-    fn clone_box(&self) -> Box<dyn Settings>;
-    fn validate(&self) -> Result<(), FieldError>;
-    fn check_files(&self) -> Result<(), FieldError>;
-    fn check_input(&self, input: InputShape) -> Result<(), FieldError>;
-}
-
-impl<S: AlgorithmSettings> Settings for S {
-    fn clone_box(&self) -> Box<dyn Settings> {
-        Box::new(self.clone())
-    }
-
-    fn validate(&self) -> Result<(), FieldError> {
-        AlgorithmSettings::validate(self)
-    }
-
-    fn check_files(&self) -> Result<(), FieldError> {
-        AlgorithmSettings::check_files(self)
-    }
-
-    fn check_input(&self, input: InputShape) -> Result<(), FieldError> {
-        AlgorithmSettings::check_input(self, input)
-    }
+/// What the registry writes for each algorithm's settings, which have it by having their line
+/// in the registry: the algorithm built with its initial global model, as its [`Built`] variant.
+pub trait InRegistry {
+    fn built(
+        &self,
+        population: &Population,
+        arch: &Architecture,
+        init: &mut InitialModels<'_, ChaCha20Rng>,
+    ) -> Built;
 }
 
 /// Which algorithm a scenario runs, with its settings: `algorithm: {name: fedavg, ...}`.
@@ -423,14 +411,20 @@ impl AlgorithmSpec {
         self.erased().check_input(input)
     }
 
-    /// Builds the algorithm for `launcher`'s population and hands it over; an error says
-    /// why the settings do not suit that population.
-    pub fn launch<L: Launcher>(&self, launcher: L) -> Result<L::Output, FieldError> {
-        let index = REGISTRY
-            .iter()
-            .position(|r| std::ptr::eq(r, self.registration()))
-            .expect("a registration is an item of the registry");
-        start_registered(index, self.erased().as_any(), launcher)
+    /// Checks the settings against the data of `population`; a path is below `algorithm`.
+    pub fn check_data(&self, population: &Population) -> Result<(), FieldError> {
+        self.erased().check_data(population)
+    }
+
+    /// The algorithm for a run over `population` (after [`Self::check_data`]), with its
+    /// initial global model from `init`.
+    pub fn build(
+        &self,
+        population: &Population,
+        arch: &Architecture,
+        init: &mut InitialModels<'_, ChaCha20Rng>,
+    ) -> Built {
+        self.erased().build_with_global(population, arch, init)
     }
 }
 
@@ -441,7 +435,7 @@ mod tests {
 
     #[test]
     fn every_algorithm_parses_its_example_and_round_trips() {
-        catalogue::check_catalogue::<Algorithms>(|spec| {
+        crate::settings::catalogue::check_catalogue::<Algorithms>(|spec| {
             spec.validate().map_err(|e| format!("{e:?}"))
         });
     }

@@ -19,7 +19,7 @@ pub fn check(args: CheckArgs) -> Result<i32> {
         overrides,
     } = args;
     let s = overrides.load(&scenario)?;
-    fedsim::results::preflight(&s)?;
+    fedsim::plan::preflight(&s)?;
     outln!(
         "# {}: valid (run id {})\n{}",
         scenario.display(),

@@ -52,9 +52,14 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         .with_context(|| format!("building the data of {}", scenario.display()))?;
     out!("{}: {}", s.name, DataDescription::of(&data));
     let data = std::sync::Arc::new(data);
-    let parts = fedsim::actors::SimInit::new(&s.run, data.clone())
-        .with_context(|| format!("the system model of {}", scenario.display()))?;
-    let (arch, system) = (&parts.arch, &parts.system);
+    // The run as it would be decided: a field only the data could check is located in the
+    // file, like the scenario's own errors.
+    let plan = fedsim::plan::RunPlan::new(&s.run, data.clone(), 1).map_err(|e| match e {
+        fedsim::sim::SimError::Scenario(field) => anyhow::Error::new(s.locate(field)),
+        e => anyhow::Error::new(e).context(format!("the system model of {}", scenario.display())),
+    })?;
+    let setup = &plan.setup;
+    let (arch, system) = (&setup.arch, &setup.system);
     outln!(
         "  model: {} parameters, {:.3} MFLOP per sample forward (about 3× that to \
          train); {}",
@@ -128,7 +133,7 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         }
     }
     if let Some(adversary) = &s.run.adversary {
-        let malicious = fedsim::actors::malicious_clients(&s.run, data.num_clients()).len();
+        let malicious = setup.malicious.len();
         outln!(
             "  adversary: {malicious} malicious clients ({}); aggregation: {}",
             serde_yaml::to_string(&adversary.attack)?
@@ -140,10 +145,7 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
             }
         );
     }
-    let privacy = s
-        .run
-        .privacy_for(data.num_clients())
-        .map_err(|e| s.locate(e))?;
+    let privacy = &setup.client_privacy;
     // A target more than the least noise spends: σ stopped at the smallest tried.
     let shortfall = |sigma: f64, spent: f64| {
         let target = s.run.privacy.as_ref().and_then(|p| p.target_epsilon)?;
@@ -224,9 +226,7 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         );
         }
     }
-    let sample_privacy = fedsim::actors::sample_privacy(&s.run, data.clone())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", scenario.display()))?;
-    if let Some((sample, runs)) = sample_privacy {
+    if let Some((sample, runs)) = setup.sample_privacy {
         // Every client drawn every round: the most a record can spend.
         let plan = &s.run.training.plan;
         let sizes: Vec<usize> = (0..data.num_clients())

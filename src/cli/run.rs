@@ -138,7 +138,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
     }
     outln!("  simulated time           {:.1} s", report.sim_seconds);
     outln!("  wall time                {:.1} s", report.wall_seconds);
-    if let Some(bytes) = fedsim::results::peak_memory() {
+    if let Some(bytes) = fedsim::io::peak_memory() {
         outln!("  peak memory              {:.2} GB", bytes / 1e9);
     }
     if let Some(profile) = fedsim::models::profile::profile_report() {

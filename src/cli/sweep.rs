@@ -50,7 +50,7 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
     }
     if !list {
         for cell in &plan.cells {
-            fedsim::results::preflight(&cell.scenario)?;
+            fedsim::plan::preflight(&cell.scenario)?;
         }
     }
     let out = out.unwrap_or_else(|| Path::new("results").join(&plan.name));

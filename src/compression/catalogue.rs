@@ -2,10 +2,8 @@
 //! ...}`), one entry each in [`COMPRESSORS`]. A compressor is its file (its settings type,
 //! implementing [`CompressorSettings`]) plus one entry here.
 
-use crate::spec::catalogue::{
-    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
-};
-use crate::spec::FieldError;
+use crate::settings::catalogue::{catalogue, read_settings, Chosen, ItemSettings};
+use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
 
 /// The catalogue: every compressor a scenario can name, in the order the docs list them.
@@ -69,20 +67,21 @@ pub trait CompressorSettings: ItemSettings {
     fn compress(&self, v: &mut [f64], rng: &mut ChaCha20Rng);
 }
 
-/// The catalogue of compressors.
-pub struct Compressors;
-
-impl Catalogue for Compressors {
-    const TAG: &'static str = "kind";
-    const EXAMPLE_SECTION: &'static str = "{kind: top_k, fraction: 0.01}";
-    const SCHEMA_NAME: &'static str = "CompressorSpec";
-    type Declared = Declared;
-    type Settings = dyn Settings;
-    fn items() -> &'static [Registration] {
-        COMPRESSORS
+catalogue! {
+    /// The catalogue of compressors.
+    pub struct Compressors {
+        tag: "kind",
+        example: "{kind: top_k, fraction: 0.01}",
+        schema: "CompressorSpec",
+        declared: Declared,
+        items: COMPRESSORS,
     }
-    fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
-        settings.clone_box()
+    /// Settings of some registered compressor, their type erased.
+    erases CompressorSettings {
+        fn validate(&self) -> Result<(), FieldError>;
+        fn error_feedback(&self) -> bool;
+        fn bytes(&self, d: usize) -> u64;
+        fn compress(&self, v: &mut [f64], rng: &mut ChaCha20Rng);
     }
 }
 
@@ -93,9 +92,6 @@ pub struct Declared {
     pub keeps_norm_bound: bool,
 }
 
-/// One entry of the catalogue.
-pub type Registration = catalogue::Registration<Compressors>;
-
 /// The entry of the compressor whose settings are `S`.
 const fn entry<S: CompressorSettings>(kind: &'static str, summary: &'static str) -> Registration {
     let declared = Declared {
@@ -104,33 +100,6 @@ const fn entry<S: CompressorSettings>(kind: &'static str, summary: &'static str)
     Registration::new::<S>(kind, summary, S::EXAMPLE, declared, |fields| {
         Ok(Box::new(read_settings::<S>(fields)?))
     })
-}
-
-/// Settings of some registered compressor, their type erased.
-pub trait Settings: ErasedSettings {
-    fn clone_box(&self) -> Box<dyn Settings>;
-    fn validate(&self) -> Result<(), FieldError>;
-    fn error_feedback(&self) -> bool;
-    fn bytes(&self, d: usize) -> u64;
-    fn compress(&self, v: &mut [f64], rng: &mut ChaCha20Rng);
-}
-
-impl<S: CompressorSettings> Settings for S {
-    fn clone_box(&self) -> Box<dyn Settings> {
-        Box::new(self.clone())
-    }
-    fn validate(&self) -> Result<(), FieldError> {
-        CompressorSettings::validate(self)
-    }
-    fn error_feedback(&self) -> bool {
-        CompressorSettings::error_feedback(self)
-    }
-    fn bytes(&self, d: usize) -> u64 {
-        CompressorSettings::bytes(self, d)
-    }
-    fn compress(&self, v: &mut [f64], rng: &mut ChaCha20Rng) {
-        CompressorSettings::compress(self, v, rng)
-    }
 }
 
 /// One compressor of the changes a client (or, on the downlink, the server) sends: the item of
@@ -180,7 +149,7 @@ mod tests {
 
     #[test]
     fn every_compressor_round_trips() {
-        catalogue::check_catalogue::<Compressors>(|spec| {
+        crate::settings::catalogue::check_catalogue::<Compressors>(|spec| {
             spec.validate().map_err(|e| format!("{e:?}"))
         });
     }

@@ -28,7 +28,7 @@ pub use random_k::RandomKSpec;
 pub use sign::SignSpec;
 pub use top_k::TopKSpec;
 
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 

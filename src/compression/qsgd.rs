@@ -2,7 +2,7 @@
 
 use super::catalogue::CompressorSettings;
 use super::{bits_for, packed, VALUE_BYTES};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};

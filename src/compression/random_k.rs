@@ -2,7 +2,7 @@
 
 use super::catalogue::CompressorSettings;
 use super::{kept, valid_fraction, SEED_BYTES, VALUE_BYTES};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 

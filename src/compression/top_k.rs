@@ -2,7 +2,7 @@
 
 use super::catalogue::CompressorSettings;
 use super::{bits_for, kept, packed, valid_fraction, VALUE_BYTES};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 

@@ -3,8 +3,8 @@
 
 use super::catalogue::DatasetSettings;
 use super::{DataError, FederatedData, InputShape, Layout, SplitSpec};
+use crate::settings::FieldError;
 use crate::sim::{Entity, SeedTree};
-use crate::spec::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, Gamma, StandardNormal};
 use serde::{Deserialize, Serialize};

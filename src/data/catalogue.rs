@@ -7,11 +7,9 @@
 //! and `fedsim data list` read only this catalogue. This room holds no data set's logic.
 
 use super::{DataError, FederatedData, InputShape, SplitSpec};
+use crate::settings::catalogue::{catalogue, read_settings, Chosen, ItemSettings};
+use crate::settings::FieldError;
 use crate::sim::SeedTree;
-use crate::spec::catalogue::{
-    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
-};
-use crate::spec::FieldError;
 
 /// The catalogue: every data set a scenario can name, in the order `fedsim datasets` lists them.
 pub static DATASETS: &[Registration] = &[
@@ -124,20 +122,26 @@ pub trait DatasetSettings: ItemSettings {
     fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError>;
 }
 
-/// The catalogue of data sets.
-pub struct Datasets;
-
-impl Catalogue for Datasets {
-    const TAG: &'static str = "kind";
-    const EXAMPLE_SECTION: &'static str = "{kind: mnist, partition: {kind: iid, clients: 10}}";
-    const SCHEMA_NAME: &'static str = "DatasetSpec";
-    type Declared = Declared;
-    type Settings = dyn Settings;
-    fn items() -> &'static [Registration] {
-        DATASETS
+catalogue! {
+    /// The catalogue of data sets.
+    pub struct Datasets {
+        tag: "kind",
+        example: "{kind: mnist, partition: {kind: iid, clients: 10}}",
+        schema: "DatasetSpec",
+        declared: Declared,
+        items: DATASETS,
     }
-    fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
-        settings.clone_box()
+    /// Settings of some registered data set, their type erased: [`DatasetSettings`] without its
+    /// serde bounds.
+    erases DatasetSettings {
+        fn validate(&self) -> Result<(), FieldError>;
+        fn num_clients(&self) -> Option<usize>;
+        fn input_shape(&self) -> Option<InputShape>;
+        fn classes(&self) -> Option<usize>;
+        fn least_rows(&self) -> Option<(f64, usize)>;
+        fn planned_rows(&self, split: &SplitSpec) -> Result<Option<(f64, usize)>, DataError>;
+        fn asks_on_demand(&self) -> bool;
+        fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError>;
     }
 }
 
@@ -148,9 +152,6 @@ pub struct Declared {
     /// It can make rows on demand ([`DatasetSettings::ON_DEMAND`]).
     pub on_demand: bool,
 }
-
-/// One entry of the catalogue: a kind, where its rows come from, and how its settings are read.
-pub type Registration = catalogue::Registration<Datasets>;
 
 /// The entry of the data set whose settings are `S`.
 const fn entry<S: DatasetSettings>(
@@ -165,50 +166,6 @@ const fn entry<S: DatasetSettings>(
     Registration::new::<S>(kind, summary, S::EXAMPLE, declared, |fields| {
         Ok(Box::new(read_settings::<S>(fields)?))
     })
-}
-
-/// Settings of some registered data set, their type erased: [`DatasetSettings`] without its
-/// serde bounds.
-pub trait Settings: ErasedSettings {
-    fn clone_box(&self) -> Box<dyn Settings>;
-    fn validate(&self) -> Result<(), FieldError>;
-    fn num_clients(&self) -> Option<usize>;
-    fn input_shape(&self) -> Option<InputShape>;
-    fn classes(&self) -> Option<usize>;
-    fn least_rows(&self) -> Option<(f64, usize)>;
-    fn planned_rows(&self, split: &SplitSpec) -> Result<Option<(f64, usize)>, DataError>;
-    fn asks_on_demand(&self) -> bool;
-    fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError>;
-}
-
-impl<S: DatasetSettings> Settings for S {
-    fn clone_box(&self) -> Box<dyn Settings> {
-        Box::new(self.clone())
-    }
-    fn validate(&self) -> Result<(), FieldError> {
-        DatasetSettings::validate(self)
-    }
-    fn num_clients(&self) -> Option<usize> {
-        DatasetSettings::num_clients(self)
-    }
-    fn input_shape(&self) -> Option<InputShape> {
-        DatasetSettings::input_shape(self)
-    }
-    fn classes(&self) -> Option<usize> {
-        DatasetSettings::classes(self)
-    }
-    fn least_rows(&self) -> Option<(f64, usize)> {
-        DatasetSettings::least_rows(self)
-    }
-    fn planned_rows(&self, split: &SplitSpec) -> Result<Option<(f64, usize)>, DataError> {
-        DatasetSettings::planned_rows(self, split)
-    }
-    fn asks_on_demand(&self) -> bool {
-        DatasetSettings::asks_on_demand(self)
-    }
-    fn build(&self, split: &SplitSpec, seeds: &SeedTree) -> Result<FederatedData, DataError> {
-        DatasetSettings::build(self, split, seeds)
-    }
 }
 
 /// Which data set to build, as the scenario names it: `data: {kind: mnist, ...}`.
@@ -271,7 +228,7 @@ mod tests {
     /// Every data set reads its settings, writes them back `kind` first, and reads that again.
     #[test]
     fn every_data_set_round_trips() {
-        catalogue::check_catalogue::<Datasets>(|spec| {
+        crate::settings::catalogue::check_catalogue::<Datasets>(|spec| {
             spec.validate().map_err(|e| format!("{e:?}"))
         });
     }

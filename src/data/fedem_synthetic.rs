@@ -17,8 +17,8 @@
 
 use super::{DataError, FederatedData, MixtureTruth, NumpyRandomState, SplitSpec};
 use super::{DatasetSettings, InputShape};
+use crate::settings::FieldError;
 use crate::sim::{Entity, SeedTree};
-use crate::spec::FieldError;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Dirichlet, Distribution, LogNormal, Normal};

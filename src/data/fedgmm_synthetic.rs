@@ -21,8 +21,8 @@
 
 use super::{DataError, DatasetSettings, InputShape};
 use super::{FederatedData, MixtureTruth, SplitSpec};
+use crate::settings::FieldError;
 use crate::sim::{Entity, SeedTree};
-use crate::spec::FieldError;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;

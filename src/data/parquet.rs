@@ -12,8 +12,8 @@ use super::{ClientShard, FederatedData, PartitionSpec, SplitSpec};
 use super::{DatasetSettings, InputShape};
 use crate::io::{read_client_table, FeatureColumns, TableColumns, TableError};
 use crate::records::Split;
+use crate::settings::FieldError;
 use crate::sim::{Entity, SeedTree};
-use crate::spec::FieldError;
 
 mod on_demand;
 use serde::{Deserialize, Serialize};

@@ -14,8 +14,8 @@
 use super::registry;
 use super::{DataError, FederatedData, Layout, SplitSpec};
 use super::{DatasetSettings, InputShape};
+use crate::settings::FieldError;
 use crate::sim::{Entity, SeedTree};
-use crate::spec::FieldError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

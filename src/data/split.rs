@@ -1,7 +1,7 @@
 //! How each client's samples are divided into train / validation / test.
 
 use super::ClientShard;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// Per-client split.

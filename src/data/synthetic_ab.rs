@@ -13,8 +13,8 @@
 
 use super::{DataError, DatasetSettings, InputShape};
 use super::{FederatedData, NumpyRandomState, SplitSpec};
+use crate::settings::FieldError;
 use crate::sim::{Entity, SeedTree};
-use crate::spec::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, LogNormal, Normal, StandardNormal};
 use serde::{Deserialize, Serialize};

@@ -260,14 +260,14 @@ pub fn online_intervals(path: &Path, clients: usize) -> Result<Vec<Vec<(f64, f64
         )?;
         let start = csv.number(path, line, cells, cols[1])?;
         let end = csv.number(path, line, cells, cols[2])?;
-        if !(start >= 0.0 && end > start && end <= crate::spec::LONGEST_SECONDS) {
+        if !(start >= 0.0 && end > start && end <= crate::settings::LONGEST_SECONDS) {
             return Err(content(
                 path,
                 format!(
                     "line {line}: need 0 ≤ start_s < end_s ≤ 4.6e12 (the longest span the \
                      virtual clock counts), got {}, {}",
-                    crate::spec::number(start),
-                    crate::spec::number(end)
+                    crate::settings::number(start),
+                    crate::settings::number(end)
                 ),
             ));
         }
@@ -341,7 +341,7 @@ pub fn fedscale_behavior(path: &Path) -> Result<Vec<FedScaleBehavior>, FileError
         return Err(content(path, "the trace has no clients"));
     }
     let traces: Vec<FedScaleBehavior> = map.into_values().collect();
-    let longest = crate::spec::LONGEST_SECONDS;
+    let longest = crate::settings::LONGEST_SECONDS;
     let in_clock = |t: f64| (0.0..=longest).contains(&t);
     for t in &traces {
         let times_fit = t.active.iter().chain(&t.inactive).all(|&x| in_clock(x));

@@ -7,10 +7,8 @@
 //! nothing more. Validation and `fedsim models` read only this catalogue.
 
 use super::{InitScheme, InputShape, Layer, ModelInit};
-use crate::spec::catalogue::{
-    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
-};
-use crate::spec::FieldError;
+use crate::settings::catalogue::{catalogue, read_settings, Catalogue, Chosen, ItemSettings};
+use crate::settings::FieldError;
 use serde_yaml::Value;
 use std::fmt;
 
@@ -116,20 +114,20 @@ pub trait ModelSettings: ItemSettings {
     fn network(&self, input: InputShape, outputs: usize) -> Network;
 }
 
-/// The catalogue of model families.
-pub struct Models;
-
-impl Catalogue for Models {
-    const TAG: &'static str = "kind";
-    const EXAMPLE_SECTION: &'static str = "{kind: mlp, hidden: [64]}";
-    const SCHEMA_NAME: &'static str = "ModelSpec";
-    type Declared = Declared;
-    type Settings = dyn Settings;
-    fn items() -> &'static [Registration] {
-        MODELS
+catalogue! {
+    /// The catalogue of model families.
+    pub struct Models {
+        tag: "kind",
+        example: "{kind: mlp, hidden: [64]}",
+        schema: "ModelSpec",
+        declared: Declared,
+        items: MODELS,
     }
-    fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
-        settings.clone_box()
+    /// Settings of some registered model family, their type erased.
+    erases ModelSettings {
+        fn validate(&self) -> Result<(), FieldError>;
+        fn check_shape(&self, input: InputShape, outputs: Option<usize>) -> Result<(), FieldError>;
+        fn network(&self, input: InputShape, outputs: usize) -> Network;
     }
 }
 
@@ -141,9 +139,6 @@ pub struct Declared {
     pub reads_file: bool,
 }
 
-/// One entry of the catalogue: a kind, the inputs it takes, and how its settings are read.
-pub type Registration = catalogue::Registration<Models>;
-
 /// The entry of the model family whose settings are `S`.
 const fn entry<S: ModelSettings>(kind: &'static str, summary: &'static str) -> Registration {
     let declared = Declared {
@@ -153,29 +148,6 @@ const fn entry<S: ModelSettings>(kind: &'static str, summary: &'static str) -> R
     Registration::new::<S>(kind, summary, S::EXAMPLE, declared, |fields| {
         Ok(Box::new(read_settings::<S>(fields)?))
     })
-}
-
-/// Settings of some registered model family, their type erased.
-pub trait Settings: ErasedSettings {
-    fn clone_box(&self) -> Box<dyn Settings>;
-    fn validate(&self) -> Result<(), FieldError>;
-    fn check_shape(&self, input: InputShape, outputs: Option<usize>) -> Result<(), FieldError>;
-    fn network(&self, input: InputShape, outputs: usize) -> Network;
-}
-
-impl<S: ModelSettings> Settings for S {
-    fn clone_box(&self) -> Box<dyn Settings> {
-        Box::new(self.clone())
-    }
-    fn validate(&self) -> Result<(), FieldError> {
-        ModelSettings::validate(self)
-    }
-    fn check_shape(&self, input: InputShape, outputs: Option<usize>) -> Result<(), FieldError> {
-        ModelSettings::check_shape(self, input, outputs)
-    }
-    fn network(&self, input: InputShape, outputs: usize) -> Network {
-        ModelSettings::network(self, input, outputs)
-    }
 }
 
 /// The model family, as a scenario names it: `model: {kind: mlp, hidden: [64]}`, with the
@@ -322,7 +294,7 @@ impl fmt::Debug for ModelSpec {
 
 impl serde::Serialize for ModelSpec {
     fn serialize<Z: serde::Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
-        let mut section = crate::spec::catalogue::tagged(
+        let mut section = crate::settings::catalogue::tagged(
             Models::TAG,
             self.kind(),
             &self.family.erased().fields(),
@@ -342,7 +314,7 @@ impl<'de> serde::Deserialize<'de> for ModelSpec {
         use serde::de::Error as _;
         let section = <Value as serde::Deserialize>::deserialize(deserializer)?;
         let (name, fields) =
-            crate::spec::catalogue::split_tag(section, Models::TAG, Models::EXAMPLE_SECTION)
+            crate::settings::catalogue::split_tag(section, Models::TAG, Models::EXAMPLE_SECTION)
                 .map_err(D::Error::custom)?;
         ModelSpec::parse(&name, fields).map_err(D::Error::custom)
     }
@@ -357,7 +329,7 @@ mod tests {
     #[test]
     fn every_model_round_trips_and_builds() {
         assert_eq!(ModelSpec::default().kind(), "linear");
-        catalogue::check_catalogue::<Models>(|family| {
+        crate::settings::catalogue::check_catalogue::<Models>(|family| {
             let r = family.registration();
             let spec = ModelSpec::from_yaml(&r.example_section())?;
             spec.validate().map_err(|e| format!("{e:?}"))?;

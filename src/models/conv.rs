@@ -3,7 +3,7 @@
 
 use super::catalogue::{Inputs, ModelSettings, Network};
 use super::{InputShape, Layer};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// The FedEM authors' `FemnistCNN` (their EMNIST and FEMNIST experiments): conv 5×5 32 → ReLU

@@ -2,7 +2,7 @@
 
 use super::catalogue::{Inputs, ModelSettings, Network};
 use super::{InputShape, Layer};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// Logistic regression for two classes (one output), softmax regression otherwise.

@@ -1,15 +1,81 @@
 //! Gaussian densities and weighted moments of a split's rows (FedGMM's E- and M-steps), all
 //! of a mixture's Gaussians at once in a few batched LibTorch ops. A covariance is a d × d
 //! row-major matrix, or the d variances of a diagonal one. The rows may first be mapped by a
-//! fixed projection z = x·P (`P`: input features × z dimensions, row-major).
+//! fixed projection z = x·P (`P`: input features × z dimensions, row-major), or be a trained
+//! network's hidden layer ([`Encoder`]).
 //!
 //! The O(n·d²) products run in f32, as the authors' PyTorch code does (twice as fast as f64
 //! and within about 1e-6 relative of it); everything of size d or d² (Cholesky factors,
 //! log-determinants, means) and every sum over rows is in f64.
 
-use super::sgd::data_tensors;
+use super::sgd::{activations, data_tensors};
+use super::Architecture;
 use crate::data::SplitView;
+use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
+
+/// How a features projection pools an image-shaped layer output.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Pool {
+    /// Every value of the output, flattened.
+    #[default]
+    None,
+    /// Each channel's mean over its pixels.
+    Avg,
+    /// Each channel's maximum over its pixels.
+    Max,
+}
+
+/// A trained network cut after the layer whose output the Gaussians model.
+#[derive(Debug)]
+pub struct Encoder {
+    arch: Architecture,
+    params: Vec<f32>,
+    pool: Pool,
+}
+
+impl Encoder {
+    /// The network `arch` (already cut after the layer) with its parameters `params`, its
+    /// output pooled by `pool`.
+    pub fn new(arch: Architecture, params: Vec<f32>, pool: Pool) -> Self {
+        Encoder { arch, params, pool }
+    }
+
+    /// The representation of the rows of `view`, row after row (`values()` each).
+    pub fn represent(&self, view: SplitView<'_>) -> Vec<f32> {
+        Vec::<f32>::try_from(self.representation(view).flatten(0, -1))
+            .expect("a representation is f32")
+    }
+
+    /// The rows of `view` as the Gaussians see them: their representation, projected by
+    /// `projection` if one is given (see [`GaussianInputs::of`]).
+    pub fn inputs(&self, view: SplitView<'_>, projection: Option<&[f64]>) -> GaussianInputs {
+        GaussianInputs::of(&self.representation(view), projection)
+    }
+
+    /// The representation of the rows of `view`: `[n, values]`, f32.
+    fn representation(&self, view: SplitView<'_>) -> Tensor {
+        let n = view.len() as i64;
+        let h = activations(&self.arch, &self.params, view);
+        tch::no_grad(|| match self.pool {
+            Pool::None => h.reshape([n, -1]),
+            Pool::Avg => h.mean_dim(&[2i64, 3][..], false, Kind::Float),
+            Pool::Max => h.amax(&[2i64, 3][..], false),
+        })
+    }
+
+    /// The values of one row's representation.
+    pub fn values(&self) -> usize {
+        let output = self.arch.output_shape();
+        match self.pool {
+            Pool::None => output.iter().product(),
+            Pool::Avg | Pool::Max => output[0],
+        }
+    }
+}
 
 /// One Gaussian: its mean and covariance (d × d row-major, or the d variances).
 #[derive(Clone, Debug, PartialEq)]

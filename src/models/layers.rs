@@ -21,8 +21,8 @@
 
 use super::catalogue::{Inputs, ModelSettings, Network};
 use super::{InitScheme, InputShape, Layer, Normalization};
-use crate::spec::catalogue::{read_settings, split_tag, tagged, unknown};
-use crate::spec::FieldError;
+use crate::settings::catalogue::{read_settings, split_tag, tagged, unknown};
+use crate::settings::FieldError;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_yaml::{Mapping, Value};

@@ -2,7 +2,7 @@
 
 use super::catalogue::{Inputs, ModelSettings, Network};
 use super::{InputShape, Layer};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// Embedding → stacked LSTM → dense decoder of the last step's hidden state (their Shakespeare

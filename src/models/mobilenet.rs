@@ -7,7 +7,7 @@
 
 use super::catalogue::{Inputs, ModelSettings, Network};
 use super::{InitScheme, InputShape, Layer, Normalization};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// MobileNet-v2 as torchvision builds it (inverted residual blocks, ReLU6, global average

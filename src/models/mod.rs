@@ -30,7 +30,7 @@ pub use catalogue::{
 pub use conv::{CnnSpec, SmallCnnSpec};
 pub use dense::{LinearSpec, MlpSpec};
 pub use device::{set_cublas_workspace, DeviceChoice, DeviceRows, Placement, DEVICE_ALLOWED};
-pub use gaussian::{Gaussian, GaussianInputs, Moments};
+pub use gaussian::{Encoder, Gaussian, GaussianInputs, Moments, Pool};
 pub use layers::{Initialisation, LayerSpec, LayersSpec, Shape};
 pub use lenet::Lenet5Spec;
 pub use lstm::LstmSpec;

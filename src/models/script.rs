@@ -20,7 +20,7 @@
 
 use super::catalogue::{Inputs, ModelSettings, Network};
 use super::{InputShape, Layer};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;

@@ -49,7 +49,7 @@
 use super::accounting::CalibrationError;
 use super::accounting::{calibrate, RdpAccountant, SubsampledGaussian, Subsampling};
 use super::pld::{PldAccountant, MOST_GRID_POINTS};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand::Rng;
 use rand_distr::StandardNormal;
 use serde::{Deserialize, Serialize};

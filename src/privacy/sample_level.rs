@@ -19,7 +19,7 @@
 use super::accounting::{calibrate, RdpAccountant, SubsampledGaussian, Subsampling};
 use super::PrivacySpec;
 use crate::models::{DpSgd, LocalPlan};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Sample-level DP as a run applies it.

@@ -10,7 +10,6 @@ mod describe;
 mod frames;
 mod machine;
 mod novelty;
-mod preflight;
 mod run;
 mod run_files;
 mod summary;
@@ -22,10 +21,6 @@ pub use frames::{
 };
 pub use machine::{Machine, MACHINE_FILE};
 pub use novelty::{novelty_frame, NoveltyFigures};
-pub use preflight::{
-    check_run_fits, check_terms, human_bytes, least_bytes, machine_memory, peak_memory, preflight,
-    run_terms, DataShape, MemoryTerm,
-};
 pub use run::{
     check_threads, default_out_dir, default_threads, max_threads, observe_scenario, run_scenario,
     run_scenario_with_bar, simulate_scenario, style_run_bar, RunError, RunOptions, RunReport,
@@ -40,6 +35,17 @@ use std::path::{Path, PathBuf};
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pre-flight counts what the result files keep of each evaluated client: the size of
+    /// its row of `clients.parquet` and of its last evaluation.
+    #[test]
+    fn the_preflight_counts_what_a_client_row_keeps() {
+        assert_eq!(
+            ClientsFileRows::ROW_BYTES + std::mem::size_of::<crate::records::EvalRecord>(),
+            crate::plan::RESULT_BYTES_PER_EVALUATED_CLIENT,
+            "update `plan::RESULT_BYTES_PER_EVALUATED_CLIENT`"
+        );
+    }
 
     #[test]
     fn differing_files_names_what_changed() {

@@ -4,6 +4,7 @@ use crate::actors::{simulate, SimOutput};
 use crate::data::DataError;
 use crate::io::OutputRules;
 use crate::models::Architecture;
+use crate::plan::RunPlan;
 use crate::records::{DivergenceRecord, EarlyEndRecord, Record, RoundRecord};
 use crate::results::{Machine, ReportError, RunFiles, RunIdentity, RunMeta, Summary};
 use crate::scenario::Scenario;
@@ -69,7 +70,7 @@ pub enum RunError {
     #[error("{}: {error}", file.display())]
     Fit {
         file: PathBuf,
-        error: crate::spec::FieldError,
+        error: crate::settings::FieldError,
     },
     #[error("cannot create the output folder {}", path.display())]
     OutDir {
@@ -164,21 +165,22 @@ pub fn observe_scenario(
     observer: RecordObserver<Record>,
 ) -> Result<(SimOutput, Architecture), RunError> {
     check_threads(threads)?;
-    crate::results::preflight(s)?;
+    crate::plan::preflight(s)?;
     let data = s.data.build(&s.split, &SeedTree::new(s.data_seed))?;
-    crate::results::check_run_fits(&s.run, &data, crate::results::machine_memory()).map_err(
-        |e| RunError::Fit {
+    crate::plan::check_run_fits(&s.run, &data, crate::io::machine_memory()).map_err(|e| {
+        RunError::Fit {
             file: s.file.clone(),
             error: e,
-        },
-    )?;
+        }
+    })?;
     let arch = Architecture::for_input(&s.run.model, data.input_shape(), data.classes);
     let data = Arc::new(data);
-    let output = simulate(&s.run, data, threads, observer).map_err(|e| match e {
+    let plan = RunPlan::new(&s.run, data, threads).map_err(|e| match e {
         // A field only the built data could check: located in the file like the others.
         SimError::Scenario(field) => RunError::Preflight(s.locate(field)),
         e => RunError::Sim(e),
     })?;
+    let output = simulate(plan, observer)?;
     Ok((output, arch))
 }
 

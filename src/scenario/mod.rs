@@ -8,7 +8,7 @@ mod locate;
 mod raw;
 mod reference;
 
-use crate::spec::compact;
+use crate::settings::compact;
 pub use raw::{RawLrSchedule, RawScenario, RawTraining};
 pub use reference::{json_schema, json_schema_text, reference_page, REFERENCE_PAGE, SCHEMA_FILE};
 
@@ -20,10 +20,10 @@ use crate::models::ModelSpec;
 use crate::models::{LocalPlan, LocalWork};
 use crate::privacy::{Accountant, Mechanism, PrivacySpec};
 use crate::robust::Attacks;
-use crate::spec::catalogue::names_declaring;
-use crate::spec::FieldError;
-use crate::spec::{check_client_counts, OnDivergence};
-use crate::spec::{
+use crate::settings::catalogue::names_declaring;
+use crate::settings::FieldError;
+use crate::settings::{check_client_counts, OnDivergence};
+use crate::settings::{
     EvaluatedSplits, EvaluationPlan, NoveltyScoring, PolicySpec, RawEvaluation, RawSampling,
     SampleSize, Sampling, Strategy,
 };
@@ -93,7 +93,7 @@ pub struct RunSpec {
     pub policy: PolicySpec,
     pub system: SystemSpec,
     /// Fraction of the clients held out of training (chosen from the seed; see
-    /// [`crate::actors::unseen_clients`]).
+    /// [`crate::plan::unseen_clients`]).
     pub unseen_fraction: f64,
     /// Peers and their graph, for decentralized algorithms (no server then).
     pub topology: Option<TopologySpec>,
@@ -118,7 +118,7 @@ impl RunSpec {
     /// Client-level `privacy:` for a run over `clients` clients (held-out ones included): the
     /// accountant's sampling is the round's selection among the participants, and a
     /// `target_epsilon` is turned into σ for the scenario's rounds. `None` without `privacy:`
-    /// or under DP-SGD ([`crate::actors::sample_privacy`]).
+    /// or under DP-SGD (`plan::Setup::sample_privacy`).
     pub fn privacy_for(
         &self,
         clients: usize,

@@ -1,10 +1,11 @@
 //! The scenario file as written: serde structs that reject unknown fields. Defaults are filled
 //! here so that the resolved scenario written next to the results states every setting.
 
-use crate::algorithms::{AlgorithmSpec, Cohorts, Spill};
+use crate::algorithms::AlgorithmSpec;
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::{DeviceChoice, ModelSpec};
-use crate::spec::{OnDivergence, PolicySpec, RawEvaluation, RawSampling};
+use crate::settings::{Cohorts, Spill};
+use crate::settings::{OnDivergence, PolicySpec, RawEvaluation, RawSampling};
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
 use serde::{Deserialize, Serialize};

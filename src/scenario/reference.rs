@@ -359,7 +359,7 @@ fn plain(v: &Json) -> String {
         Json::String(s) => s.clone(),
         other => {
             let yaml: serde_yaml::Value = serde_json::from_value(other.clone()).unwrap_or_default();
-            crate::spec::compact(&yaml)
+            crate::settings::compact(&yaml)
         }
     }
 }

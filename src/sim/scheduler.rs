@@ -20,7 +20,7 @@ pub enum SimError {
     ActorGone(String),
     /// A scenario field that only the loaded data could check.
     #[error(transparent)]
-    Scenario(#[from] crate::spec::FieldError),
+    Scenario(#[from] crate::settings::FieldError),
     /// The run could not be set up (its system model or topology): the cause.
     #[error(transparent)]
     Setup(Box<dyn std::error::Error + Send + Sync>),

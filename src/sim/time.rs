@@ -56,7 +56,7 @@ impl SimDuration {
 
     /// The longest duration a model may give: 2⁶² µs (about 146 000 years), so that a time
     /// plus a duration never wraps.
-    pub const LONGEST: SimDuration = SimDuration(crate::spec::LONGEST_MICROS);
+    pub const LONGEST: SimDuration = SimDuration(crate::settings::LONGEST_MICROS);
 
     /// Seconds from a model's float parameters, rounded up to a whole microsecond, where they
     /// are at most [`SimDuration::LONGEST`]: `None` for more, infinity or NaN (which a caller

@@ -11,7 +11,7 @@
 
 use super::summaries::{read_csv_text, read_summary, text_column, RunRow};
 use crate::results::ReportError;
-use crate::spec::compact;
+use crate::settings::compact;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

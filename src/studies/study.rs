@@ -397,12 +397,12 @@ fn readable(axis: &str, value: &str) -> String {
                 .iter()
                 .filter(|(k, _)| k.as_str() != Some("name"))
                 .map(|(k, v)| {
-                    let k = crate::spec::compact(k);
+                    let k = crate::settings::compact(k);
                     let symbol = SYMBOLS
                         .iter()
                         .find(|(f, _)| *f == k)
                         .map_or(k.as_str(), |s| s.1);
-                    format!("{symbol} = {}", crate::spec::compact(v))
+                    format!("{symbol} = {}", crate::settings::compact(v))
                 })
                 .collect();
             return match settings.is_empty() {

@@ -23,7 +23,7 @@ use crate::results::ReportError;
 use crate::results::{
     check_threads, default_threads, max_threads, run_scenario_with_bar, RunError, RunOptions,
 };
-use crate::spec::compact;
+use crate::settings::compact;
 use crate::studies::text_table_csv;
 use crate::studies::{Cell, Sweep};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};

@@ -18,7 +18,7 @@
 //! it does not depend on the order of the axes or on the other cells.
 
 use crate::scenario::{check_name, Scenario, ScenarioError};
-use crate::spec::compact;
+use crate::settings::compact;
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 use std::path::{Path, PathBuf};

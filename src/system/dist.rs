@@ -2,8 +2,8 @@
 //! distribution each client draws its value from once, from its own seeded stream.
 
 use super::SystemError;
+use crate::settings::FieldError;
 use crate::sim::{Entity, SeedTree};
-use crate::spec::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, LogNormal};
 use serde::de::{self, MapAccess, Visitor};
@@ -68,7 +68,7 @@ impl Quantity {
             _ if !sign_ok => Err(format!("must be {what}")),
             Some(most) if v > most => Err(format!(
                 "must be {what} of at most {} (the longest span the virtual clock counts)",
-                crate::spec::number(most)
+                crate::settings::number(most)
             )),
             _ => Ok(()),
         }

@@ -14,8 +14,8 @@ pub use availability::{AvailabilityModel, Intervals, OnOff};
 pub use dist::{Dist, DrawnDist, Quantity};
 
 use crate::data::MixtureTruth;
+use crate::settings::FieldError;
 use crate::sim::{Entity, SeedTree, SimDuration, SimTime};
-use crate::spec::FieldError;
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
@@ -31,7 +31,7 @@ pub enum SystemError {
     #[error(
         "{what} takes {} s of simulated time, more than the virtual clock counts (at most \
          4.6e12 s, about 146 000 years); check the numbers it comes from",
-        crate::spec::number(*secs)
+        crate::settings::number(*secs)
     )]
     Clock { what: String, secs: f64 },
 }
@@ -348,7 +348,7 @@ const SECONDS_PER_BATCH: Quantity = Quantity {
     field: "compute.seconds_per_batch",
     purpose: "device/seconds_per_batch",
     positive: true,
-    most: Some(crate::spec::LONGEST_SECONDS),
+    most: Some(crate::settings::LONGEST_SECONDS),
 };
 const FLOPS_PER_SECOND: Quantity =
     Quantity::rate("compute.flops_per_second", "device/flops_per_second");
@@ -358,7 +358,7 @@ const LATENCY_MS: Quantity = Quantity {
     field: "network.latency_ms",
     purpose: "network/latency",
     positive: false,
-    most: Some(crate::spec::LONGEST_SECONDS * 1e3),
+    most: Some(crate::settings::LONGEST_SECONDS * 1e3),
 };
 
 impl SystemModel {
@@ -417,7 +417,7 @@ impl SystemModel {
                 duration(ms / 1e3, || {
                     format!(
                         "client {c}'s latency (system.network.latency_ms: {} ms)",
-                        crate::spec::number(ms)
+                        crate::settings::number(ms)
                     )
                 })
             })
@@ -518,7 +518,7 @@ impl SystemModel {
             format!(
                 "client {client}'s training ({samples} samples at {} samples per second, from \
                  system.compute)",
-                crate::spec::number(speed)
+                crate::settings::number(speed)
             )
         })
     }
@@ -542,7 +542,7 @@ impl SystemModel {
             format!(
                 "client {client}'s {field} transfer of {bytes} bytes at {} Mbit/s (from \
                  system.network.{field}_mbps)",
-                crate::spec::number(mbps)
+                crate::settings::number(mbps)
             )
         })?;
         Ok(self.latency[client as usize] + transfer)
@@ -567,7 +567,7 @@ impl SystemModel {
             format!(
                 "peer {from}'s message of {bytes} bytes to peer {to} at {} Mbit/s (from \
                  system.network)",
-                crate::spec::number(mbps)
+                crate::settings::number(mbps)
             )
         })?;
         Ok((latency, transfer))

@@ -39,8 +39,8 @@
 //! their links take and who drops; it decides nothing about rounds.
 
 use super::{Link, SystemError};
+use crate::settings::FieldError;
 use crate::sim::SimDuration;
-use crate::spec::FieldError;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -312,7 +312,7 @@ impl SecAggSpec {
                     "client {}'s {others} key agreements (secure_aggregation.key_agreement_ms: \
                      {} ms each)",
                     clients[i],
-                    crate::spec::number(self.key_agreement_ms)
+                    crate::settings::number(self.key_agreement_ms)
                 )
             })?;
             Ok(agree + link(clients[i], Link::Up, bytes)?)
@@ -369,7 +369,7 @@ impl SecAggSpec {
                     "client {}'s expansion of {masks} masks of {floats} floats \
                      (secure_aggregation.mask_floats_per_second: {})",
                     clients[i],
-                    crate::spec::number(self.mask_floats_per_second)
+                    crate::settings::number(self.mask_floats_per_second)
                 )
             })
         }))?;

@@ -16,8 +16,8 @@ pub use mixing::{
     MIXING_TOLERANCE,
 };
 
+use crate::settings::FieldError;
 use crate::sim::{Entity, SeedTree};
-use crate::spec::FieldError;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

@@ -392,20 +392,20 @@ fn the_pld_accountants_grid_and_secure_aggregations_graph_are_bounded() {
             "secure_aggregation={protocol: secagg}",
         ],
     );
-    let shape = fedsim::results::DataShape {
+    let shape = fedsim::plan::DataShape {
         input: fedsim::data::InputShape::Flat(20),
         classes: 2,
         clients: 20_000,
         least_train_rows: 1,
         data_bytes: 0.0,
     };
-    let terms = fedsim::results::run_terms(&s.run, &shape);
+    let terms = fedsim::plan::run_terms(&s.run, &shape);
     let graph = terms
         .iter()
         .find(|t| t.field == "secure_aggregation")
         .expect("a term for the graph");
     assert_eq!(graph.bytes, 20_000.0 * (8.0 * 19_999.0 + 32.0));
-    let e = fedsim::results::check_terms(&terms, Some(2e9)).unwrap_err();
+    let e = fedsim::plan::check_terms(&terms, Some(2e9)).unwrap_err();
     assert_eq!(e.path, "secure_aggregation");
 }
 

@@ -493,7 +493,7 @@ fn a_device_that_cannot_be_had_names_the_field_and_what_is_allowed() {
         // A scenario validates the same on every machine; the pre-flight of `run` and `check`
         // says that this one has no GPU, pointing into the file.
         let cuda = load("cuda:0").expect("valid on any machine");
-        let err = fedsim::results::preflight(&cuda).unwrap_err().to_string();
+        let err = fedsim::plan::preflight(&cuda).unwrap_err().to_string();
         for part in [
             "d.yaml:4",
             "training.device",

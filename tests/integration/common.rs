@@ -37,7 +37,7 @@ pub fn preflight_error(text: &str, overrides: &[&str]) -> String {
     let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
     let s = Scenario::from_yaml(text, Path::new("bad.yaml"), &o)
         .unwrap_or_else(|e| panic!("valid on any machine, but: {e}"));
-    match fedsim::results::preflight(&s) {
+    match fedsim::plan::preflight(&s) {
         Ok(()) => panic!("the pre-flight should refuse:\n{text}\nwith {overrides:?}"),
         Err(e) => e.to_string(),
     }

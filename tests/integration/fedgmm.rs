@@ -446,7 +446,7 @@ fn a_projection_file_shapes_the_gaussians() {
         tmp.path().display()
     )];
     let s = Scenario::from_yaml(SMALL, Path::new("g.yaml"), &o).expect("reads without files");
-    let e = fedsim::results::preflight(&s).unwrap_err().to_string();
+    let e = fedsim::plan::preflight(&s).unwrap_err().to_string();
     assert!(
         e.contains("field `algorithm.projection`") && e.contains("cannot read"),
         "{e}"
@@ -455,7 +455,7 @@ fn a_projection_file_shapes_the_gaussians() {
     // data's shape is known before it is built (SMALL's 20 features).
     let o = vec!["algorithm={name: fedgmm, projection: {kind: pca, dims: 21}}".to_string()];
     let s = Scenario::from_yaml(SMALL, Path::new("g.yaml"), &o).unwrap();
-    let e = fedsim::results::preflight(&s).unwrap_err().to_string();
+    let e = fedsim::plan::preflight(&s).unwrap_err().to_string();
     assert!(
         e.contains("field `algorithm.projection`")
             && e.contains("`dims: 21` is more than the 20 input features; at most 20"),

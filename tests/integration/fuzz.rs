@@ -544,7 +544,7 @@ fn random_parquet_schemas_give_data_or_an_error_never_a_panic() {
         match no_panic("the Parquet loader", &input, || {
             s.data
                 .build(&s.split, &SeedTree::new(1))
-                .map(|data| fedsim::results::check_run_fits(&s.run, &data, Some(24e9)).is_ok())
+                .map(|data| fedsim::plan::check_run_fits(&s.run, &data, Some(24e9)).is_ok())
         }) {
             Ok(_) => ok += 1,
             Err(e) => {
@@ -941,7 +941,7 @@ fn every_input_file_kind_in_any_state_gives_a_value_or_an_error_naming_it() {
                     );
                     Scenario::from_yaml(&text, &d.join("f.yaml"), &[])
                         .map_err(|x| e(&x))
-                        .and_then(|s| fedsim::results::preflight(&s).map_err(|x| e(&x)))
+                        .and_then(|s| fedsim::plan::preflight(&s).map_err(|x| e(&x)))
                 }
                 "module" => {
                     let model = format!(
@@ -1051,8 +1051,9 @@ fn per_client_files_of_hostile_numbers_give_valid_values_or_errors_naming_them()
                 Ok(d) => std::sync::Arc::new(d),
                 Err(e) => return Err(fedsim::error_chain(&e)),
             };
-            let parts =
-                fedsim::actors::SimInit::new(&s.run, data).map_err(|e| fedsim::error_chain(&e))?;
+            let plan =
+                fedsim::plan::RunPlan::new(&s.run, data, 1).map_err(|e| fedsim::error_chain(&e))?;
+            let parts = plan.setup;
             // Every duration the model gives for these clients: counted, or an error.
             let mut errors = Vec::new();
             for c in 0..clients as u32 {

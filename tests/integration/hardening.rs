@@ -328,7 +328,7 @@ fn data_that_cannot_mean_what_it_says_is_refused_with_column_row_and_value() {
 fn a_model_or_local_work_too_large_for_the_machine_is_refused_not_aborted() {
     let tmp = tempfile::tempdir().unwrap();
     let scenario = write(&tmp.path().join("s.yaml"), SMALL);
-    let memory = fedsim::results::machine_memory().expect("Linux reports its memory");
+    let memory = fedsim::io::machine_memory().expect("Linux reports its memory");
     // Two hidden layers whose middle matrix alone is twice the machine's memory.
     let width = ((memory / 4.0).sqrt() * 1.5) as u64;
     let o = fedsim(

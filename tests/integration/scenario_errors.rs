@@ -412,7 +412,7 @@ fn sizes_that_cannot_fit_in_memory_are_refused_with_the_estimate() {
     );
     assert!(!e.contains("on_demand"), "{e}");
     let fits = crate::common::scenario(BASE, &["data.clients=10000000", "data.on_demand=true"]);
-    fedsim::results::preflight(&fits).expect("10⁷ clients on demand fit");
+    fedsim::plan::preflight(&fits).expect("10⁷ clients on demand fit");
     let e = preflight_error(
         &BASE.replace("kind: fedem_synthetic\n  clients: 10", "kind: synthetic_ab"),
         &["data.clients=1000000000000", "sampling.fraction=0.0001"],

@@ -178,7 +178,7 @@ fn check_refuses_a_file_of_another_model() {
         fixture("lenet5.safetensors").display()
     );
     let s = scenario(&text, &[]);
-    let e = fedsim::results::preflight(&s).unwrap_err().to_string();
+    let e = fedsim::plan::preflight(&s).unwrap_err().to_string();
     for part in [
         "test.yaml:",
         "model.init.from",

@@ -4,7 +4,8 @@
 //! "round". A job's random streams are indexed by how many jobs started before it.
 
 use super::{Core, Held, InFlight, Report, RoundPolicy};
-use crate::actors::{FlEffects, Outbox, ToServer};
+use crate::actors::messages::{FlEffects, ToServer};
+use crate::actors::world::Outbox;
 use crate::algorithms::Algorithm;
 use crate::records::JobOutcome;
 use crate::sim::{SimDuration, SimError, SimTime};

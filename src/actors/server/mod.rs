@@ -22,13 +22,13 @@ mod fedbuff;
 mod online;
 mod synchronous;
 
+use super::divergence::{DivergenceWatch, Seen};
 use super::evaluation::EvaluatedClients;
+use super::job::JobContext;
+use super::messages::{FlEffects, Msg, PooledNovelty, PrivacyNote, ToClient, ToServer, TrainOrder};
 use super::policy::staleness_factor;
 use super::sampling::{AllBut, Candidates, Feedback, Heard, ReportedLoss};
-use super::{
-    Deliver, DivergenceWatch, FlEffects, JobContext, Msg, Outbox, PooledNovelty, PrivacyNote, Seen,
-    ToClient, ToServer, TrainOrder,
-};
+use super::world::{guarded, Deliver, Outbox};
 use crate::algorithms::{Algorithm, Finite, NoveltyShare, StaleUpdate, Updates};
 use crate::io::Stored;
 use crate::privacy::{
@@ -39,9 +39,9 @@ use crate::records::{
     AdaptiveRound, DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundPrivacy,
     RoundRecord,
 };
+use crate::settings::PolicySpec;
+use crate::settings::Sampling;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
-use crate::spec::PolicySpec;
-use crate::spec::Sampling;
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
 use downlink::Downlink;
@@ -599,12 +599,10 @@ impl<A: Algorithm> Core<A> {
                 })
                 .collect();
             let Some(aggregate_stale) = A::STALE_UPDATES else {
-                return Err(SimError::Scenario(crate::spec::FieldError::new(
-                    "policy".into(),
-                    "this algorithm cannot take stale updates; use a synchronous policy without \
-                     late updates"
-                        .into(),
-                )));
+                // The scenario refuses a policy with stale updates for such an algorithm.
+                return Err(SimError::Internal(
+                    "stale updates reached an algorithm that cannot take them".into(),
+                ));
             };
             aggregate_stale(self.alg(), &self.global, &stale, server_lr)
         };
@@ -917,7 +915,7 @@ impl<A: Algorithm> Handler<Deliver<ToServer<A>, Msg<A>>> for Server<A> {
     type Result = Result<FlEffects<A>, SimError>;
 
     fn handle(&mut self, d: Deliver<ToServer<A>, Msg<A>>, _: &mut Context<Self>) -> Self::Result {
-        super::guarded(|| "the server".into(), || self.on_message(d.now, d.msg))
+        guarded(|| "the server".into(), || self.on_message(d.now, d.msg))
     }
 }
 
@@ -1001,9 +999,9 @@ fn pool_novelty_shares<G>(shares: Vec<NoveltyShare>, global: Arc<G>) -> PooledNo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actors::Routed;
+    use crate::actors::world::Routed;
     use crate::algorithms::{FedAvg, ModelUpdate};
-    use crate::spec::EvaluationPlan;
+    use crate::settings::EvaluationPlan;
 
     /// A FedAvg server over two clients of a tiny data set, under `policy`, for 3 rounds.
     fn server(policy: &str) -> Server<FedAvg> {

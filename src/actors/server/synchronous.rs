@@ -6,12 +6,13 @@
 //! cannot be removed aggregates nothing.
 
 use super::{Core, Held, InFlight, Report, RoundPolicy};
-use crate::actors::{FlEffects, Outbox, ToServer};
+use crate::actors::messages::{FlEffects, ToServer};
+use crate::actors::world::Outbox;
 use crate::algorithms::Algorithm;
 use crate::io::Stored;
 use crate::records::{JobOutcome, Record, RoundRecord, RoundSecAgg};
+use crate::settings::LateUpdates;
 use crate::sim::{Entity, SimDuration, SimError, SimTime};
-use crate::spec::LateUpdates;
 use crate::system::secagg::{Setup, Step};
 use rand::Rng;
 

@@ -2,10 +2,8 @@
 //! each in [`PARTITIONS`]. A partitioner is its file (its settings type, implementing
 //! [`PartitionSettings`]) plus one entry here.
 
-use crate::spec::catalogue::{
-    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
-};
-use crate::spec::FieldError;
+use crate::settings::catalogue::{catalogue, read_settings, Chosen, ItemSettings};
+use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
 
 /// The catalogue: every partitioner a scenario can name, in the order the docs list them.
@@ -65,68 +63,29 @@ pub trait PartitionSettings: ItemSettings {
     ) -> Result<Vec<Vec<usize>>, String>;
 }
 
-/// The catalogue of partitioners.
-pub struct Partitions;
-
-impl Catalogue for Partitions {
-    const TAG: &'static str = "kind";
-    const EXAMPLE_SECTION: &'static str = "{kind: dirichlet, clients: 100, alpha: 0.5}";
-    const SCHEMA_NAME: &'static str = "PartitionSpec";
-    type Declared = ();
-    type Settings = dyn Settings;
-    fn items() -> &'static [Registration] {
-        PARTITIONS
+catalogue! {
+    /// The catalogue of partitioners.
+    pub struct Partitions {
+        tag: "kind",
+        example: "{kind: dirichlet, clients: 100, alpha: 0.5}",
+        schema: "PartitionSpec",
+        declared: (),
+        items: PARTITIONS,
     }
-    fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
-        settings.clone_box()
+    /// Settings of some registered partitioner, their type erased.
+    erases PartitionSettings {
+        fn validate(&self) -> Result<(), FieldError>;
+        fn clients(&self) -> Option<usize>;
+        fn keeps_own_clients(&self) -> Option<f64>;
+        fn assign(&self, labels: &[i64], classes: usize, rng: &mut ChaCha20Rng) -> Result<Vec<Vec<usize>>, String>;
     }
 }
-
-/// One entry of the catalogue.
-pub type Registration = catalogue::Registration<Partitions>;
 
 /// The entry of the partitioner whose settings are `S`.
 const fn entry<S: PartitionSettings>(kind: &'static str, summary: &'static str) -> Registration {
     Registration::new::<S>(kind, summary, S::EXAMPLE, (), |fields| {
         Ok(Box::new(read_settings::<S>(fields)?))
     })
-}
-
-/// Settings of some registered partitioner, their type erased.
-pub trait Settings: ErasedSettings {
-    fn clone_box(&self) -> Box<dyn Settings>;
-    fn validate(&self) -> Result<(), FieldError>;
-    fn clients(&self) -> Option<usize>;
-    fn keeps_own_clients(&self) -> Option<f64>;
-    fn assign(
-        &self,
-        labels: &[i64],
-        classes: usize,
-        rng: &mut ChaCha20Rng,
-    ) -> Result<Vec<Vec<usize>>, String>;
-}
-
-impl<S: PartitionSettings> Settings for S {
-    fn clone_box(&self) -> Box<dyn Settings> {
-        Box::new(self.clone())
-    }
-    fn validate(&self) -> Result<(), FieldError> {
-        PartitionSettings::validate(self)
-    }
-    fn clients(&self) -> Option<usize> {
-        PartitionSettings::clients(self)
-    }
-    fn keeps_own_clients(&self) -> Option<f64> {
-        PartitionSettings::keeps_own_clients(self)
-    }
-    fn assign(
-        &self,
-        labels: &[i64],
-        classes: usize,
-        rng: &mut ChaCha20Rng,
-    ) -> Result<Vec<Vec<usize>>, String> {
-        PartitionSettings::assign(self, labels, classes, rng)
-    }
 }
 
 /// How rows are dealt to clients (`data.partition` in a scenario).
@@ -213,7 +172,7 @@ mod tests {
 
     #[test]
     fn every_partitioner_round_trips() {
-        catalogue::check_catalogue::<Partitions>(|spec| {
+        crate::settings::catalogue::check_catalogue::<Partitions>(|spec| {
             spec.validate().map_err(|e| format!("{e:?}"))
         });
     }

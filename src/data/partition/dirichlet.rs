@@ -2,7 +2,7 @@
 
 use super::catalogue::PartitionSettings;
 use super::{dirichlet, multinomial};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};

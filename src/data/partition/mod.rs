@@ -278,7 +278,7 @@ mod tests {
             beta: 10.0,
             coarse: Some(vec![0, 1, 1_000_000_000]),
         });
-        let crate::spec::FieldError {
+        let crate::settings::FieldError {
             path: field,
             message,
         } = bad.validate().unwrap_err();

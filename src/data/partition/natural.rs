@@ -1,7 +1,7 @@
 //! `natural`: the data's own clients (FEMNIST's writers).
 
 use super::catalogue::PartitionSettings;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 

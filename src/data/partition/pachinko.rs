@@ -2,7 +2,7 @@
 
 use super::catalogue::PartitionSettings;
 use super::{categorical, dirichlet, remove_and_renormalise};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,7 @@
 //! `pfedme`: pFedMe's MNIST split.
 
 use super::catalogue::PartitionSettings;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;

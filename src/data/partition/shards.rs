@@ -1,7 +1,7 @@
 //! `shards`: McMahan et al.'s pathological split.
 
 use super::catalogue::PartitionSettings;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};

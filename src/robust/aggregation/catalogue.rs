@@ -2,10 +2,8 @@
 //! each in [`ROBUST_RULES`]. A rule is its file (its settings type, implementing
 //! [`RobustRuleSettings`]) plus one entry here.
 
-use crate::spec::catalogue::{
-    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
-};
-use crate::spec::FieldError;
+use crate::settings::catalogue::{catalogue, read_settings, Chosen, ItemSettings};
+use crate::settings::FieldError;
 
 /// The catalogue: every robust rule a scenario can name, in the order the docs list them.
 pub static ROBUST_RULES: &[Registration] = &[
@@ -71,54 +69,28 @@ pub trait RobustRuleSettings: ItemSettings {
     fn combine(&self, changes: &[&[f64]], previous: &[f64]) -> Vec<f64>;
 }
 
-/// The catalogue of robust rules.
-pub struct RobustRules;
-
-impl Catalogue for RobustRules {
-    const TAG: &'static str = "kind";
-    const EXAMPLE_SECTION: &'static str = "{kind: trimmed_mean, trim: 0.1}";
-    const SCHEMA_NAME: &'static str = "RobustRuleSpec";
-    type Declared = ();
-    type Settings = dyn Settings;
-    fn items() -> &'static [Registration] {
-        ROBUST_RULES
+catalogue! {
+    /// The catalogue of robust rules.
+    pub struct RobustRules {
+        tag: "kind",
+        example: "{kind: trimmed_mean, trim: 0.1}",
+        schema: "RobustRuleSpec",
+        declared: (),
+        items: ROBUST_RULES,
     }
-    fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
-        settings.clone_box()
+    /// Settings of some registered rule, their type erased.
+    erases RobustRuleSettings {
+        fn validate(&self) -> Result<(), FieldError>;
+        fn least_updates(&self) -> Option<(usize, String)>;
+        fn combine(&self, changes: &[&[f64]], previous: &[f64]) -> Vec<f64>;
     }
 }
-
-/// One entry of the catalogue.
-pub type Registration = catalogue::Registration<RobustRules>;
 
 /// The entry of the rule whose settings are `S`.
 const fn entry<S: RobustRuleSettings>(kind: &'static str, summary: &'static str) -> Registration {
     Registration::new::<S>(kind, summary, S::EXAMPLE, (), |fields| {
         Ok(Box::new(read_settings::<S>(fields)?))
     })
-}
-
-/// Settings of some registered rule, their type erased.
-pub trait Settings: ErasedSettings {
-    fn clone_box(&self) -> Box<dyn Settings>;
-    fn validate(&self) -> Result<(), FieldError>;
-    fn least_updates(&self) -> Option<(usize, String)>;
-    fn combine(&self, changes: &[&[f64]], previous: &[f64]) -> Vec<f64>;
-}
-
-impl<S: RobustRuleSettings> Settings for S {
-    fn clone_box(&self) -> Box<dyn Settings> {
-        Box::new(self.clone())
-    }
-    fn validate(&self) -> Result<(), FieldError> {
-        RobustRuleSettings::validate(self)
-    }
-    fn least_updates(&self) -> Option<(usize, String)> {
-        RobustRuleSettings::least_updates(self)
-    }
-    fn combine(&self, changes: &[&[f64]], previous: &[f64]) -> Vec<f64> {
-        RobustRuleSettings::combine(self, changes, previous)
-    }
 }
 
 /// `aggregation:`: how the server combines a round's changes, each client counting the same
@@ -165,7 +137,7 @@ mod tests {
 
     #[test]
     fn every_robust_rule_round_trips() {
-        catalogue::check_catalogue::<RobustRules>(|spec| {
+        crate::settings::catalogue::check_catalogue::<RobustRules>(|spec| {
             spec.validate().map_err(|e| format!("{e:?}"))
         });
     }

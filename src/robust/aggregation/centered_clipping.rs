@@ -2,7 +2,7 @@
 
 use super::catalogue::RobustRuleSettings;
 use super::distance;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// The settings of `centered_clipping` (what it does: its entry in [`super::ROBUST_RULES`]).

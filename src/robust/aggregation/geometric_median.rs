@@ -2,7 +2,7 @@
 
 use super::catalogue::RobustRuleSettings;
 use super::{distance, mean_of};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// The settings of `geometric_median` (what it does: its entry in [`super::ROBUST_RULES`]).

@@ -2,7 +2,7 @@
 
 use super::catalogue::RobustRuleSettings;
 use super::{krum_order, mean_of, squared_distances};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// The settings of `krum` (what it does: its entry in [`super::ROBUST_RULES`]).

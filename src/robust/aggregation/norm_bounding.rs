@@ -1,7 +1,7 @@
 //! `norm_bounding`: each change scaled to a bounded norm, then the mean.
 
 use super::catalogue::RobustRuleSettings;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// The settings of `norm_bounding` (what it does: its entry in [`super::ROBUST_RULES`]).

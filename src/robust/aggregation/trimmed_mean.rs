@@ -2,7 +2,7 @@
 
 use super::catalogue::RobustRuleSettings;
 use super::coordinatewise;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// The settings of `trimmed_mean` (what it does: its entry in [`super::ROBUST_RULES`]).

@@ -1,7 +1,7 @@
 //! `alie`: a little is enough (Baruch et al. 2019), μ + z·σ of the round's honest changes.
 
 use super::catalogue::AttackSettings;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// The settings of `alie` (what it does: its entry in [`super::ATTACKS`]).

@@ -5,8 +5,8 @@
 use super::catalogue::AttackSettings;
 use crate::data::{FederatedData, Layout};
 use crate::records::Split;
+use crate::settings::FieldError;
 use crate::sim::{Entity, SeedTree};
-use crate::spec::FieldError;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 

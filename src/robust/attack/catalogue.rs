@@ -3,10 +3,8 @@
 //! plus one entry here.
 
 use crate::data::FederatedData;
-use crate::spec::catalogue::{
-    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
-};
-use crate::spec::FieldError;
+use crate::settings::catalogue::{catalogue, read_settings, Chosen, ItemSettings};
+use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
 
 /// The catalogue: every attack a scenario can name, in the order the docs list them.
@@ -103,20 +101,22 @@ pub trait AttackSettings: ItemSettings {
     }
 }
 
-/// The catalogue of attacks.
-pub struct Attacks;
-
-impl Catalogue for Attacks {
-    const TAG: &'static str = "kind";
-    const EXAMPLE_SECTION: &'static str = "{kind: sign_flip, scale: 1.0}";
-    const SCHEMA_NAME: &'static str = "AttackSpec";
-    type Declared = Declared;
-    type Settings = dyn Settings;
-    fn items() -> &'static [Registration] {
-        ATTACKS
+catalogue! {
+    /// The catalogue of attacks.
+    pub struct Attacks {
+        tag: "kind",
+        example: "{kind: sign_flip, scale: 1.0}",
+        schema: "AttackSpec",
+        declared: Declared,
+        items: ATTACKS,
     }
-    fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
-        settings.clone_box()
+    /// Settings of some registered attack, their type erased.
+    erases AttackSettings {
+        fn validate(&self) -> Result<(), FieldError>;
+        fn is_own(&self) -> bool;
+        fn own(&self, delta: &mut [f64], rng: &mut ChaCha20Rng);
+        fn crafted(&self, honest: &[&[f64]], n: usize, malicious: usize) -> Vec<f64>;
+        fn poison(&self, data: &mut FederatedData, malicious: &[u32], seed: u64) -> Result<(), String>;
     }
 }
 
@@ -128,9 +128,6 @@ pub struct Declared {
     pub poisons_data: bool,
 }
 
-/// One entry of the catalogue.
-pub type Registration = catalogue::Registration<Attacks>;
-
 /// The entry of the attack whose settings are `S`.
 const fn entry<S: AttackSettings>(kind: &'static str, summary: &'static str) -> Registration {
     let declared = Declared {
@@ -140,37 +137,6 @@ const fn entry<S: AttackSettings>(kind: &'static str, summary: &'static str) -> 
     Registration::new::<S>(kind, summary, S::EXAMPLE, declared, |fields| {
         Ok(Box::new(read_settings::<S>(fields)?))
     })
-}
-
-/// Settings of some registered attack, their type erased.
-pub trait Settings: ErasedSettings {
-    fn clone_box(&self) -> Box<dyn Settings>;
-    fn validate(&self) -> Result<(), FieldError>;
-    fn is_own(&self) -> bool;
-    fn own(&self, delta: &mut [f64], rng: &mut ChaCha20Rng);
-    fn crafted(&self, honest: &[&[f64]], n: usize, malicious: usize) -> Vec<f64>;
-    fn poison(&self, data: &mut FederatedData, malicious: &[u32], seed: u64) -> Result<(), String>;
-}
-
-impl<S: AttackSettings> Settings for S {
-    fn clone_box(&self) -> Box<dyn Settings> {
-        Box::new(self.clone())
-    }
-    fn validate(&self) -> Result<(), FieldError> {
-        AttackSettings::validate(self)
-    }
-    fn is_own(&self) -> bool {
-        AttackSettings::is_own(self)
-    }
-    fn own(&self, delta: &mut [f64], rng: &mut ChaCha20Rng) {
-        AttackSettings::own(self, delta, rng)
-    }
-    fn crafted(&self, honest: &[&[f64]], n: usize, malicious: usize) -> Vec<f64> {
-        AttackSettings::crafted(self, honest, n, malicious)
-    }
-    fn poison(&self, data: &mut FederatedData, malicious: &[u32], seed: u64) -> Result<(), String> {
-        AttackSettings::poison(self, data, malicious, seed)
-    }
 }
 
 /// What each malicious client sends instead of its honest update: the item of [`ATTACKS`]
@@ -235,6 +201,8 @@ mod tests {
 
     #[test]
     fn every_attack_round_trips() {
-        catalogue::check_catalogue::<Attacks>(|spec| spec.validate().map_err(|e| format!("{e:?}")));
+        crate::settings::catalogue::check_catalogue::<Attacks>(|spec| {
+            spec.validate().map_err(|e| format!("{e:?}"))
+        });
     }
 }

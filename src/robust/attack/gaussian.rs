@@ -1,7 +1,7 @@
 //! `gaussian`: a change of independent N(0, std²) values.
 
 use super::catalogue::AttackSettings;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 use rand_distr::StandardNormal;

@@ -1,7 +1,7 @@
 //! `ipm`: inner product manipulation, −ε·μ of the round's honest changes.
 
 use super::catalogue::AttackSettings;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// The settings of `ipm` (what it does: its entry in [`super::ATTACKS`]).

@@ -29,7 +29,7 @@ pub use scaled::ScaledSpec;
 pub use sign_flip::SignFlipSpec;
 
 use super::mean_of;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
@@ -148,7 +148,7 @@ mod tests {
 
     #[test]
     fn the_catalogue_says_which_attacks_are_crafted() {
-        use crate::spec::catalogue::names_declaring;
+        use crate::settings::catalogue::names_declaring;
         assert_eq!(
             names_declaring::<Attacks>(|d| d.crafted, "and"),
             "`alie` and `ipm`"

@@ -1,7 +1,7 @@
 //! `scaled`: factor·Δ.
 
 use super::catalogue::AttackSettings;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 

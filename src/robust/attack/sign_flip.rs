@@ -1,7 +1,7 @@
 //! `sign_flip`: −scale·Δ.
 
 use super::catalogue::AttackSettings;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 

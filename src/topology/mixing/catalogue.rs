@@ -3,10 +3,8 @@
 //! [`MixingRuleSettings`]) plus one entry here.
 
 use super::Weights;
-use crate::spec::catalogue::{
-    self, read_settings, Catalogue, Chosen, ErasedSettings, ItemSettings,
-};
-use crate::spec::FieldError;
+use crate::settings::catalogue::{catalogue, read_settings, Chosen, ItemSettings};
+use crate::settings::FieldError;
 use crate::topology::Graph;
 
 /// The catalogue: every mixing rule a scenario can name, in the order the docs list them.
@@ -55,20 +53,19 @@ pub trait MixingRuleSettings: ItemSettings {
     fn weights(&self, graph: &Graph, edges: &[(u32, u32)]) -> Weights;
 }
 
-/// The catalogue of mixing rules.
-pub struct MixingRules;
-
-impl Catalogue for MixingRules {
-    const TAG: &'static str = "rule";
-    const EXAMPLE_SECTION: &'static str = "{rule: metropolis_hastings}";
-    const SCHEMA_NAME: &'static str = "MixingRuleSpec";
-    type Declared = Declared;
-    type Settings = dyn Settings;
-    fn items() -> &'static [Registration] {
-        MIXING_RULES
+catalogue! {
+    /// The catalogue of mixing rules.
+    pub struct MixingRules {
+        tag: "rule",
+        example: "{rule: metropolis_hastings}",
+        schema: "MixingRuleSpec",
+        declared: Declared,
+        items: MIXING_RULES,
     }
-    fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
-        settings.clone_box()
+    /// Settings of some registered rule, their type erased.
+    erases MixingRuleSettings {
+        fn validate(&self) -> Result<(), FieldError>;
+        fn weights(&self, graph: &Graph, edges: &[(u32, u32)]) -> Weights;
     }
 }
 
@@ -80,9 +77,6 @@ pub struct Declared {
     pub full_support: bool,
 }
 
-/// One entry of the catalogue.
-pub type Registration = catalogue::Registration<MixingRules>;
-
 /// The entry of the rule whose settings are `S`.
 const fn entry<S: MixingRuleSettings>(rule: &'static str, summary: &'static str) -> Registration {
     let declared = Declared {
@@ -92,25 +86,6 @@ const fn entry<S: MixingRuleSettings>(rule: &'static str, summary: &'static str)
     Registration::new::<S>(rule, summary, S::EXAMPLE, declared, |fields| {
         Ok(Box::new(read_settings::<S>(fields)?))
     })
-}
-
-/// Settings of some registered rule, their type erased.
-pub trait Settings: ErasedSettings {
-    fn clone_box(&self) -> Box<dyn Settings>;
-    fn validate(&self) -> Result<(), FieldError>;
-    fn weights(&self, graph: &Graph, edges: &[(u32, u32)]) -> Weights;
-}
-
-impl<S: MixingRuleSettings> Settings for S {
-    fn clone_box(&self) -> Box<dyn Settings> {
-        Box::new(self.clone())
-    }
-    fn validate(&self) -> Result<(), FieldError> {
-        MixingRuleSettings::validate(self)
-    }
-    fn weights(&self, graph: &Graph, edges: &[(u32, u32)]) -> Weights {
-        MixingRuleSettings::weights(self, graph, edges)
-    }
 }
 
 /// How a round's mixing weights are set: the item of [`MIXING_RULES`] the `topology.mixing`
@@ -157,7 +132,7 @@ mod tests {
 
     #[test]
     fn every_mixing_rule_round_trips() {
-        catalogue::check_catalogue::<MixingRules>(|spec| {
+        crate::settings::catalogue::check_catalogue::<MixingRules>(|spec| {
             spec.validate().map_err(|e| format!("{e:?}"))
         });
     }

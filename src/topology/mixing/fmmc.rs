@@ -3,7 +3,7 @@
 use super::catalogue::MixingRuleSettings;
 use super::metropolis_hastings::metropolis_hastings;
 use super::Weights;
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 use crate::topology::Graph;
 use nalgebra::{DMatrix, SymmetricEigen};
 use serde::{Deserialize, Serialize};

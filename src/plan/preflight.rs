@@ -10,7 +10,7 @@
 
 use crate::data::{DatasetSpec, InputShape};
 use crate::scenario::{Scenario, ScenarioError};
-use crate::spec::FieldError;
+use crate::settings::FieldError;
 
 /// Checks `s` against this machine: the files its algorithm names read (a FedGMM
 /// projection), its training devices exist here, and where the data's
@@ -87,6 +87,11 @@ pub fn preflight(s: &Scenario) -> Result<(), ScenarioError> {
 /// clients asleep (`cargo bench --bench scale`, 10⁶ → 10⁷ clients); 32 are counted.
 const LEAST_BYTES_PER_CLIENT: f64 = 32.0;
 
+/// The bytes the result files keep of each evaluated client until the end of a run: its row of
+/// `clients.parquet` and its last test evaluation (every other record is streamed). `results`
+/// holds those rows; a unit test there checks this number against their size.
+pub const RESULT_BYTES_PER_EVALUATED_CLIENT: usize = 156;
+
 /// The least memory a run of `data` needs: `(total, data)` in bytes.
 pub fn least_bytes(data: &DatasetSpec) -> Option<(f64, f64)> {
     let (rows, dim) = data.least_rows()?;
@@ -96,7 +101,8 @@ pub fn least_bytes(data: &DatasetSpec) -> Option<(f64, f64)> {
     Some((data_bytes + clients * LEAST_BYTES_PER_CLIENT, data_bytes))
 }
 
-pub use crate::io::{machine_memory, peak_memory};
+use crate::io::input::human_bytes;
+use crate::io::machine_memory;
 
 /// What a memory estimate of a run needs to know of its data.
 #[derive(Clone, Copy, Debug)]
@@ -145,7 +151,7 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
         &run.policy,
         run.sampling.replacement || run.sampling.available_only,
     ) {
-        (crate::spec::PolicySpec::Fedbuff { .. }, _) | (_, true) => 1.0,
+        (crate::settings::PolicySpec::Fedbuff { .. }, _) | (_, true) => 1.0,
         _ => run.sampling.per_round(shape.clients.max(1)) as f64,
     };
     let n = shape.least_train_rows.max(1) as f64;
@@ -198,8 +204,7 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
     // What the result files keep of each evaluated client until the end: its row of
     // `clients.parquet` and its last test evaluation (every other record is streamed).
     let evaluated = run.evaluation.clients.count(shape.clients) as f64;
-    let per_client = crate::results::ClientsFileRows::ROW_BYTES
-        + std::mem::size_of::<crate::records::EvalRecord>();
+    let per_client = RESULT_BYTES_PER_EVALUATED_CLIENT;
     terms.push(MemoryTerm {
         field: "evaluation.clients",
         what: format!(
@@ -209,7 +214,11 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
     });
     // Kept models of spilled size count up to what the spill file's budget keeps in memory.
     let kept = keeping * first_round * 4.0 * params;
-    let kept = match run.training.spill.store_settings() {
+    let kept = match run
+        .training
+        .spill
+        .store_settings(crate::io::machine_memory().unwrap_or(0.0))
+    {
         Some((least, budget)) if keeping * params >= least as f64 => kept.min(budget as f64),
         _ => kept,
     };
@@ -229,7 +238,11 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
     let feedback = (run.compression.as_ref())
         .and_then(|c| c.uplink.as_ref())
         .is_some_and(|u| u.error_feedback());
-    let residuals = match run.training.spill.store_settings() {
+    let residuals = match run
+        .training
+        .spill
+        .store_settings(crate::io::machine_memory().unwrap_or(0.0))
+    {
         _ if !feedback => 0.0,
         Some((least, budget)) if params >= least as f64 => {
             (first_round * 4.0 * params).min(budget as f64)
@@ -371,18 +384,6 @@ fn backdoor_term(
     })
 }
 
-/// Bytes for people: `12.3 GiB`.
-pub fn human_bytes(b: f64) -> String {
-    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut v = b;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
-}
-
 /// Refuses a data set whose least memory exceeds `available`.
 pub fn check_fits(data: &DatasetSpec, available: Option<f64>) -> Result<(), FieldError> {
     let (Some((total, data_bytes)), Some(available)) = (least_bytes(data), available) else {
@@ -443,7 +444,7 @@ mod tests {
 
     #[test]
     fn refuses_what_cannot_fit_and_says_how_much() {
-        let crate::spec::FieldError { path, message } =
+        let crate::settings::FieldError { path, message } =
             check_fits(&fedem(100_000_000_000), Some(24.0 * 1024f64.powi(3))).unwrap_err();
         assert_eq!(path, "data.clients");
         assert!(
@@ -514,8 +515,7 @@ mod tests {
             data_bytes: 100_000.0,
         };
         let run = run_of("training: {local_steps: 10, batch_size: 3}\n");
-        let per_client = (crate::results::ClientsFileRows::ROW_BYTES
-            + std::mem::size_of::<crate::records::EvalRecord>()) as f64;
+        let per_client = RESULT_BYTES_PER_EVALUATED_CLIENT as f64;
         let bytes: Vec<(&str, f64)> = run_terms(&run, &shape)
             .iter()
             .map(|t| (t.field, t.bytes))
@@ -556,7 +556,7 @@ mod tests {
         let e = check_terms(&terms, Some(total - 1.0)).unwrap_err();
         assert_eq!(e.path, "data.clients", "the largest term names the field");
         assert!(
-            e.message.contains("+ 168.0 B (model) +"),
+            e.message.contains("+ 168 B (model) +"),
             "every term is listed: {}",
             e.message
         );

@@ -1,7 +1,8 @@
 //! The settings of a run that belong to no catalogue: who is sampled (`sampling:`, as written
 //! in [`RawSampling`], resolved to [`Sampling`]), when the server aggregates, what is evaluated
 //! (`evaluation:` and `eval_every`, resolved to an [`EvaluationPlan`]), what a diverged run
-//! does; and [`FieldError`], how every section says what is wrong with it.
+//! does, how clients are trained on the machine (`training.cohorts`, `training.spill`); and
+//! [`FieldError`], how every section says what is wrong with it.
 //!
 //! This room sits at the bottom with the kernel: serde types and their pure validation. It
 //! must not read files, ask the machine anything (memory, devices) or touch libtorch, so that
@@ -12,6 +13,7 @@ pub mod catalogue;
 mod evaluation;
 mod policy;
 mod sampling;
+mod training;
 
 pub use evaluation::{
     EvalClients, EvalSample, EvalSplit, EvaluatedSplits, EvaluationPlan, NoveltyScoring,
@@ -19,6 +21,7 @@ pub use evaluation::{
 };
 pub use policy::{LateUpdates, PolicySpec};
 pub use sampling::{Oort, RawSampling, SampleSize, Sampling, Strategy};
+pub use training::{Cohorts, Spill, AUTO_SPILL_SHARE};
 
 /// A problem with one field of a scenario section: the dotted path below the section that
 /// holds it, and what is wrong and what is allowed.

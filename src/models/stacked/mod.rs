@@ -24,14 +24,20 @@
 use super::device::DeviceRows;
 use super::linear::{Linear, LinearRun};
 use super::profile::{timed, Phase};
-use super::sgd::{DpSgd, EvalStats, LocalPlan, Objective, Pass, Predictor, Proximal, TrainStats};
-use super::walk::{self, Conv, LayerOps, Norm};
-use super::{mobilenet, Architecture, Normalization};
-use crate::data::{InputShape, SplitView};
-use rand::{Rng, SeedableRng};
+use super::sgd::{LocalPlan, Pass, Proximal};
+use super::Architecture;
+use crate::data::SplitView;
 use rand_chacha::ChaCha20Rng;
-use rand_distr::StandardNormal;
-use tch::{Device, Kind, Reduction, Tensor};
+use tch::{Device, Kind, Tensor};
+
+mod dp_sgd;
+mod eval;
+mod layers;
+
+use dp_sgd::*;
+pub use dp_sgd::{train_dp_sgd_alone, DpSgdRun};
+pub use eval::{evaluate_stacked, EvalRequest};
+use layers::*;
 
 /// One local SGD run of a cohort, trained in place.
 pub struct StackedRun<'a> {
@@ -53,62 +59,6 @@ pub struct StackedRun<'a> {
     /// Under DP-SGD ([`LocalPlan::dp_sgd`]): its noise stream and expected batch size.
     pub private: Option<DpSgdRun>,
     pub lr: f64,
-}
-
-/// What DP-SGD needs of one local run besides its passes.
-pub struct DpSgdRun {
-    /// Where its noise comes from: one standard normal per coordinate per step, in parameter
-    /// order (f64, scaled by σ·C, then rounded to f32).
-    pub noise: ChaCha20Rng,
-    /// q·n: what the noised sum of a step's clipped gradients is divided by.
-    pub expected_batch: f64,
-}
-
-impl DpSgdRun {
-    /// Under DP-SGD, a run over `n` rows whose noise stream is a fresh ChaCha stream seeded by
-    /// 32 bytes drawn from the client's stream `rng` right after the run's passes (alone and
-    /// in a cohort alike); `None`, drawing nothing, without DP-SGD.
-    pub fn draw(plan: &LocalPlan, n: usize, rng: &mut impl Rng) -> Option<DpSgdRun> {
-        plan.dp_sgd.map(|_| DpSgdRun {
-            noise: ChaCha20Rng::from_seed(rng.gen::<[u8; 32]>()),
-            expected_batch: plan.dp_sampling_rate(n) * n as f64,
-        })
-    }
-}
-
-/// [`super::train_sgd`] under DP-SGD: the run trains as a cohort of one ([`train_sgd_stacked`]), so
-/// alone and in a cohort a run takes the same steps from the same draws: its passes, its noise
-/// stream ([`DpSgdRun::draw`]), then its dropout masks ([`dropout_stream`]), from `rng`.
-#[allow(clippy::too_many_arguments)]
-pub fn train_dp_sgd_alone(
-    arch: &Architecture,
-    params: &mut [f32],
-    momentum: &mut Vec<f32>,
-    data: SplitView<'_>,
-    plan: &LocalPlan,
-    lr: f64,
-    rng: &mut ChaCha20Rng,
-    objective: &Objective<'_>,
-) -> TrainStats {
-    let passes = plan.passes(data.len(), rng);
-    let private = DpSgdRun::draw(plan, data.len(), rng);
-    let dropout = dropout_stream(arch, &passes, rng);
-    let steps = passes.iter().map(|(_, cuts)| cuts.len()).sum::<usize>() as u32;
-    let mut trained = params.to_vec();
-    let mut run = StackedRun {
-        params: &mut trained,
-        momentum: (plan.momentum != 0.0).then_some(momentum),
-        sample_weights: objective.sample_weights,
-        proximal: objective.proximal,
-        first_row: 0,
-        passes,
-        dropout,
-        private,
-        lr,
-    };
-    train_sgd_stacked(arch, plan, data, None, std::slice::from_mut(&mut run));
-    params.copy_from_slice(&trained);
-    TrainStats { steps }
 }
 
 /// The stream a run's dropout masks come from, split off its client's stream `rng` right after
@@ -324,7 +274,7 @@ pub fn train_sgd_stacked(
 /// first (ties in the given order), so the runs that still have a batch at a step are a prefix
 /// of them: the step's `active` runs. Each step's batch is `[A, B, …]` for its A active runs, B
 /// the longest of their batches; a shorter batch is padded with rows of weight zero.
-struct Steps<'r> {
+pub(super) struct Steps<'r> {
     runs: Vec<StepRun<'r>>,
     /// Per run: every batch of its passes in order, as (pass, start, len).
     batches: Vec<Vec<(usize, usize, usize)>>,
@@ -336,7 +286,7 @@ struct Steps<'r> {
 }
 
 /// What [`Steps`] needs of a run.
-struct StepRun<'r> {
+pub(super) struct StepRun<'r> {
     passes: &'r [Pass],
     /// The run's first row among the rows given.
     first_row: usize,
@@ -346,7 +296,7 @@ struct StepRun<'r> {
 }
 
 /// One step's minibatches of the active runs, on the device trained on.
-struct StepBatch {
+pub(super) struct StepBatch {
     /// `[A, B, dim]`.
     x: Tensor,
     /// `[A, B]`.
@@ -607,354 +557,23 @@ pub fn for_each_stacked_batch(
     }
 }
 
-/// One model to evaluate on one client's split, in a stacked evaluation.
-pub struct EvalRequest<'a> {
-    pub model: &'a Predictor<'a>,
-    /// The split's rows on the host.
-    pub view: SplitView<'a>,
-    /// Index of the split's first row in the resident rows (when given).
-    pub first_row: usize,
-}
-
-/// Parameter vectors per stacked forward pass of an evaluation, and rows per vector in one
-/// pass: bounds on memory that depend on the requests alone (64 FemnistCNNs are 420 MB of
-/// parameters; 64 × 256 of its images about 2.5 GB of activations).
-const EVAL_RUNS_PER_STACK: usize = 64;
-const EVAL_ROWS_PER_PASS: usize = 256;
-
-/// Mean loss and accuracy of each request's model on its split (each non-empty), as
-/// [`Predictor::evaluate`] gives them alone up to float rounding: every parameter vector's
-/// logits on its split come from stacked forward passes (no dropout) on `device`, vectors of
-/// similar split lengths together (longest first, ties in request order), in stacks of at most
-/// 64 vectors and passes of at most 256 rows per vector; rows are gathered from `resident` where
-/// given (on `device`), else from the host. Panics if the model does not stack.
-pub fn evaluate_stacked(
-    arch: &Architecture,
-    device: Device,
-    resident: Option<&DeviceRows>,
-    requests: &[EvalRequest<'_>],
-) -> Vec<EvalStats> {
-    assert!(
-        arch.stacks(),
-        "the model stacks (checked before evaluations are stacked)"
-    );
-    // One run per parameter vector of every request: (request, vector).
-    let vectors: Vec<Vec<&[f32]>> = requests
-        .iter()
-        .map(|r| r.model.parameter_vectors())
-        .collect();
-    let mut runs: Vec<(usize, usize)> = vectors
-        .iter()
-        .enumerate()
-        .flat_map(|(q, v)| (0..v.len()).map(move |m| (q, m)))
-        .collect();
-    let len = |&(q, _): &(usize, usize)| requests[q].view.len();
-    assert!(
-        runs.iter().all(|run| len(run) > 0),
-        "splits evaluated are not empty"
-    );
-    runs.sort_by_key(|run| std::cmp::Reverse(len(run)));
-    let mut logits: Vec<Vec<Option<Tensor>>> = vectors
-        .iter()
-        .map(|v| v.iter().map(|_| None).collect())
-        .collect();
-    let dim = arch.input_dim as i64;
-    let mut gathered: Vec<f32> = Vec::new();
-    tch::no_grad(|| {
-        for stack in runs.chunks(EVAL_RUNS_PER_STACK) {
-            let stacked: Vec<Option<&[f32]>> =
-                stack.iter().map(|&(q, m)| Some(vectors[q][m])).collect();
-            let ps = stack_vectors(&stacked, arch, device);
-            let mut pieces: Vec<Vec<Tensor>> = stack.iter().map(|_| Vec::new()).collect();
-            for start in (0..len(&stack[0])).step_by(EVAL_ROWS_PER_PASS) {
-                let active = stack.iter().take_while(|run| len(run) > start).count();
-                let b = (len(&stack[0]) - start).min(EVAL_ROWS_PER_PASS);
-                // Row i of run j: its split's row start + i, the last one again as padding.
-                let rows_of = |j: usize| {
-                    let n = len(&stack[j]);
-                    (0..b).map(move |i| start + i.min(n - start - 1))
-                };
-                let x = match resident {
-                    Some(on) => {
-                        let index: Vec<i64> = (0..active)
-                            .flat_map(|j| {
-                                let first = requests[stack[j].0].first_row;
-                                rows_of(j).map(move |i| (first + i) as i64)
-                            })
-                            .collect();
-                        let index = Tensor::from_slice(&index).to_device(device);
-                        on.x.index_select(0, &index)
-                    }
-                    None => {
-                        gathered.clear();
-                        for j in 0..active {
-                            let view = requests[stack[j].0].view;
-                            for row in rows_of(j) {
-                                gathered.extend_from_slice(
-                                    &view.features[row * view.dim..][..view.dim],
-                                );
-                            }
-                        }
-                        Tensor::from_slice(&gathered).to_device(device)
-                    }
-                };
-                let ps_active: Vec<Tensor> =
-                    ps.iter().map(|p| p.narrow(0, 0, active as i64)).collect();
-                let h = stacked_logits(
-                    arch,
-                    &ps_active,
-                    &x.view([active as i64, b as i64, dim]),
-                    &[],
-                );
-                for (j, piece) in pieces.iter_mut().take(active).enumerate() {
-                    let take = (len(&stack[j]) - start).min(b) as i64;
-                    piece.push(h.get(j as i64).narrow(0, 0, take));
-                }
-            }
-            for (&(q, m), piece) in stack.iter().zip(pieces) {
-                logits[q][m] = Some(Tensor::cat(&piece, 0));
-            }
-        }
-    });
-    requests
-        .iter()
-        .zip(logits)
-        .map(|(request, logits)| {
-            let y = match resident {
-                Some(on) => {
-                    on.y.narrow(0, request.first_row as i64, request.view.len() as i64)
-                }
-                None => Tensor::from_slice(request.view.labels).to_device(device),
-            };
-            let logits = logits
-                .into_iter()
-                .map(|l| l.expect("every run evaluated"))
-                .collect();
-            request
-                .model
-                .stats_of_logits(arch, logits, &y, request.view)
-        })
-        .collect()
-}
-
 /// The gradients of Σ weight·loss over every run's rows, per stacked parameter tensor: the
 /// linear model's in closed form, deeper ones by autograd.
-fn stacked_gradients(arch: &Architecture, ps: &[Tensor], batch: &StepBatch) -> Vec<Tensor> {
+pub(super) fn stacked_gradients(
+    arch: &Architecture,
+    ps: &[Tensor],
+    batch: &StepBatch,
+) -> Vec<Tensor> {
     match arch.is_linear() {
         true => linear_gradients(arch, ps, &batch.x, &batch.y, &batch.weight),
         false => autograd_gradients(arch, ps, batch),
     }
 }
 
-/// The most floats of per-row gradients (and of the per-row parameter copies behind them) that
-/// a DP-SGD step holds at once: 2^28, 1 GiB. A step's rows are taken in parts of as many runs
-/// as fit, or, where one run's batch does not fit, of as many of its rows as fit (one row at
-/// least), so that a cohort of a large model does not ask for runs × rows × parameters at once
-/// (FEMNIST's CNN, 200 runs of 128 rows: 690 GB). A fixed number, not the free memory, so the
-/// parts (and the results) depend on the scenario only.
-const DP_SGD_ROW_FLOATS: i64 = 1 << 28;
-
-/// DP-SGD's step direction for each of the active runs ([`LocalPlan::dp_sgd`]): every row's
-/// gradient, clipped to L2 norm C, summed over the run's batch ([`clipped_sums`], taken in
-/// parts of at most `max_row_floats` per-row gradient floats), plus N(0, (σC)²) on every
-/// coordinate (drawn from the run's noise stream, [`dp_sgd_noise`]), divided by the run's
-/// expected batch size: `[A, …]` per parameter tensor. A step that fits in one part runs as
-/// one computation.
-fn dp_sgd_directions(
-    arch: &Architecture,
-    ps: &[Tensor],
-    batch: &StepBatch,
-    dp: DpSgd,
-    runs: &mut [DpSgdRun],
-    max_row_floats: i64,
-) -> Vec<Tensor> {
-    let (a, b) = (batch.x.size()[0], batch.x.size()[1]);
-    let p = (arch.num_params() as i64).max(1);
-    let part = |t: &Tensor, dim: i64, start: i64, len: i64| t.narrow(dim, start, len);
-    let sub_batch = |dim: i64, start: i64, len: i64| StepBatch {
-        x: part(&batch.x, dim, start, len),
-        y: part(&batch.y, dim, start, len),
-        weight: part(&batch.weight, dim, start, len),
-        masks: (batch.masks.iter())
-            .map(|m| part(m, dim, start, len))
-            .collect(),
-    };
-    let sums = if a * b * p <= max_row_floats {
-        clipped_sums(arch, ps, batch, dp.clip)
-    } else {
-        let concat = |parts: Vec<Vec<Tensor>>| -> Vec<Tensor> {
-            (0..parts[0].len())
-                .map(|j| Tensor::cat(&parts.iter().map(|g| &g[j]).collect::<Vec<_>>(), 0))
-                .collect()
-        };
-        let runs_a_part = max_row_floats / (b * p);
-        if runs_a_part >= 1 {
-            let parts = (0..a).step_by(runs_a_part as usize).map(|start| {
-                let len = runs_a_part.min(a - start);
-                let sub_ps: Vec<Tensor> = ps.iter().map(|t| part(t, 0, start, len)).collect();
-                clipped_sums(arch, &sub_ps, &sub_batch(0, start, len), dp.clip)
-            });
-            concat(parts.collect())
-        } else {
-            // One run's batch is too large: its rows in parts, their clipped sums added.
-            let rows_a_part = (max_row_floats / p).max(1);
-            let per_run = (0..a).map(|run| {
-                let run_batch = StepBatch {
-                    x: part(&batch.x, 0, run, 1),
-                    y: part(&batch.y, 0, run, 1),
-                    weight: part(&batch.weight, 0, run, 1),
-                    masks: batch.masks.iter().map(|m| part(m, 0, run, 1)).collect(),
-                };
-                let run_ps: Vec<Tensor> = ps.iter().map(|t| part(t, 0, run, 1)).collect();
-                let mut total: Option<Vec<Tensor>> = None;
-                for start in (0..b).step_by(rows_a_part as usize) {
-                    let len = rows_a_part.min(b - start);
-                    let rows = StepBatch {
-                        x: part(&run_batch.x, 1, start, len),
-                        y: part(&run_batch.y, 1, start, len),
-                        weight: part(&run_batch.weight, 1, start, len),
-                        masks: (run_batch.masks.iter())
-                            .map(|m| part(m, 1, start, len))
-                            .collect(),
-                    };
-                    let sums = clipped_sums(arch, &run_ps, &rows, dp.clip);
-                    total = Some(match total {
-                        None => sums,
-                        Some(t) => t.iter().zip(&sums).map(|(t, s)| t + s).collect(),
-                    });
-                }
-                total.expect("a batch has rows")
-            });
-            concat(per_run.collect())
-        }
-    };
-    let device = batch.x.device();
-    let noise = dp_sgd_noise(arch, dp, runs, device);
-    let expected: Vec<f32> = runs.iter().map(|r| r.expected_batch as f32).collect();
-    tch::no_grad(|| {
-        (sums.into_iter().enumerate())
-            .map(|(j, mut sum)| {
-                if let Some(noise) = &noise {
-                    sum += &noise[j];
-                }
-                let dims = sum.dim();
-                sum / per_run(&expected, dims, device)
-            })
-            .collect()
-    })
-}
-
-/// Each run's sum over its batch of every row's gradient clipped to L2 norm `clip`: `[A, …]`
-/// per parameter tensor. Per-row gradients come batched, not one backward per row: each row
-/// becomes a run of its own, at a copy of its run's parameters, so one stacked gradient
-/// computation ([`stacked_gradients`]) gives them all (`[A·B, …]`). A padding row weighs zero,
-/// so its gradient is zero and it adds nothing.
-fn clipped_sums(arch: &Architecture, ps: &[Tensor], batch: &StepBatch, clip: f64) -> Vec<Tensor> {
-    let (a, b) = (batch.x.size()[0], batch.x.size()[1]);
-    let rows = a * b;
-    let one_row_each = |t: &Tensor| {
-        let mut shape = vec![rows, 1];
-        shape.extend(&t.size()[2..]);
-        t.reshape(&shape[..])
-    };
-    let per_row = StepBatch {
-        x: one_row_each(&batch.x),
-        y: batch.y.reshape([rows, 1]),
-        weight: batch.weight.reshape([rows, 1]),
-        masks: batch.masks.iter().map(one_row_each).collect(),
-    };
-    // Each row's copy of its run's parameters: for a run alone, views of them (no copy).
-    let copies: Vec<Tensor> = tch::no_grad(|| {
-        ps.iter()
-            .map(|p| {
-                let mut shape = p.size();
-                shape.insert(1, b);
-                let mut rows_shape = shape.clone();
-                rows_shape.remove(0);
-                rows_shape[0] = rows;
-                p.unsqueeze(1)
-                    .expand(&shape[..], false)
-                    .reshape(&rows_shape[..])
-            })
-            .collect()
-    });
-    let grads = stacked_gradients(arch, &copies, &per_row);
-    drop(copies);
-    tch::no_grad(|| {
-        // A dense weight's gradient comes transposed (`[R, out, in]` laid out as `[R, in, out]`):
-        // work on that layout, without a copy, and transpose the sum back.
-        let laid_out: Vec<(Tensor, bool)> = grads.iter().map(contiguous_rows).collect();
-        let squares = laid_out
-            .iter()
-            .map(|(g, _)| {
-                g.view([rows, -1])
-                    .norm_scalaropt_dim(2, [1], false)
-                    .square()
-            })
-            .reduce(|total, s| total + s)
-            .expect("a model has parameters");
-        // min(1, C/‖g‖); a zero gradient's factor is 1 (C/0 = ∞).
-        let factor = (squares.sqrt().reciprocal() * clip)
-            .clamp_max(1.0)
-            .view([a, 1, b]);
-        laid_out
-            .iter()
-            .map(|(g, swapped)| {
-                let shape = &g.size()[1..];
-                // Σ_rows factor·g, as one product per run: `[A, 1, B] × [A, B, n]`.
-                let sum = (factor.bmm(&g.view([a, b, -1]))).view(&[&[a][..], shape].concat()[..]);
-                if *swapped {
-                    sum.transpose(-1, -2)
-                } else {
-                    sum
-                }
-            })
-            .collect()
-    })
-}
-
-/// `g` in a layout with contiguous rows: itself, its last two dimensions swapped (`true`) where
-/// that is contiguous (a dense weight's gradient), or else a contiguous copy.
-fn contiguous_rows(g: &Tensor) -> (Tensor, bool) {
-    if g.is_contiguous() {
-        (g.shallow_clone(), false)
-    } else if g.dim() >= 3 && g.transpose(-1, -2).is_contiguous() {
-        (g.transpose(-1, -2), true)
-    } else {
-        (g.contiguous(), false)
-    }
-}
-
-/// One step's DP-SGD noise for each of `runs`: σC times a standard normal per coordinate,
-/// drawn in f64 from the run's noise stream in parameter order and rounded to f32, stacked
-/// `[A, …]` per parameter tensor; `None` (nothing drawn) when σ = 0.
-fn dp_sgd_noise(
-    arch: &Architecture,
-    dp: DpSgd,
-    runs: &mut [DpSgdRun],
-    device: Device,
-) -> Option<Vec<Tensor>> {
-    let std = dp.noise_std();
-    if std == 0.0 {
-        return None;
-    }
-    let p = arch.num_params();
-    let vectors: Vec<Vec<f32>> = runs
-        .iter_mut()
-        .map(|run| {
-            (0..p)
-                .map(|_| (std * run.noise.sample::<f64, _>(StandardNormal)) as f32)
-                .collect()
-        })
-        .collect();
-    let vectors: Vec<Option<&[f32]>> = vectors.iter().map(|v| Some(&v[..])).collect();
-    Some(stack_vectors(&vectors, arch, device))
-}
-
 /// Rows `index` of `features` (rows of `dim` values) copied one after another into `out`.
 /// The rows come in a shuffled order from a data set far larger than the caches, so the rows a
 /// few places ahead are prefetched while one is copied (`index_select` waited on each).
-fn gather_rows(features: &[f32], dim: usize, index: &[usize], out: &mut Vec<f32>) {
+pub(super) fn gather_rows(features: &[f32], dim: usize, index: &[usize], out: &mut Vec<f32>) {
     const AHEAD: usize = 8;
     out.clear();
     out.reserve(index.len() * dim);
@@ -976,7 +595,7 @@ fn gather_rows(features: &[f32], dim: usize, index: &[usize], out: &mut Vec<f32>
 
 /// Per-run values shaped `[R, 1, …]` to broadcast against a `[R, …]` tensor of `dims` dims,
 /// on `device`.
-fn per_run(values: &[f32], dims: usize, device: Device) -> Tensor {
+pub(super) fn per_run(values: &[f32], dims: usize, device: Device) -> Tensor {
     let mut shape = vec![values.len() as i64];
     shape.extend(std::iter::repeat_n(1, dims - 1));
     Tensor::from_slice(values)
@@ -985,7 +604,7 @@ fn per_run(values: &[f32], dims: usize, device: Device) -> Tensor {
 }
 
 /// Writes the new tensors of the first `active` runs into the stacked ones.
-fn put(stacked: &mut [Tensor], new: Vec<Tensor>, active: i64) {
+pub(super) fn put(stacked: &mut [Tensor], new: Vec<Tensor>, active: i64) {
     for (t, n) in stacked.iter_mut().zip(new) {
         if t.size()[0] == active {
             *t = n;
@@ -1002,10 +621,10 @@ fn put(stacked: &mut [Tensor], new: Vec<Tensor>, active: i64) {
 /// FEMNIST's CNNs, 43 GB). Kept under glibc's largest `mmap` threshold (32 MB), so a group's
 /// host buffers come back from the heap instead of as fresh pages each time: with 64 MB
 /// groups, FEMNIST's CNN cohort bench ran 2.3 times slower on an H200.
-const TRANSFER_FLOATS: usize = 1 << 22;
+pub(super) const TRANSFER_FLOATS: usize = 1 << 22;
 
 /// The groups of `r` vectors of `p` floats that cross together.
-fn transfer_groups(r: usize, p: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+pub(super) fn transfer_groups(r: usize, p: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
     let per = (TRANSFER_FLOATS / p.max(1)).max(1);
     (0..r)
         .step_by(per)
@@ -1015,7 +634,11 @@ fn transfer_groups(r: usize, p: usize) -> impl Iterator<Item = std::ops::Range<u
 /// Flat parameter vectors (`None`: zeros) as one `[R, …]` tensor per parameter tensor of
 /// `arch` (a dense weight `[R, out, in]`, a conv weight `[R, out, in/groups, k, k]`, …), on
 /// `device`, crossing in [`transfer_groups`].
-fn stack_vectors(vectors: &[Option<&[f32]>], arch: &Architecture, device: Device) -> Vec<Tensor> {
+pub(super) fn stack_vectors(
+    vectors: &[Option<&[f32]>],
+    arch: &Architecture,
+    device: Device,
+) -> Vec<Tensor> {
     let (r, p) = (vectors.len(), arch.num_params());
     let shapes: Vec<Vec<i64>> = arch
         .parameter_shapes()
@@ -1062,7 +685,7 @@ fn stack_vectors(vectors: &[Option<&[f32]>], arch: &Architecture, device: Device
 
 /// The inverse of [`stack_vectors`]: each run's flat vector of `p` floats, in run order, handed
 /// to `take(k, values)`, crossing in [`transfer_groups`].
-fn unstack_vectors(stacked: &[Tensor], p: usize, mut take: impl FnMut(usize, &[f32])) {
+pub(super) fn unstack_vectors(stacked: &[Tensor], p: usize, mut take: impl FnMut(usize, &[f32])) {
     let r = stacked[0].size()[0] as usize;
     let mut staging: Vec<f32> = Vec::new();
     tch::no_grad(|| {
@@ -1082,220 +705,19 @@ fn unstack_vectors(stacked: &[Tensor], p: usize, mut take: impl FnMut(usize, &[f
         }
     });
 }
-
-/// The linear model's gradients in closed form, as alone: (p − y)·weight per row, then
-/// `[A, out, in]` and `[A, out]`.
-fn linear_gradients(
-    arch: &Architecture,
-    ps: &[Tensor],
-    x: &Tensor,
-    y: &Tensor,
-    weight: &Tensor,
-) -> Vec<Tensor> {
-    tch::no_grad(|| {
-        let z = x.bmm(&ps[0].transpose(1, 2)) + ps[1].unsqueeze(1);
-        let residual = if arch.is_binary() {
-            z.sigmoid() - y.to_kind(Kind::Float).unsqueeze(-1)
-        } else {
-            z.softmax(-1, Kind::Float) - y.one_hot(arch.classes as i64).to_kind(Kind::Float)
-        };
-        let residual = residual * weight.unsqueeze(-1);
-        vec![
-            residual.transpose(1, 2).bmm(x),
-            residual.sum_dim_intlist(1, false, Kind::Float),
-        ]
-    })
-}
-
-/// Gradients by autograd on the stacked parameters: Σ weight·loss over every run's rows (runs'
-/// parameters are independent, so each gets its own gradient).
-fn autograd_gradients(arch: &Architecture, ps: &[Tensor], batch: &StepBatch) -> Vec<Tensor> {
-    let leaves: Vec<Tensor> = ps
-        .iter()
-        .map(|p| p.detach().set_requires_grad(true))
-        .collect();
-    let h = stacked_logits(arch, &leaves, &batch.x, &batch.masks);
-    let (a, b) = (batch.x.size()[0], batch.x.size()[1]);
-    let y = &batch.y;
-    let per_row = if arch.is_binary() {
-        h.squeeze_dim(-1)
-            .binary_cross_entropy_with_logits::<Tensor>(
-                &y.to_kind(Kind::Float),
-                None,
-                None,
-                Reduction::None,
-            )
-    } else {
-        h.view([a * b, -1])
-            .cross_entropy_loss::<Tensor>(&y.view([-1]), None, Reduction::None, -100, 0.0)
-            .view([a, b])
-    };
-    let total = (per_row * &batch.weight).sum(Kind::Float);
-    Tensor::run_backward(&[&total], &leaves, false, false)
-}
-
-/// The logits `[A, B, outputs]` of each run's batch under its parameters (`ps`, `[A, …]` per
-/// parameter tensor), with `masks` as [`StepBatch`] holds them. Flat activations are `[A, B,
-/// F]`; images are `[B, A·C, H, W]`, each run's channels side by side, so that a convolution
-/// is one grouped convolution (A times the layer's groups), a normalisation over groups of
-/// channels one group norm (A times the groups), and pooling is per channel as alone. Without
-/// masks, dropout layers pass everything (evaluation). The layers are walked by
-/// [`walk::forward`], as a model alone walks them, with the [`Stacked`] layout.
-fn stacked_logits(arch: &Architecture, ps: &[Tensor], x: &Tensor, masks: &[Tensor]) -> Tensor {
-    let (runs, batch) = (x.size()[0], x.size()[1]);
-    let mut ops = Stacked {
-        runs,
-        batch,
-        images: false,
-    };
-    walk::forward(arch, &mut ops, ps, x, masks)
-}
-
-/// A cohort's runs side by side: `A` runs of `B` rows each. Images travel as `[B, A·C, H, W]`
-/// (each run's channels one group of a grouped convolution) until the first dense layer,
-/// which turns them into `[A, B, features]`; everything else is `[A, B, …]`.
-struct Stacked {
-    runs: i64,
-    batch: i64,
-    /// The activations are images side by side (`[B, A·C, H, W]`).
-    images: bool,
-}
-
-impl Stacked {
-    /// `[A, B, C, H, W]` → `[B, A·C, H, W]`.
-    fn side_by_side(&self, t: &Tensor) -> Tensor {
-        let s = t.size();
-        t.transpose(0, 1)
-            .reshape([self.batch, self.runs * s[2], s[3], s[4]])
-    }
-}
-
-impl LayerOps for Stacked {
-    fn input(&mut self, x: &Tensor, shape: InputShape) -> Tensor {
-        match shape {
-            InputShape::Image([c, hh, w]) => {
-                self.images = true;
-                let (a, b) = (self.runs, self.batch);
-                self.side_by_side(&x.view([a, b, c as i64, hh as i64, w as i64]))
-            }
-            InputShape::Flat(_) => x.shallow_clone(),
-            // Token ids `[A, B, L]`.
-            InputShape::Tokens { .. } => x.to_kind(Kind::Int64),
-        }
-    }
-
-    fn dense(&mut self, mut h: Tensor, weight: &Tensor, bias: &Tensor) -> Tensor {
-        if self.images {
-            h = h.view([self.batch, self.runs, -1]).transpose(0, 1);
-            self.images = false;
-        }
-        bias.unsqueeze(1)
-            .baddbmm(&h, &weight.transpose(1, 2), 1.0, 1.0)
-    }
-
-    fn conv(&mut self, h: Tensor, conv: Conv, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
-        let s = weight.size();
-        let w = weight.reshape([self.runs * s[1], s[2], s[3], s[4]]);
-        let bias = bias.map(|b| b.reshape([-1]));
-        let (st, p) = (conv.stride as i64, conv.padding as i64);
-        h.conv2d(
-            &w,
-            bias.as_ref(),
-            [st, st],
-            [p, p],
-            [1, 1],
-            self.runs * conv.groups as i64,
-        )
-    }
-
-    fn norm(&mut self, h: Tensor, norm: Norm, scale: &Tensor, shift: &Tensor) -> Tensor {
-        assert_eq!(norm.kind, Normalization::Group, "batch norm does not stack");
-        let (scale, shift) = (scale.reshape([-1]), shift.reshape([-1]));
-        let groups = self.runs * mobilenet::norm_groups(norm.channels) as i64;
-        h.group_norm(groups, Some(&scale), Some(&shift), 1e-5, true)
-    }
-
-    fn dropout(&mut self, h: Tensor, mask: &Tensor) -> Tensor {
-        if self.images {
-            h * self.side_by_side(mask)
-        } else {
-            h * mask
-        }
-    }
-
-    fn embedding(&mut self, h: Tensor, table: &Tensor, vocab: usize) -> Tensor {
-        // Run k's token t is row k·vocab + t of the runs' tables one after another.
-        let offsets = Tensor::arange(self.runs, (Kind::Int64, h.device())) * vocab as i64;
-        let rows = &h + offsets.view([self.runs, 1, 1]);
-        Tensor::embedding(
-            &table.reshape([self.runs * vocab as i64, -1]),
-            &rows,
-            -1,
-            false,
-            false,
-        )
-    }
-
-    fn lstm(&mut self, h: Tensor, tensors: &[&Tensor], hidden: usize, _layers: usize) -> Tensor {
-        stacked_lstm(&h, tensors, hidden as i64)
-    }
-}
-
-/// PyTorch's `nn.LSTM` (batch first, gates in the order input, forget, cell, output, zero
-/// initial states) of each run over its sequences `[A, B, L, I]`, layer after layer, one
-/// batched cell per time step: the top layer's hidden state after the last step, `[A, B,
-/// hidden]`. `tensors`: per layer `[A, 4·hidden, in]`, `[A, 4·hidden, hidden]` and the two
-/// biases `[A, 4·hidden]`.
-fn stacked_lstm(x: &Tensor, tensors: &[&Tensor], hidden: i64) -> Tensor {
-    let s = x.size();
-    let (a, b, steps) = (s[0], s[1], s[2]);
-    let mut input = x.shallow_clone();
-    let mut last = Tensor::zeros([a, b, hidden], (Kind::Float, x.device()));
-    let layers = tensors.len() / 4;
-    for (l, layer) in tensors.chunks(4).enumerate() {
-        let (w_ih, w_hh, b_ih, b_hh) = (layer[0], layer[1], layer[2], layer[3]);
-        // Every step's input projection at once: `[A, B·L, 4·hidden]`.
-        let projected = (b_ih + b_hh)
-            .unsqueeze(1)
-            .baddbmm(
-                &input.reshape([a, b * steps, -1]),
-                &w_ih.transpose(1, 2),
-                1.0,
-                1.0,
-            )
-            .view([a, b, steps, 4 * hidden]);
-        let w_hh = w_hh.transpose(1, 2);
-        let mut h = Tensor::zeros([a, b, hidden], (Kind::Float, x.device()));
-        let mut c = h.zeros_like();
-        let mut outputs = Vec::with_capacity(steps as usize);
-        for t in 0..steps {
-            let gates = projected.select(2, t).baddbmm(&h, &w_hh, 1.0, 1.0);
-            let g = gates.chunk(4, -1);
-            c = g[1].sigmoid() * &c + g[0].sigmoid() * g[2].tanh();
-            h = g[3].sigmoid() * c.tanh();
-            if l + 1 < layers {
-                outputs.push(h.shallow_clone());
-            }
-        }
-        if l + 1 < layers {
-            input = Tensor::stack(&outputs, 2);
-        } else {
-            last = h;
-        }
-    }
-    last
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::data::InputShape;
+    use crate::models::sgd::{DpSgd, Predictor};
     use crate::models::LstmSpec;
     use crate::models::MobilenetV2Spec;
+    use crate::models::Normalization;
     use crate::models::Proximal;
     use crate::models::{train_sgd, LocalWork, MixtureGates, ModelSpec, Objective};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
+    use rand_distr::StandardNormal;
 
     /// `rows` random rows of `input` (token ids below the vocabulary, else values in [−1, 1))
     /// and their labels below `classes`, drawn in that order.

@@ -214,6 +214,78 @@ pub trait Catalogue: Sized + 'static {
     fn clone_settings(settings: &Self::Settings) -> Box<Self::Settings>;
 }
 
+/// Writes the glue every catalogue shares, once: its marker type and [`Catalogue`] impl, its
+/// `Registration` alias, and its `Settings` trait (an item's settings with their type erased),
+/// each method of which forwards to the item's own trait `$item`. A catalogue's file then holds
+/// only what is its own: its list, what it declares of an item, and its item trait.
+///
+/// ```text
+/// catalogue! {
+///     /// The catalogue of compressors.
+///     pub struct Compressors {
+///         tag: "kind", example: "{kind: top_k, fraction: 0.01}", schema: "CompressorSpec",
+///         declared: Declared, items: COMPRESSORS,
+///     }
+///     /// Settings of some registered compressor, their type erased.
+///     erases CompressorSettings {
+///         fn validate(&self) -> Result<(), FieldError>;
+///         fn bytes(&self, d: usize) -> u64;
+///     }
+/// }
+/// ```
+macro_rules! catalogue {
+    (
+        $(#[$doc:meta])*
+        $vis:vis struct $cat:ident {
+            tag: $tag:literal,
+            example: $example:literal,
+            schema: $schema:literal,
+            declared: $declared:ty,
+            items: $items:expr $(,)?
+        }
+        $(#[$settings_doc:meta])*
+        erases $item:ident {
+            $( $(#[$method_doc:meta])* fn $method:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) $(-> $out:ty)?; )*
+        }
+    ) => {
+        $(#[$doc])*
+        $vis struct $cat;
+
+        impl $crate::settings::catalogue::Catalogue for $cat {
+            const TAG: &'static str = $tag;
+            const EXAMPLE_SECTION: &'static str = $example;
+            const SCHEMA_NAME: &'static str = $schema;
+            type Declared = $declared;
+            type Settings = dyn Settings;
+            fn items() -> &'static [Registration] {
+                $items
+            }
+            fn clone_settings(settings: &dyn Settings) -> Box<dyn Settings> {
+                settings.clone_box()
+            }
+        }
+
+        /// One entry of the catalogue.
+        pub type Registration = $crate::settings::catalogue::Registration<$cat>;
+
+        $(#[$settings_doc])*
+        pub trait Settings: $crate::settings::catalogue::ErasedSettings {
+            fn clone_box(&self) -> Box<dyn Settings>;
+            $( $(#[$method_doc])* fn $method(&self $(, $arg: $ty)*) $(-> $out)?; )*
+        }
+
+        impl<S: $item> Settings for S {
+            fn clone_box(&self) -> Box<dyn Settings> {
+                Box::new(self.clone())
+            }
+            $( fn $method(&self $(, $arg: $ty)*) $(-> $out)? {
+                <S as $item>::$method(self $(, $arg)*)
+            } )*
+        }
+    };
+}
+pub(crate) use catalogue;
+
 /// What every item's settings can do once their type is erased.
 pub trait ErasedSettings: fmt::Debug + Send + Sync {
     fn as_any(&self) -> &dyn Any;

@@ -1,0 +1,141 @@
+//! The messages of a run with a server, each in its recipient's own type, and what they carry.
+//! This room holds types only: no handler, no scheduling, no I/O.
+
+use super::sampling::ReportedLoss;
+use super::world::Routed;
+use crate::algorithms::{Algorithm, ClientReport, Evaluation, NoveltyShare};
+use crate::io::Stored;
+use crate::records::{NoveltyScores, Record};
+use crate::sim::{Effects, SimDuration};
+use std::sync::Arc;
+
+/// The messages of a run with a server, each in its recipient's own type.
+pub(super) type Msg<A> = Routed<ToServer<A>, ToClient<A>>;
+
+/// The server's messages.
+pub enum ToServer<A: Algorithm> {
+    /// Begin round `round` (FedBuff: start the first jobs).
+    StartRound { round: u32 },
+    /// Round `round`'s deadline has come.
+    Deadline { round: u32 },
+    /// (FedBuff) A client may have come online; start jobs if slots are free.
+    Wake,
+    /// A client's update has arrived (`bytes`: what it took on the uplink).
+    Update {
+        round: u32,
+        client: u32,
+        update: Stored<A::Update>,
+        bytes: u64,
+        compute: SimDuration,
+        privacy: PrivacyNote,
+        /// Under a loss-guided strategy, the loss of the model it started from.
+        loss: Option<ReportedLoss>,
+    },
+    /// (`evaluation.novelty: max_over_clients` or `mean_weights`) What `client` scores
+    /// novelty with at round `round`'s evaluation.
+    NoveltyShare {
+        round: u32,
+        client: u32,
+        share: NoveltyShare,
+    },
+    /// A client that was not asked to upload has finished training.
+    Done {
+        round: u32,
+        client: u32,
+        compute: SimDuration,
+    },
+    /// A client dropped out or went offline; its job is lost (the server notices when it
+    /// happens, as a broken connection).
+    Failed {
+        round: u32,
+        client: u32,
+        compute: SimDuration,
+    },
+}
+
+/// What every evaluated client's rows are scored by once all of a round's
+/// [`NoveltyShare`]s are in (`evaluation.novelty`).
+#[derive(Debug, PartialEq)]
+pub enum PooledNovelty<G> {
+    /// Every evaluated client's classifier, in client order (`max_over_clients`).
+    Classifiers(Vec<Vec<f32>>),
+    /// The evaluated training clients' mean mixture weights, with the global model they were
+    /// evaluated with (`mean_weights`).
+    MeanWeights { weights: Vec<f64>, global: Arc<G> },
+}
+
+/// A client's messages.
+pub enum ToClient<A: Algorithm> {
+    /// Train, as the order says.
+    Train(TrainOrder<A>),
+    /// (From its own training job) Local work is done.
+    Trained(FinishedWork<A>),
+    /// Evaluate your model after `round`.
+    Evaluate { round: u32, global: Arc<A::Global> },
+    /// (From its own evaluation job) Results per model and split, and what the algorithm
+    /// reports about the state it was evaluated with.
+    Evaluated {
+        round: u32,
+        results: Vec<Evaluation>,
+        report: ClientReport,
+    },
+    /// (`evaluation.novelty: max_over_clients` or `mean_weights`) Score your rows of round
+    /// `round`'s evaluation by what every evaluated client shared.
+    ScoreNovelty {
+        round: u32,
+        pooled: Arc<PooledNovelty<A::Global>>,
+    },
+    /// (From its own scoring job) Its test and novel rows' scores.
+    NoveltyScored {
+        round: u32,
+        scores: Option<NoveltyScores>,
+    },
+}
+
+/// The server's order to a client: train from `global` with learning rate `lr` for round
+/// `round`; `job` indexes the client's random streams (the round, in synchronous runs). Send
+/// the update if `upload`, else only a completion notice (pFedMe's unsampled clients train but
+/// are not aggregated).
+pub struct TrainOrder<A: Algorithm> {
+    pub round: u32,
+    pub job: u64,
+    pub global: Arc<A::Global>,
+    pub lr: f64,
+    pub upload: bool,
+    /// With privacy: the bound the update is clipped to (the round's, under adaptive clipping).
+    pub clip: Option<f64>,
+}
+
+/// A client's local work for `round`, done after `compute` of simulated time.
+pub struct FinishedWork<A: Algorithm> {
+    pub round: u32,
+    /// Spilled on the pool where the run spills values of its size, as is `state`.
+    pub update: Stored<A::Update>,
+    /// The update's bytes on the uplink (counted on the pool): 4 a float
+    /// ([`Algorithm::update_len`]), or what compression makes of them.
+    pub bytes: u64,
+    pub state: Stored<A::ClientState>,
+    /// Under error feedback, what compression has not sent yet (see [`CompressorSpec`](crate::compression::CompressorSpec)).
+    pub residual: Option<Stored<Vec<f32>>>,
+    /// Whether the server asked for the update.
+    pub upload: bool,
+    pub compute: SimDuration,
+    /// Whether the update and the state hold only finite numbers (checked on the pool).
+    pub finite: bool,
+    pub privacy: PrivacyNote,
+    /// Under a loss-guided strategy, the loss of the model the job started from on the
+    /// client's training rows (measured on the pool).
+    pub loss: Option<ReportedLoss>,
+}
+
+/// What privacy tells the server about an update besides the update itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrivacyNote {
+    /// Client-level privacy: clipping scaled the update down (it was above the bound).
+    pub clipped: bool,
+    /// DP-SGD: the local runs whose outcomes the update holds (one per vector it sends), what
+    /// the server's accountant composes for the client's records.
+    pub dp_sgd_runs: u32,
+}
+
+pub(super) type FlEffects<A> = Effects<Msg<A>, Record>;

@@ -1,0 +1,221 @@
+//! The stacked form of each layer family (dense, convolution, normalisation, pooling,
+//! dropout, embedding, LSTM) for [`walk::forward`], and the gradients of a stacked step: the
+//! linear model's in closed form, deeper ones by autograd.
+
+use super::*;
+use crate::data::InputShape;
+use crate::models::walk::{self, Conv, LayerOps, Norm};
+use crate::models::{mobilenet, Architecture, Normalization};
+use tch::{Kind, Reduction, Tensor};
+
+/// The linear model's gradients in closed form, as alone: (p − y)·weight per row, then
+/// `[A, out, in]` and `[A, out]`.
+pub(super) fn linear_gradients(
+    arch: &Architecture,
+    ps: &[Tensor],
+    x: &Tensor,
+    y: &Tensor,
+    weight: &Tensor,
+) -> Vec<Tensor> {
+    tch::no_grad(|| {
+        let z = x.bmm(&ps[0].transpose(1, 2)) + ps[1].unsqueeze(1);
+        let residual = if arch.is_binary() {
+            z.sigmoid() - y.to_kind(Kind::Float).unsqueeze(-1)
+        } else {
+            z.softmax(-1, Kind::Float) - y.one_hot(arch.classes as i64).to_kind(Kind::Float)
+        };
+        let residual = residual * weight.unsqueeze(-1);
+        vec![
+            residual.transpose(1, 2).bmm(x),
+            residual.sum_dim_intlist(1, false, Kind::Float),
+        ]
+    })
+}
+
+/// Gradients by autograd on the stacked parameters: Σ weight·loss over every run's rows (runs'
+/// parameters are independent, so each gets its own gradient).
+pub(super) fn autograd_gradients(
+    arch: &Architecture,
+    ps: &[Tensor],
+    batch: &StepBatch,
+) -> Vec<Tensor> {
+    let leaves: Vec<Tensor> = ps
+        .iter()
+        .map(|p| p.detach().set_requires_grad(true))
+        .collect();
+    let h = stacked_logits(arch, &leaves, &batch.x, &batch.masks);
+    let (a, b) = (batch.x.size()[0], batch.x.size()[1]);
+    let y = &batch.y;
+    let per_row = if arch.is_binary() {
+        h.squeeze_dim(-1)
+            .binary_cross_entropy_with_logits::<Tensor>(
+                &y.to_kind(Kind::Float),
+                None,
+                None,
+                Reduction::None,
+            )
+    } else {
+        h.view([a * b, -1])
+            .cross_entropy_loss::<Tensor>(&y.view([-1]), None, Reduction::None, -100, 0.0)
+            .view([a, b])
+    };
+    let total = (per_row * &batch.weight).sum(Kind::Float);
+    Tensor::run_backward(&[&total], &leaves, false, false)
+}
+
+/// The logits `[A, B, outputs]` of each run's batch under its parameters (`ps`, `[A, …]` per
+/// parameter tensor), with `masks` as [`StepBatch`] holds them. Flat activations are `[A, B,
+/// F]`; images are `[B, A·C, H, W]`, each run's channels side by side, so that a convolution
+/// is one grouped convolution (A times the layer's groups), a normalisation over groups of
+/// channels one group norm (A times the groups), and pooling is per channel as alone. Without
+/// masks, dropout layers pass everything (evaluation). The layers are walked by
+/// [`walk::forward`], as a model alone walks them, with the [`Stacked`] layout.
+pub(super) fn stacked_logits(
+    arch: &Architecture,
+    ps: &[Tensor],
+    x: &Tensor,
+    masks: &[Tensor],
+) -> Tensor {
+    let (runs, batch) = (x.size()[0], x.size()[1]);
+    let mut ops = Stacked {
+        runs,
+        batch,
+        images: false,
+    };
+    walk::forward(arch, &mut ops, ps, x, masks)
+}
+
+/// A cohort's runs side by side: `A` runs of `B` rows each. Images travel as `[B, A·C, H, W]`
+/// (each run's channels one group of a grouped convolution) until the first dense layer,
+/// which turns them into `[A, B, features]`; everything else is `[A, B, …]`.
+pub(super) struct Stacked {
+    runs: i64,
+    batch: i64,
+    /// The activations are images side by side (`[B, A·C, H, W]`).
+    images: bool,
+}
+
+impl Stacked {
+    /// `[A, B, C, H, W]` → `[B, A·C, H, W]`.
+    fn side_by_side(&self, t: &Tensor) -> Tensor {
+        let s = t.size();
+        t.transpose(0, 1)
+            .reshape([self.batch, self.runs * s[2], s[3], s[4]])
+    }
+}
+
+impl LayerOps for Stacked {
+    fn input(&mut self, x: &Tensor, shape: InputShape) -> Tensor {
+        match shape {
+            InputShape::Image([c, hh, w]) => {
+                self.images = true;
+                let (a, b) = (self.runs, self.batch);
+                self.side_by_side(&x.view([a, b, c as i64, hh as i64, w as i64]))
+            }
+            InputShape::Flat(_) => x.shallow_clone(),
+            // Token ids `[A, B, L]`.
+            InputShape::Tokens { .. } => x.to_kind(Kind::Int64),
+        }
+    }
+
+    fn dense(&mut self, mut h: Tensor, weight: &Tensor, bias: &Tensor) -> Tensor {
+        if self.images {
+            h = h.view([self.batch, self.runs, -1]).transpose(0, 1);
+            self.images = false;
+        }
+        bias.unsqueeze(1)
+            .baddbmm(&h, &weight.transpose(1, 2), 1.0, 1.0)
+    }
+
+    fn conv(&mut self, h: Tensor, conv: Conv, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
+        let s = weight.size();
+        let w = weight.reshape([self.runs * s[1], s[2], s[3], s[4]]);
+        let bias = bias.map(|b| b.reshape([-1]));
+        let (st, p) = (conv.stride as i64, conv.padding as i64);
+        h.conv2d(
+            &w,
+            bias.as_ref(),
+            [st, st],
+            [p, p],
+            [1, 1],
+            self.runs * conv.groups as i64,
+        )
+    }
+
+    fn norm(&mut self, h: Tensor, norm: Norm, scale: &Tensor, shift: &Tensor) -> Tensor {
+        assert_eq!(norm.kind, Normalization::Group, "batch norm does not stack");
+        let (scale, shift) = (scale.reshape([-1]), shift.reshape([-1]));
+        let groups = self.runs * mobilenet::norm_groups(norm.channels) as i64;
+        h.group_norm(groups, Some(&scale), Some(&shift), 1e-5, true)
+    }
+
+    fn dropout(&mut self, h: Tensor, mask: &Tensor) -> Tensor {
+        if self.images {
+            h * self.side_by_side(mask)
+        } else {
+            h * mask
+        }
+    }
+
+    fn embedding(&mut self, h: Tensor, table: &Tensor, vocab: usize) -> Tensor {
+        // Run k's token t is row k·vocab + t of the runs' tables one after another.
+        let offsets = Tensor::arange(self.runs, (Kind::Int64, h.device())) * vocab as i64;
+        let rows = &h + offsets.view([self.runs, 1, 1]);
+        Tensor::embedding(
+            &table.reshape([self.runs * vocab as i64, -1]),
+            &rows,
+            -1,
+            false,
+            false,
+        )
+    }
+
+    fn lstm(&mut self, h: Tensor, tensors: &[&Tensor], hidden: usize, _layers: usize) -> Tensor {
+        stacked_lstm(&h, tensors, hidden as i64)
+    }
+}
+
+/// PyTorch's `nn.LSTM` (batch first, gates in the order input, forget, cell, output, zero
+/// initial states) of each run over its sequences `[A, B, L, I]`, layer after layer, one
+/// batched cell per time step: the top layer's hidden state after the last step, `[A, B,
+/// hidden]`. `tensors`: per layer `[A, 4·hidden, in]`, `[A, 4·hidden, hidden]` and the two
+/// biases `[A, 4·hidden]`.
+pub(super) fn stacked_lstm(x: &Tensor, tensors: &[&Tensor], hidden: i64) -> Tensor {
+    let s = x.size();
+    let (a, b, steps) = (s[0], s[1], s[2]);
+    let mut input = x.shallow_clone();
+    let mut last = Tensor::zeros([a, b, hidden], (Kind::Float, x.device()));
+    let layers = tensors.len() / 4;
+    for (l, layer) in tensors.chunks(4).enumerate() {
+        let (w_ih, w_hh, b_ih, b_hh) = (layer[0], layer[1], layer[2], layer[3]);
+        // Every step's input projection at once: `[A, B·L, 4·hidden]`.
+        let projected = (b_ih + b_hh)
+            .unsqueeze(1)
+            .baddbmm(
+                &input.reshape([a, b * steps, -1]),
+                &w_ih.transpose(1, 2),
+                1.0,
+                1.0,
+            )
+            .view([a, b, steps, 4 * hidden]);
+        let w_hh = w_hh.transpose(1, 2);
+        let mut h = Tensor::zeros([a, b, hidden], (Kind::Float, x.device()));
+        let mut c = h.zeros_like();
+        let mut outputs = Vec::with_capacity(steps as usize);
+        for t in 0..steps {
+            let gates = projected.select(2, t).baddbmm(&h, &w_hh, 1.0, 1.0);
+            let g = gates.chunk(4, -1);
+            c = g[1].sigmoid() * &c + g[0].sigmoid() * g[2].tanh();
+            h = g[3].sigmoid() * c.tanh();
+            if l + 1 < layers {
+                outputs.push(h.shallow_clone());
+            }
+        }
+        if l + 1 < layers {
+            input = Tensor::stack(&outputs, 2);
+        } else {
+            last = h;
+        }
+    }
+    last
+}
