@@ -3,7 +3,9 @@
 //! the held-out and malicious clients, where cohorts train, the model's architecture and the
 //! system model, a decentralized run's topology, the privacy settings with DP-SGD's noise
 //! solved, and the algorithm built as its own type with its initial global model. `actors`
-//! takes a plan and assembles the run from it in one place; it cannot fail on input.
+//! takes a plan and assembles the run from it in one place; it cannot fail on input. Before
+//! the data is built, [`preflight`] asks this machine what only it can answer (devices,
+//! memory, the files an algorithm names), so that a run that cannot fit is refused at once.
 //!
 //! This room decides; it must not start actors, threads or the clock, write files, or train.
 //! Every random draw here comes from its own keyed stream of the run's seed
