@@ -236,6 +236,8 @@ pub struct DeviceRows {
 impl DeviceRows {
     pub fn upload(rows: &SplitView<'_>, device: Device) -> DeviceRows {
         let (n, d) = (rows.len() as i64, rows.dim as i64);
+        let bytes = 4 * rows.features.len() + 8 * rows.labels.len();
+        super::profile::crossed(super::profile::Crossing::RowsIn, bytes);
         DeviceRows {
             x: Tensor::from_slice(rows.features)
                 .view([n, d])

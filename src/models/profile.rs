@@ -3,6 +3,11 @@
 //! seconds (summed over threads) at its end. On a GPU each phase waits for the device before
 //! its clock stops, so a phase holds the kernels it launched.
 //!
+//! It also counts the bytes that cross between host vectors and tensors on the cohort path
+//! ([`crossed`]): parameter vectors (parameters, momentum, anchors) stacked into tensors and
+//! brought back, and data rows put into tensors. On the CPU as on a GPU, the counts show how
+//! the traffic grows with the clients and the model.
+//!
 //! A profile is never written to a result file, and reading the clock decides nothing: a
 //! profiled run's results are those of the same run unprofiled.
 
@@ -67,6 +72,41 @@ impl Phase {
     }
 }
 
+/// What crosses between host memory and tensors on the cohort path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Crossing {
+    /// Flat parameter vectors (parameters, momentum buffers, anchors) stacked into tensors.
+    VectorsIn,
+    /// Stacked tensors brought back as flat parameter vectors.
+    VectorsOut,
+    /// Data rows (features and labels, minibatches or whole splits) put into tensors.
+    RowsIn,
+}
+
+/// Every crossing, in declaration order: `crossing as usize` is its index here.
+const CROSSINGS: [Crossing; 3] = [Crossing::VectorsIn, Crossing::VectorsOut, Crossing::RowsIn];
+
+impl Crossing {
+    fn name(self) -> &'static str {
+        match self {
+            Crossing::VectorsIn => "vectors host → tensor",
+            Crossing::VectorsOut => "vectors tensor → host",
+            Crossing::RowsIn => "rows host → tensor",
+        }
+    }
+}
+
+static BYTES: [AtomicU64; CROSSINGS.len()] = [const { AtomicU64::new(0) }; CROSSINGS.len()];
+static CROSSED: [AtomicU64; CROSSINGS.len()] = [const { AtomicU64::new(0) }; CROSSINGS.len()];
+
+/// Counts `bytes` crossing as `what` says, when profiling.
+pub fn crossed(what: Crossing, bytes: usize) {
+    if profiling() {
+        BYTES[what as usize].fetch_add(bytes as u64, Ordering::Relaxed);
+        CROSSED[what as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 static NANOS: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(0) }; PHASES.len()];
 static CALLS: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(0) }; PHASES.len()];
 
@@ -107,7 +147,30 @@ pub fn profile_report() -> Option<String> {
             out += &format!("  {:<22} {seconds:10.2} s  ({calls} times)\n", phase.name());
         }
     }
+    out += &crossings_report(&|k| {
+        (
+            BYTES[k].load(Ordering::Relaxed),
+            CROSSED[k].load(Ordering::Relaxed),
+        )
+    });
     Some(out)
+}
+
+/// The crossings' lines of the report, from `(bytes, times)` of each crossing by its index;
+/// none where nothing crossed.
+fn crossings_report(counts: &dyn Fn(usize) -> (u64, u64)) -> String {
+    let mut out = String::new();
+    for (k, crossing) in CROSSINGS.iter().enumerate() {
+        let (bytes, times) = counts(k);
+        if times > 0 {
+            if out.is_empty() {
+                out += "bytes crossing on the cohort path (summed over threads):\n";
+            }
+            let mb = bytes as f64 / 1e6;
+            out += &format!("  {:<22} {mb:10.1} MB ({times} times)\n", crossing.name());
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -119,5 +182,20 @@ mod tests {
         for (k, &phase) in PHASES.iter().enumerate() {
             assert_eq!(phase as usize, k, "{phase:?}");
         }
+        for (k, &crossing) in CROSSINGS.iter().enumerate() {
+            assert_eq!(crossing as usize, k, "{crossing:?}");
+        }
+    }
+
+    #[test]
+    fn the_crossings_are_reported_in_megabytes_and_left_out_when_none() {
+        assert_eq!(crossings_report(&|_| (0, 0)), "");
+        let counts = |k: usize| [(2_500_000, 3), (0, 0), (40_000, 2)][k];
+        assert_eq!(
+            crossings_report(&counts),
+            "bytes crossing on the cohort path (summed over threads):\n  \
+             vectors host → tensor         2.5 MB (3 times)\n  \
+             rows host → tensor            0.0 MB (2 times)\n"
+        );
     }
 }

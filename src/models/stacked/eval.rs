@@ -97,6 +97,7 @@ pub fn evaluate_stacked(
                                 );
                             }
                         }
+                        crossed(Crossing::RowsIn, 4 * gathered.len());
                         Tensor::from_slice(&gathered).to_device(device)
                     }
                 };
@@ -126,7 +127,10 @@ pub fn evaluate_stacked(
                 Some(on) => {
                     on.y.narrow(0, request.first_row as i64, request.view.len() as i64)
                 }
-                None => Tensor::from_slice(request.view.labels).to_device(device),
+                None => {
+                    crossed(Crossing::RowsIn, 8 * request.view.labels.len());
+                    Tensor::from_slice(request.view.labels).to_device(device)
+                }
             };
             let logits = logits
                 .into_iter()

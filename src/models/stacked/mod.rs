@@ -23,7 +23,7 @@
 
 use super::device::DeviceRows;
 use super::linear::{Linear, LinearRun};
-use super::profile::{timed, Phase};
+use super::profile::{crossed, timed, Crossing, Phase};
 use super::sgd::{LocalPlan, Pass, Proximal};
 use super::Architecture;
 use crate::data::SplitView;
@@ -396,6 +396,7 @@ impl<'r> Steps<'r> {
             }
             None => {
                 gather_rows(rows.features, rows.dim, &index, &mut self.gathered);
+                crossed(Crossing::RowsIn, 4 * self.gathered.len() + 8 * index.len());
                 // SAFETY: `gathered` holds a·b·dim values and is not touched again until the
                 // next call, before which the caller drops `x` (and anything built from it).
                 let x = unsafe {
@@ -667,6 +668,7 @@ pub(super) fn stack_vectors(
                 }
             }
             let c = group.len() as i64;
+            crossed(Crossing::VectorsIn, 4 * staging.len());
             let rows = Tensor::from_slice(&staging)
                 .view([c, p as i64])
                 .to_device(device);
@@ -699,6 +701,7 @@ pub(super) fn unstack_vectors(stacked: &[Tensor], p: usize, mut take: impl FnMut
             assert_eq!(rows.size(), [c, p as i64], "vectors of the wrong length");
             staging.resize(group.len() * p, 0.0);
             rows.copy_data(&mut staging, group.len() * p);
+            crossed(Crossing::VectorsOut, 4 * staging.len());
             for (k, values) in group.zip(staging.chunks(p)) {
                 take(k, values);
             }
