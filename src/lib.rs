@@ -8,8 +8,9 @@
 //!
 //! 1. The kernel and what everything shares, importing nothing above:
 //!    - [`sim`]: virtual time, the event queue, the seed tree and the scheduler actor.
-//!    - [`settings`]: the run settings that belong to no catalogue (sampling, round policy,
-//!      evaluation, divergence) and [`settings::FieldError`]; pure validation, no host.
+//!    - [`settings`]: the run settings that belong to no catalogue (evaluation, divergence,
+//!      how clients train on the machine), the catalogue glue and [`settings::FieldError`];
+//!      pure validation, no host.
 //!    - [`io`]: input files that are regular files, the readers of data tables and
 //!      per-client files, and output folders fedsim shares with its users.
 //!    - [`records`]: what the entities emit, in event order.
@@ -22,6 +23,9 @@
 //!      accountant (ε spent at δ, noise calibration).
 //!    - [`compression`]: compressors of clients' updates and the bytes they put on the wire.
 //!    - [`robust`]: Byzantine clients' attacks and robust aggregation rules.
+//!    - [`sampling`]: who a round selects: the sampling strategies and their draws.
+//!    - [`policy`]: the round policies (synchronous, FedBuff): their settings and what they
+//!      declare; their behaviour is the server's.
 //! 3. [`algorithms`]: federated algorithms behind one trait, and their registry.
 //! 4. [`scenario`]: a YAML scenario read, overridden and validated into a run's settings.
 //! 5. [`plan`]: a run decided before it runs: its settings, built data and this machine
@@ -44,6 +48,8 @@ pub const LAYERS: &[&[&str]] = &[
         "privacy",
         "compression",
         "robust",
+        "sampling",
+        "policy",
     ],
     &["algorithms"],
     &["scenario"],
@@ -63,10 +69,12 @@ pub mod data;
 pub mod io;
 pub mod models;
 pub mod plan;
+pub mod policy;
 pub mod privacy;
 pub mod records;
 pub mod results;
 pub mod robust;
+pub mod sampling;
 pub mod scenario;
 pub mod settings;
 pub mod sim;

@@ -3,7 +3,6 @@
 //! scoring and spilling. It runs on the trainer pool; it sends no message.
 
 use super::messages::{PooledNovelty, PrivacyNote};
-use super::sampling::ReportedLoss;
 use crate::algorithms::Tested;
 use crate::algorithms::{Algorithm, Training};
 use crate::compression::{compress_changes, CompressorSpec};
@@ -14,6 +13,7 @@ use crate::plan::Setup;
 use crate::privacy::ClientLevelPrivacy;
 use crate::records::{ModelKind, NoveltyScores, Split};
 use crate::robust::{Adversaries, RobustRuleSpec};
+use crate::sampling::ReportedLoss;
 use crate::settings::{EvaluatedSplits, NoveltyScoring, OnDivergence};
 use crate::system::payload_bytes;
 use rand_chacha::ChaCha20Rng;
@@ -82,7 +82,7 @@ impl<A: Algorithm> JobContext<A> {
             }),
             robust: spec.aggregation.clone(),
             evaluated: spec.evaluation.splits,
-            reports_loss: spec.sampling.strategy.uses_feedback(),
+            reports_loss: setup.reports_losses,
             saves_client_models: spec.saves_client_models,
             novelty,
         }

@@ -1,11 +1,11 @@
 //! The messages of a run with a server, each in its recipient's own type, and what they carry.
 //! This room holds types only: no handler, no scheduling, no I/O.
 
-use super::sampling::ReportedLoss;
 use super::world::Routed;
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, NoveltyShare};
 use crate::io::Stored;
 use crate::records::{NoveltyScores, Record};
+use crate::sampling::ReportedLoss;
 use crate::sim::{Effects, SimDuration};
 use std::sync::Arc;
 

@@ -19,16 +19,13 @@ mod init;
 mod job;
 mod messages;
 mod peer;
-mod policy;
 mod run;
-mod sampling;
 mod server;
 mod trainer;
 mod world;
 
 pub use messages::{FinishedWork, PooledNovelty, PrivacyNote, ToClient, ToServer, TrainOrder};
 pub use peer::{consensus_distance, PeerMsg};
-pub use policy::staleness_factor;
 pub use run::simulate;
 pub use trainer::TrainerPool;
 pub use world::{Routed, SimOutput};

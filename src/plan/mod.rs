@@ -24,7 +24,9 @@ use crate::data::FederatedData;
 use crate::models::{read_models, Architecture, InitialModels, Placement};
 use crate::privacy::{ClientLevelPrivacy, SampleLevelPrivacy};
 use crate::records::Split;
+use crate::sampling::Strategies;
 use crate::scenario::RunSpec;
+use crate::settings::catalogue::names_declaring;
 use crate::settings::FieldError;
 use crate::sim::{Entity, SeedTree, SimError};
 use crate::system::{SampleCost, SystemModel};
@@ -63,6 +65,9 @@ pub struct Setup {
     /// DP-SGD (σ solved where the scenario gives `target_epsilon`), with the local runs an
     /// update sends (one per vector of the global model).
     pub sample_privacy: Option<(SampleLevelPrivacy, u64)>,
+    /// Clients report the loss of the model they start from: the sampling strategy reads it
+    /// (it declares so), and the algorithm sends one model (checked here).
+    pub reports_losses: bool,
 }
 
 impl RunPlan {
@@ -71,7 +76,7 @@ impl RunPlan {
     /// or a part that cannot be built (the system model, the topology).
     pub fn new(spec: &RunSpec, data: Arc<FederatedData>, threads: usize) -> Result<Self, SimError> {
         let clients = data.num_clients();
-        crate::settings::check_client_counts(
+        crate::sampling::check_client_counts(
             clients,
             spec.unseen_fraction,
             &spec.sampling,
@@ -137,6 +142,7 @@ impl RunPlan {
         let algorithm = built(spec, &population, &arch, &seeds, initial_models.as_deref())?;
         check_reported_loss(spec, &algorithm)?;
         let sample_privacy = sample_privacy(spec, &data, &algorithm)?;
+        let reports_losses = spec.sampling.strategy.uses_feedback();
         let mut spec = spec.clone();
         if let Some((p, _)) = &sample_privacy {
             spec.training.plan.dp_sgd = Some(p.dp_sgd);
@@ -156,6 +162,7 @@ impl RunPlan {
                 topology,
                 client_privacy,
                 sample_privacy,
+                reports_losses,
             },
         })
     }
@@ -297,8 +304,8 @@ fn check_reported_loss(spec: &RunSpec, algorithm: &Built) -> Result<(), FieldErr
         format!(
             "a loss-guided strategy ranks clients by the loss of the one model they start \
              from, and this algorithm's server sends {vectors} models (a mixture's components \
-             have no loss of their own); use `uniform`, `weighted` or `poisson`, or an \
-             algorithm with one global model"
+             have no loss of their own); use {}, or an algorithm with one global model",
+            names_declaring::<Strategies>(|d| !d.uses_feedback, "or")
         ),
     ))
 }

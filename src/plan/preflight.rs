@@ -147,12 +147,13 @@ pub fn run_terms(run: &crate::scenario::RunSpec, shape: &DataShape) -> Vec<Memor
     let plan = run.training.plan;
     let batch = plan.batch_size.max(1) as f64;
     let keeping = run.algorithm.capabilities().client_models as f64;
-    let first_round = match (
-        &run.policy,
-        run.sampling.replacement || run.sampling.available_only,
-    ) {
-        (crate::settings::PolicySpec::Fedbuff { .. }, _) | (_, true) => 1.0,
-        _ => run.sampling.per_round(shape.clients.max(1)) as f64,
+    let first_round = if !run.policy.declared().rounds_in_step
+        || run.sampling.replacement
+        || run.sampling.available_only
+    {
+        1.0
+    } else {
+        run.sampling.per_round(shape.clients.max(1)) as f64
     };
     let n = shape.least_train_rows.max(1) as f64;
     let batches_per_pass = (n / batch).ceil();

@@ -27,7 +27,7 @@ pub fn default_orders() -> Vec<f64> {
 }
 
 /// How the clients of one step (a round) are drawn, as the accountant models it (the
-/// scenario's own selection is [`crate::settings::Sampling`]).
+/// scenario's own selection is [`crate::sampling::Sampling`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Subsampling {
     /// Each client independently with probability `rate` (add-or-remove-one neighbours).

@@ -18,15 +18,16 @@ use crate::compression::Compressors;
 use crate::data::{DatasetSpec, InputShape, SplitSpec};
 use crate::models::ModelSpec;
 use crate::models::{LocalPlan, LocalWork};
+use crate::policy::PolicySpec;
 use crate::privacy::{Accountant, Mechanism, PrivacySpec};
 use crate::robust::Attacks;
+use crate::sampling::{
+    check_client_counts, RawSampling, SampleSize, Sampling, Strategies, STRATEGIES,
+};
 use crate::settings::catalogue::names_declaring;
 use crate::settings::FieldError;
-use crate::settings::{check_client_counts, OnDivergence};
-use crate::settings::{
-    EvaluatedSplits, EvaluationPlan, NoveltyScoring, PolicySpec, RawEvaluation, RawSampling,
-    SampleSize, Sampling, Strategy,
-};
+use crate::settings::OnDivergence;
+use crate::settings::{EvaluatedSplits, EvaluationPlan, NoveltyScoring, RawEvaluation};
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
 use serde_yaml::Value;
@@ -476,21 +477,28 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
             ),
         );
     }
-    if let PolicySpec::Fedbuff { .. } = raw.policy {
+    if !raw.policy.declared().rounds_in_step {
         let s = &raw.sampling;
-        let drawn_by_size = matches!(s.strategy, Strategy::Uniform | Strategy::Weighted);
         if s.fraction.is_some()
             || s.count.is_some()
             || s.over_selection > 0.0
             || s.available_only
-            || !drawn_by_size
+            || !s.strategy.declared().fills_slots
         {
+            let fillers = STRATEGIES
+                .iter()
+                .filter(|r| r.declared.fills_slots)
+                .map(|r| r.name)
+                .collect::<Vec<_>>()
+                .join(" or ");
             return bad(
                 "sampling",
-                "with `policy.kind: fedbuff`, `policy.concurrency` sets how many clients train \
-                 and only online clients start; keep only `strategy` (uniform or weighted, and \
-                 `replacement`) here"
-                    .into(),
+                format!(
+                    "with `policy.kind: {}`, `policy.concurrency` sets how many clients train \
+                     and only online clients start; keep only `strategy` ({fillers}, and \
+                     `replacement`) here",
+                    raw.policy.name()
+                ),
             );
         }
     }
@@ -643,12 +651,19 @@ fn validate_privacy(raw: &RawScenario, sampling: &Sampling) -> Result<(), FieldE
                 .into(),
         );
     }
-    if sampling.strategy == Strategy::Weighted {
-        return bad(
-            "needs `sampling.strategy: uniform` or `poisson` (the accountant assumes clients \
-             drawn uniformly without replacement, or each with the same chance)"
-                .into(),
-        );
+    // A loss-guided draw is refused with its own reason (`validate_guided_sampling`).
+    let declared = sampling.strategy.declared();
+    if !declared.same_chance && !declared.uses_feedback {
+        let fair = STRATEGIES
+            .iter()
+            .filter(|r| r.declared.same_chance)
+            .map(|r| r.name)
+            .collect::<Vec<_>>()
+            .join("` or `");
+        return bad(format!(
+            "needs `sampling.strategy: {fair}` (the accountant assumes clients drawn uniformly \
+             without replacement, or each with the same chance)"
+        ));
     }
     Ok(())
 }
@@ -669,10 +684,12 @@ fn validate_guided_sampling(raw: &RawScenario) -> Result<(), FieldError> {
     if raw.privacy.is_some() {
         return Err(FieldError::new(
             "sampling.strategy".into(),
-            "a loss-guided draw reads the losses clients report, which `privacy:` does not \
-             protect, and its accountant assumes draws that do not depend on the data; use \
-             `uniform` or `poisson` with privacy"
-                .into(),
+            format!(
+                "a loss-guided draw reads the losses clients report, which `privacy:` does not \
+                 protect, and its accountant assumes draws that do not depend on the data; use \
+                 {} with privacy",
+                names_declaring::<Strategies>(|d| d.same_chance, "or")
+            ),
         ));
     }
     Ok(())
@@ -696,7 +713,7 @@ fn validate_secure_aggregation(raw: &RawScenario) -> Result<(), FieldError> {
             names_where(|c| c.private_updates)
         ));
     }
-    if !matches!(raw.policy, PolicySpec::Synchronous { .. }) || raw.policy.needs_stale_updates() {
+    if !raw.policy.declared().rounds_in_step || raw.policy.needs_stale_updates() {
         return bad(
             "needs synchronous rounds without late updates (`policy: {kind: synchronous}`): a \
              masked sum is over one round's clients"

@@ -4,8 +4,10 @@
 use crate::algorithms::AlgorithmSpec;
 use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::{DeviceChoice, ModelSpec};
+use crate::policy::PolicySpec;
+use crate::sampling::RawSampling;
 use crate::settings::{Cohorts, Spill};
-use crate::settings::{OnDivergence, PolicySpec, RawEvaluation, RawSampling};
+use crate::settings::{OnDivergence, RawEvaluation};
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
 use serde::{Deserialize, Serialize};

@@ -1,26 +1,21 @@
-//! The settings of a run that belong to no catalogue: who is sampled (`sampling:`, as written
-//! in [`RawSampling`], resolved to [`Sampling`]), when the server aggregates, what is evaluated
-//! (`evaluation:` and `eval_every`, resolved to an [`EvaluationPlan`]), what a diverged run
-//! does, how clients are trained on the machine (`training.cohorts`, `training.spill`); and
-//! [`FieldError`], how every section says what is wrong with it.
+//! The settings of a run that belong to no catalogue: what is evaluated (`evaluation:` and
+//! `eval_every`, resolved to an [`EvaluationPlan`]), what a diverged run does, how clients are
+//! trained on the machine (`training.cohorts`, `training.spill`); the glue every catalogue
+//! shares ([`catalogue`]); and [`FieldError`], how every section says what is wrong with it.
 //!
 //! This room sits at the bottom with the kernel: serde types and their pure validation. It
 //! must not read files, ask the machine anything (memory, devices) or touch libtorch, so that
-//! a scenario validates the same everywhere. Behaviour that uses these settings (drawing a
-//! sample, running a policy) lives with the entities that do it.
+//! a scenario validates the same everywhere. Behaviour that uses these settings lives with
+//! the entities that do it.
 
 pub mod catalogue;
 mod evaluation;
-mod policy;
-mod sampling;
 mod training;
 
 pub use evaluation::{
     EvalClients, EvalSample, EvalSplit, EvaluatedSplits, EvaluationPlan, NoveltyScoring,
     RawEvaluation,
 };
-pub use policy::{LateUpdates, PolicySpec};
-pub use sampling::{Oort, RawSampling, SampleSize, Sampling, Strategy};
 pub use training::{Cohorts, Spill, AUTO_SPILL_SHARE};
 
 /// A problem with one field of a scenario section: the dotted path below the section that
@@ -127,46 +122,6 @@ impl OnDivergence {
     pub fn is_stop(&self) -> bool {
         *self == OnDivergence::Stop
     }
-}
-
-/// Whether `clients` clients can hold out `⌊unseen_fraction · clients⌋` and still give
-/// `sampling` its clients.
-pub fn check_client_counts(
-    clients: usize,
-    unseen_fraction: f64,
-    sampling: &Sampling,
-    evaluation: &EvaluationPlan,
-) -> Result<(), FieldError> {
-    if let EvalClients::Count(k) = evaluation.clients {
-        if k > clients {
-            return Err(FieldError::new(
-                "evaluation.clients".into(),
-                format!("must be at most the number of clients ({clients}), got {k}"),
-            ));
-        }
-    }
-    let held_out = (unseen_fraction * clients as f64).floor() as usize;
-    if unseen_fraction > 0.0 && (held_out == 0 || held_out >= clients) {
-        return Err(FieldError::new(
-            "unseen.fraction".into(),
-            format!(
-                "{unseen_fraction} holds out {held_out} of {clients} clients; it must leave at \
-                 least one client on each side"
-            ),
-        ));
-    }
-    if let SampleSize::Count(k) = sampling.size {
-        if k > clients - held_out {
-            return Err(FieldError::new(
-                "sampling.count".into(),
-                format!(
-                    "must be at most the number of training clients ({}), got {k}",
-                    clients - held_out
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// A number for a message: as written where that is short (`0.5`, `250`), else in scientific

@@ -7,22 +7,12 @@ use super::{Core, Held, InFlight, Report, RoundPolicy};
 use crate::actors::messages::{FlEffects, ToServer};
 use crate::actors::world::Outbox;
 use crate::algorithms::Algorithm;
+use crate::policy::FedbuffSpec;
 use crate::records::JobOutcome;
 use crate::sim::{SimDuration, SimError, SimTime};
 
-/// FedBuff's settings, as the scenario's `policy` gives them.
-pub(super) struct Settings {
-    pub buffer_size: usize,
-    pub concurrency: usize,
-    /// Updates trained from a model more than this many aggregations old are dropped.
-    pub max_staleness: u32,
-    pub staleness_exponent: f64,
-    /// The server's step on the buffered average change.
-    pub server_lr: f64,
-}
-
 pub(super) struct Fedbuff<A: Algorithm> {
-    settings: Settings,
+    settings: FedbuffSpec,
     /// The updates waiting for the next aggregation.
     buffer: Vec<Held<A>>,
     /// Jobs started so far (each job's index for its random streams).
@@ -32,7 +22,7 @@ pub(super) struct Fedbuff<A: Algorithm> {
 }
 
 impl<A: Algorithm> Fedbuff<A> {
-    pub fn new(settings: Settings) -> Self {
+    pub fn new(settings: FedbuffSpec) -> Self {
         Fedbuff {
             settings,
             buffer: Vec::new(),
@@ -90,7 +80,7 @@ impl<A: Algorithm> Fedbuff<A> {
         let held = std::mem::take(&mut self.buffer);
         core.counts.completed = held.iter().filter(|h| h.staleness == 0).count() as u32;
         core.counts.late = held.len() as u32 - core.counts.completed;
-        let Settings {
+        let FedbuffSpec {
             server_lr,
             staleness_exponent,
             ..

@@ -26,11 +26,10 @@ use super::divergence::{DivergenceWatch, Seen};
 use super::evaluation::EvaluatedClients;
 use super::job::JobContext;
 use super::messages::{FlEffects, Msg, PooledNovelty, PrivacyNote, ToClient, ToServer, TrainOrder};
-use super::policy::staleness_factor;
-use super::sampling::{AllBut, Candidates, Feedback, Heard, ReportedLoss};
 use super::world::{guarded, Deliver, Outbox};
 use crate::algorithms::{Algorithm, Finite, NoveltyShare, StaleUpdate, Updates};
 use crate::io::Stored;
+use crate::policy::{staleness_factor, FedbuffSpec, PolicySpec, SynchronousSpec};
 use crate::privacy::{
     ClientLevelPrivacy, NoiseAt, RecordAccountant, SampleLevelPrivacy, ShareAccountant,
     TreeAccountant,
@@ -39,8 +38,7 @@ use crate::records::{
     AdaptiveRound, DivergenceStage, EarlyEndRecord, JobOutcome, JobRecord, Record, RoundPrivacy,
     RoundRecord,
 };
-use crate::settings::PolicySpec;
-use crate::settings::Sampling;
+use crate::sampling::{AllBut, Candidates, Feedback, Heard, ReportedLoss, Sampling};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
@@ -257,34 +255,21 @@ struct Report<A: Algorithm> {
     clipped: bool,
 }
 
-/// The round policy `spec` asks for, in its initial state.
+/// The round policy `spec` asks for, in its initial state: the server's behaviour for each
+/// item of [`crate::policy::POLICIES`] (a test starts every one).
 fn round_policy<A: Algorithm>(spec: &PolicySpec) -> Box<dyn RoundPolicy<A>> {
-    match *spec {
-        PolicySpec::Synchronous {
-            deadline_s,
-            late_updates,
-            max_staleness,
-            staleness_exponent,
-        } => Box::new(Synchronous::new(
-            deadline_s.map(SimDuration::from_secs_f64_ceil),
-            late_updates,
-            max_staleness,
-            staleness_exponent,
-        )),
-        PolicySpec::Fedbuff {
-            buffer_size,
-            concurrency,
-            max_staleness,
-            staleness_exponent,
-            server_lr,
-        } => Box::new(Fedbuff::new(fedbuff::Settings {
-            buffer_size,
-            concurrency,
-            max_staleness,
-            staleness_exponent,
-            server_lr,
-        })),
+    if let Some(s) = spec.settings::<SynchronousSpec>() {
+        return Box::new(Synchronous::new(
+            s.deadline_s.map(SimDuration::from_secs_f64_ceil),
+            s.late_updates,
+            s.max_staleness,
+            s.staleness_exponent,
+        ));
     }
+    if let Some(s) = spec.settings::<FedbuffSpec>() {
+        return Box::new(Fedbuff::new(s.clone()));
+    }
+    unreachable!("policy `{}` has no behaviour in the server", spec.name())
 }
 
 /// What every round policy shares: the global model, the jobs in flight and the counts of the
@@ -1032,6 +1017,17 @@ mod tests {
 
     fn secs(s: u64) -> SimTime {
         SimTime(s * 1_000_000)
+    }
+
+    /// Every registered round policy has its behaviour here: its example starts a server.
+    #[test]
+    fn every_registered_policy_starts_a_server() {
+        for policy in crate::policy::POLICIES {
+            let section = policy.example_section();
+            let spec: PolicySpec = serde_yaml::from_str(&section).unwrap();
+            let _ = round_policy::<FedAvg>(&spec);
+            server(&section);
+        }
     }
 
     /// Under `evaluation.novelty: max_over_clients`, nothing is scored until every evaluated

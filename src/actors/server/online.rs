@@ -10,7 +10,7 @@
 //! This room must not answer for a time before the last it was moved to, nor order anything
 //! by what is not a time or a position.
 
-use crate::actors::sampling::Candidates;
+use crate::sampling::Candidates;
 use crate::sim::SimTime;
 use crate::system::SystemModel;
 use std::cmp::Reverse;

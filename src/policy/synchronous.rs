@@ -1,0 +1,68 @@
+//! `kind: synchronous`: rounds one after the other, with an optional deadline (the server's
+//! behaviour: `actors::server::synchronous`).
+
+use super::PolicySettings;
+use crate::settings::FieldError;
+use serde::{Deserialize, Serialize};
+
+/// What happens to an update that arrives after its round's deadline.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LateUpdates {
+    /// Stragglers are dropped.
+    #[default]
+    Drop,
+    /// Stragglers join the next aggregation, weighted by their staleness (rounds since the
+    /// one they were trained for), up to `max_staleness`.
+    NextRound,
+}
+
+/// Synchronous rounds' settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SynchronousSpec {
+    /// Seconds after the round's start when the server stops waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_s: Option<f64>,
+    /// What happens to updates that arrive after the deadline.
+    #[serde(default)]
+    pub late_updates: LateUpdates,
+    /// With `late_updates: next_round`: older updates are dropped.
+    #[serde(default = "default_late_staleness")]
+    pub max_staleness: u32,
+    /// A stale update counts (1 + staleness)^(−a).
+    #[serde(default = "super::default_exponent")]
+    pub staleness_exponent: f64,
+}
+
+fn default_late_staleness() -> u32 {
+    1
+}
+
+impl Default for SynchronousSpec {
+    fn default() -> Self {
+        SynchronousSpec {
+            deadline_s: None,
+            late_updates: LateUpdates::Drop,
+            max_staleness: default_late_staleness(),
+            staleness_exponent: super::default_exponent(),
+        }
+    }
+}
+
+impl PolicySettings for SynchronousSpec {
+    const ROUNDS_IN_STEP: bool = true;
+
+    fn validate(&self) -> Result<(), FieldError> {
+        if let Some(d) = self.deadline_s {
+            FieldError::seconds("deadline_s", d)?;
+        }
+        FieldError::non_negative("staleness_exponent", self.staleness_exponent)
+    }
+
+    fn needs_stale_updates(&self) -> bool {
+        self.late_updates == LateUpdates::NextRound
+    }
+}
