@@ -158,8 +158,56 @@ fn top_modules(src: &Path) -> BTreeSet<String> {
         .collect()
 }
 
+/// The crates, bottom first, with the layers each holds (a range of [`LAYERS`]), from the
+/// repository's root: the compiler holds the boundaries between them, the tests here the order
+/// within them.
+const CRATES: [(&str, std::ops::Range<usize>); 4] = [
+    ("crates/kernel", 0..1),
+    ("crates/world", 1..2),
+    ("crates/algorithms", 2..3),
+    (".", 3..LAYERS.len()),
+];
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every crate's `src/` as one tree (links to each crate's modules, the root crate's `lib.rs`
+/// and `main.rs` among them), made once per test process: what the scans read, as if the
+/// layers were one crate.
 fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    static TREE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TREE.get_or_init(|| {
+        let tree = std::env::temp_dir().join(format!("fedsim-tree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tree);
+        std::fs::create_dir_all(&tree).expect("a temporary folder");
+        for (dir, _) in CRATES {
+            let src = root().join(dir).join("src");
+            for entry in std::fs::read_dir(&src).expect("a crate's src/ is readable") {
+                let path = entry.expect("readable").path();
+                let name = path.file_name().expect("a name").to_owned();
+                if dir != "." && name == "lib.rs" {
+                    continue; // a lower crate's root only re-exports the crates below it
+                }
+                std::os::unix::fs::symlink(&path, tree.join(name)).expect("a link");
+            }
+        }
+        tree
+    })
+    .clone()
+}
+
+/// Each crate holds exactly the modules of its layers.
+#[test]
+fn the_crates_hold_their_layers() {
+    for (dir, layers) in CRATES {
+        let held = top_modules(&root().join(dir).join("src"));
+        let declared: BTreeSet<String> = LAYERS[layers]
+            .iter()
+            .flat_map(|layer| layer.iter().map(|m| m.to_string()))
+            .collect();
+        assert_eq!(held, declared, "{dir}");
+    }
 }
 
 #[test]
@@ -344,14 +392,22 @@ fn the_scanner_finds_what_a_file_imports() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The README's layout table names every top-level module, in the layer `LAYERS` gives it.
+/// The README's layout table names every top-level module where it is (its crate's folder), in
+/// the layer `LAYERS` gives it.
 #[test]
 fn the_readme_layout_matches_the_tree() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README.md is readable");
-    for m in top_modules(&src()) {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md is readable");
+    let modules = CRATES.iter().flat_map(|(dir, _)| {
+        let folder = match *dir {
+            "." => "src".to_string(),
+            dir => format!("{dir}/src"),
+        };
+        let held = top_modules(&root().join(dir).join("src"));
+        held.into_iter().map(move |m| (folder.clone(), m))
+    });
+    for (folder, m) in modules {
         let layer = layer_of(&m).expect("every module has a layer") + 1;
-        let named = [format!("`src/{m}/`"), format!("`src/{m}.rs`")];
+        let named = [format!("`{folder}/{m}/`"), format!("`{folder}/{m}.rs`")];
         let row = readme
             .lines()
             .find(|l| named.iter().any(|n| l.contains(n.as_str())))

@@ -3,10 +3,13 @@
 //! # Layers
 //!
 //! The modules form layers, declared in [`LAYERS`]; a module imports only from its own layer
-//! and the layers below it, and no two modules import each other (a unit test reads `src/`
-//! and fails on any climbing import or cycle). From the bottom up:
+//! and the layers below it, and no two modules import each other (a unit test reads the
+//! sources and fails on any climbing import or cycle). The first three layers are crates of
+//! their own (`crates/kernel`, `crates/world`, `crates/algorithms`), re-exported here, so that
+//! a change recompiles only its crate and those above it, and the compiler holds the crate
+//! boundaries; the test holds the order within them. From the bottom up:
 //!
-//! 1. The kernel and what everything shares, importing nothing above:
+//! 1. The kernel and what everything shares, importing nothing above (`fedsim-kernel`):
 //!    - [`sim`]: virtual time, the event queue, the seed tree and the scheduler actor.
 //!    - [`settings`]: the run settings that belong to no catalogue (evaluation, divergence,
 //!      how clients train on the machine), the catalogue glue and [`settings::FieldError`];
@@ -14,7 +17,7 @@
 //!    - [`io`]: input files that are regular files, the readers of data tables and
 //!      per-client files, and output folders fedsim shares with its users.
 //!    - [`records`]: what the entities emit, in event order.
-//! 2. The catalogues of the world a run simulates:
+//! 2. The catalogues of the world a run simulates (`fedsim-world`):
 //!    - [`data`]: data sets held in contiguous buffers, clients as index ranges.
 //!    - [`models`]: tch models, local SGD and evaluation, flat parameters.
 //!    - [`topology`]: communication graphs and mixing matrices of decentralized runs.
@@ -26,7 +29,8 @@
 //!    - [`sampling`]: who a round selects: the sampling strategies and their draws.
 //!    - [`policy`]: the round policies (synchronous, FedBuff): their settings and what they
 //!      declare; their behaviour is the server's.
-//! 3. [`algorithms`]: federated algorithms behind one trait, and their registry.
+//! 3. [`algorithms`]: federated algorithms behind one trait, and their registry
+//!    (`fedsim-algorithms`).
 //! 4. [`scenario`]: a YAML scenario read, overridden and validated into a run's settings.
 //! 5. [`plan`]: a run decided before it runs: its settings, built data and this machine
 //!    checked into one immutable [`plan::RunPlan`], the algorithm built as its own type.
@@ -62,25 +66,17 @@ pub const LAYERS: &[&[&str]] = &[
 #[cfg(test)]
 mod layering;
 
+pub use fedsim_algorithms::algorithms;
+pub use fedsim_kernel::{io, records, settings, sim};
+pub use fedsim_world::{
+    compression, data, models, policy, privacy, robust, sampling, system, topology,
+};
+
 pub mod actors;
-pub mod algorithms;
-pub mod compression;
-pub mod data;
-pub mod io;
-pub mod models;
 pub mod plan;
-pub mod policy;
-pub mod privacy;
-pub mod records;
 pub mod results;
-pub mod robust;
-pub mod sampling;
 pub mod scenario;
-pub mod settings;
-pub mod sim;
 pub mod studies;
-pub mod system;
-pub mod topology;
 
 /// The message of `e` and of each of its sources, joined by ": " (what anyhow's `{:#}` prints).
 /// fedsim's errors never repeat their source in their own message, so each part appears once.

@@ -1,6 +1,6 @@
 """Writes tests/data/privacy/dp_accounting_rdp.csv and dp_accounting_pld.csv: the ε that Google's
 `dp-accounting` (PyPI) computes with its RDP and its PLD accountant for the subsampled Gaussian
-mechanism, over the grid that fedsim's accountants (src/privacy/accounting.rs, src/privacy/pld.rs)
+mechanism, over the grid that fedsim's accountants (crates/world/src/privacy/accounting.rs, crates/world/src/privacy/pld.rs)
 are tested against, within 1 % relative.
 
     .venv-bench/bin/pip install dp-accounting==0.6.0   # once

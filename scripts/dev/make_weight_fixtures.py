@@ -38,7 +38,7 @@ from torch_weights import (FemnistCNN, fedsim_layers, fedsim_tensors, flops_per_
 
 
 class LeNet5(nn.Module):
-    """fedsim's `lenet5` (src/models/lenet.rs) in PyTorch."""
+    """fedsim's `lenet5` (crates/world/src/models/lenet.rs) in PyTorch."""
 
     def __init__(self, classes):
         super().__init__()

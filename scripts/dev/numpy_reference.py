@@ -1,5 +1,5 @@
-# Prints the numpy reference values that src/data/numpy_rng.rs is tested against:
-#   python3 scripts/dev/numpy_reference.py > src/data/numpy_reference.in
+# Prints the numpy reference values that crates/world/src/data/numpy_rng.rs is tested against:
+#   python3 scripts/dev/numpy_reference.py > crates/world/src/data/numpy_reference.in
 import numpy as np
 np.random.seed(12345)
 ln = [np.random.lognormal(4, 2) for _ in range(3)]
