@@ -238,7 +238,8 @@ pub trait Catalogue: Sized + 'static {
 ///
 /// `section` (optional) writes the type of a scenario's section of the catalogue: a newtype of
 /// [`Chosen`] local to the catalogue's crate, which that crate can give methods and defaults
-/// (Rust lets a crate write `impl` blocks only for its own types).
+/// (Rust lets a crate write `impl` blocks only for its own types), with `of(settings)` (the
+/// registered item whose settings those are) and `parse(name, fields)`.
 #[macro_export]
 macro_rules! catalogue {
     (
@@ -282,10 +283,10 @@ macro_rules! catalogue {
                     $crate::settings::catalogue::Chosen::parse(name, fields).map($section)
                 }
 
-                /// The item whose settings are `settings` (`S`), boxed by the catalogue.
-                #[allow(dead_code)]
-                fn of_boxed<S: 'static>(settings: Box<dyn Settings>) -> Self {
-                    $section($crate::settings::catalogue::Chosen::of_boxed::<S>(settings))
+                /// The registered item whose settings are `settings`.
+                pub fn of<S: $item>(settings: S) -> Self {
+                    let boxed: Box<dyn Settings> = Box::new(settings);
+                    $section($crate::settings::catalogue::Chosen::of_boxed::<S>(boxed))
                 }
             }
 

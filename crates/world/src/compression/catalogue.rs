@@ -106,11 +106,6 @@ const fn entry<S: CompressorSettings>(kind: &'static str, summary: &'static str)
 }
 
 impl CompressorSpec {
-    /// The registered compressor whose settings are `settings`.
-    pub fn of<S: CompressorSettings>(settings: S) -> CompressorSpec {
-        CompressorSpec::of_boxed::<S>(Box::new(settings))
-    }
-
     /// Checks the settings; an error's path is below the compressor's section.
     pub fn validate(&self) -> Result<(), FieldError> {
         self.erased().validate()

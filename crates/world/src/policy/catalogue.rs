@@ -74,11 +74,6 @@ const fn entry<S: PolicySettings>(kind: &'static str, summary: &'static str) -> 
 }
 
 impl PolicySpec {
-    /// The registered policy whose settings are `settings`.
-    pub fn of<S: PolicySettings>(settings: S) -> PolicySpec {
-        PolicySpec::of_boxed::<S>(Box::new(settings))
-    }
-
     /// Checks the settings; an error's path is below `policy`.
     pub fn validate(&self) -> Result<(), FieldError> {
         self.erased().validate()

@@ -114,11 +114,6 @@ const fn entry<S: StrategySettings>(name: &'static str, summary: &'static str) -
 }
 
 impl StrategySpec {
-    /// The registered strategy whose settings are `settings`.
-    pub fn of<S: StrategySettings>(settings: S) -> StrategySpec {
-        StrategySpec::of_boxed::<S>(Box::new(settings))
-    }
-
     /// Checks the settings; an error's path is below `sampling`.
     pub fn validate(&self) -> Result<(), FieldError> {
         self.erased().validate()

@@ -91,11 +91,6 @@ const fn entry<S: PartitionSettings>(kind: &'static str, summary: &'static str) 
 }
 
 impl PartitionSpec {
-    /// The registered partitioner whose settings are `settings`.
-    pub fn of<S: PartitionSettings>(settings: S) -> PartitionSpec {
-        PartitionSpec::of_boxed::<S>(Box::new(settings))
-    }
-
     pub fn kind(&self) -> &'static str {
         self.name()
     }

@@ -98,11 +98,6 @@ const fn entry<S: RobustRuleSettings>(kind: &'static str, summary: &'static str)
 }
 
 impl RobustRuleSpec {
-    /// The registered rule whose settings are `settings`.
-    pub fn of<S: RobustRuleSettings>(settings: S) -> RobustRuleSpec {
-        RobustRuleSpec::of_boxed::<S>(Box::new(settings))
-    }
-
     /// Checks the settings; an error's path is below `aggregation`.
     pub fn validate(&self) -> Result<(), FieldError> {
         self.erased().validate()

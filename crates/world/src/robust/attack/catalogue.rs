@@ -143,11 +143,6 @@ const fn entry<S: AttackSettings>(kind: &'static str, summary: &'static str) -> 
 }
 
 impl AttackSpec {
-    /// The registered attack whose settings are `settings`.
-    pub fn of<S: AttackSettings>(settings: S) -> AttackSpec {
-        AttackSpec::of_boxed::<S>(Box::new(settings))
-    }
-
     /// Checks the settings; an error's path is below the attack's section.
     pub fn validate(&self) -> Result<(), FieldError> {
         self.erased().validate()

@@ -92,11 +92,6 @@ const fn entry<S: MixingRuleSettings>(rule: &'static str, summary: &'static str)
 }
 
 impl MixingRuleSpec {
-    /// The registered rule whose settings are `settings`.
-    pub fn of<S: MixingRuleSettings>(settings: S) -> MixingRuleSpec {
-        MixingRuleSpec::of_boxed::<S>(Box::new(settings))
-    }
-
     /// Checks the settings; an error's path is below `topology.mixing`.
     pub fn validate(&self) -> Result<(), FieldError> {
         self.erased().validate()
