@@ -290,7 +290,9 @@ impl RawSampling {
         if let Some(registration) = Registration::find(&name) {
             let mine = fields_of(registration);
             for key in rest.keys() {
-                let key = key.as_str().unwrap_or("?");
+                // A key that is not a string (`1: x`) is named as written.
+                let written = serde_yaml::to_string(key).unwrap_or_default();
+                let key = key.as_str().unwrap_or(written.trim_end());
                 if mine.iter().any(|f| f == key) {
                     continue;
                 }

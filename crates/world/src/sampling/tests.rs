@@ -357,6 +357,7 @@ fn the_section_reads_and_writes_its_strategy_beside_its_own_fields() {
         "unknown field `fraktion`, expected one of `fraction`, `count`, `strategy`, \
          `replacement`, `available_only`, `over_selection`, `candidates`, `oort`",
     );
+    starts("{1: 0.1}", "unknown field `1`, expected one of `fraction`");
     let resolve = |text: &str| read(text).unwrap().resolve().unwrap_err();
     let e = resolve("{strategy: uniform, replacement: true}");
     assert_eq!(
