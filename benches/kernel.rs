@@ -8,8 +8,9 @@
 //! images (against PyTorch: `benches/pytorch_cnn.py`); `dp_sgd_epoch` DP-SGD's cost over plain
 //! local SGD (against Opacus: `benches/opacus_dp_sgd.py`); `cnn_cohort` a round's epoch of that CNN
 //! for small clients, each alone against stacked (on the CPU, and on a GPU where there is
-//! one); `cohort_epoch` one local epoch of all
-//! 300 clients of the FedEM synthetic benchmark stacked in cohorts against client by client,
+//! one); `conv_candidates` three formulations of many runs' convolutions side by side;
+//! `cohort_epoch` one local epoch of all 300 clients of the FedEM synthetic benchmark stacked
+//! in cohorts against client by client,
 //! with the machine's matmul rate beside it. The FedAvg and FedEM groups run the same scenario
 //! with `training.cohorts` auto (the default) and off, side by side; `own_rules_fedem_synthetic`
 //! does the same for pFedMe, APFL and Per-FedAvg.
@@ -375,6 +376,114 @@ fn cnn_cohort(c: &mut Criterion) {
     g.finish();
 }
 
+/// The candidate formulations of many runs' convolutions (issue 77, item 3), on FEMNIST's CNN's
+/// second convolution (32 → 64 channels, 5×5, padding 2, on 14×14 maps), forward and backward
+/// for R runs of B images each, every run with its own weights:
+/// - `grouped`: the runs' channels side by side, one grouped convolution (`[B, R·C, H, W]`,
+///   R groups; what cohorts do today);
+/// - `per_run`: one plain convolution per run, one after another;
+/// - `im2col_bmm`: every image unfolded into its patches, then one batched product with the
+///   runs' weights (`[R, B·H·W, C·k·k] × [R, C·k·k, O]`).
+///
+/// On the CPU R = 20, B = 60 (`cnn_cohort`'s clients); on a GPU also R = 67, B = 128 (a shard
+/// of FEMNIST's 539 writers at batch 128). The three agree to float rounding (checked first).
+fn conv_candidates(c: &mut Criterion) {
+    use tch::{Device, Kind, Tensor};
+    let (cin, cout, k, side) = (32i64, 64i64, 5i64, 14i64);
+    let grouped = move |x: &Tensor, w: &Tensor, r: i64, b: i64| {
+        let x = x.transpose(0, 1).reshape([b, r * cin, side, side]);
+        x.conv2d(
+            &w.reshape([r * cout, cin, k, k]),
+            None::<Tensor>,
+            [1, 1],
+            [2, 2],
+            [1, 1],
+            r,
+        )
+        .view([b, r, cout, side, side])
+        .transpose(0, 1)
+    };
+    let per_run = move |x: &Tensor, w: &Tensor, r: i64, _: i64| {
+        let outs: Vec<Tensor> = (0..r)
+            .map(|j| {
+                x.get(j)
+                    .conv2d(&w.get(j), None::<Tensor>, [1, 1], [2, 2], [1, 1], 1)
+            })
+            .collect();
+        Tensor::stack(&outs, 0)
+    };
+    let im2col_bmm = move |x: &Tensor, w: &Tensor, r: i64, b: i64| {
+        let patches = x
+            .reshape([r * b, cin, side, side])
+            .im2col([k, k], [1, 1], [2, 2], [1, 1])
+            .view([r, b, cin * k * k, side * side])
+            .permute([0, 1, 3, 2])
+            .reshape([r, b * side * side, cin * k * k]);
+        patches
+            .bmm(&w.reshape([r, cout, cin * k * k]).transpose(1, 2))
+            .view([r, b, side, side, cout])
+            .permute([0, 1, 4, 2, 3])
+    };
+    type Form = dyn Fn(&Tensor, &Tensor, i64, i64) -> Tensor;
+    let forms: [(&str, &Form); 3] = [
+        ("grouped", &grouped),
+        ("per_run", &per_run),
+        ("im2col_bmm", &im2col_bmm),
+    ];
+    let mut g = c.benchmark_group("conv_candidates");
+    g.sample_size(10);
+    g.warm_up_time(Duration::from_secs(1));
+    g.measurement_time(Duration::from_secs(3));
+    let mut sizes = vec![(Device::Cpu, 20i64, 60i64)];
+    if tch::Cuda::is_available() {
+        fedsim::models::DeviceChoice::Cuda(Some(0))
+            .resolve_here()
+            .expect("a GPU")
+            .prepare();
+        sizes.extend([(Device::Cuda(0), 20, 60), (Device::Cuda(0), 67, 128)]);
+    }
+    let mut rng = SeedTree::new(1).rng(fedsim::sim::Entity::Run, "bench", 7);
+    let mut uniform = |dims: [i64; 5], scale: f32| {
+        let n = dims.iter().product::<i64>() as usize;
+        let values: Vec<f32> = (0..n).map(|_| rng.gen_range(-scale..scale)).collect();
+        Tensor::from_slice(&values).view(dims)
+    };
+    for (device, r, b) in sizes {
+        let x = uniform([r, b, cin, side, side], 1.0).to_device(device);
+        let w = uniform([r, cout, cin, k, k], 0.05).to_device(device);
+        // Forward and backward: the gradients of Σ output² with respect to the weights and
+        // the images, as a training step needs them.
+        let pass = |form: &Form| {
+            let (x, w) = (
+                x.detach().set_requires_grad(true),
+                w.detach().set_requires_grad(true),
+            );
+            let y = form(&x, &w, r, b);
+            let loss = (&y * &y).sum(Kind::Float);
+            let grads = Tensor::run_backward(&[&loss], &[&x, &w], false, false);
+            if device.is_cuda() {
+                tch::Cuda::synchronize(0);
+            }
+            (y.detach().reshape([r, b, cout, side, side]), grads)
+        };
+        let (reference, _) = pass(&grouped);
+        for (name, form) in forms {
+            let (y, _) = pass(form);
+            let gap = (&y - &reference).abs().max().double_value(&[]);
+            let scale = reference.abs().max().double_value(&[]);
+            assert!(gap <= 1e-4 * scale, "{name}: {gap} (scale {scale})");
+        }
+        let place = if device.is_cuda() { "cuda" } else { "cpu" };
+        g.throughput(Throughput::Elements((r * b) as u64));
+        for (name, form) in forms {
+            g.bench_function(format!("{name}_{r}_runs_{b}_images_{place}"), |bench| {
+                bench.iter(|| pass(form))
+            });
+        }
+    }
+    g.finish();
+}
+
 /// Benchmarks `file`'s whole run once per variant (`name`, `--set` overrides), the data set
 /// built once outside the timing.
 fn whole_runs(
@@ -666,6 +775,7 @@ criterion_group!(
     cnn_epoch,
     dp_sgd_epoch,
     cnn_cohort,
+    conv_candidates,
     cohort_epoch,
     simulator_overhead,
     fedavg,

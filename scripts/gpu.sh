@@ -1,40 +1,50 @@
 #!/usr/bin/env bash
-# fedsim on a lent GPU machine (the `device` tool; see docs/src/guide/gpu.md). That machine has
-# PyTorch 2.11 with CUDA 13 but no Rust toolchain and no network, and a call carries at most
-# 64 MiB; tch 0.26 needs LibTorch 2.13 and does not compile against 2.11's headers. So fedsim
-# is built here with `--features cuda`, packed with LibTorch 2.13's own libraries, cut into
-# parts that are carried one call at a time, and unpacked there, where the machine's CUDA
-# libraries (cuBLAS, cuDNN, NCCL, ... of its PyTorch) serve LibTorch 2.13 as well.
+# fedsim on a GPU node that has no Rust toolchain and no network, as on many clusters (see
+# docs/src/guide/gpu.md). Where the GPU machine has a toolchain, `FEDSIM_CUDA=1 bash
+# scripts/setup.sh` there is all it takes. Otherwise fedsim is built with `--features cuda` on
+# a build machine (no GPU needed), packed with LibTorch 2.13's own libraries into parts small
+# enough for any file transfer, copied to the node and unpacked there; the node's own CUDA
+# libraries (cuBLAS, cuDNN, NCCL, ... of its PyTorch install) serve LibTorch 2.13 as well, so
+# the node needs a driver and some PyTorch with CUDA, not LibTorch 2.13 itself.
 #
-#   bash scripts/gpu.sh pack     here: the CUDA build of fedsim, the integration tests and the
-#                                kernel benchmarks (stripped), LibTorch 2.13's libraries and
-#                                FEMNIST, as target/gpu/fedsim.part-NN and
-#                                target/gpu/femnist.part-NN (54 MiB each at most), and the list
-#                                of them in target/gpu/PARTS
-#   bash scripts/gpu.sh unpack   there, once the parts have been carried (`carry:
-#                                ["target/gpu/fedsim.part-00"]`, then the next, ...): unpacks
-#                                into target/gpu/root and puts FEMNIST where the scenarios
-#                                read it (../shared/data/femnist)
-#   bash scripts/gpu.sh exec CMD there: CMD with the unpacked LibTorch and the machine's CUDA
-#                                libraries on LD_LIBRARY_PATH, e.g.
+#   bash scripts/gpu.sh pack     on the build machine: the CUDA build of fedsim, the
+#                                integration tests and the kernel benchmarks (stripped),
+#                                LibTorch 2.13's libraries and FEMNIST, as
+#                                target/gpu/fedsim.part-NN and target/gpu/femnist.part-NN (54 MiB
+#                                each at most), and the list of them in target/gpu/PARTS
+#   bash scripts/gpu.sh unpack   on the node, in a checkout of the same commit with the parts
+#                                copied to target/gpu/: unpacks into target/gpu/root and puts
+#                                FEMNIST where the scenarios read it (../shared/data/femnist)
+#   bash scripts/gpu.sh exec CMD on the node: CMD with the unpacked LibTorch and the node's
+#                                CUDA libraries on LD_LIBRARY_PATH, e.g.
 #                                `bash scripts/gpu.sh exec target/gpu/root/bin/fedsim run
 #                                scenarios/paper/fedem_synthetic_fedem.yaml --device cuda`
+#   bash scripts/gpu.sh bench DIR
+#                                on the node: every figure of the GPU page in one go (its
+#                                steps' time limits add up to under 10 minutes): the GPU model,
+#                                results identical with 16 and 1 trainer threads, the
+#                                convolution candidates, the cohort bench, and FEMNIST FedEM and
+#                                FedAvg over ROUNDS=3 rounds with one evaluation (profiled: FEDSIM_PROFILE's phases, host peak
+#                                memory, GPU busy sampled every second). Each step's log, exit
+#                                status and seconds in DIR (steps.txt), the figures in
+#                                DIR/summary.txt
 #   bash scripts/gpu.sh check synthetic|femnist DIR
-#                                there: the GPU checklist of docs/src/guide/gpu.md, each step's
-#                                log, exit status and seconds in DIR (steps.txt), the runs'
-#                                result folders in DIR too. `synthetic` needs the fedsim parts
-#                                only; `femnist` FEMNIST's as well (ROUNDS=1 round of the
-#                                FEMNIST FedEM run by default, with FEDSIM_PROFILE's phases;
-#                                again with fedsim-before where `BEFORE=FILE bash
-#                                scripts/gpu.sh pack` packed one)
+#                                on the node: the longer checklist of docs/src/guide/gpu.md, each
+#                                step as `bench` records it. `synthetic` needs the fedsim parts
+#                                only; `femnist` FEMNIST's as well (ROUNDS=1 round of the FEMNIST
+#                                FedEM run by default, with FEDSIM_PROFILE's phases; again with
+#                                fedsim-before where `BEFORE=FILE bash scripts/gpu.sh pack`
+#                                packed one)
 #
 # LibTorch's CUDA library carries kernels for every GPU architecture (sm_75 ... sm_120, 310 MB
 # that do not compress); `pack` keeps those of GPU_ARCH only (default 90: H100, H200; `all`
 # keeps every one), zeroing the others in place (scripts/dev/keep_gpu_arch.py), and strips the
 # libraries' symbol tables: three to four parts instead of seven.
 #
-# `pack` also works on a machine without a GPU, and `unpack` and `exec` run here too (on the
-# CPU), which is how the packing itself is checked.
+# `pack` also works on a machine without a GPU, and `unpack`, `exec` and `bench` run there too
+# (on the CPU; `bench` with DEVICE=cpu, a CPU build in target/gpu/root/bin and, say,
+# SETS="data.partition.fraction=0.014": extra `--set`s for the FEMNIST runs), which is how the
+# packing and the script are checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "gpu: $*" >&2; }
@@ -124,6 +134,62 @@ step() {
     tee -a "$dir/steps.txt" >&2
 }
 
+# The GPU's utilisation and memory every second into FILE, until killed (nothing without a GPU).
+gpu_samples() {
+  if command -v nvidia-smi >/dev/null; then
+    exec nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 1 >"$1"
+  fi
+  echo "timestamp, utilization.gpu [%], memory.used [MiB]" >"$1"
+}
+
+# The mean of the second column (utilization.gpu, "NN %") of an nvidia-smi sample file.
+mean_busy() {
+  awk -F', ' 'NR > 1 { sub(/ %/, "", $2); s += $2; n++ } END { if (n) printf "%.0f %% (%d samples)", s / n, n }' "$1"
+}
+
+# Runs one FEMNIST scenario for ROUNDS rounds with one evaluation, profiled, the GPU sampled
+# every second into DIR/NAME-gpu.csv.
+femnist_run() {
+  local dir=$1 name=$2 limit=$3 scenario=$4 bin=$out/root/bin sampler
+  gpu_samples "$dir/$name-gpu.csv" &
+  sampler=$!
+  step "$dir" "$name" "$limit" env FEDSIM_PROFILE=1 "$bin/fedsim" run "$scenario" --device "${DEVICE:-cuda}" -q \
+    --set "rounds=${ROUNDS:-3}" --set "eval_every=${ROUNDS:-3}" ${SETS:+$(printf -- '--set %s ' $SETS)} \
+    --out "$dir/$name"
+  kill "$sampler" 2>/dev/null || true
+}
+
+bench() {
+  local dir=${1:?a folder for the figures} bin=$out/root/bin name
+  mkdir -p "$dir"
+  export LD_LIBRARY_PATH="$PWD/$out/root/lib:$(cuda_libraries)${LD_LIBRARY_PATH:-}"
+  nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv >"$dir/gpu.txt" 2>/dev/null ||
+    printf 'name\nno GPU (DEVICE=%s)\n' "${DEVICE:-cuda}" >"$dir/gpu.txt"
+  { nproc; free -g | sed -n 2p; } >"$dir/host.txt"
+  step "$dir" fedem_synthetic 60 "$bin/fedsim" run scenarios/paper/fedem_synthetic_fedem.yaml \
+    --device "${DEVICE:-cuda}" -q --check-determinism --out "$dir/fedem_synthetic"
+  step "$dir" conv_candidates 90 "$bin/kernel" --bench conv_candidates
+  step "$dir" cnn_cohort 90 "$bin/kernel" --bench 'cnn_cohort/femnist_cnn_(100|mixture_evaluation_100)'
+  femnist_run "$dir" fedem_femnist 240 scenarios/paper/fedem_femnist_fedem.yaml
+  femnist_run "$dir" fedavg_femnist 100 scenarios/paper/fedem_femnist_fedavg.yaml
+  {
+    echo "# $(date -u +%F) $(sed -n 2p "$dir/gpu.txt"); host: $(head -1 "$dir/host.txt") cores"
+    cat "$dir/steps.txt"
+    echo "## determinism"
+    grep -i "identical\|differ" "$dir/fedem_synthetic.log" || true
+    for name in conv_candidates cnn_cohort; do
+      echo "## $name (criterion: [low estimate high])"
+      awk '/^(conv_candidates|cnn_cohort)\// { name = $1; getline; sub(/^ */, ""); print name ": " $0 }' \
+        "$dir/$name.log" || true
+    done
+    for name in fedem_femnist fedavg_femnist; do
+      echo "## $name, ${ROUNDS:-3} rounds and one evaluation; GPU busy $(mean_busy "$dir/$name-gpu.csv")"
+      sed -n '/wall time/,/results in/p' "$dir/$name.log" | grep -v "results in" || true
+    done
+  } >"$dir/summary.txt"
+  cat "$dir/summary.txt" >&2
+}
+
 check() {
   local what=${1:?synthetic or femnist} dir=${2:?a folder for the figures} bin=$out/root/bin
   mkdir -p "$dir"
@@ -178,11 +244,12 @@ check() {
 case "${1:-}" in
   pack) pack ;;
   check) shift; check "$@" ;;
+  bench) shift; bench "$@" ;;
   unpack) unpack ;;
   exec)
     shift
     export LD_LIBRARY_PATH="$PWD/$out/root/lib:$(cuda_libraries)${LD_LIBRARY_PATH:-}"
     exec "$@"
     ;;
-  *) sed -n '2,36p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,47p' "$0" >&2; exit 2 ;;
 esac

@@ -17,7 +17,8 @@
 //! Evaluations go the same way where they stack ([`stacking_evaluations_pays`]): queued,
 //! flushed with the training jobs, cut into shards by the same rule (all splits' rows), and
 //! each shard's models evaluated in stacked forward passes ([`evaluate_stacked`]); elsewhere
-//! each is a job on the pool ([`EvalJob`]).
+//! each is a job on the pool ([`EvalJob`]). Where evaluations stack, so do the E-steps' losses
+//! of a training shard ([`sample_losses_stacked`]).
 //!
 //! This room must not look at the clock, the thread count or which jobs have finished, order
 //! jobs by anything but the cohort itself, or draw from any stream but each job's own.
@@ -36,10 +37,11 @@ use crate::algorithms::{
 };
 use crate::data::ClientRows;
 use crate::io::Stored;
-use crate::models::profile::{timed, Phase};
+use crate::models::profile::{computed, timed, Phase};
 use crate::models::{
-    dropout_stream, evaluate_stacked, for_each_stacked_batch, train_sgd_stacked, Architecture,
-    BatchwiseRun, DeviceRows, DpSgdRun, EvalRequest, Placement, StackedRun,
+    dropout_stream, evaluate_stacked, for_each_stacked_batch, sample_losses_stacked,
+    train_sgd_stacked, Architecture, BatchwiseRun, DeviceRows, DpSgdRun, EvalRequest, Placement,
+    SplitModels, StackedRun,
 };
 use crate::records::NoveltyScores;
 use crate::records::Split;
@@ -555,6 +557,13 @@ fn evaluate_shard<A: Algorithm>(
             }
         }
     }
+    let forwards: usize = (requests.iter())
+        .map(|r| r.view.len() * r.model.parameter_vectors().len())
+        .sum();
+    computed(
+        Phase::Evaluate,
+        jobs.arch.flops_per_sample() * forwards as u64,
+    );
     let mut stats = evaluate_stacked(&jobs.arch, device, resident.as_ref(), &requests)
         .into_iter()
         .zip(labels)
@@ -601,9 +610,13 @@ fn rows_on(
 }
 
 /// Trains `shard`'s jobs as one stacked computation on `device` (from `resident` rows when
-/// given): each job's update begins (its runs and their passes drawn from its stream, in the
-/// order training alone draws them), every run of every job trains stacked, then each update
-/// finishes. Results in job order.
+/// given): where the update declares an E-step's models ([`SgdUpdate::scores`]) and
+/// evaluations stack, the shard's training rows are scored under them first
+/// ([`sample_losses_stacked`]); each job's update begins (its runs and their passes drawn from
+/// its stream, in the order training alone draws them), every run of every job trains stacked,
+/// then each update finishes. Results in job order.
+///
+/// [`SgdUpdate::scores`]: crate::algorithms::SgdUpdate::scores
 fn train_cohort<A: Algorithm>(
     jobs: &JobContext<A>,
     mut shard: Vec<TrainJob<A>>,
@@ -623,12 +636,36 @@ fn train_cohort<A: Algorithm>(
     let plan = &jobs.training.plan;
     let clients: Vec<u32> = shard.iter().map(|job| job.client).collect();
     let rows = jobs.data.rows_for(&clients);
+    let all_rows = rows.data().all_rows();
+    let uploaded = timed(Phase::UploadRows, device, || {
+        rows_on(device, &all_rows, resident)
+    });
+    // The E-step's losses for the whole shard, in stacked forward passes, where evaluations
+    // stack (a GPU, or `cohorts: always`); elsewhere each job's `begin` computes its own.
+    let scored: Vec<Vec<Vec<f32>>> = match sgd.scores {
+        Some(scores) if stacking_evaluations_pays(jobs.training.cohorts, &jobs.placement) => {
+            timed(Phase::Score, device, || {
+                let requests: Vec<SplitModels<'_>> = (shard.iter().enumerate())
+                    .map(|(k, job)| SplitModels {
+                        vectors: scores(&job.global),
+                        view: rows.data().view(rows.index(k), Split::Train),
+                        first_row: rows.data().first_row(rows.index(k), Split::Train),
+                    })
+                    .collect();
+                let forwards: usize = requests.iter().map(SplitModels::forward_rows).sum();
+                computed(Phase::Score, jobs.arch.flops_per_sample() * forwards as u64);
+                sample_losses_stacked(&jobs.arch, device, uploaded.as_ref(), &requests)
+            })
+        }
+        _ => Vec::new(),
+    };
     let begin = || -> Vec<(TrainJob<A>, Vec<SgdRun>, Vec<_>)> {
         shard
             .into_iter()
             .enumerate()
             .map(|(k, mut job)| {
-                let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
+                let mut ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
+                ctx.scored = scored.get(k).map(Vec::as_slice);
                 let runs = (sgd.begin)(
                     &jobs.algorithm,
                     &ctx,
@@ -677,10 +714,6 @@ fn train_cohort<A: Algorithm>(
             });
         }
     }
-    let all_rows = rows.data().all_rows();
-    let uploaded = timed(Phase::UploadRows, device, || {
-        rows_on(device, &all_rows, resident)
-    });
     train_sgd_stacked(&jobs.arch, plan, all_rows, uploaded.as_ref(), &mut stacked);
     drop(stacked);
 

@@ -341,6 +341,7 @@ impl<A: Algorithm> JobContext<A> {
             round,
             lr,
             evaluated: self.evaluated,
+            scored: None,
         }
     }
 }

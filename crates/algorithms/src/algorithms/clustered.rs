@@ -211,6 +211,7 @@ impl Algorithm for Clustered {
 
     /// One run from the client's cluster model; the update is the change.
     const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
+        scores: None,
         begin: |_, ctx, global, momentum, _| {
             vec![SgdRun {
                 params: global.models[global.of_client[ctx.client as usize] as usize].clone(),

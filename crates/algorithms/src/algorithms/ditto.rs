@@ -106,6 +106,7 @@ impl Algorithm for Ditto {
     /// Two runs: the global model's (FedAvg's, with the client's momentum), then the personal
     /// model's (plain SGD at `personal_lr`, pulled towards the received global model by λ).
     const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
+        scores: None,
         begin: |alg, ctx, global, state, _| {
             let personal = if state.personal.is_empty() {
                 global.clone()

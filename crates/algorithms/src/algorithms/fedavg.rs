@@ -247,6 +247,7 @@ impl Algorithm for FedAvg {
     /// One run from the global model with the client's momentum (FedProx: anchored at the
     /// global model).
     const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
+        scores: None,
         begin: |alg, _, global, momentum, _| {
             vec![SgdRun {
                 params: global.clone(),

@@ -448,9 +448,9 @@ impl Algorithm for FedEm {
 
     /// E-step (the client's π moves), then one weighted run per component.
     const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
+        scores: Some(|global| global.iter().map(Vec::as_slice).collect()),
         begin: |fedem, ctx, global, state, _| {
-            let view = ctx.train_view();
-            let losses = sample_losses(ctx.arch, global, view);
+            let losses = ctx.train_losses(global);
             let (q, pi) = match fedem.spec.e_step {
                 EStepPrecision::Float64 => e_step(&state.pi, &losses),
                 EStepPrecision::Float32 => e_step_f32(&state.pi, &losses),

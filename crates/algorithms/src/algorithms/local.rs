@@ -75,6 +75,7 @@ impl Algorithm for Local {
 
     /// One run of the client's own model.
     const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
+        scores: None,
         begin: |_, _, _, state, _| {
             vec![SgdRun {
                 params: std::mem::take(&mut state.params),

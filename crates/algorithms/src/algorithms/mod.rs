@@ -40,6 +40,7 @@ pub use registry::{
 
 use crate::data::{FederatedData, SplitView};
 use crate::io::{Floats, Stored};
+use crate::models::sample_losses;
 use crate::models::{
     for_each_batch, train_dp_sgd_alone, train_sgd, Architecture, Batch, DeviceChoice, EvalStats,
     InitialModels, LocalPlan, LocalWork, Objective, Predictor, Proximal, StackedBatch,
@@ -122,12 +123,32 @@ pub struct LocalContext<'a> {
     pub lr: f64,
     /// The splits an evaluation measures (`evaluation.splits`).
     pub evaluated: EvaluatedSplits,
+    /// The training rows' losses under the models [`SgdUpdate::scores`] declares, where a
+    /// cohort computed them beforehand (one vector per model).
+    pub scored: Option<&'a [Vec<f32>]>,
 }
 
 impl LocalContext<'_> {
     pub fn train_view(&self) -> SplitView<'_> {
         self.data
             .view(self.data_index, crate::records::Split::Train)
+    }
+
+    /// Every training row's loss under each of `models` (one vector per model): the ones a
+    /// cohort computed beforehand where it did (`models` are then those the update's
+    /// [`SgdUpdate::scores`] declares), else computed here, alone.
+    pub fn train_losses<M: AsRef<[f32]>>(&self, models: &[M]) -> Cow<'_, [Vec<f32>]> {
+        match self.scored {
+            Some(scored) => {
+                assert_eq!(
+                    scored.len(),
+                    models.len(),
+                    "scored under the declared models"
+                );
+                Cow::Borrowed(scored)
+            }
+            None => Cow::Owned(sample_losses(self.arch, models, self.train_view())),
+        }
     }
 
     /// Trains one of an update's local SGD runs alone (see [`SgdUpdate`]) with this round's
@@ -541,6 +562,18 @@ impl<A: Algorithm + ?Sized> LocalUpdate<A> {
     pub const fn is_sgd_runs(&self) -> bool {
         matches!(self, LocalUpdate::Sgd(_))
     }
+
+    /// Whether the update reads its training rows' losses under models it declares
+    /// ([`SgdUpdate::scores`]).
+    pub const fn scores_rows(&self) -> bool {
+        matches!(
+            self,
+            LocalUpdate::Sgd(SgdUpdate {
+                scores: Some(_),
+                ..
+            })
+        )
+    }
 }
 
 /// See [`LocalUpdate::Own`].
@@ -558,9 +591,17 @@ pub type OwnUpdate<A> = fn(
 /// other clients' runs, each drawing its minibatches from the client's stream in turn; `finish`
 /// makes the update from the trained runs. Neither may depend on anything but its arguments.
 pub struct SgdUpdate<A: Algorithm + ?Sized> {
+    /// The models under which `begin` reads every training row's loss (an E-step's: FedEM's
+    /// components, FedGMM's classifiers), with [`LocalContext::train_losses`]. Declared, a
+    /// cohort that stacks its evaluations scores its whole shard in stacked forward passes
+    /// before any job begins; alone, `begin` computes them when it asks.
+    pub scores: Option<ScoredModels<A>>,
     pub begin: SgdBegin<A>,
     pub finish: SgdFinish<A>,
 }
+
+/// See [`SgdUpdate::scores`].
+pub type ScoredModels<A> = fn(&<A as Algorithm>::Global) -> Vec<&[f32]>;
 
 /// See [`SgdUpdate`].
 pub type SgdBegin<A> = fn(
@@ -922,6 +963,7 @@ pub(crate) mod testkit {
                 round: 1,
                 lr: self.training.lr,
                 evaluated: EvaluatedSplits::ALL,
+                scored: None,
             }
         }
     }

@@ -234,6 +234,10 @@ pub struct Capabilities {
     /// Its update is made of local SGD runs ([`LocalUpdate::Sgd`](super::LocalUpdate::Sgd)),
     /// which DP-SGD can train (`privacy: {mechanism: dp_sgd}`).
     pub sgd_runs: bool,
+    /// Its update's E-step reads every training row's loss under models it declares
+    /// ([`SgdUpdate::scores`](super::SgdUpdate::scores)); where cohorts stack evaluations, a
+    /// shard's rows are scored in stacked forward passes.
+    pub scores_rows: bool,
     /// Model-sized vectors each client that has trained keeps ([`Algorithm::CLIENT_MODELS`]).
     pub client_models: usize,
     /// Scores novelty by one classifier's confidence, which `evaluation.novelty:
@@ -291,6 +295,7 @@ const fn server<S: AlgorithmSettings>(
         private_updates: <S::Algorithm as Algorithm>::PRIVATE_UPDATES.is_some(),
         cohorts: trains_in_cohorts::<S::Algorithm>(),
         sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
+        scores_rows: <S::Algorithm as Algorithm>::UPDATE.scores_rows(),
         client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
         confidence_novelty: <S::Algorithm as Algorithm>::CONFIDENCE_MODEL.is_some(),
         mixture_novelty: <S::Algorithm as Algorithm>::MIXTURE_WEIGHTS.is_some(),
@@ -313,6 +318,7 @@ where
         private_updates: false,
         cohorts: trains_in_cohorts::<S::Algorithm>(),
         sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
+        scores_rows: <S::Algorithm as Algorithm>::UPDATE.scores_rows(),
         client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
         confidence_novelty: false,
         mixture_novelty: false,

@@ -41,8 +41,9 @@ pub use sgd::{
     Objective, Pass, Predictor, Proximal, TrainStats,
 };
 pub use stacked::{
-    dropout_stream, evaluate_stacked, for_each_stacked_batch, train_dp_sgd_alone,
-    train_sgd_stacked, BatchwiseRun, DpSgdRun, EvalRequest, StackedBatch, StackedRun,
+    dropout_stream, evaluate_stacked, for_each_stacked_batch, sample_losses_stacked,
+    train_dp_sgd_alone, train_sgd_stacked, BatchwiseRun, DpSgdRun, EvalRequest, SplitModels,
+    StackedBatch, StackedRun,
 };
 
 pub use weights::{

@@ -359,11 +359,21 @@ impl FedGmm {
         view: SplitView<'_>,
         inputs: &GaussianInputs,
     ) -> Vec<Vec<f32>> {
-        let log_n = inputs.log_densities(&global.gaussians);
         let losses = sample_losses(arch, &global.classifiers, view);
+        self.pair_losses_of(global, &losses, inputs)
+    }
+
+    /// [`FedGmm::pair_losses`] from the classifiers' per-row `losses`.
+    fn pair_losses_of(
+        &self,
+        global: &GmmGlobal,
+        losses: &[Vec<f32>],
+        inputs: &GaussianInputs,
+    ) -> Vec<Vec<f32>> {
+        let log_n = inputs.log_densities(&global.gaussians);
         let mut out = Vec::with_capacity(self.pairs());
         for ln in &log_n {
-            for l in &losses {
+            for l in losses {
                 out.push(
                     ln.iter()
                         .zip(l)
@@ -540,11 +550,13 @@ impl Algorithm for FedGmm {
     /// E-step over all pairs (π moves) and the Gaussians' closed-form M-step, then one
     /// weighted run per classifier (rows weighted by Σ_k r), alone or stacked in a cohort.
     const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
+        scores: Some(|global| global.classifiers.iter().map(Vec::as_slice).collect()),
         begin: |alg, ctx, global, state, _| {
             let view = ctx.train_view();
             let inputs = alg.inputs(view);
             let (k, m) = (alg.spec.gaussians, alg.spec.classifiers);
-            let losses = alg.pair_losses(ctx.arch, global, view, &inputs);
+            let classified = ctx.train_losses(&global.classifiers);
+            let losses = alg.pair_losses_of(global, &classified, &inputs);
             let (r, pi) = e_step(&state.pi, &losses);
             state.pi = pi;
             let n = view.len();

@@ -23,7 +23,7 @@
 
 use super::device::DeviceRows;
 use super::linear::{Linear, LinearRun};
-use super::profile::{crossed, timed, Crossing, Phase};
+use super::profile::{computed, crossed, timed, Crossing, Phase};
 use super::sgd::{LocalPlan, Pass, Proximal};
 use super::Architecture;
 use crate::data::SplitView;
@@ -36,7 +36,7 @@ mod layers;
 
 use dp_sgd::*;
 pub use dp_sgd::{train_dp_sgd_alone, DpSgdRun};
-pub use eval::{evaluate_stacked, EvalRequest};
+pub use eval::{evaluate_stacked, sample_losses_stacked, EvalRequest, SplitModels};
 use layers::*;
 
 /// One local SGD run of a cohort, trained in place.
@@ -101,6 +101,13 @@ pub fn train_sgd_stacked(
     if let (Some(linear), None, None) = (Linear::of(arch), resident, plan.dp_sgd) {
         // Each run on its own, straight from the rows, in plain Rust.
         for run in runs.iter_mut() {
+            let trained: usize = (run.passes.iter())
+                .flat_map(|(_, cuts)| cuts.iter().map(|&(_, len)| len))
+                .sum();
+            computed(
+                Phase::Gradients,
+                3 * arch.flops_per_sample() * trained as u64,
+            );
             timed(Phase::Gradients, Device::Cpu, || {
                 linear.train(
                     plan.momentum,
@@ -204,6 +211,10 @@ pub fn train_sgd_stacked(
         let pick =
             |ts: &[Tensor]| -> Vec<Tensor> { ts.iter().map(|t| t.narrow(0, 0, a)).collect() };
         let ps = pick(&params);
+        computed(
+            Phase::Gradients,
+            3 * arch.flops_per_sample() * steps.rows_at(step) as u64,
+        );
         let grads = timed(Phase::Gradients, device, || match plan.dp_sgd {
             None => stacked_gradients(arch, &ps, &batch),
             Some(dp) => dp_sgd_directions(
@@ -337,6 +348,14 @@ impl<'r> Steps<'r> {
     /// How many runs have a batch at `step` (the first ones).
     fn active(&self, step: usize) -> usize {
         self.batches.iter().take_while(|b| step < b.len()).count()
+    }
+
+    /// The rows of the active runs' batches at `step` (padding left out).
+    fn rows_at(&self, step: usize) -> usize {
+        (self.batches.iter())
+            .take_while(|b| step < b.len())
+            .map(|b| b[step].2)
+            .sum()
     }
 
     /// The active runs' batch at `step`, with their dropout masks drawn, on the device of
@@ -634,7 +653,9 @@ pub(super) fn transfer_groups(r: usize, p: usize) -> impl Iterator<Item = std::o
 
 /// Flat parameter vectors (`None`: zeros) as one `[R, …]` tensor per parameter tensor of
 /// `arch` (a dense weight `[R, out, in]`, a conv weight `[R, out, in/groups, k, k]`, …), on
-/// `device`, crossing in [`transfer_groups`].
+/// `device`. Each distinct vector crosses once, in [`transfer_groups`] of consecutive rows: a
+/// vector given again (the same slice of memory, such as the global component every client's
+/// mixture names) and a row of zeros are copied or filled on the device, bit for bit.
 pub(super) fn stack_vectors(
     vectors: &[Option<&[f32]>],
     arch: &Architecture,
@@ -654,35 +675,89 @@ pub(super) fn stack_vectors(
             Tensor::empty(&dims[..], (Kind::Float, device))
         })
         .collect();
+    let sources = row_sources(vectors);
     let mut staging: Vec<f32> = Vec::new();
     tch::no_grad(|| {
-        for group in transfer_groups(r, p) {
-            staging.clear();
-            for vector in &vectors[group.clone()] {
-                match vector {
-                    Some(v) => {
-                        assert_eq!(v.len(), p, "vector of the wrong length");
-                        staging.extend_from_slice(v);
-                    }
-                    None => staging.resize(staging.len() + p, 0.0),
+        let mut k = 0;
+        while k < r {
+            if sources[k] != RowSource::Upload {
+                k += 1;
+                continue;
+            }
+            let end = (k..r)
+                .find(|&j| sources[j] != RowSource::Upload)
+                .unwrap_or(r);
+            for group in transfer_groups(end - k, p) {
+                let group = k + group.start..k + group.end;
+                staging.clear();
+                for v in vectors[group.clone()].iter().flatten() {
+                    assert_eq!(v.len(), p, "vector of the wrong length");
+                    staging.extend_from_slice(v);
+                }
+                let c = group.len() as i64;
+                crossed(Crossing::VectorsIn, 4 * staging.len());
+                let rows = Tensor::from_slice(&staging)
+                    .view([c, p as i64])
+                    .to_device(device);
+                let mut at = 0;
+                for (t, shape) in stacked.iter().zip(&shapes) {
+                    let n: i64 = shape.iter().product();
+                    t.narrow(0, group.start as i64, c)
+                        .view([c, n])
+                        .copy_(&rows.narrow(1, at, n));
+                    at += n;
                 }
             }
-            let c = group.len() as i64;
-            crossed(Crossing::VectorsIn, 4 * staging.len());
-            let rows = Tensor::from_slice(&staging)
-                .view([c, p as i64])
-                .to_device(device);
-            let mut at = 0;
-            for (t, shape) in stacked.iter().zip(&shapes) {
-                let n: i64 = shape.iter().product();
-                t.narrow(0, group.start as i64, c)
-                    .view([c, n])
-                    .copy_(&rows.narrow(1, at, n));
-                at += n;
+            k = end;
+        }
+        for (row, source) in sources.iter().enumerate() {
+            if *source == RowSource::Upload {
+                continue;
+            }
+            for t in &stacked {
+                let mut target = t.narrow(0, row as i64, 1);
+                match *source {
+                    RowSource::Upload => {}
+                    RowSource::Zeros => {
+                        let _ = target.zero_();
+                    }
+                    RowSource::SameAs(first) => target.copy_(&t.narrow(0, first as i64, 1)),
+                }
             }
         }
     });
     stacked
+}
+
+/// Where a stacked row's values come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RowSource {
+    /// Its vector crosses from the host.
+    Upload,
+    /// No vector: zeros, filled on the device.
+    Zeros,
+    /// The same slice as an earlier row's: copied from that row on the device.
+    SameAs(usize),
+}
+
+/// Each row's source: the first row of each distinct slice (by address and length: the same
+/// memory, so the same values) crosses, later ones copy it.
+fn row_sources(vectors: &[Option<&[f32]>]) -> Vec<RowSource> {
+    let mut first: std::collections::HashMap<(*const f32, usize), usize> = Default::default();
+    vectors
+        .iter()
+        .enumerate()
+        .map(|(row, vector)| match vector {
+            None => RowSource::Zeros,
+            Some(v) => match first.entry((v.as_ptr(), v.len())) {
+                std::collections::hash_map::Entry::Occupied(e) => RowSource::SameAs(*e.get()),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(row);
+                    RowSource::Upload
+                }
+            },
+        })
+        .collect()
 }
 
 /// The inverse of [`stack_vectors`]: each run's flat vector of `p` floats, in run order, handed
@@ -912,6 +987,36 @@ mod tests {
         assert!(transfer_groups(7, 10).eq(std::iter::once(0..7)));
         let huge: Vec<_> = transfer_groups(2, TRANSFER_FLOATS * 2).collect();
         assert_eq!(huge, [0..1, 1..2]);
+    }
+
+    #[test]
+    fn a_vector_given_again_crosses_once_and_stacks_the_same() {
+        let spec = ModelSpec::from_yaml("{kind: mlp, hidden: [3]}").unwrap();
+        let arch = Architecture::for_input(&spec, InputShape::Flat(4), 2);
+        let mut rng = ChaCha20Rng::seed_from_u64(5);
+        let (a, b) = (arch.init(&mut rng), arch.init(&mut rng));
+        let a_again = a.clone(); // the same values in other memory: crosses
+        let given = [
+            Some(&a[..]),
+            None,
+            Some(&a[..]),
+            Some(&b[..]),
+            Some(&a_again[..]),
+        ];
+        use RowSource::*;
+        assert_eq!(
+            row_sources(&given),
+            [Upload, Zeros, SameAs(0), Upload, Upload]
+        );
+        let zeros = vec![0f32; a.len()];
+        let copies = [&a, &zeros, &a_again, &b, &a_again].map(|v| Some(&v[..]));
+        let (deduped, plain) = (
+            stack_vectors(&given, &arch, Device::Cpu),
+            stack_vectors(&copies, &arch, Device::Cpu),
+        );
+        for (x, y) in deduped.iter().zip(&plain) {
+            assert!(x.equal(y), "{x} vs {y}");
+        }
     }
 
     #[test]
@@ -1346,12 +1451,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn stacked_evaluation_matches_each_model_alone() {
-        // Splits of 1 to 300 rows (passes of 256 rows: some take two), plain models and
-        // mixtures under fixed and per-row gates; 70 requests of the small models (two stacks
-        // of parameter vectors), a few of the others.
-        let mut rng = ChaCha20Rng::seed_from_u64(21);
+    /// The models of the stacked evaluation tests: (model, input, classes, requests).
+    fn evaluated_models() -> Vec<(ModelSpec, InputShape, usize, usize)> {
         let mobilenet = ModelSpec::of(MobilenetV2Spec {
             width: 0.25,
             norm: Normalization::Group,
@@ -1362,7 +1463,7 @@ mod tests {
             hidden: 6,
             layers: 2,
         });
-        for (spec, input, classes, requests) in [
+        vec![
             (
                 ModelSpec::from_yaml("{kind: linear}").unwrap(),
                 InputShape::Flat(6),
@@ -1383,23 +1484,115 @@ mod tests {
             ),
             (mobilenet, InputShape::Image([3, 32, 32]), 3, 3),
             (lstm, InputShape::Tokens { len: 5, vocab: 7 }, 7, 6),
-        ] {
+        ]
+    }
+
+    /// Splits of `lens` rows one after another: the rows, and each split's first row.
+    fn splits_of(
+        input: InputShape,
+        lens: &[usize],
+        classes: usize,
+        rng: &mut ChaCha20Rng,
+    ) -> (Vec<f32>, Vec<i64>, Vec<usize>) {
+        let total: usize = lens.iter().sum();
+        let (features, labels) = random_rows(input, total, classes, rng);
+        let firsts: Vec<usize> = lens
+            .iter()
+            .scan(0, |at, &n| {
+                *at += n;
+                Some(*at - n)
+            })
+            .collect();
+        (features, labels, firsts)
+    }
+
+    #[test]
+    fn stacked_sample_losses_match_each_model_alone() {
+        // Every request scored under the same three components (one model's passes over all
+        // their rows) and under a model of its own (stacked), splits of 0 to 300 rows; from
+        // host rows and from resident ones.
+        let mut rng = ChaCha20Rng::seed_from_u64(22);
+        for (spec, input, classes, requests) in evaluated_models() {
+            let arch = Architecture::for_input(&spec, input, classes);
+            let dim = input.len();
+            let lens: Vec<usize> = (0..requests)
+                .map(|k| [300, 1, 0, 17, 256, 40][k % 6])
+                .collect();
+            let (features, labels, firsts) = splits_of(input, &lens, classes, &mut rng);
+            let view = |k: usize| SplitView {
+                features: &features[firsts[k] * dim..(firsts[k] + lens[k]) * dim],
+                labels: &labels[firsts[k]..firsts[k] + lens[k]],
+                dim,
+            };
+            let shared: Vec<Vec<f32>> = (0..3).map(|_| arch.init(&mut rng)).collect();
+            let own: Vec<Vec<f32>> = (0..requests).map(|_| arch.init(&mut rng)).collect();
+            let requests: Vec<SplitModels<'_>> = (0..requests)
+                .map(|k| SplitModels {
+                    vectors: vec![&shared[0], &own[k], &shared[1], &shared[2]]
+                        .into_iter()
+                        .map(Vec::as_slice)
+                        .collect(),
+                    view: view(k),
+                    first_row: firsts[k],
+                })
+                .collect();
+            let stacked = sample_losses_stacked(&arch, Device::Cpu, None, &requests);
+            // MobileNet-v2's group norms magnify rounding row by row (its mean loss agrees to
+            // 1e-5, as in the evaluation test).
+            let tolerance = if spec.kind() == "mobilenet_v2" {
+                1e-4
+            } else {
+                1e-5
+            };
+            for (k, (request, got)) in requests.iter().zip(&stacked).enumerate() {
+                let alone = super::super::sample_losses(&arch, &request.vectors, request.view);
+                assert_eq!(got.len(), alone.len(), "{spec:?} {k}");
+                for (got, alone) in got.iter().zip(&alone) {
+                    assert_eq!(got.len(), request.view.len(), "{spec:?} {k}");
+                    for (a, b) in got.iter().zip(alone) {
+                        assert!(
+                            (a - b).abs() <= tolerance * b.abs().max(1.0),
+                            "{spec:?} request {k}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+            let rows = SplitView {
+                features: &features,
+                labels: &labels,
+                dim,
+            };
+            let resident = DeviceRows::upload(&rows, Device::Cpu);
+            let from_device = sample_losses_stacked(&arch, Device::Cpu, Some(&resident), &requests);
+            if Linear::of(&arch).is_none() {
+                // The same passes from resident rows: the same bits.
+                assert_eq!(from_device, stacked, "{spec:?}");
+            }
+            for (got, want) in from_device.iter().flatten().zip(stacked.iter().flatten()) {
+                for (a, b) in got.iter().zip(want) {
+                    assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{spec:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stacked_evaluation_matches_each_model_alone() {
+        // Splits of 1 to 300 rows (passes of 256 rows: some take two), plain models of their
+        // own (stacked) and mixtures of shared components (one model's passes over all their
+        // rows) under fixed and per-row gates; 70 requests of the small models (two stacks of
+        // parameter vectors), a few of the others.
+        let mut rng = ChaCha20Rng::seed_from_u64(21);
+        for (spec, input, classes, requests) in evaluated_models() {
             let arch = Architecture::for_input(&spec, input, classes);
             let dim = input.len();
             let lens: Vec<usize> = (0..requests)
                 .map(|k| [300, 1, 17, 256, 40, 3][k % 6])
                 .collect();
-            let total: usize = lens.iter().sum();
-            let (features, labels) = random_rows(input, total, classes, &mut rng);
+            let (features, labels, firsts) = splits_of(input, &lens, classes, &mut rng);
             let models: Vec<Vec<f32>> = (0..3).map(|_| arch.init(&mut rng)).collect();
+            let own: Vec<Vec<f32>> = (0..requests).map(|_| arch.init(&mut rng)).collect();
             let pi = [0.2, 0.5, 0.3];
-            let firsts: Vec<usize> = lens
-                .iter()
-                .scan(0, |at, &n| {
-                    *at += n;
-                    Some(*at - n)
-                })
-                .collect();
             let view = |k: usize| SplitView {
                 features: &features[firsts[k] * dim..(firsts[k] + lens[k]) * dim],
                 labels: &labels[firsts[k]..firsts[k] + lens[k]],
@@ -1407,7 +1600,7 @@ mod tests {
             };
             let predictors: Vec<Predictor<'_>> = (0..requests)
                 .map(|k| match k % 3 {
-                    0 => Predictor::Params(models[k % 2][..].into()),
+                    0 => Predictor::Params(own[k][..].into()),
                     1 => Predictor::Mixture {
                         components: models.iter().map(Vec::as_slice).collect(),
                         gates: MixtureGates::Fixed(&pi),
