@@ -1487,23 +1487,55 @@ mod tests {
         ]
     }
 
-    /// Splits of `lens` rows one after another: the rows, and each split's first row.
-    fn splits_of(
-        input: InputShape,
-        lens: &[usize],
-        classes: usize,
-        rng: &mut ChaCha20Rng,
-    ) -> (Vec<f32>, Vec<i64>, Vec<usize>) {
-        let total: usize = lens.iter().sum();
-        let (features, labels) = random_rows(input, total, classes, rng);
-        let firsts: Vec<usize> = lens
-            .iter()
-            .scan(0, |at, &n| {
-                *at += n;
-                Some(*at - n)
-            })
-            .collect();
-        (features, labels, firsts)
+    /// Random splits of given lengths, one after another.
+    struct Splits {
+        features: Vec<f32>,
+        labels: Vec<i64>,
+        dim: usize,
+        lens: Vec<usize>,
+        /// Each split's first row.
+        firsts: Vec<usize>,
+    }
+
+    impl Splits {
+        fn new(input: InputShape, lens: &[usize], classes: usize, rng: &mut ChaCha20Rng) -> Self {
+            let total: usize = lens.iter().sum();
+            let (features, labels) = random_rows(input, total, classes, rng);
+            let firsts = lens
+                .iter()
+                .scan(0, |at, &n| {
+                    *at += n;
+                    Some(*at - n)
+                })
+                .collect();
+            let (dim, lens) = (input.len(), lens.to_vec());
+            Splits {
+                features,
+                labels,
+                dim,
+                lens,
+                firsts,
+            }
+        }
+
+        fn view(&self, k: usize) -> SplitView<'_> {
+            let (first, n, dim) = (self.firsts[k], self.lens[k], self.dim);
+            SplitView {
+                features: &self.features[first * dim..(first + n) * dim],
+                labels: &self.labels[first..first + n],
+                dim,
+            }
+        }
+
+        /// Every split's rows, resident as a device holds them (the CPU here).
+        fn resident(&self) -> DeviceRows {
+            let all = SplitView {
+                features: &self.features,
+                labels: &self.labels,
+                dim: self.dim,
+            };
+            DeviceRows::upload(&all, Device::Cpu)
+        }
     }
 
     #[test]
@@ -1514,16 +1546,10 @@ mod tests {
         let mut rng = ChaCha20Rng::seed_from_u64(22);
         for (spec, input, classes, requests) in evaluated_models() {
             let arch = Architecture::for_input(&spec, input, classes);
-            let dim = input.len();
             let lens: Vec<usize> = (0..requests)
                 .map(|k| [300, 1, 0, 17, 256, 40][k % 6])
                 .collect();
-            let (features, labels, firsts) = splits_of(input, &lens, classes, &mut rng);
-            let view = |k: usize| SplitView {
-                features: &features[firsts[k] * dim..(firsts[k] + lens[k]) * dim],
-                labels: &labels[firsts[k]..firsts[k] + lens[k]],
-                dim,
-            };
+            let splits = Splits::new(input, &lens, classes, &mut rng);
             let shared: Vec<Vec<f32>> = (0..3).map(|_| arch.init(&mut rng)).collect();
             let own: Vec<Vec<f32>> = (0..requests).map(|_| arch.init(&mut rng)).collect();
             let requests: Vec<SplitModels<'_>> = (0..requests)
@@ -1532,8 +1558,8 @@ mod tests {
                         .into_iter()
                         .map(Vec::as_slice)
                         .collect(),
-                    view: view(k),
-                    first_row: firsts[k],
+                    view: splits.view(k),
+                    first_row: splits.firsts[k],
                 })
                 .collect();
             let stacked = sample_losses_stacked(&arch, Device::Cpu, None, &requests);
@@ -1557,12 +1583,7 @@ mod tests {
                     }
                 }
             }
-            let rows = SplitView {
-                features: &features,
-                labels: &labels,
-                dim,
-            };
-            let resident = DeviceRows::upload(&rows, Device::Cpu);
+            let resident = splits.resident();
             let from_device = sample_losses_stacked(&arch, Device::Cpu, Some(&resident), &requests);
             if Linear::of(&arch).is_none() {
                 // The same passes from resident rows: the same bits.
@@ -1585,19 +1606,13 @@ mod tests {
         let mut rng = ChaCha20Rng::seed_from_u64(21);
         for (spec, input, classes, requests) in evaluated_models() {
             let arch = Architecture::for_input(&spec, input, classes);
-            let dim = input.len();
             let lens: Vec<usize> = (0..requests)
                 .map(|k| [300, 1, 17, 256, 40, 3][k % 6])
                 .collect();
-            let (features, labels, firsts) = splits_of(input, &lens, classes, &mut rng);
+            let splits = Splits::new(input, &lens, classes, &mut rng);
             let models: Vec<Vec<f32>> = (0..3).map(|_| arch.init(&mut rng)).collect();
             let own: Vec<Vec<f32>> = (0..requests).map(|_| arch.init(&mut rng)).collect();
             let pi = [0.2, 0.5, 0.3];
-            let view = |k: usize| SplitView {
-                features: &features[firsts[k] * dim..(firsts[k] + lens[k]) * dim],
-                labels: &labels[firsts[k]..firsts[k] + lens[k]],
-                dim,
-            };
             let predictors: Vec<Predictor<'_>> = (0..requests)
                 .map(|k| match k % 3 {
                     0 => Predictor::Params(own[k][..].into()),
@@ -1619,8 +1634,8 @@ mod tests {
                 .enumerate()
                 .map(|(k, model)| EvalRequest {
                     model,
-                    view: view(k),
-                    first_row: firsts[k],
+                    view: splits.view(k),
+                    first_row: splits.firsts[k],
                 })
                 .collect();
             let stacked = evaluate_stacked(&arch, Device::Cpu, None, &requests);
@@ -1640,12 +1655,7 @@ mod tests {
                 );
             }
             // From rows resident on a device (the CUDA path, the CPU here): the same bits.
-            let rows = SplitView {
-                features: &features,
-                labels: &labels,
-                dim,
-            };
-            let resident = DeviceRows::upload(&rows, Device::Cpu);
+            let resident = splits.resident();
             let from_device = evaluate_stacked(&arch, Device::Cpu, Some(&resident), &requests);
             assert_eq!(from_device, stacked, "{spec:?}");
         }
