@@ -329,6 +329,46 @@ fn run_says_what_privacy_was_spent() {
 }
 
 #[test]
+fn a_profile_shows_stacked_e_steps_and_changes_no_result() {
+    // FedEM with an MLP, everything stacked (as on a GPU): the profile shows the training rows
+    // scored in stacked passes (with their FLOPs) and their losses coming back, and the result
+    // files are those of the same run unprofiled.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |name: &str, profile: &str| {
+        let out = bin()
+            .env("FEDSIM_PROFILE", profile)
+            .arg("run")
+            .arg(root.join("scenarios/quickstart.yaml"))
+            .args(["--quiet", "--threads", "2"])
+            .args(["--set", "rounds=2", "--set", "eval_every=2"])
+            .args(["--set", "algorithm={name: fedem}"])
+            .args(["--set", "model={kind: mlp, hidden: [16]}"])
+            .args(["--set", "training.cohorts=always", "--out"])
+            .arg(tmp.path().join(name))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{stderr}");
+        stderr
+    };
+    let profile = run("profiled", "1");
+    let line = |start: &str| {
+        let found = profile.lines().find(|l| l.trim_start().starts_with(start));
+        found.unwrap_or_else(|| panic!("no '{start}' line in:\n{profile}"))
+    };
+    assert!(line("score training rows").contains("GFLOP"), "{profile}");
+    assert!(line("evaluate").contains("% of peak"), "{profile}");
+    assert!(line("row values tensor → host").contains("MB"), "{profile}");
+    let quiet = run("unprofiled", "0");
+    assert!(!quiet.contains("profile"), "{quiet}");
+    for file in ["metrics.csv", "clients.csv", "mixtures.parquet"] {
+        let read = |run: &str| std::fs::read(tmp.path().join(run).join(file)).unwrap();
+        assert_eq!(read("profiled"), read("unprofiled"), "{file}");
+    }
+}
+
+#[test]
 fn a_reader_that_goes_away_ends_the_output_quietly() {
     // `fedsim check … | head -0`: the pipe's reading end is closed before fedsim writes.
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
