@@ -524,10 +524,15 @@ fn evaluate_shard<A: Algorithm>(
     shard.iter_mut().for_each(|job| restore(&mut job.state));
     let clients: Vec<u32> = shard.iter().map(|job| job.client).collect();
     let rows = jobs.data.rows_for(&clients);
+    let scored = held_out_scores(jobs, &shard, &rows, device, resident.as_ref());
     let contexts: Vec<LocalContext<'_>> = shard
         .iter()
         .enumerate()
-        .map(|(k, job)| job.context(jobs, (&rows, k)))
+        .map(|(k, job)| {
+            let mut ctx = job.context(jobs, (&rows, k));
+            ctx.scored = scored[k].as_deref();
+            ctx
+        })
         .collect();
     for (job, ctx) in shard.iter_mut().zip(&contexts) {
         job.adapt(jobs, ctx);
@@ -594,6 +599,46 @@ fn evaluate_shard<A: Algorithm>(
             }
         })
         .collect()
+}
+
+/// The training rows' losses of `shard`'s held-out clients under the models the update's
+/// E-step declares ([`SgdUpdate::scores`]), for their fitting ([`Algorithm::adapt_unseen`]), in
+/// stacked forward passes (the E-step of a training shard's way); `None` for the others, and
+/// for every client where the update declares none.
+///
+/// [`SgdUpdate::scores`]: crate::algorithms::SgdUpdate::scores
+fn held_out_scores<A: Algorithm>(
+    jobs: &JobContext<A>,
+    shard: &[EvalJob<A>],
+    rows: &ClientRows<'_>,
+    device: tch::Device,
+    resident: Option<&DeviceRows>,
+) -> Vec<Option<Vec<Vec<f32>>>> {
+    let mut scored = vec![None; shard.len()];
+    let Some(scores) = A::UPDATE.scored_models() else {
+        return scored;
+    };
+    let held_out: Vec<usize> = (0..shard.len()).filter(|&k| shard[k].unseen).collect();
+    let requests: Vec<SplitModels<'_>> = (held_out.iter())
+        .map(|&k| SplitModels {
+            vectors: scores(&shard[k].global),
+            view: rows.data().view(rows.index(k), Split::Train),
+            first_row: rows.data().first_row(rows.index(k), Split::Train),
+        })
+        .collect();
+    if requests.is_empty() {
+        return scored;
+    }
+    let forwards: usize = requests.iter().map(SplitModels::forward_rows).sum();
+    computed(
+        Phase::Evaluate,
+        jobs.arch.flops_per_sample() * forwards as u64,
+    );
+    let losses = sample_losses_stacked(&jobs.arch, device, resident, &requests);
+    for (k, losses) in held_out.into_iter().zip(losses) {
+        scored[k] = Some(losses);
+    }
+    scored
 }
 
 /// The shard's rows on `device` for its stacked steps: the run's `resident` copy where there

@@ -517,7 +517,7 @@ impl Algorithm for FedEm {
         global: &Vec<Vec<f32>>,
         _: &mut ChaCha20Rng,
     ) -> FedEmClient {
-        let losses = sample_losses(ctx.arch, global, ctx.train_view());
+        let losses = ctx.train_losses(global);
         let pi = fit_mixture_weights(
             &losses,
             self.spec.unseen_em_iterations,

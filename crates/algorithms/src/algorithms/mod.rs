@@ -574,6 +574,14 @@ impl<A: Algorithm + ?Sized> LocalUpdate<A> {
             })
         )
     }
+
+    /// The models the update's E-step scores its training rows under ([`SgdUpdate::scores`]).
+    pub fn scored_models(&self) -> Option<ScoredModels<A>> {
+        match self {
+            LocalUpdate::Sgd(sgd) => sgd.scores,
+            _ => None,
+        }
+    }
 }
 
 /// See [`LocalUpdate::Own`].
@@ -592,9 +600,10 @@ pub type OwnUpdate<A> = fn(
 /// makes the update from the trained runs. Neither may depend on anything but its arguments.
 pub struct SgdUpdate<A: Algorithm + ?Sized> {
     /// The models under which `begin` reads every training row's loss (an E-step's: FedEM's
-    /// components, FedGMM's classifiers), with [`LocalContext::train_losses`]. Declared, a
-    /// cohort that stacks its evaluations scores its whole shard in stacked forward passes
-    /// before any job begins; alone, `begin` computes them when it asks.
+    /// components, FedGMM's classifiers), with [`LocalContext::train_losses`], as
+    /// [`Algorithm::adapt_unseen`] may for a held-out client. Declared, a cohort that stacks
+    /// its evaluations scores its whole shard in stacked forward passes before any job begins
+    /// (and an evaluation shard its held-out clients); alone, they are computed when asked.
     pub scores: Option<ScoredModels<A>>,
     pub begin: SgdBegin<A>,
     pub finish: SgdFinish<A>,

@@ -666,7 +666,8 @@ impl Algorithm for FedGmm {
         _: &mut ChaCha20Rng,
     ) -> GmmClient {
         let view = ctx.train_view();
-        let losses = self.pair_losses(ctx.arch, global, view, &self.inputs(view));
+        let classified = ctx.train_losses(&global.classifiers);
+        let losses = self.pair_losses_of(global, &classified, &self.inputs(view));
         let pi = fit_mixture_weights(
             &losses,
             self.spec.unseen_em_iterations,
