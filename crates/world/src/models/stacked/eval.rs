@@ -217,35 +217,13 @@ pub(super) fn stacked_split_logits(
                 let active = stack.iter().take_while(|run| len(run) > start).count();
                 let b = (len(&stack[0]) - start).min(EVAL_ROWS_PER_PASS);
                 // Row i of run j: its split's row start + i, the last one again as padding.
-                let rows_of = |j: usize| {
-                    let n = len(&stack[j]);
-                    (0..b).map(move |i| start + i.min(n - start - 1))
-                };
-                let x = match resident {
-                    Some(on) => {
-                        let index: Vec<i64> = (0..active)
-                            .flat_map(|j| {
-                                let first = requests[stack[j].0].first_row;
-                                rows_of(j).map(move |i| (first + i) as i64)
-                            })
-                            .collect();
-                        let index = Tensor::from_slice(&index).to_device(device);
-                        on.x.index_select(0, &index)
-                    }
-                    None => {
-                        gathered.clear();
-                        for j in 0..active {
-                            let view = requests[stack[j].0].view;
-                            for row in rows_of(j) {
-                                gathered.extend_from_slice(
-                                    &view.features[row * view.dim..][..view.dim],
-                                );
-                            }
-                        }
-                        crossed(Crossing::RowsIn, 4 * gathered.len());
-                        Tensor::from_slice(&gathered).to_device(device)
-                    }
-                };
+                let rows: Vec<(usize, usize)> = (0..active)
+                    .flat_map(|j| {
+                        let (q, n) = (stack[j].0, len(&stack[j]));
+                        (0..b).map(move |i| (q, start + i.min(n - start - 1)))
+                    })
+                    .collect();
+                let x = gather_split_rows(requests, &rows, device, resident, &mut gathered);
                 let ps_active: Vec<Tensor> =
                     ps.iter().map(|p| p.narrow(0, 0, active as i64)).collect();
                 let h = stacked_logits(
@@ -272,6 +250,35 @@ pub(super) fn stacked_split_logits(
                 .collect()
         })
         .collect()
+}
+
+/// The features of `rows` (each a request and a row of its split), one after another, on
+/// `device`: gathered there from `resident` where given, else copied from the host through
+/// `buffer`.
+fn gather_split_rows(
+    requests: &[SplitModels<'_>],
+    rows: &[(usize, usize)],
+    device: Device,
+    resident: Option<&DeviceRows>,
+    buffer: &mut Vec<f32>,
+) -> Tensor {
+    match resident {
+        Some(on) => {
+            let index: Vec<i64> = (rows.iter())
+                .map(|&(q, i)| (requests[q].first_row + i) as i64)
+                .collect();
+            on.x.index_select(0, &Tensor::from_slice(&index).to_device(device))
+        }
+        None => {
+            buffer.clear();
+            for &(q, i) in rows {
+                let view = requests[q].view;
+                buffer.extend_from_slice(&view.features[i * view.dim..][..view.dim]);
+            }
+            crossed(Crossing::RowsIn, 4 * buffer.len());
+            Tensor::from_slice(buffer).to_device(device)
+        }
+    }
 }
 
 /// Rows per forward pass of one model shared by many runs ([`shared_model_logits`]): on the
@@ -309,24 +316,7 @@ fn shared_model_logits(
         let passes: Vec<Tensor> = rows
             .chunks(shared_rows_per_pass(device))
             .map(|chunk| {
-                let x = match resident {
-                    Some(on) => {
-                        let index: Vec<i64> = chunk
-                            .iter()
-                            .map(|&(q, i)| (requests[q].first_row + i) as i64)
-                            .collect();
-                        on.x.index_select(0, &Tensor::from_slice(&index).to_device(device))
-                    }
-                    None => {
-                        gathered.clear();
-                        for &(q, i) in chunk {
-                            let view = requests[q].view;
-                            gathered.extend_from_slice(&view.features[i * dim..][..dim]);
-                        }
-                        crossed(Crossing::RowsIn, 4 * gathered.len());
-                        Tensor::from_slice(&gathered).to_device(device)
-                    }
-                };
+                let x = gather_split_rows(requests, chunk, device, resident, &mut gathered);
                 let b = chunk.len() as i64;
                 stacked_logits(arch, &ps, &x.view([1, b, dim as i64]), &[]).get(0)
             })
