@@ -355,7 +355,7 @@ fn cnn_cohort(c: &mut Criterion) {
         fedsim::models::DeviceChoice::Cuda(Some(0))
             .resolve_here()
             .expect("a GPU")
-            .prepare();
+            .prepare(fedsim::settings::Precision::Fp32);
         let resident = DeviceRows::upload(&rows, tch::Device::Cuda(0));
         g.throughput(Throughput::Elements((most * per_client) as u64));
         g.bench_function("femnist_cnn_100_clients_60_images_alone_cpu", |b| {
@@ -439,7 +439,7 @@ fn conv_candidates(c: &mut Criterion) {
         fedsim::models::DeviceChoice::Cuda(Some(0))
             .resolve_here()
             .expect("a GPU")
-            .prepare();
+            .prepare(fedsim::settings::Precision::Fp32);
         sizes.extend([(Device::Cuda(0), 20, 60), (Device::Cuda(0), 67, 128)]);
     }
     let mut rng = SeedTree::new(1).rng(fedsim::sim::Entity::Run, "bench", 7);

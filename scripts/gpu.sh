@@ -211,6 +211,12 @@ check() {
         --device cuda -q --check-determinism --set rounds=20 \
         --set 'privacy={mechanism: dp_sgd, clip: 1.0, noise_multiplier: 0.5}' \
         --out "$dir/fedem_synthetic_dp_sgd"
+      # Reduced precision (training.precision): still identical with 16 and 1 threads.
+      for precision in tf32 bf16; do
+        step "$dir" "fedem_synthetic_$precision" 120 "$bin/fedsim" run scenarios/paper/fedem_synthetic_fedem.yaml \
+          --device cuda -q --check-determinism --set "training.precision=$precision" \
+          --out "$dir/fedem_synthetic_$precision"
+      done
       [ ! -x "$bin/fedsim-before" ] || step "$dir" fedem_synthetic-before 120 "$bin/fedsim-before" run \
         scenarios/paper/fedem_synthetic_fedem.yaml --device cuda -q --out "$dir/fedem_synthetic-before"
       ;;
@@ -225,6 +231,13 @@ check() {
         step "$dir" "${run/fedsim/fedem_femnist}" 200 env FEDSIM_PROFILE=1 "$bin/$run" run \
           scenarios/paper/fedem_femnist_fedem.yaml --device cuda -q --set "rounds=${ROUNDS:-1}" \
           --set "eval_every=${ROUNDS:-1}" --out "$dir/${run/fedsim/fedem_femnist}"
+      done
+      # The same round with TF32 tensor cores and in bf16 mixed precision (training.precision).
+      for precision in tf32 bf16; do
+        step "$dir" "fedem_femnist_$precision" 200 env FEDSIM_PROFILE=1 "$bin/fedsim" run \
+          scenarios/paper/fedem_femnist_fedem.yaml --device cuda -q --set "rounds=${ROUNDS:-1}" \
+          --set "eval_every=${ROUNDS:-1}" --set "training.precision=$precision" \
+          --out "$dir/fedem_femnist_$precision"
       done
       # FedEM's round under DP-SGD: per-record gradients of FEMNIST's CNN, in parts.
       step "$dir" fedem_femnist_dp_sgd 250 env FEDSIM_PROFILE=1 "$bin/fedsim" run \

@@ -520,7 +520,10 @@ mod tests {
         let system = "system: {compute: {samples_per_second: 100}, network: {latency_ms: 50}}\n";
         let (_, jobs, system) = crate::actors::testkit::fedavg_run(system, overrides);
         let seeds = SeedTree::new(1);
-        let dispatch = Dispatch::new(crate::actors::TrainerPool::start(1), jobs.clone());
+        let dispatch = Dispatch::new(
+            crate::actors::TrainerPool::start(1, crate::settings::Precision::Fp32),
+            jobs.clone(),
+        );
         Client::new(0, false, Vec::new(), jobs, dispatch, system, seeds)
     }
 
@@ -668,7 +671,10 @@ mod tests {
         use crate::models::EvalStats;
         actix::System::new().block_on(async {
             let (_, jobs, system) = crate::actors::testkit::fedavg_run("", &[]);
-            let dispatch = Dispatch::new(crate::actors::TrainerPool::start(1), jobs.clone());
+            let dispatch = Dispatch::new(
+                crate::actors::TrainerPool::start(1, crate::settings::Precision::Fp32),
+                jobs.clone(),
+            );
             let roster = Roster::new(RosterParts {
                 initial: Arc::new(vec![0.0; 4]),
                 jobs,

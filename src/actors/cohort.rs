@@ -37,6 +37,7 @@ use crate::algorithms::{
 };
 use crate::data::ClientRows;
 use crate::io::Stored;
+use crate::models::precision::PrecisionLease;
 use crate::models::profile::{computed, timed, Phase};
 use crate::models::{
     dropout_stream, evaluate_stacked, for_each_stacked_batch, sample_losses_stacked,
@@ -297,7 +298,7 @@ impl<A: Algorithm> Dispatch<A> {
             Cohorts::Off => false,
         };
         if can && wanted {
-            jobs.placement.prepare();
+            let precision = jobs.placement.prepare(jobs.training.precision);
             let stacks_evaluations =
                 stacking_evaluations_pays(jobs.training.cohorts, &jobs.placement);
             Dispatch::Cohorts(Arc::new(CohortQueue {
@@ -307,6 +308,7 @@ impl<A: Algorithm> Dispatch<A> {
                 evaluations: Mutex::default(),
                 stacks_evaluations,
                 resident: Mutex::default(),
+                _precision: precision,
             }))
         } else {
             Dispatch::Alone(pool, jobs)
@@ -404,6 +406,8 @@ pub(super) struct CohortQueue<A: Algorithm> {
     stacks_evaluations: bool,
     /// The data set's rows on each GPU cohorts train on, uploaded when first needed.
     resident: Mutex<Vec<DeviceRows>>,
+    /// The run's hold on libtorch's TF32 switch, on GPUs, until the run is over.
+    _precision: PrecisionLease,
 }
 
 impl<A: Algorithm> CohortQueue<A> {

@@ -24,7 +24,10 @@ pub(super) struct Started<A: Algorithm> {
 pub(super) fn start<A: Algorithm>(planned: Planned<A>, setup: &Setup) -> Started<A> {
     let Planned { algorithm, global } = planned;
     let jobs = Arc::new(JobContext::new(algorithm, setup));
-    let dispatch = Dispatch::new(TrainerPool::start(setup.threads), jobs.clone());
+    let dispatch = Dispatch::new(
+        TrainerPool::start(setup.threads, jobs.training.precision),
+        jobs.clone(),
+    );
     Started {
         global,
         jobs,

@@ -7,6 +7,7 @@
 //! stragglers cut off by a deadline), [`Drain`] skips the queued ones and waits for the running
 //! ones, so no job is still inside libtorch when the process exits.
 
+use crate::settings::Precision;
 use crate::sim::Pending;
 use actix::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -14,13 +15,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use tokio::sync::oneshot;
 
-struct Worker;
+struct Worker {
+    precision: Precision,
+}
 
 impl Actor for Worker {
     type Context = SyncContext<Self>;
 
     fn started(&mut self, _: &mut SyncContext<Self>) {
         tch::set_num_threads(1);
+        crate::models::precision::use_on_this_thread(self.precision);
     }
 }
 
@@ -68,10 +72,11 @@ impl Drop for Drain {
 }
 
 impl TrainerPool {
-    /// Starts `threads` workers. Needs a running actix `System`.
-    pub fn start(threads: usize) -> Self {
+    /// Starts `threads` workers whose products run in `precision` (`training.precision`).
+    /// Needs a running actix `System`.
+    pub fn start(threads: usize, precision: Precision) -> Self {
         TrainerPool {
-            addr: SyncArbiter::start(threads.max(1), || Worker),
+            addr: SyncArbiter::start(threads.max(1), move || Worker { precision }),
             activity: Arc::default(),
         }
     }
@@ -134,7 +139,7 @@ mod tests {
     #[test]
     fn drain_skips_queued_jobs_and_waits_for_the_running_one() {
         actix::System::new().block_on(async {
-            let pool = TrainerPool::start(1);
+            let pool = TrainerPool::start(1, Precision::Fp32);
             let drain = pool.drain_on_drop();
             let (started, finished) =
                 (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));

@@ -27,6 +27,7 @@ use crate::sampling::{
 use crate::settings::catalogue::names_declaring;
 use crate::settings::FieldError;
 use crate::settings::OnDivergence;
+use crate::settings::Precision;
 use crate::settings::{EvaluatedSplits, EvaluationPlan, NoveltyScoring, RawEvaluation};
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
@@ -1037,6 +1038,14 @@ fn validate_training(t: &RawTraining) -> Result<Training, FieldError> {
         return bad("momentum", format!("must be in [0, 1), got {}", t.momentum));
     }
     FieldError::non_negative("weight_decay", t.weight_decay)?;
+    if t.precision == Precision::Tf32 && t.device.is_cpu() {
+        return bad(
+            "precision",
+            "`tf32` runs products on a GPU's TF32 tensor cores, and `training.device` is `cpu`: \
+             use `fp32` or `bf16` on the CPU, or set `training.device` to `cuda` or `auto`"
+                .into(),
+        );
+    }
     let schedule = match &t.lr_schedule {
         RawLrSchedule::Constant {} => LrSchedule::Constant,
         RawLrSchedule::MultiStep { milestones, gamma } => {
@@ -1066,6 +1075,7 @@ fn validate_training(t: &RawTraining) -> Result<Training, FieldError> {
         keep_momentum: t.keep_momentum,
         cohorts: t.cohorts,
         device: t.device,
+        precision: t.precision,
         spill: t.spill,
     })
 }

@@ -6,7 +6,7 @@ use crate::data::{DatasetSpec, SplitSpec};
 use crate::models::{DeviceChoice, ModelSpec};
 use crate::policy::PolicySpec;
 use crate::sampling::RawSampling;
-use crate::settings::{Cohorts, Spill};
+use crate::settings::{Cohorts, Precision, Spill};
 use crate::settings::{OnDivergence, RawEvaluation};
 use crate::system::SystemSpec;
 use crate::topology::TopologySpec;
@@ -156,6 +156,10 @@ pub struct RawTraining {
     /// `auto`.
     #[serde(default, skip_serializing_if = "DeviceChoice::is_cpu")]
     pub device: DeviceChoice,
+    /// The float precision of the models' products: `fp32` (the default), `tf32` (CUDA
+    /// tensor cores) or `bf16` (mixed precision, as `torch.autocast`). Changes results.
+    #[serde(default, skip_serializing_if = "Precision::is_fp32")]
+    pub precision: Precision,
     /// Which idle values wait in a spill file in `TMPDIR` instead of memory: `auto` (those of
     /// at least 2¹⁸ floats), `always` or `off`. Results are the same bit for bit, so it is
     /// left out of the resolved scenario (and of the run id).
@@ -186,6 +190,7 @@ impl Default for RawTraining {
             lr_schedule: RawLrSchedule::default(),
             cohorts: Cohorts::Auto,
             device: DeviceChoice::Cpu,
+            precision: Precision::Fp32,
             spill: Spill::Auto,
         }
     }

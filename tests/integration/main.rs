@@ -18,6 +18,7 @@ mod outputs;
 mod paper;
 mod parquet_data;
 mod population;
+mod precision;
 mod privacy;
 mod real_data;
 mod scale;

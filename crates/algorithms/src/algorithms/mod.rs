@@ -46,7 +46,7 @@ use crate::models::{
     InitialModels, LocalPlan, LocalWork, Objective, Predictor, Proximal, StackedBatch,
 };
 use crate::records::{ModelKind, NoveltyScores, Split};
-use crate::settings::{Cohorts, EvaluatedSplits, Spill};
+use crate::settings::{Cohorts, EvaluatedSplits, Precision, Spill};
 use rand_chacha::ChaCha20Rng;
 use std::borrow::Cow;
 
@@ -84,6 +84,8 @@ pub struct Training {
     /// The devices cohorts train on (`training.device`; each client alone trains on the CPU),
     /// resolved on the machine that runs the scenario ([`DeviceChoice::resolve_here`]).
     pub device: DeviceChoice,
+    /// The float precision of the models' products (`training.precision`).
+    pub precision: Precision,
     /// Which idle values go to a spill file instead of memory (`training.spill`).
     pub spill: Spill,
 }
@@ -958,6 +960,7 @@ pub(crate) mod testkit {
                     cohorts: Cohorts::Off,
                     spill: Spill::Off,
                     device: DeviceChoice::Cpu,
+                    precision: Precision::Fp32,
                 },
             }
         }
@@ -1038,6 +1041,7 @@ mod tests {
             cohorts: Cohorts::Auto,
             spill: Spill::Auto,
             device: DeviceChoice::Cpu,
+            precision: Precision::Fp32,
         };
         assert_eq!(t.lr_at(1), 0.1);
         assert_eq!(t.lr_at(50), 0.1);

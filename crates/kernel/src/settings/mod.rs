@@ -16,7 +16,7 @@ pub use evaluation::{
     EvalClients, EvalSample, EvalSplit, EvaluatedSplits, EvaluationPlan, NoveltyScoring,
     RawEvaluation,
 };
-pub use training::{Cohorts, Spill, AUTO_SPILL_SHARE};
+pub use training::{Cohorts, Precision, Spill, AUTO_SPILL_SHARE};
 
 /// A problem with one field of a scenario section: the dotted path below the section that
 /// holds it, and what is wrong and what is allowed.

@@ -1,6 +1,7 @@
 //! How a run's clients are trained on the machine, as written under `training:`: in cohorts or
-//! alone (`cohorts`, which matches training alone up to float rounding), and which idle values
-//! wait in a spill file (`spill`, which changes no result).
+//! alone (`cohorts`, which matches training alone up to float rounding), in which float
+//! precision (`precision`, which changes results), and which idle values wait in a spill file
+//! (`spill`, which changes no result).
 
 /// Whether clients train in cohorts (`training.cohorts`): a round's training jobs as one
 /// stacked computation, where the algorithm declares an update cohorts can train
@@ -36,6 +37,45 @@ impl Cohorts {
     /// The default, left out of the resolved scenario so that run ids stay as they were.
     pub fn is_auto(&self) -> bool {
         *self == Cohorts::Auto
+    }
+}
+
+/// The float precision of the models' products (`training.precision`). Parameters, momentum,
+/// losses and aggregation stay f32 in every mode; what changes is how matrix products and
+/// convolutions round. Results are bit-identical from run to run in every mode (on CUDA: on the
+/// same GPU model); they differ between modes.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// Full f32 everywhere (libtorch's TF32 convolutions switched off on GPUs): GPU results
+    /// differ from the CPU's by float rounding only.
+    #[default]
+    Fp32,
+    /// CUDA only: matrix products and convolutions on TF32 tensor cores (inputs rounded to
+    /// 10-bit mantissas, f32 sums), PyTorch's `allow_tf32`. A process-wide setting of
+    /// libtorch: runs of one process that differ in it (a sweep's cells) take turns on the GPU.
+    Tf32,
+    /// Mixed precision as PyTorch's `torch.autocast(dtype=torch.bfloat16)` does it, on the CPU
+    /// and on GPUs: matrix products, convolutions and LSTM cells in bf16 (8-bit mantissas),
+    /// losses, softmaxes and everything the optimizer keeps in f32. fedsim's plain-Rust paths
+    /// (the linear model scored from host rows) stay f32.
+    Bf16,
+}
+
+impl Precision {
+    /// The default, left out of the resolved scenario so that run ids stay as they were.
+    pub fn is_fp32(&self) -> bool {
+        *self == Precision::Fp32
     }
 }
 

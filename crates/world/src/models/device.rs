@@ -6,7 +6,9 @@
 //! clients depends only on the scenario. This room must not choose a device by load or
 //! timing, nor use libtorch's global random generator.
 
+use super::precision::PrecisionLease;
 use crate::data::SplitView;
+use crate::settings::Precision;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -162,13 +164,18 @@ impl Placement {
     /// The binary sets the cuBLAS variable first thing ([`set_cublas_workspace`]), while it
     /// has one thread; here it is set only if still unset (a library user's process), which
     /// is racy only against threads reading the environment at that moment.
-    pub fn prepare(&self) {
-        if self.on_gpu() {
-            set_cublas_workspace();
-            tch::Cuda::cudnn_set_benchmark(false);
-            set_deterministic_cudnn(true);
-            set_tf32(false);
+    ///
+    /// Under `training.precision: tf32` TF32 is switched on instead. That switch is
+    /// libtorch's, for the whole process: the run holds it until the lease is dropped, and a
+    /// run of the same process that needs the other setting waits ([`PrecisionLease`]).
+    pub fn prepare(&self, precision: Precision) -> PrecisionLease {
+        if !self.on_gpu() {
+            return PrecisionLease::none();
         }
+        set_cublas_workspace();
+        tch::Cuda::cudnn_set_benchmark(false);
+        set_deterministic_cudnn(true);
+        PrecisionLease::gpu(precision, set_tf32)
     }
 }
 

@@ -46,14 +46,19 @@ impl Encoder {
 
     /// The representation of the rows of `view`, row after row (`values()` each).
     pub fn represent(&self, view: SplitView<'_>) -> Vec<f32> {
-        Vec::<f32>::try_from(self.representation(view).flatten(0, -1))
-            .expect("a representation is f32")
+        // f32 also where the network's products ran in bf16 (`training.precision`).
+        Vec::<f32>::try_from(
+            self.representation(view)
+                .flatten(0, -1)
+                .to_kind(Kind::Float),
+        )
+        .expect("a representation is f32")
     }
 
     /// The rows of `view` as the Gaussians see them: their representation, projected by
     /// `projection` if one is given (see [`GaussianInputs::of`]).
     pub fn inputs(&self, view: SplitView<'_>, projection: Option<&[f64]>) -> GaussianInputs {
-        GaussianInputs::of(&self.representation(view), projection)
+        GaussianInputs::of(&self.representation(view).to_kind(Kind::Float), projection)
     }
 
     /// The representation of the rows of `view`: `[n, values]`, f32.
@@ -211,62 +216,64 @@ impl GaussianInputs {
         }
         let d = gaussians[0].mean.len();
         let log_2pi = (2.0 * std::f64::consts::PI).ln();
-        tch::no_grad(|| {
-            // The Mahalanobis terms of every Gaussian: q[k][i] = |A_k (z_i − μ_k)|², with
-            // A_k = L_k⁻¹ (Σ_k = L_k L_kᵀ) or diag(σ_k)⁻¹. Each A_k (z_i − μ_k) is one column
-            // block of Z·[A_1ᵀ … A_Kᵀ] − [μ_1ᵀA_1ᵀ … μ_KᵀA_Kᵀ]: one product for all of them.
-            let mut maps = Vec::with_capacity(gaussians.len());
-            let mut log_dets = Vec::with_capacity(gaussians.len());
-            for g in gaussians {
-                let mean = Tensor::from_slice(&g.mean).reshape([1, d as i64]);
-                let (a_t, log_det) = if g.cov.len() == d {
-                    let var = Tensor::from_slice(&g.cov);
-                    let a_t = var.rsqrt().diag(0);
-                    (a_t, var.log().sum(Kind::Double).double_value(&[]))
-                } else {
-                    let cov = Tensor::from_slice(&g.cov).reshape([d as i64, d as i64]);
-                    let (l, info) = cov.linalg_cholesky_ex(false, false);
-                    if info.int64_value(&[]) != 0 {
-                        (
-                            Tensor::full(
-                                [d as i64, d as i64],
-                                f64::NAN,
-                                (Kind::Double, tch::Device::Cpu),
-                            ),
-                            f64::NAN,
-                        )
+        super::precision::in_f32(|| {
+            tch::no_grad(|| {
+                // The Mahalanobis terms of every Gaussian: q[k][i] = |A_k (z_i − μ_k)|², with
+                // A_k = L_k⁻¹ (Σ_k = L_k L_kᵀ) or diag(σ_k)⁻¹. Each A_k (z_i − μ_k) is one column
+                // block of Z·[A_1ᵀ … A_Kᵀ] − [μ_1ᵀA_1ᵀ … μ_KᵀA_Kᵀ]: one product for all of them.
+                let mut maps = Vec::with_capacity(gaussians.len());
+                let mut log_dets = Vec::with_capacity(gaussians.len());
+                for g in gaussians {
+                    let mean = Tensor::from_slice(&g.mean).reshape([1, d as i64]);
+                    let (a_t, log_det) = if g.cov.len() == d {
+                        let var = Tensor::from_slice(&g.cov);
+                        let a_t = var.rsqrt().diag(0);
+                        (a_t, var.log().sum(Kind::Double).double_value(&[]))
                     } else {
-                        let eye = Tensor::eye(d as i64, (Kind::Double, tch::Device::Cpu));
-                        let l_inv = l.linalg_solve_triangular(&eye, false, true, false);
-                        let log_det = 2.0
-                            * l.diagonal(0, 0, 1)
-                                .log()
-                                .sum(Kind::Double)
-                                .double_value(&[]);
-                        (l_inv.transpose(0, 1), log_det)
-                    }
-                };
-                let shift = mean.matmul(&a_t);
-                maps.push((a_t, shift));
-                log_dets.push(log_det);
-            }
-            let k = gaussians.len() as i64;
-            let a_t = Tensor::cat(&maps.iter().map(|(a, _)| a).collect::<Vec<_>>(), 1);
-            let shift = Tensor::cat(&maps.iter().map(|(_, s)| s).collect::<Vec<_>>(), 1);
-            let u = self.z.matmul(&a_t.to_kind(Kind::Float)) - shift.to_kind(Kind::Float);
-            // Sums of d squares in f32, then f64 for everything after.
-            let q = u
-                .reshape([n as i64, k, d as i64])
-                .square()
-                .sum_dim_intlist(2, false, None);
-            let q = to_vec(&q.transpose(0, 1).contiguous());
-            q.chunks(n)
-                .zip(&log_dets)
-                .map(|(q, log_det)| {
-                    let c = log_det + d as f64 * log_2pi;
-                    q.iter().map(|q| -0.5 * (q + c)).collect()
-                })
-                .collect()
+                        let cov = Tensor::from_slice(&g.cov).reshape([d as i64, d as i64]);
+                        let (l, info) = cov.linalg_cholesky_ex(false, false);
+                        if info.int64_value(&[]) != 0 {
+                            (
+                                Tensor::full(
+                                    [d as i64, d as i64],
+                                    f64::NAN,
+                                    (Kind::Double, tch::Device::Cpu),
+                                ),
+                                f64::NAN,
+                            )
+                        } else {
+                            let eye = Tensor::eye(d as i64, (Kind::Double, tch::Device::Cpu));
+                            let l_inv = l.linalg_solve_triangular(&eye, false, true, false);
+                            let log_det = 2.0
+                                * l.diagonal(0, 0, 1)
+                                    .log()
+                                    .sum(Kind::Double)
+                                    .double_value(&[]);
+                            (l_inv.transpose(0, 1), log_det)
+                        }
+                    };
+                    let shift = mean.matmul(&a_t);
+                    maps.push((a_t, shift));
+                    log_dets.push(log_det);
+                }
+                let k = gaussians.len() as i64;
+                let a_t = Tensor::cat(&maps.iter().map(|(a, _)| a).collect::<Vec<_>>(), 1);
+                let shift = Tensor::cat(&maps.iter().map(|(_, s)| s).collect::<Vec<_>>(), 1);
+                let u = self.z.matmul(&a_t.to_kind(Kind::Float)) - shift.to_kind(Kind::Float);
+                // Sums of d squares in f32, then f64 for everything after.
+                let q = u
+                    .reshape([n as i64, k, d as i64])
+                    .square()
+                    .sum_dim_intlist(2, false, None);
+                let q = to_vec(&q.transpose(0, 1).contiguous());
+                q.chunks(n)
+                    .zip(&log_dets)
+                    .map(|(q, log_det)| {
+                        let c = log_det + d as f64 * log_2pi;
+                        q.iter().map(|q| -0.5 * (q + c)).collect()
+                    })
+                    .collect()
+            })
         })
     }
 
@@ -287,35 +294,37 @@ impl GaussianInputs {
         if kept.is_empty() {
             return out;
         }
-        tch::no_grad(|| {
-            // W: [K, n], each weighting divided by its total; means W·Z, one product.
-            let normalised: Vec<f32> = kept
-                .iter()
-                .flat_map(|&k| {
-                    let total = totals[k];
-                    weights[k].iter().map(move |&w| (w / total) as f32)
-                })
-                .collect();
-            let w = Tensor::from_slice(&normalised).reshape([kept.len() as i64, n as i64]);
-            let means = w.matmul(&self.z);
-            // The centred rows of each weighting: [K, n, d].
-            let centred = self.z.unsqueeze(0) - means.unsqueeze(1);
-            let weighted = &centred * w.unsqueeze(2);
-            let covs = if diagonal {
-                (weighted * &centred).sum_dim_intlist(1, false, Kind::Double)
-            } else {
-                weighted.transpose(1, 2).bmm(&centred)
-            };
-            let (means, covs) = (to_vec(&means), to_vec(&covs));
-            let d = means.len() / kept.len();
-            let c = covs.len() / kept.len();
-            for (j, &k) in kept.iter().enumerate() {
-                out[k] = Some((
-                    means[j * d..(j + 1) * d].to_vec(),
-                    covs[j * c..(j + 1) * c].to_vec(),
-                ));
-            }
-            out
+        super::precision::in_f32(|| {
+            tch::no_grad(|| {
+                // W: [K, n], each weighting divided by its total; means W·Z, one product.
+                let normalised: Vec<f32> = kept
+                    .iter()
+                    .flat_map(|&k| {
+                        let total = totals[k];
+                        weights[k].iter().map(move |&w| (w / total) as f32)
+                    })
+                    .collect();
+                let w = Tensor::from_slice(&normalised).reshape([kept.len() as i64, n as i64]);
+                let means = w.matmul(&self.z);
+                // The centred rows of each weighting: [K, n, d].
+                let centred = self.z.unsqueeze(0) - means.unsqueeze(1);
+                let weighted = &centred * w.unsqueeze(2);
+                let covs = if diagonal {
+                    (weighted * &centred).sum_dim_intlist(1, false, Kind::Double)
+                } else {
+                    weighted.transpose(1, 2).bmm(&centred)
+                };
+                let (means, covs) = (to_vec(&means), to_vec(&covs));
+                let d = means.len() / kept.len();
+                let c = covs.len() / kept.len();
+                for (j, &k) in kept.iter().enumerate() {
+                    out[k] = Some((
+                        means[j * d..(j + 1) * d].to_vec(),
+                        covs[j * c..(j + 1) * c].to_vec(),
+                    ));
+                }
+                out
+            })
         })
     }
 }

@@ -17,6 +17,7 @@ mod lenet;
 mod linear;
 mod lstm;
 mod mobilenet;
+pub mod precision;
 pub mod profile;
 mod script;
 mod sgd;
