@@ -297,6 +297,7 @@ fn cnn_cohort(c: &mut Criterion) {
                 let passes = plan.passes(per_client, &mut rng);
                 StackedRun {
                     params,
+                    start: None,
                     momentum: Some(momentum),
                     sample_weights: None,
                     proximal: None,
@@ -647,6 +648,7 @@ fn cohort_epoch(c: &mut Criterion) {
                             let passes = plan.passes(data.split_len(c, Split::Train), &mut rng);
                             StackedRun {
                                 params,
+                                start: None,
                                 momentum: Some(momentum),
                                 sample_weights: None,
                                 proximal: None,

@@ -50,6 +50,7 @@ use crate::settings::Cohorts;
 use crate::settings::NoveltyScoring;
 use crate::sim::Pending;
 use rand_chacha::ChaCha20Rng;
+use std::borrow::Cow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
@@ -541,6 +542,20 @@ fn evaluate_shard<A: Algorithm>(
     for (job, ctx) in shard.iter_mut().zip(&contexts) {
         job.adapt(jobs, ctx);
     }
+    let tuned = fine_tunings(
+        jobs,
+        &mut shard,
+        &contexts,
+        &rows,
+        device,
+        resident.as_ref(),
+    );
+    let contexts: Vec<LocalContext<'_>> = (contexts.into_iter().zip(&tuned))
+        .map(|(mut ctx, tuned)| {
+            ctx.tuned = tuned.as_deref();
+            ctx
+        })
+        .collect();
     let tested: Vec<Vec<Tested<'_>>> = shard
         .iter_mut()
         .zip(&contexts)
@@ -603,6 +618,70 @@ fn evaluate_shard<A: Algorithm>(
             }
         })
         .collect()
+}
+
+/// The fine-tuned parameters of the fine-tunings `shard`'s jobs are tested after
+/// ([`Algorithm::FINE_TUNING`]: FedAvg+), trained as one stacked computation from the global
+/// model, which crosses once; each job's stream draws what [`LocalContext::fine_tune`] alone
+/// draws (its passes, then its dropout masks' words). `None` for jobs without one.
+fn fine_tunings<A: Algorithm>(
+    jobs: &JobContext<A>,
+    shard: &mut [EvalJob<A>],
+    contexts: &[LocalContext<'_>],
+    rows: &ClientRows<'_>,
+    device: tch::Device,
+    resident: Option<&DeviceRows>,
+) -> Vec<Option<Vec<f32>>> {
+    let mut tuned: Vec<Option<Vec<f32>>> = vec![None; shard.len()];
+    let Some(declared) = A::FINE_TUNING else {
+        return tuned;
+    };
+    let mut runs = Vec::new();
+    for (k, (job, ctx)) in shard.iter_mut().zip(contexts).enumerate() {
+        let EvalJob {
+            global, state, rng, ..
+        } = job;
+        let Some(tuning) = declared(&jobs.algorithm, ctx, global, state.get()) else {
+            continue;
+        };
+        let plan = tuning.plan(&jobs.training.plan);
+        let passes = plan.passes(ctx.train_view().len(), rng);
+        let dropout = dropout_stream(&jobs.arch, &passes, rng);
+        runs.push((k, tuning, plan, passes, dropout));
+    }
+    let Some((_, _, plan, _, _)) = runs.first() else {
+        return tuned;
+    };
+    // Only the passes differ between the runs' plans (drawn above).
+    let plan = *plan;
+    let tested: Vec<usize> = runs.iter().map(|(k, ..)| *k).collect();
+    let mut params: Vec<Vec<f32>> = vec![Vec::new(); runs.len()];
+    let mut momenta: Vec<Vec<f32>> = vec![Vec::new(); runs.len()];
+    let mut stacked: Vec<StackedRun<'_>> = (runs.into_iter())
+        .zip(params.iter_mut().zip(&mut momenta))
+        .map(
+            |((k, tuning, _, passes, dropout), (params, momentum))| StackedRun {
+                params,
+                start: Some(tuning.start),
+                momentum: Some(momentum),
+                sample_weights: None,
+                proximal: None,
+                first_row: rows.data().first_row(rows.index(k), Split::Train),
+                passes,
+                dropout,
+                private: None,
+                lr: tuning.lr,
+            },
+        )
+        .collect();
+    let all_rows = rows.data().all_rows();
+    let uploaded = rows_on(device, &all_rows, resident.map(DeviceRows::share));
+    train_sgd_stacked(&jobs.arch, &plan, all_rows, uploaded.as_ref(), &mut stacked);
+    drop(stacked);
+    for (k, params) in tested.into_iter().zip(params) {
+        tuned[k] = Some(params);
+    }
+    tuned
 }
 
 /// The training rows' losses of `shard`'s held-out clients under the models the update's
@@ -708,17 +787,20 @@ fn train_cohort<A: Algorithm>(
         }
         _ => Vec::new(),
     };
-    let begin = || -> Vec<(TrainJob<A>, Vec<SgdRun>, Vec<_>)> {
+    // The runs may borrow from the global models (where they start): held apart from the jobs.
+    let globals: Vec<Arc<A::Global>> = shard.iter().map(|job| job.global.clone()).collect();
+    let begin = || -> Vec<(TrainJob<A>, Vec<SgdRun<'_>>, Vec<_>)> {
         shard
             .into_iter()
+            .zip(&globals)
             .enumerate()
-            .map(|(k, mut job)| {
+            .map(|(k, (mut job, global))| {
                 let mut ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
                 ctx.scored = scored.get(k).map(Vec::as_slice);
                 let runs = (sgd.begin)(
                     &jobs.algorithm,
                     &ctx,
-                    &job.global,
+                    global,
                     job.state.get_mut(),
                     &mut job.rng,
                 );
@@ -750,8 +832,19 @@ fn train_cohort<A: Algorithm>(
                 lr,
                 plain_sgd,
             } = run;
+            // A run that starts from a shared vector (borrowed from the global model) stacks
+            // it as given, so that it crosses once; its own parameters are written at the end.
+            let start = match params {
+                Cow::Borrowed(shared) => {
+                    let shared: &[f32] = shared;
+                    *params = Cow::Owned(Vec::new());
+                    Some(shared)
+                }
+                Cow::Owned(_) => None,
+            };
             stacked.push(StackedRun {
-                params,
+                params: params.to_mut(),
+                start,
                 momentum: (!*plain_sgd).then_some(momentum),
                 sample_weights: sample_weights.as_deref(),
                 proximal: proximal.as_ref().map(ProximalTerm::borrow),

@@ -342,6 +342,7 @@ impl<A: Algorithm> JobContext<A> {
             lr,
             evaluated: self.evaluated,
             scored: None,
+            tuned: None,
         }
     }
 }

@@ -19,6 +19,7 @@ use crate::models::{Architecture, InitialModels};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -214,7 +215,9 @@ impl Algorithm for Clustered {
         scores: None,
         begin: |_, ctx, global, momentum, _| {
             vec![SgdRun {
-                params: global.models[global.of_client[ctx.client as usize] as usize].clone(),
+                params: Cow::Borrowed(
+                    &global.models[global.of_client[ctx.client as usize] as usize],
+                ),
                 momentum: std::mem::take(momentum),
                 ..SgdRun::default()
             }]

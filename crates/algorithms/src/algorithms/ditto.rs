@@ -15,6 +15,7 @@ use crate::models::{Architecture, InitialModels, LocalPlan};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -109,20 +110,20 @@ impl Algorithm for Ditto {
         scores: None,
         begin: |alg, ctx, global, state, _| {
             let personal = if state.personal.is_empty() {
-                global.clone()
+                Cow::Borrowed(&global[..])
             } else {
-                std::mem::take(&mut state.personal)
+                Cow::Owned(std::mem::take(&mut state.personal))
             };
             vec![
                 SgdRun {
-                    params: global.clone(),
+                    params: Cow::Borrowed(global),
                     momentum: std::mem::take(&mut state.momentum),
                     ..SgdRun::default()
                 },
                 SgdRun {
                     params: personal,
                     proximal: Some(ProximalTerm {
-                        anchor: global.clone(),
+                        anchor: Cow::Borrowed(global),
                         mu: alg.spec.lambda,
                     }),
                     lr: Some(alg.spec.personal_lr.unwrap_or(ctx.lr)),
@@ -134,8 +135,8 @@ impl Algorithm for Ditto {
         finish: |_, ctx, _, state, runs| {
             let [global_run, personal_run] = <[SgdRun; 2]>::try_from(runs).expect("two runs");
             state.momentum = global_run.momentum;
-            state.personal = personal_run.params;
-            ModelUpdate::of(ctx, global_run.params)
+            state.personal = personal_run.params.into_owned();
+            ModelUpdate::of(ctx, global_run.params.into_owned())
         },
     });
 

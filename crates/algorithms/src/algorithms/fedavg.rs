@@ -11,10 +11,12 @@ use super::{
     stale_delta_average, weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, StaleUpdate,
     Tested, Updates, WeightedSum,
 };
+use super::{FineTuning, FineTunings};
 use crate::models::{Architecture, InitialModels};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -250,11 +252,11 @@ impl Algorithm for FedAvg {
         scores: None,
         begin: |alg, _, global, momentum, _| {
             vec![SgdRun {
-                params: global.clone(),
+                params: Cow::Borrowed(global),
                 momentum: std::mem::take(momentum),
                 sample_weights: None,
                 proximal: (alg.proximal_mu > 0.0).then(|| ProximalTerm {
-                    anchor: global.clone(),
+                    anchor: Cow::Borrowed(global),
                     mu: alg.proximal_mu,
                 }),
                 ..SgdRun::default()
@@ -263,7 +265,7 @@ impl Algorithm for FedAvg {
         finish: |_, ctx, _, momentum, runs| {
             let [run] = <[SgdRun; 1]>::try_from(runs).expect("one run");
             *momentum = run.momentum;
-            ModelUpdate::of(ctx, run.params)
+            ModelUpdate::of(ctx, run.params.into_owned())
         },
     });
 
@@ -277,14 +279,24 @@ impl Algorithm for FedAvg {
         &'a self,
         ctx: &LocalContext<'_>,
         global: &'a Vec<f32>,
-        _: &'a Vec<f32>,
+        state: &'a Vec<f32>,
         rng: &mut ChaCha20Rng,
     ) -> Vec<Tested<'a>> {
-        if self.finetune_epochs == 0 {
-            return vec![Tested::params(ModelKind::Global, &global[..])];
+        match Self::FINE_TUNING.and_then(|tuning| tuning(self, ctx, global, state)) {
+            None => vec![Tested::params(ModelKind::Global, &global[..])],
+            Some(tuning) => {
+                let tuned = ctx.fine_tune(&tuning, rng);
+                vec![Tested::params(ModelKind::Personalized, tuned)]
+            }
         }
-        let lr = self.finetune_lr.unwrap_or(ctx.training.lr);
-        let tuned = ctx.fine_tune(global, self.finetune_epochs, lr, rng);
-        vec![Tested::params(ModelKind::Personalized, tuned)]
     }
+
+    /// FedAvg+: the global model, `finetune_epochs` epochs at `finetune_lr`.
+    const FINE_TUNING: Option<FineTunings<Self>> = Some(|alg, ctx, global, _| {
+        (alg.finetune_epochs > 0).then(|| FineTuning {
+            start: global,
+            epochs: alg.finetune_epochs,
+            lr: alg.finetune_lr.unwrap_or(ctx.training.lr),
+        })
+    });
 }

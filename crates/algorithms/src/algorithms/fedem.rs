@@ -17,6 +17,7 @@ use crate::models::{
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// What the server does with the clients it did not sample this round.
 #[derive(
@@ -328,17 +329,17 @@ pub fn e_step_f32(pi: &[f64], losses: &[Vec<f32>]) -> (Vec<Vec<f32>>, Vec<f64>) 
 
 /// The local M-step of mixture models: one local run of the plan per model `models[m]`, each
 /// row's loss weighted by `weights[m][i]`, with the model's own momentum buffer moved in.
-pub(super) fn weighted_runs(
-    models: &[Vec<f32>],
+pub(super) fn weighted_runs<'g>(
+    models: &'g [Vec<f32>],
     weights: &[Vec<f32>],
     momenta: &mut [Vec<f32>],
-) -> Vec<SgdRun> {
+) -> Vec<SgdRun<'g>> {
     models
         .iter()
         .zip(weights)
         .zip(momenta)
         .map(|((theta, w), momentum)| SgdRun {
-            params: theta.clone(),
+            params: Cow::Borrowed(theta),
             momentum: std::mem::take(momentum),
             sample_weights: Some(w.clone()),
             ..SgdRun::default()
@@ -347,12 +348,12 @@ pub(super) fn weighted_runs(
 }
 
 /// The trained models of [`weighted_runs`]; the momentum buffers go back to `momenta`.
-pub(super) fn trained_models(runs: Vec<SgdRun>, momenta: &mut [Vec<f32>]) -> Vec<Vec<f32>> {
+pub(super) fn trained_models(runs: Vec<SgdRun<'_>>, momenta: &mut [Vec<f32>]) -> Vec<Vec<f32>> {
     runs.into_iter()
         .zip(momenta)
         .map(|(run, momentum)| {
             *momentum = run.momentum;
-            run.params
+            run.params.into_owned()
         })
         .collect()
 }

@@ -7,6 +7,7 @@ use crate::models::{Architecture, InitialModels};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -78,14 +79,14 @@ impl Algorithm for Local {
         scores: None,
         begin: |_, _, _, state, _| {
             vec![SgdRun {
-                params: std::mem::take(&mut state.params),
+                params: Cow::Owned(std::mem::take(&mut state.params)),
                 momentum: std::mem::take(&mut state.momentum),
                 ..SgdRun::default()
             }]
         },
         finish: |_, _, _, state, runs| {
             let [run] = <[SgdRun; 1]>::try_from(runs).expect("one run");
-            state.params = run.params;
+            state.params = run.params.into_owned();
             state.momentum = run.momentum;
         },
     });

@@ -128,6 +128,10 @@ pub struct LocalContext<'a> {
     /// The training rows' losses under the models [`SgdUpdate::scores`] declares, where a
     /// cohort computed them beforehand (one vector per model).
     pub scored: Option<&'a [Vec<f32>]>,
+    /// The fine-tuned parameters of the [`Algorithm::FINE_TUNING`] the client's tests ask for,
+    /// where a cohort trained them beforehand (drawing from the client's stream what
+    /// [`LocalContext::fine_tune`] would).
+    pub tuned: Option<&'a [f32]>,
 }
 
 impl LocalContext<'_> {
@@ -155,7 +159,7 @@ impl LocalContext<'_> {
 
     /// Trains one of an update's local SGD runs alone (see [`SgdUpdate`]) with this round's
     /// plan. The momentum buffer is then kept or cleared, as the scenario says.
-    pub fn train_run(&self, run: &mut SgdRun, rng: &mut ChaCha20Rng) {
+    pub fn train_run(&self, run: &mut SgdRun<'_>, rng: &mut ChaCha20Rng) {
         let objective = Objective {
             sample_weights: run.sample_weights.as_deref(),
             proximal: run.proximal.as_ref().map(ProximalTerm::borrow),
@@ -169,7 +173,7 @@ impl LocalContext<'_> {
             ..self.training.plan
         };
         let lr = run.lr.unwrap_or(self.lr);
-        let (params, momentum) = (&mut run.params, &mut run.momentum);
+        let (params, momentum) = (run.params.to_mut(), &mut run.momentum);
         let data = self.train_view();
         if plan.dp_sgd.is_some() {
             train_dp_sgd_alone(
@@ -183,28 +187,22 @@ impl LocalContext<'_> {
         self.training.settle_momentum(momentum);
     }
 
-    /// `epochs` local epochs at learning rate `lr` on a copy of `params`, from zero momentum
-    /// (evaluation-time adaptation: nothing is kept).
-    pub fn fine_tune(
-        &self,
-        params: &[f32],
-        epochs: u32,
-        lr: f64,
-        rng: &mut ChaCha20Rng,
-    ) -> Vec<f32> {
-        let plan = LocalPlan {
-            work: LocalWork::Epochs(epochs),
-            dp_sgd: None,
-            ..self.training.plan
-        };
-        let mut tuned = params.to_vec();
+    /// `tuning`'s epochs at its learning rate on a copy of its start, from zero momentum
+    /// (evaluation-time adaptation: nothing is kept); the parameters a cohort trained
+    /// beforehand where it did (`tuning` is then the one [`Algorithm::FINE_TUNING`] declares,
+    /// and the cohort has drawn its words from `rng`).
+    pub fn fine_tune(&self, tuning: &FineTuning<'_>, rng: &mut ChaCha20Rng) -> Vec<f32> {
+        if let Some(tuned) = self.tuned {
+            return tuned.to_vec();
+        }
+        let mut tuned = tuning.start.to_vec();
         train_sgd(
             self.arch,
             &mut tuned,
             &mut Vec::new(),
             self.train_view(),
-            &plan,
-            lr,
+            &tuning.plan(&self.training.plan),
+            tuning.lr,
             rng,
             &Objective::default(),
         );
@@ -443,6 +441,12 @@ pub trait Algorithm: Send + Sync + 'static {
     /// weights ([`Capabilities`]). `None` declares that the algorithm has no such weights.
     const MIXTURE_WEIGHTS: Option<MixtureWeights<Self>> = None;
 
+    /// Where the models a client is tested with are fine-tuned first by plain local SGD
+    /// (FedAvg+), which fine-tuning ([`LocalContext::fine_tune`], which `tested_models` calls
+    /// with it): declared, a cohort that stacks its evaluations trains every client's at once,
+    /// and the client's tests read the result. `None`: no fine-tuning.
+    const FINE_TUNING: Option<FineTunings<Self>> = None;
+
     /// How typical each row of `view` is for this client's model, for novelty detection
     /// (higher: more like its training data): FedGMM's log p(x), a classifier's confidence
     /// maxᵧ p(y | x) (by default, that of [`Algorithm::CONFIDENCE_MODEL`]). `None`: the
@@ -509,14 +513,15 @@ fn log_sum_exp(log_terms: &[Vec<f64>]) -> Vec<f64> {
         .collect()
 }
 
-/// The proximal term (μ/2)·‖θ − anchor‖² of an [`SgdRun`], owning its anchor.
+/// The proximal term (μ/2)·‖θ − anchor‖² of an [`SgdRun`]: its anchor borrowed from the
+/// global model (so a cohort sends it to the device once) or owned.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ProximalTerm {
-    pub anchor: Vec<f32>,
+pub struct ProximalTerm<'g> {
+    pub anchor: Cow<'g, [f32]>,
     pub mu: f64,
 }
 
-impl ProximalTerm {
+impl ProximalTerm<'_> {
     pub fn borrow(&self) -> Proximal<'_> {
         Proximal {
             anchor: &self.anchor,
@@ -528,13 +533,17 @@ impl ProximalTerm {
 /// One local SGD run of a client's update: the parameters it starts from (trained in place),
 /// their momentum buffer (empty: none yet) and what the loss adds to the plain per-row loss.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct SgdRun {
-    pub params: Vec<f32>,
+pub struct SgdRun<'g> {
+    /// Where the run starts, and after training where it ended (always owned then). Borrowed
+    /// from the global model where the run starts there (FedAvg's run, FedEM's components): a
+    /// cohort then sends each such vector to the device once for all the runs that start from
+    /// it, instead of a copy per run.
+    pub params: Cow<'g, [f32]>,
     pub momentum: Vec<f32>,
     /// One weight per training row: a batch's loss is Σᵢ wᵢ·ℓᵢ / batch size (FedEM's M-step).
     pub sample_weights: Option<Vec<f32>>,
     /// Adds (μ/2)·‖θ − anchor‖² to the loss (FedProx, Ditto).
-    pub proximal: Option<ProximalTerm>,
+    pub proximal: Option<ProximalTerm<'g>>,
     /// The run's learning rate [default: the round's].
     pub lr: Option<f64>,
     /// Plain SGD: the plan's momentum is not used and `momentum` stays empty (Ditto's
@@ -614,22 +623,22 @@ pub struct SgdUpdate<A: Algorithm + ?Sized> {
 /// See [`SgdUpdate::scores`].
 pub type ScoredModels<A> = fn(&<A as Algorithm>::Global) -> Vec<&[f32]>;
 
-/// See [`SgdUpdate`].
-pub type SgdBegin<A> = fn(
+/// See [`SgdUpdate`]. The runs may borrow from the global model (not from the state).
+pub type SgdBegin<A> = for<'g> fn(
     &A,
     &LocalContext<'_>,
-    &<A as Algorithm>::Global,
+    &'g <A as Algorithm>::Global,
     &mut <A as Algorithm>::ClientState,
     &mut ChaCha20Rng,
-) -> Vec<SgdRun>;
+) -> Vec<SgdRun<'g>>;
 
-/// See [`SgdUpdate`].
+/// See [`SgdUpdate`]. The trained runs' parameters are owned.
 pub type SgdFinish<A> = fn(
     &A,
     &LocalContext<'_>,
     &<A as Algorithm>::Global,
     &mut <A as Algorithm>::ClientState,
-    Vec<SgdRun>,
+    Vec<SgdRun<'_>>,
 ) -> <A as Algorithm>::Update;
 
 /// A client's update made step by step over the minibatches of a local plan, by the algorithm's
@@ -699,6 +708,34 @@ pub type SentVectors<A> = for<'a> fn(
 /// the client's state (see [`Algorithm::CONFIDENCE_MODEL`]).
 pub type ConfidenceModel<A> =
     for<'a> fn(u32, &'a <A as Algorithm>::Global, &'a <A as Algorithm>::ClientState) -> &'a [f32];
+
+/// The fine-tuning a client's tests ask for, if any (see [`Algorithm::FINE_TUNING`]).
+pub type FineTunings<A> = for<'a> fn(
+    &A,
+    &LocalContext<'_>,
+    &'a <A as Algorithm>::Global,
+    &'a <A as Algorithm>::ClientState,
+) -> Option<FineTuning<'a>>;
+
+/// Evaluation-time fine-tuning: `epochs` local epochs of plain SGD (the plan's momentum from a
+/// zero buffer, no privacy) at `lr` from `start`.
+#[derive(Clone, Copy, Debug)]
+pub struct FineTuning<'a> {
+    pub start: &'a [f32],
+    pub epochs: u32,
+    pub lr: f64,
+}
+
+impl FineTuning<'_> {
+    /// The local plan of the fine-tuning, from the round's.
+    pub fn plan(&self, round: &LocalPlan) -> LocalPlan {
+        LocalPlan {
+            work: LocalWork::Epochs(self.epochs),
+            dp_sgd: None,
+            ..*round
+        }
+    }
+}
 
 /// A client's mixture weights, both ways (see [`Algorithm::MIXTURE_WEIGHTS`]).
 pub struct MixtureWeights<A: Algorithm + ?Sized> {
@@ -976,6 +1013,7 @@ pub(crate) mod testkit {
                 lr: self.training.lr,
                 evaluated: EvaluatedSplits::ALL,
                 scored: None,
+                tuned: None,
             }
         }
     }

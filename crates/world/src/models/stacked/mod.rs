@@ -41,7 +41,12 @@ use layers::*;
 
 /// One local SGD run of a cohort, trained in place.
 pub struct StackedRun<'a> {
+    /// The run's parameters: where it starts (unless `start` says) and, trained, where it ends.
     pub params: &'a mut Vec<f32>,
+    /// Where the run starts, where that is a vector other runs may start from too (the global
+    /// model): each distinct one crosses to the device once ([`stack_vectors`]); `params` is
+    /// then only written.
+    pub start: Option<&'a [f32]>,
     /// Empty: no buffer yet (the first step starts it, as PyTorch's SGD does). `None`: plain
     /// SGD, whatever the plan's momentum.
     pub momentum: Option<&'a mut Vec<f32>>,
@@ -108,6 +113,10 @@ pub fn train_sgd_stacked(
                 Phase::Gradients,
                 3 * arch.flops_per_sample() * trained as u64,
             );
+            if let Some(start) = run.start {
+                run.params.clear();
+                run.params.extend_from_slice(start);
+            }
             timed(Phase::Gradients, Device::Cpu, || {
                 linear.train(
                     plan.momentum,
@@ -136,8 +145,10 @@ pub fn train_sgd_stacked(
     let sorted: Vec<&StackedRun<'_>> = order.iter().map(|&k| &runs[k]).collect();
     let device = resident.map_or(Device::Cpu, DeviceRows::device);
     let num_params = arch.num_params();
-    let mut params = timed(Phase::Stack, device, || {
-        let vectors: Vec<_> = sorted.iter().map(|run| Some(&run.params[..])).collect();
+    let params = timed(Phase::Stack, device, || {
+        let vectors: Vec<_> = (sorted.iter())
+            .map(|run| Some(run.start.unwrap_or(&run.params[..])))
+            .collect();
         stack_vectors(&vectors, arch, device)
     });
     let use_momentum = plan.momentum != 0.0;
@@ -156,7 +167,7 @@ pub fn train_sgd_stacked(
         .zip(&takes_momentum)
         .map(|(&run, &takes)| takes && buffer_of(run).is_some())
         .collect();
-    let mut buffers = takes_momentum.iter().any(|&t| t).then(|| {
+    let buffers = takes_momentum.iter().any(|&t| t).then(|| {
         timed(Phase::Stack, device, || {
             let vectors: Vec<_> = sorted.iter().map(|&run| buffer_of(run)).collect();
             stack_vectors(&vectors, arch, device)
@@ -228,9 +239,7 @@ pub fn train_sgd_stacked(
         });
         drop(batch);
         timed(Phase::Update, device, || {
-            let (next_params, next_buffers) = tch::no_grad(|| {
-                let mut next_params = Vec::with_capacity(ps.len());
-                let mut next_buffers = Vec::with_capacity(ps.len());
+            tch::no_grad(|| {
                 let prox = proximal
                     .as_ref()
                     .map(|(anchors, mu)| (pick(anchors), &mu[..active]));
@@ -239,10 +248,13 @@ pub fn train_sgd_stacked(
                     .iter()
                     .map(|&has| if has { plan.momentum as f32 } else { 0.0 })
                     .collect();
+                // The step moves the stacked parameters and buffers in place (the active runs'
+                // rows), with the same operations in the same order as out of place, so the
+                // same bits.
                 for (j, (p, g)) in ps.iter().zip(grads).enumerate() {
                     let dims = p.dim();
-                    // Never in place: autograd hands summed parameters one gradient tensor (the
-                    // LSTM's two biases).
+                    // Never `g` in place: autograd hands summed parameters one gradient tensor
+                    // (the LSTM's two biases).
                     let mut d = g;
                     if let Some((anchors, mu)) = &prox {
                         d = &d + (p - &anchors[j]) * per_run(mu, dims, device);
@@ -251,24 +263,27 @@ pub fn train_sgd_stacked(
                         d = &d + p * plan.weight_decay;
                     }
                     if let Some(bufs) = &bufs {
-                        d = &bufs[j] * per_run(&keep, dims, device) + d;
-                        next_buffers.push(d.shallow_clone());
+                        // buf ← keep·buf + d, the step's direction.
+                        let mut buf = bufs[j].shallow_clone();
+                        let _ = buf.g_mul_(&per_run(&keep, dims, device));
+                        let _ = buf.g_add_(&d);
+                        d = buf;
                     }
-                    next_params.push(p - d * per_run(&lr[..active], dims, device));
+                    let _ = p
+                        .shallow_clone()
+                        .g_sub_(&(d * per_run(&lr[..active], dims, device)));
                 }
-                (next_params, next_buffers)
             });
-
-            put(&mut params, next_params, a);
-            if let Some(bufs) = buffers.as_mut() {
-                put(bufs, next_buffers, a);
+            if buffers.is_some() {
                 has_buffer[..active].copy_from_slice(&takes_momentum[..active]);
             }
         });
     }
     timed(Phase::Unstack, device, || {
         unstack_vectors(&params, num_params, |k, values| {
-            runs[order[k]].params.copy_from_slice(values)
+            let params = &mut runs[order[k]].params;
+            params.clear();
+            params.extend_from_slice(values);
         });
         if let Some(bufs) = buffers {
             unstack_vectors(&bufs, num_params, |k, values| {
@@ -623,18 +638,6 @@ pub(super) fn per_run(values: &[f32], dims: usize, device: Device) -> Tensor {
         .to_device(device)
 }
 
-/// Writes the new tensors of the first `active` runs into the stacked ones.
-pub(super) fn put(stacked: &mut [Tensor], new: Vec<Tensor>, active: i64) {
-    for (t, n) in stacked.iter_mut().zip(new) {
-        if t.size()[0] == active {
-            *t = n;
-        } else {
-            let mut head = t.narrow(0, 0, active);
-            head.copy_(&n);
-        }
-    }
-}
-
 /// How many floats of parameter vectors cross between host and device at once (16 MB): the
 /// vectors go in groups of about this size (at least one vector each), so a small model's
 /// cross in one transfer, and no host copy of them all is made (for 539 clients × 3 of
@@ -869,8 +872,13 @@ mod tests {
         }
         // Stacked: minibatches gathered on the host, or from rows resident on a device (the
         // CUDA path, here with the CPU as the device): the same values, so the same bits.
-        let stacked_on = |resident: Option<&DeviceRows>| {
-            let mut stacked = start.clone();
+        // Each run's parameters given as a copy of its start, or (`shared`) as the start
+        // itself, with `params` only written: the same bits.
+        let stacked_from = |resident: Option<&DeviceRows>, shared: bool| {
+            let mut stacked = match shared {
+                false => start.clone(),
+                true => vec![Vec::new(); 3],
+            };
             let mut stacked_momenta = momenta.clone();
             let mut runs: Vec<StackedRun<'_>> = stacked
                 .iter_mut()
@@ -882,6 +890,7 @@ mod tests {
                     let passes = plan.passes(sizes[k], &mut stream);
                     StackedRun {
                         params,
+                        start: shared.then_some(&start[k][..]),
                         momentum: (k != 2).then_some(momentum),
                         sample_weights: o.sample_weights,
                         proximal: o.proximal,
@@ -897,9 +906,17 @@ mod tests {
             drop(runs);
             (stacked, stacked_momenta)
         };
+        let stacked_on = |resident| stacked_from(resident, false);
         let (stacked, stacked_momenta) = stacked_on(None);
         let resident = DeviceRows::upload(&rows, tch::Device::Cpu);
         let (on_device, on_device_momenta) = stacked_on(Some(&resident));
+        for resident in [None, Some(&resident)] {
+            assert_eq!(
+                stacked_from(resident, true),
+                stacked_on(resident),
+                "runs from shared starts train as from copies"
+            );
+        }
         if arch.is_linear() {
             // From host rows a linear model trains in plain Rust (`super::linear`), alone and
             // in a cohort alike; from rows on a device through libtorch, up to rounding.
