@@ -297,6 +297,7 @@ fn cnn_cohort(c: &mut Criterion) {
                 let passes = plan.passes(per_client, &mut rng);
                 StackedRun {
                     params,
+                    resident_momentum: None,
                     start: None,
                     momentum: Some(momentum),
                     sample_weights: None,
@@ -648,6 +649,7 @@ fn cohort_epoch(c: &mut Criterion) {
                             let passes = plan.passes(data.split_len(c, Split::Train), &mut rng);
                             StackedRun {
                                 params,
+                                resident_momentum: None,
                                 start: None,
                                 momentum: Some(momentum),
                                 sample_weights: None,

@@ -48,6 +48,8 @@ pub(crate) struct JobContext<A: Algorithm> {
     /// How rows are scored for novelty (`evaluation.novelty`; `own` where no client has
     /// novel rows, so that nothing is gathered).
     pub(super) novelty: NoveltyScoring,
+    /// Clients' momentum buffers kept on the device between rounds (cohorts only).
+    pub(super) resident_momenta: super::cohort::ResidentMomenta,
 }
 
 impl<A: Algorithm> JobContext<A> {
@@ -85,6 +87,7 @@ impl<A: Algorithm> JobContext<A> {
             reports_loss: setup.reports_losses,
             saves_client_models: spec.saves_client_models,
             novelty,
+            resident_momenta: Default::default(),
         }
     }
 

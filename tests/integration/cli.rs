@@ -330,9 +330,11 @@ fn run_says_what_privacy_was_spent() {
 
 #[test]
 fn a_profile_shows_stacked_e_steps_and_changes_no_result() {
-    // FedEM with an MLP, everything stacked (as on a GPU): the profile shows the training rows
-    // scored in stacked passes (with their FLOPs) and their losses coming back, and the result
-    // files are those of the same run unprofiled.
+    // FedEM with an MLP, everything stacked (as on a GPU), every client every round: the
+    // profile shows the training rows scored in stacked passes (with their FLOPs) and their
+    // losses coming back; what goes down each round is the global components once per shard,
+    // not a copy and a momentum buffer per run (those stay on the device), so far less than
+    // the trained runs that come back; and the result files are those of the run unprofiled.
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = tempfile::tempdir().unwrap();
     let run = |name: &str, profile: &str| {
@@ -341,7 +343,8 @@ fn a_profile_shows_stacked_e_steps_and_changes_no_result() {
             .arg("run")
             .arg(root.join("scenarios/quickstart.yaml"))
             .args(["--quiet", "--threads", "2"])
-            .args(["--set", "rounds=2", "--set", "eval_every=2"])
+            .args(["--set", "rounds=3", "--set", "eval_every=3"])
+            .args(["--set", "sampling.fraction=1.0"])
             .args(["--set", "algorithm={name: fedem}"])
             .args(["--set", "model={kind: mlp, hidden: [16]}"])
             .args(["--set", "training.cohorts=always", "--out"])
@@ -360,6 +363,15 @@ fn a_profile_shows_stacked_e_steps_and_changes_no_result() {
     assert!(line("score training rows").contains("GFLOP"), "{profile}");
     assert!(line("evaluate").contains("% of peak"), "{profile}");
     assert!(line("row values tensor → host").contains("MB"), "{profile}");
+    let megabytes = |start: &str| -> f64 {
+        let rest = line(start).trim_start().strip_prefix(start).unwrap();
+        rest.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let (down, up) = (
+        megabytes("vectors host → tensor"),
+        megabytes("vectors tensor → host"),
+    );
+    assert!(4.0 * down < up, "{down} MB down, {up} MB up:\n{profile}");
     let quiet = run("unprofiled", "0");
     assert!(!quiet.contains("profile"), "{quiet}");
     for file in ["metrics.csv", "clients.csv", "mixtures.parquet"] {

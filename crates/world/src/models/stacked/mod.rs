@@ -50,6 +50,12 @@ pub struct StackedRun<'a> {
     /// Empty: no buffer yet (the first step starts it, as PyTorch's SGD does). `None`: plain
     /// SGD, whatever the plan's momentum.
     pub momentum: Option<&'a mut Vec<f32>>,
+    /// Where the momentum buffer stays on the device between runs: given, the buffer starts
+    /// from the slot's tensor where it holds one (else from `momentum`), and the trained buffer
+    /// is left in the slot (a flat `[P]` tensor on the device) instead of crossing back into
+    /// `momentum`. The linear model's plain-Rust path (rows on the host) trains the buffer in
+    /// `momentum` and empties the slot.
+    pub resident_momentum: Option<&'a mut Option<Tensor>>,
     /// One weight per training row of the run (FedEM's M-step).
     pub sample_weights: Option<&'a [f32]>,
     /// Adds (μ/2)·‖θ − anchor‖² to the loss (FedProx, Ditto).
@@ -117,6 +123,11 @@ pub fn train_sgd_stacked(
                 run.params.clear();
                 run.params.extend_from_slice(start);
             }
+            if let (Some(slot), Some(momentum)) = (&mut run.resident_momentum, &mut run.momentum) {
+                if let Some(kept) = slot.take() {
+                    **momentum = flat_to_host(&kept);
+                }
+            }
             timed(Phase::Gradients, Device::Cpu, || {
                 linear.train(
                     plan.momentum,
@@ -162,15 +173,26 @@ pub fn train_sgd_stacked(
             .filter(|m| !m.is_empty())
             .map(|m| &m[..])
     }
+    fn kept_on_device<'r>(run: &'r StackedRun<'_>) -> Option<&'r Tensor> {
+        run.resident_momentum.as_deref().and_then(Option::as_ref)
+    }
     let mut has_buffer: Vec<bool> = sorted
         .iter()
         .zip(&takes_momentum)
-        .map(|(&run, &takes)| takes && buffer_of(run).is_some())
+        .map(|(&run, &takes)| takes && (buffer_of(run).is_some() || kept_on_device(run).is_some()))
         .collect();
     let buffers = takes_momentum.iter().any(|&t| t).then(|| {
         timed(Phase::Stack, device, || {
-            let vectors: Vec<_> = sorted.iter().map(|&run| buffer_of(run)).collect();
-            stack_vectors(&vectors, arch, device)
+            let vectors: Vec<_> = (sorted.iter())
+                .map(|&run| buffer_of(run).filter(|_| kept_on_device(run).is_none()))
+                .collect();
+            let stacked = stack_vectors(&vectors, arch, device);
+            for (row, &run) in sorted.iter().enumerate() {
+                if let Some(kept) = kept_on_device(run) {
+                    put_flat_row(&stacked, row, kept);
+                }
+            }
+            stacked
         })
     });
     let proximal = sorted.iter().any(|run| run.proximal.is_some()).then(|| {
@@ -286,12 +308,35 @@ pub fn train_sgd_stacked(
             params.extend_from_slice(values);
         });
         if let Some(bufs) = buffers {
-            unstack_vectors(&bufs, num_params, |k, values| {
-                if let (true, Some(momentum)) = (has_buffer[k], runs[order[k]].momentum.as_mut()) {
-                    momentum.clear();
-                    momentum.extend_from_slice(values);
+            // Buffers kept on the device stay there (copied out of the stack); the others
+            // cross back.
+            let mut to_host = Vec::new();
+            for (k, &run) in order.iter().enumerate() {
+                if !has_buffer[k] {
+                    continue;
                 }
-            });
+                match runs[run].resident_momentum.as_deref_mut() {
+                    Some(slot) => *slot = Some(flat_row(&bufs, k)),
+                    None => to_host.push(k),
+                }
+            }
+            let host_rows = match to_host.len() == order.len() {
+                true => bufs,
+                false => {
+                    let index =
+                        Tensor::from_slice(&to_host.iter().map(|&k| k as i64).collect::<Vec<_>>())
+                            .to_device(device);
+                    bufs.iter().map(|t| t.index_select(0, &index)).collect()
+                }
+            };
+            if !to_host.is_empty() {
+                unstack_vectors(&host_rows, num_params, |i, values| {
+                    if let Some(momentum) = runs[order[to_host[i]]].momentum.as_mut() {
+                        momentum.clear();
+                        momentum.extend_from_slice(values);
+                    }
+                });
+            }
         }
     });
 }
@@ -732,6 +777,39 @@ pub(super) fn stack_vectors(
     stacked
 }
 
+/// Row `row` of stacked parameter tensors as one flat `[P]` tensor on their device (a copy).
+fn flat_row(stacked: &[Tensor], row: usize) -> Tensor {
+    tch::no_grad(|| {
+        let pieces: Vec<Tensor> = (stacked.iter())
+            .map(|t| t.narrow(0, row as i64, 1).reshape([-1]))
+            .collect();
+        Tensor::cat(&pieces, 0)
+    })
+}
+
+/// Writes a flat `[P]` tensor (on the stack's device) into row `row` of stacked tensors.
+fn put_flat_row(stacked: &[Tensor], row: usize, flat: &Tensor) {
+    tch::no_grad(|| {
+        let mut at = 0;
+        for t in stacked {
+            let n = t.numel() as i64 / t.size()[0];
+            t.narrow(0, row as i64, 1)
+                .view([1, n])
+                .copy_(&flat.narrow(0, at, n).view([1, n]));
+            at += n;
+        }
+    });
+}
+
+/// A flat tensor's values on the host (crossing back).
+fn flat_to_host(flat: &Tensor) -> Vec<f32> {
+    let n = flat.numel();
+    let mut values = vec![0f32; n];
+    flat.to_device(Device::Cpu).copy_data(&mut values, n);
+    crossed(Crossing::VectorsOut, 4 * n);
+    values
+}
+
 /// Where a stacked row's values come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RowSource {
@@ -873,23 +951,31 @@ mod tests {
         // Stacked: minibatches gathered on the host, or from rows resident on a device (the
         // CUDA path, here with the CPU as the device): the same values, so the same bits.
         // Each run's parameters given as a copy of its start, or (`shared`) as the start
-        // itself, with `params` only written: the same bits.
-        let stacked_from = |resident: Option<&DeviceRows>, shared: bool| {
+        // itself, with `params` only written; its momentum buffer on the host, or (`kept`)
+        // in a slot on the device, run 1's given there: the same bits.
+        let stacked_from = |resident: Option<&DeviceRows>, shared: bool, kept: bool| {
             let mut stacked = match shared {
                 false => start.clone(),
                 true => vec![Vec::new(); 3],
             };
             let mut stacked_momenta = momenta.clone();
+            let mut slots: Vec<Option<Tensor>> = (0..3).map(|_| None).collect();
+            if kept {
+                slots[1] = Some(Tensor::from_slice(&stacked_momenta[1]));
+                stacked_momenta[1].clear();
+            }
             let mut runs: Vec<StackedRun<'_>> = stacked
                 .iter_mut()
                 .zip(stacked_momenta.iter_mut())
+                .zip(slots.iter_mut())
                 .enumerate()
-                .map(|(k, (params, momentum))| {
+                .map(|(k, ((params, momentum), slot))| {
                     let mut stream = ChaCha20Rng::seed_from_u64(k as u64);
                     let o = objective(k);
                     let passes = plan.passes(sizes[k], &mut stream);
                     StackedRun {
                         params,
+                        resident_momentum: kept.then_some(slot),
                         start: shared.then_some(&start[k][..]),
                         momentum: (k != 2).then_some(momentum),
                         sample_weights: o.sample_weights,
@@ -904,17 +990,31 @@ mod tests {
                 .collect();
             train_sgd_stacked(&arch, &plan, rows, resident, &mut runs);
             drop(runs);
+            for (momentum, slot) in stacked_momenta.iter_mut().zip(&slots) {
+                if let Some(buffer) = slot {
+                    assert!(
+                        momentum.is_empty(),
+                        "a buffer kept on the device is not written"
+                    );
+                    *momentum = Vec::<f32>::try_from(buffer).unwrap();
+                }
+            }
             (stacked, stacked_momenta)
         };
-        let stacked_on = |resident| stacked_from(resident, false);
+        let stacked_on = |resident| stacked_from(resident, false, false);
         let (stacked, stacked_momenta) = stacked_on(None);
         let resident = DeviceRows::upload(&rows, tch::Device::Cpu);
         let (on_device, on_device_momenta) = stacked_on(Some(&resident));
         for resident in [None, Some(&resident)] {
             assert_eq!(
-                stacked_from(resident, true),
+                stacked_from(resident, true, false),
                 stacked_on(resident),
                 "runs from shared starts train as from copies"
+            );
+            assert_eq!(
+                stacked_from(resident, true, true),
+                stacked_on(resident),
+                "buffers kept on the device train as from the host"
             );
         }
         if arch.is_linear() {
