@@ -909,29 +909,26 @@ fn keeps_momentum_on_device<A: Algorithm>(jobs: &JobContext<A>) -> bool {
         && jobs.training.keep_momentum
 }
 
-/// How many bytes of momentum buffers stay on the devices at most (16 GiB: FEMNIST's FedEM,
-/// 539 writers × 3 CNNs, holds 10.7 GB); a run whose buffer would not fit keeps it on the
-/// host, as on the CPU.
-const RESIDENT_MOMENTUM_BYTES: u64 = 16 << 30;
-
 /// Clients' momentum buffers kept on the device between rounds where cohorts are the GPU path
 /// ([`keeps_momentum_on_device`]): (client, run of its update) → a flat `[P]` tensor, so that a
 /// round sends no buffer down and brings none back. A shard takes its clients' buffers out
 /// as it starts and puts the trained ones back. The server never sends a busy client a second
 /// job and a client takes up the state of every job it trained, so a buffer here is the one
 /// its state would hold on the host (whose `momentum` then stays empty); results are the same
-/// bits either way. Not spilled: [`RESIDENT_MOMENTUM_BYTES`] bounds it instead.
+/// bits either way. Not spilled: `training.device_state_gib` bounds it instead (16 GiB by
+/// default: FEMNIST's FedEM, 539 writers × 3 CNNs, holds 10.7 GB); a run whose buffer would
+/// not fit keeps it on the host, as on the CPU.
 pub(super) struct ResidentMomenta {
     kept: Mutex<KeptMomenta>,
-    /// At most this many bytes ([`RESIDENT_MOMENTUM_BYTES`]).
+    /// At most this many bytes.
     limit: u64,
 }
 
-impl Default for ResidentMomenta {
-    fn default() -> Self {
+impl ResidentMomenta {
+    pub(super) fn new(limit: u64) -> Self {
         ResidentMomenta {
             kept: Mutex::default(),
-            limit: RESIDENT_MOMENTUM_BYTES,
+            limit,
         }
     }
 }
@@ -1049,10 +1046,7 @@ mod tests {
     #[test]
     fn momentum_buffers_stay_while_they_fit_and_give_back_what_was_not_used() {
         // Room for two buffers of 8 bytes.
-        let kept = ResidentMomenta {
-            kept: Default::default(),
-            limit: 16,
-        };
+        let kept = ResidentMomenta::new(16);
         let buffer = || Some(Tensor::from_slice(&[1.0f32, 2.0]));
         let (a, b) = (kept.take(1, 0, 8), kept.take(2, 0, 8));
         assert!(matches!((&a, &b), (Some(None), Some(None))), "empty slots");

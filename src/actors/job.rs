@@ -87,7 +87,7 @@ impl<A: Algorithm> JobContext<A> {
             reports_loss: setup.reports_losses,
             saves_client_models: spec.saves_client_models,
             novelty,
-            resident_momenta: Default::default(),
+            resident_momenta: super::cohort::ResidentMomenta::new(spec.training.device_state_bytes),
         }
     }
 

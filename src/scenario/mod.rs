@@ -1038,6 +1038,7 @@ fn validate_training(t: &RawTraining) -> Result<Training, FieldError> {
         return bad("momentum", format!("must be in [0, 1), got {}", t.momentum));
     }
     FieldError::non_negative("weight_decay", t.weight_decay)?;
+    FieldError::non_negative("device_state_gib", t.device_state_gib)?;
     if t.precision == Precision::Tf32 && t.device.is_cpu() {
         return bad(
             "precision",
@@ -1077,5 +1078,6 @@ fn validate_training(t: &RawTraining) -> Result<Training, FieldError> {
         device: t.device,
         precision: t.precision,
         spill: t.spill,
+        device_state_bytes: (t.device_state_gib * (1u64 << 30) as f64) as u64,
     })
 }

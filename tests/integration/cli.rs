@@ -337,7 +337,7 @@ fn a_profile_shows_stacked_e_steps_and_changes_no_result() {
     // the trained runs that come back; and the result files are those of the run unprofiled.
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = tempfile::tempdir().unwrap();
-    let run = |name: &str, profile: &str| {
+    let run = |name: &str, profile: &str, extra: &[&str]| {
         let out = bin()
             .env("FEDSIM_PROFILE", profile)
             .arg("run")
@@ -347,7 +347,9 @@ fn a_profile_shows_stacked_e_steps_and_changes_no_result() {
             .args(["--set", "sampling.fraction=1.0"])
             .args(["--set", "algorithm={name: fedem}"])
             .args(["--set", "model={kind: mlp, hidden: [16]}"])
-            .args(["--set", "training.cohorts=always", "--out"])
+            .args(["--set", "training.cohorts=always"])
+            .args(extra)
+            .arg("--out")
             .arg(tmp.path().join(name))
             .output()
             .unwrap();
@@ -355,7 +357,7 @@ fn a_profile_shows_stacked_e_steps_and_changes_no_result() {
         assert!(out.status.success(), "{stderr}");
         stderr
     };
-    let profile = run("profiled", "1");
+    let profile = run("profiled", "1", &[]);
     let line = |start: &str| {
         let found = profile.lines().find(|l| l.trim_start().starts_with(start));
         found.unwrap_or_else(|| panic!("no '{start}' line in:\n{profile}"))
@@ -372,11 +374,20 @@ fn a_profile_shows_stacked_e_steps_and_changes_no_result() {
         megabytes("vectors tensor → host"),
     );
     assert!(4.0 * down < up, "{down} MB down, {up} MB up:\n{profile}");
-    let quiet = run("unprofiled", "0");
+    // With no room for buffers on the device they cross as on the host: more goes down, the
+    // results are the same.
+    let crossing = run("crossing", "1", &["--set", "training.device_state_gib=0"]);
+    let down_again: f64 = (crossing.lines())
+        .find_map(|l| l.trim_start().strip_prefix("vectors host → tensor"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(down_again > 2.0 * down, "{down_again} MB against {down} MB");
+    let quiet = run("unprofiled", "0", &[]);
     assert!(!quiet.contains("profile"), "{quiet}");
     for file in ["metrics.csv", "clients.csv", "mixtures.parquet"] {
         let read = |run: &str| std::fs::read(tmp.path().join(run).join(file)).unwrap();
         assert_eq!(read("profiled"), read("unprofiled"), "{file}");
+        assert_eq!(read("profiled"), read("crossing"), "{file}");
     }
 }
 

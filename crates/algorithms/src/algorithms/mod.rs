@@ -88,6 +88,9 @@ pub struct Training {
     pub precision: Precision,
     /// Which idle values go to a spill file instead of memory (`training.spill`).
     pub spill: Spill,
+    /// At most this many bytes of clients' momentum buffers stay on the devices between
+    /// rounds (`training.device_state_gib`).
+    pub device_state_bytes: u64,
 }
 
 impl Training {
@@ -998,6 +1001,8 @@ pub(crate) mod testkit {
                     spill: Spill::Off,
                     device: DeviceChoice::Cpu,
                     precision: Precision::Fp32,
+                    device_state_bytes: 0,
+                    device_state_bytes: 0,
                 },
             }
         }
