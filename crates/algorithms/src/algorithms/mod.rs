@@ -1002,7 +1002,6 @@ pub(crate) mod testkit {
                     device: DeviceChoice::Cpu,
                     precision: Precision::Fp32,
                     device_state_bytes: 0,
-                    device_state_bytes: 0,
                 },
             }
         }
@@ -1085,6 +1084,7 @@ mod tests {
             spill: Spill::Auto,
             device: DeviceChoice::Cpu,
             precision: Precision::Fp32,
+            device_state_bytes: 0,
         };
         assert_eq!(t.lr_at(1), 0.1);
         assert_eq!(t.lr_at(50), 0.1);
