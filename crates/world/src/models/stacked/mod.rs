@@ -53,7 +53,7 @@ pub struct StackedRun<'a> {
     /// Where the momentum buffer stays on the device between runs: given, the buffer starts
     /// from the slot's tensor where it holds one (else from `momentum`), and the trained buffer
     /// is left in the slot (a flat `[P]` tensor on the device) instead of crossing back into
-    /// `momentum`. The linear model's plain-Rust path (rows on the host) trains the buffer in
+    /// `momentum`, which is emptied. The linear model's plain-Rust path (rows on the host) trains the buffer in
     /// `momentum` and empties the slot.
     pub resident_momentum: Option<&'a mut Option<Tensor>>,
     /// One weight per training row of the run (FedEM's M-step).
@@ -315,8 +315,15 @@ pub fn train_sgd_stacked(
                 if !has_buffer[k] {
                     continue;
                 }
-                match runs[run].resident_momentum.as_deref_mut() {
-                    Some(slot) => *slot = Some(flat_row(&bufs, k)),
+                let run = &mut runs[run];
+                match run.resident_momentum.as_deref_mut() {
+                    Some(slot) => {
+                        *slot = Some(flat_row(&bufs, k));
+                        // The buffer lives on the device now (it may have come from the host).
+                        if let Some(momentum) = run.momentum.as_deref_mut() {
+                            *momentum = Vec::new();
+                        }
+                    }
                     None => to_host.push(k),
                 }
             }
@@ -952,15 +959,22 @@ mod tests {
         // CUDA path, here with the CPU as the device): the same values, so the same bits.
         // Each run's parameters given as a copy of its start, or (`shared`) as the start
         // itself, with `params` only written; its momentum buffer on the host, or (`kept`)
-        // in a slot on the device, run 1's given there: the same bits.
-        let stacked_from = |resident: Option<&DeviceRows>, shared: bool, kept: bool| {
+        // left in a slot on the device, run 1's given there (`Device`) or on the host
+        // (`Host`): the same bits.
+        #[derive(Clone, Copy, PartialEq)]
+        enum Kept {
+            No,
+            Device,
+            Host,
+        }
+        let stacked_from = |resident: Option<&DeviceRows>, shared: bool, kept: Kept| {
             let mut stacked = match shared {
                 false => start.clone(),
                 true => vec![Vec::new(); 3],
             };
             let mut stacked_momenta = momenta.clone();
             let mut slots: Vec<Option<Tensor>> = (0..3).map(|_| None).collect();
-            if kept {
+            if kept == Kept::Device {
                 slots[1] = Some(Tensor::from_slice(&stacked_momenta[1]));
                 stacked_momenta[1].clear();
             }
@@ -975,7 +989,7 @@ mod tests {
                     let passes = plan.passes(sizes[k], &mut stream);
                     StackedRun {
                         params,
-                        resident_momentum: kept.then_some(slot),
+                        resident_momentum: (kept != Kept::No).then_some(slot),
                         start: shared.then_some(&start[k][..]),
                         momentum: (k != 2).then_some(momentum),
                         sample_weights: o.sample_weights,
@@ -1001,21 +1015,23 @@ mod tests {
             }
             (stacked, stacked_momenta)
         };
-        let stacked_on = |resident| stacked_from(resident, false, false);
+        let stacked_on = |resident| stacked_from(resident, false, Kept::No);
         let (stacked, stacked_momenta) = stacked_on(None);
         let resident = DeviceRows::upload(&rows, tch::Device::Cpu);
         let (on_device, on_device_momenta) = stacked_on(Some(&resident));
         for resident in [None, Some(&resident)] {
             assert_eq!(
-                stacked_from(resident, true, false),
+                stacked_from(resident, true, Kept::No),
                 stacked_on(resident),
                 "runs from shared starts train as from copies"
             );
-            assert_eq!(
-                stacked_from(resident, true, true),
-                stacked_on(resident),
-                "buffers kept on the device train as from the host"
-            );
+            for kept in [Kept::Device, Kept::Host] {
+                assert_eq!(
+                    stacked_from(resident, true, kept),
+                    stacked_on(resident),
+                    "buffers kept on the device train as from the host"
+                );
+            }
         }
         if arch.is_linear() {
             // From host rows a linear model trains in plain Rust (`super::linear`), alone and
