@@ -44,7 +44,7 @@ pub struct StackedRun<'a> {
     /// The run's parameters: where it starts (unless `start` says) and, trained, where it ends.
     pub params: &'a mut Vec<f32>,
     /// Where the run starts, where that is a vector other runs may start from too (the global
-    /// model): each distinct one crosses to the device once ([`stack_vectors`]); `params` is
+    /// model): each distinct one crosses to the device once (`stack_vectors`); `params` is
     /// then only written.
     pub start: Option<&'a [f32]>,
     /// Empty: no buffer yet (the first step starts it, as PyTorch's SGD does). `None`: plain
