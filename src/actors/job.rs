@@ -49,7 +49,7 @@ pub(crate) struct JobContext<A: Algorithm> {
     /// novel rows, so that nothing is gathered).
     pub(super) novelty: NoveltyScoring,
     /// Clients' momentum buffers kept on the device between rounds (cohorts only).
-    pub(super) resident_momenta: super::cohort::ResidentMomenta,
+    pub(super) resident_momenta: super::resident::ResidentMomenta,
 }
 
 impl<A: Algorithm> JobContext<A> {
@@ -87,7 +87,9 @@ impl<A: Algorithm> JobContext<A> {
             reports_loss: setup.reports_losses,
             saves_client_models: spec.saves_client_models,
             novelty,
-            resident_momenta: super::cohort::ResidentMomenta::new(spec.training.device_state_bytes),
+            resident_momenta: super::resident::ResidentMomenta::new(
+                spec.training.device_state_bytes,
+            ),
         }
     }
 

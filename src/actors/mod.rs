@@ -19,6 +19,7 @@ mod init;
 mod job;
 mod messages;
 mod peer;
+mod resident;
 mod run;
 mod server;
 mod trainer;
