@@ -665,10 +665,10 @@ pub fn make_staging(path: &Path) -> Result<Staging, FolderError> {
 }
 
 /// Publishes a staging folder that holds a whole result folder (a sweep cell's run) as
-/// `out/name`: its marker is taken out, an earlier folder of that name is removed where
-/// fedsim wrote all of it ([`remove_owned_folder`]), or else moved aside with all it holds to
-/// `name.before-fedsim` (the returned note says so), and the staging folder is renamed into
-/// place.
+/// `out/name`: an earlier folder of that name is removed where fedsim wrote all of it
+/// ([`remove_owned_folder`]), or else moved aside with all it holds to `name.before-fedsim`
+/// (the returned note says so), the staging folder is renamed into place, and its marker is
+/// taken out.
 pub fn publish_folder(
     out: &Path,
     staging: Staging,
@@ -694,13 +694,14 @@ pub fn publish_folder(
             Err(e) => return Err(e),
         }
     }
-    let marker = staging.path(STAGING_MARKER);
+    // Renamed while still marked: killed before the rename, it is a marked staging folder
+    // that the next run removes; killed after it, a whole folder whose marker is left over,
+    // which nothing takes for staging (`remove_owned_folder` removes it with the folder). Taking
+    // the marker out first left an unmarked staging folder behind when killed in between.
+    // A failed rename leaves it marked, so that the drop removes it.
+    std::fs::rename(&staging.dir, &done).map_err(io_at(&done))?;
+    let marker = done.join(STAGING_MARKER);
     std::fs::remove_file(&marker).map_err(io_at(&marker))?;
-    if let Err(e) = std::fs::rename(&staging.dir, &done) {
-        // Marked again, so that the drop removes it.
-        let _ = File::create(&marker);
-        return Err(io_at(&done)(e));
-    }
     Ok(moved_aside)
 }
 
