@@ -88,12 +88,12 @@ impl RunPlan {
             spec.unseen_fraction,
             &spec.sampling,
         )?;
-        let malicious = malicious_clients(spec, clients);
+        let seeds = SeedTree::new(spec.seed);
+        let unseen = unseen_clients(&seeds, clients, held_out(spec, clients));
+        let malicious = malicious_clients(spec, clients, &unseen);
         let data = poisoned(spec, data, &malicious)?;
         let placement = (spec.training.device.resolve_here())
             .map_err(|m| FieldError::new("training.device".into(), m))?;
-        let seeds = SeedTree::new(spec.seed);
-        let unseen = unseen_clients(&seeds, clients, held_out(spec, clients));
         let population = population_of(&data, &unseen);
         spec.algorithm
             .check_data(&population)
@@ -187,18 +187,18 @@ pub fn unseen_clients(seeds: &SeedTree, total: usize, count: usize) -> Vec<u32> 
     chosen
 }
 
-/// The malicious clients of a run (sorted): `adversary.fraction` of its participants (the
-/// clients not held out), drawn from the run's `adversary` stream; none without `adversary:`.
-pub fn malicious_clients(spec: &RunSpec, total: usize) -> Vec<u32> {
+/// The malicious clients of a run of `total` clients (sorted): `adversary.fraction` of its
+/// participants (the clients not held out: all but `unseen`, sorted), drawn from the run's
+/// `adversary` stream; none without `adversary:`.
+pub fn malicious_clients(spec: &RunSpec, total: usize, unseen: &[u32]) -> Vec<u32> {
     let Some(adversary) = &spec.adversary else {
         return Vec::new();
     };
     let seeds = SeedTree::new(spec.seed);
-    let unseen = unseen_clients(&seeds, total, held_out(spec, total));
     let participant = |position: usize| {
         // The position-th client not held out: step over each held-out one at or before it.
         let mut client = position as u32;
-        for &gone in &unseen {
+        for &gone in unseen {
             if gone > client {
                 break;
             }
