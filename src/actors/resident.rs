@@ -61,6 +61,7 @@ impl ResidentMomenta {
         match slot {
             Some(buffer) => {
                 kept.buffers.insert((client, run), buffer);
+                crate::models::profile::kept_on_device(kept.bytes);
             }
             None => kept.bytes -= bytes,
         }

@@ -374,6 +374,10 @@ fn a_profile_shows_stacked_e_steps_and_changes_no_result() {
         megabytes("vectors tensor → host"),
     );
     assert!(4.0 * down < up, "{down} MB down, {up} MB up:\n{profile}");
+    assert!(
+        line("kept on the device").contains("MB at most"),
+        "{profile}"
+    );
     // With no room for buffers on the device they cross as on the host: more goes down, the
     // results are the same.
     let crossing = run("crossing", "1", &["--set", "training.device_state_gib=0"]);

@@ -125,6 +125,17 @@ pub fn crossed(what: Crossing, bytes: usize) {
     }
 }
 
+/// The most bytes of clients' state kept on the devices between rounds at once.
+static KEPT: AtomicU64 = AtomicU64::new(0);
+
+/// Notes that `bytes` of clients' state (momentum buffers) are kept on the devices now, when
+/// profiling: the report gives the most at once.
+pub fn kept_on_device(bytes: u64) {
+    if profiling() {
+        KEPT.fetch_max(bytes, Ordering::Relaxed);
+    }
+}
+
 static NANOS: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(0) }; PHASES.len()];
 static CALLS: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(0) }; PHASES.len()];
 static FLOPS: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(0) }; PHASES.len()];
@@ -238,6 +249,14 @@ pub fn profile_report() -> Option<String> {
             CROSSED[k].load(Ordering::Relaxed),
         )
     });
+    let kept = KEPT.load(Ordering::Relaxed);
+    if kept > 0 {
+        out += &format!(
+            "  {:<22} {:10.1} MB at most (momentum buffers; `training.device_state_gib`)\n",
+            "kept on the device",
+            kept as f64 / 1e6
+        );
+    }
     Some(out)
 }
 
