@@ -374,6 +374,21 @@ fn cnn_cohort(c: &mut Criterion) {
             "femnist_cnn_mixture_evaluation_100_clients_stacked_cuda",
             |b| b.iter(|| evaluate_in_stacks(most, Some(&resident))),
         );
+        // `training.precision`: the same stacked epoch on TF32 tensor cores and in bf16.
+        use fedsim::models::precision::use_on_this_thread;
+        use fedsim::settings::Precision;
+        for (precision, name) in [(Precision::Tf32, "tf32"), (Precision::Bf16, "bf16")] {
+            let placement = fedsim::models::DeviceChoice::Cuda(Some(0))
+                .resolve_here()
+                .expect("a GPU");
+            let _lease = placement.prepare(precision);
+            use_on_this_thread(precision);
+            g.bench_function(
+                format!("precision_femnist_cnn_100_clients_stacked_cuda_{name}"),
+                |b| b.iter(|| stacked(most, Some(&resident))),
+            );
+            use_on_this_thread(Precision::Fp32);
+        }
     }
     g.finish();
 }

@@ -211,7 +211,9 @@ check() {
         --device cuda -q --check-determinism --set rounds=20 \
         --set 'privacy={mechanism: dp_sgd, clip: 1.0, noise_multiplier: 0.5}' \
         --out "$dir/fedem_synthetic_dp_sgd"
-      # Reduced precision (training.precision): still identical with 16 and 1 threads.
+      # Reduced precision (training.precision): the cohort bench's stacked epoch on TF32
+      # tensor cores and in bf16, and FedEM synthetic still identical with 16 and 1 threads.
+      step "$dir" precision_bench 90 "$bin/kernel" --bench 'cnn_cohort/precision_'
       for precision in tf32 bf16; do
         step "$dir" "fedem_synthetic_$precision" 120 "$bin/fedsim" run scenarios/paper/fedem_synthetic_fedem.yaml \
           --device cuda -q --check-determinism --set "training.precision=$precision" \
