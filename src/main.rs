@@ -112,6 +112,10 @@ struct Overrides {
     /// --set training.device=DEVICE).
     #[arg(long, value_name = "DEVICE")]
     device: Option<String>,
+    /// The float precision of the models' products: fp32, tf32 (CUDA) or bf16 (the same as
+    /// --set training.precision=PRECISION).
+    #[arg(long, value_name = "PRECISION")]
+    precision: Option<String>,
 }
 
 impl Overrides {
@@ -122,6 +126,9 @@ impl Overrides {
         }
         if let Some(device) = &self.device {
             all.push(format!("training.device={device}"));
+        }
+        if let Some(precision) = &self.precision {
+            all.push(format!("training.precision={precision}"));
         }
         let s = Scenario::load(file, &all)?;
         for n in &s.notes {

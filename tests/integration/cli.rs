@@ -587,3 +587,33 @@ fn every_committed_scenario_validates_against_the_schema() {
         assert!(!validator.is_valid(&bad), "{with} passes the schema");
     }
 }
+
+#[test]
+fn precision_is_an_option_of_the_command_line() {
+    // `--precision P` is `--set training.precision=P`: the resolved scenario says it, and
+    // `tf32` without a GPU is refused with the field's path and line.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let check = |precision: &str| {
+        bin()
+            .arg("check")
+            .arg(root.join("scenarios/quickstart.yaml"))
+            .args(["--precision", precision])
+            .output()
+            .unwrap()
+    };
+    let bf16 = check("bf16");
+    let resolved = String::from_utf8_lossy(&bf16.stdout);
+    assert!(
+        bf16.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bf16.stderr)
+    );
+    assert!(resolved.contains("precision: bf16"), "{resolved}");
+    let tf32 = check("tf32");
+    let error = String::from_utf8_lossy(&tf32.stderr);
+    assert_eq!(tf32.status.code(), Some(2), "{error}");
+    assert!(
+        error.contains("quickstart.yaml:") && error.contains("field `training.precision`"),
+        "{error}"
+    );
+}
