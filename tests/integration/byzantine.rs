@@ -5,17 +5,14 @@
 //! component included) gives the same files with 1, 2 and 4 threads; what cannot work is
 //! refused with its fields.
 
-use crate::common::{bin, error, f64_column, run_saving, stdout_of, u64_column, SMALL};
+use crate::common::{
+    bin, error, f64_column, run_saving, stdout_of, summary_value, u64_column, SMALL,
+};
 use fedsim::results::{differing_files, read_parquet};
 use std::path::Path;
 
 fn accuracy(dir: &Path) -> f64 {
-    let text = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
-    let mut lines = text.lines();
-    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let at = head.iter().position(|h| *h == "test_acc_mean").unwrap();
-    row[at].parse().unwrap()
+    summary_value(dir, "test_acc_mean")
 }
 
 /// A quarter of the 24 clients flip their changes four times over: FedAvg's mean then moves

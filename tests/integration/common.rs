@@ -102,6 +102,17 @@ pub fn skipped(check: &str, why: &str) {
     }
 }
 
+/// Column `name` of the run's one-row `summary.csv` in `dir`, as a number.
+pub fn summary_value(dir: &Path, name: &str) -> f64 {
+    let text = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let at = (head.iter().position(|h| *h == name))
+        .unwrap_or_else(|| panic!("summary.csv has no column {name}"));
+    row[at].parse().unwrap()
+}
+
 /// Runs `text` with `overrides` on `threads` threads into `dir`, saving the final models and
 /// the clients' own (`--save-models --save-client-models`).
 pub fn run_saving(text: &str, overrides: &[&str], threads: usize, dir: &Path) {

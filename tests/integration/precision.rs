@@ -2,44 +2,26 @@
 //! the results differently from fp32 and still learns; tf32 is refused where there is no GPU.
 //! (TF32 itself runs only on CUDA: the GPU checklist runs it.)
 
-use crate::common::{assert_identical_on_1_2_4_threads, error, SMALL};
+use crate::common::{assert_identical_on_1_2_4_threads, error, run_saving, summary_value, SMALL};
 use crate::real_data::{check_deterministic, femnist_available};
-use fedsim::results::{read_parquet, run_scenario, RunOptions};
+use fedsim::results::read_parquet;
 use std::path::Path;
 
-/// The run's summary: its mean test accuracy and test loss.
+/// The run's summary: its mean test accuracy and test loss (metrics written: it evaluated).
 fn summary(dir: &Path) -> (f64, f64) {
     let df = read_parquet(&dir.join("metrics.parquet")).unwrap();
     assert!(df.height() > 0, "{dir:?}: evaluated");
-    let text = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let column = |name: &str| -> f64 {
-        let at = header.iter().position(|h| *h == name).unwrap();
-        row[at].parse().unwrap()
-    };
-    (column("test_acc_mean"), column("test_loss_mean"))
-}
-
-fn run_into(text: &str, overrides: &[&str], dir: &Path) {
-    let opts = RunOptions {
-        out_dir: dir.to_path_buf(),
-        threads: 2,
-        progress: false,
-        force: false,
-        save_models: false,
-        save_client_models: false,
-        keep_unfinished: false,
-    };
-    run_scenario(&crate::common::scenario(text, overrides), &opts).expect("run succeeds");
+    (
+        summary_value(dir, "test_acc_mean"),
+        summary_value(dir, "test_loss_mean"),
+    )
 }
 
 /// `settings` under bf16 against fp32 ([`check_reduced`]).
 fn check_bf16(what: &str, settings: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let fp32 = tmp.path().join(format!("{what}-fp32"));
-    run_into(SMALL, settings, &fp32);
+    run_saving(SMALL, settings, 2, &fp32);
     check_reduced("training.precision=bf16", settings, &fp32, tmp.path());
 }
 
@@ -120,12 +102,12 @@ fn gpu_cohorts_in_reduced_precision_are_reproducible() {
     ];
     let tmp = tempfile::tempdir().unwrap();
     let fp32 = tmp.path().join("fp32");
-    run_into(SMALL, &settings, &fp32);
+    run_saving(SMALL, &settings, 2, &fp32);
     for precision in ["training.precision=tf32", "training.precision=bf16"] {
         check_reduced(precision, &settings, &fp32, tmp.path());
     }
     let again = tmp.path().join("fp32-again");
-    run_into(SMALL, &settings, &again);
+    run_saving(SMALL, &settings, 2, &again);
     let differ = fedsim::results::differing_files(&fp32, &again);
     assert!(differ.is_empty(), "fp32 after tf32: {differ:?} differ");
 }

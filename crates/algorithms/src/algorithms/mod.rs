@@ -196,6 +196,11 @@ impl LocalContext<'_> {
     /// and the cohort has drawn its words from `rng`).
     pub fn fine_tune(&self, tuning: &FineTuning<'_>, rng: &mut ChaCha20Rng) -> Vec<f32> {
         if let Some(tuned) = self.tuned {
+            assert_eq!(
+                tuned.len(),
+                tuning.start.len(),
+                "the declared fine-tuning's model"
+            );
             return tuned.to_vec();
         }
         let mut tuned = tuning.start.to_vec();

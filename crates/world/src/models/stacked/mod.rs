@@ -53,8 +53,8 @@ pub struct StackedRun<'a> {
     /// Where the momentum buffer stays on the device between runs: given, the buffer starts
     /// from the slot's tensor where it holds one (else from `momentum`), and the trained buffer
     /// is left in the slot (a flat `[P]` tensor on the device) instead of crossing back into
-    /// `momentum`, which is emptied. The linear model's plain-Rust path (rows on the host) trains the buffer in
-    /// `momentum` and empties the slot.
+    /// `momentum`, which is emptied. The linear model's plain-Rust path (rows on the host)
+    /// trains the buffer in `momentum` and empties the slot.
     pub resident_momentum: Option<&'a mut Option<Tensor>>,
     /// One weight per training row of the run (FedEM's M-step).
     pub sample_weights: Option<&'a [f32]>,
@@ -187,11 +187,10 @@ pub fn train_sgd_stacked(
                 .map(|&run| buffer_of(run).filter(|_| kept_on_device(run).is_none()))
                 .collect();
             let stacked = stack_vectors(&vectors, arch, device);
-            for (row, &run) in sorted.iter().enumerate() {
-                if let Some(kept) = kept_on_device(run) {
-                    put_flat_row(&stacked, row, kept);
-                }
-            }
+            let kept: Vec<(usize, &Tensor)> = (sorted.iter().enumerate())
+                .filter_map(|(row, &run)| kept_on_device(run).map(|t| (row, t)))
+                .collect();
+            put_flat_rows(&stacked, &kept);
             stacked
         })
     });
@@ -310,29 +309,28 @@ pub fn train_sgd_stacked(
         if let Some(bufs) = buffers {
             // Buffers kept on the device stay there (copied out of the stack); the others
             // cross back.
-            let mut to_host = Vec::new();
+            let (mut to_host, mut kept) = (Vec::new(), Vec::new());
             for (k, &run) in order.iter().enumerate() {
-                if !has_buffer[k] {
-                    continue;
+                match (has_buffer[k], runs[run].resident_momentum.is_some()) {
+                    (false, _) => {}
+                    (true, true) => kept.push(k),
+                    (true, false) => to_host.push(k),
                 }
-                let run = &mut runs[run];
-                match run.resident_momentum.as_deref_mut() {
-                    Some(slot) => {
-                        *slot = Some(flat_row(&bufs, k));
-                        // The buffer lives on the device now (it may have come from the host).
-                        if let Some(momentum) = run.momentum.as_deref_mut() {
-                            *momentum = Vec::new();
-                        }
-                    }
-                    None => to_host.push(k),
+            }
+            for (k, buffer) in kept.iter().zip(flat_rows(&bufs, &kept)) {
+                let run = &mut runs[order[*k]];
+                if let Some(slot) = run.resident_momentum.as_deref_mut() {
+                    *slot = Some(buffer);
+                }
+                // The buffer lives on the device now (it may have come from the host).
+                if let Some(momentum) = run.momentum.as_deref_mut() {
+                    *momentum = Vec::new();
                 }
             }
             let host_rows = match to_host.len() == order.len() {
                 true => bufs,
                 false => {
-                    let index =
-                        Tensor::from_slice(&to_host.iter().map(|&k| k as i64).collect::<Vec<_>>())
-                            .to_device(device);
+                    let index = row_index(&to_host, device);
                     bufs.iter().map(|t| t.index_select(0, &index)).collect()
                 }
             };
@@ -731,6 +729,10 @@ pub(super) fn stack_vectors(
         })
         .collect();
     let sources = row_sources(vectors);
+    // Rows of zeros: the whole stack filled once, not row by row.
+    if sources.contains(&RowSource::Zeros) {
+        tch::no_grad(|| stacked.iter().for_each(|t| drop(t.shallow_clone().zero_())));
+    }
     let mut staging: Vec<f32> = Vec::new();
     tch::no_grad(|| {
         let mut k = 0;
@@ -766,17 +768,10 @@ pub(super) fn stack_vectors(
             k = end;
         }
         for (row, source) in sources.iter().enumerate() {
-            if *source == RowSource::Upload {
-                continue;
-            }
-            for t in &stacked {
-                let mut target = t.narrow(0, row as i64, 1);
-                match *source {
-                    RowSource::Upload => {}
-                    RowSource::Zeros => {
-                        let _ = target.zero_();
-                    }
-                    RowSource::SameAs(first) => target.copy_(&t.narrow(0, first as i64, 1)),
+            if let RowSource::SameAs(first) = *source {
+                for t in &stacked {
+                    t.narrow(0, row as i64, 1)
+                        .copy_(&t.narrow(0, first as i64, 1));
                 }
             }
         }
@@ -784,25 +779,54 @@ pub(super) fn stack_vectors(
     stacked
 }
 
-/// Row `row` of stacked parameter tensors as one flat `[P]` tensor on their device (a copy).
-fn flat_row(stacked: &[Tensor], row: usize) -> Tensor {
+/// `rows` as an index tensor on `device`.
+fn row_index(rows: &[usize], device: Device) -> Tensor {
+    let rows: Vec<i64> = rows.iter().map(|&k| k as i64).collect();
+    Tensor::from_slice(&rows).to_device(device)
+}
+
+/// Rows `rows` of stacked parameter tensors, each as one flat `[P]` tensor of its own on
+/// their device (copies): one gather per parameter tensor, one copy per row.
+fn flat_rows(stacked: &[Tensor], rows: &[usize]) -> Vec<Tensor> {
+    if rows.is_empty() {
+        return Vec::new();
+    }
     tch::no_grad(|| {
+        let index = row_index(rows, stacked[0].device());
+        let k = rows.len() as i64;
         let pieces: Vec<Tensor> = (stacked.iter())
-            .map(|t| t.narrow(0, row as i64, 1).reshape([-1]))
+            .map(|t| t.index_select(0, &index).reshape([k, -1]))
             .collect();
-        Tensor::cat(&pieces, 0)
+        let all = Tensor::cat(&pieces, 1);
+        (0..k).map(|i| all.get(i).copy()).collect()
     })
 }
 
-/// Writes a flat `[P]` tensor (on the stack's device) into row `row` of stacked tensors.
-fn put_flat_row(stacked: &[Tensor], row: usize, flat: &Tensor) {
+/// Writes flat `[P]` tensors into rows of stacked tensors (`(row, values)`; any device, moved
+/// to the stack's): one scatter per parameter tensor.
+fn put_flat_rows(stacked: &[Tensor], rows: &[(usize, &Tensor)]) {
+    if rows.is_empty() {
+        return;
+    }
     tch::no_grad(|| {
+        let device = stacked[0].device();
+        let index = row_index(
+            &rows.iter().map(|(row, _)| *row).collect::<Vec<_>>(),
+            device,
+        );
+        let values: Vec<Tensor> = rows.iter().map(|(_, v)| v.to_device(device)).collect();
+        let values = Tensor::stack(&values, 0);
+        let k = rows.len() as i64;
         let mut at = 0;
         for t in stacked {
-            let n = t.numel() as i64 / t.size()[0];
-            t.narrow(0, row as i64, 1)
-                .view([1, n])
-                .copy_(&flat.narrow(0, at, n).view([1, n]));
+            let mut shape = t.size();
+            let n: i64 = shape[1..].iter().product();
+            shape[0] = k;
+            let _ = t.shallow_clone().index_copy_(
+                0,
+                &index,
+                &values.narrow(1, at, n).reshape(&shape[..]),
+            );
             at += n;
         }
     });
