@@ -298,6 +298,7 @@ fn cnn_cohort(c: &mut Criterion) {
                 StackedRun {
                     params,
                     resident_momentum: None,
+                    resident_params: None,
                     start: None,
                     momentum: Some(momentum),
                     sample_weights: None,
@@ -665,6 +666,7 @@ fn cohort_epoch(c: &mut Criterion) {
                             StackedRun {
                                 params,
                                 resident_momentum: None,
+                                resident_params: None,
                                 start: None,
                                 momentum: Some(momentum),
                                 sample_weights: None,

@@ -12,13 +12,14 @@ use super::job::JobContext;
 use super::messages::{
     FinishedWork, FlEffects, Msg, PooledNovelty, PrivacyNote, ToClient, ToServer, TrainOrder,
 };
+use super::resident::KeptUpdate;
 use super::world::{Deliver, Members, Outbox, Routed};
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::io::Stored;
 use crate::records::Split;
 use crate::records::{DivergenceStage, NoveltyRecord, Record};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
-use crate::system::{Link, SystemModel};
+use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -151,11 +152,15 @@ impl<A: Algorithm> Client<A> {
             global,
             state: self.kept().state.clone(),
             rng: self.seeds.rng(Entity::Client(self.id), "train", job),
+            uploads: upload,
         };
         let (jobs, client) = (self.jobs.clone(), self.id);
         // On the pool: checked, counted and spilled before the result waits for its time.
         let pending = self.dispatch.train(job, move |mut t| {
-            let finite = t.update.is_finite() && t.state.is_finite();
+            let on_device = t.on_device.take();
+            let finite = t.update.is_finite()
+                && t.state.is_finite()
+                && on_device.as_ref().is_none_or(KeptUpdate::is_finite);
             let loss = upload
                 .then(|| jobs.starting_loss(client, &base, &mut t.update))
                 .flatten();
@@ -176,7 +181,14 @@ impl<A: Algorithm> Client<A> {
                     noise.as_mut(),
                     compression.as_mut().map(|(rng, r)| (rng, r)),
                 );
-                (jobs.keep(t.update), bytes, privacy)
+                match on_device {
+                    // Nothing above touched it (`keeps_update_on_device`); its vectors count.
+                    Some(kept) => {
+                        let bytes = bytes + payload_bytes(kept.floats());
+                        (Stored::on_device(t.update, Arc::new(kept)), bytes, privacy)
+                    }
+                    None => (jobs.keep(t.update), bytes, privacy),
+                }
             } else {
                 (Stored::in_memory(t.update), 0, PrivacyNote::default())
             };

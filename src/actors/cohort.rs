@@ -27,13 +27,14 @@
 //! [`World::flush`]: crate::sim::World::flush
 
 use super::job::JobContext;
+use super::resident::KeptUpdate;
 use super::trainer::TrainerPool;
 use super::world::Flush;
 use crate::algorithms::LocalUpdate;
 use crate::algorithms::ProximalTerm;
 use crate::algorithms::{
     Algorithm, BatchwiseClient, BatchwiseUpdate, ClientReport, Evaluation, LocalContext,
-    NoveltyShare, SgdRun, Tested,
+    NoveltyShare, SentRuns, SgdRun, Tested,
 };
 use crate::data::ClientRows;
 use crate::io::Stored;
@@ -130,12 +131,18 @@ pub(super) struct TrainJob<A: Algorithm> {
     /// Read back on the pool when the job starts, if it was spilled.
     pub state: Stored<A::ClientState>,
     pub rng: ChaCha20Rng,
+    /// Whether the update goes to the server (a client's upload; never a peer's model).
+    pub uploads: bool,
 }
 
 /// What a training job yields: the update and the client's new state.
 pub(super) struct Trained<A: Algorithm> {
+    /// Its float vectors empty where they stay on the device (`on_device`).
     pub update: A::Update,
     pub state: A::ClientState,
+    /// The update's float vectors, where they stay on the device for the server to sum there
+    /// ([`keeps_update_on_device`]).
+    pub on_device: Option<KeptUpdate>,
 }
 
 impl<A: Algorithm> TrainJob<A> {
@@ -157,7 +164,11 @@ impl<A: Algorithm> TrainJob<A> {
             .state
             .into_inner()
             .expect("restored when the job started");
-        Trained { update, state }
+        Trained {
+            update,
+            state,
+            on_device: None,
+        }
     }
 }
 
@@ -664,6 +675,7 @@ fn fine_tunings<A: Algorithm>(
             |((k, tuning, _, passes, dropout), (params, momentum))| StackedRun {
                 params,
                 resident_momentum: None,
+                resident_params: None,
                 start: Some(tuning.start),
                 momentum: Some(momentum),
                 sample_weights: None,
@@ -837,11 +849,30 @@ fn train_cohort<A: Algorithm>(
                 .collect()
         })
         .collect();
+    // Each sent run's slot for its trained parameters, where the job's update stays on the
+    // device (its bytes reserved: all its runs' or none).
+    let mut sent: Vec<SentSlots> = (begun.iter())
+        .map(|(job, runs, _)| {
+            let sends = |r: usize| sgd.sends.sends(r);
+            let count = (0..runs.len()).filter(|&r| sends(r)).count() as u64;
+            let reserved = (keeps_update_on_device(jobs, job) && count > 0)
+                .then(|| jobs.device_budget.reserve(count * buffer_bytes))
+                .flatten();
+            let slots = (0..runs.len())
+                .map(|r| (reserved.is_some() && sends(r)).then_some(None))
+                .collect();
+            (reserved, slots)
+        })
+        .collect();
     let mut stacked: Vec<StackedRun<'_>> = Vec::new();
-    for (k, ((job, runs, passes), slots)) in begun.iter_mut().zip(&mut slots).enumerate() {
+    let jobs_slots = begun.iter_mut().zip(&mut slots).zip(&mut sent);
+    for (k, (((job, runs, passes), slots), (_, sent))) in jobs_slots.enumerate() {
         let first_row = rows.data().first_row(rows.index(k), Split::Train);
-        let runs = runs.iter_mut().zip(std::mem::take(passes)).zip(slots);
-        for ((run, (passes, private, dropout)), slot) in runs {
+        let runs = runs
+            .iter_mut()
+            .zip(std::mem::take(passes))
+            .zip(slots.iter_mut().zip(sent));
+        for ((run, (passes, private, dropout)), (slot, sent)) in runs {
             let SgdRun {
                 params,
                 momentum,
@@ -863,6 +894,7 @@ fn train_cohort<A: Algorithm>(
             stacked.push(StackedRun {
                 params: params.to_mut(),
                 resident_momentum: slot.as_mut(),
+                resident_params: sent.as_mut(),
                 start,
                 momentum: (!*plain_sgd).then_some(momentum),
                 sample_weights: sample_weights.as_deref(),
@@ -882,18 +914,27 @@ fn train_cohort<A: Algorithm>(
         begun
             .into_iter()
             .zip(slots)
+            .zip(sent)
             .enumerate()
-            .map(|(k, ((mut job, mut runs, _), slots))| {
+            .map(|(k, (((mut job, mut runs, _), slots), (reserved, sent)))| {
                 for (r, (run, slot)) in runs.iter_mut().zip(slots).enumerate() {
                     jobs.training.settle_momentum(&mut run.momentum);
                     if let Some(slot) = slot {
                         kept.put(job.client, r, slot, buffer_bytes);
                     }
                 }
+                // Every sent run's parameters on the device, or (trained in plain Rust) none.
+                let vectors: Option<Vec<Tensor>> = sent.into_iter().flatten().collect();
+                let on_device = reserved
+                    .zip(vectors.filter(|v| !v.is_empty()))
+                    .map(|(bytes, vectors)| KeptUpdate::new(vectors, bytes));
                 let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
                 let state = job.state.get_mut();
                 let update = (sgd.finish)(&jobs.algorithm, &ctx, &job.global, state, runs);
-                job.finished(update)
+                Trained {
+                    on_device,
+                    ..job.finished(update)
+                }
             })
             .collect()
     };
@@ -907,6 +948,37 @@ fn keeps_momentum_on_device<A: Algorithm>(jobs: &JobContext<A>) -> bool {
     stacking_evaluations_pays(jobs.training.cohorts, &jobs.placement)
         && jobs.training.plan.momentum != 0.0
         && jobs.training.keep_momentum
+}
+
+/// A job's bytes reserved for its update on the device, and each run's slot for its trained
+/// parameters there (`None`: the run is not sent, or the update is made on the host).
+type SentSlots = (
+    Option<super::resident::Reservation>,
+    Vec<Option<Option<Tensor>>>,
+);
+
+/// Whether `job`'s update stays on the device for the server to sum there
+/// ([`KeptUpdate`]): where cohorts are the GPU path (a GPU, or `training.cohorts: always`),
+/// the algorithm's aggregation is summed ([`Algorithm::SUMMED`]) and its update is made of its
+/// trained runs ([`SgdUpdate::sends`]), the client uploads it, and nothing on its way reads or
+/// changes it: no client-level privacy, compression, attack, robust rule or reported loss.
+/// Anything else that needs it later (a stale aggregation) reads it back.
+///
+/// [`SgdUpdate::sends`]: crate::algorithms::SgdUpdate::sends
+fn keeps_update_on_device<A: Algorithm>(jobs: &JobContext<A>, job: &TrainJob<A>) -> bool {
+    let sends_runs = match A::UPDATE {
+        LocalUpdate::Sgd(sgd) => sgd.sends != SentRuns::Computed,
+        _ => false,
+    };
+    stacking_evaluations_pays(jobs.training.cohorts, &jobs.placement)
+        && A::SUMMED.is_some()
+        && sends_runs
+        && job.uploads
+        && jobs.privacy.is_none()
+        && jobs.uplink.is_none()
+        && jobs.adversary.is_none()
+        && jobs.robust.is_none()
+        && !jobs.reports_loss
 }
 
 /// Trains `shard`'s jobs of a [`BatchwiseUpdate`] in lockstep on `device`: each job begins and

@@ -50,6 +50,9 @@ pub(crate) struct JobContext<A: Algorithm> {
     pub(super) novelty: NoveltyScoring,
     /// Clients' momentum buffers kept on the device between rounds (cohorts only).
     pub(super) resident_momenta: super::resident::ResidentMomenta,
+    /// What the run may keep on the device, momentum buffers and updates together
+    /// (`training.device_state_gib`).
+    pub(super) device_budget: Arc<super::resident::DeviceBudget>,
 }
 
 impl<A: Algorithm> JobContext<A> {
@@ -68,6 +71,7 @@ impl<A: Algorithm> JobContext<A> {
             pooled if !pooled.is_own() && data.has_novel_rows() => pooled,
             _ => NoveltyScoring::Own,
         };
+        let device_budget = super::resident::DeviceBudget::new(spec.training.device_state_bytes);
         JobContext {
             algorithm,
             arch: setup.arch.clone(),
@@ -87,9 +91,8 @@ impl<A: Algorithm> JobContext<A> {
             reports_loss: setup.reports_losses,
             saves_client_models: spec.saves_client_models,
             novelty,
-            resident_momenta: super::resident::ResidentMomenta::new(
-                spec.training.device_state_bytes,
-            ),
+            resident_momenta: super::resident::ResidentMomenta::new(device_budget.clone()),
+            device_budget,
         }
     }
 

@@ -168,6 +168,7 @@ impl<A: Gossip> Peer<A> {
                 .shared
                 .seeds
                 .rng(Entity::Client(id), "train", round as u64),
+            uploads: false,
         };
         let pending = self.shared.dispatch.train(job, move |t| {
             Routed::Member(PeerMsg::Trained {

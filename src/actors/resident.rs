@@ -1,12 +1,70 @@
-//! Clients' momentum buffers kept on the device between rounds, for the cohorts of a run
-//! ([`ResidentMomenta`]).
+//! What a run's cohorts keep on the device instead of the host: clients' momentum buffers
+//! between rounds ([`ResidentMomenta`]) and updates waiting for the server to sum them there
+//! ([`KeptUpdate`], [`sum_on_device`]), within one budget ([`DeviceBudget`]).
 //!
-//! This room must not decide which buffers stay by anything that changes results: a buffer
-//! here or on the host holds the same bits.
+//! This room must not decide what stays by anything that changes results, nor sum in any other
+//! order or with any other arithmetic than the host's: a value here or on the host holds the
+//! same bits, and a sum here is the host's sum.
 
+use crate::algorithms::WeightedSum;
+use crate::io::{DeviceFloats, Floats, Stored};
+use crate::models::profile::{crossed, kept_on_device, timed, Crossing, Phase};
 use std::collections::HashMap;
-use std::sync::Mutex;
-use tch::Tensor;
+use std::sync::{Arc, Mutex};
+use tch::{Device, Kind, Tensor};
+
+/// The device memory a run's kept values may take, `training.device_state_gib` (16 GiB by
+/// default: FEMNIST's FedEM, 539 writers × 3 CNNs, holds 10.7 GB of momentum buffers). A value
+/// that does not fit crosses to the host as on the CPU.
+pub(super) struct DeviceBudget {
+    used: Mutex<u64>,
+    limit: u64,
+}
+
+impl DeviceBudget {
+    pub(super) fn new(limit: u64) -> Arc<Self> {
+        Arc::new(DeviceBudget {
+            used: Mutex::new(0),
+            limit,
+        })
+    }
+
+    /// Takes `bytes` where they fit.
+    fn take(&self, bytes: u64) -> bool {
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let fits = *used + bytes <= self.limit;
+        if fits {
+            *used += bytes;
+            kept_on_device(*used);
+        }
+        fits
+    }
+
+    fn give_back(&self, bytes: u64) {
+        *self.used.lock().unwrap_or_else(|e| e.into_inner()) -= bytes;
+    }
+
+    /// `bytes` of the budget, held until the reservation is dropped; `None` where they do not
+    /// fit.
+    pub(super) fn reserve(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
+        self.take(bytes).then(|| Reservation {
+            budget: self.clone(),
+            bytes,
+        })
+    }
+}
+
+/// Bytes of a [`DeviceBudget`], given back when dropped.
+pub(super) struct Reservation {
+    budget: Arc<DeviceBudget>,
+    bytes: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.give_back(self.bytes);
+    }
+}
 
 /// Clients' momentum buffers kept on the device between rounds where cohorts are the GPU path
 /// (`keeps_momentum_on_device` in `cohort`): (client, run of its update) → a flat `[P]` tensor, so that a
@@ -14,69 +72,167 @@ use tch::Tensor;
 /// as it starts and puts the trained ones back. The server never sends a busy client a second
 /// job and a client takes up the state of every job it trained, so a buffer here is the one
 /// its state would hold on the host (whose `momentum` then stays empty); results are the same
-/// bits either way. Not spilled: `training.device_state_gib` bounds it instead (16 GiB by
-/// default: FEMNIST's FedEM, 539 writers × 3 CNNs, holds 10.7 GB); a run whose buffer would
-/// not fit keeps it on the host, as on the CPU.
+/// bits either way. Not spilled: the run's [`DeviceBudget`] bounds it instead.
 pub(super) struct ResidentMomenta {
-    kept: Mutex<KeptMomenta>,
-    /// At most this many bytes.
-    limit: u64,
+    buffers: Mutex<HashMap<(u32, usize), Tensor>>,
+    budget: Arc<DeviceBudget>,
 }
 
 impl ResidentMomenta {
-    pub(super) fn new(limit: u64) -> Self {
+    pub(super) fn new(budget: Arc<DeviceBudget>) -> Self {
         ResidentMomenta {
-            kept: Mutex::default(),
-            limit,
+            buffers: Mutex::default(),
+            budget,
         }
     }
-}
 
-#[derive(Default)]
-struct KeptMomenta {
-    buffers: HashMap<(u32, usize), Tensor>,
-    /// Bytes held or promised to runs in training.
-    bytes: u64,
-}
-
-impl ResidentMomenta {
     /// The slot of run `run` of `client`'s update, whose buffer holds `bytes`: its kept
     /// buffer, or an empty slot where a new one fits (its bytes promised), or `None` where it
     /// does not (the buffer then crosses as on the host).
     pub(super) fn take(&self, client: u32, run: usize, bytes: u64) -> Option<Option<Tensor>> {
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(buffer) = kept.buffers.remove(&(client, run)) {
+        let mut buffers = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(buffer) = buffers.remove(&(client, run)) {
             return Some(Some(buffer));
         }
-        (kept.bytes + bytes <= self.limit).then(|| {
-            kept.bytes += bytes;
-            None
-        })
+        self.budget.take(bytes).then_some(None)
     }
 
     /// Puts back what a slot holds after training; an empty slot (no buffer was made) gives
     /// its `bytes` back.
     pub(super) fn put(&self, client: u32, run: usize, slot: Option<Tensor>, bytes: u64) {
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buffers = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
         match slot {
-            Some(buffer) => {
-                kept.buffers.insert((client, run), buffer);
-                crate::models::profile::kept_on_device(kept.bytes);
-            }
-            None => kept.bytes -= bytes,
+            Some(buffer) => drop(buffers.insert((client, run), buffer)),
+            None => self.budget.give_back(bytes),
         }
     }
 }
 
+/// A client's update whose float vectors (its trained runs' parameters,
+/// [`SgdUpdate::sends`]) stay on the device where its cohort trained them, until the server
+/// sums them there ([`sum_on_device`]); anything else that needs them reads them back
+/// ([`Stored::restore`]). Its bytes are held in the run's [`DeviceBudget`] while it lives.
+///
+/// [`SgdUpdate::sends`]: crate::algorithms::SgdUpdate::sends
+pub(super) struct KeptUpdate {
+    /// One flat `[P]` tensor per float vector of the update, in its [`Floats`] order.
+    vectors: Mutex<Vec<Tensor>>,
+    _bytes: Reservation,
+}
+
+impl KeptUpdate {
+    pub(super) fn new(vectors: Vec<Tensor>, bytes: Reservation) -> Self {
+        KeptUpdate {
+            vectors: Mutex::new(vectors),
+            _bytes: bytes,
+        }
+    }
+
+    fn vectors(&self) -> std::sync::MutexGuard<'_, Vec<Tensor>> {
+        self.vectors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many floats the vectors hold together.
+    pub(super) fn floats(&self) -> usize {
+        self.vectors().iter().map(Tensor::numel).sum()
+    }
+
+    /// Whether every value is finite (a number crosses, not the vectors).
+    pub(super) fn is_finite(&self) -> bool {
+        self.vectors()
+            .iter()
+            .all(|v| v.isfinite().all().int64_value(&[]) != 0)
+    }
+}
+
+impl DeviceFloats for KeptUpdate {
+    fn read(&self) -> Vec<Vec<f32>> {
+        (self.vectors().iter())
+            .map(|v| {
+                let values = Vec::<f32>::try_from(&v.to_device(Device::Cpu))
+                    .expect("a kept vector is a flat f32 tensor");
+                crossed(Crossing::VectorsOut, 4 * values.len());
+                values
+            })
+            .collect()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// For each float vector of `updates` (in the order given: client order), Σ wᵢ·vᵢ with wᵢ =
+/// `weight` of the update, on the device of the first update kept there: each vector taken as
+/// f64, multiplied by its weight and added to the sum, the arithmetic of [`WeightedSum::add`]
+/// in the same order, so the host's bits. Only the sums cross back; an update on the host
+/// crosses up. A spilled update that cannot be read back panics (the caller's error).
+pub(super) fn sum_on_device<U: Floats>(
+    updates: Vec<(u32, Stored<U>)>,
+    weight: impl Fn(&U) -> f64,
+) -> Vec<WeightedSum> {
+    let device = (updates.iter())
+        .find_map(|(_, u)| u.device_floats().and_then(kept))
+        .map_or(Device::Cpu, |k| k.vectors()[0].device());
+    timed(Phase::Aggregate, device, || {
+        tch::no_grad(|| {
+            let (mut sums, mut total): (Vec<Tensor>, f64) = (Vec::new(), 0.0);
+            for (_, stored) in updates {
+                let w = weight(stored.skeleton());
+                total += w;
+                let vectors: Vec<Tensor> = match stored.device_floats().and_then(kept) {
+                    Some(kept) => kept.vectors().iter().map(Tensor::shallow_clone).collect(),
+                    None => {
+                        let mut update = stored
+                            .into_inner()
+                            .unwrap_or_else(|e| panic!("reading an update back: {e}"));
+                        (update.floats_mut().into_iter())
+                            .map(|v| {
+                                crossed(Crossing::VectorsIn, 4 * v.len());
+                                Tensor::from_slice(v).to_device(device)
+                            })
+                            .collect()
+                    }
+                };
+                if sums.is_empty() {
+                    sums = (vectors.iter())
+                        .map(|v| Tensor::zeros([v.numel() as i64], (Kind::Double, device)))
+                        .collect();
+                }
+                assert_eq!(sums.len(), vectors.len(), "updates of one shape");
+                for (sum, v) in sums.iter_mut().zip(vectors) {
+                    // As the host's `acc += w * (x as f64)`: the product rounded, then the sum.
+                    let product = v.to_device(device).to_kind(Kind::Double) * w;
+                    let _ = sum.g_add_(&product);
+                }
+            }
+            sums.into_iter()
+                .map(|sum| {
+                    let acc = Vec::<f64>::try_from(&sum.to_device(Device::Cpu))
+                        .expect("a sum is a flat f64 tensor");
+                    crossed(Crossing::VectorsOut, 8 * acc.len());
+                    WeightedSum::from_parts(acc, total)
+                })
+                .collect()
+        })
+    })
+}
+
+/// The [`KeptUpdate`] behind a value's device buffers.
+fn kept(floats: &dyn DeviceFloats) -> Option<&KeptUpdate> {
+    floats.as_any().downcast_ref::<KeptUpdate>()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ResidentMomenta;
-    use tch::Tensor;
+    use super::*;
+    use crate::algorithms::{ModelUpdate, Updates};
+    use rand::{Rng, SeedableRng};
 
     #[test]
     fn momentum_buffers_stay_while_they_fit_and_give_back_what_was_not_used() {
         // Room for two buffers of 8 bytes.
-        let kept = ResidentMomenta::new(16);
+        let kept = ResidentMomenta::new(DeviceBudget::new(16));
         let buffer = || Some(Tensor::from_slice(&[1.0f32, 2.0]));
         let (a, b) = (kept.take(1, 0, 8), kept.take(2, 0, 8));
         assert!(matches!((&a, &b), (Some(None), Some(None))), "empty slots");
@@ -96,6 +252,86 @@ mod tests {
         assert!(
             kept.take(1, 1, 8).is_none(),
             "another run of client 1: no room"
+        );
+    }
+
+    #[test]
+    fn sums_on_the_device_are_the_hosts_sums_bit_for_bit() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
+        let mut vector = |n: usize| -> Vec<f32> {
+            let mut v: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0..3.0)).collect();
+            v[0] = -0.0; // a signed zero: the sum starts from +0, as on the host
+            v
+        };
+        let updates: Vec<(u32, ModelUpdate)> = (0..5)
+            .map(|c| {
+                let params = vector(1000);
+                (
+                    c,
+                    ModelUpdate {
+                        params,
+                        weight: 1.0 + c as f64 / 3.0,
+                    },
+                )
+            })
+            .collect();
+        let budget = DeviceBudget::new(4 * 1000 * 3);
+        // Clients 0, 2 and 4 kept on the device (the CPU here), 1 and 3 on the host.
+        let stored = |(c, u): &(u32, ModelUpdate)| -> (u32, Stored<ModelUpdate>) {
+            let update = ModelUpdate {
+                params: u.params.clone(),
+                weight: u.weight,
+            };
+            if c % 2 == 1 {
+                return (*c, Stored::in_memory(update));
+            }
+            let bytes = budget.reserve(4000).expect("room for three");
+            let vectors = vec![Tensor::from_slice(&update.params)];
+            let skeleton = ModelUpdate {
+                params: Vec::new(),
+                ..update
+            };
+            (
+                *c,
+                Stored::on_device(skeleton, Arc::new(KeptUpdate::new(vectors, bytes))),
+            )
+        };
+        let kept: Vec<_> = updates.iter().map(stored).collect();
+        assert!(budget.reserve(1).is_none(), "the budget is taken");
+        // Client 0's kept vector, shared with the sum (the summed copy is dropped with it).
+        let first = kept[0].1.device_floats().map(|f| f.read());
+        let on_device = sum_on_device(kept, |u: &ModelUpdate| u.weight);
+        let updates_again: Vec<(u32, ModelUpdate)> = (updates.iter())
+            .map(|(c, u)| {
+                (
+                    *c,
+                    ModelUpdate {
+                        params: u.params.clone(),
+                        weight: u.weight,
+                    },
+                )
+            })
+            .collect();
+        let on_host = Updates::from(updates).weighted_sums(|u| u.weight);
+        let bits = |sums: Vec<WeightedSum>| -> Vec<u32> {
+            sums.into_iter()
+                .flat_map(|s| s.average())
+                .map(f32::to_bits)
+                .collect()
+        };
+        assert_eq!(bits(on_device), bits(on_host));
+        // Read back, a kept update is the one trained.
+        let params: Vec<u32> = updates_again[0]
+            .1
+            .params
+            .iter()
+            .map(|x| x.to_bits())
+            .collect();
+        let read: Vec<u32> = first.unwrap()[0].iter().map(|x| x.to_bits()).collect();
+        assert_eq!(read, params);
+        assert!(
+            budget.reserve(12_000).is_some(),
+            "summed updates give their bytes back"
         );
     }
 }

@@ -343,6 +343,50 @@ fn momentum_kept_on_the_device_changes_no_result_whatever_fits() {
 }
 
 #[test]
+fn updates_kept_on_the_device_for_the_servers_sum_change_no_result() {
+    // Stacked as on a GPU, each client's update stays on the device until the server sums it
+    // there (FedAvg's and FedProx's model, FedEM's components, Ditto's global model), or is
+    // read back where the server needs it on the host (a deadline's late updates, FedBuff's
+    // stale ones), or crosses as on the CPU (`device_state_gib=0`): the same files with 1 and
+    // 4 threads.
+    let tmp = tempfile::tempdir().unwrap();
+    let late = "policy={kind: synchronous, deadline_s: 5, late_updates: next_round, \
+                max_staleness: 2}";
+    let fedbuff = "policy={kind: fedbuff, buffer_size: 3, concurrency: 6}";
+    let system = "system={compute: {samples_per_second: {dist: lognormal, median: 5, sigma: 0.8}}}";
+    let cases: [(&str, &[&str]); 6] = [
+        ("fedavg", &[]),
+        ("fedprox", &["algorithm={name: fedprox, mu: 0.1}"]),
+        ("fedem", &["algorithm.name=fedem"]),
+        ("ditto", &["algorithm={name: ditto, lambda: 0.5}"]),
+        ("fedavg-late", &[late, system]),
+        ("fedem-fedbuff", &["algorithm.name=fedem", fedbuff, system]),
+    ];
+    for (name, case) in cases {
+        let mut dirs = Vec::new();
+        for gib in ["16", "0"] {
+            let bound = format!("training.device_state_gib={gib}");
+            let mut settings = case.to_vec();
+            settings.extend(["training.cohorts=always", "eval_every=1", bound.as_str()]);
+            for threads in [1, 4] {
+                let dir = tmp.path().join(format!("{name}-{gib}-{threads}"));
+                // FedBuff's concurrency says who trains.
+                let text = match name.ends_with("fedbuff") {
+                    true => SMALL.replace("sampling: {fraction: 0.5}\n", ""),
+                    false => SMALL.to_string(),
+                };
+                crate::common::run_saving(&text, &settings, threads, &dir);
+                dirs.push(dir);
+            }
+        }
+        for other in &dirs[1..] {
+            let differ = fedsim::results::differing_files(&dirs[0], other);
+            assert!(differ.is_empty(), "{name}: {other:?}: {differ:?} differ");
+        }
+    }
+}
+
+#[test]
 fn peers_train_in_cohorts_as_they_would_alone() {
     // D-PSGD and D-FedEM, synchronous and asynchronous gossip, two rounds.
     for alg in cohort_algorithms(true) {
@@ -572,8 +616,8 @@ fn a_device_that_cannot_be_had_names_the_field_and_what_is_allowed() {
 /// On a GPU machine only (CI has none):
 /// `FEDSIM_CUDA=1 bash scripts/test.sh --features cuda --test integration -- --ignored gpu_`.
 /// Cohorts on CUDA (`training.device: cuda`), their evaluations stacked there too: every
-/// result file bit-identical across reruns with 1 and 2 threads (the same GPU), and
-/// parameters and losses within 1e-4 of the CPU's.
+/// result file bit-identical across reruns with 1 and 2 threads (the same GPU), parameters
+/// and losses within 1e-4 of the CPU's, and the same bits with nothing kept on the GPU.
 #[test]
 #[ignore = "needs a CUDA GPU and a `--features cuda` build"]
 fn gpu_cohorts_are_reproducible_and_agree_with_the_cpu() {
@@ -591,6 +635,17 @@ fn gpu_cohorts_are_reproducible_and_agree_with_the_cpu() {
         let cpu = simulate(SMALL, &settings, 2);
         let gpu = simulate(SMALL, &on_gpu, 2);
         assert_close(&format!("{alg}: CUDA against CPU"), &cpu, &gpu, 1e-4);
+        // Nothing kept on the GPU (momentum buffers and updates cross each round, the server
+        // sums on the host): the same bits as kept there and summed on the GPU.
+        let mut crossing = on_gpu.clone();
+        crossing.push("training.device_state_gib=0");
+        let crossed = simulate(SMALL, &crossing, 2);
+        assert_close(
+            &format!("{alg}: summed on CUDA and on the host"),
+            &gpu,
+            &crossed,
+            0.0,
+        );
     }
 }
 

@@ -558,8 +558,17 @@ impl<A: Algorithm> Core<A> {
                     .robust_round(&self.global, &mut all, last);
                 updates = Updates::from(all);
             }
+            // Updates kept on the device are summed there, where the algorithm's aggregation
+            // is summed (the same bits as on the host).
+            let on_device = A::SUMMED.filter(|_| updates.any_on_device());
             // A spilled update that cannot be read back panics inside: the run's error.
-            let aggregate = || self.alg().aggregate(&self.global, updates);
+            let aggregate = || match on_device {
+                Some(summed) => {
+                    let sums = super::resident::sum_on_device(updates.into_items(), summed.weight);
+                    (summed.finish)(self.alg(), &self.global, sums)
+                }
+                None => self.alg().aggregate(&self.global, updates),
+            };
             let mut next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(aggregate))
                 .map_err(failed)?;
             self.add_privacy_noise(&mut next, &aggregated, within);

@@ -14,7 +14,9 @@
 //! in the results (`cluster` column).
 
 use super::LocalUpdate;
-use super::{weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, Tested, Updates};
+use super::{
+    weighted_average, Algorithm, LocalContext, SentRuns, SgdRun, SgdUpdate, Tested, Updates,
+};
 use crate::models::{Architecture, InitialModels};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
@@ -231,6 +233,7 @@ impl Algorithm for Clustered {
                 weight: ctx.train_view().len() as f64,
             }
         },
+        sends: SentRuns::Computed,
     });
 
     fn aggregate(&self, global: &Clusters, updates: Updates<ClusterUpdate>) -> Clusters {

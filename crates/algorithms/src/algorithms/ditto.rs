@@ -9,7 +9,7 @@
 
 use super::LocalUpdate;
 use super::ProximalTerm;
-use super::{Algorithm, LocalContext, SgdRun, SgdUpdate, Tested};
+use super::{Algorithm, LocalContext, SentRuns, SgdRun, SgdUpdate, Tested};
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
 use crate::models::{Architecture, InitialModels, LocalPlan};
 use crate::records::ModelKind;
@@ -138,6 +138,7 @@ impl Algorithm for Ditto {
             state.personal = personal_run.params.into_owned();
             ModelUpdate::of(ctx, global_run.params.into_owned())
         },
+        sends: SentRuns::First,
     });
 
     model_update_aggregation!();

@@ -8,8 +8,8 @@
 use super::LocalUpdate;
 use super::ProximalTerm;
 use super::{
-    stale_delta_average, weighted_average, Algorithm, LocalContext, SgdRun, SgdUpdate, StaleUpdate,
-    Tested, Updates, WeightedSum,
+    stale_delta_average, weighted_average, Algorithm, LocalContext, SentRuns, SgdRun, SgdUpdate,
+    StaleUpdate, Tested,
 };
 use super::{FineTuning, FineTunings};
 use crate::models::{Architecture, InitialModels};
@@ -144,12 +144,21 @@ macro_rules! model_update_aggregation {
                 global: |global| vec![&mut global[..]],
             });
 
+        /// FedAvg's n_t-weighted average of the models, in client order.
+        const SUMMED: Option<$crate::algorithms::Summed<Self>> = Some($crate::algorithms::Summed {
+            weight: |update| update.weight,
+            finish: |_, _, sums| {
+                let [sum] = <[_; 1]>::try_from(sums).expect("one vector");
+                sum.average()
+            },
+        });
+
         fn aggregate(
             &self,
-            _: &Vec<f32>,
+            global: &Vec<f32>,
             updates: $crate::algorithms::Updates<ModelUpdate>,
         ) -> Vec<f32> {
-            ModelUpdate::average(updates)
+            $crate::algorithms::summed_aggregate(self, global, updates)
         }
 
         const STALE_UPDATES: Option<$crate::algorithms::AggregateStale<Self>> =
@@ -185,13 +194,6 @@ impl ModelUpdate {
             params,
             weight: ctx.train_view().len() as f64,
         }
-    }
-
-    /// FedAvg's aggregation: the n_t-weighted average of the models, in client order.
-    pub fn average(updates: Updates<ModelUpdate>) -> Vec<f32> {
-        let mut sum = WeightedSum::default();
-        updates.for_each(|_, u| sum.add(u.weight, &u.params));
-        sum.average()
     }
 
     /// FedAvg's aggregation of stale updates: the global model moves by `lr` times the
@@ -267,6 +269,7 @@ impl Algorithm for FedAvg {
             *momentum = run.momentum;
             ModelUpdate::of(ctx, run.params.into_owned())
         },
+        sends: SentRuns::All,
     });
 
     model_update_aggregation!();

@@ -8,7 +8,8 @@
 use super::LocalUpdate;
 use super::{
     log_sum_exp, stale_delta_average, weighted_average, AggregateStale, Algorithm, ClientReport,
-    LocalContext, PrivateUpdates, SgdRun, SgdUpdate, StaleUpdate, Tested, Updates, WeightedSum,
+    LocalContext, PrivateUpdates, SentRuns, SgdRun, SgdUpdate, StaleUpdate, Summed, Tested,
+    Updates, WeightedSum,
 };
 use crate::models::{
     confidence, sample_losses, Architecture, Gates, InitialModels, LocalPlan, MixtureGates,
@@ -463,6 +464,7 @@ impl Algorithm for FedEm {
             components: trained_models(runs, &mut state.momentum),
             weight: ctx.train_view().len() as f64,
         },
+        sends: SentRuns::All,
     });
 
     const STALE_UPDATES: Option<AggregateStale<Self>> = Some(FedEm::aggregate_stale);
@@ -487,28 +489,29 @@ impl Algorithm for FedEm {
     /// Each component's n_t-weighted average, visiting the updates once in client order; with
     /// `unsampled: keep_global`, the global component stands in for the clients not sampled
     /// (with their share of the training rows), added last.
+    const SUMMED: Option<Summed<Self>> = Some(Summed {
+        weight: |update| update.weight,
+        finish: |fedem, global, mut sums| {
+            sums.resize(global.len(), WeightedSum::default());
+            let sampled = sums[0].total();
+            let rest = match fedem.spec.unsampled {
+                Unsampled::KeepGlobal => (fedem.total_train - sampled).max(0.0),
+                Unsampled::Renormalize => 0.0,
+            };
+            sums.into_iter()
+                .zip(global)
+                .map(|(mut sum, g)| {
+                    if rest > 0.0 {
+                        sum.add(rest, g);
+                    }
+                    sum.average()
+                })
+                .collect()
+        },
+    });
+
     fn aggregate(&self, global: &Vec<Vec<f32>>, updates: Updates<FedEmUpdate>) -> Vec<Vec<f32>> {
-        let mut sums = vec![WeightedSum::default(); global.len()];
-        let mut sampled = 0.0;
-        updates.for_each(|_, u| {
-            sampled += u.weight;
-            for (sum, component) in sums.iter_mut().zip(&u.components) {
-                sum.add(u.weight, component);
-            }
-        });
-        let rest = match self.spec.unsampled {
-            Unsampled::KeepGlobal => (self.total_train - sampled).max(0.0),
-            Unsampled::Renormalize => 0.0,
-        };
-        sums.into_iter()
-            .zip(global)
-            .map(|(mut sum, g)| {
-                if rest > 0.0 {
-                    sum.add(rest, g);
-                }
-                sum.average()
-            })
-            .collect()
+        super::summed_aggregate(self, global, updates)
     }
 
     /// FedEM Table 3: the components stay fixed; π is fitted by EM on the client's training data.

@@ -2,7 +2,7 @@
 //! communicated. All clients start from the same initial model.
 
 use super::LocalUpdate;
-use super::{AggregateStale, Algorithm, LocalContext, SgdRun, SgdUpdate, Tested};
+use super::{AggregateStale, Algorithm, LocalContext, SentRuns, SgdRun, SgdUpdate, Tested};
 use crate::models::{Architecture, InitialModels};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
@@ -89,6 +89,7 @@ impl Algorithm for Local {
             state.params = run.params.into_owned();
             state.momentum = run.momentum;
         },
+        sends: SentRuns::Computed,
     });
 
     /// Nothing is communicated, fresh or stale.

@@ -429,6 +429,13 @@ pub trait Algorithm: Send + Sync + 'static {
     /// [`Capabilities`]).
     const PRIVATE_UPDATES: Option<PrivateUpdates<Self>> = None;
 
+    /// Where [`Algorithm::aggregate`] is a weighted sum per float vector, finished by the
+    /// algorithm ([`Summed`], [`summed_aggregate`]): declared, a server whose updates wait on
+    /// the device ([`SgdUpdate::sends`]) sums them there, in the same order with the same
+    /// arithmetic (so the same bits), and only the sums cross to the host. `None`: the
+    /// aggregation is something else.
+    const SUMMED: Option<Summed<Self>> = None;
+
     /// Combines one round's updates, given in increasing client order. Visiting them one at a
     /// time ([`Updates::for_each`]) holds one in memory at a time where they were spilled;
     /// [`Updates::into_vec`] holds them all.
@@ -626,6 +633,53 @@ pub struct SgdUpdate<A: Algorithm + ?Sized> {
     pub scores: Option<ScoredModels<A>>,
     pub begin: SgdBegin<A>,
     pub finish: SgdFinish<A>,
+    /// Which trained runs' parameters `finish` moves into the update, unread, as its float
+    /// vectors ([`Floats`] order). Where the algorithm's aggregation is summed
+    /// ([`Algorithm::SUMMED`]), a cohort may then leave them on the device for the server to
+    /// sum there.
+    pub sends: SentRuns,
+}
+
+/// See [`SgdUpdate::sends`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SentRuns {
+    /// `finish` reads the runs or computes the update: it is made on the host.
+    Computed,
+    /// Every run's parameters, in run order (FedAvg's one run, FedEM's components).
+    All,
+    /// The first run's parameters (Ditto: the second is the personal model, kept).
+    First,
+}
+
+impl SentRuns {
+    /// Whether run `run` of `runs` is sent.
+    pub fn sends(self, run: usize) -> bool {
+        match self {
+            SentRuns::Computed => false,
+            SentRuns::All => true,
+            SentRuns::First => run == 0,
+        }
+    }
+}
+
+/// An aggregation that is, for each float vector of the updates ([`Floats`] order), the
+/// weighted sum over the round's updates in client order, accumulated in f64
+/// ([`Updates::weighted_sums`]), then finished by the algorithm ([`Algorithm::SUMMED`]).
+pub struct Summed<A: Algorithm + ?Sized> {
+    /// An update's weight in every sum.
+    pub weight: fn(&A::Update) -> f64,
+    /// The new global model from the sums (one per float vector).
+    pub finish: fn(&A, &A::Global, Vec<WeightedSum>) -> A::Global,
+}
+
+/// [`Algorithm::aggregate`] for an algorithm whose aggregation is [`Algorithm::SUMMED`].
+pub fn summed_aggregate<A: Algorithm>(
+    alg: &A,
+    global: &A::Global,
+    updates: Updates<A::Update>,
+) -> A::Global {
+    let summed = A::SUMMED.expect("the algorithm declares its summed aggregation");
+    (summed.finish)(alg, global, updates.weighted_sums(summed.weight))
 }
 
 /// See [`SgdUpdate::scores`].
@@ -873,6 +927,12 @@ pub struct WeightedSum {
 }
 
 impl WeightedSum {
+    /// The sum whose accumulated Σ wᵢ·vᵢ is `acc` and Σ wᵢ `total` (summed elsewhere, in the
+    /// same order with the same arithmetic: on a device).
+    pub fn from_parts(acc: Vec<f64>, total: f64) -> Self {
+        WeightedSum { acc, total }
+    }
+
     pub fn add(&mut self, w: f64, v: &[f32]) {
         if self.acc.is_empty() {
             self.acc = vec![0.0; v.len()];
@@ -920,6 +980,36 @@ impl<U: Floats> Updates<U> {
         for (client, stored) in self.items {
             f(client, &read_back(stored));
         }
+    }
+
+    /// For each float vector of the updates ([`Floats`] order), Σ wᵢ·vᵢ with wᵢ = `weight`
+    /// of the update, accumulated in f64 in client order ([`WeightedSum`]), one update in
+    /// memory at a time. No updates: no sums.
+    pub fn weighted_sums(self, weight: impl Fn(&U) -> f64) -> Vec<WeightedSum> {
+        let mut sums: Vec<WeightedSum> = Vec::new();
+        for (_, stored) in self.items {
+            let mut update = read_back(stored);
+            let w = weight(&update);
+            let vectors = update.floats_mut();
+            if sums.is_empty() {
+                sums = vec![WeightedSum::default(); vectors.len()];
+            }
+            assert_eq!(sums.len(), vectors.len(), "updates of one shape");
+            for (sum, v) in sums.iter_mut().zip(vectors) {
+                sum.add(w, v);
+            }
+        }
+        sums
+    }
+
+    /// Whether some update's float vectors are on a device ([`Stored::on_device`]).
+    pub fn any_on_device(&self) -> bool {
+        self.items.iter().any(|(_, u)| u.device_floats().is_some())
+    }
+
+    /// The updates as stored, in client order.
+    pub fn into_items(self) -> Vec<(u32, Stored<U>)> {
+        self.items
     }
 
     /// All updates in memory at once, in client order.

@@ -27,7 +27,7 @@ pub use memory::{machine_memory, peak_memory};
 pub use population::{
     per_client_column, per_client_text, FedScaleBehavior, FedScaleDevice, FileError,
 };
-pub use spill::{unnamed_file, Floats, SpillError, SpillStore, Stored};
+pub use spill::{unnamed_file, DeviceFloats, Floats, SpillError, SpillStore, Stored};
 pub use tables::{
     read_client_table, read_population_column, scan_client_table, ClientTable, FeatureColumns,
     PopulationValues, TableColumns, TableError,

@@ -11,7 +11,9 @@
 //! [`Stored`], which reads them back on [`Stored::restore`] or [`Stored::into_inner`]. Slots are
 //! shared by the clones of a `Stored` and their space is reused once the last is dropped.
 //! A store with a memory budget keeps values in memory while those it kept there (and that are
-//! still kept, in a `Stored`) take less than the budget, and spills only past it.
+//! still kept, in a `Stored`) take less than the budget, and spills only past it. A `Stored`
+//! may also hold its buffers on a device ([`Stored::on_device`], [`DeviceFloats`]), read back
+//! the same way.
 //!
 //! This room must not change a value: a spilled buffer reads back bit for bit (the bytes of
 //! each `f32`, NaN payloads and signed zeros included), so results never depend on whether,
@@ -177,6 +179,7 @@ impl SpillStore {
             return Ok(Stored {
                 value,
                 slot: None,
+                device: None,
                 _held: Some(Arc::new(held)),
             });
         }
@@ -201,6 +204,7 @@ impl SpillStore {
         Ok(Stored {
             value,
             slot: Some(Arc::new(slot)),
+            device: None,
             _held: None,
         })
     }
@@ -271,11 +275,23 @@ impl Drop for Held {
     }
 }
 
-/// A value in memory, or its skeleton with its buffers in a spill file.
+/// A value's float buffers kept in a device's memory instead of the host's (the trained
+/// parameters of a cohort's run, waiting on the GPU for the server to sum them there), read
+/// back bit for bit on demand.
+pub trait DeviceFloats: Send + Sync {
+    /// The buffers, in the value's [`Floats`] order.
+    fn read(&self) -> Vec<Vec<f32>>;
+    /// The holder's own type, for the code that works on the buffers where they are.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// A value in memory, or its skeleton with its buffers in a spill file or on a device.
 #[derive(Clone)]
 pub struct Stored<T> {
     value: T,
     slot: Option<Arc<Slot>>,
+    /// Set when the buffers live on a device ([`Stored::on_device`]).
+    device: Option<Arc<dyn DeviceFloats>>,
     /// Set when a store kept the value in memory under its budget (released when dropped).
     _held: Option<Arc<Held>>,
 }
@@ -286,6 +302,17 @@ impl<T> Stored<T> {
         Stored {
             value,
             slot: None,
+            device: None,
+            _held: None,
+        }
+    }
+
+    /// `skeleton` (its float buffers empty), with the buffers on a device.
+    pub fn on_device(skeleton: T, buffers: Arc<dyn DeviceFloats>) -> Self {
+        Stored {
+            value: skeleton,
+            slot: None,
+            device: Some(buffers),
             _held: None,
         }
     }
@@ -293,6 +320,17 @@ impl<T> Stored<T> {
     /// Whether the buffers are in a spill file.
     pub fn is_spilled(&self) -> bool {
         self.slot.is_some()
+    }
+
+    /// The buffers, where they live on a device.
+    pub fn device_floats(&self) -> Option<&dyn DeviceFloats> {
+        self.device.as_deref()
+    }
+
+    /// The value as it is here: its buffers empty where they are spilled or on a device. For
+    /// the fields that are never elsewhere (an update's weight).
+    pub fn skeleton(&self) -> &T {
+        &self.value
     }
 }
 
@@ -303,19 +341,27 @@ impl<T: Floats> Stored<T> {
         Ok(self.value)
     }
 
-    /// Reads the buffers back in place, if they were spilled: the value is then in memory.
+    /// Reads the buffers back in place, if they were spilled or are on a device: the value is
+    /// then in memory.
     pub fn restore(&mut self) -> Result<(), SpillError> {
         if let Some(slot) = self.slot.take() {
             slot.fill(&mut self.value)?;
         }
+        if let Some(device) = self.device.take() {
+            let buffers = self.value.floats_mut();
+            let read = device.read();
+            assert_eq!(buffers.len(), read.len(), "a device holds every buffer");
+            for (buffer, values) in buffers.into_iter().zip(read) {
+                *buffer = values;
+            }
+        }
         Ok(())
     }
 
-    /// The value in memory (after [`Stored::restore`]); a spilled value's skeleton is never
-    /// handed out.
+    /// The value in memory (after [`Stored::restore`]); a skeleton is never handed out.
     pub fn get(&self) -> &T {
         assert!(
-            self.slot.is_none(),
+            self.slot.is_none() && self.device.is_none(),
             "a spilled value is restored before use"
         );
         &self.value
@@ -324,7 +370,7 @@ impl<T: Floats> Stored<T> {
     /// The value in memory, to change (after [`Stored::restore`]).
     pub fn get_mut(&mut self) -> &mut T {
         assert!(
-            self.slot.is_none(),
+            self.slot.is_none() && self.device.is_none(),
             "a spilled value is restored before use"
         );
         &mut self.value
@@ -373,6 +419,49 @@ mod tests {
         restored.restore().unwrap();
         assert!(!restored.is_spilled());
         assert_eq!(bits(restored.get()), bits(&pair(7.0)));
+    }
+
+    struct OnDevice(Vec<Vec<f32>>);
+
+    impl DeviceFloats for OnDevice {
+        fn read(&self) -> Vec<Vec<f32>> {
+            self.0.clone()
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    #[test]
+    fn buffers_on_a_device_read_back_in_place() {
+        let Pair { a, b, .. } = pair(3.0);
+        let skeleton = Pair {
+            weight: 2.5,
+            a: Vec::new(),
+            b: Vec::new(),
+        };
+        let stored = Stored::on_device(skeleton, Arc::new(OnDevice(vec![a, b])));
+        assert!(stored.device_floats().is_some() && !stored.is_spilled());
+        assert_eq!(stored.skeleton().weight, 2.5);
+        assert!(stored.skeleton().a.is_empty(), "the buffers are elsewhere");
+        let back = stored.clone().into_inner().unwrap();
+        assert_eq!(bits(&back), bits(&pair(3.0)));
+        let mut restored = stored;
+        restored.restore().unwrap();
+        assert!(restored.device_floats().is_none());
+        assert_eq!(bits(restored.get()), bits(&pair(3.0)));
+    }
+
+    #[test]
+    #[should_panic(expected = "restored before use")]
+    fn a_skeleton_is_never_handed_out() {
+        let skeleton = Pair {
+            weight: 1.0,
+            a: Vec::new(),
+            b: Vec::new(),
+        };
+        let stored = Stored::on_device(skeleton, Arc::new(OnDevice(vec![vec![], vec![]])));
+        stored.get();
     }
 
     #[test]

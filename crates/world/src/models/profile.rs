@@ -47,10 +47,12 @@ pub enum Phase {
     Finish,
     /// A cohort's evaluation, whole.
     Evaluate,
+    /// The server's sums of the updates kept on the device.
+    Aggregate,
 }
 
 /// Every phase, in declaration order: `phase as usize` is its index here.
-const PHASES: [Phase; 11] = [
+const PHASES: [Phase; 12] = [
     Phase::Restore,
     Phase::Score,
     Phase::Begin,
@@ -62,6 +64,7 @@ const PHASES: [Phase; 11] = [
     Phase::Unstack,
     Phase::Finish,
     Phase::Evaluate,
+    Phase::Aggregate,
 ];
 
 impl Phase {
@@ -78,6 +81,7 @@ impl Phase {
             Phase::Unstack => "unstack parameters",
             Phase::Finish => "finish updates",
             Phase::Evaluate => "evaluate",
+            Phase::Aggregate => "sum updates",
         }
     }
 }
@@ -252,7 +256,7 @@ pub fn profile_report() -> Option<String> {
     let kept = KEPT.load(Ordering::Relaxed);
     if kept > 0 {
         out += &format!(
-            "  {:<22} {:10.1} MB at most (momentum buffers; `training.device_state_gib`)\n",
+            "  {:<22} {:10.1} MB at most (momentum buffers and updates; `training.device_state_gib`)\n",
             "kept on the device",
             kept as f64 / 1e6
         );

@@ -26,7 +26,7 @@ use super::AlgorithmSettings;
 use super::LocalUpdate;
 use super::Tested;
 use super::{e_step, fit_mixture_weights, log_sum_exp, Algorithm, ClientReport, LocalContext};
-use super::{SgdUpdate, Updates, MIN_MIXTURE_WEIGHT};
+use super::{SentRuns, SgdUpdate, Updates, MIN_MIXTURE_WEIGHT};
 use crate::data::SplitView;
 use crate::models::{
     sample_losses, Architecture, Encoder, GaussianInputs, InitialModels, InputShape, LocalPlan,
@@ -596,6 +596,7 @@ impl Algorithm for FedGmm {
                 classifier_weights,
             }
         },
+        sends: SentRuns::Computed,
     });
 
     /// μ_k = Σ_t γ_tk μ_tk / Σ_t γ_tk; Σ_k = Σ_t γ_tk (Σ_tk + (μ_tk − μ_k)(μ_tk − μ_k)ᵀ) /

@@ -54,6 +54,7 @@ pub fn train_dp_sgd_alone(
     let mut run = StackedRun {
         params: &mut trained,
         resident_momentum: None,
+        resident_params: None,
         start: None,
         momentum: (plan.momentum != 0.0).then_some(momentum),
         sample_weights: objective.sample_weights,

@@ -56,6 +56,11 @@ pub struct StackedRun<'a> {
     /// `momentum`, which is emptied. The linear model's plain-Rust path (rows on the host)
     /// trains the buffer in `momentum` and empties the slot.
     pub resident_momentum: Option<&'a mut Option<Tensor>>,
+    /// Where the trained parameters stay on the device (for the server to sum them there):
+    /// given, they are left in the slot as a flat `[P]` tensor instead of crossing back into
+    /// `params`, which is left empty. The linear model's plain-Rust path trains on the host,
+    /// writes `params` and leaves the slot empty.
+    pub resident_params: Option<&'a mut Option<Tensor>>,
     /// One weight per training row of the run (FedEM's M-step).
     pub sample_weights: Option<&'a [f32]>,
     /// Adds (μ/2)·‖θ − anchor‖² to the loss (FedProx, Ditto).
@@ -301,14 +306,36 @@ pub fn train_sgd_stacked(
         });
     }
     timed(Phase::Unstack, device, || {
-        unstack_vectors(&params, num_params, |k, values| {
-            let params = &mut runs[order[k]].params;
-            params.clear();
-            params.extend_from_slice(values);
-        });
+        // Parameters and buffers kept on the device stay there (copied out of the stack); the
+        // others cross back.
+        let (mut to_host, mut kept) = (Vec::new(), Vec::new());
+        for (k, &run) in order.iter().enumerate() {
+            match runs[run].resident_params.is_some() {
+                true => kept.push(k),
+                false => to_host.push(k),
+            }
+        }
+        bring_back(
+            &params,
+            num_params,
+            (&kept, Keep::Shared, &to_host),
+            |k, row| {
+                let run = &mut runs[order[k]];
+                match row {
+                    Row::Kept(tensor) => {
+                        *run.params = Vec::new();
+                        if let Some(slot) = run.resident_params.as_deref_mut() {
+                            *slot = Some(tensor);
+                        }
+                    }
+                    Row::Host(values) => {
+                        run.params.clear();
+                        run.params.extend_from_slice(values);
+                    }
+                }
+            },
+        );
         if let Some(bufs) = buffers {
-            // Buffers kept on the device stay there (copied out of the stack); the others
-            // cross back.
             let (mut to_host, mut kept) = (Vec::new(), Vec::new());
             for (k, &run) in order.iter().enumerate() {
                 match (has_buffer[k], runs[run].resident_momentum.is_some()) {
@@ -317,32 +344,63 @@ pub fn train_sgd_stacked(
                     (true, false) => to_host.push(k),
                 }
             }
-            for (k, buffer) in kept.iter().zip(flat_rows(&bufs, &kept)) {
-                let run = &mut runs[order[*k]];
-                if let Some(slot) = run.resident_momentum.as_deref_mut() {
-                    *slot = Some(buffer);
-                }
-                // The buffer lives on the device now (it may have come from the host).
-                if let Some(momentum) = run.momentum.as_deref_mut() {
-                    *momentum = Vec::new();
-                }
-            }
-            let host_rows = match to_host.len() == order.len() {
-                true => bufs,
-                false => {
-                    let index = row_index(&to_host, device);
-                    bufs.iter().map(|t| t.index_select(0, &index)).collect()
-                }
-            };
-            if !to_host.is_empty() {
-                unstack_vectors(&host_rows, num_params, |i, values| {
-                    if let Some(momentum) = runs[order[to_host[i]]].momentum.as_mut() {
+            bring_back(&bufs, num_params, (&kept, Keep::Own, &to_host), |k, row| {
+                let run = &mut runs[order[k]];
+                let Some(momentum) = run.momentum.as_deref_mut() else {
+                    return;
+                };
+                match row {
+                    // The buffer lives on the device now (it may have come from the host).
+                    Row::Kept(tensor) => {
+                        *momentum = Vec::new();
+                        if let Some(slot) = run.resident_momentum.as_deref_mut() {
+                            *slot = Some(tensor);
+                        }
+                    }
+                    Row::Host(values) => {
                         momentum.clear();
                         momentum.extend_from_slice(values);
                     }
-                });
-            }
+                }
+            });
         }
+    });
+}
+
+/// A stacked row brought back ([`bring_back`]).
+enum Row<'v> {
+    /// Kept on the device, as a flat `[P]` tensor of its own.
+    Kept(Tensor),
+    /// Crossed to the host.
+    Host(&'v [f32]),
+}
+
+/// Brings back rows of `stacked` (of `p` values each): those of `kept` as flat tensors that
+/// stay on the device (held as `keep` says), those of `to_host` across to the host; `take`
+/// gets each row with its index.
+fn bring_back(
+    stacked: &[Tensor],
+    p: usize,
+    (kept, keep, to_host): (&[usize], Keep, &[usize]),
+    mut take: impl FnMut(usize, Row<'_>),
+) {
+    for (&k, tensor) in kept.iter().zip(flat_rows(stacked, kept, keep)) {
+        take(k, Row::Kept(tensor));
+    }
+    if to_host.is_empty() {
+        return;
+    }
+    let rows = stacked[0].size()[0] as usize;
+    let whole = to_host.len() == rows;
+    let host_rows: Vec<Tensor> = match whole {
+        true => stacked.iter().map(Tensor::shallow_clone).collect(),
+        false => {
+            let index = row_index(to_host, stacked[0].device());
+            tch::no_grad(|| stacked.iter().map(|t| t.index_select(0, &index)).collect())
+        }
+    };
+    unstack_vectors(&host_rows, p, |i, values| {
+        take(to_host[i], Row::Host(values))
     });
 }
 
@@ -785,21 +843,43 @@ fn row_index(rows: &[usize], device: Device) -> Tensor {
     Tensor::from_slice(&rows).to_device(device)
 }
 
-/// Rows `rows` of stacked parameter tensors, each as one flat `[P]` tensor of its own on
-/// their device (copies): one gather per parameter tensor, one copy per row.
-fn flat_rows(stacked: &[Tensor], rows: &[usize]) -> Vec<Tensor> {
+/// Rows `rows` of stacked parameter tensors, each as one flat `[P]` tensor on their device:
+/// one gather per parameter tensor (none where `rows` are all the rows, in order), then each
+/// row a copy of its own (`Own`), or a view of one `[k, P]` tensor they share (`Shared`: rows
+/// that are dropped together, as a round's updates are at its aggregation).
+fn flat_rows(stacked: &[Tensor], rows: &[usize], keep: Keep) -> Vec<Tensor> {
     if rows.is_empty() {
         return Vec::new();
     }
     tch::no_grad(|| {
-        let index = row_index(rows, stacked[0].device());
         let k = rows.len() as i64;
-        let pieces: Vec<Tensor> = (stacked.iter())
-            .map(|t| t.index_select(0, &index).reshape([k, -1]))
-            .collect();
+        let every_row = rows.iter().enumerate().all(|(i, &r)| i == r) && stacked[0].size()[0] == k;
+        let pieces: Vec<Tensor> = match every_row {
+            true => stacked.iter().map(|t| t.reshape([k, -1])).collect(),
+            false => {
+                let index = row_index(rows, stacked[0].device());
+                (stacked.iter())
+                    .map(|t| t.index_select(0, &index).reshape([k, -1]))
+                    .collect()
+            }
+        };
         let all = Tensor::cat(&pieces, 1);
-        (0..k).map(|i| all.get(i).copy()).collect()
+        (0..k)
+            .map(|i| match keep {
+                Keep::Own => all.get(i).copy(),
+                Keep::Shared => all.get(i),
+            })
+            .collect()
     })
+}
+
+/// How rows brought back to stay on the device hold their memory ([`flat_rows`]).
+#[derive(Clone, Copy)]
+enum Keep {
+    /// Each its own copy (momentum buffers, replaced one client at a time).
+    Own,
+    /// Views of one tensor (a round's updates).
+    Shared,
 }
 
 /// Writes flat `[P]` tensors into rows of stacked tensors (`(row, values)`; any device, moved
@@ -998,6 +1078,8 @@ mod tests {
             };
             let mut stacked_momenta = momenta.clone();
             let mut slots: Vec<Option<Tensor>> = (0..3).map(|_| None).collect();
+            // Run 0's trained parameters stay on the device too where buffers do.
+            let mut param_slots: Vec<Option<Tensor>> = (0..3).map(|_| None).collect();
             if kept == Kept::Device {
                 slots[1] = Some(Tensor::from_slice(&stacked_momenta[1]));
                 stacked_momenta[1].clear();
@@ -1005,15 +1087,16 @@ mod tests {
             let mut runs: Vec<StackedRun<'_>> = stacked
                 .iter_mut()
                 .zip(stacked_momenta.iter_mut())
-                .zip(slots.iter_mut())
+                .zip(slots.iter_mut().zip(param_slots.iter_mut()))
                 .enumerate()
-                .map(|(k, ((params, momentum), slot))| {
+                .map(|(k, ((params, momentum), (slot, param_slot)))| {
                     let mut stream = ChaCha20Rng::seed_from_u64(k as u64);
                     let o = objective(k);
                     let passes = plan.passes(sizes[k], &mut stream);
                     StackedRun {
                         params,
                         resident_momentum: (kept != Kept::No).then_some(slot),
+                        resident_params: (kept == Kept::Device && k == 0).then_some(param_slot),
                         start: shared.then_some(&start[k][..]),
                         momentum: (k != 2).then_some(momentum),
                         sample_weights: o.sample_weights,
@@ -1037,6 +1120,21 @@ mod tests {
                     *momentum = Vec::<f32>::try_from(buffer).unwrap();
                 }
             }
+            let plain_rust = arch.is_linear() && resident.is_none();
+            assert_eq!(
+                param_slots[0].is_some(),
+                kept == Kept::Device && !plain_rust,
+                "trained parameters stay on the device where asked, unless trained in Rust"
+            );
+            for (params, slot) in stacked.iter_mut().zip(&param_slots) {
+                if let Some(trained) = slot {
+                    assert!(
+                        params.is_empty(),
+                        "parameters kept on the device are not written"
+                    );
+                    *params = Vec::<f32>::try_from(trained).unwrap();
+                }
+            }
             (stacked, stacked_momenta)
         };
         let stacked_on = |resident| stacked_from(resident, false, Kept::No);
@@ -1053,7 +1151,7 @@ mod tests {
                 assert_eq!(
                     stacked_from(resident, true, kept),
                     stacked_on(resident),
-                    "buffers kept on the device train as from the host"
+                    "buffers and parameters kept on the device train as from the host"
                 );
             }
         }
