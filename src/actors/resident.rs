@@ -162,58 +162,68 @@ impl DeviceFloats for KeptUpdate {
     }
 }
 
-/// For each float vector of `updates` (in the order given: client order), Σ wᵢ·vᵢ with wᵢ =
-/// `weight` of the update, on the device of the first update kept there: each vector taken as
+/// For each float vector k of `updates` (in the order given: client order), Σ wᵢ·vᵢ with wᵢ
+/// = `weight(update, k)`, on the device of the first update kept there: each vector taken as
 /// f64, multiplied by its weight and added to the sum, the arithmetic of [`WeightedSum::add`]
-/// in the same order, so the host's bits. Only the sums cross back; an update on the host
+/// in the same order, so the host's bits; with the updates' skeletons, as
+/// [`Updates::weighted_sums`] gives them. Only the sums cross back; an update on the host
 /// crosses up. A spilled update that cannot be read back panics (the caller's error).
+///
+/// [`Updates::weighted_sums`]: crate::algorithms::Updates::weighted_sums
 pub(super) fn sum_on_device<U: Floats>(
     updates: Vec<(u32, Stored<U>)>,
-    weight: impl Fn(&U) -> f64,
-) -> Vec<WeightedSum> {
+    weight: impl Fn(&U, usize) -> f64,
+) -> (Vec<WeightedSum>, Vec<U>) {
     let device = (updates.iter())
         .find_map(|(_, u)| u.device_floats().and_then(kept))
         .map_or(Device::Cpu, |k| k.vectors()[0].device());
     timed(Phase::Aggregate, device, || {
         tch::no_grad(|| {
-            let (mut sums, mut total): (Vec<Tensor>, f64) = (Vec::new(), 0.0);
+            let (mut sums, mut totals): (Vec<Tensor>, Vec<f64>) = (Vec::new(), Vec::new());
+            let mut skeletons = Vec::new();
             for (_, stored) in updates {
-                let w = weight(stored.skeleton());
-                total += w;
-                let vectors: Vec<Tensor> = match stored.device_floats().and_then(kept) {
-                    Some(kept) => kept.vectors().iter().map(Tensor::shallow_clone).collect(),
+                let kept_vectors: Option<Vec<Tensor>> = (stored.device_floats().and_then(kept))
+                    .map(|kept| kept.vectors().iter().map(Tensor::shallow_clone).collect());
+                let (vectors, skeleton): (Vec<Tensor>, U) = match kept_vectors {
+                    Some(vectors) => (vectors, stored.into_skeleton()),
                     None => {
                         let mut update = stored
                             .into_inner()
                             .unwrap_or_else(|e| panic!("reading an update back: {e}"));
-                        (update.floats_mut().into_iter())
+                        let vectors = (update.floats_mut().into_iter())
                             .map(|v| {
                                 crossed(Crossing::VectorsIn, 4 * v.len());
-                                Tensor::from_slice(v).to_device(device)
+                                Tensor::from_slice(&std::mem::take(v)).to_device(device)
                             })
-                            .collect()
+                            .collect();
+                        (vectors, update)
                     }
                 };
                 if sums.is_empty() {
                     sums = (vectors.iter())
                         .map(|v| Tensor::zeros([v.numel() as i64], (Kind::Double, device)))
                         .collect();
+                    totals = vec![0.0; vectors.len()];
                 }
                 assert_eq!(sums.len(), vectors.len(), "updates of one shape");
-                for (sum, v) in sums.iter_mut().zip(vectors) {
+                for (k, (sum, v)) in sums.iter_mut().zip(vectors).enumerate() {
+                    let w = weight(&skeleton, k);
+                    totals[k] += w;
                     // As the host's `acc += w * (x as f64)`: the product rounded, then the sum.
                     let product = v.to_device(device).to_kind(Kind::Double) * w;
                     let _ = sum.g_add_(&product);
                 }
+                skeletons.push(skeleton);
             }
-            sums.into_iter()
-                .map(|sum| {
+            let sums = (sums.into_iter().zip(totals))
+                .map(|(sum, total)| {
                     let acc = Vec::<f64>::try_from(&sum.to_device(Device::Cpu))
                         .expect("a sum is a flat f64 tensor");
                     crossed(Crossing::VectorsOut, 8 * acc.len());
                     WeightedSum::from_parts(acc, total)
                 })
-                .collect()
+                .collect();
+            (sums, skeletons)
         })
     })
 }
@@ -300,7 +310,7 @@ mod tests {
         assert!(budget.reserve(1).is_none(), "the budget is taken");
         // Client 0's kept vector, shared with the sum (the summed copy is dropped with it).
         let first = kept[0].1.device_floats().map(|f| f.read());
-        let on_device = sum_on_device(kept, |u: &ModelUpdate| u.weight);
+        let (on_device, _) = sum_on_device(kept, |u: &ModelUpdate, _| u.weight);
         let updates_again: Vec<(u32, ModelUpdate)> = (updates.iter())
             .map(|(c, u)| {
                 (
@@ -312,7 +322,10 @@ mod tests {
                 )
             })
             .collect();
-        let on_host = Updates::from(updates).weighted_sums(|u| u.weight);
+        let (on_host, skeletons) = Updates::from(updates).weighted_sums(|u, _| u.weight);
+        assert!(
+            skeletons.iter().all(|u| u.params.is_empty()) && skeletons[4].weight == 1.0 + 4.0 / 3.0
+        );
         let bits = |sums: Vec<WeightedSum>| -> Vec<u32> {
             sums.into_iter()
                 .flat_map(|s| s.average())

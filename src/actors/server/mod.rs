@@ -564,8 +564,9 @@ impl<A: Algorithm> Core<A> {
             // A spilled update that cannot be read back panics inside: the run's error.
             let aggregate = || match on_device {
                 Some(summed) => {
-                    let sums = super::resident::sum_on_device(updates.into_items(), summed.weight);
-                    (summed.finish)(self.alg(), &self.global, sums)
+                    let items = updates.into_items();
+                    let (sums, skeletons) = super::resident::sum_on_device(items, summed.weight);
+                    (summed.finish)(self.alg(), &self.global, sums, skeletons)
                 }
                 None => self.alg().aggregate(&self.global, updates),
             };

@@ -146,8 +146,8 @@ macro_rules! model_update_aggregation {
 
         /// FedAvg's n_t-weighted average of the models, in client order.
         const SUMMED: Option<$crate::algorithms::Summed<Self>> = Some($crate::algorithms::Summed {
-            weight: |update| update.weight,
-            finish: |_, _, sums| {
+            weight: |update, _| update.weight,
+            finish: |_, _, sums, _| {
                 let [sum] = <[_; 1]>::try_from(sums).expect("one vector");
                 sum.average()
             },

@@ -490,8 +490,8 @@ impl Algorithm for FedEm {
     /// `unsampled: keep_global`, the global component stands in for the clients not sampled
     /// (with their share of the training rows), added last.
     const SUMMED: Option<Summed<Self>> = Some(Summed {
-        weight: |update| update.weight,
-        finish: |fedem, global, mut sums| {
+        weight: |update, _| update.weight,
+        finish: |fedem, global, mut sums, _| {
             sums.resize(global.len(), WeightedSum::default());
             let sampled = sums[0].total();
             let rest = match fedem.spec.unsampled {

@@ -666,10 +666,11 @@ impl SentRuns {
 /// weighted sum over the round's updates in client order, accumulated in f64
 /// ([`Updates::weighted_sums`]), then finished by the algorithm ([`Algorithm::SUMMED`]).
 pub struct Summed<A: Algorithm + ?Sized> {
-    /// An update's weight in every sum.
-    pub weight: fn(&A::Update) -> f64,
-    /// The new global model from the sums (one per float vector).
-    pub finish: fn(&A, &A::Global, Vec<WeightedSum>) -> A::Global,
+    /// An update's weight in the sum of its float vector `k`.
+    pub weight: fn(&A::Update, usize) -> f64,
+    /// The new global model from the sums (one per float vector) and the updates' skeletons
+    /// (what else they carry, their float vectors emptied), in client order.
+    pub finish: fn(&A, &A::Global, Vec<WeightedSum>, Vec<A::Update>) -> A::Global,
 }
 
 /// [`Algorithm::aggregate`] for an algorithm whose aggregation is [`Algorithm::SUMMED`].
@@ -679,7 +680,8 @@ pub fn summed_aggregate<A: Algorithm>(
     updates: Updates<A::Update>,
 ) -> A::Global {
     let summed = A::SUMMED.expect("the algorithm declares its summed aggregation");
-    (summed.finish)(alg, global, updates.weighted_sums(summed.weight))
+    let (sums, skeletons) = updates.weighted_sums(summed.weight);
+    (summed.finish)(alg, global, sums, skeletons)
 }
 
 /// See [`SgdUpdate::scores`].
@@ -982,24 +984,30 @@ impl<U: Floats> Updates<U> {
         }
     }
 
-    /// For each float vector of the updates ([`Floats`] order), Σ wᵢ·vᵢ with wᵢ = `weight`
-    /// of the update, accumulated in f64 in client order ([`WeightedSum`]), one update in
-    /// memory at a time. No updates: no sums.
-    pub fn weighted_sums(self, weight: impl Fn(&U) -> f64) -> Vec<WeightedSum> {
+    /// For each float vector k of the updates ([`Floats`] order), Σ wᵢ·vᵢ with wᵢ =
+    /// `weight(update, k)`, accumulated in f64 in client order ([`WeightedSum`]), one update
+    /// in memory at a time; with the updates' skeletons (their float vectors emptied), in
+    /// client order. No updates: no sums.
+    pub fn weighted_sums(self, weight: impl Fn(&U, usize) -> f64) -> (Vec<WeightedSum>, Vec<U>) {
         let mut sums: Vec<WeightedSum> = Vec::new();
+        let mut skeletons = Vec::with_capacity(self.items.len());
         for (_, stored) in self.items {
             let mut update = read_back(stored);
-            let w = weight(&update);
+            let weights: Vec<f64> = (0..update.floats_mut().len())
+                .map(|k| weight(&update, k))
+                .collect();
             let vectors = update.floats_mut();
             if sums.is_empty() {
                 sums = vec![WeightedSum::default(); vectors.len()];
             }
             assert_eq!(sums.len(), vectors.len(), "updates of one shape");
-            for (sum, v) in sums.iter_mut().zip(vectors) {
+            for ((sum, v), w) in sums.iter_mut().zip(vectors).zip(weights) {
                 sum.add(w, v);
+                *v = Vec::new();
             }
+            skeletons.push(update);
         }
-        sums
+        (sums, skeletons)
     }
 
     /// Whether some update's float vectors are on a device ([`Stored::on_device`]).

@@ -358,6 +358,14 @@ impl<T: Floats> Stored<T> {
         Ok(())
     }
 
+    /// The value without its float buffers (emptied wherever they are): what else it carries.
+    pub fn into_skeleton(mut self) -> T {
+        for buffer in self.value.floats_mut() {
+            *buffer = Vec::new();
+        }
+        self.value
+    }
+
     /// The value in memory (after [`Stored::restore`]); a skeleton is never handed out.
     pub fn get(&self) -> &T {
         assert!(

@@ -26,7 +26,7 @@ use super::AlgorithmSettings;
 use super::LocalUpdate;
 use super::Tested;
 use super::{e_step, fit_mixture_weights, log_sum_exp, Algorithm, ClientReport, LocalContext};
-use super::{SentRuns, SgdUpdate, Updates, MIN_MIXTURE_WEIGHT};
+use super::{SentRuns, SgdUpdate, Summed, Updates, WeightedSum, MIN_MIXTURE_WEIGHT};
 use crate::data::SplitView;
 use crate::models::{
     sample_losses, Architecture, Encoder, GaussianInputs, InitialModels, InputShape, LocalPlan,
@@ -596,67 +596,71 @@ impl Algorithm for FedGmm {
                 classifier_weights,
             }
         },
-        sends: SentRuns::Computed,
+        sends: SentRuns::All,
     });
 
     /// μ_k = Σ_t γ_tk μ_tk / Σ_t γ_tk; Σ_k = Σ_t γ_tk (Σ_tk + (μ_tk − μ_k)(μ_tk − μ_k)ᵀ) /
     /// Σ_t γ_tk (the pooled covariance); θ_m weighted by Σ_i Σ_k r. All in client order, f64.
+    /// Each Gaussian's moments pooled over the clients by their weights (from the updates'
+    /// skeletons), and each classifier's weighted average (summed, where the updates' vectors
+    /// are); a Gaussian or classifier that no client weighed keeps its global value.
+    const SUMMED: Option<Summed<Self>> = Some(Summed {
+        weight: |update, m| update.classifier_weights[m],
+        finish: |fedgmm, global, sums, updates| {
+            let diagonal = fedgmm.spec.covariance == Covariance::Diagonal;
+            let gaussians = global
+                .gaussians
+                .iter()
+                .enumerate()
+                .map(|(k, g)| {
+                    let total: f64 = updates.iter().map(|u| u.gaussian_weights[k]).sum();
+                    if total.is_nan() || total <= 0.0 {
+                        return g.clone();
+                    }
+                    let d = g.mean.len();
+                    let mut mean = vec![0.0; d];
+                    for u in &updates {
+                        let w = u.gaussian_weights[k] / total;
+                        mean.iter_mut()
+                            .zip(&u.gaussians[k].mean)
+                            .for_each(|(a, &b)| *a += w * b);
+                    }
+                    let mut cov = vec![0.0; g.cov.len()];
+                    let mut c = vec![0.0; d];
+                    for u in &updates {
+                        let w = u.gaussian_weights[k] / total;
+                        let local = &u.gaussians[k];
+                        cov.iter_mut()
+                            .zip(&local.cov)
+                            .for_each(|(a, &b)| *a += w * b);
+                        c.iter_mut()
+                            .zip(local.mean.iter().zip(&mean))
+                            .for_each(|(ci, (a, b))| *ci = a - b);
+                        add_outer(&mut cov, &c, w, diagonal);
+                    }
+                    Gaussian { mean, cov }
+                })
+                .collect();
+            let mut sums = sums;
+            sums.resize(global.classifiers.len(), WeightedSum::default());
+            let classifiers = (global.classifiers.iter().zip(sums))
+                .map(|(theta, sum)| {
+                    let total = sum.total();
+                    match total.is_nan() || total <= 0.0 {
+                        true => theta.clone(),
+                        false => sum.average(),
+                    }
+                })
+                .collect();
+            GmmGlobal {
+                gaussians,
+                classifiers,
+            }
+        },
+    });
+
     fn aggregate(&self, global: &GmmGlobal, updates: Updates<GmmUpdate>) -> GmmGlobal {
-        let updates = &updates.into_vec()[..];
-        let diagonal = self.spec.covariance == Covariance::Diagonal;
-        let gaussians = global
-            .gaussians
-            .iter()
-            .enumerate()
-            .map(|(k, g)| {
-                let total: f64 = updates.iter().map(|(_, u)| u.gaussian_weights[k]).sum();
-                if total.is_nan() || total <= 0.0 {
-                    return g.clone();
-                }
-                let d = g.mean.len();
-                let mut mean = vec![0.0; d];
-                for (_, u) in updates {
-                    let w = u.gaussian_weights[k] / total;
-                    mean.iter_mut()
-                        .zip(&u.gaussians[k].mean)
-                        .for_each(|(a, &b)| *a += w * b);
-                }
-                let mut cov = vec![0.0; g.cov.len()];
-                let mut c = vec![0.0; d];
-                for (_, u) in updates {
-                    let w = u.gaussian_weights[k] / total;
-                    let local = &u.gaussians[k];
-                    cov.iter_mut()
-                        .zip(&local.cov)
-                        .for_each(|(a, &b)| *a += w * b);
-                    c.iter_mut()
-                        .zip(local.mean.iter().zip(&mean))
-                        .for_each(|(ci, (a, b))| *ci = a - b);
-                    add_outer(&mut cov, &c, w, diagonal);
-                }
-                Gaussian { mean, cov }
-            })
-            .collect();
-        let classifiers = global
-            .classifiers
-            .iter()
-            .enumerate()
-            .map(|(m, theta)| {
-                let total: f64 = updates.iter().map(|(_, u)| u.classifier_weights[m]).sum();
-                if total.is_nan() || total <= 0.0 {
-                    return theta.clone();
-                }
-                super::weighted_average(
-                    updates
-                        .iter()
-                        .map(|(_, u)| (u.classifier_weights[m], &u.classifiers[m][..])),
-                )
-            })
-            .collect();
-        GmmGlobal {
-            gaussians,
-            classifiers,
-        }
+        super::summed_aggregate(self, global, updates)
     }
 
     /// π fitted by EM on the client's training data with the Gaussians and classifiers frozen.
