@@ -12,7 +12,7 @@ use super::job::JobContext;
 use super::messages::{
     FinishedWork, FlEffects, Msg, PooledNovelty, PrivacyNote, ToClient, ToServer, TrainOrder,
 };
-use super::resident::KeptUpdate;
+use super::resident::KeptFloats;
 use super::world::{Deliver, Members, Outbox, Routed};
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::io::Stored;
@@ -153,14 +153,17 @@ impl<A: Algorithm> Client<A> {
             state: self.kept().state.clone(),
             rng: self.seeds.rng(Entity::Client(self.id), "train", job),
             uploads: upload,
+            keeps_state: true,
         };
         let (jobs, client) = (self.jobs.clone(), self.id);
         // On the pool: checked, counted and spilled before the result waits for its time.
         let pending = self.dispatch.train(job, move |mut t| {
             let on_device = t.on_device.take();
+            let state_on_device = t.state_on_device.take();
             let finite = t.update.is_finite()
                 && t.state.is_finite()
-                && on_device.as_ref().is_none_or(KeptUpdate::is_finite);
+                && on_device.as_ref().is_none_or(KeptFloats::is_finite)
+                && state_on_device.as_ref().is_none_or(KeptFloats::is_finite);
             let loss = upload
                 .then(|| jobs.starting_loss(client, &base, &mut t.update))
                 .flatten();
@@ -198,7 +201,10 @@ impl<A: Algorithm> Client<A> {
                 finite,
                 update,
                 bytes,
-                state: jobs.keep(t.state),
+                state: match state_on_device {
+                    Some(kept) => Stored::on_device(t.state, Arc::new(kept)),
+                    None => jobs.keep(t.state),
+                },
                 residual: residual.map(|r| jobs.keep(r)),
                 upload,
                 compute,

@@ -27,7 +27,9 @@
 //! [`World::flush`]: crate::sim::World::flush
 
 use super::job::JobContext;
-use super::resident::KeptUpdate;
+use super::resident::{
+    keep_state_vector, take_kept_vector, to_host, Held, KeptFloats, Reservation,
+};
 use super::trainer::TrainerPool;
 use super::world::Flush;
 use crate::algorithms::LocalUpdate;
@@ -133,6 +135,9 @@ pub(super) struct TrainJob<A: Algorithm> {
     pub rng: ChaCha20Rng,
     /// Whether the update goes to the server (a client's upload; never a peer's model).
     pub uploads: bool,
+    /// Whether the state goes back to a client, which keeps it as a [`Stored`] (a peer keeps
+    /// its own in memory).
+    pub keeps_state: bool,
 }
 
 /// What a training job yields: the update and the client's new state.
@@ -142,7 +147,10 @@ pub(super) struct Trained<A: Algorithm> {
     pub state: A::ClientState,
     /// The update's float vectors, where they stay on the device for the server to sum there
     /// ([`keeps_update_on_device`]).
-    pub on_device: Option<KeptUpdate>,
+    pub on_device: Option<KeptFloats>,
+    /// The state's float vectors, where the client's own model stays on the device
+    /// ([`keeps_state_on_device`]): `state` is then their skeleton.
+    pub state_on_device: Option<KeptFloats>,
 }
 
 impl<A: Algorithm> TrainJob<A> {
@@ -168,6 +176,7 @@ impl<A: Algorithm> TrainJob<A> {
             update,
             state,
             on_device: None,
+            state_on_device: None,
         }
     }
 }
@@ -765,9 +774,6 @@ fn train_cohort<A: Algorithm>(
     device: tch::Device,
     resident: Option<DeviceRows>,
 ) -> Vec<Trained<A>> {
-    timed(Phase::Restore, device, || {
-        shard.iter_mut().for_each(|job| restore(&mut job.state))
-    });
     let sgd = match A::UPDATE {
         LocalUpdate::Batchwise(batchwise) => {
             return train_batchwise_cohort(jobs, batchwise, shard, device, resident)
@@ -775,6 +781,17 @@ fn train_cohort<A: Algorithm>(
         LocalUpdate::Sgd(sgd) => sgd,
         LocalUpdate::Own(_) => unreachable!("cohorts are formed only for updates that stack"),
     };
+    // A client's own model kept on the device since its last job is where its run starts:
+    // taken out before the rest of its state is read back.
+    let kept_starts: Vec<Option<Tensor>> = (shard.iter_mut())
+        .map(|job| {
+            let keeps = sgd.keeps?;
+            take_kept_vector(&mut job.state, keeps.state_vector)
+        })
+        .collect();
+    timed(Phase::Restore, device, || {
+        shard.iter_mut().for_each(|job| restore(&mut job.state))
+    });
     let plan = &jobs.training.plan;
     let clients: Vec<u32> = shard.iter().map(|job| job.client).collect();
     let rows = jobs.data.rows_for(&clients);
@@ -849,29 +866,42 @@ fn train_cohort<A: Algorithm>(
                 .collect()
         })
         .collect();
-    // Each sent run's slot for its trained parameters, where the job's update stays on the
-    // device (its bytes reserved: all its runs' or none).
-    let mut sent: Vec<SentSlots> = (begun.iter())
-        .map(|(job, runs, _)| {
+    // Each run's slot for its parameters on the device: a sent run's, where the job's update
+    // stays there (its bytes reserved: all its runs' or none); the kept run's, where the
+    // client's own model starts there or stays there.
+    let mut sent: Vec<ParamSlots> = (begun.iter().zip(kept_starts))
+        .map(|((job, runs, _), kept_start)| {
             let sends = |r: usize| sgd.sends.sends(r);
             let count = (0..runs.len()).filter(|&r| sends(r)).count() as u64;
-            let reserved = (keeps_update_on_device(jobs, job) && count > 0)
+            let update = (keeps_update_on_device(jobs, job) && count > 0)
                 .then(|| jobs.device_budget.reserve(count * buffer_bytes))
                 .flatten();
-            let slots = (0..runs.len())
-                .map(|r| (reserved.is_some() && sends(r)).then_some(None))
+            let keeps = sgd.keeps.filter(|_| keeps_state_on_device(jobs, job));
+            let state = keeps.and_then(|_| jobs.device_budget.reserve(buffer_bytes));
+            let mut slots: Vec<_> = (0..runs.len())
+                .map(|r| (update.is_some() && sends(r)).then_some(None))
                 .collect();
-            (reserved, slots)
+            if let Some(keeps) = sgd.keeps {
+                assert!(!sends(keeps.run), "a run is sent or kept, not both");
+                if kept_start.is_some() || state.is_some() {
+                    slots[keeps.run] = Some(kept_start);
+                }
+            }
+            ParamSlots {
+                update,
+                state,
+                slots,
+            }
         })
         .collect();
     let mut stacked: Vec<StackedRun<'_>> = Vec::new();
     let jobs_slots = begun.iter_mut().zip(&mut slots).zip(&mut sent);
-    for (k, (((job, runs, passes), slots), (_, sent))) in jobs_slots.enumerate() {
+    for (k, (((job, runs, passes), slots), sent)) in jobs_slots.enumerate() {
         let first_row = rows.data().first_row(rows.index(k), Split::Train);
         let runs = runs
             .iter_mut()
             .zip(std::mem::take(passes))
-            .zip(slots.iter_mut().zip(sent));
+            .zip(slots.iter_mut().zip(&mut sent.slots));
         for ((run, (passes, private, dropout)), (slot, sent)) in runs {
             let SgdRun {
                 params,
@@ -916,23 +946,49 @@ fn train_cohort<A: Algorithm>(
             .zip(slots)
             .zip(sent)
             .enumerate()
-            .map(|(k, (((mut job, mut runs, _), slots), (reserved, sent)))| {
+            .map(|(k, (((mut job, mut runs, _), slots), sent))| {
                 for (r, (run, slot)) in runs.iter_mut().zip(slots).enumerate() {
                     jobs.training.settle_momentum(&mut run.momentum);
                     if let Some(slot) = slot {
                         kept.put(job.client, r, slot, buffer_bytes);
                     }
                 }
+                let ParamSlots {
+                    update: update_bytes,
+                    state: state_bytes,
+                    mut slots,
+                } = sent;
+                // The kept run's parameters: staying on the device where there is room, else
+                // crossing back into the run (to the state, as on the host).
+                let own_model = sgd.keeps.and_then(|keeps| {
+                    let trained = slots[keeps.run].take().flatten()?;
+                    match state_bytes {
+                        Some(bytes) => Some((keeps.state_vector, trained, bytes)),
+                        None => {
+                            let run = &mut runs[keeps.run];
+                            run.params = Cow::Owned(to_host(&trained));
+                            None
+                        }
+                    }
+                });
                 // Every sent run's parameters on the device, or (trained in plain Rust) none.
-                let vectors: Option<Vec<Tensor>> = sent.into_iter().flatten().collect();
-                let on_device = reserved
+                let vectors: Option<Vec<Held>> = slots
+                    .into_iter()
+                    .flatten()
+                    .map(|t| t.map(Held::Device))
+                    .collect();
+                let on_device = update_bytes
                     .zip(vectors.filter(|v| !v.is_empty()))
-                    .map(|(bytes, vectors)| KeptUpdate::new(vectors, bytes));
+                    .map(|(bytes, vectors)| KeptFloats::new(vectors, bytes));
                 let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
                 let state = job.state.get_mut();
                 let update = (sgd.finish)(&jobs.algorithm, &ctx, &job.global, state, runs);
+                let state_on_device = own_model.map(|(vector, trained, bytes)| {
+                    keep_state_vector(state, vector, trained, bytes)
+                });
                 Trained {
                     on_device,
+                    state_on_device,
                     ..job.finished(update)
                 }
             })
@@ -950,15 +1006,27 @@ fn keeps_momentum_on_device<A: Algorithm>(jobs: &JobContext<A>) -> bool {
         && jobs.training.keep_momentum
 }
 
-/// A job's bytes reserved for its update on the device, and each run's slot for its trained
-/// parameters there (`None`: the run is not sent, or the update is made on the host).
-type SentSlots = (
-    Option<super::resident::Reservation>,
-    Vec<Option<Option<Tensor>>>,
-);
+/// A job's runs' slots for their parameters on the device (`None`: the run's cross as on the
+/// host), with the bytes reserved for what stays there.
+struct ParamSlots {
+    /// For the update's sent runs.
+    update: Option<Reservation>,
+    /// For the client's own model (the kept run's).
+    state: Option<Reservation>,
+    slots: Vec<Option<Option<Tensor>>>,
+}
+
+/// Whether `job`'s client keeps its own model (the run [`SgdUpdate::keeps`] names) on the
+/// device between rounds: where cohorts are the GPU path and the job is a client's (a peer's
+/// state stays with the peer).
+///
+/// [`SgdUpdate::keeps`]: crate::algorithms::SgdUpdate::keeps
+fn keeps_state_on_device<A: Algorithm>(jobs: &JobContext<A>, job: &TrainJob<A>) -> bool {
+    stacking_evaluations_pays(jobs.training.cohorts, &jobs.placement) && job.keeps_state
+}
 
 /// Whether `job`'s update stays on the device for the server to sum there
-/// ([`KeptUpdate`]): where cohorts are the GPU path (a GPU, or `training.cohorts: always`),
+/// ([`KeptFloats`]): where cohorts are the GPU path (a GPU, or `training.cohorts: always`),
 /// the algorithm's aggregation is summed ([`Algorithm::SUMMED`]) and its update is made of its
 /// trained runs ([`SgdUpdate::sends`]), the client uploads it, and nothing on its way reads or
 /// changes it: no client-level privacy, compression, attack, robust rule or reported loss.

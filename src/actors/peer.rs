@@ -169,6 +169,7 @@ impl<A: Gossip> Peer<A> {
                 .seeds
                 .rng(Entity::Client(id), "train", round as u64),
             uploads: false,
+            keeps_state: false,
         };
         let pending = self.shared.dispatch.train(job, move |t| {
             Routed::Member(PeerMsg::Trained {

@@ -1,6 +1,7 @@
 //! What a run's cohorts keep on the device instead of the host: clients' momentum buffers
-//! between rounds ([`ResidentMomenta`]) and updates waiting for the server to sum them there
-//! ([`KeptUpdate`], [`sum_on_device`]), within one budget ([`DeviceBudget`]).
+//! between rounds ([`ResidentMomenta`]), updates waiting for the server to sum them there
+//! ([`sum_on_device`]) and clients' own models between rounds ([`KeptFloats`]), within one
+//! budget ([`DeviceBudget`]).
 //!
 //! This room must not decide what stays by anything that changes results, nor sum in any other
 //! order or with any other arithmetic than the host's: a value here or on the host holds the
@@ -109,51 +110,84 @@ impl ResidentMomenta {
     }
 }
 
-/// A client's update whose float vectors (its trained runs' parameters,
-/// [`SgdUpdate::sends`]) stay on the device where its cohort trained them, until the server
-/// sums them there ([`sum_on_device`]); anything else that needs them reads them back
-/// ([`Stored::restore`]). Its bytes are held in the run's [`DeviceBudget`] while it lives.
+/// A value's float vectors kept on the device where its cohort trained them, for a client's
+/// update (its trained runs' parameters, [`SgdUpdate::sends`]) until the server sums them there
+/// ([`sum_on_device`]), or for a client's state (Ditto's personal model, [`SgdUpdate::keeps`])
+/// until its next job trains from it; a vector that was not trained there is held here as it
+/// was. Anything else that needs the value reads it back ([`Stored::restore`]). Its bytes on the
+/// device are held in the run's [`DeviceBudget`] while it lives.
 ///
 /// [`SgdUpdate::sends`]: crate::algorithms::SgdUpdate::sends
-pub(super) struct KeptUpdate {
-    /// One flat `[P]` tensor per float vector of the update, in its [`Floats`] order.
-    vectors: Mutex<Vec<Tensor>>,
+/// [`SgdUpdate::keeps`]: crate::algorithms::SgdUpdate::keeps
+pub(super) struct KeptFloats {
+    /// One per float vector of the value, in its [`Floats`] order.
+    vectors: Mutex<Vec<Held>>,
     _bytes: Reservation,
 }
 
-impl KeptUpdate {
-    pub(super) fn new(vectors: Vec<Tensor>, bytes: Reservation) -> Self {
-        KeptUpdate {
+/// A vector of [`KeptFloats`].
+pub(super) enum Held {
+    /// A flat `[P]` tensor on the device.
+    Device(Tensor),
+    /// On the host.
+    Host(Vec<f32>),
+}
+
+impl Held {
+    fn is_finite(&self) -> bool {
+        match self {
+            Held::Device(v) => v.isfinite().all().int64_value(&[]) != 0,
+            Held::Host(v) => v.iter().all(|x| x.is_finite()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Held::Device(v) => v.numel(),
+            Held::Host(v) => v.len(),
+        }
+    }
+}
+
+impl KeptFloats {
+    pub(super) fn new(vectors: Vec<Held>, bytes: Reservation) -> Self {
+        KeptFloats {
             vectors: Mutex::new(vectors),
             _bytes: bytes,
         }
     }
 
-    fn vectors(&self) -> std::sync::MutexGuard<'_, Vec<Tensor>> {
+    fn vectors(&self) -> std::sync::MutexGuard<'_, Vec<Held>> {
         self.vectors.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// How many floats the vectors hold together.
     pub(super) fn floats(&self) -> usize {
-        self.vectors().iter().map(Tensor::numel).sum()
+        self.vectors().iter().map(Held::len).sum()
     }
 
-    /// Whether every value is finite (a number crosses, not the vectors).
+    /// Whether every value is finite (for a vector on the device, a number crosses).
     pub(super) fn is_finite(&self) -> bool {
-        self.vectors()
-            .iter()
-            .all(|v| v.isfinite().all().int64_value(&[]) != 0)
+        self.vectors().iter().all(Held::is_finite)
+    }
+
+    /// The vectors, those on the device as tensors sharing their memory.
+    pub(super) fn shared(&self) -> Vec<Held> {
+        (self.vectors().iter())
+            .map(|v| match v {
+                Held::Device(t) => Held::Device(t.shallow_clone()),
+                Held::Host(v) => Held::Host(v.clone()),
+            })
+            .collect()
     }
 }
 
-impl DeviceFloats for KeptUpdate {
+impl DeviceFloats for KeptFloats {
     fn read(&self) -> Vec<Vec<f32>> {
         (self.vectors().iter())
-            .map(|v| {
-                let values = Vec::<f32>::try_from(&v.to_device(Device::Cpu))
-                    .expect("a kept vector is a flat f32 tensor");
-                crossed(Crossing::VectorsOut, 4 * values.len());
-                values
+            .map(|v| match v {
+                Held::Device(t) => to_host(t),
+                Held::Host(v) => v.clone(),
             })
             .collect()
     }
@@ -161,6 +195,65 @@ impl DeviceFloats for KeptUpdate {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+}
+
+/// The [`KeptFloats`] behind a value's device buffers.
+pub(super) fn kept(floats: &dyn DeviceFloats) -> Option<&KeptFloats> {
+    floats.as_any().downcast_ref::<KeptFloats>()
+}
+
+/// A flat `[P]` tensor's values on the host.
+pub(super) fn to_host(flat: &Tensor) -> Vec<f32> {
+    let values = Vec::<f32>::try_from(&flat.to_device(Device::Cpu)).expect("a flat f32 tensor");
+    crossed(Crossing::VectorsOut, 4 * values.len());
+    values
+}
+
+/// Where `state`'s vectors are kept on the device ([`KeptFloats`]): its vector `vector`, as
+/// the tensor that holds it (left empty in the state), with every other vector put back in
+/// the state, which is then as in memory. `None` where the state is not kept so (it is read
+/// back as usual) or that vector is on the host.
+pub(super) fn take_kept_vector<S: Floats>(state: &mut Stored<S>, vector: usize) -> Option<Tensor> {
+    kept(state.device_floats()?)?;
+    let holder = state.take_device()?;
+    let vectors = kept(&*holder).map(KeptFloats::shared)?;
+    let mut taken = None;
+    let buffers = state.get_mut().floats_mut();
+    assert_eq!(buffers.len(), vectors.len(), "a device holds every buffer");
+    for (k, (buffer, held)) in buffers.into_iter().zip(vectors).enumerate() {
+        match held {
+            Held::Device(t) if k == vector => taken = Some(t),
+            Held::Device(t) => *buffer = to_host(&t),
+            Held::Host(values) => *buffer = values,
+        }
+    }
+    taken
+}
+
+/// `state`'s vectors kept with its vector `vector` as `trained`, on the device (the state
+/// holds it empty: `finish` moved the run's empty parameters there), and every other vector
+/// as it is, taken out of the state, which is left as their skeleton; `bytes` reserved for
+/// `trained`.
+pub(super) fn keep_state_vector<S: Floats>(
+    state: &mut S,
+    vector: usize,
+    trained: Tensor,
+    bytes: Reservation,
+) -> KeptFloats {
+    let mut trained = Some(trained);
+    let vectors = (state.floats_mut().into_iter().enumerate())
+        .map(|(k, buffer)| match k == vector {
+            true => {
+                assert!(
+                    buffer.is_empty(),
+                    "the kept run's parameters stay on the device"
+                );
+                Held::Device(trained.take().expect("one kept vector"))
+            }
+            false => Held::Host(std::mem::take(buffer)),
+        })
+        .collect();
+    KeptFloats::new(vectors, bytes)
 }
 
 /// For each float vector k of `updates` (in the order given: client order), Σ wᵢ·vᵢ with wᵢ
@@ -177,14 +270,30 @@ pub(super) fn sum_on_device<U: Floats>(
 ) -> (Vec<WeightedSum>, Vec<U>) {
     let device = (updates.iter())
         .find_map(|(_, u)| u.device_floats().and_then(kept))
-        .map_or(Device::Cpu, |k| k.vectors()[0].device());
+        .and_then(|k| {
+            (k.vectors().iter()).find_map(|v| match v {
+                Held::Device(t) => Some(t.device()),
+                Held::Host(_) => None,
+            })
+        })
+        .unwrap_or(Device::Cpu);
     timed(Phase::Aggregate, device, || {
         tch::no_grad(|| {
             let (mut sums, mut totals): (Vec<Tensor>, Vec<f64>) = (Vec::new(), Vec::new());
             let mut skeletons = Vec::new();
             for (_, stored) in updates {
                 let kept_vectors: Option<Vec<Tensor>> = (stored.device_floats().and_then(kept))
-                    .map(|kept| kept.vectors().iter().map(Tensor::shallow_clone).collect());
+                    .map(|kept| {
+                        (kept.shared().into_iter())
+                            .map(|v| match v {
+                                Held::Device(t) => t,
+                                Held::Host(v) => {
+                                    crossed(Crossing::VectorsIn, 4 * v.len());
+                                    Tensor::from_slice(&v).to_device(device)
+                                }
+                            })
+                            .collect()
+                    });
                 let (vectors, skeleton): (Vec<Tensor>, U) = match kept_vectors {
                     Some(vectors) => (vectors, stored.into_skeleton()),
                     None => {
@@ -227,11 +336,6 @@ pub(super) fn sum_on_device<U: Floats>(
             (sums, skeletons)
         })
     })
-}
-
-/// The [`KeptUpdate`] behind a value's device buffers.
-fn kept(floats: &dyn DeviceFloats) -> Option<&KeptUpdate> {
-    floats.as_any().downcast_ref::<KeptUpdate>()
 }
 
 #[cfg(test)]
@@ -297,14 +401,14 @@ mod tests {
                 return (*c, Stored::in_memory(update));
             }
             let bytes = budget.reserve(4000).expect("room for three");
-            let vectors = vec![Tensor::from_slice(&update.params)];
+            let vectors = vec![Held::Device(Tensor::from_slice(&update.params))];
             let skeleton = ModelUpdate {
                 params: Vec::new(),
                 ..update
             };
             (
                 *c,
-                Stored::on_device(skeleton, Arc::new(KeptUpdate::new(vectors, bytes))),
+                Stored::on_device(skeleton, Arc::new(KeptFloats::new(vectors, bytes))),
             )
         };
         let kept: Vec<_> = updates.iter().map(stored).collect();

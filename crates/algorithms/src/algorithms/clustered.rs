@@ -234,6 +234,7 @@ impl Algorithm for Clustered {
             }
         },
         sends: SentRuns::Computed,
+        keeps: None,
     });
 
     fn aggregate(&self, global: &Clusters, updates: Updates<ClusterUpdate>) -> Clusters {

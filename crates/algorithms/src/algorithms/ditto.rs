@@ -9,7 +9,7 @@
 
 use super::LocalUpdate;
 use super::ProximalTerm;
-use super::{Algorithm, LocalContext, SentRuns, SgdRun, SgdUpdate, Tested};
+use super::{Algorithm, KeptRun, LocalContext, SentRuns, SgdRun, SgdUpdate, Tested};
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
 use crate::models::{Architecture, InitialModels, LocalPlan};
 use crate::records::ModelKind;
@@ -139,6 +139,10 @@ impl Algorithm for Ditto {
             ModelUpdate::of(ctx, global_run.params.into_owned())
         },
         sends: SentRuns::First,
+        keeps: Some(KeptRun {
+            run: 1,
+            state_vector: 0,
+        }),
     });
 
     model_update_aggregation!();

@@ -270,6 +270,7 @@ impl Algorithm for FedAvg {
             ModelUpdate::of(ctx, run.params.into_owned())
         },
         sends: SentRuns::All,
+        keeps: None,
     });
 
     model_update_aggregation!();

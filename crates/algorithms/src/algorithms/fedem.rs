@@ -465,6 +465,7 @@ impl Algorithm for FedEm {
             weight: ctx.train_view().len() as f64,
         },
         sends: SentRuns::All,
+        keeps: None,
     });
 
     const STALE_UPDATES: Option<AggregateStale<Self>> = Some(FedEm::aggregate_stale);

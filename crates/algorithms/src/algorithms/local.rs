@@ -90,6 +90,7 @@ impl Algorithm for Local {
             state.momentum = run.momentum;
         },
         sends: SentRuns::Computed,
+        keeps: None,
     });
 
     /// Nothing is communicated, fresh or stale.

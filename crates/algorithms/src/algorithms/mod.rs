@@ -638,6 +638,20 @@ pub struct SgdUpdate<A: Algorithm + ?Sized> {
     /// ([`Algorithm::SUMMED`]), a cohort may then leave them on the device for the server to
     /// sum there.
     pub sends: SentRuns,
+    /// Which trained run's parameters the client keeps between rounds as one of its state's
+    /// float vectors, moved there by `finish` unread, the run starting from that vector where it
+    /// holds one (Ditto's personal model): a cohort on the GPU path may then keep the vector on
+    /// the device between rounds. `None`: no such run.
+    pub keeps: Option<KeptRun>,
+}
+
+/// See [`SgdUpdate::keeps`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeptRun {
+    /// The run, in the order `begin` gives them.
+    pub run: usize,
+    /// The state's float vector ([`Floats`] order).
+    pub state_vector: usize,
 }
 
 /// See [`SgdUpdate::sends`].

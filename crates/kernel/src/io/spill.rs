@@ -327,6 +327,12 @@ impl<T> Stored<T> {
         self.device.as_deref()
     }
 
+    /// Takes the buffers' device holder out, leaving the skeleton here as if in memory (its
+    /// buffers empty): for the caller that puts the buffers where it needs them itself.
+    pub fn take_device(&mut self) -> Option<Arc<dyn DeviceFloats>> {
+        self.device.take()
+    }
+
     /// The value as it is here: its buffers empty where they are spilled or on a device. For
     /// the fields that are never elsewhere (an update's weight).
     pub fn skeleton(&self) -> &T {

@@ -597,6 +597,7 @@ impl Algorithm for FedGmm {
             }
         },
         sends: SentRuns::All,
+        keeps: None,
     });
 
     /// μ_k = Σ_t γ_tk μ_tk / Σ_t γ_tk; Σ_k = Σ_t γ_tk (Σ_tk + (μ_tk − μ_k)(μ_tk − μ_k)ᵀ) /

@@ -56,10 +56,12 @@ pub struct StackedRun<'a> {
     /// `momentum`, which is emptied. The linear model's plain-Rust path (rows on the host)
     /// trains the buffer in `momentum` and empties the slot.
     pub resident_momentum: Option<&'a mut Option<Tensor>>,
-    /// Where the trained parameters stay on the device (for the server to sum them there):
-    /// given, they are left in the slot as a flat `[P]` tensor instead of crossing back into
-    /// `params`, which is left empty. The linear model's plain-Rust path trains on the host,
-    /// writes `params` and leaves the slot empty.
+    /// Where the parameters stay on the device (an update for the server to sum there, a
+    /// client's own model between rounds): given, the run starts from the slot's tensor where
+    /// it holds one (else as `start` and `params` say), and the trained parameters are left in
+    /// the slot as a flat `[P]` tensor instead of crossing back into `params`, which is left
+    /// empty. The linear model's plain-Rust path trains on the host, writes `params` and leaves
+    /// the slot empty.
     pub resident_params: Option<&'a mut Option<Tensor>>,
     /// One weight per training row of the run (FedEM's M-step).
     pub sample_weights: Option<&'a [f32]>,
@@ -128,6 +130,9 @@ pub fn train_sgd_stacked(
                 run.params.clear();
                 run.params.extend_from_slice(start);
             }
+            if let Some(kept) = run.resident_params.as_deref_mut().and_then(Option::take) {
+                *run.params = flat_to_host(&kept);
+            }
             if let (Some(slot), Some(momentum)) = (&mut run.resident_momentum, &mut run.momentum) {
                 if let Some(kept) = slot.take() {
                     **momentum = flat_to_host(&kept);
@@ -162,10 +167,21 @@ pub fn train_sgd_stacked(
     let device = resident.map_or(Device::Cpu, DeviceRows::device);
     let num_params = arch.num_params();
     let params = timed(Phase::Stack, device, || {
+        fn kept_params<'r>(run: &'r StackedRun<'_>) -> Option<&'r Tensor> {
+            run.resident_params.as_deref().and_then(Option::as_ref)
+        }
         let vectors: Vec<_> = (sorted.iter())
-            .map(|run| Some(run.start.unwrap_or(&run.params[..])))
+            .map(|&run| match kept_params(run) {
+                Some(_) => None,
+                None => Some(run.start.unwrap_or(&run.params[..])),
+            })
             .collect();
-        stack_vectors(&vectors, arch, device)
+        let stacked = stack_vectors(&vectors, arch, device);
+        let kept: Vec<(usize, &Tensor)> = (sorted.iter().enumerate())
+            .filter_map(|(row, &run)| kept_params(run).map(|t| (row, t)))
+            .collect();
+        put_flat_rows(&stacked, &kept);
+        stacked
     });
     let use_momentum = plan.momentum != 0.0;
     let takes_momentum: Vec<bool> = sorted
@@ -1078,9 +1094,12 @@ mod tests {
             };
             let mut stacked_momenta = momenta.clone();
             let mut slots: Vec<Option<Tensor>> = (0..3).map(|_| None).collect();
-            // Run 0's trained parameters stay on the device too where buffers do.
+            // Run 0's parameters start from the device and stay there too where buffers do
+            // (its own `params` empty and no `start`: only the slot has them).
             let mut param_slots: Vec<Option<Tensor>> = (0..3).map(|_| None).collect();
             if kept == Kept::Device {
+                param_slots[0] = Some(Tensor::from_slice(&start[0]));
+                stacked[0] = Vec::new();
                 slots[1] = Some(Tensor::from_slice(&stacked_momenta[1]));
                 stacked_momenta[1].clear();
             }
@@ -1097,7 +1116,8 @@ mod tests {
                         params,
                         resident_momentum: (kept != Kept::No).then_some(slot),
                         resident_params: (kept == Kept::Device && k == 0).then_some(param_slot),
-                        start: shared.then_some(&start[k][..]),
+                        start: (shared && !(kept == Kept::Device && k == 0))
+                            .then_some(&start[k][..]),
                         momentum: (k != 2).then_some(momentum),
                         sample_weights: o.sample_weights,
                         proximal: o.proximal,
