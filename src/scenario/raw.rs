@@ -165,9 +165,9 @@ pub struct RawTraining {
     /// left out of the resolved scenario (and of the run id).
     #[serde(default, skip_serializing)]
     pub spill: Spill,
-    /// At most this many GiB of clients' momentum buffers (between rounds) and updates (until
-    /// the server sums them) stay on the GPUs, where cohorts train there (or under `cohorts:
-    /// always`); the rest cross each round. 0 keeps none there. Results are the same bit for bit, so it is left out of the resolved
+    /// At most this many GiB of clients' momentum buffers and personal models (between rounds)
+    /// and updates (until the server sums them) stay on the GPUs, where cohorts train there (or
+    /// under `cohorts: always`); the rest cross each round. 0 keeps none there. Results are the same bit for bit, so it is left out of the resolved
     /// scenario (and of the run id).
     #[serde(default = "default_device_state_gib", skip_serializing)]
     pub device_state_gib: f64,

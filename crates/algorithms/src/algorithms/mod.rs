@@ -682,10 +682,18 @@ impl SentRuns {
 pub struct Summed<A: Algorithm + ?Sized> {
     /// An update's weight in the sum of its float vector `k`.
     pub weight: fn(&A::Update, usize) -> f64,
-    /// The new global model from the sums (one per float vector) and the updates' skeletons
-    /// (what else they carry, their float vectors emptied), in client order.
-    pub finish: fn(&A, &A::Global, Vec<WeightedSum>, Vec<A::Update>) -> A::Global,
+    /// The new global model: [`SummedFinish`].
+    pub finish: SummedFinish<A>,
 }
+
+/// [`Summed::finish`]: the new global model from the sums (one per float vector) and the
+/// updates' skeletons (what else they carry, their float vectors emptied), in client order.
+pub type SummedFinish<A> = fn(
+    &A,
+    &<A as Algorithm>::Global,
+    Vec<WeightedSum>,
+    Vec<<A as Algorithm>::Update>,
+) -> <A as Algorithm>::Global;
 
 /// [`Algorithm::aggregate`] for an algorithm whose aggregation is [`Algorithm::SUMMED`].
 pub fn summed_aggregate<A: Algorithm>(

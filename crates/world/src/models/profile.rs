@@ -256,7 +256,7 @@ pub fn profile_report() -> Option<String> {
     let kept = KEPT.load(Ordering::Relaxed);
     if kept > 0 {
         out += &format!(
-            "  {:<22} {:10.1} MB at most (momentum buffers and updates; `training.device_state_gib`)\n",
+            "  {:<22} {:10.1} MB at most (buffers, updates, own models; `training.device_state_gib`)\n",
             "kept on the device",
             kept as f64 / 1e6
         );
