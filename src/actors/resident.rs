@@ -452,4 +452,58 @@ mod tests {
             "summed updates give their bytes back"
         );
     }
+
+    /// Two float vectors, as Ditto's state: a personal model and a momentum buffer.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    struct Own {
+        personal: Vec<f32>,
+        momentum: Vec<f32>,
+    }
+
+    impl Floats for Own {
+        fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+            vec![&mut self.personal, &mut self.momentum]
+        }
+    }
+
+    #[test]
+    fn a_kept_own_model_is_taken_where_it_is_and_the_rest_read_back() {
+        let budget = DeviceBudget::new(8);
+        let mut state = Own {
+            personal: Vec::new(), // trained on the device: `finish` moved empty parameters
+            momentum: vec![0.5, -0.5],
+        };
+        let trained = Tensor::from_slice(&[1.0f32, 2.0]);
+        let bytes = budget.reserve(8).unwrap();
+        let kept = keep_state_vector(&mut state, 0, trained, bytes);
+        assert_eq!(state, Own::default(), "the state is left as its skeleton");
+        assert!(kept.is_finite() && kept.floats() == 4);
+        let stored = Stored::on_device(state, Arc::new(kept));
+        // Read back where the host needs it (an evaluation).
+        let read = stored.clone().into_inner().unwrap();
+        assert_eq!(
+            (read.personal, read.momentum),
+            (vec![1.0, 2.0], vec![0.5, -0.5])
+        );
+        // The next job takes the model where it is; the rest is in memory, as restored.
+        let mut next = stored;
+        let start = take_kept_vector(&mut next, 0).expect("kept on the device");
+        assert_eq!(Vec::<f32>::try_from(&start).unwrap(), [1.0, 2.0]);
+        next.restore().unwrap();
+        assert_eq!(
+            next.get(),
+            &Own {
+                personal: Vec::new(),
+                momentum: vec![0.5, -0.5]
+            }
+        );
+        drop(next);
+        assert!(
+            budget.reserve(8).is_some(),
+            "its bytes come back with the last holder"
+        );
+        // A state in memory has nothing kept.
+        let mut plain = Stored::in_memory(Own::default());
+        assert!(take_kept_vector(&mut plain, 0).is_none());
+    }
 }
