@@ -198,7 +198,7 @@ impl DeviceFloats for KeptFloats {
 }
 
 /// The [`KeptFloats`] behind a value's device buffers.
-pub(super) fn kept(floats: &dyn DeviceFloats) -> Option<&KeptFloats> {
+fn kept(floats: &dyn DeviceFloats) -> Option<&KeptFloats> {
     floats.as_any().downcast_ref::<KeptFloats>()
 }
 
