@@ -1029,8 +1029,8 @@ fn keeps_state_on_device<A: Algorithm>(jobs: &JobContext<A>, job: &TrainJob<A>) 
 /// ([`KeptFloats`]): where cohorts are the GPU path (a GPU, or `training.cohorts: always`),
 /// the algorithm's aggregation is summed ([`Algorithm::SUMMED`]) and its update is made of its
 /// trained runs ([`SgdUpdate::sends`]), the client uploads it, and nothing on its way reads or
-/// changes it: no client-level privacy, compression, attack, robust rule or reported loss.
-/// Anything else that needs it later (a stale aggregation) reads it back.
+/// changes it ([`JobContext::upload_reads_update`]). Anything else that needs it later (a
+/// stale aggregation) reads it back.
 ///
 /// [`SgdUpdate::sends`]: crate::algorithms::SgdUpdate::sends
 fn keeps_update_on_device<A: Algorithm>(jobs: &JobContext<A>, job: &TrainJob<A>) -> bool {
@@ -1042,11 +1042,7 @@ fn keeps_update_on_device<A: Algorithm>(jobs: &JobContext<A>, job: &TrainJob<A>)
         && A::SUMMED.is_some()
         && sends_runs
         && job.uploads
-        && jobs.privacy.is_none()
-        && jobs.uplink.is_none()
-        && jobs.adversary.is_none()
-        && jobs.robust.is_none()
-        && !jobs.reports_loss
+        && !jobs.upload_reads_update()
 }
 
 /// Trains `shard`'s jobs of a [`BatchwiseUpdate`] in lockstep on `device`: each job begins and

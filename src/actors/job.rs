@@ -251,6 +251,20 @@ impl<A: Algorithm> JobContext<A> {
         }
     }
 
+    /// Whether anything between a client's training and the server's aggregation reads or
+    /// changes its update's vectors on the host: a step of [`JobContext::prepare_upload`]
+    /// (an attack, client-level privacy, compression), a reported loss
+    /// ([`JobContext::starting_loss`]) or a rewritten round ([`JobContext::rewrites_rounds`]).
+    /// Where none does, an update may stay on the device for the server to sum there; a step
+    /// added to the upload is listed here too.
+    pub(super) fn upload_reads_update(&self) -> bool {
+        self.adversary.is_some()
+            || self.privacy.is_some()
+            || self.uplink.is_some()
+            || self.reports_loss
+            || self.rewrites_rounds()
+    }
+
     /// A client's fresh update as it leaves the client, and the bytes it puts on the uplink
     /// (`update_len` floats of 4 bytes each, or what compression makes of them). In order:
     /// - a malicious client's own attack (`attack`: its `attack` stream of the job; crafted

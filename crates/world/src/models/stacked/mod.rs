@@ -166,22 +166,14 @@ pub fn train_sgd_stacked(
     let sorted: Vec<&StackedRun<'_>> = order.iter().map(|&k| &runs[k]).collect();
     let device = resident.map_or(Device::Cpu, DeviceRows::device);
     let num_params = arch.num_params();
+    fn start_of<'r>(run: &'r StackedRun<'_>) -> Option<&'r [f32]> {
+        Some(run.start.unwrap_or(&run.params[..]))
+    }
+    fn kept_params<'r>(run: &'r StackedRun<'_>) -> Option<&'r Tensor> {
+        run.resident_params.as_deref().and_then(Option::as_ref)
+    }
     let params = timed(Phase::Stack, device, || {
-        fn kept_params<'r>(run: &'r StackedRun<'_>) -> Option<&'r Tensor> {
-            run.resident_params.as_deref().and_then(Option::as_ref)
-        }
-        let vectors: Vec<_> = (sorted.iter())
-            .map(|&run| match kept_params(run) {
-                Some(_) => None,
-                None => Some(run.start.unwrap_or(&run.params[..])),
-            })
-            .collect();
-        let stacked = stack_vectors(&vectors, arch, device);
-        let kept: Vec<(usize, &Tensor)> = (sorted.iter().enumerate())
-            .filter_map(|(row, &run)| kept_params(run).map(|t| (row, t)))
-            .collect();
-        put_flat_rows(&stacked, &kept);
-        stacked
+        stack_runs(&sorted, arch, device, start_of, kept_params)
     });
     let use_momentum = plan.momentum != 0.0;
     let takes_momentum: Vec<bool> = sorted
@@ -204,15 +196,7 @@ pub fn train_sgd_stacked(
         .collect();
     let buffers = takes_momentum.iter().any(|&t| t).then(|| {
         timed(Phase::Stack, device, || {
-            let vectors: Vec<_> = (sorted.iter())
-                .map(|&run| buffer_of(run).filter(|_| kept_on_device(run).is_none()))
-                .collect();
-            let stacked = stack_vectors(&vectors, arch, device);
-            let kept: Vec<(usize, &Tensor)> = (sorted.iter().enumerate())
-                .filter_map(|(row, &run)| kept_on_device(run).map(|t| (row, t)))
-                .collect();
-            put_flat_rows(&stacked, &kept);
-            stacked
+            stack_runs(&sorted, arch, device, buffer_of, kept_on_device)
         })
     });
     let proximal = sorted.iter().any(|run| run.proximal.is_some()).then(|| {
@@ -381,6 +365,27 @@ pub fn train_sgd_stacked(
             });
         }
     });
+}
+
+/// One vector per run stacked on `device`: where `on_device` gives a tensor, that (put into
+/// its row there), else the host vector `on_host` gives (none: zeros). The way back is
+/// [`bring_back`].
+fn stack_runs<'r>(
+    runs: &[&'r StackedRun<'_>],
+    arch: &Architecture,
+    device: Device,
+    on_host: fn(&'r StackedRun<'_>) -> Option<&'r [f32]>,
+    on_device: fn(&'r StackedRun<'_>) -> Option<&'r Tensor>,
+) -> Vec<Tensor> {
+    let vectors: Vec<_> = (runs.iter())
+        .map(|&run| on_device(run).map_or_else(|| on_host(run), |_| None))
+        .collect();
+    let stacked = stack_vectors(&vectors, arch, device);
+    let kept: Vec<(usize, &Tensor)> = (runs.iter().enumerate())
+        .filter_map(|(row, &run)| on_device(run).map(|t| (row, t)))
+        .collect();
+    put_flat_rows(&stacked, &kept);
+    stacked
 }
 
 /// A stacked row brought back ([`bring_back`]).
