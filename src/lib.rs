@@ -27,6 +27,8 @@
 //!    - [`compression`]: compressors of clients' updates and the bytes they put on the wire.
 //!    - [`robust`]: Byzantine clients' attacks and robust aggregation rules.
 //!    - [`sampling`]: who a round selects: the sampling strategies and their draws.
+//!    - [`server_optimizer`]: how the server steps the global model along a round's combined
+//!      change (FedAvgM, FedAdam, FedYogi, FedAdagrad).
 //!    - [`policy`]: the round policies (synchronous, FedBuff): their settings and what they
 //!      declare; their behaviour is the server's.
 //! 3. [`algorithms`]: federated algorithms behind one trait, and their registry
@@ -53,6 +55,7 @@ pub const LAYERS: &[&[&str]] = &[
         "compression",
         "robust",
         "sampling",
+        "server_optimizer",
         "policy",
     ],
     &["algorithms"],
@@ -69,7 +72,8 @@ mod layering;
 pub use fedsim_algorithms::algorithms;
 pub use fedsim_kernel::{io, records, settings, sim};
 pub use fedsim_world::{
-    compression, data, models, policy, privacy, robust, sampling, system, topology,
+    compression, data, models, policy, privacy, robust, sampling, server_optimizer, system,
+    topology,
 };
 
 pub mod actors;

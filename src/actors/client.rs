@@ -645,6 +645,8 @@ mod tests {
     fn a_trained_update_goes_to_the_server_after_its_upload() {
         actix::System::new().block_on(async {
             let mut c = client(&[]);
+            // As if its training job had been started.
+            c.awaited = 1;
             let eff = c.on_message(SimTime(1000), trained(true)).unwrap();
             let upload = c
                 .system
@@ -665,11 +667,14 @@ mod tests {
     fn non_finite_training_is_recorded_once_and_stops_or_runs_on() {
         actix::System::new().block_on(async {
             let mut stop = client(&[]);
+            // As if their training jobs had been started.
+            stop.awaited = 1;
             let eff = stop.on_message(SimTime(1000), trained(false)).unwrap();
             assert!(eff.stops());
             assert!(matches!(eff.records(), [Record::Diverged(d)] if d.client == Some(0)));
             let mut go_on = client(&["on_divergence=continue"]);
             assert_eq!(go_on.jobs.on_divergence, OnDivergence::Continue);
+            go_on.awaited = 2;
             let first = go_on.on_message(SimTime(1000), trained(false)).unwrap();
             assert!(!first.stops() && first.records().len() == 1);
             assert_eq!(

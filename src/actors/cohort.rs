@@ -858,7 +858,8 @@ fn train_cohort<A: Algorithm>(
         .map(|(job, runs, _)| {
             (runs.iter().enumerate())
                 .map(|(r, run)| {
-                    let keeps = keeps_momentum_on_device(jobs) && !run.plain_sgd;
+                    let keeps =
+                        keeps_momentum_on_device(jobs) && !run.plain_sgd && !run.fresh_momentum;
                     keeps
                         .then(|| kept.take(job.client, r, buffer_bytes))
                         .flatten()
@@ -910,6 +911,7 @@ fn train_cohort<A: Algorithm>(
                 proximal,
                 lr,
                 plain_sgd,
+                fresh_momentum: _,
             } = run;
             // A run that starts from a shared vector (borrowed from the global model) stacks
             // it as given, so that it crosses once; its own parameters are written at the end.

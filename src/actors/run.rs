@@ -97,6 +97,7 @@ fn simulate_server<A: Algorithm>(
                 sample_privacy,
                 secure_aggregation: spec.secure_aggregation.clone(),
                 downlink: spec.compression.as_ref().and_then(|c| c.downlink.clone()),
+                server_optimizer: spec.server_optimizer.clone(),
             },
             global,
         )

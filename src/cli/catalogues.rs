@@ -7,19 +7,20 @@ use fedsim::models::Inputs;
 
 pub fn algorithms() -> Result<i32> {
     outln!(
-        "{:<12} {:<8} {:<6} {:<8} {:<14} what it is",
+        "{:<12} {:<8} {:<6} {:<8} {:<14} {:<10} what it is",
         "name",
         "runs on",
         "stale",
         "cohorts",
-        "privacy"
+        "privacy",
+        "server opt"
     );
     let yes = |b: bool| if b { "yes" } else { "no" };
     for r in fedsim::algorithms::registry::REGISTRY {
         let c = r.declared.capabilities;
         let on = if c.decentralized { "peers" } else { "server" };
         outln!(
-            "{:<12} {:<8} {:<6} {:<8} {:<14} {}",
+            "{:<12} {:<8} {:<6} {:<8} {:<14} {:<10} {}",
             r.name,
             on,
             yes(c.stale_updates),
@@ -30,6 +31,7 @@ pub fn algorithms() -> Result<i32> {
                 (true, false) => "client",
                 (false, _) => "no",
             },
+            yes(c.server_optimizer),
             r.summary
         );
     }

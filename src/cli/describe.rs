@@ -145,6 +145,13 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
             }
         );
     }
+    if let Some(optimizer) = &s.run.server_optimizer {
+        outln!(
+            "  server optimizer: {}; the server keeps its moments for every global vector it \
+             steps",
+            fedsim::settings::compact(&serde_yaml::to_value(optimizer)?)
+        );
+    }
     let privacy = &setup.client_privacy;
     // A target more than the least noise spends: σ stopped at the smallest tried.
     let shortfall = |sigma: f64, spent: f64| {

@@ -111,6 +111,8 @@ pub struct RunSpec {
     pub adversary: Option<crate::robust::AdversarySpec>,
     /// The server's robust rule, if not the algorithm's own mean.
     pub aggregation: Option<crate::robust::RobustRuleSpec>,
+    /// How the server steps the global model along its aggregate's change, if not to it.
+    pub server_optimizer: Option<crate::server_optimizer::ServerOptimizerSpec>,
     /// Not the scenario's: set for a run that saves its clients' own models
     /// (`fedsim run --save-client-models`), which then copy them into their evaluation reports.
     pub saves_client_models: bool,
@@ -520,6 +522,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     validate_secure_aggregation(&raw)?;
     validate_compression(&raw)?;
     validate_robustness(&raw)?;
+    validate_server_optimizer(&raw)?;
     validate_guided_sampling(&raw)?;
     training.plan.dp_sgd = (raw.privacy.as_ref())
         .and_then(PrivacySpec::sample_level)
@@ -554,6 +557,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         compression: raw.compression,
         adversary: raw.adversary,
         aggregation: raw.aggregation,
+        server_optimizer: raw.server_optimizer,
         saves_client_models: false,
     };
     Ok(Scenario {
@@ -865,6 +869,32 @@ fn validate_robustness(raw: &RawScenario) -> Result<(), FieldError> {
         );
     }
     Ok(())
+}
+
+/// `server_optimizer:` holds for algorithms whose server combines updates into global vectors
+/// it declares ([`crate::algorithms::Algorithm::SERVER_OPTIMIZED`]), with a server.
+fn validate_server_optimizer(raw: &RawScenario) -> Result<(), FieldError> {
+    let Some(optimizer) = &raw.server_optimizer else {
+        return Ok(());
+    };
+    optimizer
+        .validate()
+        .map_err(|e| e.within("server_optimizer"))?;
+    if raw.topology.is_none() && raw.algorithm.capabilities().server_optimizer {
+        return Ok(());
+    }
+    Err(FieldError::new(
+        "server_optimizer".into(),
+        format!(
+            "steps the global model a server combines updates into; `{}` {}; use it with {}",
+            raw.algorithm.name(),
+            match raw.topology {
+                Some(_) => "runs on peers, without a server",
+                None => "does not declare global vectors its server combines updates into",
+            },
+            names_where(|c| c.server_optimizer)
+        ),
+    ))
 }
 
 /// Krum and Bulyan need enough updates a round: refused, naming both fields, when the clients

@@ -94,6 +94,11 @@ pub struct RawScenario {
     /// bounding), each client counting the same; FedEM: per component.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregation: Option<crate::robust::RobustRuleSpec>,
+    /// How the server steps the global model along the change its aggregation makes: plain
+    /// SGD with a server learning rate, FedAvgM's momentum, FedAdam, FedYogi or FedAdagrad
+    /// (Reddi et al. 2021). Without it, the aggregate is the new global model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_optimizer: Option<crate::server_optimizer::ServerOptimizerSpec>,
     /// When a client, a peer or the server first sees NaN or infinite numbers: `stop` the run
     /// there (default) or `continue`. Either way `summary.csv` says the run diverged, and when.
     #[serde(default, skip_serializing_if = "OnDivergence::is_stop")]

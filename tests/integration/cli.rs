@@ -112,16 +112,17 @@ fn algorithms_lists_the_registry_with_capabilities() {
             .find(|l| l.split_whitespace().next() == Some(name))
             .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
             .split_whitespace()
-            .take(6)
+            .take(7)
             .collect::<Vec<_>>()
             .join(" ")
     };
-    // name, runs on, stale updates, cohorts, privacy (client-level, DP-SGD), then the summary.
-    assert_eq!(row("fedavg"), "fedavg server yes yes client, dp_sgd");
-    assert_eq!(row("apfl"), "apfl server yes yes client APFL");
-    assert_eq!(row("fedgmm"), "fedgmm server no yes no FedGMM");
-    assert_eq!(row("pfedme"), "pfedme server no yes no pFedMe");
-    assert_eq!(row("d_fedem"), "d_fedem peers no yes no D-FedEM");
+    // name, runs on, stale updates, cohorts, privacy (client-level, DP-SGD), server
+    // optimizer, then the summary.
+    assert_eq!(row("fedavg"), "fedavg server yes yes client, dp_sgd yes");
+    assert_eq!(row("apfl"), "apfl server yes yes client yes APFL");
+    assert_eq!(row("fedgmm"), "fedgmm server no yes no yes FedGMM");
+    assert_eq!(row("pfedme"), "pfedme server no yes no no pFedMe");
+    assert_eq!(row("d_fedem"), "d_fedem peers no yes no no D-FedEM");
     assert_eq!(
         text.lines().count(),
         1 + fedsim::algorithms::registry::REGISTRY.len()

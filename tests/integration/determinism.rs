@@ -109,6 +109,28 @@ fn every_registered_algorithm_is_deterministic_across_threads_and_reruns() {
     }
 }
 
+/// Every server optimizer of the catalogue with FedAvg (its example settings), and Adam with
+/// every algorithm that declares global vectors a server optimizer steps, under synchronous
+/// rounds and FedBuff's stale updates: a new optimizer or algorithm is checked without
+/// editing a list.
+#[test]
+fn every_server_optimizer_is_deterministic_across_threads_and_reruns() {
+    for r in fedsim::server_optimizer::SERVER_OPTIMIZERS {
+        let optimizer = format!("server_optimizer={}", r.example_section());
+        check_overrides(SMALL, r.name, &[optimizer]);
+    }
+    let adam = "server_optimizer={kind: adam, lr: 0.01}".to_string();
+    for r in fedsim::algorithms::registry::REGISTRY {
+        if r.declared.capabilities.server_optimizer {
+            let algorithm = format!("algorithm={}", r.example_section());
+            check_overrides(SMALL, r.name, &[algorithm, adam.clone()]);
+        }
+    }
+    let fedbuff = "policy={kind: fedbuff, buffer_size: 2, concurrency: 4}".to_string();
+    let peers = SMALL.replace("sampling: {fraction: 0.5}\n", "");
+    check_overrides(&peers, "fedbuff", &[fedbuff, adam]);
+}
+
 #[test]
 fn fedgmm_is_deterministic_across_threads_and_reruns() {
     // On its own data (with novel rows, so novelty.parquet is compared too), and on FedEM's.

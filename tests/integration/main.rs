@@ -25,6 +25,7 @@ mod scale;
 mod scenario_errors;
 mod secure_aggregation;
 mod selection;
+mod server_optimizers;
 mod sweeps;
 mod systems;
 mod torchscript;

@@ -5,7 +5,8 @@
 
 pub use fedsim_kernel::{io, records, settings, sim};
 pub use fedsim_world::{
-    compression, data, models, policy, privacy, robust, sampling, system, topology,
+    compression, data, models, policy, privacy, robust, sampling, server_optimizer, system,
+    topology,
 };
 
 pub mod algorithms;

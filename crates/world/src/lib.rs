@@ -10,6 +10,8 @@
 //!   accountant (ε spent at δ, noise calibration).
 //! - [`compression`]: compressors of clients' updates and the bytes they put on the wire.
 //! - [`robust`]: Byzantine clients' attacks and robust aggregation rules.
+//! - [`server_optimizer`]: how the server steps the global model along a round's combined
+//!   change (FedAvgM, FedAdam, FedYogi, FedAdagrad).
 //! - [`sampling`]: who a round selects: the sampling strategies and their draws.
 //! - [`policy`]: the round policies (synchronous, FedBuff): their settings and what they
 //!   declare; their behaviour is the server's.
@@ -23,5 +25,6 @@ pub mod policy;
 pub mod privacy;
 pub mod robust;
 pub mod sampling;
+pub mod server_optimizer;
 pub mod system;
 pub mod topology;

@@ -39,6 +39,7 @@ use crate::records::{
     RoundRecord,
 };
 use crate::sampling::{AllBut, Candidates, Feedback, Heard, ReportedLoss, Sampling};
+use crate::server_optimizer::Moments;
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
@@ -67,6 +68,8 @@ pub(super) struct ServerConfig<A: Algorithm> {
     pub secure_aggregation: Option<crate::system::secagg::SecAggSpec>,
     /// How the model sent to clients is compressed (`compression.downlink`).
     pub downlink: Option<crate::compression::CompressorSpec>,
+    /// How the server steps the global model along its aggregate's change (`server_optimizer`).
+    pub server_optimizer: Option<crate::server_optimizer::ServerOptimizerSpec>,
 }
 
 /// The participants a draw may choose from ([`Core::candidates`]).
@@ -311,6 +314,8 @@ struct Core<A: Algorithm> {
     /// Under `aggregation:`, the robust rule's change of the last round, per sent vector
     /// (centered clipping starts from it).
     robust_last: Vec<Vec<f64>>,
+    /// Under `server_optimizer:`, what it keeps for each global vector it steps.
+    server_moments: Vec<Moments>,
     /// Under a loss-guided strategy, what clients reported with the updates received.
     feedback: Feedback,
     /// Under `compression.downlink`, the clients' copy of the model and what each holds.
@@ -363,6 +368,7 @@ impl<A: Algorithm> Server<A> {
                     .filter(|p| p.noise_at == NoiseAt::Shares)
                     .map(|_| ShareAccountant::new()),
                 robust_last: Vec::new(),
+                server_moments: Vec::new(),
                 feedback: Feedback::default(),
                 downlink: (cfg.downlink.clone()).map(|c| Downlink::new(c, initial)),
                 novelty_shares: BTreeMap::new(),
@@ -530,6 +536,7 @@ impl<A: Algorithm> Core<A> {
             if poisson && A::PRIVATE_UPDATES.is_some() {
                 let mut next = (*self.global).clone();
                 self.add_privacy_noise(&mut next, &[], 0);
+                self.server_step(&mut next);
                 self.set_global(next);
             }
             return Ok(());
@@ -542,7 +549,7 @@ impl<A: Algorithm> Core<A> {
                 crate::actors::trainer::panic_message(&*panic)
             ))
         };
-        let next = if held.iter().all(|h| h.staleness == 0) && server_lr == 1.0 {
+        let mut next = if held.iter().all(|h| h.staleness == 0) && server_lr == 1.0 {
             let aggregated: Vec<u32> = held.iter().map(|h| h.client).collect();
             let within = held.iter().filter(|h| !h.clipped).count();
             let mut updates =
@@ -601,8 +608,25 @@ impl<A: Algorithm> Core<A> {
             };
             aggregate_stale(self.alg(), &self.global, &stale, server_lr)
         };
+        self.server_step(&mut next);
         self.set_global(next);
         Ok(())
+    }
+
+    /// Under `server_optimizer:`, steps each global vector the algorithm declares along the
+    /// change to its aggregate in `next` (privacy noise included), writing the step into
+    /// `next` ([`Algorithm::SERVER_OPTIMIZED`]).
+    fn server_step(&mut self, next: &mut A::Global) {
+        let (Some(optimizer), Some(vectors)) = (&self.cfg.server_optimizer, A::SERVER_OPTIMIZED)
+        else {
+            return;
+        };
+        let pairs = vectors(&self.global, next);
+        self.server_moments
+            .resize_with(pairs.len(), Moments::default);
+        for ((global, aggregate), moments) in pairs.into_iter().zip(&mut self.server_moments) {
+            optimizer.step(global, aggregate, moments);
+        }
     }
 
     /// Makes `next` the global model; under a compressed downlink, the clients' copy follows
@@ -1021,6 +1045,7 @@ mod tests {
             sample_privacy: None,
             secure_aggregation: None,
             downlink: None,
+            server_optimizer: None,
         };
         Server::new(config, Arc::new(global))
     }

@@ -130,8 +130,8 @@ impl FedAvg {
     }
 }
 
-/// `aggregate` (FedAvg's weighted average), `STALE_UPDATES` (FedBuff's) and
-/// `PRIVATE_UPDATES` (the sent model against the global one; each client weighs 1, so the
+/// `aggregate` (FedAvg's weighted average), `STALE_UPDATES` (FedBuff's), `SERVER_OPTIMIZED`
+/// (the model) and `PRIVATE_UPDATES` (the sent model against the global one; each client weighs 1, so the
 /// average divides the sum of changes by the clients aggregated) for an
 /// [`Algorithm`] whose server holds one flat model and whose clients send [`ModelUpdate`]s.
 macro_rules! model_update_aggregation {
@@ -143,6 +143,10 @@ macro_rules! model_update_aggregation {
                 divisor: |_, aggregated| aggregated,
                 global: |global| vec![&mut global[..]],
             });
+
+        /// The model, as averaged.
+        const SERVER_OPTIMIZED: Option<$crate::algorithms::AggregatedVectors<Self>> =
+            Some(|global, next| vec![(&global[..], &mut next[..])]);
 
         /// FedAvg's n_t-weighted average of the models, in client order.
         const SUMMED: Option<$crate::algorithms::Summed<Self>> = Some($crate::algorithms::Summed {

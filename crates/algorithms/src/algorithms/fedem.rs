@@ -487,6 +487,13 @@ impl Algorithm for FedEm {
         global: |global| global.iter_mut().map(|g| &mut g[..]).collect(),
     });
 
+    /// Every component, as averaged.
+    const SERVER_OPTIMIZED: Option<super::AggregatedVectors<Self>> = Some(|global, next| {
+        (global.iter().zip(next.iter_mut()))
+            .map(|(g, n)| (&g[..], &mut n[..]))
+            .collect()
+    });
+
     /// Each component's n_t-weighted average, visiting the updates once in client order; with
     /// `unsampled: keep_global`, the global component stands in for the clients not sampled
     /// (with their share of the training rows), added last.

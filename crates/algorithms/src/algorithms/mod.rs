@@ -14,6 +14,7 @@ mod ditto;
 mod fedavg;
 mod fedem;
 mod fedgmm;
+mod fednova;
 mod local;
 mod noop;
 mod per_fedavg;
@@ -436,6 +437,12 @@ pub trait Algorithm: Send + Sync + 'static {
     /// aggregation is something else.
     const SUMMED: Option<Summed<Self>> = None;
 
+    /// Where the server combines updates into vectors of the global model, which ones: a
+    /// `server_optimizer:` steps each global vector along the change to its aggregate
+    /// ([`crate::server_optimizer`]). `None` declares that the server does something else,
+    /// and validation refuses `server_optimizer:` for it (see [`Capabilities`]).
+    const SERVER_OPTIMIZED: Option<AggregatedVectors<Self>> = None;
+
     /// Combines one round's updates, given in increasing client order. Visiting them one at a
     /// time ([`Updates::for_each`]) holds one in memory at a time where they were spilled;
     /// [`Updates::into_vec`] holds them all.
@@ -564,6 +571,11 @@ pub struct SgdRun<'g> {
     /// Plain SGD: the plan's momentum is not used and `momentum` stays empty (Ditto's
     /// personal model).
     pub plain_sgd: bool,
+    /// The run starts from zero momentum whatever `training.keep_momentum` says, and its
+    /// buffer is not kept for the next round (FedNova, whose normalizer counts the steps of a
+    /// buffer that starts at zero): `momentum` must be empty, and no buffer kept on a device
+    /// is used.
+    pub fresh_momentum: bool,
 }
 
 /// How an algorithm computes a client's update ([`Algorithm::UPDATE`]).
@@ -788,6 +800,13 @@ pub struct PrivateUpdates<A: Algorithm + ?Sized> {
 pub type SentVectors<A> = for<'a> fn(
     &'a <A as Algorithm>::Global,
     &'a mut <A as Algorithm>::Update,
+) -> Vec<(&'a [f32], &'a mut [f32])>;
+
+/// See [`Algorithm::SERVER_OPTIMIZED`]: `(global vector, aggregated vector)` pairs of the
+/// current global model and the one a round's aggregation made, in a fixed order.
+pub type AggregatedVectors<A> = for<'a> fn(
+    &'a <A as Algorithm>::Global,
+    &'a mut <A as Algorithm>::Global,
 ) -> Vec<(&'a [f32], &'a mut [f32])>;
 
 /// The classifier whose confidence is client `client`'s typicality, given the global model and

@@ -84,6 +84,11 @@ registry! {
         "FedAvg+",
         "FedAvg+ (Jiang et al. 2019): FedAvg, then local fine-tuning before each test",
     }
+    server FedNova super::fednova::FedNovaSpec {
+        "fednova",
+        "FedNova",
+        "FedNova (Wang et al. 2020): FedAvg with each change normalized by its local steps",
+    }
     server Local super::local::LocalSpec {
         "local",
         "Local",
@@ -231,6 +236,9 @@ pub struct Capabilities {
     /// Its updates take client-level differential privacy (`privacy:`): clipped against
     /// the global model, every client weighing the same ([`Algorithm::PRIVATE_UPDATES`]).
     pub private_updates: bool,
+    /// Its server combines updates into global vectors that a `server_optimizer:` can step
+    /// ([`Algorithm::SERVER_OPTIMIZED`]).
+    pub server_optimizer: bool,
     /// Its update is made of local SGD runs ([`LocalUpdate::Sgd`](super::LocalUpdate::Sgd)),
     /// which DP-SGD can train (`privacy: {mechanism: dp_sgd}`).
     pub sgd_runs: bool,
@@ -293,6 +301,7 @@ const fn server<S: AlgorithmSettings>(
         decentralized: false,
         stale_updates: <S::Algorithm as Algorithm>::STALE_UPDATES.is_some(),
         private_updates: <S::Algorithm as Algorithm>::PRIVATE_UPDATES.is_some(),
+        server_optimizer: <S::Algorithm as Algorithm>::SERVER_OPTIMIZED.is_some(),
         cohorts: trains_in_cohorts::<S::Algorithm>(),
         sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
         scores_rows: <S::Algorithm as Algorithm>::UPDATE.scores_rows(),
@@ -316,6 +325,7 @@ where
         decentralized: true,
         stale_updates: false,
         private_updates: false,
+        server_optimizer: false,
         cohorts: trains_in_cohorts::<S::Algorithm>(),
         sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
         scores_rows: <S::Algorithm as Algorithm>::UPDATE.scores_rows(),

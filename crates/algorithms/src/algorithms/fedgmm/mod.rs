@@ -600,6 +600,13 @@ impl Algorithm for FedGmm {
         keeps: None,
     });
 
+    /// Every classifier, as averaged (the Gaussians are pooled moments, not stepped).
+    const SERVER_OPTIMIZED: Option<super::AggregatedVectors<Self>> = Some(|global, next| {
+        (global.classifiers.iter().zip(next.classifiers.iter_mut()))
+            .map(|(g, n)| (&g[..], &mut n[..]))
+            .collect()
+    });
+
     /// μ_k = Σ_t γ_tk μ_tk / Σ_t γ_tk; Σ_k = Σ_t γ_tk (Σ_tk + (μ_tk − μ_k)(μ_tk − μ_k)ᵀ) /
     /// Σ_t γ_tk (the pooled covariance); θ_m weighted by Σ_i Σ_k r. All in client order, f64.
     /// Each Gaussian's moments pooled over the clients by their weights (from the updates'
