@@ -486,17 +486,23 @@ fn batchwise_cohorts_match_training_alone_over_rounds() {
 }
 
 #[test]
-fn fresh_momentum_is_fresh_in_cohorts_too() {
-    // FedNova's runs start each round from zero momentum: stacked as on a GPU, where other
-    // algorithms' buffers stay on the device between rounds (SMALL keeps momentum 0.9), its
-    // three rounds agree with each client alone.
-    let settings = [
+fn baselines_keep_their_state_in_cohorts_as_alone_over_rounds() {
+    // Stacked as on a GPU, three rounds agree with each client alone: FedNova's runs start
+    // each round from zero momentum, where other algorithms' buffers stay on the device
+    // between rounds (SMALL keeps momentum 0.9); FedDyn's clients keep their drift λ_k and
+    // train around their own anchor θ − λ_k.
+    for algorithm in [
         "algorithm.name=fednova",
-        "model={kind: mlp, hidden: [8]}",
-        "rounds=3",
-        "eval_every=1",
-    ];
-    compare_with(SMALL, &settings, "training.cohorts=always", "fednova", 1e-4);
+        "algorithm={name: feddyn, alpha: 0.1}",
+    ] {
+        let settings = [
+            algorithm,
+            "model={kind: mlp, hidden: [8]}",
+            "rounds=3",
+            "eval_every=1",
+        ];
+        compare_with(SMALL, &settings, "training.cohorts=always", algorithm, 1e-4);
+    }
 }
 
 #[test]

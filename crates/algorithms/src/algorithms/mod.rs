@@ -12,6 +12,7 @@ mod apfl;
 mod clustered;
 mod ditto;
 mod fedavg;
+mod feddyn;
 mod fedem;
 mod fedgmm;
 mod fednova;

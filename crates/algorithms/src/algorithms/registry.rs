@@ -84,6 +84,11 @@ registry! {
         "FedAvg+",
         "FedAvg+ (Jiang et al. 2019): FedAvg, then local fine-tuning before each test",
     }
+    server FedDyn super::feddyn::FedDynSpec {
+        "feddyn",
+        "FedDyn",
+        "FedDyn (Acar et al. 2021): local objectives corrected by dynamic regularization",
+    }
     server FedNova super::fednova::FedNovaSpec {
         "fednova",
         "FedNova",
