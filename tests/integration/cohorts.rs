@@ -490,10 +490,13 @@ fn baselines_keep_their_state_in_cohorts_as_alone_over_rounds() {
     // Stacked as on a GPU, three rounds agree with each client alone: FedNova's runs start
     // each round from zero momentum, where other algorithms' buffers stay on the device
     // between rounds (SMALL keeps momentum 0.9); FedDyn's clients keep their drift λ_k and
-    // train around their own anchor θ − λ_k.
+    // train around their own anchor θ − λ_k; SCAFFOLD's keep their control variates, and every
+    // step's gradient is corrected by c − c_i (both options).
     for algorithm in [
         "algorithm.name=fednova",
         "algorithm={name: feddyn, alpha: 0.1}",
+        "algorithm={name: scaffold}",
+        "algorithm={name: scaffold, option: 1}",
     ] {
         let settings = [
             algorithm,

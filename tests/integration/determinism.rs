@@ -311,6 +311,11 @@ fn fedem_with_the_authors_float32_e_step_is_deterministic_across_threads_and_rer
 }
 
 #[test]
+fn scaffold_with_option_one_is_deterministic_across_threads_and_reruns() {
+    check_algorithm_with("scaffold", &["algorithm.option=1"]);
+}
+
+#[test]
 fn ditto_is_deterministic_across_threads_and_reruns() {
     check_algorithm_with("ditto", &["algorithm.lambda=0.5"]);
 }

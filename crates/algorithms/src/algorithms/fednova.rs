@@ -4,8 +4,9 @@
 //!
 //! A client that takes more steps moves further, so FedAvg's weighted average of models
 //! converges to a point weighted by the clients' steps. FedNova divides client i's change
-//! y_i − x by a_i, the L1 norm of the weights its steps' gradients add up with (τ_i steps of
-//! plain SGD: a_i = τ_i; with momentum ρ from a zero buffer, a_i = Σ_t (1 − ρᵗ)/(1 − ρ)), and
+//! y_i − x by a_i, the L1 norm of the weights its steps' gradients add up with
+//! (`LocalPlan::steps_weight`: τ_i steps of plain SGD, a_i = τ_i; with momentum ρ from a zero
+//! buffer, a_i = Σ_t (1 − ρᵗ)/(1 − ρ), as the authors' code counts it), and
 //! moves by τ_eff = Σ p_i a_i times their p-weighted mean, p_i = n_i / Σ n (the round's
 //! clients):
 //!
@@ -60,19 +61,6 @@ impl crate::io::Floats for NovaUpdate {
     }
 }
 
-/// a_i for `steps` local SGD steps with momentum `rho` from a zero buffer (PyTorch's: the
-/// first step's buffer is its direction): the sum over the steps of the counter c ← ρ·c + 1,
-/// Σ_t (1 − ρᵗ)/(1 − ρ); `steps` without momentum.
-pub fn normalizer(steps: u64, rho: f64) -> f64 {
-    let mut counter = 0.0;
-    let mut sum = 0.0;
-    for _ in 0..steps {
-        counter = rho * counter + 1.0;
-        sum += counter;
-    }
-    sum
-}
-
 impl Algorithm for FedNova {
     type Global = Vec<f32>;
     /// Nothing: every round's run starts from zero momentum.
@@ -117,7 +105,7 @@ impl Algorithm for FedNova {
             NovaUpdate {
                 params: run.params.into_owned(),
                 rows: rows as f64,
-                normalizer: normalizer(plan.steps(rows), plan.momentum),
+                normalizer: plan.steps_weight(rows),
             }
         },
         sends: SentRuns::All,
@@ -176,14 +164,6 @@ impl Algorithm for FedNova {
 mod tests {
     use super::*;
 
-    #[test]
-    fn normalizers_by_hand() {
-        assert_eq!(normalizer(0, 0.9), 0.0);
-        assert_eq!(normalizer(7, 0.0), 7.0);
-        // ρ = 0.5, three steps: c = 1, 1.5, 1.75, a = 4.25 = [3 − 0.5·(1 − 0.125)/0.5] / 0.5.
-        assert_eq!(normalizer(3, 0.5), 4.25);
-    }
-
     /// The round's updates from `x` on two clients with f_i(y) = ½(y − e_i)², n_i rows and τ_i
     /// steps of gradient descent at rate η: y_i = e_i + (1 − η)^τ_i·(x − e_i).
     fn round(
@@ -198,7 +178,7 @@ mod tests {
                 let update = NovaUpdate {
                     params: vec![y as f32],
                     rows: n,
-                    normalizer: normalizer(tau, 0.0),
+                    normalizer: tau as f64,
                 };
                 (i as u32, update)
             })

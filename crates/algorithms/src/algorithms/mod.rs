@@ -21,6 +21,7 @@ mod noop;
 mod per_fedavg;
 mod pfedme;
 pub mod registry;
+mod scaffold;
 
 pub use apfl::{Apfl, ApflSpec};
 pub use clustered::{complete_linkage_bipartition, Clustered, ClusteredSpec, Clusters};
@@ -168,6 +169,7 @@ impl LocalContext<'_> {
         let objective = Objective {
             sample_weights: run.sample_weights.as_deref(),
             proximal: run.proximal.as_ref().map(ProximalTerm::borrow),
+            correction: run.correction.as_deref(),
         };
         let plan = LocalPlan {
             momentum: if run.plain_sgd {
@@ -567,6 +569,8 @@ pub struct SgdRun<'g> {
     pub sample_weights: Option<Vec<f32>>,
     /// Adds (μ/2)·‖θ − anchor‖² to the loss (FedProx, Ditto).
     pub proximal: Option<ProximalTerm<'g>>,
+    /// Adds ⟨c, θ⟩ to the loss: c to every step's gradient (SCAFFOLD's c − c_i).
+    pub correction: Option<Vec<f32>>,
     /// The run's learning rate [default: the round's].
     pub lr: Option<f64>,
     /// Plain SGD: the plan's momentum is not used and `momentum` stays empty (Ditto's

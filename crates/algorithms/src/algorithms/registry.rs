@@ -84,6 +84,11 @@ registry! {
         "FedAvg+",
         "FedAvg+ (Jiang et al. 2019): FedAvg, then local fine-tuning before each test",
     }
+    server Scaffold super::scaffold::ScaffoldSpec {
+        "scaffold",
+        "SCAFFOLD",
+        "SCAFFOLD (Karimireddy et al. 2020): local steps corrected by control variates",
+    }
     server FedDyn super::feddyn::FedDynSpec {
         "feddyn",
         "FedDyn",

@@ -283,6 +283,8 @@ pub struct LinearRun<'a> {
     pub sample_weights: Option<&'a [f32]>,
     /// Adds (μ/2)·‖θ − anchor‖² to the loss: (anchor, μ).
     pub proximal: Option<(&'a [f32], f64)>,
+    /// Adds ⟨c, θ⟩ to the loss: c to every step's gradient.
+    pub correction: Option<&'a [f32]>,
     /// Index of the run's first row among the rows given.
     pub first_row: usize,
     /// Its shuffled passes over its rows.
@@ -533,6 +535,11 @@ impl Linear {
                         *d += (p - a) * mu;
                     }
                 }
+                if let Some(correction) = run.correction {
+                    for (d, &c) in d.iter_mut().zip(correction) {
+                        *d += c;
+                    }
+                }
                 if weight_decay != 0.0 {
                     for (d, &p) in d.iter_mut().zip(&*params) {
                         *d += p * weight_decay;
@@ -617,6 +624,7 @@ mod tests {
                 momentum: Some(&mut momentum),
                 sample_weights: None,
                 proximal: None,
+                correction: None,
                 first_row: 0,
                 passes: &passes,
                 lr: 0.5,
@@ -639,6 +647,7 @@ mod tests {
                 momentum: None,
                 sample_weights: Some(&[0.0, 2.0]),
                 proximal: Some((&[1.0, 0.0, 0.0], 1.0)),
+                correction: None,
                 first_row: 0,
                 passes: &passes,
                 lr: 0.5,
@@ -705,6 +714,7 @@ mod tests {
             momentum: Some(&mut momentum),
             sample_weights: Some(&weights),
             proximal: Some((&anchor, 0.01)),
+            correction: None,
             first_row: 3,
             passes: &passes,
             lr: 0.1,

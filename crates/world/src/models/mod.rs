@@ -37,9 +37,9 @@ pub use lenet::Lenet5Spec;
 pub use lstm::LstmSpec;
 pub use mobilenet::MobilenetV2Spec;
 pub use sgd::{
-    activations, confidence, evaluate, evaluate_mixture, for_each_batch, highest_confidence,
-    sample_losses, train_sgd, Batch, DpSgd, EvalStats, Gates, LocalPlan, LocalWork, MixtureGates,
-    Objective, Pass, Predictor, Proximal, TrainStats,
+    activations, confidence, evaluate, evaluate_mixture, for_each_batch, full_gradient,
+    highest_confidence, sample_losses, train_sgd, Batch, DpSgd, EvalStats, Gates, LocalPlan,
+    LocalWork, MixtureGates, Objective, Pass, Predictor, Proximal, TrainStats,
 };
 pub use stacked::{
     dropout_stream, evaluate_stacked, for_each_stacked_batch, sample_losses_stacked,

@@ -67,6 +67,22 @@ impl LocalPlan {
         }
     }
 
+    /// The L1 weight of a run's steps over `n` rows from a zero momentum buffer: its change is
+    /// −lr·a times the weighted mean of its steps' directions (gradients, with weight decay
+    /// and any proximal or correction term). Each step adds its direction to the buffer, and
+    /// the buffer (PyTorch's: the first step's direction, then ρ·buf + d) moves the
+    /// parameters, so step t's direction moves them at every later step: a = Σ_t c_t with
+    /// c_t = ρ·c_{t−1} + 1, Σ_t (1 − ρᵗ)/(1 − ρ) over the steps; the number of steps without
+    /// momentum. FedNova's normalizer a_i; SCAFFOLD's K in Option II.
+    pub fn steps_weight(&self, n: usize) -> f64 {
+        let (mut counter, mut sum) = (0.0, 0.0);
+        for _ in 0..self.steps(n) {
+            counter = self.momentum * counter + 1.0;
+            sum += counter;
+        }
+        sum
+    }
+
     /// Under DP-SGD, the chance that a row of a run over `n` rows joins a step's batch:
     /// 1/⌈n/B⌉ (one over the batches of an epoch, as Opacus samples).
     pub fn dp_sampling_rate(&self, n: usize) -> f64 {
@@ -142,6 +158,9 @@ pub struct Objective<'a> {
     pub sample_weights: Option<&'a [f32]>,
     /// Adds (μ/2)·‖θ − anchor‖² to the loss (FedProx, Ditto).
     pub proximal: Option<Proximal<'a>>,
+    /// Adds ⟨c, θ⟩ to the loss: c to every step's gradient, after the proximal term and
+    /// before weight decay (SCAFFOLD's correction c − c_i).
+    pub correction: Option<&'a [f32]>,
 }
 
 /// The proximal term (μ/2)·‖θ − anchor‖² a run adds to its loss.
@@ -250,6 +269,7 @@ pub fn train_sgd(
                 momentum: Some(momentum),
                 sample_weights: objective.sample_weights,
                 proximal: objective.proximal.map(|p| (p.anchor, p.mu)),
+                correction: objective.correction,
                 first_row: 0,
                 passes: &passes,
                 lr,
@@ -271,6 +291,9 @@ pub fn train_sgd(
             p.mu,
         )
     });
+    let correction: Option<Vec<Tensor>> = objective
+        .correction
+        .map(|c| arch.params(c).iter().map(Tensor::detach).collect());
     let mut bufs: Option<Vec<Tensor>> = (plan.momentum != 0.0 && !momentum.is_empty())
         .then(|| arch.params(momentum).iter().map(Tensor::detach).collect());
     let mut stats = TrainStats::default();
@@ -289,6 +312,13 @@ pub fn train_sgd(
                     // Not in place: autograd may hand summed parameters one gradient tensor.
                     for ((g, p), a) in grads.iter_mut().zip(&ps).zip(anchors) {
                         *g = &*g + (p - a) * *mu;
+                    }
+                });
+            }
+            if let Some(correction) = &correction {
+                tch::no_grad(|| {
+                    for (g, c) in grads.iter_mut().zip(correction) {
+                        *g = &*g + c;
                     }
                 });
             }
@@ -342,6 +372,40 @@ impl Batch<'_> {
         }
         out
     }
+}
+
+/// The gradient of the mean loss over every row of `data` at `params` (no dropout, no weight
+/// decay), from chunks of at most `chunk` rows, each chunk's mean gradient weighted by its
+/// share of the rows and summed in f64, in row order: SCAFFOLD's Option I, the client's full
+/// gradient at the server's model. Zeros for no rows.
+pub fn full_gradient(
+    arch: &Architecture,
+    params: &[f32],
+    data: SplitView<'_>,
+    chunk: usize,
+) -> Vec<f32> {
+    let n = data.len();
+    let mut sum = vec![0f64; params.len()];
+    let ps = arch.params(params);
+    let layers = arch.layers(&ps);
+    let mut flat = vec![0f32; params.len()];
+    for start in (0..n).step_by(chunk.max(1)) {
+        let len = chunk.max(1).min(n - start);
+        let part = SplitView {
+            features: &data.features[start * data.dim..(start + len) * data.dim],
+            labels: &data.labels[start..start + len],
+            dim: data.dim,
+        };
+        let (x, y) = data_tensors(&part);
+        let y = targets(arch, &y);
+        let grads = arch.gradients(&ps, &layers, &x, &y, None, &[]);
+        tch::no_grad(|| flatten_into(&grads, &mut flat));
+        let share = len as f64 / n as f64;
+        sum.iter_mut()
+            .zip(&flat)
+            .for_each(|(s, &g)| *s += share * g as f64);
+    }
+    sum.into_iter().map(|s| s as f32).collect()
 }
 
 /// Calls `step` once per minibatch of `plan` over `data`, in order, the batches drawn from `rng`
@@ -750,6 +814,16 @@ mod tests {
     }
 
     #[test]
+    fn steps_weights_by_hand() {
+        // ρ = 0.5, three steps: c = 1, 1.5, 1.75, a = 4.25 = [3 − 0.5·(1 − 0.125)/0.5] / 0.5.
+        assert_eq!(plan(LocalWork::Steps(3), 0.5, 0.0).steps_weight(10), 4.25);
+        assert_eq!(plan(LocalWork::Steps(7), 0.0, 0.0).steps_weight(10), 7.0);
+        // Two epochs of ⌈10/4⌉ = 3 batches; no rows, no steps.
+        assert_eq!(plan(LocalWork::Epochs(2), 0.0, 0.0).steps_weight(10), 6.0);
+        assert_eq!(plan(LocalWork::Epochs(2), 0.9, 0.0).steps_weight(0), 0.0);
+    }
+
+    #[test]
     fn highest_confidence_by_hand() {
         // Logistic models on rows (1, 0) and (0, 1): w = (2, 0) is sure of row 0 (σ(2)) and
         // unsure of row 1 (σ(0) = ½); w = (0, −3) the other way round (1 − σ(−3) = σ(3)); a
@@ -836,6 +910,75 @@ mod tests {
         );
         for (a, b) in p.iter().zip([0.06f32, 0.11, 0.06]) {
             assert!((a - b).abs() < 1e-6, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn a_full_gradient_is_the_mean_of_the_rows_whatever_the_chunks() {
+        // At θ = 0 (p = 0.5): row (1, 2) with label 1 gives (−0.5, −1, −0.5), row (2, 0) with
+        // label 0 gives (1, 0, 0.5); their mean is (0.25, −0.5, 0).
+        let arch = Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 2, 2);
+        let (x, y) = (vec![1.0f32, 2.0, 2.0, 0.0], vec![1i64, 0]);
+        let view = SplitView {
+            features: &x,
+            labels: &y,
+            dim: 2,
+        };
+        for chunk in [1, 2, 64] {
+            let g = full_gradient(&arch, &[0.0; 3], view, chunk);
+            for (a, b) in g.iter().zip([0.25f32, -0.5, 0.0]) {
+                assert!((a - b).abs() < 1e-6, "chunk {chunk}: {g:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_correction_adds_to_every_steps_gradient() {
+        // As above (logistic gradient (−0.5, −1, −0.5)), plus c = (0.3, −0.2, 0.1). One step
+        // of lr 0.1: θ = −0.1·(−0.2, −1.2, −0.4) = (0.02, 0.12, 0.04).
+        let (x, y) = (vec![1.0f32, 2.0], vec![1i64]);
+        let view = SplitView {
+            features: &x,
+            labels: &y,
+            dim: 2,
+        };
+        let step = |model: &str, correction: Option<&[f32]>| {
+            let spec = ModelSpec::from_yaml(model).unwrap();
+            let arch = Architecture::new(&spec, 2, 2);
+            let mut rng = ChaCha20Rng::seed_from_u64(3);
+            let mut p = arch.init(&mut rng);
+            if model == "{kind: linear}" {
+                p.fill(0.0);
+            }
+            let objective = Objective {
+                correction,
+                ..Default::default()
+            };
+            let pl = plan(LocalWork::Steps(1), 0.0, 0.0);
+            let mut stream = ChaCha20Rng::seed_from_u64(0);
+            train_sgd(
+                &arch,
+                &mut p,
+                &mut Vec::new(),
+                view,
+                &pl,
+                0.1,
+                &mut stream,
+                &objective,
+            );
+            p
+        };
+        let linear = step("{kind: linear}", Some(&[0.3, -0.2, 0.1]));
+        for (a, b) in linear.iter().zip([0.02f32, 0.12, 0.04]) {
+            assert!((a - b).abs() < 1e-6, "{linear:?}");
+        }
+        // Through LibTorch (an MLP): the step moves by −lr·c more than without it.
+        let mlp = "{kind: mlp, hidden: [3]}";
+        let n = step(mlp, None).len();
+        let c: Vec<f32> = (0..n).map(|j| (j as f32 - 8.0) / 10.0).collect();
+        let (plain, corrected) = (step(mlp, None), step(mlp, Some(&c)));
+        for ((p, q), c) in plain.iter().zip(&corrected).zip(&c) {
+            assert!((p - 0.1 * c - q).abs() < 1e-6, "{p} − 0.1·{c} vs {q}");
         }
     }
 

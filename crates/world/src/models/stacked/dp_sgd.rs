@@ -59,6 +59,7 @@ pub fn train_dp_sgd_alone(
         momentum: (plan.momentum != 0.0).then_some(momentum),
         sample_weights: objective.sample_weights,
         proximal: objective.proximal,
+        correction: objective.correction,
         first_row: 0,
         passes,
         dropout,

@@ -67,6 +67,8 @@ pub struct StackedRun<'a> {
     pub sample_weights: Option<&'a [f32]>,
     /// Adds (μ/2)·‖θ − anchor‖² to the loss (FedProx, Ditto).
     pub proximal: Option<Proximal<'a>>,
+    /// Adds ⟨c, θ⟩ to the loss: c to every step's gradient (SCAFFOLD's c − c_i).
+    pub correction: Option<&'a [f32]>,
     /// Index of the run's first training row among the rows given to [`train_sgd_stacked`].
     pub first_row: usize,
     /// The run's shuffled passes over its rows ([`LocalPlan::passes`], drawn from its client's
@@ -148,6 +150,7 @@ pub fn train_sgd_stacked(
                         momentum: run.momentum.as_deref_mut(),
                         sample_weights: run.sample_weights,
                         proximal: run.proximal.map(|p| (p.anchor, p.mu)),
+                        correction: run.correction,
                         first_row: run.first_row,
                         passes: &run.passes,
                         lr: run.lr,
@@ -212,6 +215,13 @@ pub fn train_sgd_stacked(
             .map(|run| run.proximal.map_or(0.0, |p| p.mu as f32))
             .collect();
         (anchors, mu)
+    });
+    // Runs without a correction add a row of zeros.
+    let correction = sorted.iter().any(|run| run.correction.is_some()).then(|| {
+        timed(Phase::Stack, device, || {
+            let vectors: Vec<_> = sorted.iter().map(|run| run.correction).collect();
+            stack_vectors(&vectors, arch, device)
+        })
     });
     let lr: Vec<f32> = sorted.iter().map(|run| run.lr as f32).collect();
     let mut private: Vec<DpSgdRun> = match plan.dp_sgd {
@@ -284,6 +294,9 @@ pub fn train_sgd_stacked(
                     let mut d = g;
                     if let Some((anchors, mu)) = &prox {
                         d = &d + (p - &anchors[j]) * per_run(mu, dims, device);
+                    }
+                    if let Some(correction) = &correction {
+                        d = &d + correction[j].narrow(0, 0, a);
                     }
                     if plan.weight_decay != 0.0 {
                         d = &d + p * plan.weight_decay;
@@ -1059,6 +1072,9 @@ mod tests {
             .map(|_| rng.gen_range(-0.1..0.1))
             .collect();
         let weights: Vec<f32> = (0..sizes[1]).map(|_| rng.gen_range(0.0..1.0)).collect();
+        let correction: Vec<f32> = (0..arch.num_params())
+            .map(|_| rng.gen_range(-0.1..0.1))
+            .collect();
         let momenta = [Vec::new(), buffer.clone(), Vec::new()];
         let objective = |k: usize| Objective {
             sample_weights: (k == 1).then_some(&weights[..]),
@@ -1066,6 +1082,7 @@ mod tests {
                 anchor: &anchor[..],
                 mu: 0.3,
             }),
+            correction: (k == 0).then_some(&correction[..]),
         };
         // Alone.
         let mut alone = start.clone();
@@ -1126,6 +1143,7 @@ mod tests {
                         momentum: (k != 2).then_some(momentum),
                         sample_weights: o.sample_weights,
                         proximal: o.proximal,
+                        correction: o.correction,
                         first_row: firsts[k],
                         dropout: dropout_stream(&arch, &passes, &mut stream),
                         passes,
