@@ -1,5 +1,6 @@
 //! fedsim's integration tests: one binary, one module per concern.
 
+mod baselines;
 mod bounds;
 mod byzantine;
 mod cli;
