@@ -20,6 +20,7 @@ mod local;
 mod noop;
 mod per_fedavg;
 mod pfedme;
+mod q_fedavg;
 pub mod registry;
 mod scaffold;
 

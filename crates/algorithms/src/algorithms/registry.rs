@@ -99,6 +99,11 @@ registry! {
         "FedNova",
         "FedNova (Wang et al. 2020): FedAvg with each change normalized by its local steps",
     }
+    server QFedAvg super::q_fedavg::QFedAvgSpec {
+        "q_fedavg",
+        "q-FedAvg",
+        "q-FedAvg (Li et al. 2020): the q-FFL objective, where clients with a higher loss weigh more",
+    }
     server Local super::local::LocalSpec {
         "local",
         "Local",
