@@ -8,6 +8,7 @@
 //! pool), how updates are combined, and which model a client is evaluated with. It does not
 //! decide who trains or when (that is the server's round policy), and it never touches time.
 
+mod afl;
 mod apfl;
 mod clustered;
 mod ditto;

@@ -104,6 +104,11 @@ registry! {
         "q-FedAvg",
         "q-FedAvg (Li et al. 2020): the q-FFL objective, where clients with a higher loss weigh more",
     }
+    server Afl super::afl::AflSpec {
+        "afl",
+        "AFL",
+        "AFL (Mohri et al. 2019): the model best for the worst mixture of the clients",
+    }
     server Local super::local::LocalSpec {
         "local",
         "Local",
