@@ -346,7 +346,7 @@ fn momentum_kept_on_the_device_changes_no_result_whatever_fits() {
 fn updates_kept_on_the_device_for_the_servers_sum_change_no_result() {
     // Stacked as on a GPU, each client's update stays on the device until the server sums it
     // there (FedAvg's and FedProx's model, FedEM's components, FedGMM's classifiers with
-    // their own weights, Ditto's global model), or is
+    // their own weights, Ditto's global model, FedNova's and AFL's models with theirs), or is
     // read back where the server needs it on the host (a deadline's late updates, FedBuff's
     // stale ones), or crosses as on the CPU (`device_state_gib=0`): the same files with 1 and
     // 4 threads.
@@ -355,9 +355,10 @@ fn updates_kept_on_the_device_for_the_servers_sum_change_no_result() {
                 max_staleness: 2}";
     let fedbuff = "policy={kind: fedbuff, buffer_size: 3, concurrency: 6}";
     let system = "system={compute: {samples_per_second: {dist: lognormal, median: 5, sigma: 0.8}}}";
-    let cases: [(&str, &[&str]); 8] = [
+    let cases: [(&str, &[&str]); 9] = [
         ("fedavg", &[]),
         ("fednova", &["algorithm.name=fednova"]),
+        ("afl", &["algorithm={name: afl, lambda_lr: 0.1}"]),
         ("fedprox", &["algorithm={name: fedprox, mu: 0.1}"]),
         ("fedem", &["algorithm.name=fedem"]),
         ("fedgmm", &["algorithm.name=fedgmm"]),
