@@ -823,6 +823,52 @@ mod tests {
         assert_eq!(plan(LocalWork::Epochs(2), 0.9, 0.0).steps_weight(0), 0.0);
     }
 
+    /// With every row weighing 0 the data's gradient is 0, so a run's only direction is its
+    /// correction c: K steps with momentum ρ from a zero buffer move θ by exactly
+    /// −lr·steps_weight·c (the linear model in plain Rust and an MLP through LibTorch alike).
+    #[test]
+    fn a_runs_change_is_its_steps_weight_times_its_mean_direction() {
+        let (x, y) = (vec![1.0f32, 2.0, 2.0, 0.0], vec![1i64, 0]);
+        let view = SplitView {
+            features: &x,
+            labels: &y,
+            dim: 2,
+        };
+        let zero = [0.0f32; 2];
+        for model in ["{kind: linear}", "{kind: mlp, hidden: [3]}"] {
+            let arch = Architecture::new(&ModelSpec::from_yaml(model).unwrap(), 2, 2);
+            let start = arch.init(&mut ChaCha20Rng::seed_from_u64(1));
+            let c: Vec<f32> = (0..start.len()).map(|j| 0.125 * (j % 5) as f32).collect();
+            let pl = LocalPlan {
+                batch_size: 1,
+                ..plan(LocalWork::Steps(4), 0.5, 0.0)
+            };
+            let objective = Objective {
+                sample_weights: Some(&zero),
+                correction: Some(&c),
+                ..Default::default()
+            };
+            let mut p = start.clone();
+            let mut stream = ChaCha20Rng::seed_from_u64(0);
+            train_sgd(
+                &arch,
+                &mut p,
+                &mut Vec::new(),
+                view,
+                &pl,
+                0.1,
+                &mut stream,
+                &objective,
+            );
+            // c_t = 1, 1.5, 1.75, 1.875: a = 6.125.
+            assert_eq!(pl.steps_weight(2), 6.125);
+            for ((p, s), c) in p.iter().zip(&start).zip(&c) {
+                let want = s - 0.1 * 6.125 * c;
+                assert!((p - want).abs() < 1e-5, "{model}: {p} vs {want}");
+            }
+        }
+    }
+
     #[test]
     fn highest_confidence_by_hand() {
         // Logistic models on rows (1, 0) and (0, 1): w = (2, 0) is sure of row 0 (σ(2)) and
