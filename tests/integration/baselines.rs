@@ -4,26 +4,15 @@
 //! fixed points on quadratics are worked by hand in each algorithm's unit tests.
 
 use crate::common::{f64_column, u64_column};
-use fedsim::results::{read_parquet, run_scenario, RunOptions};
-use fedsim::scenario::Scenario;
+use fedsim::results::read_parquet;
 use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The weighted mean training loss of the participants at each evaluated round of the run of
 /// `scenario` with `algorithm` (written into `dir`).
 fn training_losses(scenario: &Path, algorithm: &str, dir: &Path) -> BTreeMap<u32, f64> {
-    let overrides = vec![format!("algorithm={algorithm}")];
-    let s = Scenario::load(scenario, &overrides).expect("valid scenario");
-    let opts = RunOptions {
-        out_dir: dir.to_path_buf(),
-        threads: 2,
-        progress: false,
-        force: false,
-        save_models: false,
-        save_client_models: false,
-        keep_unfinished: false,
-    };
-    run_scenario(&s, &opts).expect("run succeeds");
+    let text = std::fs::read_to_string(scenario).unwrap();
+    crate::common::run_saving(&text, &[&format!("algorithm={algorithm}")], 2, dir);
     let metrics = read_parquet(&dir.join("metrics.parquet")).unwrap();
     let split = metrics.column("split").unwrap().str().unwrap();
     let (round, n) = (

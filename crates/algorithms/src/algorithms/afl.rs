@@ -173,13 +173,11 @@ impl Algorithm for Afl {
         finish: |_, ctx, global, momentum, runs| {
             let [run] = <[SgdRun; 1]>::try_from(runs).expect("one run");
             *momentum = run.momentum;
-            let losses = ctx.train_losses(&[&global.model[..]]);
-            let rows = losses[0].len().max(1) as f64;
             AflUpdate {
                 params: run.params.into_owned(),
                 client: ctx.client,
                 lambda: global.lambdas[ctx.client as usize],
-                loss: losses[0].iter().map(|&l| l as f64).sum::<f64>() / rows,
+                loss: ctx.mean_train_loss(&global.model),
             }
         },
         sends: SentRuns::All,

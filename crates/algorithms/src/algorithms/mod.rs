@@ -165,6 +165,15 @@ impl LocalContext<'_> {
         }
     }
 
+    /// The mean loss of the training rows under `model` (one of the models the update's
+    /// [`SgdUpdate::scores`] declares, where a cohort scored them; 0 without rows): q-FedAvg's
+    /// and AFL's F_k(w).
+    pub fn mean_train_loss(&self, model: &[f32]) -> f64 {
+        let losses = self.train_losses(&[model]);
+        let rows = losses[0].len().max(1) as f64;
+        losses[0].iter().map(|&l| l as f64).sum::<f64>() / rows
+    }
+
     /// Trains one of an update's local SGD runs alone (see [`SgdUpdate`]) with this round's
     /// plan. The momentum buffer is then kept or cleared, as the scenario says.
     pub fn train_run(&self, run: &mut SgdRun<'_>, rng: &mut ChaCha20Rng) {

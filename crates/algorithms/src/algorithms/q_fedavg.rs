@@ -123,9 +123,7 @@ impl Algorithm for QFedAvg {
         finish: |alg, ctx, global, momentum, runs| {
             let [run] = <[SgdRun; 1]>::try_from(runs).expect("one run");
             *momentum = run.momentum;
-            let losses = ctx.train_losses(&[&global[..]]);
-            let rows = losses[0].len().max(1) as f64;
-            let loss = losses[0].iter().map(|&l| l as f64).sum::<f64>() / rows;
+            let loss = ctx.mean_train_loss(global);
             let params = run.params.into_owned();
             let (loss_power, scaled_h) = alg.weights(loss, global, &params, ctx.lr);
             QUpdate {
