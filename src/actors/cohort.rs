@@ -676,16 +676,19 @@ fn fine_tunings<A: Algorithm>(
     // Only the passes differ between the runs' plans (drawn above).
     let plan = *plan;
     let tested: Vec<usize> = runs.iter().map(|(k, ..)| *k).collect();
+    let starts: Vec<Cow<'_, [f32]>> = (runs.iter_mut())
+        .map(|(_, tuning, ..)| std::mem::take(&mut tuning.start))
+        .collect();
     let mut params: Vec<Vec<f32>> = vec![Vec::new(); runs.len()];
     let mut momenta: Vec<Vec<f32>> = vec![Vec::new(); runs.len()];
     let mut stacked: Vec<StackedRun<'_>> = (runs.into_iter())
-        .zip(params.iter_mut().zip(&mut momenta))
+        .zip(params.iter_mut().zip(&mut momenta).zip(&starts))
         .map(
-            |((k, tuning, _, passes, dropout), (params, momentum))| StackedRun {
+            |((k, tuning, _, passes, dropout), ((params, momentum), start))| StackedRun {
                 params,
                 resident_momentum: None,
                 resident_params: None,
-                start: Some(tuning.start),
+                start: Some(start),
                 momentum: Some(momentum),
                 sample_weights: None,
                 proximal: None,

@@ -94,7 +94,13 @@ impl RunPlan {
         let data = poisoned(spec, data, &malicious)?;
         let placement = (spec.training.device.resolve_here())
             .map_err(|m| FieldError::new("training.device".into(), m))?;
-        let population = population_of(&data, &unseen);
+        // The scenario checked the model against the shape it declares; a Parquet file's rows
+        // are known only now.
+        spec.model
+            .check_shape(data.input_shape(), Some(data.classes))
+            .map_err(|e| e.within("model"))?;
+        let arch = Architecture::for_input(&spec.model, data.input_shape(), data.classes);
+        let population = population_of(&data, &unseen, &arch);
         spec.algorithm
             .check_data(&population)
             .map_err(|e| e.within("algorithm"))?;
@@ -103,12 +109,6 @@ impl RunPlan {
             None => spec.privacy_for(clients)?,
             Some(_) => None,
         };
-        // The scenario checked the model against the shape it declares; a Parquet file's rows
-        // are known only now.
-        spec.model
-            .check_shape(data.input_shape(), Some(data.classes))
-            .map_err(|e| e.within("model"))?;
-        let arch = Architecture::for_input(&spec.model, data.input_shape(), data.classes);
         let initial_models = match &spec.model.init {
             Some(init) => Some(read_models(&init.from, &arch).map_err(init_error)?),
             None => None,
@@ -256,7 +256,7 @@ fn poisoned(
 }
 
 /// The clients as an algorithm sees them when it is built (`unseen` sorted).
-fn population_of(data: &Arc<FederatedData>, unseen: &[u32]) -> Population {
+fn population_of(data: &Arc<FederatedData>, unseen: &[u32], arch: &Architecture) -> Population {
     let participants_train = (0..data.num_clients())
         .filter(|&c| unseen.binary_search(&(c as u32)).is_err())
         .map(|c| data.split_len(c, Split::Train))
@@ -267,6 +267,7 @@ fn population_of(data: &Arc<FederatedData>, unseen: &[u32]) -> Population {
         input_dim: data.dim,
         data: Arc::clone(data),
         unseen: unseen.to_vec(),
+        arch: arch.clone(),
     }
 }
 

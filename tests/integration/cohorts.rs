@@ -75,18 +75,16 @@ pub(crate) fn assert_close(what: &str, a: &Outcome, b: &Outcome, tol: f64) {
     }
 }
 
-/// Every registered algorithm that trains in cohorts (`peers`: the decentralized ones, else
-/// those with a server), as `algorithm={...}` with its example settings. Read from the
-/// registry, so that a new algorithm is tested here without a list to edit.
-fn cohort_algorithms(peers: bool) -> Vec<String> {
+/// Every registered decentralized algorithm that trains in cohorts, as `algorithm={...}` with
+/// its example settings. Read from the registry, so that a new algorithm is tested here
+/// without a list to edit.
+fn peer_cohort_algorithms() -> Vec<String> {
     let found: Vec<String> = fedsim::algorithms::registry::REGISTRY
         .iter()
-        .filter(|r| {
-            r.declared.capabilities.cohorts && r.declared.capabilities.decentralized == peers
-        })
+        .filter(|r| r.declared.capabilities.cohorts && r.declared.capabilities.decentralized)
         .map(|r| format!("algorithm={}", r.example_section()))
         .collect();
-    assert!(found.len() >= if peers { 2 } else { 11 }, "{found:?}");
+    assert!(found.len() >= 2, "{found:?}");
     found
 }
 
@@ -102,17 +100,25 @@ fn flat_models() -> Vec<String> {
     found
 }
 
-/// Every algorithm × flat model pair of the catalogues, and Clustered FL with tolerances that
-/// split its clusters at once (its example never splits in the rounds tested here).
+/// Every algorithm × flat model pair of the catalogues (an algorithm whose example needs a
+/// model of its own, a split of the layers, with that model), and Clustered FL with tolerances
+/// that split its clusters at once (its example never splits in the rounds tested here).
 fn cohort_matrix() -> Vec<[String; 2]> {
-    let mut algorithms = cohort_algorithms(false);
-    algorithms.push("algorithm={name: clustered, tol1: 1000, tol2: 0}".into());
     let mut pairs = Vec::new();
-    for alg in &algorithms {
-        for model in flat_models() {
-            pairs.push([alg.clone(), model]);
+    let registry = fedsim::algorithms::registry::REGISTRY.iter();
+    for r in registry.filter(|r| r.declared.capabilities.cohorts) {
+        if r.declared.capabilities.decentralized {
+            continue;
+        }
+        let alg = format!("algorithm={}", r.example_section());
+        match r.declared.example_model {
+            Some(model) => pairs.push([alg, format!("model={model}")]),
+            None => pairs.extend(flat_models().into_iter().map(|m| [alg.clone(), m])),
         }
     }
+    let clustered = "algorithm={name: clustered, tol1: 1000, tol2: 0}";
+    pairs.extend(flat_models().into_iter().map(|m| [clustered.into(), m]));
+    assert!(pairs.len() >= 22, "{pairs:?}");
     pairs
 }
 
@@ -277,7 +283,7 @@ fn evaluations_in_cohorts_match_each_client_alone() {
         );
     }
     let peers = SMALL.replace("sampling: {fraction: 0.5}\n", "");
-    for alg in cohort_algorithms(true) {
+    for alg in peer_cohort_algorithms() {
         let topology = "topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}";
         check(
             &peers,
@@ -393,7 +399,7 @@ fn updates_kept_on_the_device_for_the_servers_sum_change_no_result() {
 #[test]
 fn peers_train_in_cohorts_as_they_would_alone() {
     // D-PSGD and D-FedEM, synchronous and asynchronous gossip, two rounds.
-    for alg in cohort_algorithms(true) {
+    for alg in peer_cohort_algorithms() {
         for gossip in ["synchronous", "asynchronous"] {
             let topology = format!(
                 "topology={{graph: {{kind: ring}}, mixing: {{rule: metropolis_hastings}}, \

@@ -17,6 +17,14 @@ training: {local_epochs: 1, batch_size: 16, lr: 0.1, momentum: 0.9, weight_decay
 sampling: {fraction: 0.5}
 ";
 
+/// A registered algorithm's example as overrides: `algorithm={...}` with its example settings,
+/// and `model={...}` where the example needs a model of its own (a split of the layers).
+pub fn algorithm_example(r: &fedsim::algorithms::registry::Registration) -> Vec<String> {
+    let mut overrides = vec![format!("algorithm={}", r.example_section())];
+    overrides.extend(r.declared.example_model.map(|m| format!("model={m}")));
+    overrides
+}
+
 pub fn scenario(text: &str, overrides: &[&str]) -> Scenario {
     let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
     Scenario::from_yaml(text, Path::new("test.yaml"), &o).expect("valid scenario")

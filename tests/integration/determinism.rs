@@ -1,6 +1,6 @@
 //! Same scenario and seed ⇒ identical result files, whatever the number of trainer threads.
 
-use crate::common::{column_names, scenario, SMALL};
+use crate::common::{algorithm_example, column_names, scenario, SMALL};
 use fedsim::results::{run_scenario, RunOptions};
 use std::path::Path;
 
@@ -97,7 +97,7 @@ fn every_registered_algorithm_is_deterministic_across_threads_and_reruns() {
     // Every peer trains each round: SMALL's sampling goes for decentralized algorithms.
     let peers = SMALL.replace("sampling: {fraction: 0.5}\n", "");
     for r in fedsim::algorithms::registry::REGISTRY {
-        let mut overrides = vec![format!("algorithm={}", r.example_section())];
+        let mut overrides = algorithm_example(r);
         let text = if r.declared.capabilities.decentralized {
             overrides
                 .push("topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}".into());
@@ -122,8 +122,9 @@ fn every_server_optimizer_is_deterministic_across_threads_and_reruns() {
     let adam = "server_optimizer={kind: adam, lr: 0.01}".to_string();
     for r in fedsim::algorithms::registry::REGISTRY {
         if r.declared.capabilities.server_optimizer {
-            let algorithm = format!("algorithm={}", r.example_section());
-            check_overrides(SMALL, r.name, &[algorithm, adam.clone()]);
+            let mut overrides = algorithm_example(r);
+            overrides.push(adam.clone());
+            check_overrides(SMALL, r.name, &overrides);
         }
     }
     let fedbuff = "policy={kind: fedbuff, buffer_size: 2, concurrency: 4}".to_string();
@@ -447,7 +448,7 @@ fn spilling_leaves_every_result_file_as_it_was() {
     let mut cases: Vec<(String, &str, Vec<String>)> = fedsim::algorithms::registry::REGISTRY
         .iter()
         .map(|r| {
-            let mut overrides = vec![format!("algorithm={}", r.example_section())];
+            let mut overrides = algorithm_example(r);
             let text = if r.declared.capabilities.decentralized {
                 overrides.push(
                     "topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}".into(),

@@ -302,7 +302,7 @@ impl Algorithm for FedAvg {
     /// FedAvg+: the global model, `finetune_epochs` epochs at `finetune_lr`.
     const FINE_TUNING: Option<FineTunings<Self>> = Some(|alg, ctx, global, _| {
         (alg.finetune_epochs > 0).then(|| FineTuning {
-            start: global,
+            start: Cow::Borrowed(global),
             epochs: alg.finetune_epochs,
             lr: alg.finetune_lr.unwrap_or(ctx.training.lr),
         })

@@ -13,12 +13,15 @@ mod apfl;
 mod clustered;
 mod ditto;
 mod fedavg;
+mod fedbabu;
 mod feddyn;
 mod fedem;
 mod fedgmm;
 mod fednova;
+mod fedrep;
 mod local;
 mod noop;
+pub mod partial;
 mod per_fedavg;
 mod pfedme;
 mod q_fedavg;
@@ -29,13 +32,16 @@ pub use apfl::{Apfl, ApflSpec};
 pub use clustered::{complete_linkage_bipartition, Clustered, ClusteredSpec, Clusters};
 pub use ditto::{Ditto, DittoSpec};
 pub use fedavg::{DPsgdSpec, FedAvg, FedAvgPlusSpec, FedAvgSpec, FedProxSpec, ModelUpdate};
+pub use fedbabu::{FedBabu, FedBabuSpec};
 pub use fedem::{
     e_step, fit_mixture_weights, DFedEmSpec, FedEm, FedEmNovelty, FedEmSpec, Unsampled,
     MIN_MIXTURE_WEIGHT,
 };
 pub use fedgmm::{Covariance, FedGmm, FedGmmSpec, Gaussian, GmmGlobal, NoveltyScore};
+pub use fedrep::{FedRep, FedRepSpec};
 pub use local::{Local, LocalSpec};
 pub use noop::{Noop, NoopSpec};
+pub use partial::{FedPerSpec, LayerSplit, LgFedAvgSpec, PartialFedAvg, SplitModel};
 pub use per_fedavg::{PerFedAvg, PerFedAvgSpec};
 pub use pfedme::{PFedMe, PFedMeSpec};
 pub use registry::{
@@ -840,9 +846,9 @@ pub type FineTunings<A> = for<'a> fn(
 
 /// Evaluation-time fine-tuning: `epochs` local epochs of plain SGD (the plan's momentum from a
 /// zero buffer, no privacy) at `lr` from `start`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct FineTuning<'a> {
-    pub start: &'a [f32],
+    pub start: Cow<'a, [f32]>,
     pub epochs: u32,
     pub lr: f64,
 }
@@ -1163,6 +1169,18 @@ pub(crate) mod testkit {
                     precision: Precision::Fp32,
                     device_state_bytes: 0,
                 },
+            }
+        }
+
+        /// The kit's one client as an algorithm is built for it.
+        pub fn population(&self) -> Population {
+            Population {
+                clients: 1,
+                participants_train: self.data.split_len(0, crate::records::Split::Train),
+                input_dim: self.data.dim,
+                data: std::sync::Arc::new(self.data.clone()),
+                unseen: Vec::new(),
+                arch: self.arch.clone(),
             }
         }
 

@@ -109,6 +109,26 @@ registry! {
         "AFL",
         "AFL (Mohri et al. 2019): the model best for the worst mixture of the clients",
     }
+    server FedPer super::partial::FedPerSpec {
+        "fedper",
+        "FedPer",
+        "FedPer (Arivazhagan et al. 2019): FedAvg of the body, a personal head per client",
+    }
+    server LgFedAvg super::partial::LgFedAvgSpec {
+        "lg_fedavg",
+        "LG-FedAvg",
+        "LG-FedAvg (Liang et al. 2020): local representations, a global head",
+    }
+    server FedRep super::fedrep::FedRepSpec {
+        "fedrep",
+        "FedRep",
+        "FedRep (Collins et al. 2021): a shared body; each client trains its head, then the body",
+    }
+    server FedBabu super::fedbabu::FedBabuSpec {
+        "fedbabu",
+        "FedBABU",
+        "FedBABU (Oh et al. 2022): the body trained under a frozen head, fine-tuned before tests",
+    }
     server Local super::local::LocalSpec {
         "local",
         "Local",
@@ -179,6 +199,8 @@ pub struct Population {
     pub data: Arc<FederatedData>,
     /// The held-out clients, sorted.
     pub unseen: Vec<u32>,
+    /// The model every client trains (its layers, for settings that name them).
+    pub arch: Architecture,
 }
 
 impl Population {
@@ -203,6 +225,11 @@ pub trait AlgorithmSettings: ItemSettings + InRegistry {
     /// The smallest settings that run (YAML flow mapping, without `name`): what the test
     /// suites run every registered algorithm with, so a new one is tested without a list.
     const EXAMPLE: &'static str = "{}";
+
+    /// The model section its example needs, where not every model will do (a split of the
+    /// layers needs a model with the layers it names): the test suites run the example with
+    /// it. `None`: any model.
+    const EXAMPLE_MODEL: Option<&'static str> = None;
 
     /// Checks the settings; a path is below `algorithm`.
     fn validate(&self) -> Result<(), FieldError> {
@@ -309,6 +336,8 @@ pub struct Declared {
     /// How papers and plots write it (`FedAvg+`, `pFedMe`).
     pub title: &'static str,
     pub capabilities: Capabilities,
+    /// [`AlgorithmSettings::EXAMPLE_MODEL`].
+    pub example_model: Option<&'static str>,
 }
 
 /// The line of an algorithm that runs with a server.
@@ -366,6 +395,7 @@ const fn line<S: AlgorithmSettings>(
     let declared = Declared {
         title,
         capabilities,
+        example_model: S::EXAMPLE_MODEL,
     };
     Registration::new::<S>(name, summary, S::EXAMPLE, declared, |fields| {
         Ok(Box::new(read_settings::<S>(fields)?))

@@ -168,6 +168,16 @@ pub enum InitScheme {
     Torchvision,
 }
 
+/// A layer that has parameters ([`Architecture::parameter_layers`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParameterLayer {
+    pub name: String,
+    /// Its values in the flat parameter vector.
+    pub range: std::ops::Range<usize>,
+    /// A normalisation layer's scale and shift.
+    pub norm: bool,
+}
+
 /// One row of [`Architecture::layer_table`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct LayerRow {
@@ -376,6 +386,104 @@ impl Architecture {
             k += 1;
         }
         out
+    }
+
+    /// The layers that have parameters, in parameter order: each one's name (`K` for the K-th,
+    /// as the model file's tensor names `K.weight` begin; a TorchScript module's own module
+    /// names), where its values lie in the flat parameter vector, and whether it is a
+    /// normalisation layer. Consecutive ranges: together they cover the vector.
+    pub fn parameter_layers(&self) -> Vec<ParameterLayer> {
+        let mut out: Vec<ParameterLayer> = Vec::new();
+        let mut at = 0;
+        let mut k = 0;
+        for l in &self.layers {
+            let shapes = self.layer_parameters(l);
+            if shapes.is_empty() {
+                continue;
+            }
+            if let Layer::Script { id } = *l {
+                // One layer per module: tensors `conv1.weight`, `conv1.bias` are `conv1`'s.
+                let script = script::script(id);
+                for (name, shape) in script.names.iter().zip(&script.shapes) {
+                    let module = name.rsplit_once('.').map_or(&name[..], |(m, _)| m);
+                    let len = shape.iter().product::<i64>() as usize;
+                    match out.last_mut() {
+                        Some(last) if last.name == module => last.range.end += len,
+                        _ => out.push(ParameterLayer {
+                            name: module.to_string(),
+                            range: at..at + len,
+                            norm: false,
+                        }),
+                    }
+                    at += len;
+                }
+                continue;
+            }
+            let len: usize = shapes
+                .iter()
+                .map(|(s, _)| s.iter().product::<i64>() as usize)
+                .sum();
+            out.push(ParameterLayer {
+                name: k.to_string(),
+                range: at..at + len,
+                norm: matches!(l, Layer::Norm { .. }),
+            });
+            at += len;
+            k += 1;
+        }
+        out
+    }
+
+    /// The parameter ranges of the layers `names` selects (sorted, merged where adjacent): a
+    /// layer's own name ([`Architecture::parameter_layers`]), `head` (the last layer with
+    /// parameters: the classifier), `body` (every other), `norm` (every normalisation layer).
+    /// Refused: a name the model does not have, or a selection of no layer.
+    pub fn select_layers(&self, names: &[String]) -> Result<Vec<std::ops::Range<usize>>, String> {
+        if names.is_empty() {
+            return Err("no layer named; name at least one (`head`, `body`, `norm`, ...)".into());
+        }
+        let layers = self.parameter_layers();
+        let last = layers.len().saturating_sub(1);
+        let mut chosen = vec![false; layers.len()];
+        for name in names {
+            let picks: Vec<usize> = match name.as_str() {
+                "head" => vec![last],
+                "body" => (0..last).collect(),
+                "norm" => (0..layers.len()).filter(|&i| layers[i].norm).collect(),
+                own => (0..layers.len())
+                    .filter(|&i| layers[i].name == own)
+                    .collect(),
+            };
+            if picks.is_empty() {
+                let own: Vec<String> = layers.iter().map(|l| format!("`{}`", l.name)).collect();
+                return Err(match name.as_str() {
+                    "body" => format!(
+                        "`body` is every layer with parameters but the last, and this model has \
+                         one ({}); use a model with more layers",
+                        self.summary()
+                    ),
+                    "norm" => format!(
+                        "`norm` is every normalisation layer, and this model has none ({}); \
+                         add `batch_norm` or `group_norm` layers",
+                        self.summary()
+                    ),
+                    _ => format!(
+                        "this model has no layer `{name}`: expected `head`, `body`, `norm` or a \
+                         layer's name ({})",
+                        own.join(", ")
+                    ),
+                });
+            }
+            picks.into_iter().for_each(|i| chosen[i] = true);
+        }
+        let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
+        for (layer, _) in layers.iter().zip(&chosen).filter(|(_, &c)| c) {
+            match ranges.last_mut() {
+                Some(r) if r.end == layer.range.start => r.end = layer.range.end,
+                _ => ranges.push(layer.range.clone()),
+            }
+        }
+        Ok(ranges)
     }
 
     /// The parameter tensors' shapes, in parameter order (PyTorch's `state_dict` shapes).
@@ -863,6 +971,46 @@ mod tests {
             3,
         );
         assert_eq!(mlp.num_params(), 10 * 64 + 64 + 64 * 32 + 32 + 32 * 3 + 3);
+    }
+
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)] // lists of ranges, one long
+    fn layers_are_selected_by_name_and_role() {
+        // On 1×4×4 images: conv 1→2 3×3 (20 values), batch norm over 2 (4), dense 8→1 (9).
+        let spec = ModelSpec::from_yaml(
+            "{kind: layers, layers: [{kind: conv, channels: 2, kernel: 3}, batch_norm, relu, dense]}",
+        )
+        .unwrap();
+        let arch = Architecture::for_input(&spec, InputShape::Image([1, 4, 4]), 2);
+        let layers = arch.parameter_layers();
+        let names: Vec<&str> = layers.iter().map(|l| &l.name[..]).collect();
+        assert_eq!(names, ["0", "1", "2"]);
+        assert_eq!(layers[1].range, 20..24);
+        assert!(layers[1].norm && !layers[0].norm);
+        let select = |names: &[&str]| {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            arch.select_layers(&names)
+        };
+        assert_eq!(select(&["head"]), Ok(vec![24..33]));
+        assert_eq!(select(&["body"]), Ok(vec![0..24]));
+        assert_eq!(select(&["norm"]), Ok(vec![20..24]));
+        assert_eq!(select(&["0", "head"]), Ok(vec![0..20, 24..33]));
+        assert_eq!(select(&["head", "1"]), Ok(vec![20..33]));
+        let e = select(&["fc"]).unwrap_err();
+        assert!(
+            e.contains("no layer `fc`") && e.contains("`0`, `1`, `2`"),
+            "{e}"
+        );
+        assert!(select(&[]).is_err());
+        // A linear model has one layer: no body, no normalisation.
+        let linear = Architecture::new(&ModelSpec::from_yaml("{kind: linear}").unwrap(), 3, 2);
+        let names = ["body".to_string()];
+        assert!(linear.select_layers(&names).unwrap_err().contains("`body`"));
+        let names = ["norm".to_string()];
+        assert!(linear
+            .select_layers(&names)
+            .unwrap_err()
+            .contains("`batch_norm`"));
     }
 
     #[test]

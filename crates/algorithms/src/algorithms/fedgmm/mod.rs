@@ -881,6 +881,7 @@ mod tests {
             input_dim: 3,
             data: Arc::new(data),
             unseen: Vec::new(),
+            arch: Architecture::new(&crate::models::ModelSpec::default(), 3, 2),
         }
     }
 
@@ -1048,6 +1049,7 @@ mod tests {
             input_dim: 4,
             data: Arc::new(data),
             unseen: Vec::new(),
+            arch: Architecture::new(&crate::models::ModelSpec::default(), 4, 2),
         };
         let input = InputShape::Image([1, 2, 2]);
         // A 1×1 convolution to two channels, x and 0.5 − x; then a dense layer.
