@@ -151,5 +151,23 @@ fn layer_splits_are_refused_with_their_field() {
         "{e}"
     );
     let e = crate::common::error(SMALL, &["algorithm={name: fedrep, body_epochs: 0}"]);
-    assert!(e.contains("body_epochs"), "{e}");
+    assert!(e.contains("`algorithm.body_epochs`"), "{e}");
+}
+
+/// Every baseline's own setting, out of range, is refused with its path and what is allowed.
+#[test]
+fn baseline_settings_are_refused_with_their_field() {
+    let cases = [
+        ("{name: feddyn, alpha: 0}", "`algorithm.alpha`", "positive"),
+        ("{name: scaffold, option: 3}", "`algorithm.option`", "must be 1"),
+        ("{name: q_fedavg, q: -1}", "`algorithm.q`", "negative"),
+        ("{name: afl, lambda_lr: 0}", "`algorithm.lambda_lr`", "positive"),
+        ("{name: fedbabu, finetune_epochs: 0}", "`algorithm.finetune_epochs`", "at least"),
+        ("{name: fedper, personal: head}", "algorithm", "sequence"),
+        ("{name: feddyn}", "algorithm", "`alpha`"),
+    ];
+    for (algorithm, field, allowed) in cases {
+        let e = crate::common::error(SMALL, &[&format!("algorithm={algorithm}")]);
+        assert!(e.contains(field) && e.contains(allowed), "{algorithm}: {e}");
+    }
 }
