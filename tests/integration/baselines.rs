@@ -2,7 +2,7 @@
 //! 20 local steps (`scenarios/studies/drift_synthetic.yaml`), SCAFFOLD and FedDyn reach FedAvg's
 //! final training loss in fewer rounds than FedAvg needs. AFL reports its mixture weights. On
 //! label-skewed MNIST the partial-personalization baselines' own models beat FedAvg's global
-//! one. The fixed points on quadratics are worked by hand in each algorithm's unit tests.
+//! one, and under a feature shift FedBN does. The fixed points on quadratics are worked by hand in each algorithm's unit tests.
 
 use crate::common::{bin, f64_column, stdout_of, summary_value, u64_column, SMALL};
 use fedsim::results::{read_parquet, run_scenario, RunOptions};
@@ -113,6 +113,32 @@ fn partial_personalization_beats_fedavgs_global_model_on_label_skew() {
     }
 }
 
+/// Under a feature shift on MNIST (`scenarios/studies/feature_shift_mnist.yaml`: half the images
+/// inverted, mirrored and turned, labels kept, dealt apart), FedBN's clients, each with its own
+/// batch norm, are tested at least 5 points above FedAvg's global model (83.4 % against 71.9 %
+/// over seeds 1-3 when written; seed 1 here).
+#[test]
+fn fedbn_beats_fedavg_under_a_feature_shift() {
+    let cache = crate::real_data::fetched("mnist");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let scenario = root.join("scenarios/studies/feature_shift_mnist.yaml");
+    let tmp = tempfile::tempdir().unwrap();
+    let accuracy = |name: &str| {
+        let dir = tmp.path().join(name);
+        let mut command = bin();
+        command.arg("run").arg(&scenario).arg("--out").arg(&dir);
+        command.args(["--quiet", "--threads", "2"]);
+        command.args(["--set", &format!("algorithm={{name: {name}}}")]);
+        stdout_of(command.env("FEDSIM_DATA", &cache));
+        summary_value(&dir, "test_acc_mean")
+    };
+    let (fedavg, fedbn) = (accuracy("fedavg"), accuracy("fedbn"));
+    assert!(
+        fedbn > fedavg + 0.05,
+        "FedBN {fedbn} against FedAvg's {fedavg}"
+    );
+}
+
 /// A split of the layers that the model does not have, or that shares nothing, is refused
 /// when the run starts (the model is built from the data), with the field and what is allowed.
 #[test]
@@ -159,10 +185,22 @@ fn layer_splits_are_refused_with_their_field() {
 fn baseline_settings_are_refused_with_their_field() {
     let cases = [
         ("{name: feddyn, alpha: 0}", "`algorithm.alpha`", "positive"),
-        ("{name: scaffold, option: 3}", "`algorithm.option`", "must be 1"),
+        (
+            "{name: scaffold, option: 3}",
+            "`algorithm.option`",
+            "must be 1",
+        ),
         ("{name: q_fedavg, q: -1}", "`algorithm.q`", "negative"),
-        ("{name: afl, lambda_lr: 0}", "`algorithm.lambda_lr`", "positive"),
-        ("{name: fedbabu, finetune_epochs: 0}", "`algorithm.finetune_epochs`", "at least"),
+        (
+            "{name: afl, lambda_lr: 0}",
+            "`algorithm.lambda_lr`",
+            "positive",
+        ),
+        (
+            "{name: fedbabu, finetune_epochs: 0}",
+            "`algorithm.finetune_epochs`",
+            "at least",
+        ),
         ("{name: fedper, personal: head}", "algorithm", "sequence"),
         ("{name: feddyn}", "algorithm", "`alpha`"),
     ];

@@ -41,7 +41,7 @@ pub use fedgmm::{Covariance, FedGmm, FedGmmSpec, Gaussian, GmmGlobal, NoveltySco
 pub use fedrep::{FedRep, FedRepSpec};
 pub use local::{Local, LocalSpec};
 pub use noop::{Noop, NoopSpec};
-pub use partial::{FedPerSpec, LayerSplit, LgFedAvgSpec, PartialFedAvg, SplitModel};
+pub use partial::{FedBnSpec, FedPerSpec, LayerSplit, LgFedAvgSpec, PartialFedAvg, SplitModel};
 pub use per_fedavg::{PerFedAvg, PerFedAvgSpec};
 pub use pfedme::{PFedMe, PFedMeSpec};
 pub use registry::{

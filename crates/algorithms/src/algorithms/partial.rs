@@ -4,11 +4,12 @@
 //! normalisation layer) or a layer's own name (`0`, `1`, … as the model file names its
 //! tensors).
 //!
-//! Two algorithms are FedAvg on the shared layers with the rest kept by each client, and
+//! Three algorithms are FedAvg on the shared layers with the rest kept by each client, and
 //! differ only in which layers stay:
 //! - FedPer (Arivazhagan et al. 2019): the head (`personal: [head]`);
 //! - LG-FedAvg (Liang et al. 2020): the body, local representations under a global head
-//!   (`personal: [body]`).
+//!   (`personal: [body]`);
+//! - FedBN (Li et al. 2021): the normalisation layers' scales and shifts (`personal: [norm]`).
 //!
 //! FedRep and FedBABU (their own files) split the same way and train the halves in turn or
 //! one half only. The server holds the shared layers and, for the others, the values every
@@ -221,8 +222,8 @@ pub fn step_layers(
     }
 }
 
-/// Which layers each client keeps (`personal`), as the settings of FedPer and LG-FedAvg
-/// name them.
+/// Which layers each client keeps (`personal`), as the settings of FedPer, LG-FedAvg and
+/// FedBN name them.
 fn personal_split(
     population: &super::Population,
     personal: &Option<Vec<String>>,
@@ -238,9 +239,13 @@ fn personal_split(
 /// one layer, nothing to split).
 pub const SPLIT_EXAMPLE_MODEL: &str = "{kind: mlp, hidden: [8]}";
 
-/// The settings of FedPer and LG-FedAvg: which layers each client keeps.
+/// The model FedBN's example runs with: a batch norm between two dense layers.
+pub const NORM_EXAMPLE_MODEL: &str =
+    "{kind: layers, layers: [{kind: dense, units: 8}, batch_norm, relu, dense]}";
+
+/// The settings of FedPer, LG-FedAvg and FedBN: which layers each client keeps.
 macro_rules! personal_layers_spec {
-    ($(#[$doc:meta])* $spec:ident, default: $default:literal, field: $(#[$field:meta])*) => {
+    ($(#[$doc:meta])* $spec:ident, default: $default:literal, example_model: $model:expr, field: $(#[$field:meta])*) => {
         $(#[$doc])*
         #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
         #[serde(deny_unknown_fields)]
@@ -253,7 +258,7 @@ macro_rules! personal_layers_spec {
         impl super::AlgorithmSettings for $spec {
             type Algorithm = PartialFedAvg;
 
-            const EXAMPLE_MODEL: Option<&'static str> = Some(SPLIT_EXAMPLE_MODEL);
+            const EXAMPLE_MODEL: Option<&'static str> = Some($model);
 
             fn check_data(&self, population: &super::Population) -> Result<(), FieldError> {
                 personal_split(population, &self.personal, $default).map(|_| ())
@@ -270,15 +275,22 @@ macro_rules! personal_layers_spec {
 
 personal_layers_spec! {
     /// FedPer: the head stays with each client.
-    FedPerSpec, default: "head", field:
+    FedPerSpec, default: "head", example_model: SPLIT_EXAMPLE_MODEL, field:
     /// The layers each client keeps [default: `[head]`]: `head`, `body`, `norm` or layers'
     /// names (`0`, `1`, …).
 }
 
 personal_layers_spec! {
     /// LG-FedAvg: the body (every layer but the head) stays with each client.
-    LgFedAvgSpec, default: "body", field:
+    LgFedAvgSpec, default: "body", example_model: SPLIT_EXAMPLE_MODEL, field:
     /// The layers each client keeps [default: `[body]`]: `head`, `body`, `norm` or layers'
+    /// names (`0`, `1`, …).
+}
+
+personal_layers_spec! {
+    /// FedBN: every normalisation layer stays with each client.
+    FedBnSpec, default: "norm", example_model: NORM_EXAMPLE_MODEL, field:
+    /// The layers each client keeps [default: `[norm]`]: `head`, `body`, `norm` or layers'
     /// names (`0`, `1`, …).
 }
 

@@ -119,6 +119,11 @@ registry! {
         "LG-FedAvg",
         "LG-FedAvg (Liang et al. 2020): local representations, a global head",
     }
+    server FedBn super::partial::FedBnSpec {
+        "fedbn",
+        "FedBN",
+        "FedBN (Li et al. 2021): FedAvg with every normalisation layer local",
+    }
     server FedRep super::fedrep::FedRepSpec {
         "fedrep",
         "FedRep",

@@ -127,7 +127,8 @@ pub struct JointShift {
     pub fraction: f64,
     /// `joint` (Sec. 4.1): each shifted image is transformed and its label permuted;
     /// `separate` (App. C.3, the novelty study): half of the shifted images are transformed,
-    /// the other half keep their pixels and have their labels permuted.
+    /// the other half keep their pixels and have their labels permuted; `features`: each
+    /// shifted image is transformed and keeps its label (a feature shift).
     #[serde(default)]
     pub mode: ShiftMode,
     /// Dealing a pool: `grouped` (the authors' code) deals the unshifted images and each kind
@@ -149,6 +150,9 @@ pub enum ShiftMode {
     Joint,
     /// Half transformed (p(x) shifts), half relabelled (p(y | x) shifts).
     Separate,
+    /// Transformed, labels left as they are: only p(x) shifts (a feature shift, FedBN's
+    /// setting).
+    Features,
 }
 
 /// How shifted images of a pool reach clients ([`JointShift::dealing`]).
@@ -215,6 +219,7 @@ impl JointShift {
                 ShiftMode::Joint => Shifted::Transformed { relabel: true },
                 ShiftMode::Separate if i < count / 2 => Shifted::Transformed { relabel: false },
                 ShiftMode::Separate => Shifted::Relabelled,
+                ShiftMode::Features => Shifted::Transformed { relabel: false },
             };
         }
         out

@@ -115,9 +115,9 @@ layer_kinds! {
     Conv(Conv) = "conv", alone: false,
         "2-d convolution; `channels`, `kernel`, `stride` 1, `padding` 0, `groups` 1, `bias` true";
     BatchNorm(NoSettings) = "batch_norm", alone: true,
-        "batch normalisation with the batch's statistics, trained scale and shift";
+        "batch normalisation (of channels, or of a flat row's features) with the batch's statistics, trained scale and shift";
     GroupNorm(NoSettings) = "group_norm", alone: true,
-        "group normalisation in gcd(channels, 32) groups, trained scale and shift";
+        "group normalisation in gcd(channels, 32) groups (a flat row's features: channels), trained scale and shift";
     Relu(NoSettings) = "relu", alone: true, "max(x, 0)";
     Relu6(NoSettings) = "relu6", alone: true, "min(max(x, 0), 6)";
     Tanh(NoSettings) = "tanh", alone: true, "the hyperbolic tangent";
@@ -485,8 +485,18 @@ fn infer(
                 }
             }
             LayerSpec::BatchNorm(_) | LayerSpec::GroupNorm(_) => {
-                let Shape::Image([c, _, _]) = shape else {
-                    return Err(needs_image("normalisation"));
+                // Over an image's channels, or over a flat row's features (PyTorch's
+                // BatchNorm1d; a group norm's groups of features).
+                let c = match shape {
+                    Shape::Image([c, _, _]) => c,
+                    Shape::Flat(d) => d,
+                    _ => {
+                        let message = format!(
+                            "normalisation takes images or flat rows, but {} reach it",
+                            describe(shape)
+                        );
+                        return Err(err(None, message));
+                    }
                 };
                 let norm = match layer {
                     LayerSpec::BatchNorm(_) => Normalization::Batch,

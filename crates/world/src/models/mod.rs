@@ -701,10 +701,16 @@ impl Architecture {
     /// form over `[R, …]` parameters. Not batch norm (a short batch's padding rows would enter
     /// its statistics; see docs/src/design/cohorts.md on a masked version).
     pub fn stacks(&self) -> bool {
-        self.layers.iter().all(|l| match l {
-            Layer::Norm { kind, .. } => *kind == Normalization::Group,
-            Layer::Script { .. } => false,
-            _ => true,
+        let mut shape = self.input_shape();
+        self.layers.iter().all(|l| {
+            let image = shape.len() == 3;
+            shape = Self::next_shape(l, &shape);
+            match l {
+                // Group norm stacks over images side by side; a flat row's does not.
+                Layer::Norm { kind, .. } => *kind == Normalization::Group && image,
+                Layer::Script { .. } => false,
+                _ => true,
+            }
         })
     }
 
@@ -971,6 +977,27 @@ mod tests {
             3,
         );
         assert_eq!(mlp.num_params(), 10 * 64 + 64 + 64 * 32 + 32 + 32 * 3 + 3);
+    }
+
+    #[test]
+    fn normalisation_of_flat_rows_normalises_each_feature_over_the_batch() {
+        // Batch norm over a flat row's 2 features (PyTorch's BatchNorm1d, the batch's
+        // statistics): rows (1, 10) and (3, 30) become (−1, −1) and (1, 1) (to within ε), times
+        // the scale 1 plus the shift 0; then a dense layer 2 → 1 with weight (1, 2), bias 0.5.
+        let spec = ModelSpec::from_yaml("{kind: layers, layers: [batch_norm, dense]}").unwrap();
+        let arch = Architecture::new(&spec, 2, 2);
+        assert_eq!(arch.num_params(), 4 + 3);
+        assert!(!arch.stacks(), "a flat row's normalisation trains alone");
+        let params = [1.0, 1.0, 0.0, 0.0, 1.0, 2.0, 0.5];
+        let ps = arch.params(&params);
+        let layers = arch.layers(&ps);
+        let x = Tensor::from_slice(&[1.0f32, 10.0, 3.0, 30.0]).view([2, 2]);
+        let logits = tch::no_grad(|| arch.forward(&layers, &x, &[]));
+        let got: Vec<f32> = Vec::try_from(logits.reshape([-1])).unwrap();
+        assert!(
+            (got[0] + 2.5).abs() < 1e-3 && (got[1] - 3.5).abs() < 1e-3,
+            "{got:?}"
+        );
     }
 
     #[test]
