@@ -84,25 +84,33 @@ fn afl_reports_mixture_weights_on_the_simplex() {
     }
 }
 
+/// The mean test accuracy of the run of `scenario` (a study under `scenarios/studies/`, on
+/// MNIST from the registry) with `algorithm={name: NAME}`, written into `dir/NAME`.
+fn mnist_accuracy(scenario: &str, name: &str, dir: &Path) -> f64 {
+    let cache = crate::real_data::fetched("mnist");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = dir.join(name);
+    let mut command = bin();
+    command
+        .arg("run")
+        .arg(root.join("scenarios/studies").join(scenario));
+    command
+        .arg("--out")
+        .arg(&out)
+        .args(["--quiet", "--threads", "2"]);
+    command.args(["--set", &format!("algorithm={{name: {name}}}")]);
+    stdout_of(command.env("FEDSIM_DATA", &cache));
+    summary_value(&out, "test_acc_mean")
+}
+
 /// On label-skewed MNIST (`scenarios/studies/partial_mnist.yaml`: about two digits a client,
 /// 50 rounds), each client's own model under FedPer, LG-FedAvg, FedRep and FedBABU is tested
 /// at least 8 points above FedAvg's global model (84.7 % against 97.0-97.6 % over seeds 1-3
 /// when written; seed 1 here).
 #[test]
 fn partial_personalization_beats_fedavgs_global_model_on_label_skew() {
-    let cache = crate::real_data::fetched("mnist");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let scenario = root.join("scenarios/studies/partial_mnist.yaml");
     let tmp = tempfile::tempdir().unwrap();
-    let accuracy = |name: &str| {
-        let dir = tmp.path().join(name);
-        let mut command = bin();
-        command.arg("run").arg(&scenario).arg("--out").arg(&dir);
-        command.args(["--quiet", "--threads", "2"]);
-        command.args(["--set", &format!("algorithm={{name: {name}}}")]);
-        stdout_of(command.env("FEDSIM_DATA", &cache));
-        summary_value(&dir, "test_acc_mean")
-    };
+    let accuracy = |name: &str| mnist_accuracy("partial_mnist.yaml", name, tmp.path());
     let fedavg = accuracy("fedavg");
     for name in ["fedper", "lg_fedavg", "fedrep", "fedbabu"] {
         let own = accuracy(name);
@@ -119,19 +127,8 @@ fn partial_personalization_beats_fedavgs_global_model_on_label_skew() {
 /// over seeds 1-3 when written; seed 1 here).
 #[test]
 fn fedbn_beats_fedavg_under_a_feature_shift() {
-    let cache = crate::real_data::fetched("mnist");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let scenario = root.join("scenarios/studies/feature_shift_mnist.yaml");
     let tmp = tempfile::tempdir().unwrap();
-    let accuracy = |name: &str| {
-        let dir = tmp.path().join(name);
-        let mut command = bin();
-        command.arg("run").arg(&scenario).arg("--out").arg(&dir);
-        command.args(["--quiet", "--threads", "2"]);
-        command.args(["--set", &format!("algorithm={{name: {name}}}")]);
-        stdout_of(command.env("FEDSIM_DATA", &cache));
-        summary_value(&dir, "test_acc_mean")
-    };
+    let accuracy = |name: &str| mnist_accuracy("feature_shift_mnist.yaml", name, tmp.path());
     let (fedavg, fedbn) = (accuracy("fedavg"), accuracy("fedbn"));
     assert!(
         fedbn > fedavg + 0.05,
