@@ -20,6 +20,7 @@ mod fedgmm;
 mod fednova;
 mod fedrep;
 mod local;
+mod moon;
 mod noop;
 pub mod partial;
 mod per_fedavg;
@@ -40,6 +41,7 @@ pub use fedem::{
 pub use fedgmm::{Covariance, FedGmm, FedGmmSpec, Gaussian, GmmGlobal, NoveltyScore};
 pub use fedrep::{FedRep, FedRepSpec};
 pub use local::{Local, LocalSpec};
+pub use moon::{Moon, MoonSpec};
 pub use noop::{Noop, NoopSpec};
 pub use partial::{FedBnSpec, FedPerSpec, LayerSplit, LgFedAvgSpec, PartialFedAvg, SplitModel};
 pub use per_fedavg::{PerFedAvg, PerFedAvgSpec};

@@ -99,6 +99,11 @@ registry! {
         "FedNova",
         "FedNova (Wang et al. 2020): FedAvg with each change normalized by its local steps",
     }
+    server Moon super::moon::MoonSpec {
+        "moon",
+        "MOON",
+        "MOON (Li et al. 2021): FedAvg with a model-contrastive term on the representation",
+    }
     server QFedAvg super::q_fedavg::QFedAvgSpec {
         "q_fedavg",
         "q-FedAvg",

@@ -438,7 +438,7 @@ pub fn for_each_batch(
 
 /// One PyTorch SGD step: d = g + wd·p; with momentum, buf = μ·buf + d (buf = d at first) and
 /// d = buf; then p −= lr·d.
-fn sgd_update(
+pub(super) fn sgd_update(
     ps: &[Tensor],
     grads: Vec<Tensor>,
     bufs: &mut Option<Vec<Tensor>>,
