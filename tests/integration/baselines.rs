@@ -200,6 +200,12 @@ fn baseline_settings_are_refused_with_their_field() {
         ),
         ("{name: fedper, personal: head}", "algorithm", "sequence"),
         ("{name: feddyn}", "algorithm", "`alpha`"),
+        ("{name: moon, mu: -1}", "`algorithm.mu`", "negative"),
+        (
+            "{name: moon, mu: 1, temperature: 0}",
+            "`algorithm.temperature`",
+            "positive",
+        ),
     ];
     for (algorithm, field, allowed) in cases {
         let e = crate::common::error(SMALL, &[&format!("algorithm={algorithm}")]);

@@ -10,7 +10,7 @@ use super::{
     descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, Tested,
 };
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
-use crate::models::{Architecture, InitialModels, LocalPlan};
+use crate::models::LocalPlan;
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -97,9 +97,7 @@ impl Algorithm for Apfl {
     type ClientState = ApflClient;
     type Update = ModelUpdate;
 
-    fn init_global(&self, _: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Vec<f32> {
-        init.model()
-    }
+    one_global_model!();
 
     fn init_client(&self, _: &Vec<f32>, _: u32) -> ApflClient {
         ApflClient {
@@ -107,14 +105,6 @@ impl Algorithm for Apfl {
             alpha: self.spec.alpha,
             global_copy: Vec::new(),
         }
-    }
-
-    fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
-        vec![global.clone()]
-    }
-
-    fn broadcast_len(&self, global: &Vec<f32>) -> usize {
-        global.len()
     }
 
     fn update_len(&self, update: &ModelUpdate) -> usize {

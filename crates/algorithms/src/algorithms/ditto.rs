@@ -11,7 +11,7 @@ use super::LocalUpdate;
 use super::ProximalTerm;
 use super::{Algorithm, KeptRun, LocalContext, SentRuns, SgdRun, SgdUpdate, Tested};
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
-use crate::models::{Architecture, InitialModels, LocalPlan};
+use crate::models::LocalPlan;
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -79,20 +79,10 @@ impl Algorithm for Ditto {
     type ClientState = DittoClient;
     type Update = ModelUpdate;
 
-    fn init_global(&self, _: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Vec<f32> {
-        init.model()
-    }
+    one_global_model!();
 
     fn init_client(&self, _: &Vec<f32>, _: u32) -> DittoClient {
         DittoClient::default()
-    }
-
-    fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
-        vec![global.clone()]
-    }
-
-    fn broadcast_len(&self, global: &Vec<f32>) -> usize {
-        global.len()
     }
 
     fn update_len(&self, update: &ModelUpdate) -> usize {

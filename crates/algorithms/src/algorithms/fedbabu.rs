@@ -8,12 +8,13 @@
 //! buffer each round, as a new optimizer per local update); it sends the body. The layers
 //! split as in `partial` (`frozen`, default `[head]`).
 
-use super::partial::{split_model_aggregation, step_layers, LayerSplit, SplitModel};
+use super::partial::{
+    split_model_aggregation, split_model_global, step_layers, LayerSplit, SplitModel,
+};
 use super::{
     Algorithm, BatchwiseClient, BatchwiseUpdate, FineTuning, FineTunings, Gradients, LocalContext,
     LocalUpdate, ModelUpdate, Tested,
 };
-use crate::models::{Architecture, InitialModels};
 use crate::records::ModelKind;
 use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
@@ -121,28 +122,10 @@ impl Algorithm for FedBabu {
     type ClientState = FedBabuClient;
     type Update = ModelUpdate;
 
-    fn init_global(
-        &self,
-        _: &Architecture,
-        init: &mut InitialModels<'_, ChaCha20Rng>,
-    ) -> SplitModel {
-        self.split.split(&init.model())
-    }
+    split_model_global!();
 
     fn init_client(&self, _: &SplitModel, _: u32) -> FedBabuClient {
         FedBabuClient::default()
-    }
-
-    fn models(&self, global: &SplitModel) -> Vec<Vec<f32>> {
-        vec![self.split.join(&global.shared, &global.rest)]
-    }
-
-    fn broadcast_len(&self, global: &SplitModel) -> usize {
-        global.shared.len()
-    }
-
-    fn update_len(&self, update: &ModelUpdate) -> usize {
-        update.params.len()
     }
 
     /// The fine-tuning before a test charged too: not by the plan, so not here.
@@ -192,7 +175,7 @@ mod tests {
     use super::*;
     use crate::algorithms::testkit::{close, Kit};
     use crate::algorithms::AlgorithmSettings;
-    use crate::models::{LocalWork, ModelSpec};
+    use crate::models::{Architecture, LocalWork, ModelSpec};
     use rand::SeedableRng;
 
     #[test]

@@ -20,7 +20,6 @@
 use super::{
     Algorithm, LocalContext, LocalUpdate, SentRuns, SgdRun, SgdUpdate, Summed, Tested, WeightedSum,
 };
-use crate::models::{Architecture, InitialModels};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -67,20 +66,10 @@ impl Algorithm for FedNova {
     type ClientState = Vec<f32>;
     type Update = NovaUpdate;
 
-    fn init_global(&self, _: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Vec<f32> {
-        init.model()
-    }
+    one_global_model!();
 
     fn init_client(&self, _: &Vec<f32>, _: u32) -> Vec<f32> {
         Vec::new()
-    }
-
-    fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
-        vec![global.clone()]
-    }
-
-    fn broadcast_len(&self, global: &Vec<f32>) -> usize {
-        global.len()
     }
 
     fn update_len(&self, update: &NovaUpdate) -> usize {

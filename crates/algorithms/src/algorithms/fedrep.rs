@@ -10,12 +10,14 @@
 //! optimizer for each local update; a fixed layer's values and buffer do not move. The
 //! layers split as in `partial` (`personal`, default `[head]`).
 
-use super::partial::{split_model_aggregation, step_layers, LayerSplit, SplitModel};
+use super::partial::{
+    split_model_aggregation, split_model_global, step_layers, LayerSplit, SplitModel,
+};
 use super::{
     Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, LocalUpdate, ModelUpdate,
     Tested,
 };
-use crate::models::{Architecture, InitialModels, LocalPlan, LocalWork};
+use crate::models::{LocalPlan, LocalWork};
 use crate::records::ModelKind;
 use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
@@ -143,28 +145,10 @@ impl Algorithm for FedRep {
     type ClientState = FedRepClient;
     type Update = ModelUpdate;
 
-    fn init_global(
-        &self,
-        _: &Architecture,
-        init: &mut InitialModels<'_, ChaCha20Rng>,
-    ) -> SplitModel {
-        self.split.split(&init.model())
-    }
+    split_model_global!();
 
     fn init_client(&self, _: &SplitModel, _: u32) -> FedRepClient {
         FedRepClient::default()
-    }
-
-    fn models(&self, global: &SplitModel) -> Vec<Vec<f32>> {
-        vec![self.split.join(&global.shared, &global.rest)]
-    }
-
-    fn broadcast_len(&self, global: &SplitModel) -> usize {
-        global.shared.len()
-    }
-
-    fn update_len(&self, update: &ModelUpdate) -> usize {
-        update.params.len()
     }
 
     /// The plan's minibatches: the head's steps, then the body's.
@@ -208,7 +192,7 @@ mod tests {
     use super::*;
     use crate::algorithms::testkit::{close, Kit};
     use crate::algorithms::AlgorithmSettings;
-    use crate::models::ModelSpec;
+    use crate::models::{Architecture, ModelSpec};
     use rand::SeedableRng;
 
     #[test]

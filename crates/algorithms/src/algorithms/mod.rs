@@ -8,6 +8,28 @@
 //! pool), how updates are combined, and which model a client is evaluated with. It does not
 //! decide who trains or when (that is the server's round policy), and it never touches time.
 
+/// `init_global` (the initial model), `models` (it) and `broadcast_len` (its length) for an
+/// [`Algorithm`] whose server holds one flat model (`Global = Vec<f32>`) and sends it whole.
+macro_rules! one_global_model {
+    () => {
+        fn init_global(
+            &self,
+            _: &$crate::models::Architecture,
+            init: &mut $crate::models::InitialModels<'_, rand_chacha::ChaCha20Rng>,
+        ) -> Vec<f32> {
+            init.model()
+        }
+
+        fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
+            vec![global.clone()]
+        }
+
+        fn broadcast_len(&self, global: &Vec<f32>) -> usize {
+            global.len()
+        }
+    };
+}
+
 mod afl;
 mod apfl;
 mod clustered;

@@ -13,7 +13,7 @@
 
 use super::{Algorithm, LocalContext, LocalUpdate, ModelUpdate, Tested};
 use crate::algorithms::fedavg::model_update_aggregation;
-use crate::models::{train_moon, Architecture, Contrastive, InitialModels};
+use crate::models::{train_moon, Contrastive};
 use crate::records::ModelKind;
 use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
@@ -139,20 +139,10 @@ impl Algorithm for Moon {
     type ClientState = MoonClient;
     type Update = ModelUpdate;
 
-    fn init_global(&self, _: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Vec<f32> {
-        init.model()
-    }
+    one_global_model!();
 
     fn init_client(&self, _: &Vec<f32>, _: u32) -> MoonClient {
         MoonClient::default()
-    }
-
-    fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
-        vec![global.clone()]
-    }
-
-    fn broadcast_len(&self, global: &Vec<f32>) -> usize {
-        global.len()
     }
 
     fn update_len(&self, update: &ModelUpdate) -> usize {
@@ -183,7 +173,7 @@ mod tests {
     use super::*;
     use crate::algorithms::testkit::Kit;
     use crate::algorithms::AlgorithmSettings;
-    use crate::models::{LocalWork, ModelSpec};
+    use crate::models::{Architecture, LocalWork, ModelSpec};
     use rand::SeedableRng;
 
     #[test]

@@ -23,7 +23,7 @@ use super::{
     StaleUpdate, Tested,
 };
 use crate::algorithms::fedavg::ModelUpdate;
-use crate::models::{Architecture, InitialModels};
+use crate::models::Architecture;
 use crate::records::ModelKind;
 use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
@@ -127,6 +127,34 @@ impl super::Finite for SplitModel {
         self.shared.is_finite() && self.rest.is_finite()
     }
 }
+
+/// `init_global` (the initial model, split), `models` (the halves joined), `broadcast_len`
+/// (the shared layers) and `update_len` for an [`Algorithm`] with a `split: LayerSplit` whose
+/// server holds a [`SplitModel`] and whose clients send the shared layers as [`ModelUpdate`]s.
+macro_rules! split_model_global {
+    () => {
+        fn init_global(
+            &self,
+            _: &$crate::models::Architecture,
+            init: &mut $crate::models::InitialModels<'_, rand_chacha::ChaCha20Rng>,
+        ) -> $crate::algorithms::partial::SplitModel {
+            self.split.split(&init.model())
+        }
+
+        fn models(&self, global: &$crate::algorithms::partial::SplitModel) -> Vec<Vec<f32>> {
+            vec![self.split.join(&global.shared, &global.rest)]
+        }
+
+        fn broadcast_len(&self, global: &$crate::algorithms::partial::SplitModel) -> usize {
+            global.shared.len()
+        }
+
+        fn update_len(&self, update: &$crate::algorithms::ModelUpdate) -> usize {
+            update.params.len()
+        }
+    };
+}
+pub(crate) use split_model_global;
 
 /// `aggregate` (the n_t-weighted average of the shared layers, summed), `STALE_UPDATES`
 /// (FedBuff's), `SERVER_OPTIMIZED` and `PRIVATE_UPDATES` (the shared layers) for an
@@ -339,28 +367,10 @@ impl Algorithm for PartialFedAvg {
     type ClientState = PartialClient;
     type Update = ModelUpdate;
 
-    fn init_global(
-        &self,
-        _: &Architecture,
-        init: &mut InitialModels<'_, ChaCha20Rng>,
-    ) -> SplitModel {
-        self.split.split(&init.model())
-    }
+    split_model_global!();
 
     fn init_client(&self, _: &SplitModel, _: u32) -> PartialClient {
         PartialClient::default()
-    }
-
-    fn models(&self, global: &SplitModel) -> Vec<Vec<f32>> {
-        vec![self.split.join(&global.shared, &global.rest)]
-    }
-
-    fn broadcast_len(&self, global: &SplitModel) -> usize {
-        global.shared.len()
-    }
-
-    fn update_len(&self, update: &ModelUpdate) -> usize {
-        update.params.len()
     }
 
     /// One run of the whole model (the shared layers received, the client's own others) with

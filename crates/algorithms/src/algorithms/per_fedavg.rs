@@ -13,7 +13,7 @@ use super::{
     descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, Tested,
 };
 use crate::algorithms::fedavg::{model_update_aggregation, ModelUpdate};
-use crate::models::{for_each_batch, Architecture, InitialModels, LocalPlan, LocalWork};
+use crate::models::{for_each_batch, LocalPlan, LocalWork};
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -84,20 +84,10 @@ impl Algorithm for PerFedAvg {
     type ClientState = PerFedAvgClient;
     type Update = ModelUpdate;
 
-    fn init_global(&self, _: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Vec<f32> {
-        init.model()
-    }
+    one_global_model!();
 
     fn init_client(&self, _: &Vec<f32>, _: u32) -> PerFedAvgClient {
         PerFedAvgClient::default()
-    }
-
-    fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
-        vec![global.clone()]
-    }
-
-    fn broadcast_len(&self, global: &Vec<f32>) -> usize {
-        global.len()
     }
 
     fn update_len(&self, update: &ModelUpdate) -> usize {

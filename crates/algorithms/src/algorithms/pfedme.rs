@@ -15,7 +15,7 @@ use super::{
     descend, Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, Tested, Updates,
     WeightedSum,
 };
-use crate::models::{Architecture, InitialModels, LocalPlan};
+use crate::models::LocalPlan;
 use crate::records::ModelKind;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -108,20 +108,10 @@ impl Algorithm for PFedMe {
     /// The local model w_i after R local rounds.
     type Update = Vec<f32>;
 
-    fn init_global(&self, _: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Vec<f32> {
-        init.model()
-    }
+    one_global_model!();
 
     fn init_client(&self, _: &Vec<f32>, _: u32) -> PFedMeClient {
         PFedMeClient::default()
-    }
-
-    fn models(&self, global: &Vec<f32>) -> Vec<Vec<f32>> {
-        vec![global.clone()]
-    }
-
-    fn broadcast_len(&self, global: &Vec<f32>) -> usize {
-        global.len()
     }
 
     fn update_len(&self, update: &Vec<f32>) -> usize {
