@@ -73,8 +73,10 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         .map(|r| r.layer.chars().count())
         .max()
         .unwrap_or(0);
+    // `name`: what `personal:` and `frozen:` read (`head` is the last named layer).
+    let head = rows.iter().rposition(|r| r.name.is_some());
     outln!(
-        "    {:>3}  {:<width$}  {:>12}  {:>10}  {:>8}",
+        "    {:>3}  {:<width$}  {:>12}  {:>10}  {:>8}  name",
         "#",
         "layer",
         "output",
@@ -82,13 +84,19 @@ pub fn describe(args: DescribeArgs) -> Result<i32> {
         "MFLOP"
     );
     for (i, row) in rows.iter().enumerate() {
-        outln!(
-            "    {i:>3}  {:<width$}  {:>12}  {:>10}  {:>8.3}",
+        let name = match (&row.name, head == Some(i)) {
+            (Some(name), true) => format!("{name} (head)"),
+            (Some(name), false) => name.clone(),
+            (None, _) => String::new(),
+        };
+        let line = format!(
+            "    {i:>3}  {:<width$}  {:>12}  {:>10}  {:>8.3}  {name}",
             row.layer,
             row.output.to_string(),
             row.parameters,
             row.flops as f64 / 1e6
         );
+        outln!("{}", line.trim_end());
     }
     let clients = data.num_clients() as u32;
     if let Some((online, gone)) = system.availability_outlook(clients, SimTime::ZERO) {

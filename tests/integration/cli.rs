@@ -129,6 +129,40 @@ fn algorithms_lists_the_registry_with_capabilities() {
     );
 }
 
+/// `fedsim describe` names each layer with parameters as a split of the layers reads it
+/// (`personal:`, `frozen:`), the head marked; layers without parameters have no name.
+#[test]
+fn describe_names_the_layers_a_split_reads() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = bin()
+        .arg("describe")
+        .arg(root.join("scenarios/studies/partial_mnist.yaml"))
+        .args(["--set", "data={kind: fedem_synthetic, clients: 4, dim: 20}"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("dense") || l.contains("relu"))
+        .collect();
+    let ends = |row: &str, name: &str| row.trim_end().ends_with(name);
+    assert!(text.contains("MFLOP  name"), "{text}");
+    assert!(
+        rows.len() >= 3 && ends(rows[rows.len() - 3], " 0"),
+        "{rows:?}"
+    );
+    assert!(
+        ends(rows[rows.len() - 2], "0.000"),
+        "relu has no name: {rows:?}"
+    );
+    assert!(ends(rows[rows.len() - 1], " 1 (head)"), "{rows:?}");
+}
+
 #[test]
 fn describe_shows_the_data_and_its_bayes_ceiling() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));

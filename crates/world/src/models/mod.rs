@@ -184,6 +184,9 @@ pub struct ParameterLayer {
 #[derive(Clone, Debug, PartialEq)]
 pub struct LayerRow {
     pub layer: String,
+    /// The name a split of the layers reads ([`Architecture::parameter_layers`]), for a layer
+    /// with parameters (a TorchScript module's are its modules', not listed here).
+    pub name: Option<String>,
     /// One row's activation after the layer.
     pub output: Shape,
     pub parameters: usize,
@@ -660,11 +663,18 @@ impl Architecture {
         let mut shape = self.input_shape();
         let mut display = Shape::of(self.input);
         let mut rows = Vec::with_capacity(self.layers.len());
+        let mut named = 0;
         for l in &self.layers {
             let next = Self::next_shape(l, &shape);
             display = display.after(l);
+            let has_parameters = !self.layer_parameters(l).is_empty();
+            let name = (has_parameters && !matches!(l, Layer::Script { .. })).then(|| {
+                named += 1;
+                (named - 1).to_string()
+            });
             rows.push(LayerRow {
                 layer: Self::layer_label(l),
+                name,
                 output: display,
                 parameters: self
                     .layer_parameters(l)
