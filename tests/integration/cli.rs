@@ -134,17 +134,11 @@ fn algorithms_lists_the_registry_with_capabilities() {
 #[test]
 fn describe_names_the_layers_a_split_reads() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = bin()
-        .arg("describe")
-        .arg(root.join("scenarios/studies/partial_mnist.yaml"))
-        .args(["--set", "data={kind: fedem_synthetic, clients: 4, dim: 20}"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = stdout_of(
+        bin()
+            .arg("describe")
+            .arg(root.join("scenarios/studies/partial_mnist.yaml"))
+            .args(["--set", "data={kind: fedem_synthetic, clients: 4, dim: 20}"]),
     );
     let rows: Vec<&str> = text
         .lines()

@@ -149,7 +149,7 @@ impl Algorithm for Moon {
         update.params.len()
     }
 
-    /// One run from the global model with the contrastive term ([`Moon::train`]).
+    /// One run from the global model with the contrastive term (`Moon::train`).
     const UPDATE: LocalUpdate<Self> = LocalUpdate::Own(Self::train);
 
     model_update_aggregation!();
