@@ -14,9 +14,9 @@
 //! FedRep and FedBABU (their own files) split the same way and train the halves in turn or
 //! one half only. The server holds the shared layers and, for the others, the values every
 //! client starts from ([`SplitModel`]); a client keeps its own values of the other layers once
-//! it has trained (lazily: none before). Only the shared layers travel. This room must not
-//! touch how a split is trained beyond choosing the runs: the local SGD paths are the
-//! models'.
+//! it has trained (lazily: none before). Only the shared layers travel. This room holds no tch
+//! code: the local SGD runs and gradients are the models'; `step_layers` is a step on flat
+//! vectors.
 
 use super::{
     stale_delta_average, Algorithm, LocalContext, LocalUpdate, SentRuns, SgdRun, SgdUpdate,
