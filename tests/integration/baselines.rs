@@ -155,6 +155,10 @@ fn layer_splits_are_refused_with_their_field() {
         fedsim::error_chain(&run_scenario(&s, &opts).unwrap_err())
     };
     let mlp = "model={kind: mlp, hidden: [8]}";
+    // A layer's index may be written as a number.
+    let tmp2 = tempfile::tempdir().unwrap();
+    let numbered = ["algorithm={name: fedper, personal: [1]}", mlp];
+    crate::common::run_saving(SMALL, &numbered, 1, &tmp2.path().join("numbered"));
     let e = refused(&["algorithm={name: fedper, personal: [fc2]}", mlp]);
     assert!(
         e.contains("`algorithm.personal`") && e.contains("no layer `fc2`") && e.contains("`head`"),
@@ -199,6 +203,11 @@ fn baseline_settings_are_refused_with_their_field() {
             "at least",
         ),
         ("{name: fedper, personal: head}", "algorithm", "sequence"),
+        (
+            "{name: fedper, personal: [{a: 1}]}",
+            "`algorithm.personal[0]`",
+            "layer's name",
+        ),
         ("{name: feddyn}", "algorithm", "`alpha`"),
         ("{name: moon, mu: -1}", "`algorithm.mu`", "negative"),
         (

@@ -26,7 +26,12 @@ use std::borrow::Cow;
 pub struct FedBabuSpec {
     /// The layers that stay at their initial values during federated training, the head
     /// [default: `[head]`]: `head`, `body`, `norm` or layers' names (`0`, `1`, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "super::partial::layer_names",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<Vec<super::partial::LayerName>>")]
     pub frozen: Option<Vec<String>>,
     /// Local epochs of fine-tuning the whole model before each test (the paper's τ_f; its
     /// tables go up to 5).

@@ -28,7 +28,12 @@ use serde::{Deserialize, Serialize};
 pub struct FedRepSpec {
     /// The layers each client keeps, its head [default: `[head]`]: `head`, `body`, `norm` or
     /// layers' names (`0`, `1`, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "super::partial::layer_names",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<Vec<super::partial::LayerName>>")]
     pub personal: Option<Vec<String>>,
     /// The last epochs of a client's local work, which train the shared layers (the authors'
     /// `local_rep_ep`); the epochs before train the head.

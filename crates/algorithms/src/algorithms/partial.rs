@@ -31,6 +31,33 @@ use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::ops::Range;
 
+/// A layer's name in a setting: a layer's index may be written as a number (`personal: [0,
+/// head]`).
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
+#[serde(
+    untagged,
+    expecting = "expected a layer's name: `head`, `body`, `norm` or a layer's own (`0`, `1`, …)"
+)]
+pub enum LayerName {
+    Name(String),
+    Index(u64),
+}
+
+/// Reads an optional list of [`LayerName`]s as names (`deserialize_with`).
+pub fn layer_names<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<String>>, D::Error> {
+    let names: Option<Vec<LayerName>> = Option::deserialize(deserializer)?;
+    Ok(names.map(|names| {
+        (names.into_iter())
+            .map(|n| match n {
+                LayerName::Name(name) => name,
+                LayerName::Index(i) => i.to_string(),
+            })
+            .collect()
+    }))
+}
+
 /// A model's layers in two halves: the `shared` ones and the `rest`, as ranges of the flat
 /// parameter vector (each half sorted).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -279,7 +306,8 @@ macro_rules! personal_layers_spec {
         #[serde(deny_unknown_fields)]
         pub struct $spec {
             $(#[$field])*
-            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[serde(default, deserialize_with = "layer_names", skip_serializing_if = "Option::is_none")]
+            #[schemars(with = "Option<Vec<LayerName>>")]
             pub personal: Option<Vec<String>>,
         }
 
