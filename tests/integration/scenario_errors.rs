@@ -453,7 +453,8 @@ fn fedgmm_image_settings_are_refused_with_their_paths() {
     );
     let e = error(mnist, &["data.joint_shift={fraction: 0.5, mode: both}"]);
     assert!(
-        e.contains("field `data.joint_shift.mode`") && e.contains("expected `joint` or `separate`"),
+        e.contains("field `data.joint_shift.mode`")
+            && e.contains("expected one of `joint`, `separate`, `features`"),
         "{e}"
     );
     let e = error(mnist, &["algorithm.projection={kind: pca, dims: 0}"]);
