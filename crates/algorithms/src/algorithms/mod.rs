@@ -211,6 +211,7 @@ impl LocalContext<'_> {
             sample_weights: run.sample_weights.as_deref(),
             proximal: run.proximal.as_ref().map(ProximalTerm::borrow),
             correction: run.correction.as_deref(),
+            contrastive: None,
         };
         let plan = LocalPlan {
             momentum: if run.plain_sgd {

@@ -2,7 +2,7 @@
 //! adds μ times a model-contrastive term. A row's representation (what reaches the model's
 //! head: MOON's projection head output, on which the classifier sits) is pulled towards the
 //! global model's representation of the row and pushed from the client's previous local
-//! model's, with temperature τ (`models::train_moon`).
+//! model's, with temperature τ (`models::Contrastive`, a term of local SGD's objective).
 //!
 //! The client keeps its model from the last round it trained: the negative of the next. Before
 //! it first trains it has none, and the negative is the global model it received (the authors
@@ -13,7 +13,7 @@
 
 use super::{Algorithm, LocalContext, LocalUpdate, ModelUpdate, Tested};
 use crate::algorithms::fedavg::model_update_aggregation;
-use crate::models::{train_moon, Contrastive};
+use crate::models::{train_sgd, Contrastive, Objective};
 use crate::records::ModelKind;
 use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
@@ -113,8 +113,12 @@ impl Moon {
             mu: self.spec.mu,
             temperature: self.spec.temperature,
         };
+        let objective = Objective {
+            contrastive: Some(contrastive),
+            ..Objective::default()
+        };
         let (arch, plan, data) = (ctx.arch, &ctx.training.plan, ctx.train_view());
-        train_moon(
+        train_sgd(
             arch,
             &mut params,
             &mut momentum,
@@ -122,7 +126,7 @@ impl Moon {
             plan,
             ctx.lr,
             rng,
-            &contrastive,
+            &objective,
         );
         ctx.training.settle_momentum(&mut momentum);
         state.momentum = momentum;

@@ -29,7 +29,7 @@ mod weights;
 pub use catalogue::{
     Inputs, ModelSettings, ModelSpec, Network, Registration as ModelRegistration, MODELS,
 };
-pub use contrastive::{train_moon, Contrastive};
+pub use contrastive::Contrastive;
 pub use conv::{CnnSpec, SmallCnnSpec};
 pub use dense::{LinearSpec, MlpSpec};
 pub use device::{set_cublas_workspace, DeviceChoice, DeviceRows, Placement, DEVICE_ALLOWED};

@@ -1,5 +1,6 @@
 //! Local minibatch SGD and evaluation on one client's data.
 
+use super::contrastive::ContrastiveTerm;
 use super::linear::{Linear, LinearRun};
 use super::{flatten_into, Architecture};
 use crate::data::SplitView;
@@ -161,6 +162,9 @@ pub struct Objective<'a> {
     /// Adds ⟨c, θ⟩ to the loss: c to every step's gradient, after the proximal term and
     /// before weight decay (SCAFFOLD's correction c − c_i).
     pub correction: Option<&'a [f32]>,
+    /// Adds μ times MOON's model-contrastive term (`models::contrastive`); the model must have
+    /// a representation, and the run trains alone (no sample weights, no DP-SGD).
+    pub contrastive: Option<super::Contrastive<'a>>,
 }
 
 /// The proximal term (μ/2)·‖θ − anchor‖² a run adds to its loss.
@@ -258,6 +262,11 @@ pub fn train_sgd(
         plan.dp_sgd.is_none(),
         "DP-SGD trains through train_dp_sgd_alone"
     );
+    let contrastive = (objective.contrastive.as_ref()).map(|c| ContrastiveTerm::new(arch, c));
+    assert!(
+        contrastive.is_none() || objective.sample_weights.is_none(),
+        "the contrastive term takes no sample weights"
+    );
     if let Some(linear) = Linear::of(arch) {
         let passes = plan.passes(data.len(), rng);
         let steps = linear.train(
@@ -306,7 +315,10 @@ pub fn train_sgd(
             let (xb, yb) = (xp.narrow(0, s, l), yp.narrow(0, s, l));
             let wb = wp.as_ref().map(|w| w.narrow(0, s, l));
             let masks = arch.dropout_masks(len, rng);
-            let mut grads = arch.gradients(&ps, &layers, &xb, &yb, wb.as_ref(), &masks);
+            let mut grads = match &contrastive {
+                Some(term) => term.gradients(arch, &ps, &xb, &yb, &masks),
+                None => arch.gradients(&ps, &layers, &xb, &yb, wb.as_ref(), &masks),
+            };
             if let Some((anchors, mu)) = &anchor {
                 tch::no_grad(|| {
                     // Not in place: autograd may hand summed parameters one gradient tensor.
@@ -438,7 +450,7 @@ pub fn for_each_batch(
 
 /// One PyTorch SGD step: d = g + wd·p; with momentum, buf = μ·buf + d (buf = d at first) and
 /// d = buf; then p −= lr·d.
-pub(super) fn sgd_update(
+fn sgd_update(
     ps: &[Tensor],
     grads: Vec<Tensor>,
     bufs: &mut Option<Vec<Tensor>>,

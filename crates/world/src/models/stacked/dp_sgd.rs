@@ -46,6 +46,10 @@ pub fn train_dp_sgd_alone(
     rng: &mut ChaCha20Rng,
     objective: &Objective<'_>,
 ) -> TrainStats {
+    assert!(
+        objective.contrastive.is_none(),
+        "DP-SGD takes no contrastive term"
+    );
     let passes = plan.passes(data.len(), rng);
     let private = DpSgdRun::draw(plan, data.len(), rng);
     let dropout = dropout_stream(arch, &passes, rng);

@@ -1083,6 +1083,7 @@ mod tests {
                 mu: 0.3,
             }),
             correction: (k == 0).then_some(&correction[..]),
+            contrastive: None,
         };
         // Alone.
         let mut alone = start.clone();
