@@ -5,7 +5,7 @@
 //! one, and under a feature shift FedBN does. The fixed points on quadratics are worked by hand in each algorithm's unit tests.
 
 use crate::common::{bin, f64_column, stdout_of, summary_value, u64_column, SMALL};
-use fedsim::results::{read_parquet, run_scenario, RunOptions};
+use fedsim::results::read_parquet;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -142,17 +142,8 @@ fn fedbn_beats_fedavg_under_a_feature_shift() {
 fn layer_splits_are_refused_with_their_field() {
     let tmp = tempfile::tempdir().unwrap();
     let refused = |overrides: &[&str]| {
-        let opts = RunOptions {
-            out_dir: tmp.path().join("bad"),
-            threads: 1,
-            progress: false,
-            force: false,
-            save_models: false,
-            save_client_models: false,
-            keep_unfinished: false,
-        };
         let s = crate::common::scenario(SMALL, overrides);
-        fedsim::error_chain(&run_scenario(&s, &opts).unwrap_err())
+        crate::common::run_error(&s, &tmp.path().join("bad"))
     };
     let mlp = "model={kind: mlp, hidden: [8]}";
     // A layer's index may be written as a number.

@@ -121,6 +121,24 @@ pub fn summary_value(dir: &Path, name: &str) -> f64 {
     row[at].parse().unwrap()
 }
 
+/// The error chain a run of `scenario` into `dir` is refused with (checks that need the data
+/// or the model, made when the run starts).
+pub fn run_error(scenario: &Scenario, dir: &Path) -> String {
+    let opts = RunOptions {
+        out_dir: dir.to_path_buf(),
+        threads: 1,
+        progress: false,
+        force: false,
+        save_models: false,
+        save_client_models: false,
+        keep_unfinished: false,
+    };
+    match run_scenario(scenario, &opts) {
+        Ok(_) => panic!("the run should be refused"),
+        Err(e) => fedsim::error_chain(&e),
+    }
+}
+
 /// Runs `text` with `overrides` on `threads` threads into `dir`, saving the final models and
 /// the clients' own (`--save-models --save-client-models`).
 pub fn run_saving(text: &str, overrides: &[&str], threads: usize, dir: &Path) {

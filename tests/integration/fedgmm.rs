@@ -424,16 +424,7 @@ fn a_projection_file_shapes_the_gaussians() {
     // A matrix of the wrong height is refused when the run starts, naming the field.
     std::fs::write(&path, "1,0\n0,1\n").unwrap();
     let s = gmm(&alg, 2, 1);
-    let opts = RunOptions {
-        out_dir: tmp.path().join("bad"),
-        threads: 1,
-        progress: false,
-        force: false,
-        save_models: false,
-        save_client_models: false,
-        keep_unfinished: false,
-    };
-    let e = fedsim::error_chain(&run_scenario(&s, &opts).unwrap_err());
+    let e = crate::common::run_error(&s, &tmp.path().join("bad"));
     assert!(
         e.contains("field `algorithm.projection`")
             && e.contains("needs one per input feature (32)"),

@@ -9,11 +9,11 @@
 //! split as in `partial` (`frozen`, default `[head]`).
 
 use super::partial::{
-    split_model_aggregation, split_model_global, step_layers, LayerSplit, SplitModel,
+    split_model_aggregation, split_model_global, LayerSplit, LayerSteps, SplitModel,
 };
 use super::{
-    Algorithm, BatchwiseClient, BatchwiseUpdate, FineTuning, FineTunings, Gradients, LocalContext,
-    LocalUpdate, ModelUpdate, Tested,
+    Algorithm, BatchwiseUpdate, FineTuning, FineTunings, LocalContext, LocalUpdate, ModelUpdate,
+    Tested,
 };
 use crate::records::ModelKind;
 use crate::settings::FieldError;
@@ -87,64 +87,33 @@ pub struct FedBabu {
     pub finetune_lr: Option<f64>,
 }
 
-/// During an update: the client's whole model, its momentum buffer and the plan's momentum
-/// (nothing is kept between rounds).
-#[derive(Clone, Debug, Default)]
-pub struct FedBabuClient {
-    pub model: Vec<f32>,
-    pub momentum: Vec<f32>,
-    pub rho: f64,
-}
-
-impl super::Finite for FedBabuClient {
-    fn is_finite(&self) -> bool {
-        self.model.is_finite() && self.momentum.is_finite()
-    }
-}
-
-impl crate::io::Floats for FedBabuClient {
-    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
-        vec![&mut self.model, &mut self.momentum]
-    }
-}
-
-impl FedBabu {
-    /// Every step trains the body only.
-    fn step(&self, clients: &mut [BatchwiseClient<'_, Self>], batch: &dyn Gradients) {
-        let points: Vec<&[f32]> = clients.iter().map(|c| &c.state.model[..]).collect();
-        let gradients = batch.gradients(&points);
-        for (c, gradient) in clients.iter_mut().zip(gradients) {
-            let state = &mut *c.state;
-            let trained = &self.split.shared;
-            let (model, momentum) = (&mut state.model, &mut state.momentum);
-            step_layers(model, momentum, &gradient, trained, c.lr, state.rho);
-        }
-    }
-}
-
 impl Algorithm for FedBabu {
     type Global = SplitModel;
-    type ClientState = FedBabuClient;
+    /// Its steps during an update (nothing is kept between rounds).
+    type ClientState = LayerSteps;
     type Update = ModelUpdate;
 
     split_model_global!();
 
-    fn init_client(&self, _: &SplitModel, _: u32) -> FedBabuClient {
-        FedBabuClient::default()
+    fn init_client(&self, _: &SplitModel, _: u32) -> LayerSteps {
+        LayerSteps::default()
     }
 
     /// The fine-tuning before a test charged too: not by the plan, so not here.
     const UPDATE: LocalUpdate<Self> = LocalUpdate::Batchwise(BatchwiseUpdate {
         plan: |_, plan| *plan,
         begin: |alg, ctx, global, state| {
-            state.model = alg.split.join(&global.shared, &global.rest);
-            state.momentum = vec![0.0; state.model.len()];
-            state.rho = ctx.training.plan.momentum;
+            let model = alg.split.join(&global.shared, &global.rest);
+            state.begin(model, ctx.training.plan.momentum, 0);
         },
-        step: Self::step,
+        step: |alg, clients, batch| {
+            let mut runs: Vec<_> = (clients.iter_mut())
+                .map(|c| (&mut *c.state, c.lr))
+                .collect();
+            LayerSteps::step(&alg.split, &mut runs, batch);
+        },
         finish: |alg, ctx, _, state| {
-            let model = std::mem::take(&mut state.model);
-            state.momentum = Vec::new();
+            let model = state.finish();
             ModelUpdate::of(ctx, alg.split.shared_of(&model))
         },
     });
@@ -165,7 +134,7 @@ impl Algorithm for FedBabu {
         &'a self,
         ctx: &LocalContext<'_>,
         global: &'a SplitModel,
-        state: &'a FedBabuClient,
+        state: &'a LayerSteps,
         rng: &mut ChaCha20Rng,
     ) -> Vec<Tested<'a>> {
         let tuning = (Self::FINE_TUNING.and_then(|t| t(self, ctx, global, state)))
@@ -180,7 +149,7 @@ mod tests {
     use super::*;
     use crate::algorithms::testkit::{close, Kit};
     use crate::algorithms::AlgorithmSettings;
-    use crate::models::{Architecture, LocalWork, ModelSpec};
+    use crate::models::LocalWork;
     use rand::SeedableRng;
 
     #[test]
@@ -190,12 +159,8 @@ mod tests {
         // z = v·(w1 + b) + c; the body's gradient is e·v·(1, 0, 1).
         // Step 1: buf = e1·2·(1, 0, 1); w1 = 1 − 0.5·buf₁, b = −0.5·buf₃.
         // Step 2: buf = 0.5·buf + e2·2·(1, 0, 1).
-        let mut kit = Kit::binary(&[(&[1.0, 0.0], 1)], 1, 0.5);
-        kit.arch = Architecture::new(
-            &ModelSpec::from_yaml("{kind: mlp, hidden: [1]}").unwrap(),
-            2,
-            2,
-        );
+        let mut kit =
+            Kit::binary(&[(&[1.0, 0.0], 1)], 1, 0.5).with_model("{kind: mlp, hidden: [1]}");
         kit.training.plan.work = LocalWork::Epochs(2);
         kit.training.plan.momentum = 0.5;
         let spec: FedBabuSpec = serde_yaml::from_str("{}").unwrap();
@@ -208,7 +173,7 @@ mod tests {
         let e2 = sigma(2.0 * (w1 + b)) - 1.0;
         let buf2 = 0.5 * buf1 + e2 * 2.0;
         let (w1, b) = (w1 - 0.5 * buf2, b - 0.5 * buf2);
-        let mut state = FedBabuClient::default();
+        let mut state = LayerSteps::default();
         let mut rng = ChaCha20Rng::seed_from_u64(0);
         let up = alg.local_update(&kit.ctx(), &global, &mut state, &mut rng);
         let want = [w1 as f32, 0.0, b as f32];

@@ -11,12 +11,9 @@
 //! layers split as in `partial` (`personal`, default `[head]`).
 
 use super::partial::{
-    split_model_aggregation, split_model_global, step_layers, LayerSplit, SplitModel,
+    split_model_aggregation, split_model_global, LayerSplit, LayerSteps, SplitModel,
 };
-use super::{
-    Algorithm, BatchwiseClient, BatchwiseUpdate, Gradients, LocalContext, LocalUpdate, ModelUpdate,
-    Tested,
-};
+use super::{Algorithm, BatchwiseUpdate, LocalContext, LocalUpdate, ModelUpdate, Tested};
 use crate::models::{LocalPlan, LocalWork};
 use crate::records::ModelKind;
 use crate::settings::FieldError;
@@ -80,37 +77,32 @@ pub struct FedRep {
     pub body_epochs: u32,
 }
 
-/// A client's head (empty until it first trains: it starts from the server's), and during an
-/// update its whole model, momentum buffer, the plan's momentum and the head steps left.
+/// A client's head (empty until it first trains: it starts from the server's) and, during an
+/// update, its steps.
 #[derive(Clone, Debug, Default)]
 pub struct FedRepClient {
     pub head: Vec<f32>,
-    pub model: Vec<f32>,
-    pub momentum: Vec<f32>,
-    pub rho: f64,
-    pub head_steps: u64,
+    pub steps: LayerSteps,
 }
 
 impl super::Finite for FedRepClient {
     fn is_finite(&self) -> bool {
-        self.head.is_finite() && self.model.is_finite() && self.momentum.is_finite()
+        self.head.is_finite() && self.steps.is_finite()
     }
 }
 
 impl crate::io::Floats for FedRepClient {
     fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
-        vec![&mut self.head, &mut self.model, &mut self.momentum]
+        let mut floats = vec![&mut self.head];
+        floats.extend(self.steps.floats_mut());
+        floats
     }
 }
 
 impl FedRep {
     /// The client's whole model: the shared body with its head (the server's before it trains).
     fn model(&self, global: &SplitModel, state: &FedRepClient) -> Vec<f32> {
-        let head = match state.head.is_empty() {
-            true => &global.rest,
-            false => &state.head,
-        };
-        self.split.join(&global.shared, head)
+        self.split.join(&global.shared, global.rest_or(&state.head))
     }
 
     /// The steps that train the head, of a run over `n` rows: all but the last `body_epochs`
@@ -121,24 +113,6 @@ impl FedRep {
             ..*plan
         };
         plan.steps(n).saturating_sub(body.steps(n))
-    }
-
-    /// A head step trains the head, the steps after it the body.
-    fn step(&self, clients: &mut [BatchwiseClient<'_, Self>], batch: &dyn Gradients) {
-        let points: Vec<&[f32]> = clients.iter().map(|c| &c.state.model[..]).collect();
-        let gradients = batch.gradients(&points);
-        for (c, gradient) in clients.iter_mut().zip(gradients) {
-            let state = &mut *c.state;
-            let trained = match state.head_steps {
-                0 => &self.split.shared,
-                _ => {
-                    state.head_steps -= 1;
-                    &self.split.rest
-                }
-            };
-            let (model, momentum) = (&mut state.model, &mut state.momentum);
-            step_layers(model, momentum, &gradient, trained, c.lr, state.rho);
-        }
     }
 }
 
@@ -161,15 +135,18 @@ impl Algorithm for FedRep {
         plan: |_, plan| *plan,
         begin: |alg, ctx, global, state| {
             let plan = &ctx.training.plan;
-            state.model = alg.model(global, state);
-            state.momentum = vec![0.0; state.model.len()];
-            state.rho = plan.momentum;
-            state.head_steps = alg.head_steps(plan, ctx.train_view().len());
+            let head_steps = alg.head_steps(plan, ctx.train_view().len());
+            let model = alg.model(global, state);
+            state.steps.begin(model, plan.momentum, head_steps);
         },
-        step: Self::step,
+        step: |alg, clients, batch| {
+            let mut runs: Vec<_> = (clients.iter_mut())
+                .map(|c| (&mut c.state.steps, c.lr))
+                .collect();
+            LayerSteps::step(&alg.split, &mut runs, batch);
+        },
         finish: |alg, ctx, _, state| {
-            let model = std::mem::take(&mut state.model);
-            state.momentum = Vec::new();
+            let model = state.steps.finish();
             state.head = alg.split.rest_of(&model);
             ModelUpdate::of(ctx, alg.split.shared_of(&model))
         },
@@ -197,7 +174,7 @@ mod tests {
     use super::*;
     use crate::algorithms::testkit::{close, Kit};
     use crate::algorithms::AlgorithmSettings;
-    use crate::models::{Architecture, ModelSpec};
+
     use rand::SeedableRng;
 
     #[test]
@@ -209,12 +186,8 @@ mod tests {
         // Step 2 (head): logit z2 = v + c, e2 = σ(z2) − 1; v ← v − 0.5·e2, c ← c − 0.5·e2.
         // Step 3 (body): logit z3 = v + c, e3 = σ(z3) − 1; w1 ← 1 − 0.5·e3·v, b ← −0.5·e3·v,
         //   w2 stays 0 (x₂ = 0); the head stays.
-        let mut kit = Kit::binary(&[(&[1.0, 0.0], 1)], 1, 0.5);
-        kit.arch = Architecture::new(
-            &ModelSpec::from_yaml("{kind: mlp, hidden: [1]}").unwrap(),
-            2,
-            2,
-        );
+        let mut kit =
+            Kit::binary(&[(&[1.0, 0.0], 1)], 1, 0.5).with_model("{kind: mlp, hidden: [1]}");
         kit.training.plan.work = LocalWork::Epochs(3);
         let spec: FedRepSpec = serde_yaml::from_str("{}").unwrap();
         let alg = spec.build(&kit.population());
@@ -236,6 +209,6 @@ mod tests {
             up.params
         );
         assert!(close(&state.head, &want(&[v, c]), 1e-6), "{:?}", state.head);
-        assert!(state.model.is_empty() && state.momentum.is_empty());
+        assert!(state.steps.model.is_empty() && state.steps.momentum.is_empty());
     }
 }

@@ -1197,6 +1197,13 @@ pub(crate) mod testkit {
             }
         }
 
+        /// The kit with the model `yaml` (a model section) instead of the linear one.
+        pub fn with_model(mut self, yaml: &str) -> Kit {
+            let spec = ModelSpec::from_yaml(yaml).unwrap();
+            self.arch = Architecture::new(&spec, self.data.dim, self.data.classes);
+            self
+        }
+
         /// The kit's one client as an algorithm is built for it.
         pub fn population(&self) -> Population {
             Population {

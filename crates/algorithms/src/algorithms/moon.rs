@@ -177,19 +177,15 @@ mod tests {
     use super::*;
     use crate::algorithms::testkit::Kit;
     use crate::algorithms::AlgorithmSettings;
-    use crate::models::{Architecture, LocalWork, ModelSpec};
+    use crate::models::LocalWork;
     use rand::SeedableRng;
 
     #[test]
     fn without_the_term_it_is_fedavg_and_the_client_keeps_its_model() {
         // μ = 0: MOON's run is FedAvg's (the same minibatches, the same steps), and the client
         // keeps the model it sent as its next negative.
-        let mut kit = Kit::binary(&[(&[1.0, 0.0], 1), (&[0.0, 1.0], 0)], 1, 0.1);
-        kit.arch = Architecture::new(
-            &ModelSpec::from_yaml("{kind: mlp, hidden: [2]}").unwrap(),
-            2,
-            2,
-        );
+        let mut kit = Kit::binary(&[(&[1.0, 0.0], 1), (&[0.0, 1.0], 0)], 1, 0.1)
+            .with_model("{kind: mlp, hidden: [2]}");
         kit.training.plan.work = LocalWork::Epochs(2);
         let spec = MoonSpec {
             mu: 0.0,

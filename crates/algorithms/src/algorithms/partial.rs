@@ -15,12 +15,12 @@
 //! one half only. The server holds the shared layers and, for the others, the values every
 //! client starts from ([`SplitModel`]); a client keeps its own values of the other layers once
 //! it has trained (lazily: none before). Only the shared layers travel. This room holds no tch
-//! code: the local SGD runs and gradients are the models'; `step_layers` is a step on flat
+//! code: the local SGD runs and gradients are the models'; `LayerSteps::step` is a step on flat
 //! vectors.
 
 use super::{
-    stale_delta_average, Algorithm, LocalContext, LocalUpdate, SentRuns, SgdRun, SgdUpdate,
-    StaleUpdate, Tested,
+    stale_delta_average, Algorithm, Gradients, LocalContext, LocalUpdate, SentRuns, SgdRun,
+    SgdUpdate, StaleUpdate, Tested,
 };
 use crate::algorithms::fedavg::ModelUpdate;
 use crate::models::Architecture;
@@ -149,6 +149,17 @@ pub struct SplitModel {
     pub rest: Vec<f32>,
 }
 
+impl SplitModel {
+    /// A client's values of the other layers: its own (`own`), or the server's before it has
+    /// any (empty `own`).
+    pub fn rest_or<'a>(&'a self, own: &'a [f32]) -> &'a [f32] {
+        match own.is_empty() {
+            true => &self.rest,
+            false => own,
+        }
+    }
+}
+
 impl super::Finite for SplitModel {
     fn is_finite(&self) -> bool {
         self.shared.is_finite() && self.rest.is_finite()
@@ -250,30 +261,69 @@ pub fn stale_average(
     }
 }
 
-/// One SGD step of the layers `trained` only (PyTorch's SGD over the parameters that require
-/// a gradient): buf ← ρ·buf + g and θ ← θ − lr·buf there (θ ← θ − lr·g without momentum); the
-/// other layers and their buffer stay as they are. `momentum` is a whole model's buffer, from
-/// zeros.
-pub fn step_layers(
-    model: &mut [f32],
-    momentum: &mut [f32],
-    gradient: &[f32],
-    trained: &[Range<usize>],
-    lr: f64,
-    rho: f64,
-) {
-    let (lr, rho) = (lr as f32, rho as f32);
-    for r in trained {
-        for i in r.clone() {
-            let direction = match rho == 0.0 {
-                true => gradient[i],
-                false => {
-                    momentum[i] = rho * momentum[i] + gradient[i];
-                    momentum[i]
+/// A split model trained minibatch by minibatch, one half at a time (FedRep, FedBABU): during
+/// an update, the whole model, its momentum buffer (from zero: a new optimizer per update, as
+/// the authors' code makes), the plan's momentum ρ, and how many steps train the `rest`
+/// before the steps that train the shared layers. Empty between rounds.
+#[derive(Clone, Debug, Default)]
+pub struct LayerSteps {
+    pub model: Vec<f32>,
+    pub momentum: Vec<f32>,
+    pub rho: f64,
+    pub rest_steps: u64,
+}
+
+impl LayerSteps {
+    /// Starts an update from `model`.
+    pub fn begin(&mut self, model: Vec<f32>, rho: f64, rest_steps: u64) {
+        self.momentum = vec![0.0; model.len()];
+        (self.model, self.rho, self.rest_steps) = (model, rho, rest_steps);
+    }
+
+    /// One minibatch step of each of `runs` (with its learning rate): the gradients at their
+    /// models in one query, then PyTorch's SGD on the half each trains (the `rest` while it has
+    /// steps left, then the shared layers), the other half and its buffer left as they are.
+    pub fn step(split: &LayerSplit, runs: &mut [(&mut LayerSteps, f64)], batch: &dyn Gradients) {
+        let points: Vec<&[f32]> = runs.iter().map(|(run, _)| &run.model[..]).collect();
+        let gradients = batch.gradients(&points);
+        for ((run, lr), gradient) in runs.iter_mut().zip(gradients) {
+            let trained = match run.rest_steps {
+                0 => &split.shared,
+                _ => {
+                    run.rest_steps -= 1;
+                    &split.rest
                 }
             };
-            model[i] -= lr * direction;
+            let (lr, rho) = (*lr as f32, run.rho as f32);
+            for i in trained.iter().flat_map(Range::clone) {
+                let direction = match rho == 0.0 {
+                    true => gradient[i],
+                    false => {
+                        run.momentum[i] = rho * run.momentum[i] + gradient[i];
+                        run.momentum[i]
+                    }
+                };
+                run.model[i] -= lr * direction;
+            }
         }
+    }
+
+    /// The trained model; the buffer is dropped.
+    pub fn finish(&mut self) -> Vec<f32> {
+        self.momentum = Vec::new();
+        std::mem::take(&mut self.model)
+    }
+}
+
+impl super::Finite for LayerSteps {
+    fn is_finite(&self) -> bool {
+        self.model.is_finite() && self.momentum.is_finite()
+    }
+}
+
+impl crate::io::Floats for LayerSteps {
+    fn floats_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        vec![&mut self.model, &mut self.momentum]
     }
 }
 
@@ -365,16 +415,6 @@ pub struct PartialClient {
     pub momentum: Vec<f32>,
 }
 
-impl PartialClient {
-    /// The client's values of the layers it keeps: its own, or the server's before it trains.
-    pub fn rest<'a>(&'a self, global: &'a SplitModel) -> &'a [f32] {
-        match self.rest.is_empty() {
-            true => &global.rest,
-            false => &self.rest,
-        }
-    }
-}
-
 impl super::Finite for PartialClient {
     fn is_finite(&self) -> bool {
         self.rest.is_finite() && self.momentum.is_finite()
@@ -406,7 +446,7 @@ impl Algorithm for PartialFedAvg {
     const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
         scores: None,
         begin: |alg, _, global, state, _| {
-            let model = alg.split.join(&global.shared, state.rest(global));
+            let model = alg.split.join(&global.shared, global.rest_or(&state.rest));
             vec![SgdRun {
                 params: Cow::Owned(model),
                 momentum: std::mem::take(&mut state.momentum),
@@ -434,7 +474,7 @@ impl Algorithm for PartialFedAvg {
         state: &'a PartialClient,
         _: &mut ChaCha20Rng,
     ) -> Vec<Tested<'a>> {
-        let model = self.split.join(&global.shared, state.rest(global));
+        let model = self.split.join(&global.shared, global.rest_or(&state.rest));
         vec![Tested::params(ModelKind::Personalized, model)]
     }
 }

@@ -825,6 +825,31 @@ mod tests {
         }
     }
 
+    /// `start` after `train_sgd` with `plan`, `lr` and `objective`, from zero momentum, its
+    /// minibatches drawn from the stream of seed 0.
+    fn trained(
+        arch: &Architecture,
+        start: &[f32],
+        view: SplitView<'_>,
+        plan: &LocalPlan,
+        lr: f64,
+        objective: &Objective<'_>,
+    ) -> Vec<f32> {
+        let mut p = start.to_vec();
+        let mut stream = ChaCha20Rng::seed_from_u64(0);
+        train_sgd(
+            arch,
+            &mut p,
+            &mut Vec::new(),
+            view,
+            plan,
+            lr,
+            &mut stream,
+            objective,
+        );
+        p
+    }
+
     #[test]
     fn steps_weights_by_hand() {
         // ρ = 0.5, three steps: c = 1, 1.5, 1.75, a = 4.25 = [3 − 0.5·(1 − 0.125)/0.5] / 0.5.
@@ -860,18 +885,7 @@ mod tests {
                 correction: Some(&c),
                 ..Default::default()
             };
-            let mut p = start.clone();
-            let mut stream = ChaCha20Rng::seed_from_u64(0);
-            train_sgd(
-                &arch,
-                &mut p,
-                &mut Vec::new(),
-                view,
-                &pl,
-                0.1,
-                &mut stream,
-                &objective,
-            );
+            let p = trained(&arch, &start, view, &pl, 0.1, &objective);
             // c_t = 1, 1.5, 1.75, 1.875: a = 6.125.
             assert_eq!(pl.steps_weight(2), 6.125);
             for ((p, s), c) in p.iter().zip(&start).zip(&c) {
@@ -1013,18 +1027,7 @@ mod tests {
                 ..Default::default()
             };
             let pl = plan(LocalWork::Steps(1), 0.0, 0.0);
-            let mut stream = ChaCha20Rng::seed_from_u64(0);
-            train_sgd(
-                &arch,
-                &mut p,
-                &mut Vec::new(),
-                view,
-                &pl,
-                0.1,
-                &mut stream,
-                &objective,
-            );
-            p
+            trained(&arch, &p, view, &pl, 0.1, &objective)
         };
         let linear = step("{kind: linear}", Some(&[0.3, -0.2, 0.1]));
         for (a, b) in linear.iter().zip([0.02f32, 0.12, 0.04]) {
