@@ -14,8 +14,7 @@
 //! correction terms, minibatches and dropout masks drawn the same way). The room must not know
 //! which algorithm calls it.
 
-use super::sgd::loss;
-use super::{walk, Architecture, Layer};
+use super::{Architecture, Layer};
 use tch::{Kind, Reduction, Tensor};
 
 /// The contrastive term of a MOON run: the models whose representations are the positive
@@ -77,23 +76,22 @@ impl<'a> ContrastiveTerm<'a> {
 
     fn represent(&self, layers: &[Tensor], x: &Tensor, masks: &[Tensor]) -> Tensor {
         let layers = &layers[..self.body_tensors];
-        walk::forward(&self.body, &mut walk::Single, layers, x, masks).flatten(1, -1)
+        self.body.forward(layers, x, masks).flatten(1, -1)
     }
 
-    /// The gradients, one per tensor of `params`, of the minibatch's mean loss plus μ·ℓ_con
-    /// (`y` as `targets` makes it; `masks` the batch's dropout masks).
-    pub(super) fn gradients(
+    /// The logits of a minibatch at `params` (`masks` its dropout masks) and μ·ℓ_con, both in
+    /// the autograd graph of `params`: the caller adds the plain loss and takes gradients.
+    pub(super) fn forward(
         &self,
         arch: &Architecture,
         params: &[Tensor],
         x: &Tensor,
-        y: &Tensor,
         masks: &[Tensor],
-    ) -> Vec<Tensor> {
+    ) -> (Tensor, Tensor) {
         // Views made afresh each step: a view made before a step's in-place update would not
         // pass the gradient on to the parameters.
         let layers = arch.layers(params);
-        let logits = walk::forward(arch, &mut walk::Single, &layers, x, masks);
+        let logits = arch.forward(&layers, x, masks);
         let z = self.represent(&layers, x, &masks[..self.body_masks]);
         let (positive, negative) = tch::no_grad(|| {
             let positive = self.represent(&self.global, x, &[]);
@@ -104,8 +102,7 @@ impl<'a> ContrastiveTerm<'a> {
         let pair = Tensor::stack(&[similarity(&positive), similarity(&negative)], 1);
         let first = Tensor::zeros([x.size()[0]], (Kind::Int64, x.device()));
         let con = pair.cross_entropy_loss::<Tensor>(&first, None, Reduction::Mean, -100, 0.0);
-        let total = loss(arch, &logits, y, Reduction::Mean) + con * self.term.mu;
-        Tensor::run_backward(&[&total], params, false, false)
+        (logits, con * self.term.mu)
     }
 }
 

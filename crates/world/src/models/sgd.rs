@@ -316,7 +316,11 @@ pub fn train_sgd(
             let wb = wp.as_ref().map(|w| w.narrow(0, s, l));
             let masks = arch.dropout_masks(len, rng);
             let mut grads = match &contrastive {
-                Some(term) => term.gradients(arch, &ps, &xb, &yb, &masks),
+                Some(term) => {
+                    let (logits, contrastive) = term.forward(arch, &ps, &xb, &masks);
+                    let total = loss(arch, &logits, &yb, Reduction::Mean) + contrastive;
+                    Tensor::run_backward(&[&total], &ps, false, false)
+                }
                 None => arch.gradients(&ps, &layers, &xb, &yb, wb.as_ref(), &masks),
             };
             if let Some((anchors, mu)) = &anchor {
