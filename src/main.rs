@@ -86,7 +86,7 @@ enum Command {
     Data(cli::data::DataArgs),
     /// List the algorithms a scenario can name (`algorithm: {name: ...}`), what each can do
     /// (run on peers; take stale updates under FedBuff or late-update policies) and what it is.
-    Algorithms,
+    Algorithms(cli::catalogues::AlgorithmsArgs),
     /// List the data sets a scenario can name (`data: {kind: ...}`), where each one's rows
     /// come from (generated from the seed, fetched from a package registry, or a file) and
     /// whether it can make rows on demand.
@@ -186,7 +186,7 @@ fn real_main() -> Result<i32> {
         Command::Check(args) => cli::check::check(args),
         Command::ExportWeights(args) => cli::export::export_weights(args),
         Command::Data(args) => cli::data::data(args),
-        Command::Algorithms => cli::catalogues::algorithms(),
+        Command::Algorithms(args) => cli::catalogues::algorithms(args),
         Command::Datasets => cli::catalogues::datasets(),
         Command::Models => cli::catalogues::models(),
         Command::Schema(args) => cli::schema::schema(args),

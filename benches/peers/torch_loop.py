@@ -7,15 +7,15 @@ import random
 
 import torch
 
-from common import evaluate, model, report, start, train_epoch
+from common import SEED, evaluate, model, report, start, train_epoch
 
 
 def main():
     workload, (clients, rounds, per_round), data = start()
     net = model(workload)
     local = model(workload)
-    pick = random.Random(1)
-    generator = torch.Generator().manual_seed(1)
+    pick = random.Random(SEED)
+    generator = torch.Generator().manual_seed(SEED)
     for _ in range(rounds):
         total = None
         weight = 0

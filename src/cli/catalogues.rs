@@ -5,7 +5,29 @@ use anyhow::{Context, Result};
 use fedsim::data::Source;
 use fedsim::models::Inputs;
 
-pub fn algorithms() -> Result<i32> {
+/// The arguments of `fedsim algorithms`.
+#[derive(clap::Args)]
+pub struct AlgorithmsArgs {
+    /// Instead of the table, each algorithm's example as lines a script reads: its name,
+    /// `server` or `peers`, its `algorithm` section and the `model` section its example needs
+    /// (`-` where any model will do), separated by tabs. A new algorithm appears by registering.
+    #[arg(long)]
+    pub examples: bool,
+}
+
+pub fn algorithms(args: AlgorithmsArgs) -> Result<i32> {
+    if args.examples {
+        for r in fedsim::algorithms::registry::REGISTRY {
+            let on = if r.declared.capabilities.decentralized {
+                "peers"
+            } else {
+                "server"
+            };
+            let model = r.declared.example_model.unwrap_or("-");
+            outln!("{}\t{on}\t{}\t{model}", r.name, r.example_section());
+        }
+        return finish(0);
+    }
     outln!(
         "{:<12} {:<8} {:<6} {:<8} {:<14} {:<10} what it is",
         "name",

@@ -2,7 +2,9 @@
 
 use crate::finish;
 use anyhow::{Context, Result};
-use fedsim::studies::{aggregate, markdown, publish_report, read_curves, Runs};
+use fedsim::studies::{
+    aggregate, markdown, publish_report, read_curves, report_rows, ReportOptions, Runs,
+};
 use std::path::PathBuf;
 
 /// The arguments of `fedsim report`.
@@ -22,6 +24,24 @@ pub struct ReportArgs {
     /// refusing the folder; nothing is deleted.
     #[arg(long)]
     pub force: bool,
+    /// Add "rounds to target": the first evaluated round at which each run's weighted mean
+    /// test accuracy reaches this (a fraction, e.g. 0.8), over the seeds that reach it.
+    #[arg(long, value_name = "FRACTION", value_parser = target_accuracy)]
+    pub target_accuracy: Option<f64>,
+    /// Add each configuration's wall-clock seconds (`wall s`). They differ from machine to
+    /// machine and rerun to rerun, so the report is no longer reproducible.
+    #[arg(long)]
+    pub wall_time: bool,
+}
+
+/// A target accuracy: a fraction in (0, 1].
+fn target_accuracy(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(t) if t > 0.0 && t <= 1.0 => Ok(t),
+        _ => Err(format!(
+            "`{text}` is not an accuracy: give a fraction in (0, 1], e.g. 0.8 for 80 %"
+        )),
+    }
 }
 
 pub fn report(args: ReportArgs) -> Result<i32> {
@@ -30,7 +50,13 @@ pub fn report(args: ReportArgs) -> Result<i32> {
         out,
         skip_unreadable,
         force,
+        target_accuracy,
+        wall_time,
     } = args;
+    let options = ReportOptions {
+        target_accuracy,
+        wall_time,
+    };
     let mut runs = Runs::find(&dirs)?;
     for u in &runs.unfinished {
         errln!(
@@ -39,7 +65,7 @@ pub fn report(args: ReportArgs) -> Result<i32> {
             u.cells
         );
     }
-    let (rows, unreadable) = runs.rows();
+    let (rows, unreadable) = report_rows(&runs, &options);
     for u in &unreadable {
         let what = if skip_unreadable { "left out" } else { "error" };
         errln!(

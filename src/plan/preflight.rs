@@ -32,6 +32,19 @@ pub fn preflight(s: &Scenario) -> Result<(), ScenarioError> {
             .check_input(input)
             .map_err(|e| s.locate(e.within("algorithm")))?;
     }
+    // The model, where the data's shape and classes are known before it is built: the layers
+    // a split names exist (when they are not, the run checks it as it starts).
+    let arch = match (s.data.input_shape(), s.data.classes()) {
+        (Some(input), Some(classes)) => {
+            let arch = crate::models::Architecture::for_input(&s.run.model, input, classes);
+            s.run
+                .algorithm
+                .check_model(&arch)
+                .map_err(|e| s.locate(e.within("algorithm")))?;
+            Some(arch)
+        }
+        _ => None,
+    };
     let memory = machine_memory();
     // Where a small file gives the clients' sizes, what they hold, read now.
     let planned = s.data.planned_rows(&s.split).map_err(|e| {
@@ -71,11 +84,10 @@ pub fn preflight(s: &Scenario) -> Result<(), ScenarioError> {
             terms[0].field = "data.sizes_from";
         }
         check_terms(&terms, memory).map_err(|e| s.locate(e))?;
-        if let Some(init) = &s.run.model.init {
+        if let (Some(init), Some(arch)) = (&s.run.model.init, &arch) {
             // The file against the model for these data (how many models the algorithm
             // starts is checked when the run starts).
-            let arch = crate::models::Architecture::for_input(&s.run.model, input, classes);
-            crate::models::read_models(&init.from, &arch)
+            crate::models::read_models(&init.from, arch)
                 .map_err(|m| s.locate(FieldError::new("model.init.from".into(), m)))?;
         }
     }

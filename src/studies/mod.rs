@@ -14,7 +14,8 @@ pub use plots::{chart_images, label_heatmap_png, write_chart, Chart, Series};
 pub use runs::{Runs, UnfinishedSweep, Unreadable};
 pub use study::{
     aggregate, markdown, mean_std, publish_report, read_curve, read_curves, report_frame,
-    text_table_csv, write_plots, write_report, CurvePoint, ReportRow, RunCurve,
+    report_rows, rounds_to, text_table_csv, write_plots, write_report, CurvePoint, ReportOptions,
+    ReportRow, RunCurve,
 };
 pub use summaries::{summary_is_readable, ReportMetric, RunRow, REPORT_METRICS};
 pub use sweep::{cell_dir, is_finished, run_sweep, CellNote, SweepOptions, SweepOutcome};

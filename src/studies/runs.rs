@@ -105,23 +105,6 @@ impl Runs {
         })
     }
 
-    /// Every summary row of the runs, sweep cells first, then plain runs, each in path order;
-    /// and every run whose summary could not be read, with why (never left out silently).
-    pub fn rows(&self) -> (Vec<RunRow>, Vec<Unreadable>) {
-        let mut rows = Vec::new();
-        let mut unreadable = Vec::new();
-        for run in self.dirs.iter().filter(|r| !self.skipped.contains(&r.path)) {
-            match run.summary() {
-                Ok(r) => rows.extend(r),
-                Err(error) => unreadable.push(Unreadable {
-                    path: run.path.clone(),
-                    error,
-                }),
-            }
-        }
-        (rows, unreadable)
-    }
-
     /// Leaves these runs out of the rows and curves from now on.
     pub fn skip(&mut self, runs: &[Unreadable]) {
         self.skipped.extend(runs.iter().map(|u| u.path.clone()));

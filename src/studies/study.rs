@@ -4,7 +4,7 @@
 //! A sweep folder holds `cells.csv` (one row per cell: `cell`, `seed`, one column per axis)
 //! and one `cell=<id>/` folder per finished cell; a plain run folder holds `summary.csv`.
 
-use super::runs::Runs;
+use super::runs::{Runs, Unreadable};
 use super::summaries::{ReportMetric, RunRow, REPORT_METRICS};
 use crate::io::{OutputFolder, OutputRules, Staging};
 use crate::results::column;
@@ -28,6 +28,69 @@ pub struct ReportRow {
     /// `(mean, sample std)` per metric over the seeds that did not diverge, NaN values left
     /// out (std 0 with one value).
     pub stats: BTreeMap<String, (f64, f64)>,
+    /// Per metric, how many of the seeds that did not diverge gave it a finite value, and how
+    /// many gave it any (a run that never reaches the target gives `rounds_to_target` ∞).
+    pub counts: BTreeMap<String, (usize, usize)>,
+}
+
+/// What a report adds to the summaries' figures, on request.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReportOptions {
+    /// The first evaluated round at which a run's weighted mean test accuracy (its most
+    /// client-specific model, training clients) reaches this (`rounds_to_target`).
+    pub target_accuracy: Option<f64>,
+    /// Each run's wall-clock seconds (`wall_seconds`). They differ from machine to machine and
+    /// rerun to rerun, so a report leaves them out unless asked and stays reproducible.
+    pub wall_time: bool,
+}
+
+/// Every summary row of `runs` (sweep cells first, then plain runs, each in path order), with
+/// what `options` asks for; and every run that could not be read (its summary, or its learning
+/// curve where a target asks for it), with why: never left out silently.
+pub fn report_rows(runs: &Runs, options: &ReportOptions) -> (Vec<RunRow>, Vec<Unreadable>) {
+    let mut rows = Vec::new();
+    let mut unreadable = Vec::new();
+    for run in runs.dirs.iter().filter(|r| !runs.skipped.contains(&r.path)) {
+        let with_options = |mut summary: Vec<RunRow>| -> Result<Vec<RunRow>, ReportError> {
+            for row in &mut summary {
+                if !options.wall_time {
+                    row.metrics.insert("wall_seconds".into(), f64::NAN);
+                }
+                let rounds = match options.target_accuracy {
+                    Some(target) if !row.unseen => {
+                        let curve = read_curve(&run.path, &run.config, &row.model)?;
+                        rounds_to(&curve, target)
+                    }
+                    _ => None,
+                };
+                let rounds = match (options.target_accuracy, rounds) {
+                    (None, _) => f64::NAN,
+                    (Some(_), Some(r)) => f64::from(r),
+                    (Some(_), None) if row.unseen => f64::NAN,
+                    (Some(_), None) => f64::INFINITY,
+                };
+                row.metrics.insert("rounds_to_target".into(), rounds);
+            }
+            Ok(summary)
+        };
+        match run.summary().and_then(with_options) {
+            Ok(r) => rows.extend(r),
+            Err(error) => unreadable.push(Unreadable {
+                path: run.path.clone(),
+                error,
+            }),
+        }
+    }
+    (rows, unreadable)
+}
+
+/// The first evaluated round of `curve` at which its accuracy reaches `target`.
+pub fn rounds_to(curve: &RunCurve, target: f64) -> Option<u32> {
+    curve
+        .points
+        .iter()
+        .find(|p| p.accuracy >= target)
+        .map(|p| p.round)
 }
 
 /// Whether `name` is a file `fedsim report` writes (its tables and charts).
@@ -81,6 +144,7 @@ pub fn aggregate(rows: &[RunRow]) -> Vec<ReportRow> {
                     diverged: 0,
                     ended_early: 0,
                     stats: BTreeMap::new(),
+                    counts: BTreeMap::new(),
                 });
                 values.push(BTreeMap::new());
                 out.len() - 1
@@ -97,6 +161,9 @@ pub fn aggregate(rows: &[RunRow]) -> Vec<ReportRow> {
                 .entry(m.clone())
                 .or_default()
                 .extend(v.is_finite().then_some(*v));
+            let given = out[i].counts.entry(m.clone()).or_default();
+            given.0 += v.is_finite() as usize;
+            given.1 += !v.is_nan() as usize;
         }
     }
     for (row, vals) in out.iter_mut().zip(values) {
@@ -160,7 +227,7 @@ pub fn markdown(rows: &[ReportRow]) -> String {
         .into_iter()
         .filter(|m| {
             rows.iter()
-                .any(|r| r.stats.get(m.column).is_some_and(|v| !v.0.is_nan()))
+                .any(|r| r.counts.get(m.column).is_some_and(|&(_, given)| given > 0))
         })
         .collect();
     head.extend(metrics.iter().map(|m| m.title.to_string()));
@@ -182,6 +249,17 @@ pub fn markdown(rows: &[ReportRow]) -> String {
                 continue;
             }
             let (mean, std) = r.stats.get(m).copied().unwrap_or((f64::NAN, f64::NAN));
+            if m == "rounds_to_target" {
+                // Runs that never reach the target give no round: say how many did.
+                let (reached, of) = r.counts.get(m).copied().unwrap_or((0, 0));
+                cells.push(match reached {
+                    _ if of == 0 => "–".into(),
+                    0 => "not reached".into(),
+                    _ if reached == of => format!("{mean:.0} ± {std:.0}"),
+                    _ => format!("{mean:.0} ± {std:.0} ({reached} of {of})"),
+                });
+                continue;
+            }
             let percent = (m.starts_with("test_acc") && m != "test_acc_jain")
                 || m.starts_with("novelty")
                 || m == "backdoor_success";
@@ -700,5 +778,49 @@ mod tests {
             md.contains("| 0.5 | global | training | 1 | 0 | 80.00"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn rounds_to_target_say_how_many_seeds_reached_it() {
+        let point = |round: u32, accuracy: f64| CurvePoint {
+            round,
+            sim_seconds: 0.0,
+            accuracy,
+            loss: 0.0,
+        };
+        let curve = RunCurve {
+            config: Vec::new(),
+            model: "global".into(),
+            points: vec![
+                point(10, 0.5),
+                point(20, 0.8),
+                point(30, 0.79),
+                point(40, 0.9),
+            ],
+            client_accuracy: Vec::new(),
+        };
+        assert_eq!(rounds_to(&curve, 0.8), Some(20));
+        assert_eq!(rounds_to(&curve, 0.85), Some(40));
+        assert_eq!(rounds_to(&curve, 0.95), None);
+        // Seeds at rounds 20 and 40, and one that never reached it (∞): 30 ± 14 over two of
+        // three; a configuration where none did; and a report that asked for no target.
+        let rounds = |config: &str, seed: &str, r: f64| {
+            let mut run = row(config, seed, 0.8, 0.5);
+            run.metrics.insert("rounds_to_target".into(), r);
+            run
+        };
+        let rows = [
+            rounds("0.1", "1", 20.0),
+            rounds("0.1", "2", 40.0),
+            rounds("0.1", "3", f64::INFINITY),
+            rounds("0.5", "1", f64::INFINITY),
+        ];
+        let md = markdown(&aggregate(&rows));
+        assert!(md.contains("| rounds to target |"), "{md}");
+        assert!(md.contains("| 30 ± 14 (2 of 3) |"), "{md}");
+        assert!(md.contains("| not reached |"), "{md}");
+        let unasked = [rounds("0.1", "1", f64::NAN)];
+        let md = markdown(&aggregate(&unasked));
+        assert!(!md.contains("rounds to target"), "{md}");
     }
 }

@@ -22,7 +22,7 @@ const fn metric(column: &'static str, title: &'static str) -> ReportMetric {
 }
 
 /// The summary columns a report aggregates, in the order of its tables.
-pub const REPORT_METRICS: [ReportMetric; 16] = [
+pub const REPORT_METRICS: [ReportMetric; 18] = [
     metric("test_acc_mean", "accuracy"),
     metric("test_acc_bottom_decile", "bottom decile"),
     metric("test_acc_p10", "p10"),
@@ -31,6 +31,9 @@ pub const REPORT_METRICS: [ReportMetric; 16] = [
     metric("test_acc_jain", "Jain"),
     metric("test_loss_mean", "loss"),
     metric("time_to_target_s", "time to target (s)"),
+    // Not a summary column: read from the run's learning curve where a report asks for it
+    // (`fedsim report --target-accuracy`).
+    metric("rounds_to_target", "rounds to target"),
     metric("spectral_gap_mean", "spectral gap"),
     metric("consensus_distance_final", "consensus distance"),
     metric("sim_seconds", "simulated s"),
@@ -39,6 +42,9 @@ pub const REPORT_METRICS: [ReportMetric; 16] = [
     metric("novelty_auroc", "novelty AUROC"),
     metric("novelty_ap", "novelty AP"),
     metric("novelty_max_f1", "novelty max-F1"),
+    // Differs from machine to machine and rerun to rerun: in a report only on request
+    // (`fedsim report --wall-time`).
+    metric("wall_seconds", "wall s"),
 ];
 
 /// One summary row of one run.
@@ -131,8 +137,9 @@ pub(super) fn read_summary(
     check_summary_columns(path, &cols)?;
     if cols.first().is_none_or(|c| c.1.is_empty()) {
         return Err(corrupt(
-            "it has a header but no rows: the file was cut short (a run's summary has a row \
-             for each model it evaluated)",
+            "it has a header but no rows: the file was cut short, or the run evaluated no \
+             model (a run's summary has a row for each model it evaluated; `algorithm: noop` \
+             trains none)",
         ));
     }
     let n = cols.first().map_or(0, |c| c.1.len());

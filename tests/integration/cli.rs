@@ -571,23 +571,17 @@ fn every_committed_scenario_validates_against_the_schema() {
     };
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut checked = 0;
-    for dir in ["scenarios", "scenarios/paper", "scenarios/studies"] {
-        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_none_or(|e| e != "yaml") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
-            if text.lines().any(|l| l.starts_with("base:")) {
-                continue; // a sweep
-            }
-            let errors: Vec<String> = validator
-                .iter_errors(&as_json(&text))
-                .map(|e| format!("{}: {e}", e.instance_path()))
-                .collect();
-            assert!(errors.is_empty(), "{}: {errors:?}", path.display());
-            checked += 1;
+    for path in crate::common::shipped_scenario_files() {
+        let text = std::fs::read_to_string(&path).unwrap();
+        if text.lines().any(|l| l.starts_with("base:")) {
+            continue; // a sweep
         }
+        let errors: Vec<String> = validator
+            .iter_errors(&as_json(&text))
+            .map(|e| format!("{}: {e}", e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+        checked += 1;
     }
     assert!(checked >= 30, "{checked} scenarios");
     let quickstart = std::fs::read_to_string(root.join("scenarios/quickstart.yaml")).unwrap();

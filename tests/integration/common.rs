@@ -17,6 +17,23 @@ training: {local_epochs: 1, batch_size: 16, lr: 0.1, momentum: 0.9, weight_decay
 sampling: {fraction: 0.5}
 ";
 
+/// The folders of `scenarios/` that hold shipped scenarios and sweeps (`""`: the folder
+/// itself, the quickstart).
+pub const SCENARIO_FOLDERS: [&str; 4] = ["", "paper", "studies", "baselines"];
+
+/// Every shipped scenario and sweep file (`scenarios/<folder>/*.yaml`), in path order.
+pub fn shipped_scenario_files() -> Vec<std::path::PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut files: Vec<_> = SCENARIO_FOLDERS
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(root.join(dir)).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
 /// A registered algorithm's example as overrides: `algorithm={...}` with its example settings,
 /// and `model={...}` where the example needs a model of its own (a split of the layers).
 pub fn algorithm_example(r: &fedsim::algorithms::registry::Registration) -> Vec<String> {

@@ -382,10 +382,8 @@ fn decentralized_runs_are_deterministic_across_threads_and_reruns() {
         let gaps = g.column("spectral_gap").unwrap().f64().unwrap();
         assert!(gaps.iter().flatten().all(|x| (0.0..=1.0).contains(&x)));
         // The summary carries the mean gap and the final consensus distance (for reports).
-        let runs = fedsim::studies::Runs::find(std::slice::from_ref(&a))
-            .unwrap()
-            .rows()
-            .0;
+        let found = fedsim::studies::Runs::find(std::slice::from_ref(&a)).unwrap();
+        let runs = fedsim::studies::report_rows(&found, &Default::default()).0;
         let m = &runs[0].metrics;
         let mean_gap = gaps.iter().flatten().sum::<f64>() / 4.0;
         assert!((m["spectral_gap_mean"] - mean_gap).abs() < 1e-12, "{m:?}");

@@ -50,15 +50,7 @@ fn no_panic<T>(what: &str, input: &dyn std::fmt::Debug, f: impl FnOnce() -> T) -
 
 /// The shipped scenarios' texts (every algorithm, data set, policy and system setting they use).
 fn scenario_texts() -> Vec<(PathBuf, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
-    let mut files = vec![root.join("quickstart.yaml")];
-    for dir in ["paper", "studies"] {
-        for e in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
-            files.push(e.path());
-        }
-    }
-    files.sort();
-    files
+    crate::common::shipped_scenario_files()
         .into_iter()
         .filter_map(|f| {
             let text = std::fs::read_to_string(&f).unwrap();

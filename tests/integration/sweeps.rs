@@ -259,7 +259,7 @@ fn a_killed_sweep_resumes_and_shards_give_the_same_files() {
     // The report sees every cell, grouped over the two seeds.
     let runs = Runs::find(std::slice::from_ref(&whole)).unwrap();
     assert!(runs.unfinished.is_empty());
-    let (rows, unreadable) = runs.rows();
+    let (rows, unreadable) = fedsim::studies::report_rows(&runs, &Default::default());
     assert!(unreadable.is_empty(), "{unreadable:?}");
     let report = aggregate(&rows);
     assert_eq!(report.len(), 2);
@@ -288,7 +288,7 @@ fn report_numbers_on_hand_made_results() {
     }
     // `ddd` has no results yet.
     let runs = Runs::find(&[dir.to_path_buf()]).unwrap();
-    let (rows, unreadable) = runs.rows();
+    let (rows, unreadable) = fedsim::studies::report_rows(&runs, &Default::default());
     assert!(unreadable.is_empty(), "{unreadable:?}");
     assert_eq!(rows.len(), 3);
     assert_eq!(
@@ -362,7 +362,7 @@ fn a_report_over_a_folder_of_runs_groups_the_seeds_of_each_scenario() {
         );
     }
     let runs = Runs::find(std::slice::from_ref(&results)).unwrap();
-    let (rows, unreadable) = runs.rows();
+    let (rows, unreadable) = fedsim::studies::report_rows(&runs, &Default::default());
     assert!(unreadable.is_empty(), "{unreadable:?}");
     let lr = |r: &fedsim::studies::RunRow| r.config.clone();
     assert_eq!(
@@ -517,25 +517,16 @@ fn the_table2_sweep_is_exactly_the_per_method_scenarios() {
 
 #[test]
 fn every_shipped_scenario_and_sweep_is_valid() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
     let mut checked = 0;
-    for dir in [root.clone(), root.join("paper"), root.join("studies")] {
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-            .collect();
-        files.sort();
-        for file in files {
-            let text = std::fs::read_to_string(&file).unwrap();
-            if text.lines().any(|l| l.starts_with("base:")) {
-                let s = Sweep::load(&file).unwrap_or_else(|e| panic!("{e}"));
-                assert!(!s.cells.is_empty(), "{}", file.display());
-            } else {
-                fedsim::scenario::Scenario::load(&file, &[]).unwrap_or_else(|e| panic!("{e}"));
-            }
-            checked += 1;
+    for file in crate::common::shipped_scenario_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        if text.lines().any(|l| l.starts_with("base:")) {
+            let s = Sweep::load(&file).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!s.cells.is_empty(), "{}", file.display());
+        } else {
+            fedsim::scenario::Scenario::load(&file, &[]).unwrap_or_else(|e| panic!("{e}"));
         }
+        checked += 1;
     }
     assert!(checked >= 19, "only {checked} files");
 }

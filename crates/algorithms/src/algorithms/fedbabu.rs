@@ -15,6 +15,7 @@ use super::{
     Algorithm, BatchwiseUpdate, FineTuning, FineTunings, LocalContext, LocalUpdate, ModelUpdate,
     Tested,
 };
+use crate::models::Architecture;
 use crate::records::ModelKind;
 use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
@@ -47,9 +48,9 @@ fn five() -> u32 {
 }
 
 impl FedBabuSpec {
-    fn split(&self, population: &super::Population) -> Result<LayerSplit, FieldError> {
+    fn split(&self, arch: &Architecture) -> Result<LayerSplit, FieldError> {
         let names = (self.frozen.clone()).unwrap_or_else(|| vec!["head".to_string()]);
-        LayerSplit::of(&population.arch, &names, "frozen")
+        LayerSplit::of(arch, &names, "frozen")
     }
 }
 
@@ -66,13 +67,15 @@ impl super::AlgorithmSettings for FedBabuSpec {
         }
     }
 
-    fn check_data(&self, population: &super::Population) -> Result<(), FieldError> {
-        self.split(population).map(|_| ())
+    fn check_model(&self, arch: &Architecture) -> Result<(), FieldError> {
+        self.split(arch).map(|_| ())
     }
 
     fn build(&self, population: &super::Population) -> FedBabu {
         FedBabu {
-            split: self.split(population).expect("checked with the data"),
+            split: self
+                .split(&population.arch)
+                .expect("checked with the model"),
             finetune_epochs: self.finetune_epochs,
             finetune_lr: self.finetune_lr,
         }

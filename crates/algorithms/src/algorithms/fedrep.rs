@@ -14,7 +14,7 @@ use super::partial::{
     split_model_aggregation, split_model_global, LayerSplit, LayerSteps, SplitModel,
 };
 use super::{Algorithm, BatchwiseUpdate, LocalContext, LocalUpdate, ModelUpdate, Tested};
-use crate::models::{LocalPlan, LocalWork};
+use crate::models::{Architecture, LocalPlan, LocalWork};
 use crate::records::ModelKind;
 use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
@@ -43,9 +43,9 @@ fn one() -> u32 {
 }
 
 impl FedRepSpec {
-    fn split(&self, population: &super::Population) -> Result<LayerSplit, FieldError> {
+    fn split(&self, arch: &Architecture) -> Result<LayerSplit, FieldError> {
         let names = (self.personal.clone()).unwrap_or_else(|| vec!["head".to_string()]);
-        LayerSplit::of(&population.arch, &names, "personal")
+        LayerSplit::of(arch, &names, "personal")
     }
 }
 
@@ -58,13 +58,15 @@ impl super::AlgorithmSettings for FedRepSpec {
         FieldError::at_least_one("body_epochs", self.body_epochs as usize)
     }
 
-    fn check_data(&self, population: &super::Population) -> Result<(), FieldError> {
-        self.split(population).map(|_| ())
+    fn check_model(&self, arch: &Architecture) -> Result<(), FieldError> {
+        self.split(arch).map(|_| ())
     }
 
     fn build(&self, population: &super::Population) -> FedRep {
         FedRep {
-            split: self.split(population).expect("checked with the data"),
+            split: self
+                .split(&population.arch)
+                .expect("checked with the model"),
             body_epochs: self.body_epochs,
         }
     }

@@ -13,7 +13,7 @@
 
 use super::{Algorithm, LocalContext, LocalUpdate, ModelUpdate, Tested};
 use crate::algorithms::fedavg::model_update_aggregation;
-use crate::models::{train_sgd, Contrastive, Objective};
+use crate::models::{train_sgd, Architecture, Contrastive, Objective};
 use crate::records::ModelKind;
 use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
@@ -46,8 +46,8 @@ impl super::AlgorithmSettings for MoonSpec {
         FieldError::positive("temperature", self.temperature)
     }
 
-    fn check_data(&self, population: &super::Population) -> Result<(), FieldError> {
-        match population.arch.representation() {
+    fn check_model(&self, arch: &Architecture) -> Result<(), FieldError> {
+        match arch.representation() {
             Some(_) => Ok(()),
             None => Err(FieldError::new(
                 String::new(),
@@ -55,7 +55,7 @@ impl super::AlgorithmSettings for MoonSpec {
                     "MOON contrasts the representation that reaches the model's head, and this \
                      model has no layer with parameters before its head ({}); use a model \
                      with a hidden layer",
-                    population.arch.summary()
+                    arch.summary()
                 ),
             )),
         }

@@ -330,14 +330,14 @@ impl crate::io::Floats for LayerSteps {
 /// Which layers each client keeps (`personal`), as the settings of FedPer, LG-FedAvg and
 /// FedBN name them.
 fn personal_split(
-    population: &super::Population,
+    arch: &Architecture,
     personal: &Option<Vec<String>>,
     default: &str,
 ) -> Result<LayerSplit, FieldError> {
     let names = personal
         .clone()
         .unwrap_or_else(|| vec![default.to_string()]);
-    LayerSplit::of(&population.arch, &names, "personal")
+    LayerSplit::of(arch, &names, "personal")
 }
 
 /// The model the examples of split algorithms run with: a body and a head (a linear model has
@@ -366,12 +366,12 @@ macro_rules! personal_layers_spec {
 
             const EXAMPLE_MODEL: Option<&'static str> = Some($model);
 
-            fn check_data(&self, population: &super::Population) -> Result<(), FieldError> {
-                personal_split(population, &self.personal, $default).map(|_| ())
+            fn check_model(&self, arch: &Architecture) -> Result<(), FieldError> {
+                personal_split(arch, &self.personal, $default).map(|_| ())
             }
 
             fn build(&self, population: &super::Population) -> PartialFedAvg {
-                let split = personal_split(population, &self.personal, $default)
+                let split = personal_split(&population.arch, &self.personal, $default)
                     .expect("checked with the data");
                 PartialFedAvg { split }
             }

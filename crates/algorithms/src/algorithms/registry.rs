@@ -259,9 +259,17 @@ pub trait AlgorithmSettings: ItemSettings + InRegistry {
         Ok(())
     }
 
+    /// Checks the settings against the run's model: the layers a split names, the layers a
+    /// term reads (`fedsim check` where the data's shape and classes are known before it is
+    /// built, and when the run starts; a path is below `algorithm`).
+    fn check_model(&self, _arch: &Architecture) -> Result<(), FieldError> {
+        Ok(())
+    }
+
     /// Checks the settings against the data, once it is built (a path is below `algorithm`).
     fn check_data(&self, population: &Population) -> Result<(), FieldError> {
-        self.check_input(population.data.input_shape())
+        self.check_input(population.data.input_shape())?;
+        self.check_model(&population.arch)
     }
 
     /// The algorithm for a run over `population` (after [`AlgorithmSettings::check_data`]).
@@ -334,6 +342,7 @@ catalogue! {
         fn validate(&self) -> Result<(), FieldError>;
         fn check_files(&self) -> Result<(), FieldError>;
         fn check_input(&self, input: InputShape) -> Result<(), FieldError>;
+        fn check_model(&self, arch: &Architecture) -> Result<(), FieldError>;
         fn check_data(&self, population: &Population) -> Result<(), FieldError>;
         fn build_with_global(&self, population: &Population, arch: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Built;
     }
@@ -484,6 +493,11 @@ impl AlgorithmSpec {
     /// Checks the settings against rows of shape `input`; a path is below `algorithm`.
     pub fn check_input(&self, input: InputShape) -> Result<(), FieldError> {
         self.erased().check_input(input)
+    }
+
+    /// Checks the settings against the run's model; a path is below `algorithm`.
+    pub fn check_model(&self, arch: &Architecture) -> Result<(), FieldError> {
+        self.erased().check_model(arch)
     }
 
     /// Checks the settings against the data of `population`; a path is below `algorithm`.

@@ -345,7 +345,17 @@ pub struct RegistryImagesSpec {
     /// FedGMM's joint-distribution shift of a share of the images (none by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joint_shift: Option<JointShift>,
+    /// Only the images of these classes (labels 0–9, at least two), relabelled 0, 1, … in the
+    /// order listed, before anything else is drawn. The AFL and q-FFL papers' Fashion-MNIST is
+    /// `[0, 2, 6]`: T-shirt, pullover and shirt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_classes: Option<Vec<u8>>,
 }
+
+/// Every class of MNIST and Fashion-MNIST has at least this many images (MNIST's fewest,
+/// the 5s, have 6 313; Fashion-MNIST's classes 7 000 each): a lower bound of what
+/// `keep_classes` keeps.
+const LEAST_IMAGES_PER_CLASS: f64 = 6_000.0;
 
 /// FEMNIST by writer from a Parquet file with LEAF's columns (`client`, `x` as 784 `uint8`, `y`
 /// in 0–61), as `../shared/data/femnist/` holds it or `scripts/leaf_to_parquet.py` writes it.
@@ -416,7 +426,25 @@ impl RegistryImagesSpec {
             ));
         }
         check_fraction(self.fraction)?;
-        check_shift(&self.joint_shift)
+        check_shift(&self.joint_shift)?;
+        if let Some(keep) = &self.keep_classes {
+            check_kept_classes(keep)?;
+        }
+        Ok(())
+    }
+
+    /// The classes of the data: ten, or those `keep_classes` keeps.
+    pub fn classes(&self) -> usize {
+        self.keep_classes.as_ref().map_or(10, Vec::len)
+    }
+
+    /// The fewest images in use: `fraction` of all, or of the kept classes.
+    pub fn least_images(&self) -> f64 {
+        let images = match &self.keep_classes {
+            Some(keep) => keep.len() as f64 * LEAST_IMAGES_PER_CLASS,
+            None => 70_000.0,
+        };
+        images * self.fraction
     }
 
     /// Reads the cached set `name` (fetched first if it is missing, see
@@ -446,11 +474,14 @@ impl RegistryImagesSpec {
             pixels.extend(idx.pixels.iter().map(|&v| v as f32));
             labels.extend(idx.labels.iter().map(|&v| v as i64));
         }
+        if let Some(keep) = &self.keep_classes {
+            (pixels, labels) = kept_classes(pixels, labels, keep);
+        }
         let pool = Pool {
             features: pixels,
             labels,
             shape: MNIST_SHAPE,
-            classes: 10,
+            classes: self.classes(),
             clients: None,
         };
         let how = Dealing {
@@ -463,6 +494,45 @@ impl RegistryImagesSpec {
         };
         pool.deal(&how, split, seeds).map_err(content)
     }
+}
+
+/// `keep_classes`: at least two distinct labels of 0–9.
+fn check_kept_classes(keep: &[u8]) -> Result<(), FieldError> {
+    if keep.len() < 2 {
+        return Err(FieldError::new(
+            "keep_classes".into(),
+            "name at least two classes (labels 0–9), e.g. [0, 2, 6]".into(),
+        ));
+    }
+    for (i, &label) in keep.iter().enumerate() {
+        if label > 9 {
+            return Err(FieldError::new(
+                format!("keep_classes[{i}]"),
+                format!("`{label}` is not a label of this data set: labels are 0–9"),
+            ));
+        }
+        if keep[..i].contains(&label) {
+            return Err(FieldError::new(
+                format!("keep_classes[{i}]"),
+                format!("`{label}` is listed twice; each class once"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The images (784 values each) whose label `keep` lists, in their order, relabelled by their
+/// place in `keep`.
+fn kept_classes(pixels: Vec<f32>, labels: Vec<i64>, keep: &[u8]) -> (Vec<f32>, Vec<i64>) {
+    let dim: usize = MNIST_SHAPE.iter().product();
+    let mut kept = (Vec::new(), Vec::new());
+    for (r, &label) in labels.iter().enumerate() {
+        if let Some(new) = keep.iter().position(|&k| k as i64 == label) {
+            kept.0.extend_from_slice(&pixels[r * dim..(r + 1) * dim]);
+            kept.1.push(new as i64);
+        }
+    }
+    kept
 }
 
 impl FemnistSpec {
@@ -744,10 +814,10 @@ macro_rules! registry_image_set {
                 Some(InputShape::Image(MNIST_SHAPE))
             }
             fn classes(&self) -> Option<usize> {
-                Some(10)
+                Some(self.0.classes())
             }
             fn least_rows(&self) -> Option<(f64, usize)> {
-                Some((70_000.0 * self.0.fraction, 784))
+                Some((self.0.least_images(), 784))
             }
             fn build(
                 &self,
@@ -1003,5 +1073,24 @@ mod tests {
             spread(share(&natural)) > 0.2,
             "each writer its own Beta(2, 2) share"
         );
+    }
+
+    #[test]
+    fn kept_classes_are_relabelled_in_the_order_listed() {
+        // Four images of labels 6, 1, 0, 6 (each image's pixels all its index).
+        let pixels: Vec<f32> = (0..4).flat_map(|r| vec![r as f32; 784]).collect();
+        let (kept, labels) = kept_classes(pixels, vec![6, 1, 0, 6], &[0, 6]);
+        assert_eq!(
+            labels,
+            vec![1, 0, 1],
+            "6 is the second class kept, 0 the first"
+        );
+        assert_eq!(kept.len(), 3 * 784);
+        assert_eq!([kept[0], kept[784], kept[2 * 784]], [0.0, 2.0, 3.0]);
+        assert!(check_kept_classes(&[0, 2, 6]).is_ok());
+        let bad = |keep: &[u8]| check_kept_classes(keep).unwrap_err();
+        assert!(bad(&[3]).message.contains("at least two"));
+        assert_eq!(bad(&[0, 10]).path, "keep_classes[1]");
+        assert!(bad(&[2, 2]).message.contains("twice"));
     }
 }
