@@ -185,10 +185,19 @@ fn layer_splits_are_refused_with_their_field() {
         checked
     };
     let mlp = "model={kind: mlp, hidden: [8]}";
-    // A layer's index may be written as a number.
+    // A layer's index may be written as a number, and a layer list's layer by its own name:
+    // the same split of the same network trains the same.
     let tmp2 = tempfile::tempdir().unwrap();
     let numbered = ["algorithm={name: fedper, personal: [1]}", mlp];
     crate::common::run_saving(SMALL, &numbered, 1, &tmp2.path().join("numbered"));
+    let named = [
+        "algorithm={name: fedper, personal: [classifier]}",
+        "model={kind: layers, layers: [{kind: dense, units: 8}, relu, {kind: dense, name: classifier}]}",
+    ];
+    crate::common::run_saving(SMALL, &named, 1, &tmp2.path().join("named"));
+    let accuracy =
+        |dir: &str| crate::common::summary_value(&tmp2.path().join(dir), "test_acc_mean");
+    assert_eq!(accuracy("named"), accuracy("numbered"));
     let e = refused(&["algorithm={name: fedper, personal: [fc2]}", mlp]);
     assert!(
         e.contains("`algorithm.personal`") && e.contains("no layer `fc2`") && e.contains("`head`"),

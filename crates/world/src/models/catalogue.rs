@@ -70,6 +70,9 @@ pub struct Network {
     pub layers: Vec<Layer>,
     pub init: InitScheme,
     pub name: Option<String>,
+    /// The names of its layers with parameters, by number (the k-th such layer is `k` where
+    /// it has no name): a layer list's `name:` fields.
+    pub names: std::collections::BTreeMap<usize, String>,
 }
 
 impl Network {
@@ -79,6 +82,7 @@ impl Network {
             layers,
             init: InitScheme::LayerDefaults,
             name: None,
+            names: Default::default(),
         }
     }
 }

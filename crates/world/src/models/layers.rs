@@ -114,9 +114,9 @@ layer_kinds! {
         "fully connected layer; `units` (left out on the last layer)";
     Conv(Conv) = "conv", alone: false,
         "2-d convolution; `channels`, `kernel`, `stride` 1, `padding` 0, `groups` 1, `bias` true";
-    BatchNorm(NoSettings) = "batch_norm", alone: true,
+    BatchNorm(Norm) = "batch_norm", alone: true,
         "batch normalisation (of channels, or of a flat row's features) with the batch's statistics, trained scale and shift";
-    GroupNorm(NoSettings) = "group_norm", alone: true,
+    GroupNorm(Norm) = "group_norm", alone: true,
         "group normalisation in gcd(channels, 32) groups (a flat row's features: channels), trained scale and shift";
     Relu(NoSettings) = "relu", alone: true, "max(x, 0)";
     Relu6(NoSettings) = "relu6", alone: true, "min(max(x, 0), 6)";
@@ -142,6 +142,9 @@ pub struct Dense {
     /// two classes), and given on every other.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub units: Option<usize>,
+    /// The layer's name, for settings that name layers (`personal: [NAME]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// A 2-d convolution with a square kernel (PyTorch's `nn.Conv2d`).
@@ -163,6 +166,9 @@ pub struct Conv {
     pub groups: usize,
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub bias: bool,
+    /// The layer's name, for settings that name layers (`personal: [NAME]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Zeroes each activation with probability `rate` in training (masks from the job's stream)
@@ -180,6 +186,9 @@ pub struct Dropout {
 #[serde(deny_unknown_fields)]
 pub struct Embedding {
     pub dim: usize,
+    /// The layer's name, for settings that name layers (`personal: [NAME]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Stacked LSTM layers over an embedded window (PyTorch's `nn.LSTM`, batch first), passing on
@@ -192,6 +201,9 @@ pub struct Lstm {
     /// Stacked layers.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub layers: usize,
+    /// The layer's name, for settings that name layers (`personal: [NAME]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Layers whose output is added to their input (an identity shortcut): they keep the shape
@@ -206,6 +218,15 @@ pub struct Residual {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoSettings {}
+
+/// A normalisation layer: no settings but its name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Norm {
+    /// The layer's name, for settings that name layers (`personal: [NAME]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
 
 fn one() -> usize {
     1
@@ -392,6 +413,83 @@ impl LayerError {
     fn into_field(self) -> FieldError {
         FieldError::new(format!("layers{}", self.path), self.message)
     }
+}
+
+impl LayerSpec {
+    /// The name given to it (`name:`); only layers with parameters take one.
+    fn given_name(&self) -> Option<&str> {
+        match self {
+            LayerSpec::Dense(Dense { name, .. })
+            | LayerSpec::Conv(Conv { name, .. })
+            | LayerSpec::BatchNorm(Norm { name })
+            | LayerSpec::GroupNorm(Norm { name })
+            | LayerSpec::Embedding(Embedding { name, .. })
+            | LayerSpec::Lstm(Lstm { name, .. }) => name.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// Every layer of `list` that has parameters (a residual block's included), in the order their
+/// parameters come: its path below `layers` (`[2]`, `[3].layers[1]`) and its name where given.
+fn parameter_layers(list: &[LayerSpec]) -> Vec<(String, Option<&str>)> {
+    let mut out = Vec::new();
+    for (i, layer) in list.iter().enumerate() {
+        match layer {
+            LayerSpec::Residual(block) => out.extend(
+                parameter_layers(&block.layers)
+                    .into_iter()
+                    .map(|(path, name)| (format!("[{i}].layers{path}"), name)),
+            ),
+            LayerSpec::Dense(_)
+            | LayerSpec::Conv(_)
+            | LayerSpec::BatchNorm(_)
+            | LayerSpec::GroupNorm(_)
+            | LayerSpec::Embedding(_)
+            | LayerSpec::Lstm(_) => out.push((format!("[{i}]"), layer.given_name())),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Names a split can read besides the layers' own: not a layer's name.
+const ROLES: [&str; 3] = ["head", "body", "norm"];
+
+/// The layers' names: letters, digits and `_`, not only digits (a number is a layer's
+/// number), not a role, each once.
+fn check_names(list: &[LayerSpec]) -> Result<(), LayerError> {
+    let layers = parameter_layers(list);
+    for (i, (path, name)) in layers.iter().enumerate() {
+        let Some(name) = name else { continue };
+        let refuse = |message: String| {
+            Err(LayerError {
+                path: format!("{path}.name"),
+                message,
+            })
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            refuse(format!(
+                "`{name}` is not a layer name: use letters, digits and `_` (e.g. `encoder`)"
+            ))?;
+        }
+        if name.chars().all(|c| c.is_ascii_digit()) {
+            refuse(format!(
+                "`{name}` is a number, and a number already names the layer with parameters it                  counts to; use letters too (e.g. `fc{name}`)"
+            ))?;
+        }
+        if ROLES.contains(name) {
+            refuse(format!(
+                "`{name}` names a role of layers (`head`, `body`, `norm`); choose another name"
+            ))?;
+        }
+        if let Some((first, _)) = layers[..i].iter().find(|(_, n)| *n == Some(*name)) {
+            refuse(format!(
+                "`{name}` is also the name of layers{first}; each name once"
+            ))?;
+        }
+    }
+    Ok(())
 }
 
 /// The layers of `list` for rows of `shape`, appended to `out`, and the shape they leave;
@@ -642,7 +740,7 @@ fn check_list(list: &[LayerSpec], top: bool) -> Result<(), LayerError> {
             None => Ok(()),
         };
         match layer {
-            LayerSpec::Dense(Dense { units }) => match (top && i == last, units) {
+            LayerSpec::Dense(Dense { units, .. }) => match (top && i == last, units) {
                 (true, Some(_)) => err(
                     "units",
                     "leave it out on the last layer: its units are the data's classes (one \
@@ -714,6 +812,11 @@ impl LayersSpec {
         let mut layers = Vec::new();
         infer(&self.layers, Shape::of(input), outputs, &mut layers)
             .map_err(LayerError::into_field)?;
+        let names = parameter_layers(&self.layers)
+            .into_iter()
+            .enumerate()
+            .filter_map(|(k, (_, name))| Some((k, name?.to_string())))
+            .collect();
         Ok(Network {
             layers,
             init: match self.initialisation {
@@ -721,6 +824,7 @@ impl LayersSpec {
                 Initialisation::Torchvision => InitScheme::Torchvision,
             },
             name: None,
+            names,
         })
     }
 
@@ -730,7 +834,10 @@ impl LayersSpec {
         let mut top: Vec<LayerSpec> = Vec::new();
         let mut block: Option<Vec<LayerSpec>> = None;
         let none = NoSettings::default;
+        // The k-th layer with parameters is named `network.names[k]` where it has a name.
+        let mut k = 0;
         for layer in &network.layers {
+            let name = || network.names.get(&k).cloned();
             let spec = match *layer {
                 Layer::Save => {
                     block = Some(Vec::new());
@@ -741,6 +848,7 @@ impl LayersSpec {
                 }),
                 Layer::Dense { outputs, .. } => LayerSpec::Dense(Dense {
                     units: Some(outputs),
+                    name: name(),
                 }),
                 Layer::Conv {
                     outputs,
@@ -757,15 +865,16 @@ impl LayersSpec {
                     padding,
                     groups,
                     bias,
+                    name: name(),
                 }),
                 Layer::Norm {
                     kind: Normalization::Batch,
                     ..
-                } => LayerSpec::BatchNorm(none()),
+                } => LayerSpec::BatchNorm(Norm { name: name() }),
                 Layer::Norm {
                     kind: Normalization::Group,
                     ..
-                } => LayerSpec::GroupNorm(none()),
+                } => LayerSpec::GroupNorm(Norm { name: name() }),
                 Layer::Relu => LayerSpec::Relu(none()),
                 Layer::Relu6 => LayerSpec::Relu6(none()),
                 Layer::Tanh => LayerSpec::Tanh(none()),
@@ -773,10 +882,17 @@ impl LayersSpec {
                 Layer::MaxPool => LayerSpec::MaxPool(none()),
                 Layer::GlobalAvgPool => LayerSpec::GlobalAvgPool(none()),
                 Layer::Dropout { p } => LayerSpec::Dropout(Dropout { rate: p }),
-                Layer::Embedding { dim, .. } => LayerSpec::Embedding(Embedding { dim }),
-                Layer::Lstm { hidden, layers, .. } => LayerSpec::Lstm(Lstm { hidden, layers }),
+                Layer::Embedding { dim, .. } => {
+                    LayerSpec::Embedding(Embedding { dim, name: name() })
+                }
+                Layer::Lstm { hidden, layers, .. } => LayerSpec::Lstm(Lstm {
+                    hidden,
+                    layers,
+                    name: name(),
+                }),
                 Layer::Script { .. } => panic!("a TorchScript module is not a layer list"),
             };
+            k += layer.has_parameters() as usize;
             match &mut block {
                 Some(inner) => inner.push(spec),
                 None => top.push(spec),
@@ -800,7 +916,8 @@ impl ModelSettings for LayersSpec {
     const EXAMPLE: &'static str = "{layers: [{kind: dense, units: 16}, relu, dense]}";
 
     fn validate(&self) -> Result<(), FieldError> {
-        check_list(&self.layers, true).map_err(LayerError::into_field)
+        check_list(&self.layers, true).map_err(LayerError::into_field)?;
+        check_names(&self.layers).map_err(LayerError::into_field)
     }
 
     fn check_shape(&self, input: InputShape, _outputs: Option<usize>) -> Result<(), FieldError> {

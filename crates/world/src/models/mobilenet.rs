@@ -62,8 +62,8 @@ impl ModelSettings for MobilenetV2Spec {
         let layers = layers(c, self.width, self.norm, self.dropout, outputs);
         Network {
             name: Some(summary(self.width, self.norm, self.dropout, &layers)),
-            layers,
             init: InitScheme::Torchvision,
+            ..Network::of(layers)
         }
     }
 }

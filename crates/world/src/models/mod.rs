@@ -147,6 +147,21 @@ pub enum Layer {
     },
 }
 
+impl Layer {
+    /// Whether it has parameters (a layer a split of the layers can name).
+    pub fn has_parameters(&self) -> bool {
+        matches!(
+            self,
+            Layer::Dense { .. }
+                | Layer::Conv { .. }
+                | Layer::Norm { .. }
+                | Layer::Embedding { .. }
+                | Layer::Lstm { .. }
+                | Layer::Script { .. }
+        )
+    }
+}
+
 /// How a parameter tensor is initialised.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Init {
@@ -173,7 +188,11 @@ pub enum InitScheme {
 /// A layer that has parameters ([`Architecture::parameter_layers`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParameterLayer {
+    /// Its name: a layer list's own name for it, else its number.
     pub name: String,
+    /// The k-th layer with parameters is number k (a TorchScript module's layers have names
+    /// only); a split may name it so whatever its name.
+    pub number: Option<usize>,
     /// Its values in the flat parameter vector.
     pub range: std::ops::Range<usize>,
     /// A normalisation layer's scale and shift.
@@ -203,6 +222,9 @@ pub struct Architecture {
     init: InitScheme,
     /// What [`Architecture::summary`] says instead of listing the layers (a deep network's).
     name: Option<String>,
+    /// The names a layer list gives its layers with parameters, by their number (the k-th
+    /// such layer is `k` where it has no name).
+    names: std::collections::BTreeMap<usize, String>,
 }
 
 impl Architecture {
@@ -218,7 +240,9 @@ impl Architecture {
             mut layers,
             init,
             name,
+            names,
         } = spec.network(input, outputs);
+        // (No dropout has parameters: the numbers `names` is keyed by stay.)
         layers.retain(|l| !matches!(l, Layer::Dropout { p } if *p == 0.0));
         Architecture {
             input_dim: input.len(),
@@ -227,6 +251,7 @@ impl Architecture {
             layers,
             init,
             name,
+            names,
         }
     }
 
@@ -416,6 +441,7 @@ impl Architecture {
                         Some(last) if last.name == module => last.range.end += len,
                         _ => out.push(ParameterLayer {
                             name: module.to_string(),
+                            number: None,
                             range: at..at + len,
                             norm: false,
                         }),
@@ -429,7 +455,8 @@ impl Architecture {
                 .map(|(s, _)| s.iter().product::<i64>() as usize)
                 .sum();
             out.push(ParameterLayer {
-                name: k.to_string(),
+                name: self.names.get(&k).cloned().unwrap_or_else(|| k.to_string()),
+                number: Some(k),
                 range: at..at + len,
                 norm: matches!(l, Layer::Norm { .. }),
             });
@@ -456,7 +483,10 @@ impl Architecture {
                 "body" => (0..last).collect(),
                 "norm" => (0..layers.len()).filter(|&i| layers[i].norm).collect(),
                 own => (0..layers.len())
-                    .filter(|&i| layers[i].name == own)
+                    .filter(|&i| {
+                        layers[i].name == own
+                            || layers[i].number.is_some_and(|k| k.to_string() == own)
+                    })
                     .collect(),
             };
             if picks.is_empty() {
@@ -1050,6 +1080,68 @@ mod tests {
             .select_layers(&names)
             .unwrap_err()
             .contains("`batch_norm`"));
+    }
+
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)] // lists of ranges, one long
+    fn a_layer_list_names_its_layers() {
+        // On 1×4×4 images: conv 1→2 3×3 (20 values) named `stem`, a residual block holding
+        // a batch norm over 2 (4) named `bn` and an unnamed conv 2→2 3×3 padded (38), dense
+        // 32→1 (33) named `classifier`.
+        let spec = ModelSpec::from_yaml(
+            "{kind: layers, layers: [{kind: conv, channels: 2, kernel: 3, name: stem}, \
+             {kind: residual, layers: [{kind: batch_norm, name: bn}, relu, \
+             {kind: conv, channels: 2, kernel: 3, padding: 1}]}, \
+             {kind: dense, name: classifier}]}",
+        )
+        .unwrap();
+        spec.validate().unwrap();
+        let arch = Architecture::for_input(&spec, InputShape::Image([1, 4, 4]), 2);
+        let layers = arch.parameter_layers();
+        let names: Vec<&str> = layers.iter().map(|l| &l.name[..]).collect();
+        assert_eq!(names, ["stem", "bn", "2", "classifier"]);
+        let select = |names: &[&str]| {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            arch.select_layers(&names)
+        };
+        // A named layer is read by its name or its number.
+        assert_eq!(select(&["classifier"]), Ok(vec![62..71]));
+        assert_eq!(select(&["3"]), select(&["classifier"]));
+        assert_eq!(select(&["bn", "2"]), Ok(vec![20..62]));
+        let e = select(&["fc"]).unwrap_err();
+        assert!(e.contains("`stem`, `bn`, `2`, `classifier`"), "{e}");
+        // Written back as a list, the names stay.
+        let text = serde_yaml::to_string(&ModelSpec::of(layers::LayersSpec::of(
+            &spec.network(InputShape::Image([1, 4, 4]), 1),
+        )))
+        .unwrap();
+        assert!(
+            text.contains("name: stem")
+                && text.contains("name: bn")
+                && text.contains("name: classifier"),
+            "{text}"
+        );
+        // Refused names, with the path of the layer's `name`.
+        let refused = |layers: &str| {
+            let spec =
+                ModelSpec::from_yaml(&format!("{{kind: layers, layers: {layers}}}")).unwrap();
+            let e = spec.validate().unwrap_err();
+            (e.path, e.message)
+        };
+        let (path, message) = refused("[{kind: dense, units: 4, name: head}, dense]");
+        assert_eq!(path, "layers[0].name");
+        assert!(message.contains("role"), "{message}");
+        let (path, message) =
+            refused("[{kind: dense, units: 4, name: fc}, {kind: dense, name: fc}]");
+        assert_eq!(path, "layers[1].name");
+        assert!(message.contains("also the name of layers[0]"), "{message}");
+        let (_, message) = refused("[{kind: dense, units: 4, name: '7'}, dense]");
+        assert!(message.contains("is a number"), "{message}");
+        let (_, message) = refused("[{kind: dense, units: 4, name: my layer}, dense]");
+        assert!(message.contains("letters, digits and `_`"), "{message}");
+        let (path, _) =
+            refused("[{kind: residual, layers: [{kind: batch_norm, name: 'a-b'}]}, dense]");
+        assert_eq!(path, "layers[0].layers[0].name");
     }
 
     #[test]
