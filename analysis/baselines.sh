@@ -135,7 +135,7 @@ for setting in "${settings[@]}"; do
       sed -n 's/^left out: .*\/cell=\([0-9a-f]*\): reading [^:]*: /\1 /p' "$out/$setting.report.err" |
         while read -r cell why; do
           echo "- $(grep "^$cell," "$out/$setting/cells.csv" | cut -d, -f3- | sed 's/,null,.*//'): $why"
-        done
+        done | sort -u
     fi
   } | tee "$out/$setting.md"
 done
