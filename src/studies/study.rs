@@ -56,18 +56,13 @@ pub fn report_rows(runs: &Runs, options: &ReportOptions) -> (Vec<RunRow>, Vec<Un
                 if !options.wall_time {
                     row.metrics.insert("wall_seconds".into(), f64::NAN);
                 }
+                // ∞ for a run that never reaches it (see `markdown`).
                 let rounds = match options.target_accuracy {
                     Some(target) if !row.unseen => {
                         let curve = read_curve(&run.path, &run.config, &row.model)?;
-                        rounds_to(&curve, target)
+                        rounds_to(&curve, target).map_or(f64::INFINITY, f64::from)
                     }
-                    _ => None,
-                };
-                let rounds = match (options.target_accuracy, rounds) {
-                    (None, _) => f64::NAN,
-                    (Some(_), Some(r)) => f64::from(r),
-                    (Some(_), None) if row.unseen => f64::NAN,
-                    (Some(_), None) => f64::INFINITY,
+                    _ => f64::NAN,
                 };
                 row.metrics.insert("rounds_to_target".into(), rounds);
             }
