@@ -568,10 +568,18 @@ pub fn write_plots(
             },
         )?);
     }
-    // Convergence: mean ± std over seeds at each evaluated round.
+    // Convergence: mean ± std over seeds at each evaluated round. An axis whose values an
+    // earlier axis determines (a zip partner: the topology that goes with each algorithm)
+    // tells no configurations apart, and is left out of the labels.
+    let implied: Vec<String> = axes
+        .iter()
+        .enumerate()
+        .filter(|(i, b)| axes[..*i].iter().any(|a| determined_by(&values(a), &values(b))))
+        .map(|(_, b)| b.clone())
+        .collect();
     let mut groups: Vec<(String, Vec<&RunCurve>)> = Vec::new();
     for c in curves {
-        let label = format!("{} · {}", config_label(&c.config, &[]), c.model);
+        let label = format!("{} · {}", config_label(&c.config, &implied), c.model);
         match groups.iter_mut().find(|(l, _)| *l == label) {
             Some((_, g)) => g.push(c),
             None => groups.push((label, vec![c])),
