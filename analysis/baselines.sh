@@ -76,7 +76,9 @@ for setting in "${settings[@]}"; do
       topologies+=("$topology")
       samplings+=("$sampling")
     else
-      refused+=("| $name | $(echo "$why" | tail -n 1 | sed 's/|/\\|/g') |")
+      # The reason, without the file and line it names.
+      why=$(echo "$why" | tail -n 1 | sed -E 's/^error: [^ ]+\.yaml(:[0-9]+)?: //; s/\|/\\|/g')
+      refused+=("| $name | $why |")
     fi
   done < <("$fedsim" algorithms --examples)
   sweep=$out/$setting.sweep.yaml

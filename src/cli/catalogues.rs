@@ -9,8 +9,9 @@ use fedsim::models::Inputs;
 #[derive(clap::Args)]
 pub struct AlgorithmsArgs {
     /// Instead of the table, each algorithm's example as lines a script reads: its name,
-    /// `server` or `peers`, its `algorithm` section and the `model` section its example needs
-    /// (`-` where any model will do), separated by tabs. A new algorithm appears by registering.
+    /// `server` or `peers`, its `algorithm` section, then any other settings its example needs
+    /// as `--set` takes them (`model=...`, `training.local_epochs=2`), separated by tabs. A new
+    /// algorithm appears by registering.
     #[arg(long)]
     pub examples: bool,
 }
@@ -23,8 +24,11 @@ pub fn algorithms(args: AlgorithmsArgs) -> Result<i32> {
             } else {
                 "server"
             };
-            let model = r.declared.example_model.unwrap_or("-");
-            outln!("{}\t{on}\t{}\t{model}", r.name, r.example_section());
+            let mut line = format!("{}\t{on}\t{}", r.name, r.example_section());
+            for setting in r.declared.example_settings {
+                line += &format!("\t{setting}");
+            }
+            outln!("{line}");
         }
         return finish(0);
     }

@@ -466,6 +466,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         .validate()
         .map_err(|e| e.within("algorithm"))?;
     let mut training = validate_training(&raw.training).map_err(|e| e.within("training"))?;
+    raw.algorithm.check_training(&training.plan)?;
     let sampling = raw.sampling.resolve().map_err(|e| e.within("sampling"))?;
     raw.policy.validate().map_err(|e| e.within("policy"))?;
     // Decentralized runs take no server policy at all (checked with the topology below).

@@ -574,7 +574,11 @@ pub fn write_plots(
     let implied: Vec<String> = axes
         .iter()
         .enumerate()
-        .filter(|(i, b)| axes[..*i].iter().any(|a| determined_by(&values(a), &values(b))))
+        .filter(|(i, b)| {
+            axes[..*i]
+                .iter()
+                .any(|a| determined_by(&values(a), &values(b)))
+        })
         .map(|(_, b)| b.clone())
         .collect();
     let mut groups: Vec<(String, Vec<&RunCurve>)> = Vec::new();

@@ -203,7 +203,11 @@ fn layer_splits_are_refused_with_their_field() {
         e.contains("`algorithm.personal`") && e.contains("no layer `fc2`") && e.contains("`head`"),
         "{e}"
     );
-    let e = refused(&["algorithm={name: fedrep, personal: [body, head]}", mlp]);
+    let e = refused(&[
+        "algorithm={name: fedrep, personal: [body, head]}",
+        mlp,
+        "training.local_epochs=2",
+    ]);
     assert!(e.contains("nothing would be shared"), "{e}");
     // A linear model is one layer: LG-FedAvg has no body to keep, FedBABU nothing to train.
     let e = refused(&["algorithm={name: lg_fedavg}"]);
@@ -248,6 +252,12 @@ fn baseline_settings_are_refused_with_their_field() {
             "layer's name",
         ),
         ("{name: feddyn}", "algorithm", "`alpha`"),
+        // SMALL trains one local epoch: none would be left for FedRep's head.
+        (
+            "{name: fedrep}",
+            "`training.local_epochs`",
+            "no epoch is left for the head",
+        ),
         ("{name: moon, mu: -1}", "`algorithm.mu`", "negative"),
         (
             "{name: moon, mu: 1, temperature: 0}",

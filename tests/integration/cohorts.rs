@@ -100,24 +100,30 @@ fn flat_models() -> Vec<String> {
     found
 }
 
-/// Every algorithm × flat model pair of the catalogues (an algorithm whose example needs a
-/// model of its own, a split of the layers, with that model), and Clustered FL with tolerances
-/// that split its clusters at once (its example never splits in the rounds tested here).
-fn cohort_matrix() -> Vec<[String; 2]> {
+/// Every algorithm × flat model pair of the catalogues, each with the other settings its
+/// example needs (an algorithm whose example names a model of its own, a split of the layers,
+/// with that model only), and Clustered FL with tolerances that split its clusters at once
+/// (its example never splits in the rounds tested here).
+fn cohort_matrix() -> Vec<Vec<String>> {
     let mut pairs = Vec::new();
     let registry = fedsim::algorithms::registry::REGISTRY.iter();
     for r in registry.filter(|r| r.declared.capabilities.cohorts) {
         if r.declared.capabilities.decentralized {
             continue;
         }
-        let alg = format!("algorithm={}", r.example_section());
-        match r.declared.example_model {
-            Some(model) => pairs.push([alg, format!("model={model}")]),
-            None => pairs.extend(flat_models().into_iter().map(|m| [alg.clone(), m])),
+        let example = crate::common::algorithm_example(r);
+        if example.iter().any(|s| s.starts_with("model=")) {
+            pairs.push(example);
+        } else {
+            pairs.extend(flat_models().into_iter().map(|m| {
+                let mut with = example.clone();
+                with.push(m);
+                with
+            }));
         }
     }
     let clustered = "algorithm={name: clustered, tol1: 1000, tol2: 0}";
-    pairs.extend(flat_models().into_iter().map(|m| [clustered.into(), m]));
+    pairs.extend(flat_models().into_iter().map(|m| vec![clustered.into(), m]));
     assert!(pairs.len() >= 22, "{pairs:?}");
     pairs
 }
@@ -220,16 +226,15 @@ fn cohorts_match_training_alone_after_a_round_on_every_cohort_algorithm() {
     // One round with evaluation: parameters within 1e-5 (relative), linear and MLP models,
     // full and partial participation (SMALL samples half of its 24 clients; clients of 8 to
     // 60 rows, so batches of 16 leave short last batches and runs of different lengths).
-    for [alg, model] in cohort_matrix() {
+    for example in cohort_matrix() {
         for sampling in ["sampling.fraction=0.5", "sampling.fraction=1.0"] {
-            let settings = [
-                alg.as_str(),
-                model.as_str(),
-                sampling,
-                "rounds=1",
-                "eval_every=1",
-            ];
-            compare(&settings, &format!("{alg} {model} {sampling}"), 1e-5);
+            let mut settings: Vec<&str> = example.iter().map(String::as_str).collect();
+            settings.extend([sampling, "rounds=1", "eval_every=1"]);
+            compare(
+                &settings,
+                &format!("{} {sampling}", example.join(" ")),
+                1e-5,
+            );
         }
     }
 }
@@ -267,15 +272,10 @@ fn evaluations_in_cohorts_match_each_client_alone() {
         assert_eq!(alone.accuracies, stacked.accuracies, "{what}: accuracies");
         alone
     };
-    for [alg, model] in cohort_matrix() {
-        let settings = [
-            alg.as_str(),
-            model.as_str(),
-            "rounds=2",
-            "eval_every=1",
-            "unseen={fraction: 0.25}",
-        ];
-        let what = format!("{alg} {model}");
+    for example in cohort_matrix() {
+        let mut settings: Vec<&str> = example.iter().map(String::as_str).collect();
+        settings.extend(["rounds=2", "eval_every=1", "unseen={fraction: 0.25}"]);
+        let what = example.join(" ");
         let alone = check(SMALL, &settings, &what);
         assert!(
             alone.losses.iter().any(|l| l.1.contains("unseen true")),

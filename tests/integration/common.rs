@@ -38,7 +38,7 @@ pub fn shipped_scenario_files() -> Vec<std::path::PathBuf> {
 /// and `model={...}` where the example needs a model of its own (a split of the layers).
 pub fn algorithm_example(r: &fedsim::algorithms::registry::Registration) -> Vec<String> {
     let mut overrides = vec![format!("algorithm={}", r.example_section())];
-    overrides.extend(r.declared.example_model.map(|m| format!("model={m}")));
+    overrides.extend(r.declared.example_settings.iter().map(|s| s.to_string()));
     overrides
 }
 

@@ -57,7 +57,7 @@ impl FedBabuSpec {
 impl super::AlgorithmSettings for FedBabuSpec {
     type Algorithm = FedBabu;
 
-    const EXAMPLE_MODEL: Option<&'static str> = Some(super::partial::SPLIT_EXAMPLE_MODEL);
+    const EXAMPLE_SETTINGS: &'static [&'static str] = &[super::partial::SPLIT_EXAMPLE_MODEL];
 
     fn validate(&self) -> Result<(), FieldError> {
         FieldError::at_least_one("finetune_epochs", self.finetune_epochs as usize)?;

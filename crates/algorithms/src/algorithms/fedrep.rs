@@ -52,10 +52,32 @@ impl FedRepSpec {
 impl super::AlgorithmSettings for FedRepSpec {
     type Algorithm = FedRep;
 
-    const EXAMPLE_MODEL: Option<&'static str> = Some(super::partial::SPLIT_EXAMPLE_MODEL);
+    /// One epoch of the head, then one of the body.
+    const EXAMPLE_SETTINGS: &'static [&'static str] = &[
+        super::partial::SPLIT_EXAMPLE_MODEL,
+        "training.local_epochs=2",
+    ];
 
     fn validate(&self) -> Result<(), FieldError> {
         FieldError::at_least_one("body_epochs", self.body_epochs as usize)
+    }
+
+    /// The head trains for the epochs before the last `body_epochs`: with no epoch left, each
+    /// client's head would never leave its initial values.
+    fn check_training(&self, plan: &LocalPlan) -> Result<(), FieldError> {
+        match plan.work {
+            LocalWork::Epochs(epochs) if epochs <= self.body_epochs => Err(FieldError::new(
+                "training.local_epochs".into(),
+                format!(
+                    "is {epochs}, and FedRep trains each client's head for the epochs before \
+                     the last `algorithm.body_epochs` ({}): no epoch is left for the head, \
+                     which would keep its initial values; give more (the FedRep paper: 10 \
+                     epochs of the head, then 1 of the body)",
+                    self.body_epochs
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn check_model(&self, arch: &Architecture) -> Result<(), FieldError> {

@@ -37,7 +37,7 @@ fn half() -> f64 {
 impl super::AlgorithmSettings for MoonSpec {
     const EXAMPLE: &'static str = "{mu: 1}";
 
-    const EXAMPLE_MODEL: Option<&'static str> = Some(super::partial::SPLIT_EXAMPLE_MODEL);
+    const EXAMPLE_SETTINGS: &'static [&'static str] = &[super::partial::SPLIT_EXAMPLE_MODEL];
 
     type Algorithm = Moon;
 

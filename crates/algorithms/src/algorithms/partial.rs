@@ -342,11 +342,11 @@ fn personal_split(
 
 /// The model the examples of split algorithms run with: a body and a head (a linear model has
 /// one layer, nothing to split).
-pub const SPLIT_EXAMPLE_MODEL: &str = "{kind: mlp, hidden: [8]}";
+pub const SPLIT_EXAMPLE_MODEL: &str = "model={kind: mlp, hidden: [8]}";
 
 /// The model FedBN's example runs with: a batch norm between two dense layers.
 pub const NORM_EXAMPLE_MODEL: &str =
-    "{kind: layers, layers: [{kind: dense, units: 8}, batch_norm, relu, dense]}";
+    "model={kind: layers, layers: [{kind: dense, units: 8}, batch_norm, relu, dense]}";
 
 /// The settings of FedPer, LG-FedAvg and FedBN: which layers each client keeps.
 macro_rules! personal_layers_spec {
@@ -364,7 +364,7 @@ macro_rules! personal_layers_spec {
         impl super::AlgorithmSettings for $spec {
             type Algorithm = PartialFedAvg;
 
-            const EXAMPLE_MODEL: Option<&'static str> = Some($model);
+            const EXAMPLE_SETTINGS: &'static [&'static str] = &[$model];
 
             fn check_model(&self, arch: &Architecture) -> Result<(), FieldError> {
                 personal_split(arch, &self.personal, $default).map(|_| ())

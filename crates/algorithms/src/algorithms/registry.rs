@@ -11,7 +11,7 @@
 
 use super::{Algorithm, Gossip};
 use crate::data::{FederatedData, InputShape, SplitView};
-use crate::models::{Architecture, InitialModels};
+use crate::models::{Architecture, InitialModels, LocalPlan};
 use crate::records::Split;
 use crate::settings::catalogue::{catalogue, read_settings, ItemSettings};
 use crate::settings::FieldError;
@@ -236,10 +236,11 @@ pub trait AlgorithmSettings: ItemSettings + InRegistry {
     /// suites run every registered algorithm with, so a new one is tested without a list.
     const EXAMPLE: &'static str = "{}";
 
-    /// The model section its example needs, where not every model will do (a split of the
-    /// layers needs a model with the layers it names): the test suites run the example with
-    /// it. `None`: any model.
-    const EXAMPLE_MODEL: Option<&'static str> = None;
+    /// The other settings its example needs, as `--set` takes them: a model with the layers
+    /// a split names (`model={kind: mlp, hidden: [8]}`), local work its phases need
+    /// (`training.local_epochs=2`). The test suites run the example with them; without a
+    /// `model=`, any model will do.
+    const EXAMPLE_SETTINGS: &'static [&'static str] = &[];
 
     /// Checks the settings; a path is below `algorithm`.
     fn validate(&self) -> Result<(), FieldError> {
@@ -256,6 +257,12 @@ pub trait AlgorithmSettings: ItemSettings + InRegistry {
     /// Checks the settings against the shape of a row (`fedsim check` where the data's shape
     /// is known before it is built, and when the run starts; a path is below `algorithm`).
     fn check_input(&self, _input: InputShape) -> Result<(), FieldError> {
+        Ok(())
+    }
+
+    /// Checks the settings against the scenario's local work (`training`); an error's path is
+    /// below the scenario's root (`algorithm.…` or `training.…`).
+    fn check_training(&self, _plan: &LocalPlan) -> Result<(), FieldError> {
         Ok(())
     }
 
@@ -342,6 +349,7 @@ catalogue! {
         fn validate(&self) -> Result<(), FieldError>;
         fn check_files(&self) -> Result<(), FieldError>;
         fn check_input(&self, input: InputShape) -> Result<(), FieldError>;
+        fn check_training(&self, plan: &LocalPlan) -> Result<(), FieldError>;
         fn check_model(&self, arch: &Architecture) -> Result<(), FieldError>;
         fn check_data(&self, population: &Population) -> Result<(), FieldError>;
         fn build_with_global(&self, population: &Population, arch: &Architecture, init: &mut InitialModels<'_, ChaCha20Rng>) -> Built;
@@ -355,8 +363,8 @@ pub struct Declared {
     /// How papers and plots write it (`FedAvg+`, `pFedMe`).
     pub title: &'static str,
     pub capabilities: Capabilities,
-    /// [`AlgorithmSettings::EXAMPLE_MODEL`].
-    pub example_model: Option<&'static str>,
+    /// [`AlgorithmSettings::EXAMPLE_SETTINGS`].
+    pub example_settings: &'static [&'static str],
 }
 
 /// The line of an algorithm that runs with a server.
@@ -414,7 +422,7 @@ const fn line<S: AlgorithmSettings>(
     let declared = Declared {
         title,
         capabilities,
-        example_model: S::EXAMPLE_MODEL,
+        example_settings: S::EXAMPLE_SETTINGS,
     };
     Registration::new::<S>(name, summary, S::EXAMPLE, declared, |fields| {
         Ok(Box::new(read_settings::<S>(fields)?))
@@ -493,6 +501,11 @@ impl AlgorithmSpec {
     /// Checks the settings against rows of shape `input`; a path is below `algorithm`.
     pub fn check_input(&self, input: InputShape) -> Result<(), FieldError> {
         self.erased().check_input(input)
+    }
+
+    /// Checks the settings against the local work; a path is below the scenario's root.
+    pub fn check_training(&self, plan: &LocalPlan) -> Result<(), FieldError> {
+        self.erased().check_training(plan)
     }
 
     /// Checks the settings against the run's model; a path is below `algorithm`.
