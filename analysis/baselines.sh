@@ -9,22 +9,25 @@
 # (mean ± std over seeds of the accuracy, bottom decile, rounds to the setting's
 # `target_accuracy`, wall seconds); OUT/<setting>/report/ holds its CSV and figures.
 #
-#   bash analysis/baselines.sh [--tiny] [--out OUT] [SETTING ...]
+#   bash analysis/baselines.sh [--tiny] [--table-only] [--out OUT] [SETTING ...]
 #
 # SETTING: a file name of scenarios/baselines/ without .yaml (all of them by default).
 # OUT: results/algorithms by default. --tiny: seed 1, 2 rounds, evaluated at each, for CI; its
-# default setting is synthetic_1_1. On 2 cores the full table takes hours; the sweeps resume
-# where a killed run left them.
+# default setting is synthetic_1_1. --table-only: table the cells finished so far, without
+# running the others (the table's `seeds` column says how many each row has). On 2 cores the
+# full table takes hours; the sweeps resume where a killed run left them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tiny=false
+table_only=false
 out=results/algorithms
 settings=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --tiny) tiny=true ;;
+    --table-only) table_only=true ;;
     --out) out=$2; shift ;;
-    -*) echo "baselines.sh: unknown option $1 (allowed: --tiny, --out OUT)" >&2; exit 2 ;;
+    -*) echo "baselines.sh: unknown option $1 (allowed: --tiny, --table-only, --out OUT)" >&2; exit 2 ;;
     *) settings+=("$1") ;;
   esac
   shift
@@ -96,7 +99,7 @@ for setting in "${settings[@]}"; do
     printf '    - %s\n' "${samplings[@]}"
     echo "seeds: $seeds"
   } >"$sweep"
-  "$fedsim" sweep "$sweep" --jobs 2 --out "$out/$setting"
+  $table_only || "$fedsim" sweep "$sweep" --jobs 2 --out "$out/$setting"
   # A run that evaluates no model (`noop`) has no row to table: the report names it.
   args=(--wall-time --skip-unreadable --out "$out/$setting/report")
   [ -n "$target" ] && args+=(--target-accuracy "$target")
@@ -109,7 +112,7 @@ for setting in "${settings[@]}"; do
     grep '^|' "$out/$setting.report.txt" | awk -F' [|] ' -v OFS=' | ' '
       NR == 2 { line = "|"; for (k = 1; k <= n; k++) if (want[k] in at) line = line "---|"; print line; next }
       NR == 1 {
-        n = split("algorithm|model|accuracy|bottom decile|rounds to target|MB up|wall s", want, "|")
+        n = split("algorithm|model|seeds|accuracy|bottom decile|rounds to target|MB up|wall s", want, "|")
         for (i = 1; i <= NF; i++) { name = $i; sub(/^[|] /, "", name); sub(/ [|]$/, "", name); at[name] = i }
       }
       {
