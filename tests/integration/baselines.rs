@@ -85,8 +85,20 @@ fn afl_reports_mixture_weights_on_the_simplex() {
 }
 
 /// Runs the study `scenario` (under `scenarios/studies/`, on the registry data set `data_set`)
-/// with `algorithm=ALGORITHM` into `dir/NAME`, and returns that folder.
+/// with `algorithm=ALGORITHM` on two trainer threads into `dir/NAME`, and returns that folder.
 fn study_run(scenario: &str, data_set: &str, algorithm: &str, name: &str, dir: &Path) -> PathBuf {
+    study_run_on(scenario, data_set, algorithm, name, dir, "2")
+}
+
+/// [`study_run`] on `threads` trainer threads.
+fn study_run_on(
+    scenario: &str,
+    data_set: &str,
+    algorithm: &str,
+    name: &str,
+    dir: &Path,
+    threads: &str,
+) -> PathBuf {
     let cache = crate::real_data::fetched(data_set);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = dir.join(name);
@@ -97,7 +109,7 @@ fn study_run(scenario: &str, data_set: &str, algorithm: &str, name: &str, dir: &
     command
         .arg("--out")
         .arg(&out)
-        .args(["--quiet", "--threads", "2"]);
+        .args(["--quiet", "--threads", threads]);
     command.args(["--set", &format!("algorithm={algorithm}")]);
     stdout_of(command.env("FEDSIM_DATA", &cache));
     out
@@ -168,6 +180,18 @@ fn afl_serves_its_worst_client_better_than_fedavg() {
         afl > fedavg + 0.05,
         "AFL's worst class {afl}, FedAvg's {fedavg}"
     );
+    // The kept classes and AFL's weights are the same on one trainer thread as on two.
+    let afl = "{name: afl, lambda_lr: 0.1}";
+    let one = study_run_on(
+        "afl_fashion_mnist.yaml",
+        "fashion_mnist",
+        afl,
+        "afl-1",
+        tmp.path(),
+        "1",
+    );
+    let differ = fedsim::results::differing_files(&one, &tmp.path().join("afl"));
+    assert!(differ.is_empty(), "{differ:?} differ");
 }
 
 /// A split of the layers that the model does not have, or that shares nothing, is refused by

@@ -35,7 +35,8 @@ pub fn shipped_scenario_files() -> Vec<std::path::PathBuf> {
 }
 
 /// A registered algorithm's example as overrides: `algorithm={...}` with its example settings,
-/// and `model={...}` where the example needs a model of its own (a split of the layers).
+/// then the other settings its example needs (`EXAMPLE_SETTINGS`: a model of its own for a
+/// split of the layers, FedRep's local epochs).
 pub fn algorithm_example(r: &fedsim::algorithms::registry::Registration) -> Vec<String> {
     let mut overrides = vec![format!("algorithm={}", r.example_section())];
     overrides.extend(r.declared.example_settings.iter().map(|s| s.to_string()));

@@ -198,7 +198,6 @@ mod tests {
     use super::*;
     use crate::algorithms::testkit::{close, Kit};
     use crate::algorithms::AlgorithmSettings;
-
     use rand::SeedableRng;
 
     #[test]

@@ -372,7 +372,7 @@ macro_rules! personal_layers_spec {
 
             fn build(&self, population: &super::Population) -> PartialFedAvg {
                 let split = personal_split(&population.arch, &self.personal, $default)
-                    .expect("checked with the data");
+                    .expect("checked with the model");
                 PartialFedAvg { split }
             }
         }

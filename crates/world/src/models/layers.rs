@@ -416,15 +416,16 @@ impl LayerError {
 }
 
 impl LayerSpec {
-    /// The name given to it (`name:`); only layers with parameters take one.
-    fn given_name(&self) -> Option<&str> {
+    /// For a layer with parameters (the layers that take a `name:`), the name given to it;
+    /// `None` for a layer without parameters (a residual block's are its layers').
+    fn parameter_name(&self) -> Option<Option<&str>> {
         match self {
             LayerSpec::Dense(Dense { name, .. })
             | LayerSpec::Conv(Conv { name, .. })
             | LayerSpec::BatchNorm(Norm { name })
             | LayerSpec::GroupNorm(Norm { name })
             | LayerSpec::Embedding(Embedding { name, .. })
-            | LayerSpec::Lstm(Lstm { name, .. }) => name.as_deref(),
+            | LayerSpec::Lstm(Lstm { name, .. }) => Some(name.as_deref()),
             _ => None,
         }
     }
@@ -441,13 +442,7 @@ fn parameter_layers(list: &[LayerSpec]) -> Vec<(String, Option<&str>)> {
                     .into_iter()
                     .map(|(path, name)| (format!("[{i}].layers{path}"), name)),
             ),
-            LayerSpec::Dense(_)
-            | LayerSpec::Conv(_)
-            | LayerSpec::BatchNorm(_)
-            | LayerSpec::GroupNorm(_)
-            | LayerSpec::Embedding(_)
-            | LayerSpec::Lstm(_) => out.push((format!("[{i}]"), layer.given_name())),
-            _ => {}
+            _ => out.extend(layer.parameter_name().map(|name| (format!("[{i}]"), name))),
         }
     }
     out
@@ -475,7 +470,8 @@ fn check_names(list: &[LayerSpec]) -> Result<(), LayerError> {
         }
         if name.chars().all(|c| c.is_ascii_digit()) {
             refuse(format!(
-                "`{name}` is a number, and a number already names the layer with parameters it                  counts to; use letters too (e.g. `fc{name}`)"
+                "`{name}` is a number, and a number already names the layer with parameters it \
+                 counts to; use letters too (e.g. `fc{name}`)"
             ))?;
         }
         if ROLES.contains(name) {
