@@ -16,6 +16,7 @@ use super::resident::KeptFloats;
 use super::world::{Deliver, Members, Outbox, Routed};
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::io::Stored;
+use crate::models::LocalPlan;
 use crate::records::Split;
 use crate::records::{DivergenceStage, NoveltyRecord, Record};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
@@ -114,10 +115,13 @@ impl<A: Algorithm> Client<A> {
             clip,
         } = order;
         let n_train = self.jobs.data.split_len(self.id as usize, Split::Train);
-        let samples = self
-            .jobs
-            .algorithm
-            .samples_processed(&self.jobs.training.plan, n_train);
+        let planned = &self.jobs.training.plan;
+        let plan = LocalPlan {
+            work: self.system.local_work(self.id, job, planned.work),
+            ..*planned
+        };
+        let samples = self.jobs.algorithm.samples_processed(&plan, n_train);
+        let steps = plan.steps(n_train);
         let compute = self.system.compute_time(self.id, job, samples)?;
         let online_until = self.system.online_until(self.id, now).unwrap_or(now);
         let cut_short = self
@@ -152,6 +156,7 @@ impl<A: Algorithm> Client<A> {
             global,
             state: self.kept().state.clone(),
             rng: self.seeds.rng(Entity::Client(self.id), "train", job),
+            work: plan.work,
             uploads: upload,
             keeps_state: true,
         };
@@ -176,7 +181,8 @@ impl<A: Algorithm> Client<A> {
                 (rng, residual.unwrap_or_default())
             });
             let (update, bytes, privacy) = if upload {
-                let (privacy, bytes) = jobs.prepare_upload(
+                let dp_sgd_steps = jobs.dp_sgd_steps(&base, &mut t.update, steps);
+                let (mut privacy, bytes) = jobs.prepare_upload(
                     &base,
                     &mut t.update,
                     attack.as_mut(),
@@ -184,6 +190,7 @@ impl<A: Algorithm> Client<A> {
                     noise.as_mut(),
                     compression.as_mut().map(|(rng, r)| (rng, r)),
                 );
+                privacy.dp_sgd_steps = dp_sgd_steps;
                 match on_device {
                     // Nothing above touched it (`keeps_update_on_device`); its vectors count.
                     Some(kept) => {

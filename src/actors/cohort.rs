@@ -44,8 +44,8 @@ use crate::models::precision::PrecisionLease;
 use crate::models::profile::{computed, timed, Phase};
 use crate::models::{
     dropout_stream, evaluate_stacked, for_each_stacked_batch, sample_losses_stacked,
-    train_sgd_stacked, Architecture, BatchwiseRun, DeviceRows, DpSgdRun, EvalRequest, Placement,
-    SplitModels, StackedRun,
+    train_sgd_stacked, Architecture, BatchwiseRun, DeviceRows, DpSgdRun, EvalRequest, LocalWork,
+    Placement, SplitModels, StackedRun,
 };
 use crate::records::NoveltyScores;
 use crate::records::Split;
@@ -133,6 +133,9 @@ pub(super) struct TrainJob<A: Algorithm> {
     /// Read back on the pool when the job starts, if it was spilled.
     pub state: Stored<A::ClientState>,
     pub rng: ChaCha20Rng,
+    /// The job's local work: the plan's, or the part of it the system model draws
+    /// (`system.local_work`).
+    pub work: LocalWork,
     /// Whether the update goes to the server (a client's upload; never a peer's model).
     pub uploads: bool,
     /// Whether the state goes back to a client, which keeps it as a [`Stored`] (a peer keeps
@@ -154,11 +157,25 @@ pub(super) struct Trained<A: Algorithm> {
 }
 
 impl<A: Algorithm> TrainJob<A> {
+    /// What the job's local update sees: its rows are the `k`-th of `rows`, and its training
+    /// plan does the job's work.
+    fn context<'a>(
+        &self,
+        jobs: &'a JobContext<A>,
+        rows: (&'a ClientRows<'_>, usize),
+    ) -> LocalContext<'a> {
+        let mut ctx = jobs.local(rows, self.client, self.round, self.lr);
+        if ctx.training.plan.work != self.work {
+            ctx.training.to_mut().plan.work = self.work;
+        }
+        ctx
+    }
+
     /// Trains this client alone.
     fn train_alone(mut self, jobs: &JobContext<A>) -> Trained<A> {
         restore(&mut self.state);
         let rows = jobs.data.rows_for(&[self.client]);
-        let ctx = jobs.local((&rows, 0), self.client, self.round, self.lr);
+        let ctx = self.context(jobs, (&rows, 0));
         let state = self.state.get_mut();
         let update = jobs
             .algorithm
@@ -830,7 +847,7 @@ fn train_cohort<A: Algorithm>(
             .zip(&globals)
             .enumerate()
             .map(|(k, (mut job, global))| {
-                let mut ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
+                let mut ctx = job.context(jobs, (&rows, k));
                 ctx.scored = scored.get(k).map(Vec::as_slice);
                 let runs = (sgd.begin)(
                     &jobs.algorithm,
@@ -839,7 +856,7 @@ fn train_cohort<A: Algorithm>(
                     job.state.get_mut(),
                     &mut job.rng,
                 );
-                let n = ctx.train_view().len();
+                let (n, plan) = (ctx.train_view().len(), &ctx.training.plan);
                 // Each run's passes, its DP-SGD noise stream, then its masks' words, as alone.
                 let passes = runs
                     .iter()
@@ -988,7 +1005,7 @@ fn train_cohort<A: Algorithm>(
                 let on_device = update_bytes
                     .zip(vectors.filter(|v| !v.is_empty()))
                     .map(|(bytes, vectors)| KeptFloats::new(vectors, bytes));
-                let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
+                let ctx = job.context(jobs, (&rows, k));
                 let state = job.state.get_mut();
                 let update = (sgd.finish)(&jobs.algorithm, &ctx, &job.global, state, runs);
                 let state_on_device = own_model.map(|(vector, trained, bytes)| {
@@ -1073,10 +1090,11 @@ fn train_batchwise_cohort<A: Algorithm>(
         .into_iter()
         .enumerate()
         .map(|(k, mut job)| {
-            let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
+            let ctx = job.context(jobs, (&rows, k));
             (batchwise.begin)(&jobs.algorithm, &ctx, &job.global, job.state.get_mut());
             let n = ctx.train_view().len();
-            let passes = plan.passes(n, &mut job.rng);
+            let job_plan = (batchwise.plan)(&jobs.algorithm, &ctx.training.plan);
+            let passes = job_plan.passes(n, &mut job.rng);
             let run = BatchwiseRun {
                 first_row: rows.data().first_row(rows.index(k), Split::Train),
                 dropout: dropout_stream(&jobs.arch, &passes, &mut job.rng),
@@ -1115,7 +1133,7 @@ fn train_batchwise_cohort<A: Algorithm>(
     states
         .into_iter()
         .map(|(k, mut job)| {
-            let ctx = jobs.local((&rows, k), job.client, job.round, job.lr);
+            let ctx = job.context(jobs, (&rows, k));
             let state = job.state.get_mut();
             let update = (batchwise.finish)(&jobs.algorithm, &ctx, &job.global, state);
             job.finished(update)

@@ -277,8 +277,7 @@ impl<A: Algorithm> JobContext<A> {
     ///   the client's `compression` stream of the job;
     /// - with privacy, its weight made every client's.
     ///
-    /// Under DP-SGD, privacy changes nothing here: the note counts the vectors sent, each one
-    /// local run's outcome.
+    /// Under DP-SGD, privacy changes nothing here (see [`JobContext::dp_sgd_steps`]).
     pub(super) fn prepare_upload(
         &self,
         global: &A::Global,
@@ -300,10 +299,6 @@ impl<A: Algorithm> JobContext<A> {
             }
         }
         let mut clipped = false;
-        let mut dp_sgd_runs = 0;
-        if let (Some(_), Some(hooks)) = (self.training.plan.dp_sgd, A::PRIVATE_UPDATES) {
-            dp_sgd_runs = (hooks.sent)(global, update).len() as u32;
-        }
         if let (Some(privacy), Some(hooks)) = (&self.privacy, A::PRIVATE_UPDATES) {
             let bound = bound.expect("a private run's order carries its bound");
             let mut sent = (hooks.sent)(global, update);
@@ -329,9 +324,24 @@ impl<A: Algorithm> JobContext<A> {
         let bytes = compressed.0 + payload_bytes(floats.saturating_sub(compressed.1));
         let note = PrivacyNote {
             clipped,
-            dp_sgd_runs,
+            dp_sgd_steps: 0,
         };
         (note, bytes)
+    }
+
+    /// Under DP-SGD, the minibatch steps whose rows `update` has seen, what the server's
+    /// accountant composes for the client's records: `steps` (the job's, of each local run)
+    /// for each vector it sends, one local run's outcome; 0 without DP-SGD.
+    pub(super) fn dp_sgd_steps(
+        &self,
+        global: &A::Global,
+        update: &mut A::Update,
+        steps: u64,
+    ) -> u64 {
+        match (self.training.plan.dp_sgd, A::PRIVATE_UPDATES) {
+            (Some(_), Some(hooks)) => (hooks.sent)(global, update).len() as u64 * steps,
+            _ => 0,
+        }
     }
 
     /// `value`, spilled if the run spills values of its size. Runs on the pool: a failed write
@@ -356,7 +366,7 @@ impl<A: Algorithm> JobContext<A> {
     ) -> crate::algorithms::LocalContext<'a> {
         crate::algorithms::LocalContext {
             arch: &self.arch,
-            training: &self.training,
+            training: std::borrow::Cow::Borrowed(&self.training),
             data: rows.data(),
             data_index: rows.index(k),
             client,

@@ -133,9 +133,9 @@ pub struct FinishedWork<A: Algorithm> {
 pub struct PrivacyNote {
     /// Client-level privacy: clipping scaled the update down (it was above the bound).
     pub clipped: bool,
-    /// DP-SGD: the local runs whose outcomes the update holds (one per vector it sends), what
-    /// the server's accountant composes for the client's records.
-    pub dp_sgd_runs: u32,
+    /// DP-SGD: the minibatch steps whose rows the update has seen
+    /// ([`JobContext::dp_sgd_steps`](super::job::JobContext::dp_sgd_steps)).
+    pub dp_sgd_steps: u64,
 }
 
 pub(super) type FlEffects<A> = Effects<Msg<A>, Record>;

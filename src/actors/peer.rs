@@ -38,6 +38,7 @@ use super::job::JobContext;
 use super::world::{member_entity, run_world, Deliver, HubWorld, Outbox, Routed, SimOutput};
 use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip, Planned};
 use crate::io::Stored;
+use crate::models::LocalPlan;
 use crate::plan::Setup;
 use crate::records::{ClientModelsRecord, DivergenceStage, GossipRecord, ModelKind, Record, Split};
 use crate::sim::{Effects, Entity, RecordObserver, SeedTree, SimDuration, SimError, SimTime};
@@ -150,9 +151,12 @@ impl<A: Gossip> Peer<A> {
         };
         let jobs = &self.shared.jobs;
         let n_train = jobs.data.split_len(self.id as usize, Split::Train);
-        let samples = jobs
-            .algorithm
-            .samples_processed(&jobs.training.plan, n_train);
+        let planned = &jobs.training.plan;
+        let plan = LocalPlan {
+            work: system.local_work(self.id, round as u64, planned.work),
+            ..*planned
+        };
+        let samples = jobs.algorithm.samples_processed(&plan, n_train);
         let compute = system.compute_time(self.id, round as u64, samples)?;
         if let Some(after) = system.cut_short(self.id, round as u64, now, online_until, compute) {
             return self.drop_out(round, after, eff);
@@ -168,6 +172,7 @@ impl<A: Gossip> Peer<A> {
                 .shared
                 .seeds
                 .rng(Entity::Client(id), "train", round as u64),
+            work: plan.work,
             uploads: false,
             keeps_state: false,
         };

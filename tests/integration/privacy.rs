@@ -539,6 +539,31 @@ fn dp_sgd_target_epsilon_holds_for_a_client_in_every_round() {
     assert!(fedem > fedavg, "{fedem} vs {fedavg}");
 }
 
+/// DP-SGD under heterogeneous local work (`system.local_work`): the accountant composes the
+/// steps each job did, so 4 planned epochs of which every job does a quarter spend what 1
+/// planned epoch spends, and less than 4.
+#[test]
+fn dp_sgd_accounts_for_the_local_work_each_job_did() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spent = |extra: &[&str], name: &str| {
+        let dir = tmp.path().join(name);
+        let mut overrides = vec!["privacy={mechanism: dp_sgd, clip: 0.5, noise_multiplier: 1.0}"];
+        overrides.extend_from_slice(extra);
+        run(&overrides, 2, &dir);
+        let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+        summary_value(&summary, "epsilon")
+    };
+    let quarter = spent(
+        &[
+            "training.local_epochs=4",
+            "system.local_work={fraction: 0.25}",
+        ],
+        "quarter",
+    );
+    assert_eq!(quarter, spent(&[], "one"));
+    assert!(quarter < spent(&["training.local_epochs=4"], "four"));
+}
+
 /// DP-SGD trains alone as in a cohort: the same steps from the same draws, so the same model
 /// up to the order of float sums; its noise moves the model, and without noise a bound no
 /// gradient reaches leaves only the Poisson sampling (not plain SGD's batches).

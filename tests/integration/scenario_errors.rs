@@ -266,6 +266,21 @@ fn system_and_policy_errors_carry_their_path() {
     );
     let e = error(BASE, &["target_accuracy=80"]);
     assert!(e.contains("field `target_accuracy`"), "{e}");
+    let text = format!("{BASE}system:\n  local_work: {{fraction: 1.5}}\n");
+    let e = error(&text, &[]);
+    assert!(
+        e.starts_with("bad.yaml:10: field `system.local_work.fraction`")
+            && e.contains("must be a fraction in (0, 1], got 1.5"),
+        "{e}"
+    );
+    let e = error(
+        BASE,
+        &["system.local_work={fraction: {dist: file, path: w.csv, column: f}}"],
+    );
+    assert!(
+        e.contains("field `system.local_work.fraction`") && e.contains("`per: client`"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -107,6 +107,33 @@ fn synchronous_rounds_take_exactly_the_slowest_selected_job() {
     }
 }
 
+/// `system.local_work`: a job computes for the steps it does. Of 4 planned steps, a fraction
+/// of 0.5 leaves every job 2 of its client's batches; drawn per job from uniform [0.25, 1],
+/// each job does 1 to 4 of them, not all the same.
+#[test]
+fn a_job_computes_for_the_local_work_it_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = timed(tmp.path(), "").replace("local_steps: 1", "local_steps: 4");
+    let half = records(&text, &["system.local_work={fraction: 0.5}"], 2);
+    for j in jobs(&half) {
+        assert_eq!(j.compute, secs(2 << j.client), "client {}", j.client);
+    }
+    let law = "system.local_work={fraction: {dist: uniform, low: 0.25, high: 1}}";
+    let drawn = records(&text, &[law], 2);
+    let batches: std::collections::BTreeSet<u64> = jobs(&drawn)
+        .iter()
+        .map(|j| {
+            let per_batch = secs(1 << j.client);
+            assert_eq!(j.compute.0 % per_batch.0, 0, "client {}", j.client);
+            j.compute.0 / per_batch.0
+        })
+        .collect();
+    assert!(
+        batches.len() > 1 && batches.iter().all(|b| (1..=4).contains(b)),
+        "{batches:?}"
+    );
+}
+
 #[test]
 fn a_deadline_cuts_off_stragglers_and_late_updates_join_the_next_round() {
     let tmp = tempfile::tempdir().unwrap();
@@ -494,13 +521,18 @@ system:
 #[test]
 fn every_policy_is_deterministic_across_threads_and_reruns() {
     let tmp = tempfile::tempdir().unwrap();
-    let policies: [&[&str]; 3] = [
+    let policies: [&[&str]; 4] = [
         &[
             "sampling={fraction: 0.3, available_only: true, over_selection: 0.5, strategy: weighted}",
             "policy={kind: synchronous, deadline_s: 8, late_updates: next_round}",
         ],
         &["policy={kind: fedbuff, buffer_size: 3, concurrency: 6}"],
         &["algorithm={name: fedavg}", "policy={kind: fedbuff, buffer_size: 2, concurrency: 5, server_lr: 0.5}"],
+        &[
+            "algorithm={name: fednova}",
+            "training.local_epochs=3",
+            "system.local_work={fraction: {dist: uniform, low: 0.2, high: 1}}",
+        ],
     ];
     for (i, p) in policies.iter().enumerate() {
         let d = |k: &str| tmp.path().join(format!("{i}-{k}"));

@@ -893,8 +893,7 @@ impl<A: Algorithm> Core<A> {
         if let Some(records) = &mut self.records {
             let (plan, data) = (&self.cfg.algorithm.training.plan, &self.cfg.algorithm.data);
             let rows = data.split_len(client as usize, crate::records::Split::Train);
-            let steps = note.dp_sgd_runs as u64 * plan.steps(rows);
-            records.add(client, plan.dp_sampling_rate(rows), steps);
+            records.add(client, plan.dp_sampling_rate(rows), note.dp_sgd_steps);
         }
         let update = update.map(|(update, bytes, _)| {
             self.counts.bytes_up += bytes;

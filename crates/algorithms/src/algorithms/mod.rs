@@ -151,7 +151,8 @@ impl Training {
 /// What a client's local work sees.
 pub struct LocalContext<'a> {
     pub arch: &'a Architecture,
-    pub training: &'a Training,
+    /// The scenario's training, its plan doing the job's local work (`system.local_work`).
+    pub training: Cow<'a, Training>,
     /// Rows holding this client's (all clients' when resident, see [`FederatedData::rows_for`]).
     pub data: &'a FederatedData,
     /// This client's index in `data`.
@@ -1219,7 +1220,7 @@ pub(crate) mod testkit {
         pub fn ctx(&self) -> LocalContext<'_> {
             LocalContext {
                 arch: &self.arch,
-                training: &self.training,
+                training: Cow::Borrowed(&self.training),
                 data: &self.data,
                 data_index: 0,
                 client: 0,

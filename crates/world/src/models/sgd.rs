@@ -18,6 +18,18 @@ pub enum LocalWork {
     Steps(u32),
 }
 
+impl LocalWork {
+    /// The part `fraction` (in (0, 1]) of this work: ⌈fraction · E⌉ epochs or ⌈fraction · S⌉
+    /// steps, at least one and at most all.
+    pub fn part(self, fraction: f64) -> LocalWork {
+        let of = |n: u32| ((fraction * n as f64).ceil() as u32).clamp(1, n.max(1));
+        match self {
+            LocalWork::Epochs(e) => LocalWork::Epochs(of(e)),
+            LocalWork::Steps(s) => LocalWork::Steps(of(s)),
+        }
+    }
+}
+
 /// Local solver settings (PyTorch `SGD` semantics: dampening 0, no Nesterov).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LocalPlan {
@@ -852,6 +864,15 @@ mod tests {
             objective,
         );
         p
+    }
+
+    #[test]
+    fn a_part_of_the_work_rounds_up() {
+        // ⌈f · n⌉, at least 1 and at most all.
+        assert_eq!(LocalWork::Epochs(5).part(0.2), LocalWork::Epochs(1));
+        assert_eq!(LocalWork::Epochs(5).part(0.21), LocalWork::Epochs(2));
+        assert_eq!(LocalWork::Steps(10).part(1e-9), LocalWork::Steps(1));
+        assert_eq!(LocalWork::Steps(10).part(1.0), LocalWork::Steps(10));
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub use availability::{AvailabilityModel, Intervals, OnOff};
 pub use dist::{Dist, DrawnDist, Quantity};
 
 use crate::data::MixtureTruth;
+use crate::models::LocalWork;
 use crate::settings::FieldError;
 use crate::sim::{Entity, SeedTree, SimDuration, SimTime};
 use rand::Rng;
@@ -155,6 +156,84 @@ pub enum AvailabilityClass {
     },
 }
 
+/// How much of the planned local work a training job does: a fraction f in (0, 1] of
+/// `training.local_epochs` E (⌈f·E⌉ epochs) or of `training.local_steps` S (⌈f·S⌉ steps), at
+/// least one. Uniform f on [0.2, 1] with 5 epochs gives FedNova's E ∈ {2, 3, 4, 5}. Compute
+/// time counts the work done; a job that does less is not late for it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LocalWorkSpec {
+    /// The fraction f: a number, `dist: uniform` on [low, high], or (with `per: client`)
+    /// `dist: file`.
+    pub fraction: Dist,
+    /// Whether f is drawn anew for each job (`job`, the default) or once for each client
+    /// (`client`: its lasting capacity).
+    #[serde(default)]
+    pub per: WorkDrawnPer,
+}
+
+/// How often a client's [`LocalWorkSpec::fraction`] is drawn.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkDrawnPer {
+    #[default]
+    Job,
+    Client,
+}
+
+/// The fraction of a job's planned work: finite, above 0 and at most 1.
+fn check_fraction(v: f64) -> Result<(), String> {
+    if v.is_finite() && v > 0.0 && v <= 1.0 {
+        Ok(())
+    } else {
+        Err(format!("must be a fraction in (0, 1], got {v}"))
+    }
+}
+
+impl LocalWorkSpec {
+    /// Checks the fraction's law; an error's path is below `local_work`.
+    fn validate(&self) -> Result<(), FieldError> {
+        let check = |path: &str, v: f64| {
+            check_fraction(v).map_err(|m| FieldError::new(format!("fraction{path}"), m))
+        };
+        match (&self.fraction, self.per) {
+            (Dist::Constant(v), _) => check("", *v),
+            (Dist::Drawn(DrawnDist::Uniform { low, high }), _) => {
+                check(".low", *low)?;
+                check(".high", *high)?;
+                if low > high {
+                    return Err(FieldError::new(
+                        "fraction.high".into(),
+                        format!("must be at least low ({low})"),
+                    ));
+                }
+                Ok(())
+            }
+            (Dist::Drawn(DrawnDist::File { .. }), WorkDrawnPer::Client) => Ok(()),
+            (Dist::Drawn(DrawnDist::File { .. }), WorkDrawnPer::Job) => Err(FieldError::new(
+                "fraction".into(),
+                "a file holds one value per client: give `per: client` with it".into(),
+            )),
+            (Dist::Drawn(DrawnDist::Lognormal { .. }), _) => Err(FieldError::new(
+                "fraction".into(),
+                "a fraction is a number in (0, 1], `dist: uniform` within (0, 1], or \
+                 `dist: file` (with `per: client`); a lognormal is not bounded by 1"
+                    .into(),
+            )),
+        }
+    }
+}
+
+/// Each job's fraction of its planned local work, drawn for one run.
+enum WorkFractions {
+    /// Drawn once per client.
+    PerClient(Vec<f64>),
+    /// Drawn for each job from `(client, "local_work", job)`.
+    PerJob(Dist),
+}
+
 fn d_class_column() -> String {
     "availability".into()
 }
@@ -182,6 +261,10 @@ pub struct SystemSpec {
     /// Probability that a client drops out during a training job (its update never arrives).
     #[serde(default)]
     pub dropout: f64,
+    /// Jobs that do only part of the planned local work (heterogeneous local work, as in
+    /// FedNova's and FedProx's experiments) [default: every job does all of it].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_work: Option<LocalWorkSpec>,
     /// FedScale's `client_device_capacity` pickle: sets every client's compute speed
     /// (1000 / (3 · computation) samples per second, FedScale's factor 3 for a training pass)
     /// and both bandwidths (communication kbit/s); replaces `compute` speeds and the
@@ -258,6 +341,9 @@ impl SystemSpec {
                 "dropout".into(),
                 format!("must be in [0, 1), got {}", self.dropout),
             ));
+        }
+        if let Some(work) = &self.local_work {
+            work.validate().map_err(at("local_work"))?;
         }
         match &self.availability {
             AvailabilitySpec::Markov {
@@ -337,6 +423,7 @@ pub struct SystemModel {
     uplink_mbps: Vec<f64>,
     availability: AvailabilityModel,
     dropout: f64,
+    local_work: Option<WorkFractions>,
     seeds: SeedTree,
 }
 
@@ -354,6 +441,7 @@ const FLOPS_PER_SECOND: Quantity =
     Quantity::rate("compute.flops_per_second", "device/flops_per_second");
 const DOWNLINK_MBPS: Quantity = Quantity::rate("network.downlink_mbps", "network/downlink");
 const UPLINK_MBPS: Quantity = Quantity::rate("network.uplink_mbps", "network/uplink");
+const WORK_FRACTION: Quantity = Quantity::rate("local_work.fraction", "device/local_work");
 const LATENCY_MS: Quantity = Quantity {
     field: "network.latency_ms",
     purpose: "network/latency",
@@ -475,7 +563,28 @@ impl SystemModel {
                     .collect(),
             ),
         };
+        let local_work = match &spec.local_work {
+            None => None,
+            Some(LocalWorkSpec {
+                fraction,
+                per: WorkDrawnPer::Job,
+            }) => Some(WorkFractions::PerJob(fraction.clone())),
+            Some(LocalWorkSpec {
+                fraction,
+                per: WorkDrawnPer::Client,
+            }) => {
+                let drawn = fraction.per_client(seeds, WORK_FRACTION, clients)?;
+                if let Some((c, v)) = (drawn.iter().enumerate()).find(|(_, v)| **v > 1.0) {
+                    return Err(SystemError::Spec {
+                        field: WORK_FRACTION.field.into(),
+                        message: format!("client {c}'s fraction is {v}: must be at most 1"),
+                    });
+                }
+                Some(WorkFractions::PerClient(drawn))
+            }
+        };
         Ok(SystemModel {
+            local_work,
             samples_per_second: speed,
             jitter: spec.compute.jitter,
             latency,
@@ -609,6 +718,22 @@ impl SystemModel {
         }
         let mut rng = self.seeds.rng(Entity::Client(client), "dropout", job);
         (rng.gen::<f64>() < self.dropout).then(|| rng.gen::<f64>())
+    }
+
+    /// The local work `client`'s job number `job` does: `planned`, or the part of it that
+    /// `system.local_work` draws (see [`LocalWorkSpec`]).
+    pub fn local_work(&self, client: u32, job: u64, planned: LocalWork) -> LocalWork {
+        let fraction = match &self.local_work {
+            None => return planned,
+            Some(WorkFractions::PerClient(f)) => f[client as usize],
+            Some(WorkFractions::PerJob(Dist::Constant(f))) => *f,
+            Some(WorkFractions::PerJob(Dist::Drawn(DrawnDist::Uniform { low, high }))) => {
+                let mut rng = self.seeds.rng(Entity::Client(client), "local_work", job);
+                low + (high - low) * rng.gen::<f64>()
+            }
+            Some(WorkFractions::PerJob(_)) => unreachable!("refused by validation"),
+        };
+        planned.part(fraction)
     }
 
     /// How long after `now` `client`'s job number `job`, of `compute`, stops short: its dropout
@@ -777,5 +902,83 @@ mod tests {
         let speed = slowest_to_component(vec![3.0, 1.0, 2.0], Some(&truth), 0).unwrap();
         assert_eq!(speed, vec![1.0, 3.0, 2.0]);
         assert!(slowest_to_component(vec![1.0; 3], None, 0).is_err());
+    }
+
+    fn work(fraction: Dist, per: WorkDrawnPer) -> SystemSpec {
+        SystemSpec {
+            local_work: Some(LocalWorkSpec { fraction, per }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn local_work_is_the_plan_without_a_law_and_a_part_with_one() {
+        assert_eq!(
+            model(SystemSpec::default(), 2).local_work(1, 3, LocalWork::Epochs(5)),
+            LocalWork::Epochs(5)
+        );
+        // ⌈0.5 · 5⌉ = 3 epochs, ⌈0.5 · 7⌉ = 4 steps, for every client and job.
+        let half = model(work(Dist::Constant(0.5), WorkDrawnPer::Job), 2);
+        assert_eq!(
+            half.local_work(1, 3, LocalWork::Epochs(5)),
+            LocalWork::Epochs(3)
+        );
+        assert_eq!(
+            half.local_work(0, 9, LocalWork::Steps(7)),
+            LocalWork::Steps(4)
+        );
+        // FedNova's E ∈ {2, 3, 4, 5}: uniform f on [0.2, 1] with 5 epochs, each about a quarter
+        // of the jobs, drawn per job.
+        let uniform = Dist::Drawn(DrawnDist::Uniform {
+            low: 0.2,
+            high: 1.0,
+        });
+        let per_job = model(work(uniform.clone(), WorkDrawnPer::Job), 2);
+        let mut counts = [0; 6];
+        for job in 0..4000 {
+            match per_job.local_work(0, job, LocalWork::Epochs(5)) {
+                LocalWork::Epochs(e) => counts[e as usize] += 1,
+                steps => panic!("{steps:?}"),
+            }
+        }
+        assert_eq!(counts[..2], [0, 0]);
+        assert!(
+            counts[2..].iter().all(|&c| (900..1100).contains(&c)),
+            "{counts:?}"
+        );
+        // The same job draws the same part; drawn per client, every job of a client does.
+        let e = |m: &SystemModel, c, j| m.local_work(c, j, LocalWork::Epochs(5));
+        assert_eq!(e(&per_job, 1, 7), e(&per_job, 1, 7));
+        let per_client = model(work(uniform, WorkDrawnPer::Client), 50);
+        assert!((0..50).all(|c| (1..20).all(|j| e(&per_client, c, j) == e(&per_client, c, 0))));
+        assert!((1..50).any(|c| e(&per_client, c, 0) != e(&per_client, 0, 0)));
+    }
+
+    #[test]
+    fn a_fraction_outside_0_to_1_is_refused_with_its_path() {
+        let err = |spec: SystemSpec| spec.validate().unwrap_err().to_string();
+        assert_eq!(
+            err(work(Dist::Constant(1.5), WorkDrawnPer::Job)),
+            "field `local_work.fraction`: must be a fraction in (0, 1], got 1.5"
+        );
+        let uniform = |low, high| Dist::Drawn(DrawnDist::Uniform { low, high });
+        assert_eq!(
+            err(work(uniform(0.0, 1.0), WorkDrawnPer::Client)),
+            "field `local_work.fraction.low`: must be a fraction in (0, 1], got 0"
+        );
+        assert_eq!(
+            err(work(uniform(0.8, 0.5), WorkDrawnPer::Job)),
+            "field `local_work.fraction.high`: must be at least low (0.8)"
+        );
+        let file = Dist::Drawn(DrawnDist::File {
+            path: "work.csv".into(),
+            column: "fraction".into(),
+        });
+        assert!(err(work(file, WorkDrawnPer::Job)).contains("give `per: client`"));
+        let lognormal = Dist::Drawn(DrawnDist::Lognormal {
+            median: 0.5,
+            sigma: 1.0,
+        });
+        assert!(err(work(lognormal, WorkDrawnPer::Job)).contains("not bounded by 1"));
     }
 }
