@@ -83,6 +83,12 @@ for setting in "${settings[@]}"; do
       why=$(echo "$why" | tail -n 1 | sed -E 's/^error: [^ ]+\.yaml(:[0-9]+)?: //; s/\|/\\|/g')
       refused+=("| $name | $why |")
     fi
+  done < <("$fedsim" algorithms --examples --trains-models)
+  # An algorithm that trains no model (`noop`) has no metrics to table.
+  trained=$("$fedsim" algorithms --examples --trains-models | cut -f1)
+  while IFS=$'\t' read -r name _; do
+    grep -qx "$name" <<<"$trained" ||
+      refused+=("| $name | trains and evaluates no model (it records the system alone) |")
   done < <("$fedsim" algorithms --examples)
   sweep=$out/$setting.sweep.yaml
   {
@@ -100,7 +106,6 @@ for setting in "${settings[@]}"; do
     echo "seeds: $seeds"
   } >"$sweep"
   $table_only || "$fedsim" sweep "$sweep" --jobs 2 --out "$out/$setting"
-  # A run that evaluates no model (`noop`) has no row to table: the report names it.
   args=(--wall-time --skip-unreadable --out "$out/$setting/report")
   [ -n "$target" ] && args+=(--target-accuracy "$target")
   "$fedsim" report "$out/$setting" "${args[@]}" >"$out/$setting.report.txt" \
@@ -127,7 +132,7 @@ for setting in "${settings[@]}"; do
 
     if [ ${#refused[@]} -gt 0 ]; then
       echo
-      echo "Not run (\`fedsim check\` refuses them on this setting's model):"
+      echo "Not run (\`fedsim check\` refuses them on this setting, or they train no model):"
       echo
       echo "| algorithm | why |"
       echo "|---|---|"

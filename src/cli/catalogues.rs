@@ -14,11 +14,17 @@ pub struct AlgorithmsArgs {
     /// algorithm appears by registering.
     #[arg(long)]
     pub examples: bool,
+    /// With `--examples`: only the algorithms that train and evaluate a model (all but
+    /// `noop`, whose runs record the system alone).
+    #[arg(long, requires = "examples")]
+    pub trains_models: bool,
 }
 
 pub fn algorithms(args: AlgorithmsArgs) -> Result<i32> {
     if args.examples {
-        for r in fedsim::algorithms::registry::REGISTRY {
+        let listed = (fedsim::algorithms::registry::REGISTRY.iter())
+            .filter(|r| r.declared.capabilities.trains_models || !args.trains_models);
+        for r in listed {
             let on = if r.declared.capabilities.decentralized {
                 "peers"
             } else {

@@ -423,6 +423,10 @@ pub trait Algorithm: Send + Sync + 'static {
         }
     }
 
+    /// Whether the algorithm trains and evaluates a model; `false` (`noop`): its runs record
+    /// the system only (jobs, rounds, time), with no metrics to compare.
+    const TRAINS_MODELS: bool = true;
+
     /// How many model-sized vectors a client keeps between rounds once it has trained (a
     /// personal model, a copy of the global one), at least: what the memory estimate charges
     /// each client that trains. Momentum kept across rounds is not counted (it is optional).

@@ -36,6 +36,8 @@ impl Algorithm for Noop {
 
     fn init_client(&self, _: &usize, _: u32) {}
 
+    const TRAINS_MODELS: bool = false;
+
     fn broadcast_len(&self, global: &usize) -> usize {
         *global
     }

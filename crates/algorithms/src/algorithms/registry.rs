@@ -328,6 +328,8 @@ pub struct Capabilities {
     /// mean_weights` can score with their mean ([`Algorithm::MIXTURE_WEIGHTS`]); with a server
     /// only.
     pub mixture_novelty: bool,
+    /// Trains and evaluates a model ([`Algorithm::TRAINS_MODELS`]); `noop` does not.
+    pub trains_models: bool,
 }
 
 /// Whether the algorithm declares an update that cohorts can train.
@@ -384,6 +386,7 @@ const fn server<S: AlgorithmSettings>(
         client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
         confidence_novelty: <S::Algorithm as Algorithm>::CONFIDENCE_MODEL.is_some(),
         mixture_novelty: <S::Algorithm as Algorithm>::MIXTURE_WEIGHTS.is_some(),
+        trains_models: <S::Algorithm as Algorithm>::TRAINS_MODELS,
     };
     line::<S>(name, title, summary, capabilities)
 }
@@ -408,6 +411,7 @@ where
         client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
         confidence_novelty: false,
         mixture_novelty: false,
+        trains_models: <S::Algorithm as Algorithm>::TRAINS_MODELS,
     };
     line::<S>(name, title, summary, capabilities)
 }
