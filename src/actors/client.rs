@@ -16,7 +16,7 @@ use super::resident::KeptFloats;
 use super::world::{Deliver, Members, Outbox, Routed};
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, Finite};
 use crate::io::Stored;
-use crate::models::LocalPlan;
+use crate::models::{LocalPlan, LocalWork};
 use crate::records::Split;
 use crate::records::{DivergenceStage, NoveltyRecord, Record};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
@@ -113,16 +113,43 @@ impl<A: Algorithm> Client<A> {
             lr,
             upload,
             clip,
+            compute_by,
         } = order;
         let n_train = self.jobs.data.split_len(self.id as usize, Split::Train);
         let planned = &self.jobs.training.plan;
-        let plan = LocalPlan {
+        let mut plan = LocalPlan {
             work: self.system.local_work(self.id, job, planned.work),
             ..*planned
         };
-        let samples = self.jobs.algorithm.samples_processed(&plan, n_train);
+        let compute_of = |plan: &LocalPlan| {
+            let samples = self.jobs.algorithm.samples_processed(plan, n_train);
+            self.system.compute_time(self.id, job, samples)
+        };
+        let mut compute = compute_of(&plan)?;
+        if let Some(by) = compute_by.filter(|&by| now + compute > by) {
+            // The most steps whose compute ends by then (compute grows with the steps).
+            let fits = |steps: u32| -> Result<bool, SimError> {
+                let cut = LocalPlan {
+                    work: LocalWork::Steps(steps),
+                    ..plan
+                };
+                Ok(now + compute_of(&cut)? <= by)
+            };
+            let (mut fitting, mut too_many) = (0, plan.steps(n_train).min(u32::MAX as u64) as u32);
+            while too_many - fitting > 1 {
+                let mid = fitting + (too_many - fitting) / 2;
+                if fits(mid)? {
+                    fitting = mid;
+                } else {
+                    too_many = mid;
+                }
+            }
+            if fitting > 0 {
+                plan.work = LocalWork::Steps(fitting);
+                compute = compute_of(&plan)?;
+            }
+        }
         let steps = plan.steps(n_train);
-        let compute = self.system.compute_time(self.id, job, samples)?;
         let online_until = self.system.online_until(self.id, now).unwrap_or(now);
         let cut_short = self
             .system
@@ -578,6 +605,7 @@ mod tests {
             lr: 0.1,
             upload: true,
             clip: None,
+            compute_by: None,
         })
     }
 

@@ -104,6 +104,9 @@ pub struct TrainOrder<A: Algorithm> {
     pub upload: bool,
     /// With privacy: the bound the update is clipped to (the round's, under adaptive clipping).
     pub clip: Option<f64>,
+    /// Under `late_updates: partial_work`: when the job's compute must end, for its upload to
+    /// make the round's deadline; the client trains only the steps that fit.
+    pub compute_by: Option<crate::sim::SimTime>,
 }
 
 /// A client's local work for `round`, done after `compute` of simulated time.

@@ -266,6 +266,14 @@ fn system_and_policy_errors_carry_their_path() {
     );
     let e = error(BASE, &["target_accuracy=80"]);
     assert!(e.contains("field `target_accuracy`"), "{e}");
+    let e = error(
+        BASE,
+        &["policy={kind: synchronous, late_updates: partial_work}"],
+    );
+    assert!(
+        e.contains("field `policy.late_updates`") && e.contains("give `deadline_s`"),
+        "{e}"
+    );
     let text = format!("{BASE}system:\n  local_work: {{fraction: 1.5}}\n");
     let e = error(&text, &[]);
     assert!(

@@ -134,6 +134,34 @@ fn a_job_computes_for_the_local_work_it_does() {
     );
 }
 
+/// `late_updates: partial_work`: with a 20 s deadline, 4 planned steps and seconds per batch
+/// 1, 2, …, 32, clients 0 to 2 do their whole 4 steps (4, 8, 16 s), client 3 the 2 steps of
+/// 8 s and client 4 the 1 step of 16 s that end before the deadline less their upload, and
+/// client 5, which cannot fit a step of 32 s, runs its whole job (128 s, through the 4 rounds)
+/// and is a straggler.
+#[test]
+fn partial_work_trains_the_steps_that_fit_before_the_deadline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let policy = "policy: {kind: synchronous, deadline_s: 20, late_updates: partial_work}\n";
+    let text = timed(tmp.path(), policy).replace("local_steps: 1", "local_steps: 4");
+    let r = records(&text, &[], 2);
+    let (down, up) = transfers();
+    let jobs = jobs(&r);
+    assert_eq!(jobs.len(), 4 * 5 + 1);
+    for j in &jobs {
+        let steps = [4, 4, 4, 2, 1, 4][j.client as usize];
+        assert_eq!(j.compute, secs(steps << j.client), "client {}", j.client);
+        let outcome = if j.client == 5 {
+            JobOutcome::Straggler
+        } else {
+            assert!(j.end - j.sent <= secs(20), "client {}", j.client);
+            assert_eq!(j.end - j.sent, down + j.compute + up);
+            JobOutcome::Aggregated
+        };
+        assert_eq!(j.outcome, outcome, "client {}", j.client);
+    }
+}
+
 #[test]
 fn a_deadline_cuts_off_stragglers_and_late_updates_join_the_next_round() {
     let tmp = tempfile::tempdir().unwrap();
@@ -521,7 +549,7 @@ system:
 #[test]
 fn every_policy_is_deterministic_across_threads_and_reruns() {
     let tmp = tempfile::tempdir().unwrap();
-    let policies: [&[&str]; 4] = [
+    let policies: [&[&str]; 5] = [
         &[
             "sampling={fraction: 0.3, available_only: true, over_selection: 0.5, strategy: weighted}",
             "policy={kind: synchronous, deadline_s: 8, late_updates: next_round}",
@@ -532,6 +560,11 @@ fn every_policy_is_deterministic_across_threads_and_reruns() {
             "algorithm={name: fednova}",
             "training.local_epochs=3",
             "system.local_work={fraction: {dist: uniform, low: 0.2, high: 1}}",
+        ],
+        &[
+            "algorithm={name: fednova}",
+            "training.local_epochs=3",
+            "policy={kind: synchronous, deadline_s: 8, late_updates: partial_work}",
         ],
     ];
     for (i, p) in policies.iter().enumerate() {

@@ -52,7 +52,7 @@ impl<A: Algorithm> Fedbuff<A> {
         for c in chosen {
             let job = self.jobs_started;
             self.jobs_started += 1;
-            core.dispatch(now, SimDuration::ZERO, c, round, job, upload, eff)?;
+            core.dispatch(now, SimDuration::ZERO, c, round, job, upload, None, eff)?;
         }
         if core.in_flight.len() < concurrency {
             match core.next_online(now) {

@@ -472,7 +472,9 @@ impl<A: Algorithm> Core<A> {
     }
 
     /// Sends the current model to `client` for job `job` of round `round`, `lead` after `now`
-    /// (secure aggregation's setup steps come first).
+    /// (secure aggregation's setup steps come first). With `cut_at` (a deadline that cuts the
+    /// work, `late_updates: partial_work`), the client's compute must end by then, less its
+    /// upload of the whole model.
     #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &mut self,
@@ -482,10 +484,18 @@ impl<A: Algorithm> Core<A> {
         round: u32,
         job: u64,
         upload: bool,
+        cut_at: Option<SimTime>,
         eff: &mut FlEffects<A>,
     ) -> Result<(), SimError> {
         let now = now + lead;
         let whole = payload_bytes(self.alg().broadcast_len(&self.global));
+        let compute_by = match cut_at {
+            Some(at) => {
+                let upload = self.cfg.system.transfer_time(client, Link::Up, whole)?;
+                Some(SimTime(at.0.saturating_sub(upload.0)))
+            }
+            None => None,
+        };
         let (model, bytes) = match &mut self.downlink {
             Some(downlink) => downlink.send_to(client, whole),
             None => (self.global.clone(), whole),
@@ -515,6 +525,7 @@ impl<A: Algorithm> Core<A> {
                 lr: self.cfg.algorithm.training.lr_at(round),
                 upload,
                 clip: self.cfg.algorithm.privacy.as_ref().map(|_| self.clip),
+                compute_by,
             }),
         );
         Ok(())

@@ -303,9 +303,12 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
             ..Default::default()
         };
         self.outstanding = trainers.len();
+        let cut_at = (self.deadline)
+            .filter(|_| self.late_updates == LateUpdates::PartialWork)
+            .map(|deadline| now + lead + deadline);
         for c in trainers {
             let upload = self.selected.binary_search(&c).is_ok();
-            core.dispatch(now, lead, c, round, round as u64, upload, eff)?;
+            core.dispatch(now, lead, c, round, round as u64, upload, cut_at, eff)?;
         }
         core.counts.selected = self.selected.len() as u32;
         core.counts.bytes_up += setup_bytes.0;

@@ -17,6 +17,11 @@ pub enum LateUpdates {
     /// Stragglers join the next aggregation, weighted by their staleness (rounds since the
     /// one they were trained for), up to `max_staleness`.
     NextRound,
+    /// A trainer whose whole job would miss the deadline does only the minibatch steps that
+    /// fit (FedProx's partial solutions): its compute ends by the deadline less the upload of
+    /// the whole model. One that cannot fit a step runs its whole job and is a straggler,
+    /// dropped. Needs `deadline_s`.
+    PartialWork,
 }
 
 /// Synchronous rounds' settings.
@@ -58,6 +63,12 @@ impl PolicySettings for SynchronousSpec {
     fn validate(&self) -> Result<(), FieldError> {
         if let Some(d) = self.deadline_s {
             FieldError::seconds("deadline_s", d)?;
+        }
+        if self.late_updates == LateUpdates::PartialWork && self.deadline_s.is_none() {
+            return Err(FieldError::new(
+                "late_updates".into(),
+                "`partial_work` cuts jobs at the round's deadline: give `deadline_s`".into(),
+            ));
         }
         FieldError::non_negative("staleness_exponent", self.staleness_exponent)
     }
