@@ -19,7 +19,7 @@ use crate::settings::FieldError;
 pub fn preflight(s: &Scenario) -> Result<(), ScenarioError> {
     s.run
         .algorithm
-        .check_files()
+        .check_files(s.data.num_clients())
         .map_err(|e| s.locate(e.within("algorithm")))?;
     s.run
         .training

@@ -149,6 +149,97 @@ fn afl_reports_mixture_weights_on_the_simplex() {
     }
 }
 
+/// AFL over groups of many clients (`afl_groups_fashion_mnist.yaml`: 30 clients, 10 of each
+/// of three Fashion-MNIST classes, λ over the classes): its worst class beats FedAvg's (76.4 %
+/// against 70.2 % on seed 1 when written). Each client reports its group (numbered by name:
+/// pullover, shirt, t_shirt) and its group's λ, the three λ summing to 1.
+#[test]
+fn afl_over_groups_serves_its_worst_group_better_than_fedavg() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = "afl_groups_fashion_mnist.yaml";
+    let groups = "{path: scenarios/studies/fashion_mnist_class_groups.csv, column: group}";
+    let afl = format!("{{name: afl, lambda_lr: 0.1, groups: {groups}}}");
+    let worst_class = |out: &Path| {
+        let metrics = read_parquet(&out.join("metrics.parquet")).unwrap();
+        let (round, client) = (
+            u64_column(&metrics, "round"),
+            u64_column(&metrics, "client"),
+        );
+        let (n, accuracy) = (
+            u64_column(&metrics, "n_samples"),
+            f64_column(&metrics, "accuracy"),
+        );
+        let split = metrics.column("split").unwrap().str().unwrap();
+        let mut classes = [(0.0, 0.0); 3];
+        for i in (0..n.len()).filter(|&i| round[i] == 2000 && split.get(i) == Some("test")) {
+            let class = &mut classes[client[i] as usize % 3];
+            class.0 += accuracy[i] * n[i] as f64;
+            class.1 += n[i] as f64;
+        }
+        (classes.iter()).map(|(a, n)| a / n).fold(1.0, f64::min)
+    };
+    let fedavg = study_run(
+        scenario,
+        "fashion_mnist",
+        "{name: fedavg}",
+        "fedavg",
+        tmp.path(),
+    );
+    let out = study_run(scenario, "fashion_mnist", &afl, "afl", tmp.path());
+    let (fedavg, afl) = (worst_class(&fedavg), worst_class(&out));
+    assert!(
+        afl > fedavg + 0.04,
+        "AFL's worst class {afl}, FedAvg's {fedavg}"
+    );
+    let extras = read_parquet(&out.join("extras.parquet")).unwrap();
+    let name = extras.column("name").unwrap().str().unwrap();
+    let (round, client) = (u64_column(&extras, "round"), u64_column(&extras, "client"));
+    let value = f64_column(&extras, "value");
+    let mut weights = BTreeMap::new();
+    for i in (0..value.len()).filter(|&i| round[i] == 2000) {
+        match name.get(i) {
+            Some("afl_group") => assert_eq!(value[i], [2.0, 0.0, 1.0][client[i] as usize % 3]),
+            Some("afl_weight") => {
+                let w = *weights.entry(client[i] % 3).or_insert(value[i]);
+                assert_eq!(w, value[i], "client {}", client[i]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let sum: f64 = weights.values().sum();
+    assert!(
+        weights.len() == 3 && (sum - 1.0).abs() < 1e-9,
+        "{weights:?}"
+    );
+}
+
+/// AFL's groups file is read by the pre-flight (`fedsim check`): a client without a row, a
+/// missing column and a missing file are refused at `algorithm.groups`, naming the file.
+#[test]
+fn afl_groups_that_miss_a_client_are_refused_before_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("groups.csv");
+    std::fs::write(&file, "client,group\n0,a\n1,b\n").unwrap();
+    let afl = |column: &str, path: &Path| {
+        format!(
+            "algorithm={{name: afl, lambda_lr: 0.1, groups: {{path: '{}', column: {column}}}}}",
+            path.display()
+        )
+    };
+    let e = crate::common::preflight_error(SMALL, &[&afl("group", &file)]);
+    assert!(
+        e.contains("field `algorithm.groups`") && e.contains("groups.csv: no row for client 2"),
+        "{e}"
+    );
+    let e = crate::common::preflight_error(SMALL, &[&afl("domain", &file)]);
+    assert!(e.contains("no column `domain`"), "{e}");
+    let e = crate::common::preflight_error(SMALL, &[&afl("group", &tmp.path().join("no.csv"))]);
+    assert!(
+        e.contains("field `algorithm.groups`") && e.contains("no.csv"),
+        "{e}"
+    );
+}
+
 /// Runs the study `scenario` (under `scenarios/studies/`, on the registry data set `data_set`)
 /// with `algorithm=ALGORITHM` on two trainer threads into `dir/NAME`, and returns that folder.
 fn study_run(scenario: &str, data_set: &str, algorithm: &str, name: &str, dir: &Path) -> PathBuf {

@@ -248,9 +248,9 @@ pub trait AlgorithmSettings: ItemSettings + InRegistry {
     }
 
     /// Reads the files the settings name, before anything runs (the pre-flight of `fedsim
-    /// check`, `run` and `sweep`; never while a scenario is read); a path is below
-    /// `algorithm`.
-    fn check_files(&self) -> Result<(), FieldError> {
+    /// check`, `run` and `sweep`; never while a scenario is read), for `clients` clients where
+    /// the scenario says how many before the data is built; a path is below `algorithm`.
+    fn check_files(&self, _clients: Option<usize>) -> Result<(), FieldError> {
         Ok(())
     }
 
@@ -349,7 +349,7 @@ catalogue! {
     /// Settings of some registered algorithm, their type erased.
     erases AlgorithmSettings {
         fn validate(&self) -> Result<(), FieldError>;
-        fn check_files(&self) -> Result<(), FieldError>;
+        fn check_files(&self, clients: Option<usize>) -> Result<(), FieldError>;
         fn check_input(&self, input: InputShape) -> Result<(), FieldError>;
         fn check_training(&self, plan: &LocalPlan) -> Result<(), FieldError>;
         fn check_model(&self, arch: &Architecture) -> Result<(), FieldError>;
@@ -497,9 +497,10 @@ impl AlgorithmSpec {
         self.erased().validate()
     }
 
-    /// Reads the files the settings name (the pre-flight); a path is below `algorithm`.
-    pub fn check_files(&self) -> Result<(), FieldError> {
-        self.erased().check_files()
+    /// Reads the files the settings name (the pre-flight), for `clients` clients where known;
+    /// a path is below `algorithm`.
+    pub fn check_files(&self, clients: Option<usize>) -> Result<(), FieldError> {
+        self.erased().check_files(clients)
     }
 
     /// Checks the settings against rows of shape `input`; a path is below `algorithm`.

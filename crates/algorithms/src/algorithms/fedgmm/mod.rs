@@ -128,7 +128,7 @@ pub enum NoveltyScore {
 impl AlgorithmSettings for FedGmmSpec {
     type Algorithm = FedGmm;
 
-    fn check_files(&self) -> Result<(), crate::settings::FieldError> {
+    fn check_files(&self, _: Option<usize>) -> Result<(), crate::settings::FieldError> {
         match &self.projection {
             Some(Projection::File(p)) => p
                 .matrix()
@@ -139,7 +139,7 @@ impl AlgorithmSettings for FedGmmSpec {
     }
 
     fn check_input(&self, input: InputShape) -> Result<(), crate::settings::FieldError> {
-        self.check_files()?;
+        self.check_files(None)?;
         let input_dim = input.len();
         let problem = match &self.projection {
             Some(Projection::Features(f)) => {
