@@ -33,11 +33,11 @@ use super::resident::{
 use super::trainer::TrainerPool;
 use super::world::Flush;
 use crate::algorithms::LocalUpdate;
-use crate::algorithms::ProximalTerm;
 use crate::algorithms::{
     Algorithm, BatchwiseClient, BatchwiseUpdate, ClientReport, Evaluation, LocalContext,
     NoveltyShare, SentRuns, SgdRun, Tested,
 };
+use crate::algorithms::{ContrastiveTerm, ProximalTerm};
 use crate::data::ClientRows;
 use crate::io::Stored;
 use crate::models::precision::PrecisionLease;
@@ -710,6 +710,7 @@ fn fine_tunings<A: Algorithm>(
                 sample_weights: None,
                 proximal: None,
                 correction: None,
+                contrastive: None,
                 first_row: rows.data().first_row(rows.index(k), Split::Train),
                 passes,
                 dropout,
@@ -931,6 +932,7 @@ fn train_cohort<A: Algorithm>(
                 sample_weights,
                 proximal,
                 correction,
+                contrastive,
                 lr,
                 plain_sgd,
                 fresh_momentum: _,
@@ -954,6 +956,7 @@ fn train_cohort<A: Algorithm>(
                 sample_weights: sample_weights.as_deref(),
                 proximal: proximal.as_ref().map(ProximalTerm::borrow),
                 correction: correction.as_deref(),
+                contrastive: contrastive.as_ref().map(ContrastiveTerm::borrow),
                 first_row,
                 passes,
                 dropout,

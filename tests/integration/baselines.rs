@@ -449,6 +449,13 @@ fn baseline_settings_are_refused_with_their_field() {
         let e = crate::common::error(SMALL, &[&format!("algorithm={algorithm}")]);
         assert!(e.contains(field) && e.contains(allowed), "{algorithm}: {e}");
     }
+    // MOON's contrastive term has no DP-SGD form (it declares so).
+    let dp_sgd = "privacy={mechanism: dp_sgd, clip: 1, noise_multiplier: 1}";
+    let e = crate::common::error(SMALL, &["algorithm={name: moon, mu: 1}", dp_sgd]);
+    assert!(
+        e.contains("field `privacy.mechanism`") && e.contains("`moon` does not"),
+        "{e}"
+    );
 }
 
 /// `bash analysis/baselines.sh --tiny` (the comparison table's recipe, one setting, one seed,

@@ -494,20 +494,24 @@ fn batchwise_cohorts_match_training_alone_over_rounds() {
 
 #[test]
 fn baselines_keep_their_state_in_cohorts_as_alone_over_rounds() {
-    // Stacked as on a GPU, three rounds agree with each client alone: FedNova's runs start
-    // each round from zero momentum, where other algorithms' buffers stay on the device
-    // between rounds (SMALL keeps momentum 0.9); FedDyn's clients keep their drift λ_k and
+    // Stacked as on a GPU, three rounds of every client agree with each client alone:
+    // FedNova's runs start each round from zero momentum, where other algorithms' buffers stay
+    // on the device between rounds (SMALL keeps momentum 0.9); FedDyn's clients keep their drift λ_k and
     // train around their own anchor θ − λ_k; SCAFFOLD's keep their control variates, and every
-    // step's gradient is corrected by c − c_i (both options).
+    // step's gradient is corrected by c − c_i (both options); MOON's keep their last model, the
+    // negative of their contrastive term from their second round on (in the first it equals
+    // the positive, and the term has no gradient).
     for algorithm in [
         "algorithm.name=fednova",
         "algorithm={name: feddyn, alpha: 0.1}",
         "algorithm={name: scaffold}",
         "algorithm={name: scaffold, option: 1}",
+        "algorithm={name: moon, mu: 5}",
     ] {
         let settings = [
             algorithm,
             "model={kind: mlp, hidden: [8]}",
+            "sampling.fraction=1.0",
             "rounds=3",
             "eval_every=1",
         ];

@@ -77,8 +77,8 @@ use crate::data::{FederatedData, SplitView};
 use crate::io::{Floats, Stored};
 use crate::models::sample_losses;
 use crate::models::{
-    for_each_batch, train_dp_sgd_alone, train_sgd, Architecture, Batch, DeviceChoice, EvalStats,
-    InitialModels, LocalPlan, LocalWork, Objective, Predictor, Proximal, StackedBatch,
+    for_each_batch, train_dp_sgd_alone, train_sgd, Architecture, Batch, Contrastive, DeviceChoice,
+    EvalStats, InitialModels, LocalPlan, LocalWork, Objective, Predictor, Proximal, StackedBatch,
 };
 use crate::records::{ModelKind, NoveltyScores, Split};
 use crate::settings::{Cohorts, EvaluatedSplits, Precision, Spill};
@@ -212,7 +212,7 @@ impl LocalContext<'_> {
             sample_weights: run.sample_weights.as_deref(),
             proximal: run.proximal.as_ref().map(ProximalTerm::borrow),
             correction: run.correction.as_deref(),
-            contrastive: None,
+            contrastive: run.contrastive.as_ref().map(ContrastiveTerm::borrow),
         };
         let plan = LocalPlan {
             momentum: if run.plain_sgd {
@@ -423,6 +423,10 @@ pub trait Algorithm: Send + Sync + 'static {
         }
     }
 
+    /// Whether its local SGD runs ([`LocalUpdate::Sgd`]) can train under DP-SGD (`privacy:
+    /// {mechanism: dp_sgd}`); `false` where a term of its loss has no per-row form (MOON's).
+    const DP_SGD: bool = true;
+
     /// Whether the algorithm trains and evaluates a model; `false` (`noop`): its runs record
     /// the system only (jobs, rounds, time), with no metrics to compare.
     const TRAINS_MODELS: bool = true;
@@ -602,6 +606,27 @@ impl ProximalTerm<'_> {
     }
 }
 
+/// MOON's model-contrastive term of a run ([`Contrastive`] with its vectors held): the models
+/// whose representations are the positive and the negative, μ and τ.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContrastiveTerm<'g> {
+    pub global: Cow<'g, [f32]>,
+    pub previous: Cow<'g, [f32]>,
+    pub mu: f64,
+    pub temperature: f64,
+}
+
+impl ContrastiveTerm<'_> {
+    pub fn borrow(&self) -> Contrastive<'_> {
+        Contrastive {
+            global: &self.global,
+            previous: &self.previous,
+            mu: self.mu,
+            temperature: self.temperature,
+        }
+    }
+}
+
 /// One local SGD run of a client's update: the parameters it starts from (trained in place),
 /// their momentum buffer (empty: none yet) and what the loss adds to the plain per-row loss.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -618,6 +643,8 @@ pub struct SgdRun<'g> {
     pub proximal: Option<ProximalTerm<'g>>,
     /// Adds ⟨c, θ⟩ to the loss: c to every step's gradient (SCAFFOLD's c − c_i).
     pub correction: Option<Vec<f32>>,
+    /// Adds μ times MOON's model-contrastive term (no sample weights, no DP-SGD).
+    pub contrastive: Option<ContrastiveTerm<'g>>,
     /// The run's learning rate [default: the round's].
     pub lr: Option<f64>,
     /// Plain SGD: the plan's momentum is not used and `momentum` stays empty (Ditto's

@@ -8,16 +8,20 @@
 //! it first trains it has none, and the negative is the global model it received (the authors
 //! start every client's previous model as the initial global one; a client first sampled later
 //! starts from the model it then receives, so its first contrast is zero). The server averages
-//! the models as FedAvg does. Each client trains alone (the contrastive term has no stacked
-//! form yet).
+//! the models as FedAvg does. A round's clients train in cohorts, the term stacked with their
+//! runs (`models::train_sgd_stacked`); it has no DP-SGD form.
 
-use super::{Algorithm, LocalContext, LocalUpdate, ModelUpdate, Tested};
+use super::{
+    Algorithm, ContrastiveTerm, LocalContext, LocalUpdate, ModelUpdate, SentRuns, SgdRun,
+    SgdUpdate, Tested,
+};
 use crate::algorithms::fedavg::model_update_aggregation;
-use crate::models::{train_sgd, Architecture, Contrastive, Objective};
+use crate::models::Architecture;
 use crate::records::ModelKind;
 use crate::settings::FieldError;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -91,53 +95,12 @@ impl crate::io::Floats for MoonClient {
     }
 }
 
-impl Moon {
-    /// One run from the global model, the contrastive term against it and the previous
-    /// model; the trained model is sent and kept as the next negative.
-    fn train(
-        &self,
-        ctx: &LocalContext<'_>,
-        global: &Vec<f32>,
-        state: &mut MoonClient,
-        rng: &mut ChaCha20Rng,
-    ) -> ModelUpdate {
-        let mut params = global.clone();
-        let mut momentum = std::mem::take(&mut state.momentum);
-        let previous = match state.previous.is_empty() {
-            true => &global[..],
-            false => &state.previous[..],
-        };
-        let contrastive = Contrastive {
-            global,
-            previous,
-            mu: self.spec.mu,
-            temperature: self.spec.temperature,
-        };
-        let objective = Objective {
-            contrastive: Some(contrastive),
-            ..Objective::default()
-        };
-        let (arch, plan, data) = (ctx.arch, &ctx.training.plan, ctx.train_view());
-        train_sgd(
-            arch,
-            &mut params,
-            &mut momentum,
-            data,
-            plan,
-            ctx.lr,
-            rng,
-            &objective,
-        );
-        ctx.training.settle_momentum(&mut momentum);
-        state.momentum = momentum;
-        state.previous = params.clone();
-        ModelUpdate::of(ctx, params)
-    }
-}
-
 impl Algorithm for Moon {
     /// The previous local model.
     const CLIENT_MODELS: usize = 1;
+
+    /// The contrastive term, over a batch's representations, has no per-row form.
+    const DP_SGD: bool = false;
 
     type Global = Vec<f32>;
     type ClientState = MoonClient;
@@ -153,8 +116,37 @@ impl Algorithm for Moon {
         update.params.len()
     }
 
-    /// One run from the global model with the contrastive term (`Moon::train`).
-    const UPDATE: LocalUpdate<Self> = LocalUpdate::Own(Self::train);
+    /// One run from the global model, the contrastive term against it and the previous model;
+    /// the trained model is sent and kept as the next negative.
+    const UPDATE: LocalUpdate<Self> = LocalUpdate::Sgd(SgdUpdate {
+        scores: None,
+        begin: |alg, _, global, state, _| {
+            let previous = match state.previous.is_empty() {
+                true => Cow::Borrowed(&global[..]),
+                false => Cow::Owned(std::mem::take(&mut state.previous)),
+            };
+            vec![SgdRun {
+                params: Cow::Borrowed(global),
+                momentum: std::mem::take(&mut state.momentum),
+                contrastive: Some(ContrastiveTerm {
+                    global: Cow::Borrowed(global),
+                    previous,
+                    mu: alg.spec.mu,
+                    temperature: alg.spec.temperature,
+                }),
+                ..SgdRun::default()
+            }]
+        },
+        finish: |_, ctx, _, state, runs| {
+            let [run] = <[SgdRun; 1]>::try_from(runs).expect("one run");
+            state.momentum = run.momentum;
+            let params = run.params.into_owned();
+            state.previous = params.clone();
+            ModelUpdate::of(ctx, params)
+        },
+        sends: SentRuns::Computed,
+        keeps: None,
+    });
 
     model_update_aggregation!();
 

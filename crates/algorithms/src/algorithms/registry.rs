@@ -312,7 +312,7 @@ pub struct Capabilities {
     /// ([`Algorithm::SERVER_OPTIMIZED`]).
     pub server_optimizer: bool,
     /// Its update is made of local SGD runs ([`LocalUpdate::Sgd`](super::LocalUpdate::Sgd)),
-    /// which DP-SGD can train (`privacy: {mechanism: dp_sgd}`).
+    /// which DP-SGD can train (`privacy: {mechanism: dp_sgd}`; [`Algorithm::DP_SGD`]).
     pub sgd_runs: bool,
     /// Its update's E-step reads every training row's loss under models it declares
     /// ([`SgdUpdate::scores`](super::SgdUpdate::scores)); where cohorts stack evaluations, a
@@ -381,7 +381,8 @@ const fn server<S: AlgorithmSettings>(
         private_updates: <S::Algorithm as Algorithm>::PRIVATE_UPDATES.is_some(),
         server_optimizer: <S::Algorithm as Algorithm>::SERVER_OPTIMIZED.is_some(),
         cohorts: trains_in_cohorts::<S::Algorithm>(),
-        sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
+        sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs()
+            && <S::Algorithm as Algorithm>::DP_SGD,
         scores_rows: <S::Algorithm as Algorithm>::UPDATE.scores_rows(),
         client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
         confidence_novelty: <S::Algorithm as Algorithm>::CONFIDENCE_MODEL.is_some(),
@@ -406,7 +407,8 @@ where
         private_updates: false,
         server_optimizer: false,
         cohorts: trains_in_cohorts::<S::Algorithm>(),
-        sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs(),
+        sgd_runs: <S::Algorithm as Algorithm>::UPDATE.is_sgd_runs()
+            && <S::Algorithm as Algorithm>::DP_SGD,
         scores_rows: <S::Algorithm as Algorithm>::UPDATE.scores_rows(),
         client_models: <S::Algorithm as Algorithm>::CLIENT_MODELS,
         confidence_novelty: false,

@@ -64,6 +64,7 @@ pub fn train_dp_sgd_alone(
         sample_weights: objective.sample_weights,
         proximal: objective.proximal,
         correction: objective.correction,
+        contrastive: None,
         first_row: 0,
         passes,
         dropout,

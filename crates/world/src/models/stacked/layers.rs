@@ -32,21 +32,101 @@ pub(super) fn linear_gradients(
     })
 }
 
-/// Gradients by autograd on the stacked parameters: Σ weight·loss over every run's rows (runs'
-/// parameters are independent, so each gets its own gradient).
-pub(super) fn autograd_gradients(
+/// MOON's term for a stack of runs ([`StackedRun::contrastive`]): the body that makes
+/// representations, how many of the model's tensors and dropout masks it takes, the runs'
+/// global and previous models stacked (without gradient), and their μ and τ, in stack order.
+pub(super) struct StackedContrastive {
+    body: Architecture,
+    body_tensors: usize,
+    body_masks: usize,
+    global: Vec<Tensor>,
+    previous: Vec<Tensor>,
+    mu: Vec<f32>,
+    temperature: Vec<f32>,
+}
+
+impl StackedContrastive {
+    /// The term of `runs`, every one of which has it; the model must have a representation
+    /// ([`Architecture::representation`]).
+    pub(super) fn new(arch: &Architecture, runs: &[&StackedRun<'_>], device: Device) -> Self {
+        let terms: Vec<&Contrastive<'_>> = (runs.iter())
+            .map(|run| {
+                (run.contrastive.as_ref()).expect("every run of a stack has the term, or none")
+            })
+            .collect();
+        let body = (arch.representation()).expect("a model with a representation");
+        let body_masks = (body.layers.iter())
+            .filter(|l| matches!(l, crate::models::Layer::Dropout { .. }))
+            .count();
+        let stacked = |vectors: Vec<Option<&[f32]>>| stack_vectors(&vectors, arch, device);
+        StackedContrastive {
+            body_tensors: body.parameter_shapes().len(),
+            body,
+            body_masks,
+            global: stacked(terms.iter().map(|t| Some(t.global)).collect()),
+            previous: stacked(terms.iter().map(|t| Some(t.previous)).collect()),
+            mu: terms.iter().map(|t| t.mu as f32).collect(),
+            temperature: terms.iter().map(|t| t.temperature as f32).collect(),
+        }
+    }
+
+    /// Each run's representations `[A, B, F]` of its batch under `layers` (the stacked
+    /// parameters of the first `a` runs), with `masks` (none: no dropout).
+    fn represent(&self, layers: &[Tensor], x: &Tensor, masks: &[Tensor]) -> Tensor {
+        let z = stacked_logits(&self.body, &layers[..self.body_tensors], x, masks);
+        assert_eq!(
+            z.dim(),
+            3,
+            "MOON's representation is flat: [runs, rows, features]"
+        );
+        z
+    }
+}
+
+/// [`autograd_gradients`] with MOON's term added to each row's loss: μ times
+/// −log(e^{s_g/τ} / (e^{s_g/τ} + e^{s_p/τ})), s the cosine similarity of the row's
+/// representation to the global and previous models' (as `models::contrastive` alone), each
+/// row weighted as its plain loss, so that a run's term is its batch's mean.
+pub(super) fn contrastive_gradients(
     arch: &Architecture,
     ps: &[Tensor],
     batch: &StepBatch,
+    term: &StackedContrastive,
 ) -> Vec<Tensor> {
     let leaves: Vec<Tensor> = ps
         .iter()
         .map(|p| p.detach().set_requires_grad(true))
         .collect();
-    let h = stacked_logits(arch, &leaves, &batch.x, &batch.masks);
+    let (a, b) = (batch.x.size()[0], batch.x.size()[1]);
+    let per_row = stacked_loss(arch, &leaves, batch);
+    let z = term.represent(&leaves, &batch.x, &batch.masks[..term.body_masks]);
+    let pick = |ts: &[Tensor]| -> Vec<Tensor> { ts.iter().map(|t| t.narrow(0, 0, a)).collect() };
+    let (positive, negative) = tch::no_grad(|| {
+        let positive = term.represent(&pick(&term.global), &batch.x, &[]);
+        (
+            positive,
+            term.represent(&pick(&term.previous), &batch.x, &[]),
+        )
+    });
+    let device = batch.x.device();
+    let tau = per_run(&term.temperature[..a as usize], 2, device);
+    let similarity = |other: &Tensor| Tensor::cosine_similarity(&z, other, 2, 1e-8) / &tau;
+    let pair = Tensor::stack(&[similarity(&positive), similarity(&negative)], 2);
+    let first = Tensor::zeros([a * b], (Kind::Int64, device));
+    let con = (pair.view([a * b, 2]))
+        .cross_entropy_loss::<Tensor>(&first, None, Reduction::None, -100, 0.0)
+        .view([a, b]);
+    let mu = per_run(&term.mu[..a as usize], 2, device);
+    let total = ((per_row + con * mu) * &batch.weight).sum(Kind::Float);
+    Tensor::run_backward(&[&total], &leaves, false, false)
+}
+
+/// Each row's plain loss `[A, B]` under the stacked parameters `leaves`.
+fn stacked_loss(arch: &Architecture, leaves: &[Tensor], batch: &StepBatch) -> Tensor {
+    let h = stacked_logits(arch, leaves, &batch.x, &batch.masks);
     let (a, b) = (batch.x.size()[0], batch.x.size()[1]);
     let y = &batch.y;
-    let per_row = if arch.is_binary() {
+    if arch.is_binary() {
         h.squeeze_dim(-1)
             .binary_cross_entropy_with_logits::<Tensor>(
                 &y.to_kind(Kind::Float),
@@ -58,7 +138,21 @@ pub(super) fn autograd_gradients(
         h.view([a * b, -1])
             .cross_entropy_loss::<Tensor>(&y.view([-1]), None, Reduction::None, -100, 0.0)
             .view([a, b])
-    };
+    }
+}
+
+/// Gradients by autograd on the stacked parameters: Σ weight·loss over every run's rows (runs'
+/// parameters are independent, so each gets its own gradient).
+pub(super) fn autograd_gradients(
+    arch: &Architecture,
+    ps: &[Tensor],
+    batch: &StepBatch,
+) -> Vec<Tensor> {
+    let leaves: Vec<Tensor> = ps
+        .iter()
+        .map(|p| p.detach().set_requires_grad(true))
+        .collect();
+    let per_row = stacked_loss(arch, &leaves, batch);
     let total = (per_row * &batch.weight).sum(Kind::Float);
     Tensor::run_backward(&[&total], &leaves, false, false)
 }

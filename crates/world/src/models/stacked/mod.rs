@@ -25,7 +25,7 @@ use super::device::DeviceRows;
 use super::linear::{Linear, LinearRun};
 use super::profile::{computed, crossed, timed, Crossing, Phase};
 use super::sgd::{LocalPlan, Pass, Proximal};
-use super::Architecture;
+use super::{Architecture, Contrastive};
 use crate::data::SplitView;
 use rand_chacha::ChaCha20Rng;
 use tch::{Device, Kind, Tensor};
@@ -69,6 +69,9 @@ pub struct StackedRun<'a> {
     pub proximal: Option<Proximal<'a>>,
     /// Adds ⟨c, θ⟩ to the loss: c to every step's gradient (SCAFFOLD's c − c_i).
     pub correction: Option<&'a [f32]>,
+    /// Adds μ times MOON's model-contrastive term (`models::contrastive`): every run of a
+    /// stack has it or none does, and it takes no sample weights and no DP-SGD.
+    pub contrastive: Option<Contrastive<'a>>,
     /// Index of the run's first training row among the rows given to [`train_sgd_stacked`].
     pub first_row: usize,
     /// The run's shuffled passes over its rows ([`LocalPlan::passes`], drawn from its client's
@@ -121,6 +124,10 @@ pub fn train_sgd_stacked(
     if let (Some(linear), None, None) = (Linear::of(arch), resident, plan.dp_sgd) {
         // Each run on its own, straight from the rows, in plain Rust.
         for run in runs.iter_mut() {
+            assert!(
+                run.contrastive.is_none(),
+                "a linear model has no representation to contrast"
+            );
             let trained: usize = (run.passes.iter())
                 .flat_map(|(_, cuts)| cuts.iter().map(|&(_, len)| len))
                 .sum();
@@ -223,6 +230,12 @@ pub fn train_sgd_stacked(
             stack_vectors(&vectors, arch, device)
         })
     });
+    let contrastive = sorted.iter().any(|run| run.contrastive.is_some()).then(|| {
+        assert!(plan.dp_sgd.is_none(), "DP-SGD takes no contrastive term");
+        timed(Phase::Stack, device, || {
+            StackedContrastive::new(arch, &sorted, device)
+        })
+    });
     let lr: Vec<f32> = sorted.iter().map(|run| run.lr as f32).collect();
     let mut private: Vec<DpSgdRun> = match plan.dp_sgd {
         None => Vec::new(),
@@ -263,7 +276,10 @@ pub fn train_sgd_stacked(
             3 * arch.flops_per_sample() * steps.rows_at(step) as u64,
         );
         let grads = timed(Phase::Gradients, device, || match plan.dp_sgd {
-            None => stacked_gradients(arch, &ps, &batch),
+            None => match &contrastive {
+                Some(term) => contrastive_gradients(arch, &ps, &batch, term),
+                None => stacked_gradients(arch, &ps, &batch),
+            },
             Some(dp) => dp_sgd_directions(
                 arch,
                 &ps,
@@ -1145,6 +1161,7 @@ mod tests {
                         sample_weights: o.sample_weights,
                         proximal: o.proximal,
                         correction: o.correction,
+                        contrastive: o.contrastive,
                         first_row: firsts[k],
                         dropout: dropout_stream(&arch, &passes, &mut stream),
                         passes,
