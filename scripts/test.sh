@@ -13,6 +13,14 @@ if ! .venv/bin/python -c "import numpy, pyarrow" 2>/dev/null; then
   echo "test: installing numpy and pyarrow into .venv (once)" >&2
   .venv/bin/pip install -q --disable-pip-version-check numpy pyarrow
 fi
+# The Slurm test (tests/integration/slurm.rs) starts a single-node cluster of Debian's
+# slurmctld, slurmd and munge: installed once, where apt can (as root).
+if ! command -v slurmctld >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  echo "test: installing Slurm and munge for the Slurm test (Debian packages, once)" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    slurmctld slurmd slurm-client munge >/dev/null
+fi
 if [ "${CI:-}" = true ]; then
   say() { echo "test: $*" >&2; }
   say "cargo fmt --check"

@@ -25,6 +25,10 @@ pub struct SweepArgs {
     /// List the cells (id, finished or not, axis values) and run nothing.
     #[arg(long)]
     pub list: bool,
+    /// With `--list`: print only how many cells there are (of the shard), e.g. for a job
+    /// array's size.
+    #[arg(long, requires = "list")]
+    pub count: bool,
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
@@ -41,6 +45,7 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
         jobs,
         shard,
         list,
+        count,
         quiet,
         force,
     } = args;
@@ -58,6 +63,10 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
         Some(arg) => parse_shard(&arg, |k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?,
         None => (0, 1),
     };
+    if count {
+        outln!("{}", plan.shard(shard.0, shard.1).len());
+        return finish(0);
+    }
     if list {
         for cell in plan.shard(shard.0, shard.1) {
             let done = is_finished(&cell_dir(&out, cell), cell);

@@ -27,6 +27,7 @@ mod scenario_errors;
 mod secure_aggregation;
 mod selection;
 mod server_optimizers;
+mod slurm;
 mod sweeps;
 mod systems;
 mod torchscript;
