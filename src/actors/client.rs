@@ -98,6 +98,50 @@ impl<A: Algorithm> Client<A> {
         super::world::member_entity(self.id)
     }
 
+    /// Job `job`'s local plan over `n_train` rows and its compute time: the scenario's work,
+    /// or the part of it `system.local_work` draws, cut (under `late_updates: partial_work`)
+    /// to the most minibatch steps whose compute ends by `compute_by` (compute grows with the
+    /// steps); a job that cannot fit one step keeps its whole work.
+    fn job_work(
+        &self,
+        now: SimTime,
+        job: u64,
+        n_train: usize,
+        compute_by: Option<SimTime>,
+    ) -> Result<(LocalPlan, SimDuration), SimError> {
+        let planned = &self.jobs.training.plan;
+        let plan = LocalPlan {
+            work: self.system.local_work(self.id, job, planned.work),
+            ..*planned
+        };
+        let compute_of = |plan: &LocalPlan| {
+            let samples = self.jobs.algorithm.samples_processed(plan, n_train);
+            self.system.compute_time(self.id, job, samples)
+        };
+        let compute = compute_of(&plan)?;
+        let Some(by) = compute_by.filter(|&by| now + compute > by) else {
+            return Ok((plan, compute));
+        };
+        let steps = move |steps: u32| LocalPlan {
+            work: LocalWork::Steps(steps),
+            ..plan
+        };
+        // Binary search: `fitting` steps end in time, `too_many` do not (all of them did not).
+        let (mut fitting, mut too_many) = (0, plan.steps(n_train).min(u32::MAX as u64) as u32);
+        while too_many - fitting > 1 {
+            let mid = fitting + (too_many - fitting) / 2;
+            match now + compute_of(&steps(mid))? <= by {
+                true => fitting = mid,
+                false => too_many = mid,
+            }
+        }
+        if fitting == 0 {
+            return Ok((plan, compute));
+        }
+        let cut = steps(fitting);
+        Ok((cut, compute_of(&cut)?))
+    }
+
     /// Starts a training job, unless the client drops out or goes offline before its
     /// compute ends (then the server hears of the failure when it happens).
     fn train(
@@ -116,39 +160,7 @@ impl<A: Algorithm> Client<A> {
             compute_by,
         } = order;
         let n_train = self.jobs.data.split_len(self.id as usize, Split::Train);
-        let planned = &self.jobs.training.plan;
-        let mut plan = LocalPlan {
-            work: self.system.local_work(self.id, job, planned.work),
-            ..*planned
-        };
-        let compute_of = |plan: &LocalPlan| {
-            let samples = self.jobs.algorithm.samples_processed(plan, n_train);
-            self.system.compute_time(self.id, job, samples)
-        };
-        let mut compute = compute_of(&plan)?;
-        if let Some(by) = compute_by.filter(|&by| now + compute > by) {
-            // The most steps whose compute ends by then (compute grows with the steps).
-            let fits = |steps: u32| -> Result<bool, SimError> {
-                let cut = LocalPlan {
-                    work: LocalWork::Steps(steps),
-                    ..plan
-                };
-                Ok(now + compute_of(&cut)? <= by)
-            };
-            let (mut fitting, mut too_many) = (0, plan.steps(n_train).min(u32::MAX as u64) as u32);
-            while too_many - fitting > 1 {
-                let mid = fitting + (too_many - fitting) / 2;
-                if fits(mid)? {
-                    fitting = mid;
-                } else {
-                    too_many = mid;
-                }
-            }
-            if fitting > 0 {
-                plan.work = LocalWork::Steps(fitting);
-                compute = compute_of(&plan)?;
-            }
-        }
+        let (plan, compute) = self.job_work(now, job, n_train, compute_by)?;
         let steps = plan.steps(n_train);
         let online_until = self.system.online_until(self.id, now).unwrap_or(now);
         let cut_short = self

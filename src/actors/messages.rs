@@ -136,8 +136,9 @@ pub struct FinishedWork<A: Algorithm> {
 pub struct PrivacyNote {
     /// Client-level privacy: clipping scaled the update down (it was above the bound).
     pub clipped: bool,
-    /// DP-SGD: the minibatch steps whose rows the update has seen
-    /// ([`JobContext::dp_sgd_steps`](super::job::JobContext::dp_sgd_steps)).
+    /// DP-SGD: the minibatch steps whose rows the update has seen (the job's steps of each local
+    /// run, for each vector it sends), what the server's accountant composes for the client's
+    /// records.
     pub dp_sgd_steps: u64,
 }
 

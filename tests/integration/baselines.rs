@@ -13,8 +13,13 @@ use std::path::{Path, PathBuf};
 /// The weighted mean training loss of the participants at each evaluated round of the run of
 /// `scenario` with `algorithm` (written into `dir`).
 fn training_losses(scenario: &Path, algorithm: &str, dir: &Path) -> BTreeMap<u32, f64> {
+    training_losses_with(scenario, &[&format!("algorithm={algorithm}")], dir)
+}
+
+/// [`training_losses`] of the run of `scenario` with `overrides`.
+fn training_losses_with(scenario: &Path, overrides: &[&str], dir: &Path) -> BTreeMap<u32, f64> {
     let text = std::fs::read_to_string(scenario).unwrap();
-    crate::common::run_saving(&text, &[&format!("algorithm={algorithm}")], 2, dir);
+    crate::common::run_saving(&text, overrides, 2, dir);
     let metrics = read_parquet(&dir.join("metrics.parquet")).unwrap();
     let split = metrics.column("split").unwrap().str().unwrap();
     let (round, n) = (
@@ -75,7 +80,6 @@ fn fednova_ends_below_fedavg_under_heterogeneous_local_work() {
     );
     // The work cut by a deadline instead (devices of lognormal speed, `partial_work`): FedNova
     // 0.158 against FedAvg's 0.170 after 1000 rounds when written.
-    let text = std::fs::read_to_string(&scenario).unwrap();
     let deadline_cut = |algorithm: &str| {
         let dir = tmp.path().join(format!("deadline_{algorithm}"));
         let overrides = [
@@ -84,25 +88,11 @@ fn fednova_ends_below_fedavg_under_heterogeneous_local_work() {
             "policy={kind: synchronous, deadline_s: 2, late_updates: partial_work}",
             "rounds=1000",
         ];
-        crate::common::run_saving(&text, &overrides, 2, &dir);
-        let metrics = read_parquet(&dir.join("metrics.parquet")).unwrap();
-        let (loss, n) = (
-            f64_column(&metrics, "loss"),
-            u64_column(&metrics, "n_samples"),
-        );
-        let (round, split) = (
-            u64_column(&metrics, "round"),
-            metrics.column("split").unwrap(),
-        );
-        let split = split.str().unwrap();
-        let last = (0..n.len()).filter(|&i| round[i] == 1000 && split.get(i) == Some("train"));
-        let (sum, rows) = last.fold((0.0, 0.0), |(s, r), i| {
-            (s + loss[i] * n[i] as f64, r + n[i] as f64)
-        });
-        sum / rows
+        training_losses_with(&scenario, &overrides, &dir)[&1000]
     };
     let (fedavg_cut, fednova_cut) = (deadline_cut("fedavg"), deadline_cut("fednova"));
     assert!(fednova_cut < fedavg_cut, "{fednova_cut} vs {fedavg_cut}");
+    let text = std::fs::read_to_string(&scenario).unwrap();
     let homogeneous = |algorithm: &str| {
         let dir = tmp.path().join(format!("homogeneous_{algorithm}"));
         let name = format!("algorithm.name={algorithm}");

@@ -83,42 +83,44 @@ impl StackedContrastive {
     }
 }
 
-/// [`autograd_gradients`] with MOON's term added to each row's loss: μ times
-/// −log(e^{s_g/τ} / (e^{s_g/τ} + e^{s_p/τ})), s the cosine similarity of the row's
-/// representation to the global and previous models' (as `models::contrastive` alone), each
-/// row weighted as its plain loss, so that a run's term is its batch's mean.
+impl StackedContrastive {
+    /// μ times MOON's term of each row `[A, B]` of `batch` at the stacked parameters `leaves`
+    /// (of its `A` runs): −log(e^{s_g/τ} / (e^{s_g/τ} + e^{s_p/τ})), s the cosine similarity of
+    /// the row's representation to the global and previous models' (as `models::contrastive`
+    /// alone); weighted as the plain loss, a run's term is its batch's mean.
+    fn per_row(&self, leaves: &[Tensor], batch: &StepBatch) -> Tensor {
+        let (a, b) = (batch.x.size()[0], batch.x.size()[1]);
+        let z = self.represent(leaves, &batch.x, &batch.masks[..self.body_masks]);
+        let pick =
+            |ts: &[Tensor]| -> Vec<Tensor> { ts.iter().map(|t| t.narrow(0, 0, a)).collect() };
+        let (positive, negative) = tch::no_grad(|| {
+            let positive = self.represent(&pick(&self.global), &batch.x, &[]);
+            (
+                positive,
+                self.represent(&pick(&self.previous), &batch.x, &[]),
+            )
+        });
+        let device = batch.x.device();
+        let tau = per_run(&self.temperature[..a as usize], 2, device);
+        let similarity = |other: &Tensor| Tensor::cosine_similarity(&z, other, 2, 1e-8) / &tau;
+        let pair = Tensor::stack(&[similarity(&positive), similarity(&negative)], 2);
+        let first = Tensor::zeros([a * b], (Kind::Int64, device));
+        let con = (pair.view([a * b, 2]))
+            .cross_entropy_loss::<Tensor>(&first, None, Reduction::None, -100, 0.0)
+            .view([a, b]);
+        con * per_run(&self.mu[..a as usize], 2, device)
+    }
+}
+
+/// [`autograd_gradients`] with MOON's term added to each row's loss
+/// ([`StackedContrastive::per_row`]).
 pub(super) fn contrastive_gradients(
     arch: &Architecture,
     ps: &[Tensor],
     batch: &StepBatch,
     term: &StackedContrastive,
 ) -> Vec<Tensor> {
-    let leaves: Vec<Tensor> = ps
-        .iter()
-        .map(|p| p.detach().set_requires_grad(true))
-        .collect();
-    let (a, b) = (batch.x.size()[0], batch.x.size()[1]);
-    let per_row = stacked_loss(arch, &leaves, batch);
-    let z = term.represent(&leaves, &batch.x, &batch.masks[..term.body_masks]);
-    let pick = |ts: &[Tensor]| -> Vec<Tensor> { ts.iter().map(|t| t.narrow(0, 0, a)).collect() };
-    let (positive, negative) = tch::no_grad(|| {
-        let positive = term.represent(&pick(&term.global), &batch.x, &[]);
-        (
-            positive,
-            term.represent(&pick(&term.previous), &batch.x, &[]),
-        )
-    });
-    let device = batch.x.device();
-    let tau = per_run(&term.temperature[..a as usize], 2, device);
-    let similarity = |other: &Tensor| Tensor::cosine_similarity(&z, other, 2, 1e-8) / &tau;
-    let pair = Tensor::stack(&[similarity(&positive), similarity(&negative)], 2);
-    let first = Tensor::zeros([a * b], (Kind::Int64, device));
-    let con = (pair.view([a * b, 2]))
-        .cross_entropy_loss::<Tensor>(&first, None, Reduction::None, -100, 0.0)
-        .view([a, b]);
-    let mu = per_run(&term.mu[..a as usize], 2, device);
-    let total = ((per_row + con * mu) * &batch.weight).sum(Kind::Float);
-    Tensor::run_backward(&[&total], &leaves, false, false)
+    gradients_of(arch, ps, batch, Some(term))
 }
 
 /// Each row's plain loss `[A, B]` under the stacked parameters `leaves`.
@@ -148,11 +150,25 @@ pub(super) fn autograd_gradients(
     ps: &[Tensor],
     batch: &StepBatch,
 ) -> Vec<Tensor> {
+    gradients_of(arch, ps, batch, None)
+}
+
+/// Σ weight·(loss + the term's) over every run's rows, by autograd.
+fn gradients_of(
+    arch: &Architecture,
+    ps: &[Tensor],
+    batch: &StepBatch,
+    term: Option<&StackedContrastive>,
+) -> Vec<Tensor> {
     let leaves: Vec<Tensor> = ps
         .iter()
         .map(|p| p.detach().set_requires_grad(true))
         .collect();
-    let per_row = stacked_loss(arch, &leaves, batch);
+    let plain = stacked_loss(arch, &leaves, batch);
+    let per_row = match term {
+        Some(term) => plain + term.per_row(&leaves, batch),
+        None => plain,
+    };
     let total = (per_row * &batch.weight).sum(Kind::Float);
     Tensor::run_backward(&[&total], &leaves, false, false)
 }
