@@ -278,7 +278,9 @@ fn system_and_policy_errors_carry_their_path() {
     let e = error(&text, &[]);
     assert!(
         e.starts_with("bad.yaml:10: field `system.local_work.fraction`")
-            && e.contains("must be a fraction in (0, 1], got 1.5"),
+            && e.contains(
+                "must be a positive number of at most 1 (all of the planned work), got 1.5"
+            ),
         "{e}"
     );
     let e = error(

@@ -39,10 +39,13 @@ pub struct Quantity {
     pub field: &'static str,
     pub purpose: &'static str,
     pub positive: bool,
-    /// The most a value may be, for a span of simulated time (in its own unit: seconds,
-    /// milliseconds) that the virtual clock must count; `None` for a rate.
-    pub most: Option<f64>,
+    /// The most a value may be, and why (for messages): for a span of simulated time (in its
+    /// own unit: seconds, milliseconds), [`CLOCK_SPAN`]; `None` for a rate.
+    pub most: Option<(f64, &'static str)>,
 }
+
+/// Why a span of simulated time has a most: the virtual clock must count it.
+pub const CLOCK_SPAN: &str = "the longest span the virtual clock counts";
 
 impl Quantity {
     /// A rate (a speed, a bandwidth): positive, as large as it likes.
@@ -66,8 +69,8 @@ impl Quantity {
         };
         match self.most {
             _ if !sign_ok => Err(format!("must be {what}")),
-            Some(most) if v > most => Err(format!(
-                "must be {what} of at most {} (the longest span the virtual clock counts)",
+            Some((most, why)) if v > most => Err(format!(
+                "must be {what} of at most {} ({why})",
                 crate::settings::number(most)
             )),
             _ => Ok(()),
@@ -288,7 +291,7 @@ mod tests {
             field: "network.latency_ms",
             purpose: "network/latency",
             positive: false,
-            most: Some(1e15),
+            most: Some((1e15, CLOCK_SPAN)),
         };
         for (bad, shown) in [("-1", "-1.0"), ("NaN", "NaN"), ("0", "0.0"), ("inf", "inf")] {
             std::fs::write(&path, format!("client,v\n0,5\n1,{bad}\n")).unwrap();

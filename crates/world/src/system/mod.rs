@@ -11,7 +11,7 @@ mod dist;
 pub mod secagg;
 
 pub use availability::{AvailabilityModel, Intervals, OnOff};
-pub use dist::{Dist, DrawnDist, Quantity};
+pub use dist::{Dist, DrawnDist, Quantity, CLOCK_SPAN};
 
 use crate::data::MixtureTruth;
 use crate::models::LocalWork;
@@ -183,45 +183,21 @@ pub enum WorkDrawnPer {
     Client,
 }
 
-/// The fraction of a job's planned work: finite, above 0 and at most 1.
-fn check_fraction(v: f64) -> Result<(), String> {
-    if v.is_finite() && v > 0.0 && v <= 1.0 {
-        Ok(())
-    } else {
-        Err(format!("must be a fraction in (0, 1], got {v}"))
-    }
-}
-
 impl LocalWorkSpec {
-    /// Checks the fraction's law; an error's path is below `local_work`.
+    /// Checks the fraction's law ([`WORK_FRACTION`]); an error's path is below `local_work`.
     fn validate(&self) -> Result<(), FieldError> {
-        let check = |path: &str, v: f64| {
-            check_fraction(v).map_err(|m| FieldError::new(format!("fraction{path}"), m))
-        };
+        let refused = |message: &str| Err(FieldError::new("fraction".into(), message.into()));
         match (&self.fraction, self.per) {
-            (Dist::Constant(v), _) => check("", *v),
-            (Dist::Drawn(DrawnDist::Uniform { low, high }), _) => {
-                check(".low", *low)?;
-                check(".high", *high)?;
-                if low > high {
-                    return Err(FieldError::new(
-                        "fraction.high".into(),
-                        format!("must be at least low ({low})"),
-                    ));
-                }
-                Ok(())
+            (Dist::Drawn(DrawnDist::File { .. }), WorkDrawnPer::Job) => {
+                refused("a file holds one value per client: give `per: client` with it")
             }
-            (Dist::Drawn(DrawnDist::File { .. }), WorkDrawnPer::Client) => Ok(()),
-            (Dist::Drawn(DrawnDist::File { .. }), WorkDrawnPer::Job) => Err(FieldError::new(
-                "fraction".into(),
-                "a file holds one value per client: give `per: client` with it".into(),
-            )),
-            (Dist::Drawn(DrawnDist::Lognormal { .. }), _) => Err(FieldError::new(
-                "fraction".into(),
-                "a fraction is a number in (0, 1], `dist: uniform` within (0, 1], or \
-                 `dist: file` (with `per: client`); a lognormal is not bounded by 1"
-                    .into(),
-            )),
+            (Dist::Drawn(DrawnDist::Lognormal { .. }), _) => refused(
+                "a fraction is a number in (0, 1], `dist: uniform` within (0, 1], or `dist: \
+                 file` (with `per: client`); a lognormal is not bounded by 1",
+            ),
+            (fraction, _) => fraction
+                .validate(WORK_FRACTION)
+                .map_err(|e| e.within("fraction")),
         }
     }
 }
@@ -230,8 +206,9 @@ impl LocalWorkSpec {
 enum WorkFractions {
     /// Drawn once per client.
     PerClient(Vec<f64>),
-    /// Drawn for each job from `(client, "local_work", job)`.
-    PerJob(Dist),
+    /// Uniform on [low, high] (a constant where they are equal), drawn for each job from
+    /// `(client, "local_work", job)`.
+    PerJob { low: f64, high: f64 },
 }
 
 fn d_class_column() -> String {
@@ -435,18 +412,23 @@ const SECONDS_PER_BATCH: Quantity = Quantity {
     field: "compute.seconds_per_batch",
     purpose: "device/seconds_per_batch",
     positive: true,
-    most: Some(crate::settings::LONGEST_SECONDS),
+    most: Some((crate::settings::LONGEST_SECONDS, CLOCK_SPAN)),
 };
 const FLOPS_PER_SECOND: Quantity =
     Quantity::rate("compute.flops_per_second", "device/flops_per_second");
 const DOWNLINK_MBPS: Quantity = Quantity::rate("network.downlink_mbps", "network/downlink");
 const UPLINK_MBPS: Quantity = Quantity::rate("network.uplink_mbps", "network/uplink");
-const WORK_FRACTION: Quantity = Quantity::rate("local_work.fraction", "device/local_work");
+const WORK_FRACTION: Quantity = Quantity {
+    field: "local_work.fraction",
+    purpose: "device/local_work",
+    positive: true,
+    most: Some((1.0, "all of the planned work")),
+};
 const LATENCY_MS: Quantity = Quantity {
     field: "network.latency_ms",
     purpose: "network/latency",
     positive: false,
-    most: Some(crate::settings::LONGEST_SECONDS * 1e3),
+    most: Some((crate::settings::LONGEST_SECONDS * 1e3, CLOCK_SPAN)),
 };
 
 impl SystemModel {
@@ -567,21 +549,26 @@ impl SystemModel {
             None => None,
             Some(LocalWorkSpec {
                 fraction,
-                per: WorkDrawnPer::Job,
-            }) => Some(WorkFractions::PerJob(fraction.clone())),
-            Some(LocalWorkSpec {
-                fraction,
                 per: WorkDrawnPer::Client,
-            }) => {
-                let drawn = fraction.per_client(seeds, WORK_FRACTION, clients)?;
-                if let Some((c, v)) = (drawn.iter().enumerate()).find(|(_, v)| **v > 1.0) {
+            }) => Some(WorkFractions::PerClient(fraction.per_client(
+                seeds,
+                WORK_FRACTION,
+                clients,
+            )?)),
+            Some(LocalWorkSpec { fraction, .. }) => Some(match fraction {
+                Dist::Constant(f) => WorkFractions::PerJob { low: *f, high: *f },
+                Dist::Drawn(DrawnDist::Uniform { low, high }) => WorkFractions::PerJob {
+                    low: *low,
+                    high: *high,
+                },
+                _ => {
                     return Err(SystemError::Spec {
                         field: WORK_FRACTION.field.into(),
-                        message: format!("client {c}'s fraction is {v}: must be at most 1"),
-                    });
+                        message: "drawn for each job, a fraction is a number or `dist: uniform`"
+                            .into(),
+                    })
                 }
-                Some(WorkFractions::PerClient(drawn))
-            }
+            }),
         };
         Ok(SystemModel {
             local_work,
@@ -723,15 +710,14 @@ impl SystemModel {
     /// The local work `client`'s job number `job` does: `planned`, or the part of it that
     /// `system.local_work` draws (see [`LocalWorkSpec`]).
     pub fn local_work(&self, client: u32, job: u64, planned: LocalWork) -> LocalWork {
-        let fraction = match &self.local_work {
+        let fraction = match self.local_work {
             None => return planned,
-            Some(WorkFractions::PerClient(f)) => f[client as usize],
-            Some(WorkFractions::PerJob(Dist::Constant(f))) => *f,
-            Some(WorkFractions::PerJob(Dist::Drawn(DrawnDist::Uniform { low, high }))) => {
+            Some(WorkFractions::PerClient(ref f)) => f[client as usize],
+            Some(WorkFractions::PerJob { low, high }) if low == high => low,
+            Some(WorkFractions::PerJob { low, high }) => {
                 let mut rng = self.seeds.rng(Entity::Client(client), "local_work", job);
                 low + (high - low) * rng.gen::<f64>()
             }
-            Some(WorkFractions::PerJob(_)) => unreachable!("refused by validation"),
         };
         planned.part(fraction)
     }
@@ -959,12 +945,13 @@ mod tests {
         let err = |spec: SystemSpec| spec.validate().unwrap_err().to_string();
         assert_eq!(
             err(work(Dist::Constant(1.5), WorkDrawnPer::Job)),
-            "field `local_work.fraction`: must be a fraction in (0, 1], got 1.5"
+            "field `local_work.fraction`: must be a positive number of at most 1 (all of the \
+             planned work), got 1.5"
         );
         let uniform = |low, high| Dist::Drawn(DrawnDist::Uniform { low, high });
         assert_eq!(
             err(work(uniform(0.0, 1.0), WorkDrawnPer::Client)),
-            "field `local_work.fraction.low`: must be a fraction in (0, 1], got 0"
+            "field `local_work.fraction.low`: must be a positive number, got 0"
         );
         assert_eq!(
             err(work(uniform(0.8, 0.5), WorkDrawnPer::Job)),
@@ -980,5 +967,28 @@ mod tests {
             sigma: 1.0,
         });
         assert!(err(work(lognormal, WorkDrawnPer::Job)).contains("not bounded by 1"));
+        // A file's value above 1 is refused naming the file, its row and the rule.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("work.csv");
+        std::fs::write(&path, "client,fraction\n0,0.5\n1,1.5\n").unwrap();
+        let file = Dist::Drawn(DrawnDist::File {
+            path: path.clone(),
+            column: "fraction".into(),
+        });
+        let built = SystemModel::build(
+            &work(file, WorkDrawnPer::Client),
+            &SeedTree::new(1),
+            2,
+            SampleCost {
+                batch_size: 50,
+                training_flops: 1.0,
+            },
+            None,
+        );
+        let e = built.err().expect("a fraction above 1").to_string();
+        assert!(
+            e.contains("work.csv") && e.contains("at most 1 (all of the planned work)"),
+            "{e}"
+        );
     }
 }
