@@ -526,7 +526,7 @@ fn whole_runs(
         g.bench_function(*name, |b| {
             b.iter(|| {
                 let plan = RunPlan::new(&s.run, data.clone(), threads).unwrap();
-                simulate(plan, RecordObserver::keeping(|_| {}))
+                simulate(plan, RecordObserver::keeping(|_| {}), None)
                     .unwrap()
                     .events
             })
@@ -784,7 +784,7 @@ training: {local_steps: 1, batch_size: 8}
         g.bench_function(name, |b| {
             b.iter(|| {
                 let plan = RunPlan::new(&s.run, data.clone(), threads).unwrap();
-                simulate(plan, RecordObserver::keeping(|_| {}))
+                simulate(plan, RecordObserver::keeping(|_| {}), None)
                     .unwrap()
                     .events
             })

@@ -5,6 +5,7 @@
 //! mixture weights), and it scores its rows when the server hands it every evaluated client's
 //! (their mean).
 
+use super::checkpoint::{decode, encode};
 use super::cohort::{Dispatch, EvalJob, TrainJob};
 use super::divergence::{DivergenceWatch, Seen};
 use super::evaluation::EvalContext;
@@ -22,8 +23,9 @@ use crate::records::{DivergenceStage, NoveltyRecord, Record};
 use crate::sim::{Entity, SeedTree, SimDuration, SimError, SimTime};
 use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
+use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 
@@ -481,11 +483,80 @@ impl<A: Algorithm> Roster<A> {
         }
     }
 
+    /// What the clients keep, encoded, where every client is asleep (a point at rest);
+    /// `None` where one is awake.
+    pub fn saved(&self) -> Result<Option<Vec<u8>>, SimError> {
+        if !self.awake.borrow().is_empty() {
+            return Ok(None);
+        }
+        let asleep = self.asleep.borrow();
+        let mut kept = BTreeMap::new();
+        for (&id, k) in asleep.iter() {
+            let read = |e: crate::io::SpillError| {
+                SimError::JobFailed(format!("reading client {id}'s state for a checkpoint: {e}"))
+            };
+            kept.insert(
+                id,
+                KeptState {
+                    state: k.state.clone().into_inner().map_err(read)?,
+                    residual: (k.residual.clone())
+                        .map(Stored::into_inner)
+                        .transpose()
+                        .map_err(read)?,
+                    last_trained: k.last_trained,
+                    watch: k.watch,
+                },
+            );
+        }
+        let woken = self.woken.borrow().clone();
+        Ok(Some(encode(&RosterState { kept, woken })))
+    }
+
+    /// Gives a roster of sleeping clients what [`Roster::saved`] encoded.
+    pub fn restore(&self, bytes: &[u8]) -> Result<(), SimError> {
+        let saved: RosterState<A::ClientState> = decode(bytes, "the clients' state")?;
+        if saved.woken.len() != self.woken.borrow().len() {
+            return Err(SimError::Internal(
+                "a checkpoint's clients do not match the scenario's".into(),
+            ));
+        }
+        *self.woken.borrow_mut() = saved.woken;
+        let jobs = &self.parts.jobs;
+        let mut asleep = self.asleep.borrow_mut();
+        for (id, k) in saved.kept {
+            let kept = Kept {
+                state: jobs.keep(k.state),
+                residual: k.residual.map(|r| jobs.keep(r)),
+                last_trained: k.last_trained,
+                watch: k.watch,
+            };
+            asleep.insert(id, kept);
+        }
+        Ok(())
+    }
+
     /// Clients awake now, and asleep with something kept.
     #[cfg(test)]
     pub fn counts(&self) -> (usize, usize) {
         (self.awake.borrow().len(), self.asleep.borrow().len())
     }
+}
+
+/// What a sleeping client keeps, as a checkpoint holds it.
+#[derive(Serialize, Deserialize)]
+struct KeptState<S> {
+    state: S,
+    residual: Option<Vec<f32>>,
+    last_trained: Option<u32>,
+    watch: DivergenceWatch,
+}
+
+/// The clients' state at a point at rest: what each sleeping client keeps, by id, and who has
+/// woken (their devices are recorded).
+#[derive(Serialize, Deserialize)]
+struct RosterState<S> {
+    kept: BTreeMap<u32, KeptState<S>>,
+    woken: Vec<u64>,
 }
 
 impl<A: Algorithm> Actor for Client<A> {

@@ -9,7 +9,7 @@ use crate::sim::{Effects, SimTime};
 /// One entity's watch for non-finite numbers: the first time it sees some, it records a
 /// [`DivergenceRecord`] (later ones are not recorded again) and, under
 /// `on_divergence: stop`, ends the run after the current event.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct DivergenceWatch {
     policy: OnDivergence,
     pub(super) seen: bool,

@@ -1,6 +1,7 @@
 //! The messages of a run with a server, each in its recipient's own type, and what they carry.
 //! This room holds types only: no handler, no scheduling, no I/O.
 
+use super::checkpoint::ServerEvent;
 use super::world::Routed;
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, NoveltyShare};
 use crate::io::Stored;
@@ -51,6 +52,27 @@ pub enum ToServer<A: Algorithm> {
         client: u32,
         compute: SimDuration,
     },
+}
+
+impl<A: Algorithm> ToServer<A> {
+    /// The message as a checkpoint saves it, where it is one the server sends itself.
+    pub(super) fn as_saved(&self) -> Option<ServerEvent> {
+        match *self {
+            ToServer::StartRound { round } => Some(ServerEvent::StartRound { round }),
+            ToServer::Deadline { round } => Some(ServerEvent::Deadline { round }),
+            ToServer::Wake => Some(ServerEvent::Wake),
+            _ => None,
+        }
+    }
+
+    /// The message a checkpoint saved.
+    pub(super) fn saved(event: ServerEvent) -> Self {
+        match event {
+            ServerEvent::StartRound { round } => ToServer::StartRound { round },
+            ServerEvent::Deadline { round } => ToServer::Deadline { round },
+            ServerEvent::Wake => ToServer::Wake,
+        }
+    }
 }
 
 /// What every evaluated client's rows are scored by once all of a round's

@@ -10,6 +10,7 @@
 //! entities and the scheduler), `job` (what every job shares, the upload pipeline among it),
 //! the entities (`client`, `server`, `peer`) and `run` (the entry point, [`simulate`]).
 
+mod checkpoint;
 mod client;
 mod cohort;
 mod divergence;
@@ -25,6 +26,7 @@ mod server;
 mod trainer;
 mod world;
 
+pub use checkpoint::{Checkpoints, RunState};
 pub use messages::{FinishedWork, PooledNovelty, PrivacyNote, ToClient, ToServer, TrainOrder};
 pub use peer::{consensus_distance, PeerMsg};
 pub use run::simulate;

@@ -35,7 +35,7 @@ use super::evaluation::{evaluation_records, EvalContext};
 use super::gossip::{Complete, Inbox};
 use super::init::device_record;
 use super::job::JobContext;
-use super::world::{member_entity, run_world, Deliver, HubWorld, Outbox, Routed, SimOutput};
+use super::world::{member_entity, run_world, Deliver, HubWorld, Outbox, Routed, SimOutput, Start};
 use crate::algorithms::{ClientReport, Evaluation, Finite, Gossip, Planned};
 use crate::io::Stored;
 use crate::models::LocalPlan;
@@ -666,7 +666,15 @@ pub(super) fn simulate_peers<A: Gossip>(
                 (member_entity(p), member_entity(p), train)
             })
             .collect();
-        run_world(world, start, devices, observer).await
+        run_world(
+            world,
+            Start::Fresh {
+                start,
+                first: devices,
+            },
+            observer,
+        )
+        .await
     })
 }
 

@@ -4,12 +4,13 @@
 
 use crate::records::Record;
 use crate::sim::{
-    Delivery, Effects, EntityId, Pending, RecordObserver, Scheduler, SimDuration, SimError,
-    SimTime, World,
+    Delivery, Effects, EntityId, Pending, Queued, RecordObserver, RestPoint, Resume, Saving,
+    Scheduler, SimDuration, SimError, SimTime, World,
 };
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use std::marker::PhantomData;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// What a finished run hands back.
@@ -125,6 +126,10 @@ where
     }
 }
 
+/// What a hub world does at a point at rest whose waiting events are all messages to the hub
+/// (`events` delivered before them): saves a checkpoint where one is due.
+pub(super) type AtRest<HM> = Rc<dyn Fn(u64, Vec<Queued<&HM>>) -> Option<Saving>>;
+
 /// The entities of a run as the scheduler sees them: a hub with rank 0 (the server, or the
 /// monitor of a decentralized run) that takes `HM`, and members with rank `c + 1` (clients,
 /// or peers) that take `MM`.
@@ -133,6 +138,8 @@ pub(super) struct HubWorld<H: Actor, Ms, HM, MM> {
     members: Ms,
     /// The cohort queue the scheduler flushes before it waits, if members train in cohorts.
     pub(super) cohorts: Option<Arc<dyn Flush>>,
+    /// What to do at points at rest before a message to the hub (checkpoints), if anything.
+    pub(super) at_rest: Option<AtRest<HM>>,
     _msg: PhantomData<fn() -> (HM, MM)>,
 }
 
@@ -142,6 +149,7 @@ impl<H: Actor, Ms, HM, MM> HubWorld<H, Ms, HM, MM> {
             hub,
             members,
             cohorts: None,
+            at_rest: None,
             _msg: PhantomData,
         }
     }
@@ -153,6 +161,7 @@ impl<H: Actor, Ms: Clone, HM, MM> Clone for HubWorld<H, Ms, HM, MM> {
             hub: self.hub.clone(),
             members: self.members.clone(),
             cohorts: self.cohorts.clone(),
+            at_rest: self.at_rest.clone(),
             _msg: PhantomData,
         }
     }
@@ -190,6 +199,29 @@ where
             queue.flush();
         }
     }
+
+    fn rests(&self) -> bool {
+        self.at_rest.is_some()
+    }
+
+    fn at_rest(&self, at: RestPoint<'_, Self::Msg>) -> Option<Saving> {
+        let at_rest = self.at_rest.as_ref()?;
+        let waiting: Option<Vec<_>> = at.waiting.into_iter().map(to_hub).collect();
+        at_rest(at.events, waiting?)
+    }
+}
+
+/// `q`, where it is a message to the hub, as the hub's message.
+fn to_hub<HM, MM>(q: Queued<&Routed<HM, MM>>) -> Option<Queued<&HM>> {
+    match (q.to, q.msg) {
+        (HUB, Routed::Hub(msg)) => Some(Queued {
+            at: q.at,
+            origin: q.origin,
+            to: q.to,
+            msg,
+        }),
+        _ => None,
+    }
 }
 
 /// Rank 0 is the hub (the server, or a decentralized run's monitor); member `c` (client or
@@ -200,19 +232,33 @@ pub(super) fn member_entity(c: u32) -> EntityId {
     EntityId(c + 1)
 }
 
-/// Runs `world` from the `start` events; the device records come first in the output (and are
-/// shown to `observer` first).
+/// Where a world's run starts.
+pub(super) enum Start<M> {
+    /// From the `start` events, with records that come first in the output (and are shown to
+    /// the observer first).
+    Fresh {
+        start: Vec<(EntityId, EntityId, M)>,
+        first: Vec<Record>,
+    },
+    /// From a checkpoint (whose records the caller has).
+    Resume(Resume<M>),
+}
+
+/// Runs `world` from `start`.
 pub(super) async fn run_world<W: World<Record = Record>>(
     world: W,
-    start: Vec<(EntityId, EntityId, W::Msg)>,
-    devices: Vec<Record>,
+    start: Start<W::Msg>,
     mut observer: RecordObserver<Record>,
 ) -> Result<SimOutput, SimError> {
-    let mut records: Vec<Record> = devices
-        .into_iter()
-        .filter_map(|r| observer.see(r))
-        .collect();
-    let outcome = Scheduler::run(world, start, observer).await?;
+    let (outcome, mut records) = match start {
+        Start::Fresh { start, first } => {
+            let first: Vec<Record> = (first.into_iter())
+                .filter_map(|r| observer.see(r))
+                .collect();
+            (Scheduler::run(world, start, observer).await?, first)
+        }
+        Start::Resume(from) => (Scheduler::resume(world, from, observer).await?, Vec::new()),
+    };
     records.extend(outcome.records);
     Ok(SimOutput {
         records,

@@ -4,6 +4,7 @@ use crate::{finish, Overrides, EXIT_DIVERGED, EXIT_NOT_DETERMINISTIC};
 use anyhow::{Context, Result};
 use fedsim::results::{compared_files, differing_files};
 use fedsim::results::{default_out_dir, default_threads, run_scenario, RunOptions};
+use fedsim::results::{CheckpointEvery, CheckpointOptions};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -40,6 +41,16 @@ pub struct RunArgs {
     /// copy of every client's models in memory until the run ends.
     #[arg(long)]
     pub save_client_models: bool,
+    /// Save a checkpoint this often: a number of rounds (`10`), a wall-clock time (`90s`,
+    /// `5m`, `1h`) or `off` [default: 1m]. Taken where a synchronous round starts with nothing
+    /// else left to happen. The same command, run again after a kill, resumes from the last one
+    /// and writes the files an uninterrupted run writes.
+    #[arg(long, value_name = "EVERY")]
+    pub checkpoint_every: Option<CheckpointEvery>,
+    /// Discard the output folder's checkpoint (of this or another scenario) and run from the
+    /// start.
+    #[arg(long)]
+    pub restart: bool,
 }
 
 pub fn run(args: RunArgs) -> Result<i32> {
@@ -53,6 +64,8 @@ pub fn run(args: RunArgs) -> Result<i32> {
         force,
         save_models,
         save_client_models,
+        checkpoint_every,
+        restart,
     } = args;
     let s = overrides.load(&scenario)?;
     let opts = RunOptions {
@@ -63,6 +76,10 @@ pub fn run(args: RunArgs) -> Result<i32> {
         save_models,
         save_client_models,
         keep_unfinished: true,
+        checkpoint: CheckpointOptions {
+            every: checkpoint_every.unwrap_or_default(),
+            restart,
+        },
     };
     let report =
         run_scenario(&s, &opts).with_context(|| format!("running {}", scenario.display()))?;
@@ -176,6 +193,10 @@ pub fn run(args: RunArgs) -> Result<i32> {
             save_models,
             save_client_models,
             keep_unfinished: false,
+            checkpoint: CheckpointOptions {
+                every: CheckpointEvery::Off,
+                restart: true,
+            },
         };
         if let Err(e) = run_scenario(&s, &rerun) {
             // Nothing of a failed re-run stays (its folder holds only fedsim's bookkeeping).

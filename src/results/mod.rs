@@ -6,6 +6,7 @@
 //! This room does not decide what is measured, only how it is tabulated and stored; reading
 //! many runs back is `studies`' business.
 
+mod checkpoint;
 mod describe;
 mod frames;
 mod machine;
@@ -14,6 +15,7 @@ mod run;
 mod run_files;
 mod summary;
 
+pub use checkpoint::{CheckpointError, CheckpointEvery, CheckpointOptions, CHECKPOINT_FILE};
 pub use describe::{client_label_shares, DataDescription, SplitStats};
 pub use frames::{
     clients_frame, column, extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame,

@@ -1,6 +1,10 @@
 //! One scenario end to end: build the data, simulate, summarise, write the result files.
 
-use crate::actors::{simulate, SimOutput};
+use super::checkpoint::{
+    checkpoint_bytes, read_checkpoint, Cadence, CheckpointError, CheckpointEvery,
+    CheckpointOptions, RecordLog, Saved,
+};
+use crate::actors::{simulate, Checkpoints, RunState, SimOutput};
 use crate::data::DataError;
 use crate::io::OutputRules;
 use crate::models::Architecture;
@@ -36,6 +40,8 @@ pub struct RunOptions {
     /// `summary.csv`) instead of nothing (`fedsim run`; a sweep's cells and re-runs keep
     /// nothing of a failed run).
     pub keep_unfinished: bool,
+    /// How often the run saves a checkpoint, and whether it resumes from the one it finds.
+    pub checkpoint: CheckpointOptions,
 }
 
 #[derive(Debug)]
@@ -67,6 +73,8 @@ pub enum RunError {
     Data(#[from] DataError),
     #[error(transparent)]
     Preflight(#[from] crate::scenario::ScenarioError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
     #[error("{}: {error}", file.display())]
     Fit {
         file: PathBuf,
@@ -154,15 +162,17 @@ pub fn simulate_scenario(
     threads: usize,
     on_record: impl FnMut(&Record) + 'static,
 ) -> Result<SimOutput, RunError> {
-    observe_scenario(s, threads, RecordObserver::keeping(on_record)).map(|(output, _)| output)
+    let observer = RecordObserver::keeping(on_record);
+    observe_scenario(s, threads, observer, None).map(|(output, _)| output)
 }
 
 /// Runs the simulation only, showing its records to `observer` (which says whether the output
-/// keeps them).
+/// keeps them), with `checkpoints` if given.
 pub fn observe_scenario(
     s: &Scenario,
     threads: usize,
     observer: RecordObserver<Record>,
+    checkpoints: Option<Checkpoints>,
 ) -> Result<(SimOutput, Architecture), RunError> {
     check_threads(threads)?;
     crate::plan::preflight(s)?;
@@ -180,7 +190,7 @@ pub fn observe_scenario(
         SimError::Scenario(field) => RunError::Preflight(s.locate(field)),
         e => RunError::Sim(e),
     })?;
-    let output = simulate(plan, observer)?;
+    let output = simulate(plan, observer, checkpoints)?;
     Ok((output, arch))
 }
 
@@ -264,24 +274,46 @@ pub fn run_scenario_with_bar(
     } else {
         s
     };
-    // The records stream into the result files as they are made; the run keeps none.
-    let notes = files.notes().to_vec();
+    // The records stream into the result files as they are made; the run keeps none. A run
+    // that resumes from a checkpoint takes in its records first, as they were made.
+    let mut notes = files.notes().to_vec();
+    let log = Rc::new(RefCell::new(RecordLog::default()));
+    let resumed = match files.checkpoint() {
+        Some(path) if !opts.checkpoint.restart => {
+            Some(read_checkpoint(&path, &s.content_hash, &s.resolved_yaml)?)
+        }
+        _ => None,
+    };
+    if let Some(saved) = &resumed {
+        notes.push(format!(
+            "resumed from the checkpoint in {} at the start of round {}",
+            opts.out_dir.display(),
+            saved.state.round
+        ));
+    }
     let files = Rc::new(RefCell::new(files));
     let (tick, sink) = (bar.clone(), files.clone());
+    let logging = (opts.checkpoint.every != CheckpointEvery::Off).then(|| log.clone());
+    let mut see = move |r: &Record| {
+        match r {
+            Record::Round(round) => {
+                tick.set_position(round.round as u64);
+                tick.set_message(round_message(round));
+            }
+            Record::Gossip(round) => tick.set_position(round.round as u64),
+            _ => {}
+        }
+        sink.borrow_mut().record(r);
+        if let Some(log) = &logging {
+            log.borrow_mut().push(r);
+        }
+    };
+    let checkpoints = checkpoints(s, opts, resumed, &files, &log, &mut see);
     let observed = observe_scenario(
         s,
         opts.threads,
-        RecordObserver::streaming(move |r| {
-            match r {
-                Record::Round(round) => {
-                    tick.set_position(round.round as u64);
-                    tick.set_message(round_message(round));
-                }
-                Record::Gossip(round) => tick.set_position(round.round as u64),
-                _ => {}
-            }
-            sink.borrow_mut().record(r);
-        }),
+        RecordObserver::streaming(see),
+        Some(checkpoints),
     );
     let mut files = Rc::try_unwrap(files)
         .map_err(|_| ())
@@ -330,6 +362,41 @@ pub fn run_scenario_with_bar(
         ended_early,
         notes,
     })
+}
+
+/// The run's checkpoints: from `resumed` (whose records `see` takes in first, as the run
+/// made them, into the files and `log`), saved into `files` with the records of `log` as
+/// `opts` says.
+fn checkpoints(
+    s: &Scenario,
+    opts: &RunOptions,
+    resumed: Option<Saved>,
+    files: &Rc<RefCell<RunFiles>>,
+    log: &Rc<RefCell<RecordLog>>,
+    see: &mut impl FnMut(&Record),
+) -> Checkpoints {
+    let resume = resumed.map(|saved| {
+        for r in &saved.records {
+            see(r);
+        }
+        saved.state
+    });
+    let from = resume.as_ref().map_or(1, |state| state.round);
+    let cadence = Rc::new(RefCell::new(Cadence::new(opts.checkpoint.every, from)));
+    let due = {
+        let cadence = cadence.clone();
+        Box::new(move |round| cadence.borrow().due(round))
+    };
+    let (files, log) = (files.clone(), log.clone());
+    let (hash, yaml) = (s.content_hash.clone(), s.resolved_yaml.clone());
+    let save = Box::new(move |state: RunState| {
+        let bytes = checkpoint_bytes(&hash, &yaml, &state, &log.borrow());
+        let saved = files.borrow_mut().save_checkpoint(&bytes);
+        saved.map_err(|e| SimError::Checkpoint(Box::new(e)))?;
+        cadence.borrow_mut().saved(state.round);
+        Ok(())
+    });
+    Checkpoints { resume, due, save }
 }
 
 #[cfg(test)]

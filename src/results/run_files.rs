@@ -19,6 +19,7 @@
 //!
 //! This room writes what it is given in the order given; it must not reorder or drop records.
 
+use super::checkpoint::CHECKPOINT_FILE;
 use super::frames::ClientsFileRows;
 use super::novelty::novelty_frame;
 use super::{
@@ -375,7 +376,9 @@ impl RunFiles {
         resolved_yaml: &str,
         rules: &OutputRules,
     ) -> Result<RunFiles, ReportError> {
-        let (folder, notes) = OutputFolder::claim(out, &super::result_files(), rules)?;
+        let mut names = super::result_files();
+        names.push(CHECKPOINT_FILE);
+        let (folder, notes) = OutputFolder::claim(out, &names, rules)?;
         let staging = folder.staging(STAGING_PREFIX)?;
         let files = RunFiles {
             folder,
@@ -537,7 +540,26 @@ impl RunFiles {
             })?;
             staged.push(stage_csv(staging, "summary.csv", &mut s)?);
         }
-        self.publish(staged)
+        let published = self.publish(staged)?;
+        if summaries.is_some() {
+            // Finished: its checkpoint has nothing left to resume.
+            self.folder.publish(&[], &[CHECKPOINT_FILE])?;
+        }
+        Ok(published)
+    }
+
+    /// The run's checkpoint in the folder, if fedsim wrote it there (a foreign file of its
+    /// name was refused, or moved aside, when the folder was claimed).
+    pub fn checkpoint(&self) -> Option<PathBuf> {
+        let owned = self.folder.owned().iter().any(|n| n == CHECKPOINT_FILE);
+        owned.then(|| self.folder.dir().join(CHECKPOINT_FILE))
+    }
+
+    /// Writes `bytes` as the run's checkpoint: staged, then moved in place of the last one.
+    pub fn save_checkpoint(&mut self, bytes: &[u8]) -> Result<(), ReportError> {
+        let staged = self.at.staging.write(CHECKPOINT_FILE, bytes)?;
+        self.folder.publish(&[staged], &[])?;
+        Ok(())
     }
 
     /// Removes the earlier run's result files (those fedsim wrote) and moves `staged` in, in

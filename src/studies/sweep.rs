@@ -21,7 +21,8 @@ use crate::io::{
 };
 use crate::results::ReportError;
 use crate::results::{
-    check_threads, default_threads, max_threads, run_scenario_with_bar, RunError, RunOptions,
+    check_threads, default_threads, max_threads, run_scenario_with_bar, CheckpointEvery,
+    CheckpointOptions, RunError, RunOptions,
 };
 use crate::settings::compact;
 use crate::studies::text_table_csv;
@@ -176,6 +177,12 @@ fn run_cell(
         save_models: false,
         save_client_models: false,
         keep_unfinished: false,
+        // A cell runs in a staging folder of its process, which the next process to run it
+        // removes: a checkpoint there would never be resumed from.
+        checkpoint: CheckpointOptions {
+            every: CheckpointEvery::Off,
+            restart: true,
+        },
     };
     let report = run_scenario_with_bar(&cell.scenario, &opts, bar)?;
     let moved_aside =

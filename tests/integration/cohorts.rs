@@ -462,6 +462,7 @@ fn assert_reruns_identical(what: &str, settings: &[&str], threads: &[usize]) {
                 save_models: false,
                 save_client_models: false,
                 keep_unfinished: false,
+                checkpoint: Default::default(),
             };
             fedsim::results::run_scenario(&scenario(SMALL, settings), &opts).expect("run succeeds");
             dir
@@ -562,6 +563,7 @@ fn fedem_synthetic_full_run_agrees_with_training_alone() {
             save_models: false,
             save_client_models: false,
             keep_unfinished: false,
+            checkpoint: Default::default(),
         };
         let r = fedsim::results::run_scenario(&s, &opts).unwrap();
         let h = r.headline().expect("evaluated").test;

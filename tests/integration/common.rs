@@ -150,6 +150,7 @@ pub fn run_error(scenario: &Scenario, dir: &Path) -> String {
         save_models: false,
         save_client_models: false,
         keep_unfinished: false,
+        checkpoint: Default::default(),
     };
     match run_scenario(scenario, &opts) {
         Ok(_) => panic!("the run should be refused"),
@@ -168,6 +169,7 @@ pub fn run_saving(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
         save_models: true,
         save_client_models: true,
         keep_unfinished: false,
+        checkpoint: Default::default(),
     };
     run_scenario(&scenario(text, overrides), &opts).expect("run succeeds");
 }

@@ -293,6 +293,7 @@ fn run_to(text: &str, overrides: &[&str], threads: usize, dir: &Path) {
         save_models: true,
         save_client_models: true,
         keep_unfinished: false,
+        checkpoint: Default::default(),
     };
     run_scenario(&scenario(text, overrides), &opts).expect("run succeeds");
 }

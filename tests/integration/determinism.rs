@@ -14,6 +14,7 @@ fn run(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<u8> {
         save_models: false,
         save_client_models: false,
         keep_unfinished: false,
+        checkpoint: Default::default(),
     };
     run_scenario(&s, &opts).expect("run succeeds");
     std::fs::read(dir.join("metrics.parquet")).expect("metrics.parquet written")

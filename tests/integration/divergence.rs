@@ -72,6 +72,7 @@ fn on_divergence_continue_runs_every_round_and_still_says_when() {
         save_models: false,
         save_client_models: false,
         keep_unfinished: false,
+        checkpoint: Default::default(),
     };
     let report = run_scenario(&s, &opts).unwrap();
     let d = report.divergence.clone().expect("diverged");
@@ -177,6 +178,7 @@ fn where_a_run_diverges_does_not_depend_on_threads() {
             save_models: false,
             save_client_models: false,
             keep_unfinished: false,
+            checkpoint: Default::default(),
         };
         run_scenario(&s, &opts).unwrap();
         opts.out_dir

@@ -38,6 +38,7 @@ fn run(s: &Scenario, dir: &Path) -> DataFrame {
         save_models: false,
         save_client_models: false,
         keep_unfinished: false,
+        checkpoint: Default::default(),
     };
     run_scenario(s, &opts).expect("run succeeds");
     CsvReadOptions::default()

@@ -3,6 +3,7 @@
 mod baselines;
 mod bounds;
 mod byzantine;
+mod checkpoints;
 mod cli;
 mod cohorts;
 mod common;

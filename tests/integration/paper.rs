@@ -33,6 +33,7 @@ fn run_paper_all(file: &str, overrides: &[String]) -> Vec<Summary> {
         save_models: false,
         save_client_models: false,
         keep_unfinished: false,
+        checkpoint: Default::default(),
     };
     let r = run_scenario(&s, &opts).unwrap();
     let h = r.headline().expect("paper runs evaluate their clients");

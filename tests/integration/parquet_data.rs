@@ -103,6 +103,7 @@ fn split_column_and_feature_columns() {
         save_models: false,
         save_client_models: false,
         keep_unfinished: false,
+        checkpoint: Default::default(),
     };
     run_scenario(&s, &opts).unwrap();
     let rows = test_rows_per_client(&out);

@@ -50,6 +50,7 @@ fn run_in(s: &Scenario, threads: usize, dir: &Path) {
         save_models: false,
         save_client_models: false,
         keep_unfinished: false,
+        checkpoint: Default::default(),
     };
     run_scenario(s, &opts).unwrap_or_else(|e| panic!("{}", fedsim::error_chain(&e)));
 }

@@ -126,6 +126,7 @@ fn on_demand_files_are_identical_with_1_and_3_threads(data: Option<&str>) {
             save_models: false,
             save_client_models: false,
             keep_unfinished: false,
+            checkpoint: Default::default(),
         };
         fedsim::results::run_scenario(&s, &opts).unwrap();
         files.push(

@@ -522,6 +522,7 @@ fn files(text: &str, overrides: &[&str], threads: usize, dir: &Path) -> Vec<Vec<
         save_models: false,
         save_client_models: false,
         keep_unfinished: false,
+        checkpoint: Default::default(),
     };
     run_scenario(&s, &opts).unwrap();
     REPRODUCIBLE_FILES

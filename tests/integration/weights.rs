@@ -224,6 +224,7 @@ fn run_without_saving(overrides: &[&str], dir: &Path) {
         save_models: false,
         save_client_models: false,
         keep_unfinished: false,
+        checkpoint: Default::default(),
     };
     fedsim::results::run_scenario(&scenario(SMALL, overrides), &opts).unwrap();
 }

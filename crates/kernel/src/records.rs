@@ -37,7 +37,7 @@ impl Split {
 }
 
 /// Which model an evaluation row measured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ModelKind {
     /// The server's model.
     Global,
@@ -64,7 +64,7 @@ impl ModelKind {
 }
 
 /// One evaluation of one client's model on one split.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvalRecord {
     pub round: u32,
     pub time: SimTime,
@@ -83,7 +83,7 @@ pub struct EvalRecord {
 }
 
 /// One finished round (an aggregation) as the server saw it.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RoundRecord {
     pub round: u32,
     pub start: SimTime,
@@ -110,7 +110,7 @@ pub struct RoundRecord {
 
 /// What secure aggregation added to a round (see [`RoundRecord`]; its bytes are also in the
 /// round's `bytes_up` and `bytes_down`).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RoundSecAgg {
     /// Steps 1–2 (advertise and share keys), before the training orders went out.
     pub setup: SimDuration,
@@ -126,7 +126,7 @@ pub struct RoundSecAgg {
 }
 
 /// A round of a run with `privacy:` (see [`RoundRecord`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RoundPrivacy {
     /// σ, as given or solved for from `target_epsilon`.
     pub noise_multiplier: f64,
@@ -144,7 +144,7 @@ pub struct RoundPrivacy {
 }
 
 /// A round under adaptive clipping (see [`RoundPrivacy`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AdaptiveRound {
     /// The bound the round's updates were clipped to.
     pub clip: f64,
@@ -154,7 +154,7 @@ pub struct AdaptiveRound {
 }
 
 /// What became of a training job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum JobOutcome {
     /// Aggregated in the round it was trained for.
     Aggregated,
@@ -184,7 +184,7 @@ impl JobOutcome {
 }
 
 /// One training job of one client, once its fate is known.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     /// The round it was trained for (asynchronous: the model version it started from, + 1).
     pub round: u32,
@@ -205,7 +205,7 @@ pub struct JobRecord {
 }
 
 /// A client's device and links as the system model drew them.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeviceRecord {
     pub client: u32,
     pub samples_per_second: f64,
@@ -214,7 +214,7 @@ pub struct DeviceRecord {
 }
 
 /// One round of a decentralized run, once every peer has mixed it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GossipRecord {
     pub round: u32,
     /// When the last peer mixed this round.
@@ -246,7 +246,7 @@ impl GossipRecord {
 }
 
 /// A client's mixture weights at an evaluation (FedEM).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MixtureRecord {
     pub round: u32,
     pub client: u32,
@@ -259,7 +259,7 @@ pub struct MixtureRecord {
 /// saves them (`fedsim run --save-client-models`): each kind it is tested with besides the
 /// server's (a peer's own copy in a decentralized run), as flat parameter vectors (several for
 /// a model of several vectors, such as a peer's FedEM components).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClientModelsRecord {
     pub round: u32,
     pub client: u32,
@@ -268,7 +268,7 @@ pub struct ClientModelsRecord {
 
 /// Numbers an algorithm reports about a client at an evaluation under a name of its own
 /// (FedGMM's Gaussians, say): one open record instead of a column per algorithm.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExtraRecord {
     pub round: u32,
     pub client: u32,
@@ -278,7 +278,7 @@ pub struct ExtraRecord {
 }
 
 /// A client's typicality scores of its test rows and its novel rows at an evaluation.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NoveltyRecord {
     pub round: u32,
     pub client: u32,
@@ -287,7 +287,7 @@ pub struct NoveltyRecord {
 }
 
 /// Where a run's numbers first stopped being finite.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DivergenceStage {
     /// A client's (or peer's) local training produced a non-finite update or state.
     Training,
@@ -311,7 +311,7 @@ impl DivergenceStage {
 }
 
 /// The first non-finite number one entity (a client, a peer or the server) saw.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DivergenceRecord {
     pub round: u32,
     pub time: SimTime,
@@ -348,7 +348,7 @@ impl DivergenceRecord {
 /// A run that ended before its last round because no client was online at `time` or ever
 /// after (an availability trace had ended), having completed `round` rounds. What it had is
 /// kept: its global model is evaluated at `round` and its final models recorded.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EarlyEndRecord {
     pub round: u32,
     pub time: SimTime,
@@ -365,7 +365,7 @@ impl EarlyEndRecord {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Record {
     Eval(EvalRecord),
     Round(RoundRecord),
@@ -392,7 +392,7 @@ pub enum Record {
 }
 
 /// Typicality scores (higher: more like the training data) of a client's rows.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NoveltyScores {
     /// The test split's rows (in distribution).
     pub typical: Vec<f64>,

@@ -41,6 +41,21 @@ impl<G: Clone> Downlink<G> {
         }
     }
 
+    /// What a checkpoint keeps of it: the public copy, the bytes of its moves and each
+    /// client's version.
+    pub fn saved(&self) -> (G, Vec<u64>, BTreeMap<u32, u32>) {
+        (
+            (*self.public).clone(),
+            self.moved.clone(),
+            self.held.clone(),
+        )
+    }
+
+    /// Takes back what [`Downlink::saved`] kept.
+    pub fn restore(&mut self, (public, moved, held): (G, Vec<u64>, BTreeMap<u32, u32>)) {
+        (self.public, self.moved, self.held) = (Arc::new(public), moved, held);
+    }
+
     /// The current version: the number of moves so far.
     pub fn version(&self) -> u32 {
         (self.moved.len() - 1) as u32

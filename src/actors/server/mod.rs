@@ -20,7 +20,10 @@
 mod downlink;
 mod fedbuff;
 mod online;
+mod saved;
 mod synchronous;
+
+pub(super) use saved::SaveState;
 
 use super::divergence::{DivergenceWatch, Seen};
 use super::evaluation::EvaluatedClients;
@@ -218,6 +221,19 @@ trait RoundPolicy<A: Algorithm> {
         job: &InFlight<A::Global>,
         eff: &mut FlEffects<A>,
     ) -> Result<(), SimError>;
+
+    /// What the policy keeps between rounds, where it is at rest (no job it waits for, no
+    /// update it holds) before round `StartRound`; `None` where it is not (or never is:
+    /// FedBuff).
+    fn at_rest(&self) -> Option<saved::PolicyState> {
+        None
+    }
+
+    /// Takes back what [`RoundPolicy::at_rest`] kept.
+    fn restore(&mut self, state: saved::PolicyState) -> Result<(), SimError> {
+        let _ = state;
+        Err(saved::mismatch("policy"))
+    }
 
     /// `Deadline { round }`, which only a policy with deadlines schedules (and implements).
     fn deadline(

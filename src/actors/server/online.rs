@@ -16,6 +16,7 @@ use crate::system::SystemModel;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub(super) struct OnlineIdle {
     /// Per position: 1 while the participant is online and idle.
     counts: Fenwick,
@@ -127,6 +128,7 @@ impl Candidates for OnlineIdleView<'_> {
 }
 
 /// Counts per position with prefix sums and the position of the i-th unit, in O(log n).
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct Fenwick {
     tree: Vec<i64>,
 }

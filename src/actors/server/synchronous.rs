@@ -5,6 +5,7 @@
 //! and its unmasking after the round closes ([`crate::system::secagg`]); a round whose masks
 //! cannot be removed aggregates nothing.
 
+use super::saved::PolicyState;
 use super::{Core, Held, InFlight, Report, RoundPolicy};
 use crate::actors::messages::{FlEffects, ToServer};
 use crate::actors::world::Outbox;
@@ -238,6 +239,20 @@ impl<A: Algorithm> Synchronous<A> {
 }
 
 impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
+    fn at_rest(&self) -> Option<PolicyState> {
+        let quiet = !self.open && !self.start_when_idle && self.outstanding == 0;
+        let holds = !self.fresh.is_empty() || !self.late.is_empty() || !self.held_jobs.is_empty();
+        (quiet && !holds && self.setup.is_none()).then(|| PolicyState::Synchronous {
+            selected: self.selected.clone(),
+        })
+    }
+
+    fn restore(&mut self, state: PolicyState) -> Result<(), SimError> {
+        let PolicyState::Synchronous { selected } = state;
+        self.selected = selected;
+        Ok(())
+    }
+
     fn start(
         &mut self,
         core: &mut Core<A>,

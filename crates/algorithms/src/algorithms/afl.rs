@@ -177,7 +177,7 @@ impl Afl {
 
 /// The server's iterate w, the average w̃ of the iterates so far, how many (t), and the mixture
 /// weights λ, one per client or group (0 for held-out clients and groups of them only).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct AflGlobal {
     pub model: Vec<f32>,
     pub average: Vec<f32>,

@@ -61,7 +61,7 @@ pub struct Apfl {
 
 /// The client's local model v (empty until it first trains) and its α; during an update only,
 /// its copy w of the global model.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ApflClient {
     pub local: Vec<f32>,
     pub alpha: f64,

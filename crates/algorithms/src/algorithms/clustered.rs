@@ -64,7 +64,7 @@ pub struct Clustered {
 }
 
 /// The server's clusters: members (sorted) and model of each, and each client's cluster.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Clusters {
     pub members: Vec<Vec<u32>>,
     pub models: Vec<Vec<f32>>,

@@ -53,7 +53,7 @@ pub struct Ditto {
 
 /// The personal model (empty until the client first trains) and the momentum of the global
 /// model's local training.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct DittoClient {
     pub personal: Vec<f32>,
     pub momentum: Vec<f32>,

@@ -59,7 +59,7 @@ pub struct FedDyn {
 
 /// The server's model θ and the mean drift d of all participants (what θ^t adds to the
 /// round's mean model).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct DynGlobal {
     pub model: Vec<f32>,
     pub drift: Vec<f32>,
@@ -72,7 +72,7 @@ impl super::Finite for DynGlobal {
 }
 
 /// A client's λ_k (empty until it first trains: 0) and its local run's momentum.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct DynClient {
     pub drift: Vec<f32>,
     pub momentum: Vec<f32>,

@@ -213,7 +213,7 @@ impl FedEm {
 }
 
 /// A client's mixture weights and one momentum buffer per component.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct FedEmClient {
     pub pi: Vec<f64>,
     pub momentum: Vec<Vec<f32>>,

@@ -103,7 +103,7 @@ pub struct FedRep {
 
 /// A client's head (empty until it first trains: it starts from the server's) and, during an
 /// update, its steps.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct FedRepClient {
     pub head: Vec<f32>,
     pub steps: LayerSteps,

@@ -24,7 +24,7 @@ impl super::AlgorithmSettings for LocalSpec {
 #[derive(Clone, Debug, Default)]
 pub struct Local;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LocalModel {
     pub params: Vec<f32>,
     pub momentum: Vec<f32>,

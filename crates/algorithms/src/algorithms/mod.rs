@@ -83,6 +83,7 @@ use crate::models::{
 use crate::records::{ModelKind, NoveltyScores, Split};
 use crate::settings::{Cohorts, EvaluatedSplits, Precision, Spill};
 use rand_chacha::ChaCha20Rng;
+use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
 
 /// One evaluation of one of a client's models on one of its splits.
@@ -359,10 +360,18 @@ impl<T: Finite> Finite for Vec<T> {
 /// the `Global` and `ClientState` values the actors hold.
 pub trait Algorithm: Send + Sync + 'static {
     /// What the server holds and broadcasts.
-    type Global: Clone + Finite + Send + Sync + Unpin + 'static;
+    /// (Serialized, with the client states, into a run's checkpoints.)
+    type Global: Clone + Finite + Send + Sync + Unpin + Serialize + DeserializeOwned + 'static;
     /// What a client keeps between rounds (its float buffers, [`Floats`], may be spilled to
     /// a file while it is idle: `training.spill`).
-    type ClientState: Finite + Floats + Clone + Send + Unpin + 'static;
+    type ClientState: Finite
+        + Floats
+        + Clone
+        + Send
+        + Unpin
+        + Serialize
+        + DeserializeOwned
+        + 'static;
     /// What a client sends back (its float buffers may be spilled until the aggregation).
     type Update: Finite + Floats + Send + Unpin + 'static;
 

@@ -77,7 +77,7 @@ pub struct Moon {
 
 /// The client's model from the last round it trained (empty before) and its momentum buffer
 /// (empty unless momentum is kept across rounds).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct MoonClient {
     pub previous: Vec<f32>,
     pub momentum: Vec<f32>,

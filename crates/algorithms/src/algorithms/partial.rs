@@ -143,7 +143,7 @@ impl LayerSplit {
 /// What the server of a split model holds: the shared layers, averaged each round, and the
 /// other layers' values every client starts from (the initial ones: the server never sees a
 /// client's).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SplitModel {
     pub shared: Vec<f32>,
     pub rest: Vec<f32>,
@@ -265,7 +265,7 @@ pub fn stale_average(
 /// an update, the whole model, its momentum buffer (from zero: a new optimizer per update, as
 /// the authors' code makes), the plan's momentum ρ, and how many steps train the `rest`
 /// before the steps that train the shared layers. Empty between rounds.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct LayerSteps {
     pub model: Vec<f32>,
     pub momentum: Vec<f32>,
@@ -409,7 +409,7 @@ pub struct PartialFedAvg {
 /// A client's own values of the layers it keeps (empty until it first trains: it starts
 /// from the server's) and its momentum buffer over the whole model (empty unless momentum is
 /// kept across rounds).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct PartialClient {
     pub rest: Vec<f32>,
     pub momentum: Vec<f32>,

@@ -56,7 +56,7 @@ fn paired(plan: &LocalPlan) -> LocalPlan {
 
 /// What a Per-FedAvg client works on during an update (nothing is kept between rounds): its copy
 /// w of the global model, and the trial step w̃ between the two minibatches of a pair.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct PerFedAvgClient {
     pub global_copy: Vec<f32>,
     pub trial: Option<Vec<f32>>,

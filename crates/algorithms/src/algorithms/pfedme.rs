@@ -81,7 +81,7 @@ pub struct PFedMe {
 
 /// What a pFedMe client keeps: θ, its personalized model of its last round (empty before it
 /// first trains); and, during an update only, its local model w_i.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PFedMeClient {
     pub theta: Vec<f32>,
     pub local: Vec<f32>,

@@ -76,7 +76,7 @@ pub struct Scaffold {
 }
 
 /// The server's model x and control variate c.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ScaffoldGlobal {
     pub model: Vec<f32>,
     pub control: Vec<f32>,
@@ -89,7 +89,7 @@ impl super::Finite for ScaffoldGlobal {
 }
 
 /// A client's control variate c_i (empty until it first trains: 0).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ScaffoldClient {
     pub control: Vec<f32>,
 }

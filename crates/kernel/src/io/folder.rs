@@ -118,10 +118,12 @@ impl Stamp {
     }
 }
 
-/// The files fedsim wrote into one folder (see the module docs).
+/// The files fedsim wrote into one folder (see the module docs). A name has two stamps while
+/// a file replaces fedsim's earlier one of that name ([`OutputFolder::publish`]): whichever a
+/// kill leaves there is fedsim's.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Manifest {
-    entries: BTreeMap<String, Stamp>,
+    entries: BTreeMap<String, Vec<Stamp>>,
 }
 
 impl Manifest {
@@ -142,7 +144,11 @@ impl Manifest {
             let (Ok(size), Ok(modified_ns)) = (size.parse(), time.parse()) else {
                 return Manifest::default();
             };
-            entries.insert(name.to_string(), Stamp { size, modified_ns });
+            let stamp = Stamp { size, modified_ns };
+            entries
+                .entry(name.to_string())
+                .or_insert_with(Vec::new)
+                .push(stamp);
         }
         Manifest { entries }
     }
@@ -154,9 +160,10 @@ impl Manifest {
 
     /// Whether `dir/name` is a regular file that fedsim wrote and nobody changed since.
     pub fn owns(&self, dir: &Path, name: &str) -> bool {
-        self.entries
-            .get(name)
-            .is_some_and(|s| Stamp::of(&dir.join(name)) == Some(*s))
+        let Some(stamps) = self.entries.get(name) else {
+            return false;
+        };
+        Stamp::of(&dir.join(name)).is_some_and(|now| stamps.contains(&now))
     }
 
     /// Every listed file is there, unchanged.
@@ -176,19 +183,17 @@ impl Manifest {
             path: path.clone(),
             source: std::io::Error::other("fedsim's own file went missing"),
         })?;
-        self.entries.insert(name.to_string(), stamp);
+        self.entries.insert(name.to_string(), vec![stamp]);
         Ok(())
     }
 
-    /// Keeps only the entries that still prove ownership.
+    /// Keeps only the entries that still prove ownership, each with the stamp that does.
     fn prune(&mut self, dir: &Path) {
-        let owned: Vec<String> = self
-            .entries
-            .keys()
-            .filter(|n| self.owns(dir, n))
-            .cloned()
-            .collect();
-        self.entries.retain(|n, _| owned.contains(n));
+        self.entries.retain(|name, stamps| {
+            let now = Stamp::of(&dir.join(name));
+            stamps.retain(|s| Some(*s) == now);
+            !stamps.is_empty()
+        });
     }
 
     /// Replaces `dir`'s manifest atomically (temporary file, sync, rename).
@@ -196,8 +201,10 @@ impl Manifest {
         let path = dir.join(MANIFEST);
         let tmp = dir.join(format!("{MANIFEST}.{}.tmp", std::process::id()));
         let mut text = format!("{MANIFEST_HEADER}\n");
-        for (name, s) in &self.entries {
-            text.push_str(&format!("{name}\t{}\t{}\n", s.size, s.modified_ns));
+        for (name, stamps) in &self.entries {
+            for s in stamps {
+                text.push_str(&format!("{name}\t{}\t{}\n", s.size, s.modified_ns));
+            }
         }
         let result = (|| {
             let mut f = File::create(&tmp)?;
@@ -492,7 +499,11 @@ impl OutputFolder {
                 path: file.clone(),
                 source: std::io::Error::other("a staged result file went missing"),
             })?;
-            next.entries.insert(name.to_string(), stamp);
+            // The earlier file of that name stays fedsim's until the new one is in place.
+            next.entries
+                .entry(name.to_string())
+                .or_default()
+                .push(stamp);
         }
         next.write(&self.dir)?;
         for name in retire {

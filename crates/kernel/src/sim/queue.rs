@@ -71,6 +71,13 @@ impl<T> EventQueue<T> {
         self.heap.pop().map(|e| (e.key, e.item))
     }
 
+    /// Every item with its key, in the order they pop.
+    pub fn in_order(&self) -> Vec<(EventKey, &T)> {
+        let mut all: Vec<(EventKey, &T)> = self.heap.iter().map(|e| (e.key, &e.item)).collect();
+        all.sort_unstable_by_key(|(key, _)| *key);
+        all
+    }
+
     pub fn peek_time(&self) -> Option<SimTime> {
         self.heap.peek().map(|e| e.key.time)
     }

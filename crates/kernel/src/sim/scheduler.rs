@@ -1,6 +1,6 @@
 //! The scheduler actor: owns the clock and the event queue, and delivers one event at a time.
 
-use super::{EventQueue, SimDuration, SimTime};
+use super::{EventKey, EventQueue, SimDuration, SimTime};
 use actix::prelude::*;
 use std::future::Future;
 use std::pin::Pin;
@@ -42,6 +42,12 @@ pub enum SimError {
         delay: SimDuration,
         to: u32,
     },
+    /// The run's checkpoint could not be written (the cause says where and why).
+    #[error(
+        "writing the run's checkpoint failed (make room there, or pass --checkpoint-every off \
+         to run without checkpoints)"
+    )]
+    Checkpoint(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A rule of the simulation broke: a bug in fedsim, never a user's input.
     #[error("internal error (a bug in fedsim; please report it): {0}")]
     Internal(String),
@@ -159,6 +165,52 @@ pub trait World: Clone + Unpin + 'static {
     /// since the last wait (a cohort of training jobs) must start now. Calls come at points of
     /// the event order alone, never of timing.
     fn flush(&self) {}
+
+    /// Whether the world saves its state at points at rest ([`World::at_rest`]): asked
+    /// before each such point, so that a world that never does costs nothing there.
+    fn rests(&self) -> bool {
+        false
+    }
+
+    /// Called before the scheduler delivers the next event when no result is pending anywhere
+    /// in the queue: a point at rest, where everything that decides the rest of the run is in
+    /// the entities' state and the events waiting (plain messages). The world may save both
+    /// there (a checkpoint, [`Resume`] starts from it); the future it returns runs before the
+    /// next event is delivered. Calls come at points of the event order alone.
+    fn at_rest(&self, _at: RestPoint<'_, Self::Msg>) -> Option<Saving> {
+        None
+    }
+}
+
+/// An event as it waits in the queue: when it is due, its origin (whose rank orders it among
+/// events due together), its target and its message.
+pub struct Queued<M> {
+    pub at: SimTime,
+    pub origin: EntityId,
+    pub to: EntityId,
+    pub msg: M,
+}
+
+/// A point at rest ([`World::at_rest`]).
+pub struct RestPoint<'a, M> {
+    /// Events delivered before the next one.
+    pub events: u64,
+    /// Every event waiting, in the order they are delivered: the next one first.
+    pub waiting: Vec<Queued<&'a M>>,
+}
+
+/// What saving a run's state at a point at rest amounts to.
+pub type Saving = Pin<Box<dyn Future<Output = Result<(), SimError>>>>;
+
+/// Where a simulation resumes ([`Scheduler::resume`]): a point at rest that was saved, whose
+/// entities have been given their saved state.
+pub struct Resume<M> {
+    /// The clock (when the next event is due).
+    pub now: SimTime,
+    /// Events delivered before the next one.
+    pub events: u64,
+    /// The events that were waiting, in the order they are delivered.
+    pub waiting: Vec<Queued<M>>,
 }
 
 /// What a finished simulation hands back.
@@ -204,6 +256,8 @@ impl<R> RecordObserver<R> {
 pub struct Scheduler<W: World> {
     world: W,
     queue: EventQueue<Event<W::Msg>>,
+    /// Events in the queue whose message is a pending result.
+    pending: usize,
     now: SimTime,
     events: u64,
     records: Vec<W::Record>,
@@ -226,23 +280,46 @@ impl<W: World> Scheduler<W> {
         initial: Vec<(EntityId, EntityId, W::Msg)>,
         observer: RecordObserver<W::Record>,
     ) -> Result<Outcome<W::Record>, SimError> {
+        let initial = initial
+            .into_iter()
+            .map(|(origin, to, msg)| (SimTime::ZERO, origin, to, msg));
+        Self::start_with(world, SimTime::ZERO, 0, initial.collect(), observer).await
+    }
+
+    /// Runs a simulation from a point at rest that [`World::at_rest`] saved: the clock and
+    /// the count of events as they were, and the events that were waiting, queued again in
+    /// their order (so they keep it among themselves and before every event sent later, as
+    /// in the run that saved them).
+    pub async fn resume(
+        world: W,
+        from: Resume<W::Msg>,
+        observer: RecordObserver<W::Record>,
+    ) -> Result<Outcome<W::Record>, SimError> {
+        let waiting = (from.waiting.into_iter())
+            .map(|q| (q.at, q.origin, q.to, q.msg))
+            .collect();
+        Self::start_with(world, from.now, from.events, waiting, observer).await
+    }
+
+    async fn start_with(
+        world: W,
+        now: SimTime,
+        events: u64,
+        initial: Vec<(SimTime, EntityId, EntityId, W::Msg)>,
+        observer: RecordObserver<W::Record>,
+    ) -> Result<Outcome<W::Record>, SimError> {
         let (tx, rx) = oneshot::channel();
         let mut queue = EventQueue::new();
-        for (origin, to, msg) in initial {
-            queue.push(
-                SimTime::ZERO,
-                origin.0,
-                Event {
-                    to,
-                    payload: Payload::Ready(msg),
-                },
-            );
+        for (at, origin, to, msg) in initial {
+            let payload = Payload::Ready(msg);
+            queue.push(at, origin.0, Event { to, payload });
         }
         Scheduler {
             world,
             queue,
-            now: SimTime::ZERO,
-            events: 0,
+            pending: 0,
+            now,
+            events,
             records: Vec::new(),
             observer,
             done: Some(tx),
@@ -278,9 +355,23 @@ impl<W: World> Scheduler<W> {
                 delay,
                 to: to.0,
             })?;
+            self.pending += usize::from(matches!(payload, Payload::Pending(_)));
             self.queue.push(at, origin.0, Event { to, payload });
         }
         Ok(effects.stop)
+    }
+}
+
+/// `event` (due at `key`) as it waits, where its message is ready.
+fn ready<'a, M>(key: &EventKey, event: &'a Event<M>) -> Option<Queued<&'a M>> {
+    match &event.payload {
+        Payload::Ready(msg) => Some(Queued {
+            at: key.time,
+            origin: EntityId(key.origin_rank),
+            to: event.to,
+            msg,
+        }),
+        Payload::Pending(_) => None,
     }
 }
 
@@ -302,6 +393,23 @@ impl<W: World> Handler<Step> for Scheduler<W> {
             ));
         };
         debug_assert!(key.time >= self.now, "time never goes backwards");
+        let saving = match &event.payload {
+            Payload::Pending(_) => {
+                self.pending -= 1;
+                None
+            }
+            Payload::Ready(next) if self.pending == 0 && self.world.rests() => {
+                let later = self.queue.in_order().into_iter();
+                let waiting = std::iter::once(ready(&key, &event).expect("the next is ready"))
+                    .chain(later.filter_map(|(key, event)| ready(&key, event)))
+                    .collect();
+                self.world.at_rest(RestPoint {
+                    events: self.events,
+                    waiting,
+                })
+            }
+            Payload::Ready(_) => None,
+        };
         self.now = key.time;
         self.events += 1;
         if matches!(event.payload, Payload::Pending(_)) {
@@ -311,6 +419,9 @@ impl<W: World> Handler<Step> for Scheduler<W> {
         let now = self.now;
         let to = event.to;
         let delivery = async move {
+            if let Some(saving) = saving {
+                saving.await?;
+            }
             let msg = match event.payload {
                 Payload::Ready(m) => m,
                 Payload::Pending(rx) => rx

@@ -83,7 +83,7 @@ impl Encoder {
 }
 
 /// One Gaussian: its mean and covariance (d × d row-major, or the d variances).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Gaussian {
     pub mean: Vec<f64>,
     pub cov: Vec<f64>,

@@ -49,7 +49,7 @@ pub struct LocalPlan {
 /// the sum is divided by the expected batch size q·n. Weight decay, a proximal term and
 /// momentum act on that direction as in plain SGD (they use no data). An epoch is ⌈n/B⌉ such
 /// steps. Trained by [`super::train_sgd_stacked`], alone (one run) or in a cohort.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DpSgd {
     pub clip: f64,
     pub noise_multiplier: f64,

@@ -83,7 +83,7 @@ impl SubsampledGaussian {
 }
 
 /// The privacy spent so far: the RDP of the steps composed, at each order.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RdpAccountant {
     orders: Vec<f64>,
     rdp: Vec<f64>,

@@ -713,7 +713,7 @@ impl ClientLevelPrivacy {
 
 /// The distributed mechanism's accountant: each release composed with the noise its sum
 /// really carried, σ·√(n/m) for n clients' shares (the one-step RDP kept by n).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ShareAccountant {
     spent: RdpAccountant,
     by_count: std::collections::BTreeMap<usize, Vec<f64>>,

@@ -23,7 +23,7 @@ use crate::settings::FieldError;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Sample-level DP as a run applies it.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SampleLevelPrivacy {
     pub dp_sgd: DpSgd,
     pub delta: f64,
@@ -86,7 +86,7 @@ pub fn resolve(
 }
 
 /// What each client's records have spent, and the most any client's have.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RecordAccountant {
     privacy: SampleLevelPrivacy,
     orders: Vec<f64>,

@@ -83,7 +83,7 @@ pub fn increment(leaf: u64) -> (Vec<Node>, Vec<Node>) {
 }
 
 /// Each client's Σ m² over the nodes released so far, and the largest.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TreeAccountant {
     clients: BTreeMap<u32, ClientNodes>,
     /// The leaves released so far.
@@ -94,7 +94,7 @@ pub struct TreeAccountant {
 
 /// One client's open nodes (one per level: the index and how many of its leaves it has) and
 /// Σ m² over the nodes it has left behind (all released).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 struct ClientNodes {
     open: Vec<(u64, u64)>,
     closed: u64,

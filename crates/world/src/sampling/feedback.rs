@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 /// The per-row losses of the model a client started a job from, on its training rows (its
 /// F_k(w) when it trained), summarised: what it reports with its update under a loss-guided
 /// strategy.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReportedLoss {
     pub rows: usize,
     /// Σ ℓ / n, in f64 in row order.
@@ -41,7 +41,7 @@ impl ReportedLoss {
 
 /// What the server last heard from a client: the loss its update reported, how long its job
 /// took (sent to update received, on the server's clock) and the round it was sent for.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Heard {
     pub loss: ReportedLoss,
     pub duration: SimDuration,
@@ -49,7 +49,7 @@ pub struct Heard {
 }
 
 /// What the server has heard from each client so far, by client.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Feedback {
     heard: BTreeMap<u32, Heard>,
 }

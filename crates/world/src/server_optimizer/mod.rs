@@ -31,7 +31,7 @@ pub use yogi::YogiSpec;
 /// What a server optimizer keeps for one vector of the global model between rounds: the first
 /// moment m (FedAvgM's momentum buffer) and the second moment v of Reddi et al.'s Algorithm 2,
 /// each empty until the first step that needs it.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Moments {
     pub first: Vec<f32>,
     pub second: Vec<f32>,

@@ -254,7 +254,7 @@ pub struct FedGmm {
 pub use crate::models::Gaussian;
 
 /// What the server holds: K Gaussians and M classifiers.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct GmmGlobal {
     pub gaussians: Vec<Gaussian>,
     pub classifiers: Vec<Vec<f32>>,
@@ -273,7 +273,7 @@ impl super::Finite for GmmGlobal {
 /// A client's joint weights π(k, m) (index k·M + m) and one momentum buffer per classifier
 /// (FedEM's client state over pairs); while its classifiers train, the Gaussians its E-step
 /// fitted (see its [`LocalUpdate::Sgd`]).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct GmmClient {
     pub pi: Vec<f64>,
     pub momentum: Vec<Vec<f32>>,
@@ -282,7 +282,7 @@ pub struct GmmClient {
 }
 
 /// The Gaussians of a client's local M-step with their weights γ_k = Σ_i Σ_m r.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct FittedGaussians {
     gaussians: Vec<Gaussian>,
     weights: Vec<f64>,
