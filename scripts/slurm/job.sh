@@ -10,11 +10,13 @@
 # CPUS_PER_TASK cores and requeued when preempted, and a report job that runs `fedsim report
 # OUT` once every task has ended well. Inside the array, a task runs its shard
 # (`fedsim sweep --shard auto`: the shard from SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT).
-# A requeued task skips the cells it finished and runs the rest again from their start
-# (checkpoints inside a run are not there yet: a cell cut short starts over).
+# A requeued task skips the cells it finished and resumes the cell it was cut short in from
+# that cell's last checkpoint (every CHECKPOINT_EVERY), with the files an uninterrupted run
+# writes.
 #
 # Settings (environment): FEDSIM, the fedsim binary [default: fedsim on PATH];
-# CPUS_PER_TASK [1]; MAX_TASKS [the number of cells]; SBATCH_ARGS, more sbatch options for
+# CPUS_PER_TASK [1]; MAX_TASKS [the number of cells]; CHECKPOINT_EVERY [5m: a number of
+# rounds, a wall-clock time such as 90s or 5m, or off]; SBATCH_ARGS, more sbatch options for
 # every job (e.g. "--partition=cpu --time=02:00:00"). Each job's log is
 # slurm-logs/<job>_<task>.out.
 #SBATCH --job-name=fedsim-sweep
@@ -31,7 +33,8 @@ if [ -n "${FEDSIM_SLURM_REPORT:-}" ]; then
 fi
 if [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then
   # One task of the array: its shard, one cell at a time on its cores.
-  exec "$fedsim" sweep "$sweep" --out "$out" --shard auto --jobs 1 --quiet
+  exec "$fedsim" sweep "$sweep" --out "$out" --shard auto --jobs 1 --quiet \
+    --checkpoint-every "${CHECKPOINT_EVERY:-5m}"
 fi
 
 cells=$("$fedsim" sweep "$sweep" --list --count)

@@ -17,8 +17,11 @@
 
 use crate::sim::{SimError, SimTime};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::io::{Read, Write};
 
-/// A run's state at a point at rest (the records made before it are the caller's to keep).
+/// A run's state at a point at rest, less what the clients keep (written and read as a
+/// stream, client by client: [`WriteClients`], [`Resumed::clients`]) and the records made
+/// before it (the caller's to keep).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunState {
     /// The clock when the round starts.
@@ -32,8 +35,17 @@ pub struct RunState {
     pub waiting: Vec<Waiting>,
     /// The server's state, encoded.
     pub server: Vec<u8>,
-    /// What the clients keep, encoded.
-    pub clients: Vec<u8>,
+}
+
+/// Writes what the clients keep into the writer it is given, one client at a time (so that a
+/// checkpoint never holds every client's state in memory at once).
+pub type WriteClients<'a> = &'a mut dyn FnMut(&mut dyn Write) -> Result<(), SimError>;
+
+/// A checkpoint to resume from: the run's state, and a reader at what the clients keep (as
+/// [`WriteClients`] wrote it).
+pub struct Resumed {
+    pub state: RunState,
+    pub clients: Box<dyn Read>,
 }
 
 /// A message the server sent itself, waiting at a point at rest: when it is due, and what.
@@ -53,12 +65,31 @@ pub enum ServerEvent {
 
 /// How a run takes checkpoints, and whether it starts from one.
 pub struct Checkpoints {
-    /// The state the run starts from (a resumed run); `None`: from the start.
-    pub resume: Option<RunState>,
+    /// The checkpoint the run starts from (a resumed run); `None`: from the start.
+    pub resume: Option<Resumed>,
     /// Whether a checkpoint is due before round `round` starts (asked at points at rest only).
     pub due: Box<dyn FnMut(u32) -> bool>,
-    /// Saves one.
-    pub save: Box<dyn FnMut(RunState) -> Result<(), SimError>>,
+    /// Saves one: the run's state, and the clients' through the writer it is handed.
+    #[allow(clippy::type_complexity)]
+    pub save: Box<dyn FnMut(&RunState, WriteClients<'_>) -> Result<(), SimError>>,
+}
+
+/// Writes `value` in the checkpoints' binary form into `w`.
+pub(crate) fn encode_into<T: Serialize>(value: &T, w: &mut dyn Write) -> Result<(), SimError> {
+    let config = bincode::config::standard();
+    bincode::serde::encode_into_std_write(value, &mut &mut *w, config)
+        .map(|_| ())
+        .map_err(|e| SimError::Checkpoint(Box::new(e)))
+}
+
+/// Reads a value [`encode_into`] wrote of `what` from `r`.
+pub(crate) fn decode_from<T: DeserializeOwned>(
+    r: &mut dyn Read,
+    what: &str,
+) -> Result<T, SimError> {
+    let config = bincode::config::standard();
+    bincode::serde::decode_from_std_read(&mut &mut *r, config)
+        .map_err(|e| undecodable(what, &e.to_string()))
 }
 
 /// `value` in the checkpoints' binary form (floats as their bytes).
@@ -101,5 +132,12 @@ mod tests {
         assert_eq!(bits(&back), bits(&odd));
         let short = &encode(&odd.to_vec())[..5];
         assert!(decode::<Vec<f32>>(short, "floats").is_err());
+        let mut streamed = Vec::new();
+        encode_into(&odd.to_vec(), &mut streamed).unwrap();
+        encode_into(&7u32, &mut streamed).unwrap();
+        let mut r = &streamed[..];
+        let back: Vec<f32> = decode_from(&mut r, "floats").unwrap();
+        assert_eq!(bits(&back), bits(&odd));
+        assert_eq!(decode_from::<u32>(&mut r, "a count").unwrap(), 7);
     }
 }

@@ -5,7 +5,7 @@
 //! mixture weights), and it scores its rows when the server hands it every evaluated client's
 //! (their mean).
 
-use super::checkpoint::{decode, encode};
+use super::checkpoint::{decode_from, encode_into};
 use super::cohort::{Dispatch, EvalJob, TrainJob};
 use super::divergence::{DivergenceWatch, Seen};
 use super::evaluation::EvalContext;
@@ -25,7 +25,8 @@ use crate::system::{payload_bytes, Link, SystemModel};
 use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 
@@ -483,47 +484,54 @@ impl<A: Algorithm> Roster<A> {
         }
     }
 
-    /// What the clients keep, encoded, where every client is asleep (a point at rest);
-    /// `None` where one is awake.
-    pub fn saved(&self) -> Result<Option<Vec<u8>>, SimError> {
-        if !self.awake.borrow().is_empty() {
-            return Ok(None);
-        }
+    /// Whether every client is asleep (a point at rest).
+    pub fn at_rest(&self) -> bool {
+        self.awake.borrow().is_empty()
+    }
+
+    /// Writes what the sleeping clients keep into `w`, one client at a time (read back from
+    /// the spill file where it was spilled): who has woken, how many keep something, then each
+    /// one's id and what it keeps, in id order.
+    pub fn write_kept(&self, w: &mut dyn Write) -> Result<(), SimError> {
         let asleep = self.asleep.borrow();
-        let mut kept = BTreeMap::new();
-        for (&id, k) in asleep.iter() {
+        encode_into(&*self.woken.borrow(), w)?;
+        encode_into(&(asleep.len() as u64), w)?;
+        let mut ids: Vec<u32> = asleep.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let k = &asleep[&id];
             let read = |e: crate::io::SpillError| {
                 SimError::JobFailed(format!("reading client {id}'s state for a checkpoint: {e}"))
             };
-            kept.insert(
-                id,
-                KeptState {
-                    state: k.state.clone().into_inner().map_err(read)?,
-                    residual: (k.residual.clone())
-                        .map(Stored::into_inner)
-                        .transpose()
-                        .map_err(read)?,
-                    last_trained: k.last_trained,
-                    watch: k.watch,
-                },
-            );
+            let kept = KeptState {
+                state: k.state.clone().into_inner().map_err(read)?,
+                residual: (k.residual.clone())
+                    .map(Stored::into_inner)
+                    .transpose()
+                    .map_err(read)?,
+                last_trained: k.last_trained,
+                watch: k.watch,
+            };
+            encode_into(&(id, kept), w)?;
         }
-        let woken = self.woken.borrow().clone();
-        Ok(Some(encode(&RosterState { kept, woken })))
+        Ok(())
     }
 
-    /// Gives a roster of sleeping clients what [`Roster::saved`] encoded.
-    pub fn restore(&self, bytes: &[u8]) -> Result<(), SimError> {
-        let saved: RosterState<A::ClientState> = decode(bytes, "the clients' state")?;
-        if saved.woken.len() != self.woken.borrow().len() {
+    /// Gives a roster of sleeping clients what [`Roster::write_kept`] wrote, read from `r`
+    /// one client at a time (each spilled as the run spills values of its size).
+    pub fn read_kept(&self, r: &mut dyn Read) -> Result<(), SimError> {
+        let woken: Vec<u64> = decode_from(r, "the clients who have woken")?;
+        if woken.len() != self.woken.borrow().len() {
             return Err(SimError::Internal(
                 "a checkpoint's clients do not match the scenario's".into(),
             ));
         }
-        *self.woken.borrow_mut() = saved.woken;
+        *self.woken.borrow_mut() = woken;
+        let count: u64 = decode_from(r, "the number of clients kept")?;
         let jobs = &self.parts.jobs;
         let mut asleep = self.asleep.borrow_mut();
-        for (id, k) in saved.kept {
+        for _ in 0..count {
+            let (id, k): (u32, KeptState<A::ClientState>) = decode_from(r, "a client's state")?;
             let kept = Kept {
                 state: jobs.keep(k.state),
                 residual: k.residual.map(|r| jobs.keep(r)),
@@ -549,14 +557,6 @@ struct KeptState<S> {
     residual: Option<Vec<f32>>,
     last_trained: Option<u32>,
     watch: DivergenceWatch,
-}
-
-/// The clients' state at a point at rest: what each sleeping client keeps, by id, and who has
-/// woken (their devices are recorded).
-#[derive(Serialize, Deserialize)]
-struct RosterState<S> {
-    kept: BTreeMap<u32, KeptState<S>>,
-    woken: Vec<u64>,
 }
 
 impl<A: Algorithm> Actor for Client<A> {

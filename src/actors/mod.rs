@@ -26,7 +26,7 @@ mod server;
 mod trainer;
 mod world;
 
-pub use checkpoint::{Checkpoints, RunState};
+pub use checkpoint::{Checkpoints, Resumed, RunState, WriteClients};
 pub use messages::{FinishedWork, PooledNovelty, PrivacyNote, ToClient, ToServer, TrainOrder};
 pub use peer::{consensus_distance, PeerMsg};
 pub use run::simulate;

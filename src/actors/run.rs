@@ -121,13 +121,17 @@ fn simulate_server<A: Algorithm>(
             global,
         );
         let (resume, checkpoints) = match checkpoints {
-            Some(c) => (c.resume.clone(), Some(c)),
+            Some(mut c) => (c.resume.take(), Some(c)),
             None => (None, None),
         };
-        if let Some(from) = &resume {
-            server.restore(&from.server)?;
-            clients.restore(&from.clients)?;
-        }
+        let resume = match resume {
+            Some(mut from) => {
+                server.restore(&from.state.server)?;
+                clients.read_kept(&mut from.clients)?;
+                Some(from.state)
+            }
+            None => None,
+        };
         let server = server.start();
         let mut world: HubWorld<_, _, ToServer<A>, ToClient<A>> =
             HubWorld::new(server.clone(), clients.clone());
@@ -189,7 +193,7 @@ fn saving_at_rest<A: Algorithm>(
         Some(Box::pin(async move {
             let saved = server.send(SaveState).await;
             let server = saved.map_err(|e| SimError::ActorGone(format!("the server: {e}")))?;
-            let (Some(server), Some(clients)) = (server, clients.saved()?) else {
+            let Some(server) = server.filter(|_| clients.at_rest()) else {
                 return Ok(());
             };
             let state = RunState {
@@ -198,9 +202,8 @@ fn saving_at_rest<A: Algorithm>(
                 round,
                 waiting,
                 server,
-                clients,
             };
-            (checkpoints.borrow_mut().save)(state)
+            (checkpoints.borrow_mut().save)(&state, &mut |w| clients.write_kept(w))
         }))
     })
 }

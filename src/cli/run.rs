@@ -41,16 +41,32 @@ pub struct RunArgs {
     /// copy of every client's models in memory until the run ends.
     #[arg(long)]
     pub save_client_models: bool,
+    #[command(flatten)]
+    pub checkpoints: CheckpointArgs,
+}
+
+/// How `fedsim run` and `fedsim sweep` take checkpoints.
+#[derive(clap::Args)]
+pub struct CheckpointArgs {
     /// Save a checkpoint this often: a number of rounds (`10`), a wall-clock time (`90s`,
     /// `5m`, `1h`) or `off` [default: 1m]. Taken where a synchronous round starts with nothing
     /// else left to happen. The same command, run again after a kill, resumes from the last one
     /// and writes the files an uninterrupted run writes.
     #[arg(long, value_name = "EVERY")]
     pub checkpoint_every: Option<CheckpointEvery>,
-    /// Discard the output folder's checkpoint (of this or another scenario) and run from the
-    /// start.
+    /// Discard a checkpoint the run finds (of another scenario, another fedsim, or damaged)
+    /// and run from the start.
     #[arg(long)]
     pub restart: bool,
+}
+
+impl CheckpointArgs {
+    pub fn options(&self) -> CheckpointOptions {
+        CheckpointOptions {
+            every: self.checkpoint_every.unwrap_or_default(),
+            restart: self.restart,
+        }
+    }
 }
 
 pub fn run(args: RunArgs) -> Result<i32> {
@@ -64,8 +80,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         force,
         save_models,
         save_client_models,
-        checkpoint_every,
-        restart,
+        checkpoints,
     } = args;
     let s = overrides.load(&scenario)?;
     let opts = RunOptions {
@@ -76,15 +91,18 @@ pub fn run(args: RunArgs) -> Result<i32> {
         save_models,
         save_client_models,
         keep_unfinished: true,
-        checkpoint: CheckpointOptions {
-            every: checkpoint_every.unwrap_or_default(),
-            restart,
-        },
+        checkpoint: checkpoints.options(),
     };
     let report =
         run_scenario(&s, &opts).with_context(|| format!("running {}", scenario.display()))?;
     for n in &report.notes {
         errln!("note: {n}");
+    }
+    if let Some(round) = report.resumed_at {
+        errln!(
+            "note: resumed from the checkpoint in {} at the start of round {round}",
+            opts.out_dir.display()
+        );
     }
     let pct = |v: f64| format!("{:6.2} %", 100.0 * v);
     outln!(

@@ -36,6 +36,9 @@ pub struct SweepArgs {
     /// (NAME.before-fedsim) instead of refusing the folder; nothing is deleted.
     #[arg(long)]
     pub force: bool,
+    /// A cell killed mid-run resumes from its checkpoint when the sweep runs again.
+    #[command(flatten)]
+    pub checkpoints: super::run::CheckpointArgs,
 }
 
 pub fn sweep(args: SweepArgs) -> Result<i32> {
@@ -48,6 +51,7 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
         count,
         quiet,
         force,
+        checkpoints,
     } = args;
     let plan = Sweep::load(&sweep)?;
     for n in plan.notes() {
@@ -85,6 +89,7 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
         shard,
         progress: !quiet && std::io::stderr().is_terminal(),
         force,
+        checkpoint: checkpoints.options(),
     };
     let outcome = run_sweep(&plan, &opts).with_context(|| format!("sweep {}", sweep.display()))?;
     for n in &outcome.notes {

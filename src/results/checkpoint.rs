@@ -3,19 +3,23 @@
 //! what it was a run of. A run that finds one from the same resolved scenario and the same
 //! fedsim resumes from it and ends with the files an uninterrupted run writes, byte for byte.
 //!
-//! The file is `MAGIC`, then a header, the run's state and its records (each in the
-//! checkpoints' binary form, after its length), then the SHA-256 of everything before it: a
-//! truncated or damaged file is refused, never half read. It is written whole into the run's
-//! staging folder and moved into place (the manifest lists it), so a kill leaves the last
-//! complete one; a finished run removes it.
+//! The file is `MAGIC`, then a header and the run's state (each in the checkpoints' binary
+//! form, after its length), the records (their count and length, then each), what the clients
+//! keep (as [`crate::actors::WriteClients`] writes it, client by client), and the SHA-256 of
+//! everything before it: a truncated or damaged file is refused, never half read. It is
+//! written as a stream (never whole in memory: a FEMNIST run's clients keep gigabytes) into
+//! the run's staging folder, synced and moved into place (the manifest lists it), so a kill
+//! leaves the last complete one; a finished run removes it. The records wait for it in an
+//! unnamed temporary file, not in memory.
 //!
 //! This room must not decide when a checkpoint is due beyond [`CheckpointEvery`], nor read
 //! one that does not match the run in every field the resumed run reads.
 
-use crate::actors::RunState;
+use crate::actors::{Resumed, RunState, WriteClients};
 use crate::records::Record;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -121,19 +125,61 @@ impl Cadence {
     }
 }
 
-/// The records a run has made, in the checkpoints' binary form, in order.
+/// The records a run has made, in the checkpoints' binary form, in order, in an unnamed
+/// temporary file (made with the first record).
 #[derive(Default)]
 pub struct RecordLog {
-    bytes: Vec<u8>,
+    file: Option<BufWriter<std::fs::File>>,
     count: u64,
+    len: u64,
+    /// The first write that failed: the next checkpoint reports it.
+    failed: Option<std::io::Error>,
 }
 
 impl RecordLog {
     pub fn push(&mut self, r: &Record) {
+        if self.failed.is_none() {
+            if let Err(e) = self.append(r) {
+                self.failed = Some(e);
+            }
+        }
+    }
+
+    fn append(&mut self, r: &Record) -> std::io::Result<()> {
+        let file = match &mut self.file {
+            Some(file) => file,
+            None => self.file.insert(BufWriter::new(crate::io::unnamed_file()?)),
+        };
         let config = bincode::config::standard();
-        bincode::serde::encode_into_std_write(r, &mut self.bytes, config)
-            .expect("a record always encodes into memory");
+        let written = bincode::serde::encode_into_std_write(r, file, config)
+            .map_err(std::io::Error::other)?;
         self.count += 1;
+        self.len += written as u64;
+        Ok(())
+    }
+
+    /// Writes the count, the length and every record into `w`.
+    fn copy_into(&mut self, w: &mut dyn Write) -> std::io::Result<()> {
+        if let Some(e) = self.failed.take() {
+            let why = format!("keeping the run's records in a temporary file (TMPDIR): {e}");
+            return Err(std::io::Error::new(e.kind(), why));
+        }
+        w.write_all(&self.count.to_le_bytes())?;
+        w.write_all(&self.len.to_le_bytes())?;
+        let Some(file) = &mut self.file else {
+            return Ok(());
+        };
+        file.flush()?;
+        let file = file.get_mut();
+        file.seek(SeekFrom::Start(0))?;
+        let copied = std::io::copy(&mut (&mut *file).take(self.len), w)?;
+        file.seek(SeekFrom::End(0))?;
+        if copied != self.len {
+            return Err(std::io::Error::other(
+                "the records' file is shorter than written",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -146,10 +192,11 @@ struct Header {
     resolved_yaml: String,
 }
 
-/// A checkpoint as read back: the state to resume from and the records made before it.
+/// A checkpoint as read back: the records made before it, and the state to resume from (with
+/// a reader at what the clients keep).
 pub struct Saved {
-    pub state: RunState,
     pub records: Vec<Record>,
+    pub resumed: Resumed,
 }
 
 /// A checkpoint that cannot be resumed from.
@@ -190,80 +237,98 @@ pub enum CheckpointError {
     },
 }
 
-/// The file's bytes for `state`, with the records of `log`, of the run of `resolved_yaml`
-/// (whose SHA-256 is `content_hash`).
-pub fn checkpoint_bytes(
-    content_hash: &str,
-    resolved_yaml: &str,
+/// A writer that sums what goes through it.
+struct Summed<'a> {
+    inner: &'a mut dyn Write,
+    sum: Sha256,
+}
+
+impl Write for Summed<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(bytes)?;
+        self.sum.update(&bytes[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Writes a checkpoint into `w`: of the run of `resolved_yaml` (whose SHA-256 is
+/// `content_hash`), at `state`, with the records of `log` and what `clients` writes.
+pub fn write_checkpoint(
+    w: &mut dyn Write,
+    (content_hash, resolved_yaml): (&str, &str),
     state: &RunState,
-    log: &RecordLog,
-) -> Vec<u8> {
+    log: &mut RecordLog,
+    clients: WriteClients<'_>,
+) -> std::io::Result<()> {
     let header = Header {
         format: FORMAT,
         fedsim: env!("CARGO_PKG_VERSION").to_string(),
         content_hash: content_hash.to_string(),
         resolved_yaml: resolved_yaml.to_string(),
     };
+    let mut w = Summed {
+        inner: w,
+        sum: Sha256::new(),
+    };
+    w.write_all(MAGIC)?;
     let config = bincode::config::standard();
-    let encode = |v: &dyn erased::Encode| v.encode(config);
-    let mut out = MAGIC.to_vec();
-    for part in [encode(&header), encode(state)] {
-        out.extend((part.len() as u64).to_le_bytes());
-        out.extend(part);
+    let header = bincode::serde::encode_to_vec(&header, config).map_err(std::io::Error::other)?;
+    let state = bincode::serde::encode_to_vec(state, config).map_err(std::io::Error::other)?;
+    for part in [header, state] {
+        w.write_all(&(part.len() as u64).to_le_bytes())?;
+        w.write_all(&part)?;
     }
-    out.extend(log.count.to_le_bytes());
-    out.extend((log.bytes.len() as u64).to_le_bytes());
-    out.extend(&log.bytes);
-    let sum = Sha256::digest(&out);
-    out.extend(sum);
-    out
-}
-
-/// Encoding through a trait object (the header and the state are of two types).
-mod erased {
-    pub trait Encode {
-        fn encode(&self, config: bincode::config::Configuration) -> Vec<u8>;
-    }
-
-    impl<T: serde::Serialize> Encode for T {
-        fn encode(&self, config: bincode::config::Configuration) -> Vec<u8> {
-            bincode::serde::encode_to_vec(self, config).expect("a checkpoint's part encodes")
-        }
-    }
+    log.copy_into(&mut w)?;
+    clients(&mut w).map_err(std::io::Error::other)?;
+    let sum = w.sum.finalize();
+    w.inner.write_all(&sum)
 }
 
 /// Reads the checkpoint at `path` for a run of `resolved_yaml` (SHA-256 `content_hash`),
-/// refusing one that is damaged, of another fedsim or of another scenario.
+/// refusing one that is damaged, of another fedsim or of another scenario: the whole file is
+/// checked against its checksum first, then read up to the clients' part.
 pub fn read_checkpoint(
     path: &Path,
     content_hash: &str,
     resolved_yaml: &str,
 ) -> Result<Saved, CheckpointError> {
-    let bytes = crate::io::read_bytes(path, crate::io::SizeLimit::memory("a checkpoint")).map_err(
-        |source| CheckpointError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-    )?;
+    let io = |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let unreadable = |why: &str| CheckpointError::Unreadable {
         path: path.to_path_buf(),
         why: why.to_string(),
     };
-    let body = bytes
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| unreadable("it does not begin as one"))?;
-    if body.len() < 32 {
-        return Err(unreadable("it ends before its checksum"));
-    }
-    let (body, sum) = body.split_at(body.len() - 32);
+    let limit = crate::io::SizeLimit {
+        bytes: u64::MAX,
+        what: "a checkpoint",
+    };
+    let mut file = crate::io::open_regular(path, limit).map_err(io)?;
+    let total = file.seek(SeekFrom::End(0)).map_err(io)?;
+    let body = total
+        .checked_sub(32)
+        .ok_or_else(|| unreadable("it ends before its checksum"))?;
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
     let mut summed = Sha256::new();
-    summed.update(MAGIC);
-    summed.update(body);
+    std::io::copy(&mut (&mut file).take(body), &mut summed).map_err(io)?;
+    let mut sum = [0u8; 32];
+    file.read_exact(&mut sum).map_err(io)?;
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    let mut reader = BufReader::new(file);
+    let mut magic = vec![0u8; MAGIC.len()];
+    let starts = (body >= MAGIC.len() as u64) && reader.read_exact(&mut magic).is_ok();
+    if !starts || magic != MAGIC {
+        return Err(unreadable("it does not begin as one"));
+    }
     if summed.finalize().as_slice() != sum {
         return Err(unreadable("its checksum does not match its contents"));
     }
-    let mut reader = Reader { bytes: body };
-    let header: Header = reader.part().map_err(|why| unreadable(&why))?;
+    let header: Header = part(&mut reader).map_err(|why| unreadable(&why))?;
     if header.format != FORMAT || header.fedsim != env!("CARGO_PKG_VERSION") {
         return Err(CheckpointError::Version {
             path: path.to_path_buf(),
@@ -277,55 +342,50 @@ pub fn read_checkpoint(
             differences: differences(&header.resolved_yaml, resolved_yaml),
         });
     }
-    let state: RunState = reader.part().map_err(|why| unreadable(&why))?;
-    let count = reader.u64().map_err(|why| unreadable(&why))?;
-    let len = reader.u64().map_err(|why| unreadable(&why))? as usize;
-    if reader.bytes.len() != len {
-        return Err(unreadable("its records do not end where it ends"));
-    }
-    let mut records = Vec::new();
+    let state: RunState = part(&mut reader).map_err(|why| unreadable(&why))?;
+    let count = u64_of(&mut reader).map_err(|why| unreadable(&why))?;
+    let len = u64_of(&mut reader).map_err(|why| unreadable(&why))?;
     let config = bincode::config::standard();
-    let mut rest = reader.bytes;
+    let mut records_part = (&mut reader).take(len);
+    let mut records = Vec::new();
     for _ in 0..count {
-        let (r, read): (Record, usize) = bincode::serde::decode_from_slice(rest, config)
+        let r: Record = bincode::serde::decode_from_std_read(&mut records_part, config)
             .map_err(|e| unreadable(&format!("record {}: {e}", records.len() + 1)))?;
-        rest = &rest[read..];
         records.push(r);
     }
-    if !rest.is_empty() {
-        return Err(unreadable("bytes follow its last record"));
+    if records_part.limit() != 0 {
+        return Err(unreadable("its records do not end where they say"));
     }
-    Ok(Saved { state, records })
+    let at = reader.stream_position().map_err(io)?;
+    let clients = Box::new(reader.take(body.saturating_sub(at)));
+    Ok(Saved {
+        records,
+        resumed: Resumed { state, clients },
+    })
 }
 
-/// The parts of a checkpoint's body, in order.
-struct Reader<'a> {
-    bytes: &'a [u8],
+fn u64_of(r: &mut impl Read) -> Result<u64, String> {
+    let mut n = [0u8; 8];
+    r.read_exact(&mut n)
+        .map_err(|_| "it ends early".to_string())?;
+    Ok(u64::from_le_bytes(n))
 }
 
-impl Reader<'_> {
-    fn u64(&mut self) -> Result<u64, String> {
-        if self.bytes.len() < 8 {
-            return Err("it ends early".into());
-        }
-        let (n, rest) = self.bytes.split_at(8);
-        self.bytes = rest;
-        Ok(u64::from_le_bytes(n.try_into().expect("eight bytes")))
+/// A part of the file: its length, then its value.
+fn part<T: serde::de::DeserializeOwned>(r: &mut impl Read) -> Result<T, String> {
+    let len = u64_of(r)?;
+    let mut bytes = Vec::new();
+    r.take(len)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 != len {
+        return Err("it ends early".into());
     }
-
-    fn part<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, String> {
-        let len = self.u64()? as usize;
-        if self.bytes.len() < len {
-            return Err("it ends early".into());
-        }
-        let (part, rest) = self.bytes.split_at(len);
-        self.bytes = rest;
-        let config = bincode::config::standard();
-        match bincode::serde::decode_from_slice(part, config) {
-            Ok((value, read)) if read == len => Ok(value),
-            Ok(_) => Err("a part holds more than it says".into()),
-            Err(e) => Err(e.to_string()),
-        }
+    let config = bincode::config::standard();
+    match bincode::serde::decode_from_slice(&bytes, config) {
+        Ok((value, read)) if read == bytes.len() => Ok(value),
+        Ok(_) => Err("a part holds more than it says".into()),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -367,30 +427,42 @@ mod tests {
             round: 7,
             waiting: Vec::new(),
             server: vec![1, 2, 3],
-            clients: vec![4, 5],
         }
     }
 
-    fn log() -> RecordLog {
-        let mut log = RecordLog::default();
-        for round in 1..=6 {
-            log.push(&Record::Round(RoundRecord {
-                round,
-                ..Default::default()
-            }));
-        }
-        log.push(&Record::FinalModels(vec![vec![
+    fn records() -> Vec<Record> {
+        let mut out: Vec<Record> = (1..=6)
+            .map(|round| {
+                Record::Round(RoundRecord {
+                    round,
+                    ..Default::default()
+                })
+            })
+            .collect();
+        out.push(Record::FinalModels(vec![vec![
             f32::from_bits(0x7fc0_0001),
             -0.0,
         ]]));
-        log
+        out
     }
 
     const YAML: &str = "name: a\nrounds: 10\nseed: 1\n";
+    /// What the clients' part holds in these tests.
+    const CLIENTS: &[u8] = b"the clients' part";
 
     fn written(dir: &Path) -> PathBuf {
         let path = dir.join(CHECKPOINT_FILE);
-        std::fs::write(&path, checkpoint_bytes("hash", YAML, &state(), &log())).unwrap();
+        let mut log = RecordLog::default();
+        for r in records() {
+            log.push(&r);
+        }
+        let mut bytes = Vec::new();
+        let mut clients = |w: &mut dyn Write| {
+            w.write_all(CLIENTS)
+                .map_err(|e| crate::sim::SimError::Checkpoint(Box::new(e)))
+        };
+        write_checkpoint(&mut bytes, ("hash", YAML), &state(), &mut log, &mut clients).unwrap();
+        std::fs::write(&path, bytes).unwrap();
         path
     }
 
@@ -399,16 +471,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = written(dir.path());
         let saved = read_checkpoint(&path, "hash", YAML).unwrap();
-        assert_eq!(saved.state, state());
-        assert_eq!(saved.records.len(), 7);
+        let mut resumed = saved.resumed;
+        assert_eq!(resumed.state, state());
+        assert_eq!(saved.records[..6], records()[..6]);
         let Record::FinalModels(m) = &saved.records[6] else {
             panic!("the last record is the models")
         };
         assert_eq!(m[0][0].to_bits(), 0x7fc0_0001);
         assert_eq!(m[0][1].to_bits(), (-0.0f32).to_bits());
-        let mut again = RecordLog::default();
-        saved.records.iter().for_each(|r| again.push(r));
-        assert_eq!((again.bytes, again.count), (log().bytes, log().count));
+        let mut clients = Vec::new();
+        resumed.clients.read_to_end(&mut clients).unwrap();
+        assert_eq!(clients, CLIENTS, "the reader stops before the checksum");
     }
 
     #[test]
@@ -427,7 +500,11 @@ mod tests {
         let mut flipped = whole.clone();
         flipped[40] ^= 1;
         assert!(read(&flipped).contains("checksum does not match"));
-        let foreign = read(b"PAR1 not a checkpoint");
+        let mut in_the_clients = whole.clone();
+        let at = whole.len() - 33;
+        in_the_clients[at] ^= 1;
+        assert!(read(&in_the_clients).contains("checksum does not match"));
+        let foreign = read(b"PAR1 not a checkpoint, and long enough to hold a checksum");
         assert!(foreign.contains("does not begin as one"), "{foreign}");
         assert!(read(&whole[..20]).contains("ends before its checksum"));
         std::fs::write(&path, &whole).unwrap();

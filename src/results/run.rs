@@ -1,10 +1,10 @@
 //! One scenario end to end: build the data, simulate, summarise, write the result files.
 
 use super::checkpoint::{
-    checkpoint_bytes, read_checkpoint, Cadence, CheckpointError, CheckpointEvery,
+    read_checkpoint, write_checkpoint, Cadence, CheckpointError, CheckpointEvery,
     CheckpointOptions, RecordLog, Saved,
 };
-use crate::actors::{simulate, Checkpoints, RunState, SimOutput};
+use crate::actors::{simulate, Checkpoints, RunState, SimOutput, WriteClients};
 use crate::data::DataError;
 use crate::io::OutputRules;
 use crate::models::Architecture;
@@ -61,6 +61,9 @@ pub struct RunReport {
     pub ended_early: Option<EarlyEndRecord>,
     /// What claiming the output folder did beyond writing results (files moved aside).
     pub notes: Vec<String>,
+    /// The round at whose start the run resumed from its checkpoint (`None`: it ran from the
+    /// start).
+    pub resumed_at: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +101,10 @@ pub enum RunError {
         "--jobs {asked}: at most {most} cells at once (each runs at least one trainer thread)"
     )]
     Jobs { asked: usize, most: usize },
+    /// The simulation failed after it had begun, and what it had written could not be
+    /// published either.
+    #[error("{error}; what the run had written could not be published either: {write}")]
+    UnfinishedUnwritten { error: String, write: String },
     /// The simulation failed after it had begun; what it had written is published.
     #[error(
         "{error}; what the run had written is in {} ({}), without summary.csv: the run did \
@@ -276,7 +283,7 @@ pub fn run_scenario_with_bar(
     };
     // The records stream into the result files as they are made; the run keeps none. A run
     // that resumes from a checkpoint takes in its records first, as they were made.
-    let mut notes = files.notes().to_vec();
+    let notes = files.notes().to_vec();
     let log = Rc::new(RefCell::new(RecordLog::default()));
     let resumed = match files.checkpoint() {
         Some(path) if !opts.checkpoint.restart => {
@@ -284,13 +291,7 @@ pub fn run_scenario_with_bar(
         }
         _ => None,
     };
-    if let Some(saved) = &resumed {
-        notes.push(format!(
-            "resumed from the checkpoint in {} at the start of round {}",
-            opts.out_dir.display(),
-            saved.state.round
-        ));
-    }
+    let resumed_at = resumed.as_ref().map(|saved| saved.resumed.state.round);
     let files = Rc::new(RefCell::new(files));
     let (tick, sink) = (bar.clone(), files.clone());
     let logging = (opts.checkpoint.every != CheckpointEvery::Off).then(|| log.clone());
@@ -325,8 +326,16 @@ pub fn run_scenario_with_bar(
         // the files go with their staging folder, and the folder keeps what it held.
         Err(e @ RunError::Sim(_)) if opts.keep_unfinished && files.rounds_done() > 0 => {
             let rounds = files.rounds_done();
-            files.describe_machine(&Machine::here(opts.threads, &s.run.training.device))?;
-            files.finish_unfinished()?;
+            let machine = Machine::here(opts.threads, &s.run.training.device);
+            let published =
+                (files.describe_machine(&machine)).and_then(|()| files.finish_unfinished());
+            if let Err(write) = published {
+                // The failure that stopped the run first (a full disk's checkpoint, say).
+                return Err(RunError::UnfinishedUnwritten {
+                    error: crate::error_chain(&e),
+                    write: crate::error_chain(&write),
+                });
+            }
             return Err(RunError::Unfinished {
                 error: crate::error_chain(&e),
                 out: opts.out_dir.clone(),
@@ -361,6 +370,7 @@ pub fn run_scenario_with_bar(
         divergence,
         ended_early,
         notes,
+        resumed_at,
     })
 }
 
@@ -379,9 +389,9 @@ fn checkpoints(
         for r in &saved.records {
             see(r);
         }
-        saved.state
+        saved.resumed
     });
-    let from = resume.as_ref().map_or(1, |state| state.round);
+    let from = resume.as_ref().map_or(1, |r| r.state.round);
     let cadence = Rc::new(RefCell::new(Cadence::new(opts.checkpoint.every, from)));
     let due = {
         let cadence = cadence.clone();
@@ -389,9 +399,11 @@ fn checkpoints(
     };
     let (files, log) = (files.clone(), log.clone());
     let (hash, yaml) = (s.content_hash.clone(), s.resolved_yaml.clone());
-    let save = Box::new(move |state: RunState| {
-        let bytes = checkpoint_bytes(&hash, &yaml, &state, &log.borrow());
-        let saved = files.borrow_mut().save_checkpoint(&bytes);
+    let save = Box::new(move |state: &RunState, clients: WriteClients<'_>| {
+        let mut log = log.borrow_mut();
+        let saved = files.borrow_mut().save_checkpoint(&mut |w| {
+            write_checkpoint(w, (&hash, &yaml), state, &mut log, &mut *clients)
+        });
         saved.map_err(|e| SimError::Checkpoint(Box::new(e)))?;
         cadence.borrow_mut().saved(state.round);
         Ok(())

@@ -555,10 +555,23 @@ impl RunFiles {
         owned.then(|| self.folder.dir().join(CHECKPOINT_FILE))
     }
 
-    /// Writes `bytes` as the run's checkpoint: staged, then moved in place of the last one.
-    pub fn save_checkpoint(&mut self, bytes: &[u8]) -> Result<(), ReportError> {
-        let staged = self.at.staging.write(CHECKPOINT_FILE, bytes)?;
-        self.folder.publish(&[staged], &[])?;
+    /// Writes the run's checkpoint as `write` writes it: staged, synced, then moved in place of
+    /// the last one.
+    pub fn save_checkpoint(
+        &mut self,
+        write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<(), ReportError> {
+        let path = self.at.staging.path(CHECKPOINT_FILE);
+        let io = |source| ReportError::Io {
+            path: path.clone(),
+            source,
+        };
+        let file = self.at.staging.create(CHECKPOINT_FILE)?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        write(&mut out).map_err(io)?;
+        let file = out.into_inner().map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(io)?;
+        self.folder.publish(std::slice::from_ref(&path), &[])?;
         Ok(())
     }
 

@@ -21,8 +21,8 @@ use crate::io::{
 };
 use crate::results::ReportError;
 use crate::results::{
-    check_threads, default_threads, max_threads, run_scenario_with_bar, CheckpointEvery,
-    CheckpointOptions, RunError, RunOptions,
+    check_threads, default_threads, max_threads, run_scenario_with_bar, CheckpointOptions,
+    RunError, RunOptions,
 };
 use crate::settings::compact;
 use crate::studies::text_table_csv;
@@ -44,6 +44,8 @@ pub struct SweepOptions {
     pub progress: bool,
     /// Move foreign files with result names aside instead of refusing (see [`RunOptions`]).
     pub force: bool,
+    /// How each cell takes checkpoints; a cell killed mid-run resumes from its own.
+    pub checkpoint: CheckpointOptions,
 }
 
 #[derive(Debug, Default)]
@@ -81,6 +83,8 @@ struct CellRemarks {
     ended_early: Option<String>,
     /// The cell's earlier folder, moved aside (what and where).
     moved_aside: Option<String>,
+    /// The round at whose start it resumed from its checkpoint.
+    resumed_at: Option<u32>,
 }
 
 /// Where a cell's results live.
@@ -131,6 +135,10 @@ fn write_cells(out: &Path, sweep: &Sweep, rules: &OutputRules) -> Result<Vec<Str
     Ok(notes)
 }
 
+/// The name of a cell's staging folder after [`partial_prefix`]: kept by a killed process,
+/// taken up by the next (older sweeps named theirs by process id).
+const RESUMABLE: &str = "resumable";
+
 /// The staging folders of `cell` start with this, then the process id.
 fn partial_prefix(cell: &Cell) -> String {
     format!(".partial-cell={}-", cell.id())
@@ -151,7 +159,7 @@ fn run_cell(
     out: &Path,
     cell: &Cell,
     threads: usize,
-    force: bool,
+    opts: &SweepOptions,
     bar: ProgressBar,
 ) -> Result<CellRun, RunError> {
     let done = cell_dir(out, cell);
@@ -164,33 +172,31 @@ fn run_cell(
     if is_finished(&done, cell) {
         return Ok(CellRun::FinishedMeanwhile);
     }
-    let partial_name = |pid: u32| format!("{}{pid}", partial_prefix(cell));
+    // Staging folders of processes killed before cells kept theirs (`prefix<pid>`).
     clear_staging(out, &partial_prefix(cell)).map_err(|e| RunError::Report(e.into()))?;
-    // Removed with all it holds when this returns early: a failed cell leaves nothing.
-    let partial = make_staging(&out.join(partial_name(std::process::id())))
+    // The cell's own staging folder, which a killed process leaves with the cell's checkpoint
+    // for the next to resume from (its lock says who runs the cell). Removed with all it
+    // holds when this returns early: a failed cell leaves nothing.
+    let partial = make_staging(&out.join(format!("{}{RESUMABLE}", partial_prefix(cell))))
         .map_err(|e| RunError::Report(e.into()))?;
-    let opts = RunOptions {
+    let run = RunOptions {
         out_dir: partial.dir().to_path_buf(),
         threads,
         progress: false,
-        force,
+        force: opts.force,
         save_models: false,
         save_client_models: false,
         keep_unfinished: false,
-        // A cell runs in a staging folder of its process, which the next process to run it
-        // removes: a checkpoint there would never be resumed from.
-        checkpoint: CheckpointOptions {
-            every: CheckpointEvery::Off,
-            restart: true,
-        },
+        checkpoint: opts.checkpoint.clone(),
     };
-    let report = run_scenario_with_bar(&cell.scenario, &opts, bar)?;
+    let report = run_scenario_with_bar(&cell.scenario, &run, bar)?;
     let moved_aside =
         publish_folder(out, partial, &name).map_err(|e| RunError::Report(e.into()))?;
     Ok(CellRun::Ran(CellRemarks {
         diverged: report.divergence.map(|d| d.describe()),
         ended_early: report.ended_early.map(|e| e.describe()),
         moved_aside,
+        resumed_at: report.resumed_at,
     }))
 }
 
@@ -248,7 +254,7 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
                 let Some(cell) = todo.get(i) else { break };
                 let bar = multi.add(ProgressBar::new(0));
                 bar.set_prefix(cell.label());
-                let result = run_cell(&opts.out, cell, threads, opts.force, bar.clone())
+                let result = run_cell(&opts.out, cell, threads, opts, bar.clone())
                     .map_err(|e| crate::error_chain(&e));
                 bar.finish_and_clear();
                 multi.remove(&bar);
@@ -273,9 +279,10 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
                 outcome.ran += 1;
                 outcome.diverged.extend(remarks.diverged.map(note));
                 outcome.ended_early.extend(remarks.ended_early.map(note));
+                let resumed = (remarks.resumed_at)
+                    .map(|r| format!("resumed from its checkpoint at the start of round {r}"));
                 outcome.notes.extend(
-                    remarks
-                        .moved_aside
+                    (resumed.into_iter().chain(remarks.moved_aside))
                         .map(|m| format!("cell {}: {m}", todo[i].label())),
                 );
             }

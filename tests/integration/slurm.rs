@@ -1,8 +1,8 @@
 //! Sweeps on a real Slurm cluster: a single-node cluster (Debian's `slurmctld` and `slurmd` on
 //! this machine, with munge) in the test's own temporary folder runs a sweep as the job array
-//! `scripts/slurm/job.sh` submits (`--shard auto`, `--requeue`); one array task is preempted
-//! mid-run (`scontrol requeue`), and the sweep completes with files identical to one process
-//! running it. `scripts/test.sh` installs the packages where it can (as root, with apt);
+//! `scripts/slurm/job.sh` submits (`--shard auto`, `--requeue`, checkpoints every 10 rounds);
+//! one array task is preempted mid-run (`scontrol requeue`), resumes its cell from the cell's
+//! checkpoint, and the sweep completes with files identical to one process running it. `scripts/test.sh` installs the packages where it can (as root, with apt);
 //! elsewhere the test is skipped, and under CI it fails.
 
 use crate::common::bin;
@@ -232,19 +232,41 @@ fn a_sweep_on_slurm_survives_a_preempted_task_and_matches_one_process() {
         .args(["sweep.yaml", "out"])
         .current_dir(dir)
         .env("FEDSIM", fedsim)
-        .env("MAX_TASKS", "2"));
+        .env("MAX_TASKS", "2")
+        .env("CHECKPOINT_EVERY", "10"));
     let array = (submitted.split("array job ").nth(1))
         .and_then(|rest| rest.split(',').next())
         .unwrap_or_else(|| panic!("job.sh said: {submitted}"))
         .trim()
         .to_string();
-    // Preempt task 1 once it has run a while (its first cell started), and let it start
-    // again at once (a requeued job waits for a begin time the cluster would set).
+    // Preempt task 1 once one of its cells has written a checkpoint, and let it start again
+    // at once (a requeued job waits for a begin time the cluster would set).
     let task = format!("{array}_1");
-    cluster.wait_for("task 1 to run", Duration::from_secs(60), |c| {
-        c.state(&task) == "RUNNING"
-    });
-    std::thread::sleep(Duration::from_millis(1500));
+    let listed = ok(bin()
+        .args([
+            "sweep",
+            "sweep.yaml",
+            "--out",
+            "out",
+            "--list",
+            "--shard",
+            "1/2",
+        ])
+        .current_dir(dir));
+    let checkpoints: Vec<PathBuf> = (listed.lines())
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|id| {
+            dir.join(format!(
+                "out/.partial-cell={id}-resumable/checkpoint.fedsim"
+            ))
+        })
+        .collect();
+    assert_eq!(checkpoints.len(), 2, "{listed}");
+    cluster.wait_for(
+        "task 1 to save a checkpoint",
+        Duration::from_secs(60),
+        |_| checkpoints.iter().any(|c| c.exists()),
+    );
     cluster.slurm(&["scontrol", "requeue", &task]);
     cluster.wait_for("task 1 to run again", Duration::from_secs(120), |c| {
         let state = c.state(&task);
@@ -270,6 +292,9 @@ fn a_sweep_on_slurm_survives_a_preempted_task_and_matches_one_process() {
         dir.join("out/report").is_dir(),
         "the report job wrote no report"
     );
+    // The preempted task resumed its cell from the cell's checkpoint (every 10 rounds).
+    let log = std::fs::read_to_string(dir.join(format!("slurm-logs/{task}.out"))).unwrap();
+    assert!(log.contains("resumed from its checkpoint"), "{log}");
     // The same files as one process running the sweep.
     ok(bin()
         .args(["sweep", "sweep.yaml", "--out", "one", "--quiet"])

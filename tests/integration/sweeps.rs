@@ -210,6 +210,7 @@ fn a_killed_sweep_resumes_and_shards_give_the_same_files() {
         jobs: 2,
         shard,
         progress: false,
+        checkpoint: Default::default(),
     };
     let first = run_sweep(&s, &opts(&whole, (0, 1))).unwrap();
     assert_eq!(

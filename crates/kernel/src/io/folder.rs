@@ -766,6 +766,36 @@ pub fn remove_owned_folder(dir: &Path) -> Result<(), FolderError> {
 mod tests {
     use super::*;
 
+    /// A kill between the manifest that lists a replacing file and its move into place
+    /// leaves the earlier file there, still fedsim's; once it is in place only the new one is.
+    #[test]
+    fn a_file_being_replaced_stays_fedsims_until_the_new_one_is_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let (folder, _) = OutputFolder::claim(dir.path(), &["a"], &OutputRules::default()).unwrap();
+        let mut folder = folder;
+        let staging = folder.staging(".partial-").unwrap();
+        let first = staging.write("a", b"first").unwrap();
+        folder.publish(&[first], &[]).unwrap();
+        // What `publish` writes before it moves the second file in.
+        let second = staging.write("a", b"second, longer").unwrap();
+        let mut during = folder.manifest.clone();
+        during.prune(dir.path());
+        let stamp = Stamp::of(&second).unwrap();
+        during.entries.get_mut("a").unwrap().push(stamp);
+        during.write(dir.path()).unwrap();
+        let read = Manifest::read(dir.path());
+        assert_eq!(read, during, "two stamps of one name read back");
+        assert!(
+            read.owns(dir.path(), "a"),
+            "the earlier file is still fedsim's"
+        );
+        std::fs::rename(&second, dir.path().join("a")).unwrap();
+        assert!(read.owns(dir.path(), "a"), "and so is the new one");
+        let mut after = read.clone();
+        after.prune(dir.path());
+        assert_eq!(after.entries["a"], [stamp]);
+    }
+
     fn names(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)
             .unwrap()

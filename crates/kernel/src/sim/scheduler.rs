@@ -640,4 +640,118 @@ mod tests {
         assert!(matches!(out, Err(SimError::Internal(m)) if m == "refused"));
         assert_eq!(log.len(), 1, "nothing is delivered after an error");
     }
+
+    /// A point at rest as a test keeps it: events before it, and the waiting events.
+    type Rest = (u64, Vec<(u64, u32, u32, &'static str)>);
+
+    /// [`Toy`], saving every point at rest it is offered (the entities keep no state: the
+    /// waiting events are all there is to save).
+    #[derive(Clone)]
+    struct Resting {
+        toy: Toy,
+        rests: Rc<RefCell<Vec<Rest>>>,
+    }
+
+    impl World for Resting {
+        type Msg = &'static str;
+        type Record = String;
+
+        fn deliver(
+            &self,
+            now: SimTime,
+            to: EntityId,
+            msg: Self::Msg,
+        ) -> Delivery<Self::Msg, String> {
+            self.toy.deliver(now, to, msg)
+        }
+
+        fn rests(&self) -> bool {
+            true
+        }
+
+        fn at_rest(&self, at: RestPoint<'_, Self::Msg>) -> Option<Saving> {
+            let waiting = (at.waiting.iter())
+                .map(|q| (q.at.0, q.origin.0, q.to.0, *q.msg))
+                .collect();
+            self.rests.borrow_mut().push((at.events, waiting));
+            None
+        }
+    }
+
+    /// Entity 1 starts two messages due together and a job; they start more, one of them
+    /// from the same entity at the same time as another's.
+    fn chain(to: EntityId, msg: &'static str) -> Result<Effects<&'static str, String>, SimError> {
+        let mut eff = Effects::new();
+        match (to.0, msg) {
+            (1, "go") => {
+                eff.send(e(2), after(5), "a");
+                eff.send(e(3), after(5), "b");
+                let (tx, job) = oneshot::channel();
+                let _ = tx.send(Ok("job"));
+                eff.send_pending(e(4), after(3), job);
+            }
+            (2, "a") => {
+                eff.send(e(5), after(20), "late");
+                eff.send(e(2), after(1), "tick");
+            }
+            (2, "tick") => eff.send(e(3), after(19), "c"),
+            (3, "c") => eff.send(e(1), after(0), "end"),
+            _ => {}
+        }
+        Ok(eff)
+    }
+
+    /// Resuming from any point at rest, with its waiting events, delivers what the whole run
+    /// delivered after it, at the same times and in the same order; no point has a pending
+    /// result waiting (the job's).
+    #[test]
+    fn a_run_resumed_from_any_point_at_rest_delivers_the_rest_of_the_run() {
+        let whole_log = Log::default();
+        let rests = Rc::new(RefCell::new(Vec::new()));
+        let toy = |log: &Log| Toy {
+            log: log.clone(),
+            script: Rc::new(chain),
+        };
+        let world = Resting {
+            toy: toy(&whole_log),
+            rests: rests.clone(),
+        };
+        let initial = vec![(e(1), e(1), "go")];
+        let observer = || RecordObserver::keeping(|_| {});
+        let whole = actix::System::new()
+            .block_on(Scheduler::run(world, initial, observer()))
+            .unwrap();
+        let whole_log = whole_log.take();
+        assert_eq!(whole.events, 8);
+        let rests = rests.take();
+        let at: Vec<u64> = rests.iter().map(|(events, _)| *events).collect();
+        // Not before the job's result (event 1 leaves it waiting) nor at it.
+        assert_eq!(at, [0, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(rests[1].1, [(5, 1, 2, "a"), (5, 1, 3, "b")]);
+        // "late" and "c" are due together from the same sender: they keep its order.
+        assert_eq!(rests[4].1, [(25, 2, 5, "late"), (25, 2, 3, "c")]);
+        for (events, waiting) in rests {
+            let log = Log::default();
+            let from = Resume {
+                now: SimTime(waiting[0].0),
+                events,
+                waiting: (waiting.iter())
+                    .map(|&(at, origin, to, msg)| Queued {
+                        at: SimTime(at),
+                        origin: e(origin),
+                        to: e(to),
+                        msg,
+                    })
+                    .collect(),
+            };
+            let resumed = actix::System::new()
+                .block_on(Scheduler::resume(toy(&log), from, observer()))
+                .unwrap();
+            assert_eq!(log.take(), whole_log[events as usize..], "from {events}");
+            assert_eq!(
+                (resumed.events, resumed.end_time),
+                (whole.events, whole.end_time)
+            );
+        }
+    }
 }
