@@ -23,7 +23,7 @@ use std::sync::Arc;
 /// Runs `plan`: its algorithm with a server or on peers, as it is registered. `observer` sees
 /// every record as it is made, and says whether the output keeps them.
 /// With `checkpoints`, the run saves its state where it comes to rest and one is due (see
-/// [`super::checkpoint`]), and starts from the state it is given, if any.
+/// [`Checkpoints`]), and starts from the checkpoint it is given, if any.
 pub fn simulate(
     plan: RunPlan,
     observer: RecordObserver<Record>,
