@@ -246,16 +246,12 @@ fn policies_privacy_compression_attacks_and_selection_resume_after_kills() {
     }
 }
 
-#[test]
-fn a_checkpoint_of_another_scenario_or_a_damaged_one_is_refused_and_restart_discards_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join("s.yaml");
-    std::fs::write(&file, scenario_text()).unwrap();
-    let out = tmp.path().join("out");
+/// Runs `file` into `out` with a checkpoint every round and kills it once it has written its
+/// first: the checkpoint a killed run leaves.
+fn leave_checkpoint(file: &Path, out: &Path) {
     let checkpoint = out.join(fedsim::results::CHECKPOINT_FILE);
-    // A checkpoint a killed run left, taken where the run is killed at once after it.
     let mut child = bin()
-        .args(command(&file, &[], &out, 1, "1"))
+        .args(command(file, &[], out, 1, "1"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -269,6 +265,16 @@ fn a_checkpoint_of_another_scenario_or_a_damaged_one_is_refused_and_restart_disc
         checkpoint.exists(),
         "the run wrote no checkpoint before it ended"
     );
+}
+
+#[test]
+fn a_checkpoint_of_another_scenario_or_a_damaged_one_is_refused_and_restart_discards_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("s.yaml");
+    std::fs::write(&file, scenario_text()).unwrap();
+    let out = tmp.path().join("out");
+    let checkpoint = out.join(fedsim::results::CHECKPOINT_FILE);
+    leave_checkpoint(&file, &out);
     let kept = std::fs::read(&checkpoint).unwrap();
     let run = |sets: &[&str], extra: &[&str]| {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
@@ -291,12 +297,29 @@ fn a_checkpoint_of_another_scenario_or_a_damaged_one_is_refused_and_restart_disc
         kept,
         "refused, it is kept"
     );
-    // Damaged (a byte flipped, as a failing disk would): refused, never half read.
+    // Damaged (a byte flipped, as a failing disk would, size and time kept): still fedsim's,
+    // refused, never half read, and kept.
     let mut damaged = kept.clone();
     let middle = damaged.len() / 2;
     damaged[middle] ^= 0x40;
+    let modified = std::fs::metadata(&checkpoint).unwrap().modified().unwrap();
     std::fs::write(&checkpoint, &damaged).unwrap();
-    // Written by hand: fedsim's manifest no longer proves it fedsim's, so it is foreign.
+    let f = std::fs::File::options()
+        .write(true)
+        .open(&checkpoint)
+        .unwrap();
+    f.set_modified(modified).unwrap();
+    let refused = run(&[], &[]);
+    assert!(!refused.status.success());
+    let said = stderr(&refused);
+    assert!(
+        said.contains("checksum does not match") && said.contains("--restart"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read(&checkpoint).unwrap(), damaged);
+    // Written by hand (its time changed): fedsim's manifest no longer proves it fedsim's, so
+    // it is foreign.
+    std::fs::write(&checkpoint, &damaged).unwrap();
     let foreign = run(&[], &[]);
     assert!(!foreign.status.success());
     assert!(
@@ -316,17 +339,7 @@ fn a_checkpoint_of_another_scenario_or_a_damaged_one_is_refused_and_restart_disc
         "moved aside, never deleted"
     );
     // --restart discards fedsim's own checkpoint of another scenario and runs this one.
-    let mut child = bin()
-        .args(command(&file, &[], &out, 1, "1"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    while !checkpoint.exists() && child.try_wait().unwrap().is_none() {
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    let _ = child.kill();
-    child.wait().unwrap();
+    leave_checkpoint(&file, &out);
     let restarted = run(&["training.lr=0.05"], &["--restart"]);
     assert!(restarted.status.success(), "{}", stderr(&restarted));
     assert!(
