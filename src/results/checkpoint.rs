@@ -34,7 +34,9 @@ const FORMAT: u32 = 1;
 /// How often a run saves a checkpoint (`--checkpoint-every`): at the first point at rest (a
 /// synchronous round's start with nothing else left to happen) after this many rounds, or this
 /// much wall-clock time, since the last one. By default every minute: a run shorter than a
-/// minute writes none.
+/// minute writes none. A wall-clock cadence also waits nine times as long as the last
+/// checkpoint took to write, so that checkpoints never take more than a tenth of a run (a
+/// FEMNIST run's clients keep gigabytes).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum CheckpointEvery {
     Off,
@@ -93,11 +95,13 @@ pub struct CheckpointOptions {
     pub restart: bool,
 }
 
-/// When the next checkpoint is due: the last one's round and wall-clock time.
+/// When the next checkpoint is due: the last one's round, when it was written and how long
+/// that took.
 pub struct Cadence {
     every: CheckpointEvery,
     round: u32,
     at: Instant,
+    took: Duration,
 }
 
 impl Cadence {
@@ -107,6 +111,7 @@ impl Cadence {
             every,
             round,
             at: Instant::now(),
+            took: Duration::ZERO,
         }
     }
 
@@ -115,13 +120,15 @@ impl Cadence {
         match self.every {
             CheckpointEvery::Off => false,
             CheckpointEvery::Rounds(n) => round >= self.round.saturating_add(n),
-            CheckpointEvery::Wall(after) => round > self.round && self.at.elapsed() >= after,
+            CheckpointEvery::Wall(after) => {
+                round > self.round && self.at.elapsed() >= after.max(9 * self.took)
+            }
         }
     }
 
-    /// One was saved before round `round`.
-    pub fn saved(&mut self, round: u32) {
-        (self.round, self.at) = (round, Instant::now());
+    /// One was saved before round `round`, and writing it took `took`.
+    pub fn saved(&mut self, round: u32, took: Duration) {
+        (self.round, self.at, self.took) = (round, Instant::now(), took);
     }
 }
 
@@ -560,10 +567,15 @@ mod tests {
         }
         let mut every3 = Cadence::new(CheckpointEvery::Rounds(3), 1);
         assert!(!every3.due(3) && every3.due(4));
-        every3.saved(4);
-        assert!(!every3.due(6) && every3.due(7));
+        every3.saved(4, Duration::from_secs(3600));
+        assert!(!every3.due(6) && every3.due(7), "rounds are rounds, however long");
         assert!(!Cadence::new(CheckpointEvery::Off, 1).due(100));
-        let wall = Cadence::new(CheckpointEvery::Wall(Duration::ZERO), 5);
+        let mut wall = Cadence::new(CheckpointEvery::Wall(Duration::ZERO), 5);
         assert!(!wall.due(5) && wall.due(6));
+        // A checkpoint that took an hour to write: the next waits nine hours.
+        wall.saved(6, Duration::from_secs(3600));
+        assert!(!wall.due(7));
+        wall.saved(7, Duration::ZERO);
+        assert!(wall.due(8));
     }
 }

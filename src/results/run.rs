@@ -400,12 +400,12 @@ fn checkpoints(
     let (files, log) = (files.clone(), log.clone());
     let (hash, yaml) = (s.content_hash.clone(), s.resolved_yaml.clone());
     let save = Box::new(move |state: &RunState, clients: WriteClients<'_>| {
-        let mut log = log.borrow_mut();
+        let (mut log, start) = (log.borrow_mut(), Instant::now());
         let saved = files.borrow_mut().save_checkpoint(&mut |w| {
             write_checkpoint(w, (&hash, &yaml), state, &mut log, &mut *clients)
         });
         saved.map_err(|e| SimError::Checkpoint(Box::new(e)))?;
-        cadence.borrow_mut().saved(state.round);
+        cadence.borrow_mut().saved(state.round, start.elapsed());
         Ok(())
     });
     Checkpoints { resume, due, save }
