@@ -49,7 +49,7 @@ pub struct RunArgs {
 #[derive(clap::Args)]
 pub struct CheckpointArgs {
     /// Save a checkpoint this often: a number of rounds (`10`), a wall-clock time (`90s`,
-    /// `5m`, `1h`) or `off` [default: 1m]. Taken where a synchronous round starts with nothing
+    /// `5m`, `1h`) or `off` [default: the scenario's `checkpoint:`, else 1m]. Taken where a synchronous round starts with nothing
     /// else left to happen. The same command, run again after a kill, resumes from the last one
     /// and writes the files an uninterrupted run writes.
     #[arg(long, value_name = "EVERY")]
@@ -63,7 +63,7 @@ pub struct CheckpointArgs {
 impl CheckpointArgs {
     pub fn options(&self) -> CheckpointOptions {
         CheckpointOptions {
-            every: self.checkpoint_every.unwrap_or_default(),
+            every: self.checkpoint_every,
             restart: self.restart,
         }
     }
@@ -212,7 +212,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
             save_client_models,
             keep_unfinished: false,
             checkpoint: CheckpointOptions {
-                every: CheckpointEvery::Off,
+                every: Some(CheckpointEvery::Off),
                 restart: true,
             },
         };

@@ -17,6 +17,7 @@
 
 use crate::actors::{Resumed, RunState, WriteClients};
 use crate::records::Record;
+use crate::settings::CheckpointEvery;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -31,67 +32,12 @@ const MAGIC: &[u8] = b"fedsim checkpoint\n";
 /// The layout of the file; a reader refuses any other.
 const FORMAT: u32 = 1;
 
-/// How often a run saves a checkpoint (`--checkpoint-every`): at the first point at rest (a
-/// synchronous round's start with nothing else left to happen) after this many rounds, or this
-/// much wall-clock time, since the last one. By default every minute: a run shorter than a
-/// minute writes none. A wall-clock cadence also waits nine times as long as the last
-/// checkpoint took to write, so that checkpoints never take more than a tenth of a run (a
-/// FEMNIST run's clients keep gigabytes).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum CheckpointEvery {
-    Off,
-    Rounds(u32),
-    Wall(Duration),
-}
-
-impl Default for CheckpointEvery {
-    fn default() -> Self {
-        CheckpointEvery::Wall(Duration::from_secs(60))
-    }
-}
-
-impl std::str::FromStr for CheckpointEvery {
-    type Err = String;
-
-    /// `off`, a number of rounds (`10`), or a wall-clock time (`90s`, `5m`, `1h`).
-    fn from_str(text: &str) -> Result<Self, String> {
-        let wrong = || {
-            format!(
-                "`{text}`: give `off`, a number of rounds (e.g. `10`), or a wall-clock time in \
-                 seconds, minutes or hours (e.g. `90s`, `5m`, `1h`), more than 0"
-            )
-        };
-        let text = text.trim();
-        if text == "off" {
-            return Ok(CheckpointEvery::Off);
-        }
-        if let Ok(rounds) = text.parse::<u32>() {
-            return (rounds > 0)
-                .then_some(CheckpointEvery::Rounds(rounds))
-                .ok_or_else(wrong);
-        }
-        let split = text.len().saturating_sub(1);
-        let (number, unit) = text.split_at(split);
-        let seconds = match unit {
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(wrong()),
-        };
-        match number.parse::<f64>() {
-            Ok(n) if n > 0.0 && (n * seconds).is_finite() => {
-                Ok(CheckpointEvery::Wall(Duration::from_secs_f64(n * seconds)))
-            }
-            _ => Err(wrong()),
-        }
-    }
-}
-
-/// What a run does with checkpoints: how often it saves one, and whether it discards the one
-/// it finds (`--restart`) instead of resuming from it.
+/// What a run does with checkpoints: how often it saves one (`--checkpoint-every`; `None`:
+/// as the scenario's `checkpoint:` says, by default every minute), and whether it discards
+/// the one it finds (`--restart`) instead of resuming from it.
 #[derive(Clone, Debug, Default)]
 pub struct CheckpointOptions {
-    pub every: CheckpointEvery,
+    pub every: Option<CheckpointEvery>,
     pub restart: bool,
 }
 
@@ -550,25 +496,14 @@ mod tests {
     }
 
     #[test]
-    fn the_cadence_reads_rounds_and_wall_time() {
-        assert_eq!("off".parse(), Ok(CheckpointEvery::Off));
-        assert_eq!("10".parse(), Ok(CheckpointEvery::Rounds(10)));
-        assert_eq!(
-            "90s".parse(),
-            Ok(CheckpointEvery::Wall(Duration::from_secs(90)))
-        );
-        assert_eq!(
-            "1.5m".parse(),
-            Ok(CheckpointEvery::Wall(Duration::from_secs(90)))
-        );
-        for wrong in ["0", "-3", "5x", "m", "0s", ""] {
-            let e = wrong.parse::<CheckpointEvery>().unwrap_err();
-            assert!(e.contains("give `off`"), "{wrong}: {e}");
-        }
+    fn the_cadence_counts_rounds_and_wall_time() {
         let mut every3 = Cadence::new(CheckpointEvery::Rounds(3), 1);
         assert!(!every3.due(3) && every3.due(4));
         every3.saved(4, Duration::from_secs(3600));
-        assert!(!every3.due(6) && every3.due(7), "rounds are rounds, however long");
+        assert!(
+            !every3.due(6) && every3.due(7),
+            "rounds are rounds, however long"
+        );
         assert!(!Cadence::new(CheckpointEvery::Off, 1).due(100));
         let mut wall = Cadence::new(CheckpointEvery::Wall(Duration::ZERO), 5);
         assert!(!wall.due(5) && wall.due(6));

@@ -15,7 +15,8 @@ mod run;
 mod run_files;
 mod summary;
 
-pub use checkpoint::{CheckpointError, CheckpointEvery, CheckpointOptions, CHECKPOINT_FILE};
+pub use crate::settings::CheckpointEvery;
+pub use checkpoint::{CheckpointError, CheckpointOptions, CHECKPOINT_FILE};
 pub use describe::{client_label_shares, DataDescription, SplitStats};
 pub use frames::{
     clients_frame, column, extras_frame, gossip_frame, jobs_frame, metrics_frame, mixtures_frame,

@@ -1,8 +1,8 @@
 //! One scenario end to end: build the data, simulate, summarise, write the result files.
 
 use super::checkpoint::{
-    read_checkpoint, write_checkpoint, Cadence, CheckpointError, CheckpointEvery,
-    CheckpointOptions, RecordLog, Saved,
+    read_checkpoint, write_checkpoint, Cadence, CheckpointError, CheckpointOptions, RecordLog,
+    Saved,
 };
 use crate::actors::{simulate, Checkpoints, RunState, SimOutput, WriteClients};
 use crate::data::DataError;
@@ -12,6 +12,7 @@ use crate::plan::RunPlan;
 use crate::records::{DivergenceRecord, EarlyEndRecord, Record, RoundRecord};
 use crate::results::{Machine, ReportError, RunFiles, RunIdentity, RunMeta, Summary};
 use crate::scenario::Scenario;
+use crate::settings::CheckpointEvery;
 use crate::sim::{RecordObserver, SeedTree, SimError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::cell::RefCell;
@@ -294,7 +295,9 @@ pub fn run_scenario_with_bar(
     let resumed_at = resumed.as_ref().map(|saved| saved.resumed.state.round);
     let files = Rc::new(RefCell::new(files));
     let (tick, sink) = (bar.clone(), files.clone());
-    let logging = (opts.checkpoint.every != CheckpointEvery::Off).then(|| log.clone());
+    // The command line's cadence, else the scenario's, else every minute.
+    let every = (opts.checkpoint.every).or(s.checkpoint).unwrap_or_default();
+    let logging = (every != CheckpointEvery::Off).then(|| log.clone());
     let mut see = move |r: &Record| {
         match r {
             Record::Round(round) => {
@@ -309,7 +312,7 @@ pub fn run_scenario_with_bar(
             log.borrow_mut().push(r);
         }
     };
-    let checkpoints = checkpoints(s, opts, resumed, &files, &log, &mut see);
+    let checkpoints = checkpoints(s, every, resumed, &files, &log, &mut see);
     let observed = observe_scenario(
         s,
         opts.threads,
@@ -375,11 +378,11 @@ pub fn run_scenario_with_bar(
 }
 
 /// The run's checkpoints: from `resumed` (whose records `see` takes in first, as the run
-/// made them, into the files and `log`), saved into `files` with the records of `log` as
-/// `opts` says.
+/// made them, into the files and `log`), saved into `files` with the records of `log`
+/// `every` so often.
 fn checkpoints(
     s: &Scenario,
-    opts: &RunOptions,
+    every: CheckpointEvery,
     resumed: Option<Saved>,
     files: &Rc<RefCell<RunFiles>>,
     log: &Rc<RefCell<RecordLog>>,
@@ -392,7 +395,7 @@ fn checkpoints(
         saved.resumed
     });
     let from = resume.as_ref().map_or(1, |r| r.state.round);
-    let cadence = Rc::new(RefCell::new(Cadence::new(opts.checkpoint.every, from)));
+    let cadence = Rc::new(RefCell::new(Cadence::new(every, from)));
     let due = {
         let cadence = cadence.clone();
         Box::new(move |round| cadence.borrow().due(round))

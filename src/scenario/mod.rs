@@ -151,6 +151,8 @@ pub struct Scenario {
     pub run: RunSpec,
     /// Accuracy for the time-to-accuracy figure of the summary.
     pub target_accuracy: Option<f64>,
+    /// How often the run saves a checkpoint (`checkpoint:`; `None`: not said).
+    pub checkpoint: Option<crate::settings::CheckpointEvery>,
     /// The scenario with every default filled in, as YAML.
     pub resolved_yaml: String,
     /// SHA-256 of `resolved_yaml`, hex.
@@ -506,6 +508,9 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
             );
         }
     }
+    let checkpoint = (raw.checkpoint.as_ref())
+        .map(|c| c.every().map_err(|e| e.within("checkpoint")))
+        .transpose()?;
     if let Some(t) = raw.target_accuracy {
         if !(0.0..=1.0).contains(&t) {
             return bad("target_accuracy", format!("must be in [0, 1], got {t}"));
@@ -567,6 +572,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         split: raw.split.clone(),
         data_seed: raw.data_seed.unwrap_or(raw.seed),
         target_accuracy: raw.target_accuracy,
+        checkpoint,
         run,
         resolved_yaml,
         content_hash,

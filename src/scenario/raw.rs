@@ -63,6 +63,11 @@ pub struct RawScenario {
     /// Report the simulated time at which the weighted mean test accuracy first reaches this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_accuracy: Option<f64>,
+    /// How often the run saves a checkpoint to resume from after a kill (`--checkpoint-every`
+    /// overrides it); by default every 60 s of wall-clock time. Not part of the resolved
+    /// scenario: it changes no result.
+    #[serde(default, skip_serializing)]
+    pub checkpoint: Option<crate::settings::CheckpointSpec>,
     /// Hold out clients from training, to test generalisation to unseen clients (FedEM
     /// Table 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]

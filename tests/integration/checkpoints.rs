@@ -347,3 +347,62 @@ fn a_checkpoint_of_another_scenario_or_a_damaged_one_is_refused_and_restart_disc
         "a finished run removes its checkpoint"
     );
 }
+
+/// The scenario's `checkpoint:` section sets the cadence where the command line does not; it
+/// is no part of the resolved scenario, so the run's id and files are those of the scenario
+/// without it.
+#[test]
+fn the_scenarios_checkpoint_section_sets_the_cadence_and_changes_no_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = tmp.path().join("plain.yaml");
+    std::fs::write(&plain, scenario_text()).unwrap();
+    let with = tmp.path().join("with.yaml");
+    let text = format!("checkpoint: {{every_rounds: 1}}\n{}", scenario_text());
+    std::fs::write(&with, text).unwrap();
+    let out = tmp.path().join("with");
+    let checkpoint = out.join(fedsim::results::CHECKPOINT_FILE);
+    let mut child = bin()
+        .args(["run", with.to_str().unwrap(), "--quiet", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    while !checkpoint.exists() && child.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let _ = child.kill();
+    child.wait().unwrap();
+    assert!(checkpoint.exists(), "`every_rounds: 1` wrote no checkpoint");
+    let resumed = bin()
+        .args(["run", with.to_str().unwrap(), "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&resumed).contains("resumed from the checkpoint"),
+        "{}",
+        stderr(&resumed)
+    );
+    let plain_out = tmp.path().join("plain");
+    let o = bin()
+        .args(["run", plain.to_str().unwrap(), "--quiet", "--out"])
+        .arg(&plain_out)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let differ = fedsim::results::differing_files(&plain_out, &out);
+    assert!(differ.is_empty(), "{differ:?} differ");
+    let bad = format!("checkpoint: {{every_rounds: 0}}\n{}", scenario_text());
+    std::fs::write(&with, bad).unwrap();
+    let refused = bin()
+        .args(["check", with.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&refused)
+            .contains("with.yaml:1: field `checkpoint.every_rounds`: must be at least 1"),
+        "{}",
+        stderr(&refused)
+    );
+}

@@ -9,9 +9,11 @@
 //! the entities that do it.
 
 pub mod catalogue;
+mod checkpoint;
 mod evaluation;
 mod training;
 
+pub use checkpoint::{CheckpointEvery, CheckpointSpec};
 pub use evaluation::{
     EvalClients, EvalSample, EvalSplit, EvaluatedSplits, EvaluationPlan, NoveltyScoring,
     RawEvaluation,
