@@ -249,9 +249,14 @@ fn policies_privacy_compression_attacks_and_selection_resume_after_kills() {
 /// Runs `file` into `out` with a checkpoint every round and kills it once it has written its
 /// first: the checkpoint a killed run leaves.
 fn leave_checkpoint(file: &Path, out: &Path) {
+    kill_after_first_checkpoint(&command(file, &[], out, 1, "1"), out);
+}
+
+/// Runs fedsim with `args` (a run into `out`) and kills it once it has written a checkpoint.
+fn kill_after_first_checkpoint(args: &[String], out: &Path) {
     let checkpoint = out.join(fedsim::results::CHECKPOINT_FILE);
     let mut child = bin()
-        .args(command(file, &[], out, 1, "1"))
+        .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -360,20 +365,12 @@ fn the_scenarios_checkpoint_section_sets_the_cadence_and_changes_no_file() {
     let text = format!("checkpoint: {{every_rounds: 1}}\n{}", scenario_text());
     std::fs::write(&with, text).unwrap();
     let out = tmp.path().join("with");
-    let checkpoint = out.join(fedsim::results::CHECKPOINT_FILE);
-    let mut child = bin()
-        .args(["run", with.to_str().unwrap(), "--quiet", "--out"])
-        .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    while !checkpoint.exists() && child.try_wait().unwrap().is_none() {
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    let _ = child.kill();
-    child.wait().unwrap();
-    assert!(checkpoint.exists(), "`every_rounds: 1` wrote no checkpoint");
+    let args: Vec<String> = ["run", with.to_str().unwrap(), "--quiet", "--out"]
+        .into_iter()
+        .map(String::from)
+        .chain([out.display().to_string()])
+        .collect();
+    kill_after_first_checkpoint(&args, &out);
     let resumed = bin()
         .args(["run", with.to_str().unwrap(), "--quiet", "--out"])
         .arg(&out)

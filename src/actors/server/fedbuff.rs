@@ -40,7 +40,7 @@ impl<A: Algorithm> Fedbuff<A> {
         eff: &mut FlEffects<A>,
     ) -> Result<(), SimError> {
         let concurrency = self.settings.concurrency;
-        if core.finished || core.in_flight.len() >= concurrency {
+        if core.ledger.finished || core.in_flight.len() >= concurrency {
             return Ok(());
         }
         let wanted = concurrency - core.in_flight.len();
@@ -78,8 +78,8 @@ impl<A: Algorithm> Fedbuff<A> {
         eff: &mut FlEffects<A>,
     ) -> Result<(), SimError> {
         let held = std::mem::take(&mut self.buffer);
-        core.counts.completed = held.iter().filter(|h| h.staleness == 0).count() as u32;
-        core.counts.late = held.len() as u32 - core.counts.completed;
+        core.ledger.counts.completed = held.iter().filter(|h| h.staleness == 0).count() as u32;
+        core.ledger.counts.late = held.len() as u32 - core.ledger.counts.completed;
         let FedbuffSpec {
             server_lr,
             staleness_exponent,
@@ -87,9 +87,9 @@ impl<A: Algorithm> Fedbuff<A> {
         } = self.settings;
         core.aggregate(held, server_lr, staleness_exponent)?;
         core.round += 1;
-        core.counts.round = core.round;
-        core.counts.start = core.round_start;
-        core.round_start = now;
+        core.ledger.counts.round = core.round;
+        core.ledger.counts.start = core.ledger.round_start;
+        core.ledger.round_start = now;
         core.end_round(now, eff);
         Ok(())
     }
@@ -104,7 +104,7 @@ impl<A: Algorithm> RoundPolicy<A> for Fedbuff<A> {
         _round: u32,
         eff: &mut FlEffects<A>,
     ) -> Result<(), SimError> {
-        core.round_start = now;
+        core.ledger.round_start = now;
         self.fill(core, now, eff)
     }
 
@@ -125,9 +125,9 @@ impl<A: Algorithm> RoundPolicy<A> for Fedbuff<A> {
         let update =
             update.ok_or_else(|| SimError::Internal("asynchronous jobs always upload".into()))?;
         let staleness = core.round + 1 - job.round;
-        if core.finished || staleness > self.settings.max_staleness {
-            if !core.finished {
-                core.counts.discarded += 1;
+        if core.ledger.finished || staleness > self.settings.max_staleness {
+            if !core.ledger.finished {
+                core.ledger.counts.discarded += 1;
             }
             let discarded = JobOutcome::Discarded;
             eff.record(core.job_record(now, client, &job, discarded, compute, staleness));
@@ -160,7 +160,7 @@ impl<A: Algorithm> RoundPolicy<A> for Fedbuff<A> {
         _job: &InFlight<A::Global>,
         eff: &mut FlEffects<A>,
     ) -> Result<(), SimError> {
-        core.counts.failed += 1;
+        core.ledger.counts.failed += 1;
         self.fill(core, now, eff)
     }
 

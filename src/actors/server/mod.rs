@@ -298,8 +298,25 @@ struct Core<A: Algorithm> {
     global: Arc<A::Global>,
     /// The current round (synchronous) or the number of aggregations so far (FedBuff).
     round: u32,
-    round_start: SimTime,
     in_flight: InFlightJobs<A::Global>,
+    /// What the server has counted and learned so far (a checkpoint saves it whole).
+    ledger: Ledger,
+    /// Under `compression.downlink`, the clients' copy of the model and what each holds.
+    downlink: Option<Downlink<A::Global>>,
+    /// Under `evaluation.novelty: max_over_clients` or `mean_weights`, what the evaluated
+    /// clients have shared so far, by round and client, with the global model each round was
+    /// evaluated with.
+    novelty_shares: BTreeMap<u32, NoveltyGather<A::Global>>,
+    /// Rows are scored by what the evaluated clients share (`evaluation.novelty` is not
+    /// `own` and the data set has novel rows): each evaluation gathers their shares.
+    pools_novelty: bool,
+}
+
+/// What the server has counted and learned so far, besides its models: plain values, which
+/// a checkpoint saves as they are (`saved.rs`).
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+struct Ledger {
+    round_start: SimTime,
     counts: RoundRecord,
     /// Who of the idle participants is online, once a draw among online clients needs it.
     online: Option<OnlineIdle>,
@@ -334,15 +351,6 @@ struct Core<A: Algorithm> {
     server_moments: Vec<Moments>,
     /// Under a loss-guided strategy, what clients reported with the updates received.
     feedback: Feedback,
-    /// Under `compression.downlink`, the clients' copy of the model and what each holds.
-    downlink: Option<Downlink<A::Global>>,
-    /// Under `evaluation.novelty: max_over_clients` or `mean_weights`, what the evaluated
-    /// clients have shared so far, by round and client, with the global model each round was
-    /// evaluated with.
-    novelty_shares: BTreeMap<u32, NoveltyGather<A::Global>>,
-    /// Rows are scored by what the evaluated clients share (`evaluation.novelty` is not
-    /// `own` and the data set has novel rows): each evaluation gathers their shares.
-    pools_novelty: bool,
 }
 
 /// One evaluation's [`NoveltyShare`]s gathered so far (see [`Core::gather_novelty_share`]).
@@ -364,28 +372,30 @@ impl<A: Algorithm> Server<A> {
             core: Core {
                 global,
                 round: 0,
-                round_start: SimTime::ZERO,
                 in_flight: InFlightJobs::new(cfg.num_clients as usize),
-                counts: RoundRecord::default(),
-                online: None,
-                finished: false,
-                watch: DivergenceWatch::new(cfg.algorithm.on_divergence),
-                private_releases: 0,
-                uploads: BTreeMap::new(),
-                most_uploads: 0,
-                noise_std: 0.0,
-                clip: cfg.algorithm.privacy.as_ref().map_or(0.0, |p| p.clip),
-                adaptive_round: None,
-                records: cfg.sample_privacy.map(RecordAccountant::new),
-                tree: (cfg.algorithm.privacy.as_ref())
-                    .filter(|p| p.tree_aggregation())
-                    .map(|_| TreeAccountant::new(cfg.rounds as u64)),
-                shares: (cfg.algorithm.privacy.as_ref())
-                    .filter(|p| p.noise_at == NoiseAt::Shares)
-                    .map(|_| ShareAccountant::new()),
-                robust_last: Vec::new(),
-                server_moments: Vec::new(),
-                feedback: Feedback::default(),
+                ledger: Ledger {
+                    round_start: SimTime::ZERO,
+                    counts: RoundRecord::default(),
+                    online: None,
+                    finished: false,
+                    watch: DivergenceWatch::new(cfg.algorithm.on_divergence),
+                    private_releases: 0,
+                    uploads: BTreeMap::new(),
+                    most_uploads: 0,
+                    noise_std: 0.0,
+                    clip: cfg.algorithm.privacy.as_ref().map_or(0.0, |p| p.clip),
+                    adaptive_round: None,
+                    records: cfg.sample_privacy.map(RecordAccountant::new),
+                    tree: (cfg.algorithm.privacy.as_ref())
+                        .filter(|p| p.tree_aggregation())
+                        .map(|_| TreeAccountant::new(cfg.rounds as u64)),
+                    shares: (cfg.algorithm.privacy.as_ref())
+                        .filter(|p| p.noise_at == NoiseAt::Shares)
+                        .map(|_| ShareAccountant::new()),
+                    robust_last: Vec::new(),
+                    server_moments: Vec::new(),
+                    feedback: Feedback::default(),
+                },
                 downlink: (cfg.downlink.clone()).map(|c| Downlink::new(c, initial)),
                 novelty_shares: BTreeMap::new(),
                 pools_novelty: !cfg.algorithm.novelty.is_own(),
@@ -430,11 +440,11 @@ impl<A: Algorithm> Core<A> {
             return;
         }
         let (participants, system) = (&self.cfg.participants, &self.cfg.system);
-        match &mut self.online {
+        match &mut self.ledger.online {
             Some(online) => online.advance(participants, system, now),
             None => {
                 let busy = |c| self.in_flight.is_busy(c);
-                self.online = Some(OnlineIdle::new(participants, system, now, busy));
+                self.ledger.online = Some(OnlineIdle::new(participants, system, now, busy));
             }
         }
     }
@@ -444,7 +454,7 @@ impl<A: Algorithm> Core<A> {
     /// matter, never copied, so a draw costs what it draws.
     fn candidates(&self, online_only: bool) -> Idle<'_> {
         let participants = &self.cfg.participants;
-        match &self.online {
+        match &self.ledger.online {
             Some(online) if online_only => Idle::Online(online.view(participants)),
             _ => Idle::AllBut(AllBut::new(participants, self.in_flight.clients())),
         }
@@ -452,7 +462,7 @@ impl<A: Algorithm> Core<A> {
 
     /// Marks `client` busy (a job sent) or idle (its job back) for the record of who is online.
     fn set_busy(&mut self, client: u32, busy: bool) {
-        if let Some(online) = &mut self.online {
+        if let Some(online) = &mut self.ledger.online {
             let position = self
                 .cfg
                 .participants
@@ -481,7 +491,7 @@ impl<A: Algorithm> Core<A> {
         let mut rng = self.cfg.seeds.rng(Entity::Server, "sampling", index);
         let data = &self.cfg.algorithm.data;
         let n_train = |c: u32| data.split_len(c as usize, crate::records::Split::Train) as f64;
-        let guide = (&self.feedback, index as u32);
+        let guide = (&self.ledger.feedback, index as u32);
         self.cfg
             .sampling
             .select(candidates, count, n_train, guide, &mut rng)
@@ -517,8 +527,8 @@ impl<A: Algorithm> Core<A> {
             None => (self.global.clone(), whole),
         };
         let download = self.cfg.system.transfer_time(client, Link::Down, bytes)?;
-        self.counts.bytes_down += bytes;
-        self.counts.selected += 1;
+        self.ledger.counts.bytes_down += bytes;
+        self.ledger.counts.selected += 1;
         self.in_flight.insert(
             client,
             InFlight {
@@ -540,7 +550,12 @@ impl<A: Algorithm> Core<A> {
                 global: model,
                 lr: self.cfg.algorithm.training.lr_at(round),
                 upload,
-                clip: self.cfg.algorithm.privacy.as_ref().map(|_| self.clip),
+                clip: self
+                    .cfg
+                    .algorithm
+                    .privacy
+                    .as_ref()
+                    .map(|_| self.ledger.clip),
                 compute_by,
             }),
         );
@@ -586,7 +601,7 @@ impl<A: Algorithm> Core<A> {
                 let mut all =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| updates.into_vec()))
                         .map_err(failed)?;
-                let last = &mut self.robust_last;
+                let last = &mut self.ledger.robust_last;
                 self.cfg
                     .algorithm
                     .robust_round(&self.global, &mut all, last);
@@ -649,9 +664,11 @@ impl<A: Algorithm> Core<A> {
             return;
         };
         let pairs = vectors(&self.global, next);
-        self.server_moments
+        self.ledger
+            .server_moments
             .resize_with(pairs.len(), Moments::default);
-        for ((global, aggregate), moments) in pairs.into_iter().zip(&mut self.server_moments) {
+        for ((global, aggregate), moments) in pairs.into_iter().zip(&mut self.ledger.server_moments)
+        {
             optimizer.step(global, aggregate, moments);
         }
     }
@@ -685,11 +702,11 @@ impl<A: Algorithm> Core<A> {
             return;
         }
         let divisor = (hooks.divisor)(self.alg(), aggregated as f64);
-        if let Some(shares) = &mut self.shares {
+        if let Some(shares) = &mut self.ledger.shares {
             // The clients' shares are in the sum already: account the noise it carried.
-            self.private_releases += 1;
+            self.ledger.private_releases += 1;
             let sigma = shares.release(privacy, aggregated);
-            self.noise_std = sigma * privacy.sensitivity(self.clip) / divisor;
+            self.ledger.noise_std = sigma * privacy.sensitivity(self.ledger.clip) / divisor;
             return;
         }
         let divisor = match privacy.fixed_count {
@@ -707,10 +724,10 @@ impl<A: Algorithm> Core<A> {
                 fixed
             }
         };
-        let std = privacy.noise_std(self.clip, divisor);
-        self.private_releases += 1;
-        if let Some(tree) = &mut self.tree {
-            let leaf = self.private_releases;
+        let std = privacy.noise_std(self.ledger.clip, divisor);
+        self.ledger.private_releases += 1;
+        if let Some(tree) = &mut self.ledger.tree {
+            let leaf = self.ledger.private_releases;
             tree.release(leaf, clients.iter().copied());
             let (enter, leave) = crate::privacy::tree::increment(leaf);
             let streams = |nodes: &[crate::privacy::tree::Node]| -> Vec<_> {
@@ -721,65 +738,70 @@ impl<A: Algorithm> Core<A> {
             let (mut enter_rngs, mut leave_rngs) = (streams(&enter), streams(&leave));
             let vectors = &mut (hooks.global)(next);
             ClientLevelPrivacy::add_tree_noise(vectors, std, &mut enter_rngs, &mut leave_rngs);
-            self.noise_std = std * ((enter.len() + leave.len()) as f64).sqrt();
+            self.ledger.noise_std = std * ((enter.len() + leave.len()) as f64).sqrt();
         } else {
             let mut rng = (self.cfg.seeds).rng(Entity::Server, "privacy_noise", self.round as u64);
             ClientLevelPrivacy::add_noise(&mut (hooks.global)(next), std, &mut rng);
-            self.noise_std = std;
+            self.ledger.noise_std = std;
         }
         if let Some(adaptive) = privacy.adaptive {
             let mut rng = (self.cfg.seeds).rng(Entity::Server, "privacy_clip", self.round as u64);
             let counted = privacy.fixed_count.unwrap_or(aggregated as f64);
-            let (bound, unclipped) = adaptive.next_bound(self.clip, within, counted, &mut rng);
-            self.adaptive_round = Some(AdaptiveRound {
-                clip: self.clip,
+            let (bound, unclipped) =
+                adaptive.next_bound(self.ledger.clip, within, counted, &mut rng);
+            self.ledger.adaptive_round = Some(AdaptiveRound {
+                clip: self.ledger.clip,
                 unclipped,
             });
-            self.clip = bound;
+            self.ledger.clip = bound;
         }
     }
 
     /// Records the round's counts (ended at `now`), then the divergence check, evaluations
     /// and the final models after the aggregation that completed `self.round`.
     fn end_round(&mut self, now: SimTime, eff: &mut FlEffects<A>) {
-        self.counts.end = now;
+        self.ledger.counts.end = now;
         if let Some(privacy) = &self.cfg.algorithm.privacy {
             let (noise_std, releases) = match privacy.noise_at {
-                NoiseAt::Server | NoiseAt::Shares => {
-                    (std::mem::take(&mut self.noise_std), self.private_releases)
-                }
-                NoiseAt::Client => (privacy.client_noise_std().unwrap_or(0.0), self.most_uploads),
+                NoiseAt::Server | NoiseAt::Shares => (
+                    std::mem::take(&mut self.ledger.noise_std),
+                    self.ledger.private_releases,
+                ),
+                NoiseAt::Client => (
+                    privacy.client_noise_std().unwrap_or(0.0),
+                    self.ledger.most_uploads,
+                ),
             };
             let adaptive = privacy.adaptive.map(|_| {
-                (self.adaptive_round.take()).unwrap_or(AdaptiveRound {
-                    clip: self.clip,
+                (self.ledger.adaptive_round.take()).unwrap_or(AdaptiveRound {
+                    clip: self.ledger.clip,
                     unclipped: None,
                 })
             });
-            let epsilon = match (&self.tree, &self.shares) {
+            let epsilon = match (&self.ledger.tree, &self.ledger.shares) {
                 (Some(tree), _) => tree.worst_epsilon(privacy.noise_multiplier, privacy.delta),
                 (_, Some(shares)) => shares.epsilon(privacy.delta),
                 _ => privacy.epsilon_after(releases),
             };
-            self.counts.privacy = Some(RoundPrivacy {
+            self.ledger.counts.privacy = Some(RoundPrivacy {
                 noise_multiplier: privacy.noise_multiplier,
                 noise_std,
                 epsilon,
                 adaptive,
             });
         }
-        if let (Some(records), Some(sample)) = (&self.records, &self.cfg.sample_privacy) {
-            self.counts.privacy = Some(RoundPrivacy {
+        if let (Some(records), Some(sample)) = (&self.ledger.records, &self.cfg.sample_privacy) {
+            self.ledger.counts.privacy = Some(RoundPrivacy {
                 noise_multiplier: sample.dp_sgd.noise_multiplier,
                 noise_std: sample.dp_sgd.noise_std(),
                 epsilon: records.worst_epsilon(),
                 adaptive: None,
             });
         }
-        eff.record(Record::Round(std::mem::take(&mut self.counts)));
+        eff.record(Record::Round(std::mem::take(&mut self.ledger.counts)));
         let round = self.round;
         let finite = self.global.is_finite();
-        self.watch.check(
+        self.ledger.watch.check(
             finite,
             Seen {
                 round,
@@ -867,7 +889,7 @@ impl<A: Algorithm> Core<A> {
 
     /// The run's last aggregation is done: start no more jobs and record the final models.
     fn finish(&mut self, eff: &mut FlEffects<A>) {
-        self.finished = true;
+        self.ledger.finished = true;
         eff.record(Record::FinalModels(self.alg().models(&self.global)));
     }
 
@@ -913,25 +935,25 @@ impl<A: Algorithm> Core<A> {
                 duration: now - job.sent,
                 round: job.round,
             };
-            self.feedback.hear(client, heard);
+            self.ledger.feedback.hear(client, heard);
         }
         let note = update.as_ref().map_or(PrivacyNote::default(), |u| u.2);
         let clipped = note.clipped;
-        if let Some(records) = &mut self.records {
+        if let Some(records) = &mut self.ledger.records {
             let (plan, data) = (&self.cfg.algorithm.training.plan, &self.cfg.algorithm.data);
             let rows = data.split_len(client as usize, crate::records::Split::Train);
             records.add(client, plan.dp_sampling_rate(rows), note.dp_sgd_steps);
         }
         let update = update.map(|(update, bytes, _)| {
-            self.counts.bytes_up += bytes;
+            self.ledger.counts.bytes_up += bytes;
             update
         });
         let local =
             (self.cfg.algorithm.privacy.as_ref()).is_some_and(|p| p.noise_at == NoiseAt::Client);
         if local && update.is_some() {
-            let sent = self.uploads.entry(client).or_default();
+            let sent = self.ledger.uploads.entry(client).or_default();
             *sent += 1;
-            self.most_uploads = self.most_uploads.max(*sent);
+            self.ledger.most_uploads = self.ledger.most_uploads.max(*sent);
         }
         Ok(Report {
             now,
@@ -1272,16 +1294,16 @@ mod tests {
         if let ToServer::Update { loss: l, .. } = &mut reported {
             *l = Some(loss);
         }
-        assert!(s.core.feedback.get(0).is_none());
+        assert!(s.core.ledger.feedback.get(0).is_none());
         s.on_message(secs(3), reported).unwrap();
         let heard = Heard {
             loss,
             duration: SimDuration(3_000_000),
             round: 1,
         };
-        assert_eq!(s.core.feedback.get(0), Some(&heard));
+        assert_eq!(s.core.ledger.feedback.get(0), Some(&heard));
         s.on_message(secs(4), update(1, 1, 0.5)).unwrap();
-        assert!(s.core.feedback.get(1).is_none());
+        assert!(s.core.ledger.feedback.get(1).is_none());
     }
 
     #[test]

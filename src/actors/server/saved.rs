@@ -7,16 +7,10 @@
 //! a value it saves: a resumed server holds the same bits.
 
 use super::downlink::Downlink;
-use super::online::OnlineIdle;
-use super::{Core, Server};
+use super::{Core, Ledger, Server};
 use crate::actors::checkpoint::{decode, encode};
-use crate::actors::divergence::DivergenceWatch;
 use crate::algorithms::Algorithm;
-use crate::privacy::{RecordAccountant, ShareAccountant, TreeAccountant};
-use crate::records::{AdaptiveRound, RoundRecord};
-use crate::sampling::Feedback;
-use crate::server_optimizer::Moments;
-use crate::sim::{SimError, SimTime};
+use crate::sim::SimError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,23 +27,7 @@ pub(super) enum PolicyState {
 struct CoreState<G> {
     global: G,
     round: u32,
-    round_start: SimTime,
-    counts: RoundRecord,
-    online: Option<OnlineIdle>,
-    finished: bool,
-    watch: DivergenceWatch,
-    private_releases: u64,
-    uploads: BTreeMap<u32, u64>,
-    most_uploads: u64,
-    noise_std: f64,
-    clip: f64,
-    adaptive_round: Option<AdaptiveRound>,
-    records: Option<RecordAccountant>,
-    tree: Option<TreeAccountant>,
-    shares: Option<ShareAccountant>,
-    robust_last: Vec<Vec<f64>>,
-    server_moments: Vec<Moments>,
-    feedback: Feedback,
+    ledger: Ledger,
     /// Under `compression.downlink`: the clients' copy, the bytes of its moves and the
     /// version each client holds.
     downlink: Option<(G, Vec<u64>, BTreeMap<u32, u32>)>,
@@ -81,23 +59,7 @@ impl<A: Algorithm> Server<A> {
         let state = CoreState {
             global: (*core.global).clone(),
             round: core.round,
-            round_start: core.round_start,
-            counts: core.counts.clone(),
-            online: core.online.clone(),
-            finished: core.finished,
-            watch: core.watch,
-            private_releases: core.private_releases,
-            uploads: core.uploads.clone(),
-            most_uploads: core.most_uploads,
-            noise_std: core.noise_std,
-            clip: core.clip,
-            adaptive_round: core.adaptive_round,
-            records: core.records.clone(),
-            tree: core.tree.clone(),
-            shares: core.shares.clone(),
-            robust_last: core.robust_last.clone(),
-            server_moments: core.server_moments.clone(),
-            feedback: core.feedback.clone(),
+            ledger: core.ledger.clone(),
             downlink: (core.downlink.as_ref()).map(Downlink::saved),
             policy,
         };
@@ -110,23 +72,7 @@ impl<A: Algorithm> Server<A> {
         let core: &mut Core<A> = &mut self.core;
         core.global = Arc::new(state.global);
         core.round = state.round;
-        core.round_start = state.round_start;
-        core.counts = state.counts;
-        core.online = state.online;
-        core.finished = state.finished;
-        core.watch = state.watch;
-        core.private_releases = state.private_releases;
-        core.uploads = state.uploads;
-        core.most_uploads = state.most_uploads;
-        core.noise_std = state.noise_std;
-        core.clip = state.clip;
-        core.adaptive_round = state.adaptive_round;
-        core.records = state.records;
-        core.tree = state.tree;
-        core.shares = state.shares;
-        core.robust_last = state.robust_last;
-        core.server_moments = state.server_moments;
-        core.feedback = state.feedback;
+        core.ledger = state.ledger;
         match (&mut core.downlink, state.downlink) {
             (Some(downlink), Some(saved)) => downlink.restore(saved),
             (None, None) => {}

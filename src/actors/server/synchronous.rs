@@ -97,7 +97,7 @@ impl<A: Algorithm> Synchronous<A> {
         let drops = |c, step| Self::secagg_drops(core, round, c, step);
         let finish = spec.finish(&self.selected, &setup, &uploaded, floats, link, drops)?;
         if !finish.unmasked {
-            core.counts.discarded += self.fresh.len() as u32;
+            core.ledger.counts.discarded += self.fresh.len() as u32;
             self.fresh.clear();
             for record in &mut self.held_jobs {
                 if let Record::Job(job) = record {
@@ -105,9 +105,9 @@ impl<A: Algorithm> Synchronous<A> {
                 }
             }
         }
-        core.counts.bytes_up += finish.bytes_up;
-        core.counts.bytes_down += finish.bytes_down;
-        core.counts.secure_aggregation = Some(RoundSecAgg {
+        core.ledger.counts.bytes_up += finish.bytes_up;
+        core.ledger.counts.bytes_down += finish.bytes_down;
+        core.ledger.counts.secure_aggregation = Some(RoundSecAgg {
             setup: setup.time,
             finish: finish.time,
             bytes: setup.bytes_up + setup.bytes_down + finish.bytes_up + finish.bytes_down,
@@ -164,8 +164,8 @@ impl<A: Algorithm> Synchronous<A> {
             {
                 job.late = Some(outcome);
                 match outcome {
-                    JobOutcome::Straggler => core.counts.stragglers += 1,
-                    _ => core.counts.discarded += 1,
+                    JobOutcome::Straggler => core.ledger.counts.stragglers += 1,
+                    _ => core.ledger.counts.discarded += 1,
                 }
             }
         }
@@ -174,7 +174,7 @@ impl<A: Algorithm> Synchronous<A> {
             eff.record(record);
         }
         let now = now + unmasking;
-        core.counts.completed = self.fresh.len() as u32;
+        core.ledger.counts.completed = self.fresh.len() as u32;
         let mut held: Vec<Held<A>> = std::mem::take(&mut self.fresh);
         held.append(&mut self.late);
         core.aggregate(held, 1.0, self.staleness_exponent)?;
@@ -212,7 +212,7 @@ impl<A: Algorithm> Synchronous<A> {
             && staleness <= self.max_staleness
             && job.round + staleness <= core.cfg.rounds
         {
-            core.counts.late += 1;
+            core.ledger.counts.late += 1;
             self.late.push(Held {
                 client,
                 update,
@@ -307,10 +307,10 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
         };
         self.selected = selected;
         self.open = true;
-        core.round_start = now;
+        core.ledger.round_start = now;
         // Late updates (and their bytes) that arrived while no round was open count here.
-        let gap = std::mem::take(&mut core.counts);
-        core.counts = RoundRecord {
+        let gap = std::mem::take(&mut core.ledger.counts);
+        core.ledger.counts = RoundRecord {
             round,
             start: now,
             late: gap.late,
@@ -325,9 +325,9 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
             let upload = self.selected.binary_search(&c).is_ok();
             core.dispatch(now, lead, c, round, round as u64, upload, cut_at, eff)?;
         }
-        core.counts.selected = self.selected.len() as u32;
-        core.counts.bytes_up += setup_bytes.0;
-        core.counts.bytes_down += setup_bytes.1;
+        core.ledger.counts.selected = self.selected.len() as u32;
+        core.ledger.counts.bytes_up += setup_bytes.0;
+        core.ledger.counts.bytes_down += setup_bytes.1;
         if self.outstanding == 0 {
             if lead > SimDuration::ZERO {
                 // Everyone dropped in secure aggregation's key steps: the round ends after them.
@@ -399,7 +399,7 @@ impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
         eff: &mut FlEffects<A>,
     ) -> Result<(), SimError> {
         if self.is_current(core, job) {
-            core.counts.failed += 1;
+            core.ledger.counts.failed += 1;
             self.outstanding -= 1;
             self.maybe_close(core, now, eff)?;
         }
