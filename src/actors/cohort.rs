@@ -361,7 +361,6 @@ impl<A: Algorithm> Dispatch<A> {
         }
     }
 
-    /// The queue the scheduler flushes, if jobs train in cohorts.
     /// Whether part of the clients' state stays outside them between rounds (cohorts keep
     /// momentum on the device: [`super::resident::ResidentMomenta`]).
     pub fn keeps_state_outside_clients(&self) -> bool {
@@ -371,6 +370,7 @@ impl<A: Algorithm> Dispatch<A> {
         }
     }
 
+    /// The queue the scheduler flushes, if jobs train in cohorts.
     pub fn queue(&self) -> Option<Arc<CohortQueue<A>>> {
         match self {
             Dispatch::Alone(..) => None,

@@ -14,7 +14,7 @@ use super::world::{run_world, AtRest, HubWorld, Routed, SimOutput, Start, HUB};
 use crate::algorithms::{Algorithm, Gossip, Planned, RunBuilt};
 use crate::plan::{RunPlan, Setup};
 use crate::records::Record;
-use crate::sim::{Queued, RecordObserver, Resume, SimError};
+use crate::sim::{Queued, RecordObserver, Resume, Saving, SimError};
 use actix::prelude::*;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -174,13 +174,15 @@ fn saving_at_rest<A: Algorithm>(
     clients: Rc<client::Roster<A>>,
 ) -> AtRest<ToServer<A>> {
     let checkpoints = Rc::new(RefCell::new(checkpoints));
-    Rc::new(move |events, queued| {
+    let asked = checkpoints.clone();
+    let wants = Rc::new(move |msg: &ToServer<A>| match *msg {
+        ToServer::StartRound { round } => (asked.borrow_mut().due)(round),
+        _ => false,
+    });
+    let save = Rc::new(move |events, queued: Vec<Queued<&ToServer<A>>>| {
         let &ToServer::StartRound { round } = queued.first()?.msg else {
             return None;
         };
-        if !(checkpoints.borrow_mut().due)(round) {
-            return None;
-        }
         // Only the server's messages to itself can wait (and be saved) at rest.
         let waiting: Vec<Waiting> = (queued.iter())
             .map(|q| {
@@ -188,12 +190,15 @@ fn saving_at_rest<A: Algorithm>(
                 Some(Waiting { at: q.at, event })
             })
             .collect::<Option<_>>()?;
+        if !clients.at_rest() {
+            return None;
+        }
         let now = waiting[0].at;
         let (checkpoints, server, clients) = (checkpoints.clone(), server.clone(), clients.clone());
-        Some(Box::pin(async move {
+        let saving: Saving = Box::pin(async move {
             let saved = server.send(SaveState).await;
             let server = saved.map_err(|e| SimError::ActorGone(format!("the server: {e}")))?;
-            let Some(server) = server.filter(|_| clients.at_rest()) else {
+            let Some(server) = server else {
                 return Ok(());
             };
             let state = RunState {
@@ -204,6 +209,8 @@ fn saving_at_rest<A: Algorithm>(
                 server,
             };
             (checkpoints.borrow_mut().save)(&state, &mut |w| clients.write_kept(w))
-        }))
-    })
+        });
+        Some(saving)
+    });
+    AtRest { wants, save }
 }

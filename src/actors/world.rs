@@ -127,8 +127,22 @@ where
 }
 
 /// What a hub world does at a point at rest whose waiting events are all messages to the hub
-/// (`events` delivered before them): saves a checkpoint where one is due.
-pub(super) type AtRest<HM> = Rc<dyn Fn(u64, Vec<Queued<&HM>>) -> Option<Saving>>;
+/// (checkpoints): whether it saves before the hub's next message `wants` says (cheap: asked at
+/// most events), then `save` (with the events delivered before, and every event waiting).
+#[allow(clippy::type_complexity)]
+pub(super) struct AtRest<HM> {
+    pub(super) wants: Rc<dyn Fn(&HM) -> bool>,
+    pub(super) save: Rc<dyn Fn(u64, Vec<Queued<&HM>>) -> Option<Saving>>,
+}
+
+impl<HM> Clone for AtRest<HM> {
+    fn clone(&self) -> Self {
+        AtRest {
+            wants: self.wants.clone(),
+            save: self.save.clone(),
+        }
+    }
+}
 
 /// The entities of a run as the scheduler sees them: a hub with rank 0 (the server, or the
 /// monitor of a decentralized run) that takes `HM`, and members with rank `c + 1` (clients,
@@ -206,8 +220,11 @@ where
 
     fn at_rest(&self, at: RestPoint<'_, Self::Msg>) -> Option<Saving> {
         let at_rest = self.at_rest.as_ref()?;
-        let waiting: Option<Vec<_>> = at.waiting.into_iter().map(to_hub).collect();
-        at_rest(at.events, waiting?)
+        if !(at_rest.wants)(to_hub(at.next)?.msg) {
+            return None;
+        }
+        let waiting: Option<Vec<_>> = at.waiting().into_iter().map(to_hub).collect();
+        (at_rest.save)(at.events, waiting?)
     }
 }
 

@@ -101,7 +101,7 @@ pub fn export_weights(args: ExportArgs) -> Result<i32> {
             save_models: !clients,
             save_client_models: clients,
             keep_unfinished: false,
-            checkpoint: Default::default(),
+            checkpoint: fedsim::results::CheckpointOptions::none(),
         };
         run_scenario(&s, &opts)
             .with_context(|| format!("re-running {}", scenario_file.display()))?;

@@ -49,9 +49,10 @@ pub struct RunArgs {
 #[derive(clap::Args)]
 pub struct CheckpointArgs {
     /// Save a checkpoint this often: a number of rounds (`10`), a wall-clock time (`90s`,
-    /// `5m`, `1h`) or `off` [default: the scenario's `checkpoint:`, else 1m]. Taken where a synchronous round starts with nothing
-    /// else left to happen. The same command, run again after a kill, resumes from the last one
-    /// and writes the files an uninterrupted run writes.
+    /// `5m`, `1h`) or `off` [default: the scenario's `checkpoint:`, else 1m]. Taken where a
+    /// synchronous round starts with nothing else left to happen. The same command, run again
+    /// after a kill, resumes from the last one and writes the files an uninterrupted run
+    /// writes.
     #[arg(long, value_name = "EVERY")]
     pub checkpoint_every: Option<CheckpointEvery>,
     /// Discard a checkpoint the run finds (of another scenario, another fedsim, or damaged)
@@ -211,10 +212,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
             save_models,
             save_client_models,
             keep_unfinished: false,
-            checkpoint: CheckpointOptions {
-                every: Some(CheckpointEvery::Off),
-                restart: true,
-            },
+            checkpoint: CheckpointOptions::none(),
         };
         if let Err(e) = run_scenario(&s, &rerun) {
             // Nothing of a failed re-run stays (its folder holds only fedsim's bookkeeping).

@@ -41,6 +41,16 @@ pub struct CheckpointOptions {
     pub restart: bool,
 }
 
+impl CheckpointOptions {
+    /// None read and none written: a re-run into a folder that goes when it ends.
+    pub fn none() -> Self {
+        CheckpointOptions {
+            every: Some(CheckpointEvery::Off),
+            restart: true,
+        }
+    }
+}
+
 /// When the next checkpoint is due: the last one's round, when it was written and how long
 /// that took.
 pub struct Cadence {
@@ -85,7 +95,8 @@ pub struct RecordLog {
     file: Option<BufWriter<std::fs::File>>,
     count: u64,
     len: u64,
-    /// The first write that failed: the next checkpoint reports it.
+    /// The first write that failed: every later checkpoint fails with it (a log that lost a
+    /// record must never make one).
     failed: Option<std::io::Error>,
 }
 
@@ -113,7 +124,7 @@ impl RecordLog {
 
     /// Writes the count, the length and every record into `w`.
     fn copy_into(&mut self, w: &mut dyn Write) -> std::io::Result<()> {
-        if let Some(e) = self.failed.take() {
+        if let Some(e) = &self.failed {
             let why = format!("keeping the run's records in a temporary file (TMPDIR): {e}");
             return Err(std::io::Error::new(e.kind(), why));
         }

@@ -54,9 +54,9 @@ impl std::str::FromStr for CheckpointEvery {
             "h" => 3600.0,
             _ => return Err(wrong()),
         };
-        match number.parse::<f64>() {
-            Ok(n) if n > 0.0 && (n * seconds).is_finite() => {
-                Ok(CheckpointEvery::Wall(Duration::from_secs_f64(n * seconds)))
+        match number.parse::<f64>().map(|n| n * seconds) {
+            Ok(s) if s > 0.0 && s <= super::LONGEST_SECONDS => {
+                Ok(CheckpointEvery::Wall(Duration::from_secs_f64(s)))
             }
             _ => Err(wrong()),
         }
@@ -126,7 +126,7 @@ mod tests {
             "1.5m".parse(),
             Ok(CheckpointEvery::Wall(Duration::from_secs(90)))
         );
-        for wrong in ["0", "-3", "5x", "m", "0s", ""] {
+        for wrong in ["0", "-3", "5x", "m", "0s", "", "1e30s", "infh", "NaNm"] {
             let e = wrong.parse::<CheckpointEvery>().unwrap_err();
             assert!(e.contains("give `off`"), "{wrong}: {e}");
         }

@@ -184,6 +184,7 @@ pub trait World: Clone + Unpin + 'static {
 
 /// An event as it waits in the queue: when it is due, its origin (whose rank orders it among
 /// events due together), its target and its message.
+#[derive(Clone, Copy)]
 pub struct Queued<M> {
     pub at: SimTime,
     pub origin: EntityId,
@@ -195,8 +196,21 @@ pub struct Queued<M> {
 pub struct RestPoint<'a, M> {
     /// Events delivered before the next one.
     pub events: u64,
-    /// Every event waiting, in the order they are delivered: the next one first.
-    pub waiting: Vec<Queued<&'a M>>,
+    /// The next event.
+    pub next: Queued<&'a M>,
+    /// The events after it.
+    queue: &'a EventQueue<Event<M>>,
+}
+
+impl<'a, M> RestPoint<'a, M> {
+    /// Every event waiting, in the order they are delivered, the next one first. It sorts the
+    /// queue: a world asks only where it saves (points at rest come at most events).
+    pub fn waiting(&self) -> Vec<Queued<&'a M>> {
+        let later = self.queue.in_order().into_iter();
+        std::iter::once(self.next)
+            .chain(later.filter_map(|(key, event)| ready(&key, event)))
+            .collect()
+    }
 }
 
 /// What saving a run's state at a point at rest amounts to.
@@ -398,14 +412,17 @@ impl<W: World> Handler<Step> for Scheduler<W> {
                 self.pending -= 1;
                 None
             }
-            Payload::Ready(next) if self.pending == 0 && self.world.rests() => {
-                let later = self.queue.in_order().into_iter();
-                let waiting = std::iter::once(ready(&key, &event).expect("the next is ready"))
-                    .chain(later.filter_map(|(key, event)| ready(&key, event)))
-                    .collect();
+            Payload::Ready(msg) if self.pending == 0 && self.world.rests() => {
+                let next = Queued {
+                    at: key.time,
+                    origin: EntityId(key.origin_rank),
+                    to: event.to,
+                    msg,
+                };
                 self.world.at_rest(RestPoint {
                     events: self.events,
-                    waiting,
+                    next,
+                    queue: &self.queue,
                 })
             }
             Payload::Ready(_) => None,
@@ -670,7 +687,7 @@ mod tests {
         }
 
         fn at_rest(&self, at: RestPoint<'_, Self::Msg>) -> Option<Saving> {
-            let waiting = (at.waiting.iter())
+            let waiting = (at.waiting().iter())
                 .map(|q| (q.at.0, q.origin.0, q.to.0, *q.msg))
                 .collect();
             self.rests.borrow_mut().push((at.events, waiting));
