@@ -13,6 +13,12 @@ if ! .venv/bin/python -c "import numpy, pyarrow" 2>/dev/null; then
   echo "test: installing numpy and pyarrow into .venv (once)" >&2
   .venv/bin/pip install -q --disable-pip-version-check numpy pyarrow
 fi
+# The tracking tests (tests/integration/tracking.rs) read a run's TensorBoard and MLflow files
+# back with the real readers: tensorboard and mlflow-skinny from PyPI (once; no torch needed).
+if ! .venv/bin/python -W ignore -c "import tensorboard, mlflow" 2>/dev/null; then
+  echo "test: installing tensorboard and mlflow-skinny into .venv (once)" >&2
+  .venv/bin/pip install -q --disable-pip-version-check "tensorboard==2.21.0" "mlflow-skinny==3.17.2"
+fi
 # The Slurm test (tests/integration/slurm.rs) starts a single-node cluster of Debian's
 # slurmctld, slurmd and munge: installed once, where apt can (as root).
 if ! command -v slurmctld >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

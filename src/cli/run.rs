@@ -214,7 +214,12 @@ pub fn run(args: RunArgs) -> Result<i32> {
             keep_unfinished: false,
             checkpoint: CheckpointOptions::none(),
         };
-        if let Err(e) = run_scenario(&s, &rerun) {
+        // A throwaway rerun reports to no tracker.
+        let untracked = fedsim::scenario::Scenario {
+            tracking: None,
+            ..s.clone()
+        };
+        if let Err(e) = run_scenario(&untracked, &rerun) {
             // Nothing of a failed re-run stays (its folder holds only fedsim's bookkeeping).
             let _ = fedsim::io::remove_owned_folder(&rerun_dir);
             return Err(e).context("determinism check rerun");

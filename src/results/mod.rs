@@ -10,10 +10,13 @@ mod checkpoint;
 mod describe;
 mod frames;
 mod machine;
+mod mlflow;
 mod novelty;
 mod run;
 mod run_files;
 mod summary;
+mod tensorboard;
+mod tracking;
 
 pub use crate::settings::CheckpointEvery;
 pub use checkpoint::{CheckpointError, CheckpointOptions, CHECKPOINT_FILE};

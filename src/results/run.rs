@@ -4,6 +4,7 @@ use super::checkpoint::{
     read_checkpoint, write_checkpoint, Cadence, CheckpointError, CheckpointOptions, RecordLog,
     Saved,
 };
+use super::tracking::{TrackedRun, Tracker};
 use crate::actors::{simulate, Checkpoints, RunState, SimOutput, WriteClients};
 use crate::data::DataError;
 use crate::io::OutputRules;
@@ -79,6 +80,8 @@ pub enum RunError {
     Preflight(#[from] crate::scenario::ScenarioError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    #[error("tracking")]
+    Tracking(#[from] crate::io::TrackerError),
     #[error("{}: {error}", file.display())]
     Fit {
         file: PathBuf,
@@ -293,8 +296,18 @@ pub fn run_scenario_with_bar(
         _ => None,
     };
     let resumed_at = resumed.as_ref().map(|saved| saved.resumed.state.round);
+    let tracked = TrackedRun {
+        name: &s.name,
+        run_id: s.run_id(),
+        seed: s.run.seed,
+        resolved_yaml: &s.resolved_yaml,
+    };
+    let tracker = (s.tracking.as_ref())
+        .map(|spec| Tracker::open(spec, &tracked))
+        .transpose()?;
+    let tracker = Rc::new(RefCell::new(tracker));
     let files = Rc::new(RefCell::new(files));
-    let (tick, sink) = (bar.clone(), files.clone());
+    let (tick, sink, tracking) = (bar.clone(), files.clone(), tracker.clone());
     // The command line's cadence, else the scenario's, else every minute.
     let every = (opts.checkpoint.every).or(s.checkpoint).unwrap_or_default();
     let logging = (every != CheckpointEvery::Off).then(|| log.clone());
@@ -308,6 +321,9 @@ pub fn run_scenario_with_bar(
             _ => {}
         }
         sink.borrow_mut().record(r);
+        if let Some(tracker) = tracking.borrow_mut().as_mut() {
+            tracker.record(r);
+        }
         if let Some(log) = &logging {
             log.borrow_mut().push(r);
         }
@@ -323,6 +339,13 @@ pub fn run_scenario_with_bar(
         .map_err(|_| ())
         .expect("the simulation has let go of the observer")
         .into_inner();
+    let mut tracker = tracker.take();
+    if observed.is_err() {
+        // The trackers say the run failed (what they show of it stays).
+        if let Some(t) = tracker.take() {
+            let _ = t.finish(files.rounds_done(), crate::sim::SimTime::ZERO, &[], true);
+        }
+    }
     let (output, arch) = match observed {
         Ok(done) => done,
         // Failed once it had begun: what it wrote is published where asked for. Otherwise
@@ -363,6 +386,17 @@ pub fn run_scenario_with_bar(
     let divergence = inputs.divergence().cloned();
     let ended_early = inputs.ended_early().cloned();
     let files = files.finish(&summaries)?;
+    let mut notes = notes;
+    if let Some(t) = tracker {
+        let last = summaries.iter().map(|s| s.final_round).max().unwrap_or(0);
+        let values = summary_values(&summaries);
+        if let Some(e) = t.finish(last, output.end_time, &values, false) {
+            notes.push(format!(
+                "tracking stopped part way: {}; the result files are complete",
+                crate::error_chain(&e)
+            ));
+        }
+    }
     Ok(RunReport {
         summaries,
         out_dir: opts.out_dir.clone(),
@@ -375,6 +409,32 @@ pub fn run_scenario_with_bar(
         notes,
         resumed_at,
     })
+}
+
+/// The summaries' figures as tracked values (`summary/<model>[/unseen]/<column>`).
+fn summary_values(summaries: &[Summary]) -> Vec<(String, f64)> {
+    let mut values = Vec::new();
+    for s in summaries {
+        let prefix = match s.unseen {
+            true => format!("summary/{}/unseen", s.model),
+            false => format!("summary/{}", s.model),
+        };
+        let figures = [
+            ("test_acc_mean", s.test.weighted_mean),
+            ("test_acc_bottom_decile", s.test.bottom_decile),
+            ("test_acc_worst10_mean", s.test.worst10_mean),
+            ("test_acc_std", s.test.std),
+            ("test_acc_jain", s.test.jain),
+            ("test_loss_mean", s.test_loss_mean),
+        ];
+        for (name, value) in figures {
+            values.push((format!("{prefix}/{name}"), value));
+        }
+        if let Some(p) = &s.privacy {
+            values.push((format!("{prefix}/epsilon"), p.epsilon));
+        }
+    }
+    values
 }
 
 /// The run's checkpoints: from `resumed` (whose records `see` takes in first, as the run

@@ -153,6 +153,8 @@ pub struct Scenario {
     pub target_accuracy: Option<f64>,
     /// How often the run saves a checkpoint (`checkpoint:`; `None`: not said).
     pub checkpoint: Option<crate::settings::CheckpointEvery>,
+    /// Where the run reports to experiment trackers (`tracking:`; `None`: nowhere).
+    pub tracking: Option<crate::settings::TrackingSpec>,
     /// The scenario with every default filled in, as YAML.
     pub resolved_yaml: String,
     /// SHA-256 of `resolved_yaml`, hex.
@@ -511,6 +513,10 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
     let checkpoint = (raw.checkpoint.as_ref())
         .map(|c| c.every().map_err(|e| e.within("checkpoint")))
         .transpose()?;
+    if let Some(t) = &raw.tracking {
+        t.validate().map_err(|e| e.within("tracking"))?;
+    }
+    let tracking = raw.tracking.clone();
     if let Some(t) = raw.target_accuracy {
         if !(0.0..=1.0).contains(&t) {
             return bad("target_accuracy", format!("must be in [0, 1], got {t}"));
@@ -573,6 +579,7 @@ fn validate(mut raw: RawScenario) -> Result<Scenario, FieldError> {
         data_seed: raw.data_seed.unwrap_or(raw.seed),
         target_accuracy: raw.target_accuracy,
         checkpoint,
+        tracking,
         run,
         resolved_yaml,
         content_hash,

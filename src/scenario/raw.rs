@@ -68,6 +68,10 @@ pub struct RawScenario {
     /// scenario: it changes no result.
     #[serde(default, skip_serializing)]
     pub checkpoint: Option<crate::settings::CheckpointSpec>,
+    /// Report the run to TensorBoard or MLflow as it goes (their own file formats, in folders
+    /// of yours). Not part of the resolved scenario: it changes no result.
+    #[serde(default, skip_serializing)]
+    pub tracking: Option<crate::settings::TrackingSpec>,
     /// Hold out clients from training, to test generalisation to unseen clients (FedEM
     /// Table 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]

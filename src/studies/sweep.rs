@@ -85,6 +85,8 @@ struct CellRemarks {
     moved_aside: Option<String>,
     /// The round at whose start it resumed from its checkpoint.
     resumed_at: Option<u32>,
+    /// What the run said besides (a tracker that stopped part way).
+    run_notes: Vec<String>,
 }
 
 /// Where a cell's results live.
@@ -197,6 +199,7 @@ fn run_cell(
         ended_early: report.ended_early.map(|e| e.describe()),
         moved_aside,
         resumed_at: report.resumed_at,
+        run_notes: report.notes,
     }))
 }
 
@@ -283,6 +286,7 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
                     .map(|r| format!("resumed from its checkpoint at the start of round {r}"));
                 outcome.notes.extend(
                     (resumed.into_iter().chain(remarks.moved_aside))
+                        .chain(remarks.run_notes)
                         .map(|m| format!("cell {}: {m}", todo[i].label())),
                 );
             }

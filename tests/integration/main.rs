@@ -32,5 +32,6 @@ mod slurm;
 mod sweeps;
 mod systems;
 mod torchscript;
+mod tracking;
 mod weights;
 mod writes;

@@ -2,8 +2,9 @@
 //! what they should hold ([`input`]), the readers of data tables and per-client files
 //! ([`tables`], [`population`]), output folders it shares with its users ([`folder`]: the
 //! manifest, the lock, staging folders, files written in place), the spill file that keeps
-//! idle values' float buffers out of memory ([`spill`]), and how much memory the process has
-//! ([`memory`]).
+//! idle values' float buffers out of memory ([`spill`]), files for experiment trackers in the
+//! user's own folders ([`tracker`]: always new files, never a replaced one), and how much
+//! memory the process has ([`memory`]).
 //!
 //! Every file fedsim opens, reads, writes, renames or removes is handled here: the layering
 //! test fails on file-system calls anywhere else. This room knows files and folders, not what
@@ -16,6 +17,7 @@ pub mod memory;
 pub mod population;
 pub mod spill;
 pub mod tables;
+pub mod tracker;
 
 pub use disk::DiskFile;
 pub use folder::{
@@ -31,4 +33,7 @@ pub use spill::{unnamed_file, DeviceFloats, Floats, SpillError, SpillStore, Stor
 pub use tables::{
     read_client_table, read_population_column, scan_client_table, ClientTable, FeatureColumns,
     PopulationValues, TableColumns, TableError,
+};
+pub use tracker::{
+    first_free_folder, read_in_subfolders, replace_own, tracker_folder, TrackerError, TrackerFile,
 };

@@ -1,7 +1,8 @@
 //! The settings of a run that belong to no catalogue: what is evaluated (`evaluation:` and
 //! `eval_every`, resolved to an [`EvaluationPlan`]), what a diverged run does, how clients are
-//! trained on the machine (`training.cohorts`, `training.spill`); the glue every catalogue
-//! shares ([`catalogue`]); and [`FieldError`], how every section says what is wrong with it.
+//! trained on the machine (`training.cohorts`, `training.spill`), where a run reports to
+//! experiment trackers (`tracking:`); the glue every catalogue shares ([`catalogue`]); and
+//! [`FieldError`], how every section says what is wrong with it.
 //!
 //! This room sits at the bottom with the kernel: serde types and their pure validation. It
 //! must not read files, ask the machine anything (memory, devices) or touch libtorch, so that
@@ -11,6 +12,7 @@
 pub mod catalogue;
 mod checkpoint;
 mod evaluation;
+mod tracking;
 mod training;
 
 pub use checkpoint::{CheckpointEvery, CheckpointSpec};
@@ -18,6 +20,7 @@ pub use evaluation::{
     EvalClients, EvalSample, EvalSplit, EvaluatedSplits, EvaluationPlan, NoveltyScoring,
     RawEvaluation,
 };
+pub use tracking::TrackingSpec;
 pub use training::{Cohorts, Precision, Spill, AUTO_SPILL_SHARE};
 
 /// A problem with one field of a scenario section: the dotted path below the section that
