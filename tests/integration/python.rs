@@ -1,0 +1,169 @@
+//! The Python package (`python/`): `import fedsim` runs a scenario as the command line does, with
+//! the same files, errors with the command line's text, and the GIL released while it runs.
+//! Its extension module is the workspace's `fedsim-python` crate, which `scripts/test.sh` builds
+//! (`cargo build --release -p fedsim-python`); here it is loaded from the build folder beside
+//! the `fedsim` binary, with the package's Python files from `python/fedsim/`.
+
+use crate::common::{fedsim, skipped, stderr};
+use std::path::{Path, PathBuf};
+
+/// The package as `pip install ./python` lays it out: `fedsim/__init__.py` and the extension
+/// module `fedsim/_native.abi3.so`, in a folder to put on `PYTHONPATH`; `None` after saying why
+/// it cannot be made here (which fails under CI).
+fn package(check: &str, into: &Path) -> Option<PathBuf> {
+    let build = Path::new(env!("CARGO_BIN_EXE_fedsim")).parent().unwrap();
+    let module = build.join("lib_native.so");
+    if !module.is_file() {
+        skipped(
+            check,
+            &format!(
+                "{} is not built (cargo build --release -p fedsim-python)",
+                module.display()
+            ),
+        );
+        return None;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let package = into.join("fedsim");
+    std::fs::create_dir_all(&package).unwrap();
+    std::fs::copy(
+        root.join("python/fedsim/__init__.py"),
+        package.join("__init__.py"),
+    )
+    .unwrap();
+    std::fs::copy(&module, package.join("_native.abi3.so")).unwrap();
+    Some(into.to_path_buf())
+}
+
+fn python_with_polars(check: &str) -> Option<PathBuf> {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import polars"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skipped(check, ".venv/bin/python cannot import polars");
+        return None;
+    }
+    Some(python)
+}
+
+const SCRIPT: &str = r#"
+import json, sys, threading, time
+import fedsim, polars
+quickstart = sys.argv[1]
+s = fedsim.Scenario.from_file(quickstart).set("rounds", 3).set("eval_every", 1)
+ticks = []
+stop = threading.Event()
+def tick():
+    while not stop.is_set():
+        ticks.append(1)
+        time.sleep(0.0005)
+t = threading.Thread(target=tick)
+t.start()
+before = len(ticks)
+run = fedsim.run(s, out="py", threads=2)
+during = len(ticks) - before
+stop.set(); t.join()
+out = {
+    "run_id": s.run_id,
+    "resolved": s.resolved_yaml,
+    "metrics": [run.metrics.height, run.metrics.columns],
+    "summary_mean": run.summary["test_acc_mean"][0],
+    "same_frame": run.metrics.equals(polars.read_parquet("cli/metrics.parquet")),
+    "rounds": run.rounds["round"].to_list(),
+    "read_back": fedsim.read("py").clients.height,
+    "dict_id": fedsim.Scenario.from_dict({"name": "d", "rounds": 1, "data": {"kind": "blobs"},
+        "algorithm": {"name": "fedavg"}}).name,
+    "schema_title": "properties" in fedsim.schema(),
+}
+try:
+    fedsim.Scenario.from_file(quickstart).set("sampling.fraction", 2)
+except fedsim.ScenarioError as e:
+    out["error"] = str(e)
+    out["is_fedsim_error"] = isinstance(e, fedsim.FedsimError)
+print(json.dumps(out))
+print(during, file=sys.stderr)
+"#;
+
+#[test]
+fn python_runs_a_scenario_as_the_command_line_does() {
+    let check = "python::python_runs_a_scenario_as_the_command_line_does";
+    let Some(python) = python_with_polars(check) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let Some(path) = package(check, &dir.join("site")) else {
+        return;
+    };
+    let quickstart = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/quickstart.yaml");
+    let quickstart = quickstart.to_str().unwrap();
+    let cli = fedsim(
+        &[
+            "run",
+            quickstart,
+            "--set",
+            "rounds=3",
+            "--set",
+            "eval_every=1",
+            "--out",
+            "cli",
+            "--threads",
+            "1",
+            "-q",
+        ],
+        dir,
+    );
+    assert!(cli.status.success(), "{}", stderr(&cli));
+    let out = std::process::Command::new(&python)
+        .args(["-c", SCRIPT, quickstart])
+        .env("PYTHONPATH", &path)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // The same files as `fedsim run` (on 2 threads against 1), the same frames.
+    for file in [
+        "scenario.yaml",
+        "metrics.parquet",
+        "metrics.csv",
+        "rounds.parquet",
+        "jobs.parquet",
+        "clients.parquet",
+        "clients.csv",
+    ] {
+        assert_eq!(
+            std::fs::read(dir.join("py").join(file)).unwrap(),
+            std::fs::read(dir.join("cli").join(file)).unwrap(),
+            "{file}"
+        );
+    }
+    assert_eq!(got["same_frame"], true);
+    assert_eq!(got["rounds"], serde_json::json!([1, 2, 3]));
+    let mean = crate::common::summary_value(&dir.join("cli"), "test_acc_mean");
+    assert_eq!(got["summary_mean"].as_f64().unwrap(), mean);
+    assert_eq!(got["read_back"], 100);
+    let scenario_yaml = std::fs::read_to_string(dir.join("cli/scenario.yaml")).unwrap();
+    assert!(scenario_yaml.ends_with(got["resolved"].as_str().unwrap()));
+    assert!(scenario_yaml.contains(got["run_id"].as_str().unwrap()));
+    assert_eq!(got["dict_id"], "d");
+    assert_eq!(got["schema_title"], true);
+
+    // The command line's error, as a Python exception.
+    let refused = fedsim(&["check", quickstart, "--set", "sampling.fraction=2"], dir);
+    let error = got["error"].as_str().unwrap();
+    assert!(error.contains("field `sampling.fraction`"), "{error}");
+    assert!(
+        stderr(&refused).contains(error),
+        "{} vs {error}",
+        stderr(&refused)
+    );
+    assert_eq!(got["is_fedsim_error"], true);
+
+    // Another Python thread went on while the run ran (the GIL was released).
+    let during: u64 = stderr(&out).trim().lines().last().unwrap().parse().unwrap();
+    assert!(during > 0, "no other thread ran during the run");
+}
