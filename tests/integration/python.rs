@@ -126,15 +126,7 @@ fn python_runs_a_scenario_as_the_command_line_does() {
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
 
     // The same files as `fedsim run` (on 2 threads against 1), the same frames.
-    for file in [
-        "scenario.yaml",
-        "metrics.parquet",
-        "metrics.csv",
-        "rounds.parquet",
-        "jobs.parquet",
-        "clients.parquet",
-        "clients.csv",
-    ] {
+    for file in fedsim::results::REPRODUCIBLE_FILES {
         assert_eq!(
             std::fs::read(dir.join("py").join(file)).unwrap(),
             std::fs::read(dir.join("cli").join(file)).unwrap(),

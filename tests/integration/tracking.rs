@@ -238,12 +238,7 @@ fn tracking_changes_no_result_file_and_a_bad_section_is_refused_with_its_path() 
         dir,
     );
     assert!(tracked.status.success(), "{}", stderr(&tracked));
-    for file in [
-        "scenario.yaml",
-        "metrics.parquet",
-        "rounds.parquet",
-        "clients.parquet",
-    ] {
+    for file in fedsim::results::REPRODUCIBLE_FILES {
         assert_eq!(
             std::fs::read(dir.join("a").join(file)).unwrap(),
             std::fs::read(dir.join("b").join(file)).unwrap(),
