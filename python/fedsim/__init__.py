@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 from . import _native
 from ._native import FedsimError, RunError, ScenarioError
@@ -28,6 +28,8 @@ __all__ = [
     "Run",
     "run",
     "read",
+    "sweep",
+    "SweepResults",
     "schema",
     "FedsimError",
     "ScenarioError",
@@ -160,11 +162,17 @@ def run(
     threads: Optional[int] = None,
     progress: bool = False,
     force: bool = False,
+    on_evaluation: Optional[Callable[[dict], None]] = None,
 ) -> Run:
     """Runs ``scenario`` (a :class:`Scenario` or a file) as ``fedsim run`` does and returns
     the finished :class:`Run`. ``out``: the output folder (default
     ``results/<name>/seed-<seed>``); ``threads``: trainer threads (default: the cores; results
-    do not depend on it). A run killed part way resumes from its checkpoint when run again."""
+    do not depend on it). A run killed part way resumes from its checkpoint when run again.
+
+    ``on_evaluation`` is called with each evaluation as the run makes it, in the run's order:
+    a dict of ``round``, ``time_s`` (simulated seconds) and the figures ``tracking:`` reports
+    (``test/global/accuracy``, ``test/global/loss``, ...), for live plots. An exception it
+    raises ends its calls and is raised once the run has ended."""
     if not isinstance(scenario, Scenario):
         scenario = Scenario.from_file(scenario)
     folder = _native.run(
@@ -173,8 +181,50 @@ def run(
         threads,
         progress,
         force,
+        on_evaluation,
     )
     return Run(folder)
+
+
+class SweepResults:
+    """A finished sweep's folder: each cell's :class:`Run` by its label, in the sweep's order."""
+
+    def __init__(self, path: PathLike, cells: Iterable):
+        self.path = Path(path)
+        self.runs = {label: Run(folder) for label, folder in cells}
+
+    @property
+    def summary(self):
+        """Every cell's summary (summary.csv), one below the other, with its ``cell`` label."""
+        import polars
+
+        return polars.concat(
+            [
+                run.summary.with_columns(polars.lit(label).alias("cell"))
+                for label, run in self.runs.items()
+            ],
+            how="diagonal_relaxed",
+        )
+
+    def __repr__(self) -> str:
+        return f"SweepResults({str(self.path)!r}, {len(self.runs)} cells)"
+
+
+def sweep(
+    path: PathLike,
+    out: Optional[PathLike] = None,
+    jobs: int = 1,
+    progress: bool = False,
+    force: bool = False,
+) -> SweepResults:
+    """Runs the sweep file ``path`` as ``fedsim sweep`` does (default output folder
+    ``results/<sweep name>``; ``jobs`` cells at once). Finished cells are kept, a cell cut
+    short resumes from its checkpoint; a cell that fails raises :class:`RunError` once the
+    others have run."""
+    folder, cells = _native.sweep(
+        os.fspath(path), None if out is None else os.fspath(out), jobs, progress, force
+    )
+    return SweepResults(folder, cells)
 
 
 def read(path: PathLike) -> Run:

@@ -7,12 +7,17 @@
 //! released while a run goes, so other Python threads go on.
 
 use fedsim::results::{
-    default_out_dir, default_threads, run_scenario, CheckpointOptions, RunOptions,
+    default_out_dir, default_threads, run_scenario, run_scenario_reporting, CheckpointOptions,
+    Evaluation, RunOptions,
 };
+use fedsim::studies::{cell_dir, run_sweep, Sweep, SweepOptions};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::cell::RefCell;
 use std::path::PathBuf;
+use std::rc::Rc;
 
 create_exception!(fedsim, FedsimError, PyException, "An error fedsim reports.");
 create_exception!(
@@ -132,9 +137,11 @@ impl Scenario {
 
 /// Runs `scenario` into `out` (default: `results/<name>/seed-<seed>`) with `threads` trainer
 /// threads (default: the cores), as `fedsim run` does, and returns the output folder. The GIL
-/// is released meanwhile.
+/// is released meanwhile. `on_evaluation`, if given, is called with each evaluation as the run
+/// makes it: a dict of its round, simulated time and figures. An exception it raises ends its
+/// calls and is raised once the run has ended.
 #[pyfunction]
-#[pyo3(signature = (scenario, out = None, threads = None, progress = false, force = false))]
+#[pyo3(signature = (scenario, out = None, threads = None, progress = false, force = false, on_evaluation = None))]
 fn run(
     py: Python<'_>,
     scenario: &Scenario,
@@ -142,6 +149,7 @@ fn run(
     threads: Option<usize>,
     progress: bool,
     force: bool,
+    on_evaluation: Option<Py<PyAny>>,
 ) -> PyResult<PathBuf> {
     let s = &scenario.inner;
     let opts = RunOptions {
@@ -157,14 +165,105 @@ fn run(
             restart: false,
         },
     };
-    let report = py.detach(|| run_scenario(s, &opts)).map_err(|e| {
+    let (report, raised) = py.detach(|| match on_evaluation {
+        None => (run_scenario(s, &opts), None),
+        Some(callback) => {
+            let raised = Rc::new(RefCell::new(None::<PyErr>));
+            let keep = raised.clone();
+            let call = move |e: &Evaluation<'_>| {
+                if keep.borrow().is_some() {
+                    return;
+                }
+                let called = Python::attach(|py| {
+                    let row = PyDict::new(py);
+                    row.set_item("round", e.round)?;
+                    row.set_item("time_s", e.time_s)?;
+                    for (name, value) in e.values {
+                        row.set_item(name, value)?;
+                    }
+                    callback.call1(py, (row,)).map(|_| ())
+                });
+                if let Err(err) = called {
+                    *keep.borrow_mut() = Some(err);
+                }
+            };
+            let report = run_scenario_reporting(s, &opts, Box::new(call));
+            let raised = raised.borrow_mut().take();
+            (report, raised)
+        }
+    });
+    let report = report.map_err(|e| {
         RunError::new_err(format!(
             "running {}: {}",
             scenario.file.display(),
             fedsim::error_chain(&e)
         ))
     })?;
+    if let Some(err) = raised {
+        return Err(err);
+    }
     Ok(report.out_dir)
+}
+
+/// Runs the sweep file `path` into `out` (default: `results/<sweep name>`) with `jobs` cells at
+/// once, as `fedsim sweep` does (finished cells are kept, cut-short ones resume), and returns
+/// the output folder and each cell's label and folder, in the sweep's order.
+#[pyfunction]
+#[pyo3(signature = (path, out = None, jobs = 1, progress = false, force = false))]
+fn sweep(
+    py: Python<'_>,
+    path: PathBuf,
+    out: Option<PathBuf>,
+    jobs: usize,
+    progress: bool,
+    force: bool,
+) -> PyResult<(PathBuf, Vec<(String, PathBuf)>)> {
+    let plan = Sweep::load(&path).map_err(scenario_error)?;
+    for cell in &plan.cells {
+        fedsim::plan::preflight(&cell.scenario).map_err(scenario_error)?;
+    }
+    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+    let opts = SweepOptions {
+        out: out.clone(),
+        jobs: jobs.max(1),
+        shard: (0, 1),
+        progress,
+        force,
+        checkpoint: CheckpointOptions {
+            every: None,
+            restart: false,
+        },
+    };
+    let outcome = py.detach(|| run_sweep(&plan, &opts)).map_err(|e| {
+        RunError::new_err(format!(
+            "sweep {}: {}",
+            path.display(),
+            fedsim::error_chain(&e)
+        ))
+    })?;
+    if !outcome.failed.is_empty() || !outcome.busy.is_empty() {
+        let listed: Vec<String> = (outcome
+            .failed
+            .iter()
+            .map(|n| format!("{}: {}", n.cell, n.what)))
+        .chain(
+            outcome
+                .busy
+                .iter()
+                .map(|n| format!("{}: run by {}", n.cell, n.what)),
+        )
+        .collect();
+        return Err(RunError::new_err(format!(
+            "sweep {}: {} cells did not finish here:\n{}",
+            path.display(),
+            listed.len(),
+            listed.join("\n")
+        )));
+    }
+    let cells = (plan.cells.iter())
+        .map(|cell| (cell.label(), cell_dir(&out, cell)))
+        .collect();
+    Ok((out, cells))
 }
 
 /// The JSON Schema of scenario files (what `fedsim schema` prints).
@@ -177,6 +276,7 @@ fn schema() -> String {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Scenario>()?;
     m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep, m)?)?;
     m.add_function(wrap_pyfunction!(schema, m)?)?;
     m.add("FedsimError", m.py().get_type::<FedsimError>())?;
     m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;

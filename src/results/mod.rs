@@ -29,10 +29,12 @@ pub use machine::{Machine, MACHINE_FILE};
 pub use novelty::{novelty_frame, NoveltyFigures};
 pub use run::{
     check_threads, default_out_dir, default_threads, max_threads, observe_scenario, run_scenario,
-    run_scenario_with_bar, simulate_scenario, style_run_bar, RunError, RunOptions, RunReport,
+    run_scenario_reporting, run_scenario_with_bar, simulate_scenario, style_run_bar, RunError,
+    RunOptions, RunReport,
 };
 pub use run_files::{RunFiles, BUFFER_BYTES, CLIENT_MODELS_FILE, MODELS_FILE, ROW_GROUP};
 pub use summary::{percentile, time_to_accuracy, Fairness, RunIdentity, Summary, SummaryInputs};
+pub use tracking::{Evaluation, OnEvaluation};
 
 use crate::io::{DiskFile, Staging};
 use polars::prelude::*;

@@ -4,7 +4,7 @@ use super::checkpoint::{
     read_checkpoint, write_checkpoint, Cadence, CheckpointError, CheckpointOptions, RecordLog,
     Saved,
 };
-use super::tracking::{TrackedRun, Tracker};
+use super::tracking::{OnEvaluation, TrackedRun, Tracker};
 use crate::actors::{simulate, Checkpoints, RunState, SimOutput, WriteClients};
 use crate::data::DataError;
 use crate::io::OutputRules;
@@ -247,6 +247,32 @@ pub fn run_scenario_with_bar(
     opts: &RunOptions,
     bar: ProgressBar,
 ) -> Result<RunReport, RunError> {
+    run_observed(s, opts, bar, None)
+}
+
+/// [`run_scenario`], handing each evaluation to `on_evaluation` as the run makes it (the
+/// figures `tracking:` reports: [`super::Evaluation`]).
+pub fn run_scenario_reporting(
+    s: &Scenario,
+    opts: &RunOptions,
+    on_evaluation: OnEvaluation,
+) -> Result<RunReport, RunError> {
+    let bar = if opts.progress {
+        ProgressBar::with_draw_target(Some(s.run.rounds as u64), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    let report = run_observed(s, opts, bar.clone(), Some(on_evaluation));
+    bar.finish_and_clear();
+    report
+}
+
+fn run_observed(
+    s: &Scenario,
+    opts: &RunOptions,
+    bar: ProgressBar,
+    on_evaluation: Option<OnEvaluation>,
+) -> Result<RunReport, RunError> {
     let wall = Instant::now();
     check_threads(opts.threads)?;
     let prefix = match bar.prefix() {
@@ -302,9 +328,10 @@ pub fn run_scenario_with_bar(
         seed: s.run.seed,
         resolved_yaml: &s.resolved_yaml,
     };
-    let tracker = (s.tracking.as_ref())
-        .map(|spec| Tracker::open(spec, &tracked))
-        .transpose()?;
+    let tracker = match (&s.tracking, on_evaluation) {
+        (None, None) => None,
+        (spec, on_evaluation) => Some(Tracker::open(spec.as_ref(), &tracked, on_evaluation)?),
+    };
     let tracker = Rc::new(RefCell::new(tracker));
     let files = Rc::new(RefCell::new(files));
     let (tick, sink, tracking) = (bar.clone(), files.clone(), tracker.clone());

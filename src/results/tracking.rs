@@ -27,10 +27,23 @@ pub struct TrackedRun<'a> {
     pub resolved_yaml: &'a str,
 }
 
+/// One evaluation as the trackers see it once all its clients' results are in: its round, the
+/// simulated time of its last result, and its figures by name (`test/global/accuracy`, …).
+pub struct Evaluation<'a> {
+    pub round: u32,
+    pub time_s: f64,
+    pub values: &'a [(String, f64)],
+}
+
+/// Called with each evaluation as the run makes it, on the simulation's thread, in the run's
+/// order (the Python package's `on_evaluation`).
+pub type OnEvaluation = Box<dyn FnMut(&Evaluation<'_>)>;
+
 /// The trackers of one run.
 pub struct Tracker {
     tensorboard: Option<TensorBoard>,
     mlflow: Option<Mlflow>,
+    on_evaluation: Option<OnEvaluation>,
     /// The evaluation being gathered: its round and, per (split, model, unseen), what its
     /// clients' records say.
     gathering: Option<(u32, SimTime, BTreeMap<EvalKey, Vec<EvalRecord>>)>,
@@ -65,9 +78,15 @@ struct RunMetaOwned {
 }
 
 impl Tracker {
-    /// Opens the trackers `spec` names for `run`. An error here (a folder that cannot be
-    /// made) is the run's: it has not started.
-    pub fn open(spec: &TrackingSpec, run: &TrackedRun<'_>) -> Result<Tracker, TrackerError> {
+    /// Opens the trackers `spec` names for `run` (none without it), and `on_evaluation`. An
+    /// error here (a folder that cannot be made) is the run's: it has not started.
+    pub fn open(
+        spec: Option<&TrackingSpec>,
+        run: &TrackedRun<'_>,
+        on_evaluation: Option<OnEvaluation>,
+    ) -> Result<Tracker, TrackerError> {
+        let none = TrackingSpec::default();
+        let spec = spec.unwrap_or(&none);
         let experiment = spec.experiment.as_deref().unwrap_or(run.name);
         let label = format!("{}-{}", run.name, run.run_id);
         let config = format!("```yaml\n{}```", run.resolved_yaml);
@@ -88,6 +107,7 @@ impl Tracker {
         Ok(Tracker {
             tensorboard,
             mlflow,
+            on_evaluation,
             gathering: None,
             error: None,
         })
@@ -186,6 +206,13 @@ impl Tracker {
                 format!("{prefix}/accuracy_worst10_mean"),
                 fairness.worst10_mean,
             ));
+        }
+        if let Some(call) = &mut self.on_evaluation {
+            call(&Evaluation {
+                round,
+                time_s: time.as_secs_f64(),
+                values: &values,
+            });
         }
         self.write(time, round, &values);
     }

@@ -62,7 +62,8 @@ def tick():
 t = threading.Thread(target=tick)
 t.start()
 before = len(ticks)
-run = fedsim.run(s, out="py", threads=2)
+evaluations = []
+run = fedsim.run(s, out="py", threads=2, on_evaluation=evaluations.append)
 during = len(ticks) - before
 stop.set(); t.join()
 out = {
@@ -76,7 +77,16 @@ out = {
     "dict_id": fedsim.Scenario.from_dict({"name": "d", "rounds": 1, "data": {"kind": "blobs"},
         "algorithm": {"name": "fedavg"}}).name,
     "schema_title": "properties" in fedsim.schema(),
+    "evaluations": [[e["round"], e["test/global/accuracy"]] for e in evaluations],
 }
+swept = fedsim.sweep("sweep.yaml", out="swept", jobs=2)
+out["sweep"] = [list(swept.runs), swept.summary.height, sorted(swept.summary["cell"].to_list())]
+def fails(evaluation):
+    raise ValueError("from the callback")
+try:
+    fedsim.run(s, out="raised", threads=1, on_evaluation=fails)
+except ValueError as e:
+    out["raised"] = [str(e), fedsim.read("raised").rounds.height]
 try:
     fedsim.Scenario.from_file(quickstart).set("sampling.fraction", 2)
 except fedsim.ScenarioError as e:
@@ -116,6 +126,10 @@ fn python_runs_a_scenario_as_the_command_line_does() {
         dir,
     );
     assert!(cli.status.success(), "{}", stderr(&cli));
+    let sweep = format!(
+        "name: swept\nbase: {quickstart}\nset: {{rounds: 2}}\ngrid:\n  training.lr: [0.05, 0.1]\n"
+    );
+    crate::common::write(&dir.join("sweep.yaml"), &sweep);
     let out = std::process::Command::new(&python)
         .args(["-c", SCRIPT, quickstart])
         .env("PYTHONPATH", &path)
@@ -143,6 +157,21 @@ fn python_runs_a_scenario_as_the_command_line_does() {
     assert!(scenario_yaml.contains(got["run_id"].as_str().unwrap()));
     assert_eq!(got["dict_id"], "d");
     assert_eq!(got["schema_title"], true);
+
+    // Each evaluation handed to Python as it was made: its round and figures, which
+    // metrics.parquet holds too.
+    let test = crate::tracking::weighted_test_accuracy(&dir.join("cli"));
+    let evaluations = got["evaluations"].as_array().unwrap();
+    assert_eq!(evaluations.len(), 3);
+    for (e, (round, accuracy)) in evaluations.iter().zip(&test) {
+        assert_eq!(e[0].as_u64().unwrap(), *round);
+        assert!((e[1].as_f64().unwrap() - accuracy).abs() < 1e-12);
+    }
+    // A sweep from Python: its cells' runs by label, their summaries in one frame.
+    let labels = serde_json::json!(["training.lr=0.05, seed=1", "training.lr=0.1, seed=1"]);
+    assert_eq!(got["sweep"], serde_json::json!([labels, 2, labels]));
+    // A callback's exception is raised once the run has ended, its files written.
+    assert_eq!(got["raised"], serde_json::json!(["from the callback", 3]));
 
     // The command line's error, as a Python exception.
     let refused = fedsim(&["check", quickstart, "--set", "sampling.fraction=2"], dir);

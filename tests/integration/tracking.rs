@@ -67,7 +67,7 @@ fn python_json(python: &Path, script: &str, args: &[&Path], cwd: &Path) -> serde
 
 /// Per evaluated round, the test accuracy of the global model weighted by test rows, from
 /// `metrics.parquet`.
-fn weighted_test_accuracy(run: &Path) -> BTreeMap<u64, f64> {
+pub(crate) fn weighted_test_accuracy(run: &Path) -> BTreeMap<u64, f64> {
     let df = fedsim::results::read_parquet(&run.join("metrics.parquet")).unwrap();
     let text = |name: &str| -> Vec<String> {
         let c = df.column(name).unwrap().cast(&DataType::String).unwrap();
