@@ -11,7 +11,7 @@ use super::mlflow::{self, RunStatus};
 use super::summary::Fairness;
 use super::tensorboard;
 use crate::io::{
-    first_free_folder, read_in_subfolders, replace_own, tracker_folder, TrackerError, TrackerFile,
+    first_free_folder, read_if_present, replace_own, tracker_folder, TrackerError, TrackerFile,
 };
 use crate::records::{EvalRecord, Record, RoundRecord};
 use crate::settings::TrackingSpec;
@@ -275,10 +275,9 @@ impl Mlflow {
         tracker_folder(dir)?;
         let root = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
         let experiment_id = mlflow::experiment_id(experiment);
-        let experiments = read_in_subfolders(dir, "meta.yaml")?;
-        let known = experiments.iter().find(|(id, _)| *id == experiment_id);
+        let known = read_if_present(&dir.join(&experiment_id).join("meta.yaml"))?;
         let now = wall_clock_ms();
-        match known.map(|(_, meta)| mlflow::experiment_name(meta)) {
+        match known.map(|meta| mlflow::experiment_name(&meta)) {
             Some(Some(name)) if name == experiment => {}
             Some(_) => {
                 return Err(TrackerError {

@@ -35,5 +35,5 @@ pub use tables::{
     PopulationValues, TableColumns, TableError,
 };
 pub use tracker::{
-    first_free_folder, read_in_subfolders, replace_own, tracker_folder, TrackerError, TrackerFile,
+    first_free_folder, read_if_present, replace_own, tracker_folder, TrackerError, TrackerFile,
 };

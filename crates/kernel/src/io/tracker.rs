@@ -103,33 +103,18 @@ pub fn first_free_folder(
 /// ([`first_free_folder`]), with `bytes`: written beside it, then renamed over it.
 pub fn replace_own(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), TrackerError> {
     let temporary = format!(".{name}.fedsim-new");
-    let _ = std::fs::remove_file(dir.join(&temporary)); // ours, from a run killed here
     TrackerFile::write_new(dir, &temporary, bytes)?;
     let path = dir.join(name);
     std::fs::rename(dir.join(&temporary), &path).map_err(|e| TrackerError::at(&path, e))
 }
 
-/// The files directly in `dir` named `name`, one per subfolder: `(subfolder, text)`, in
-/// subfolder order (an MLflow store's experiments); none where `dir` does not exist.
-pub fn read_in_subfolders(dir: &Path, name: &str) -> Result<Vec<(String, String)>, TrackerError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(TrackerError::at(dir, e)),
-    };
-    let mut found = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| TrackerError::at(dir, e))?;
-        let path = entry.path().join(name);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => found.push((entry.file_name().to_string_lossy().into_owned(), text)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {}
-            Err(e) => return Err(TrackerError::at(&path, e)),
-        }
+/// The text of `path`, a tracker's file; `None` where there is none (yet).
+pub fn read_if_present(path: &Path) -> Result<Option<String>, TrackerError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(TrackerError::at(path, e)),
     }
-    found.sort();
-    Ok(found)
 }
 
 #[cfg(test)]
@@ -180,16 +165,8 @@ mod tests {
             std::fs::read_to_string(dir.join("meta")).unwrap(),
             "finished"
         );
-        let listed = read_in_subfolders(&tmp.path().join("store"), "meta").unwrap();
-        assert_eq!(
-            listed,
-            [
-                ("run-0".to_string(), "theirs".to_string()),
-                ("run-1".to_string(), "finished".to_string())
-            ]
-        );
-        assert!(read_in_subfolders(&tmp.path().join("none"), "meta")
-            .unwrap()
-            .is_empty());
+        let read = |path: &str| read_if_present(&tmp.path().join(path)).unwrap();
+        assert_eq!(read("store/run-0/meta").as_deref(), Some("theirs"));
+        assert_eq!(read("store/run-2/meta"), None);
     }
 }
