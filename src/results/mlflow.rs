@@ -88,7 +88,8 @@ pub fn metric_line(timestamp_ms: u64, value: f64, step: u64) -> String {
 }
 
 /// The scenario as MLflow parameters: every leaf of its resolved YAML under its dotted path,
-/// lists as flow YAML (`[64, 64]`), in the file's order.
+/// lists as flow YAML (`[64, 64]`), in the file's order. A key is also a file name in the
+/// store: characters other than letters, digits, `_`, `-`, `.` and space become `_`.
 pub fn params(resolved_yaml: &str) -> Vec<(String, String)> {
     let value: serde_yaml::Value =
         serde_yaml::from_str(resolved_yaml).expect("a resolved scenario is YAML");
@@ -106,6 +107,12 @@ fn flatten(path: &str, value: &serde_yaml::Value, out: &mut Vec<(String, String)
                     Value::String(s) => s.clone(),
                     other => flow_yaml(other),
                 };
+                let key: String = (key.chars())
+                    .map(|c| match c.is_ascii_alphanumeric() || "_-. ".contains(c) {
+                        true => c,
+                        false => '_',
+                    })
+                    .collect();
                 let path = if path.is_empty() {
                     key
                 } else {
@@ -155,13 +162,17 @@ mod tests {
 
     #[test]
     fn the_scenario_becomes_dotted_parameters() {
-        let p = params("name: a\nmodel:\n  kind: mlp\n  hidden: [64, 32]\nsplit: {}\nseed: 3\n");
+        let p = params(
+            "name: a\nmodel:\n  kind: mlp\n  hidden: [64, 32]\nsplit: {}\nseed: 3\n\
+             files: {../x/y: 1}\n",
+        );
         let want = [
             ("name", "a"),
             ("model.kind", "mlp"),
             ("model.hidden", "[64, 32]"),
             ("split", "{}"),
             ("seed", "3"),
+            ("files..._x_y", "1"),
         ];
         let want: Vec<(String, String)> = (want.iter())
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -4,7 +4,7 @@ use super::checkpoint::{
     read_checkpoint, write_checkpoint, Cadence, CheckpointError, CheckpointOptions, RecordLog,
     Saved,
 };
-use super::tracking::{OnEvaluation, TrackedRun, Tracker};
+use super::tracking::{Finished, OnEvaluation, TrackedRun, Tracker};
 use crate::actors::{simulate, Checkpoints, RunState, SimOutput, WriteClients};
 use crate::data::DataError;
 use crate::io::OutputRules;
@@ -207,12 +207,31 @@ pub fn observe_scenario(
 
 /// Runs a scenario and writes its result files into `opts.out_dir`.
 pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<RunReport, RunError> {
+    run_with_own_bar(s, opts, None)
+}
+
+/// [`run_scenario`], handing each evaluation to `on_evaluation` as the run makes it (the
+/// figures `tracking:` reports: [`super::Evaluation`]).
+pub fn run_scenario_reporting(
+    s: &Scenario,
+    opts: &RunOptions,
+    on_evaluation: OnEvaluation,
+) -> Result<RunReport, RunError> {
+    run_with_own_bar(s, opts, Some(on_evaluation))
+}
+
+/// A run with a bar of its own on stderr where `opts` asks for progress, cleared at the end.
+fn run_with_own_bar(
+    s: &Scenario,
+    opts: &RunOptions,
+    on_evaluation: Option<OnEvaluation>,
+) -> Result<RunReport, RunError> {
     let bar = if opts.progress {
         ProgressBar::with_draw_target(Some(s.run.rounds as u64), ProgressDrawTarget::stderr())
     } else {
         ProgressBar::hidden()
     };
-    let report = run_scenario_with_bar(s, opts, bar.clone());
+    let report = run_observed(s, opts, bar.clone(), on_evaluation);
     bar.finish_and_clear();
     report
 }
@@ -248,23 +267,6 @@ pub fn run_scenario_with_bar(
     bar: ProgressBar,
 ) -> Result<RunReport, RunError> {
     run_observed(s, opts, bar, None)
-}
-
-/// [`run_scenario`], handing each evaluation to `on_evaluation` as the run makes it (the
-/// figures `tracking:` reports: [`super::Evaluation`]).
-pub fn run_scenario_reporting(
-    s: &Scenario,
-    opts: &RunOptions,
-    on_evaluation: OnEvaluation,
-) -> Result<RunReport, RunError> {
-    let bar = if opts.progress {
-        ProgressBar::with_draw_target(Some(s.run.rounds as u64), ProgressDrawTarget::stderr())
-    } else {
-        ProgressBar::hidden()
-    };
-    let report = run_observed(s, opts, bar.clone(), Some(on_evaluation));
-    bar.finish_and_clear();
-    report
 }
 
 fn run_observed(
@@ -370,7 +372,7 @@ fn run_observed(
     if observed.is_err() {
         // The trackers say the run failed (what they show of it stays).
         if let Some(t) = tracker.take() {
-            let _ = t.finish(files.rounds_done(), crate::sim::SimTime::ZERO, &[], true);
+            let _ = t.finish(None);
         }
     }
     let (output, arch) = match observed {
@@ -417,7 +419,12 @@ fn run_observed(
     if let Some(t) = tracker {
         let last = summaries.iter().map(|s| s.final_round).max().unwrap_or(0);
         let values = summary_values(&summaries);
-        if let Some(e) = t.finish(last, output.end_time, &values, false) {
+        let finished = Finished {
+            last_round: last,
+            end: output.end_time,
+            values: &values,
+        };
+        if let Some(e) = t.finish(Some(finished)) {
             notes.push(format!(
                 "tracking stopped part way: {}; the result files are complete",
                 crate::error_chain(&e)

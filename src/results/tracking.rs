@@ -13,7 +13,7 @@ use super::tensorboard;
 use crate::io::{
     first_free_folder, read_if_present, replace_own, tracker_folder, TrackerError, TrackerFile,
 };
-use crate::records::{EvalRecord, Record, RoundRecord};
+use crate::records::{Record, RoundRecord};
 use crate::settings::TrackingSpec;
 use crate::sim::SimTime;
 use std::collections::BTreeMap;
@@ -39,6 +39,13 @@ pub struct Evaluation<'a> {
 /// order (the Python package's `on_evaluation`).
 pub type OnEvaluation = Box<dyn FnMut(&Evaluation<'_>)>;
 
+/// How a finished run ends its tracking: its last round, its end, and its summary's figures.
+pub struct Finished<'a> {
+    pub last_round: u32,
+    pub end: SimTime,
+    pub values: &'a [(String, f64)],
+}
+
 /// The trackers of one run.
 pub struct Tracker {
     tensorboard: Option<TensorBoard>,
@@ -46,9 +53,16 @@ pub struct Tracker {
     on_evaluation: Option<OnEvaluation>,
     /// The evaluation being gathered: its round and, per (split, model, unseen), what its
     /// clients' records say.
-    gathering: Option<(u32, SimTime, BTreeMap<EvalKey, Vec<EvalRecord>>)>,
+    gathering: Option<(u32, SimTime, BTreeMap<EvalKey, Vec<ClientResult>>)>,
     /// The first error a tracker met.
     error: Option<TrackerError>,
+}
+
+/// A client's result in an evaluation: its accuracy, loss and rows.
+struct ClientResult {
+    accuracy: f64,
+    loss: f64,
+    rows: f64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -132,7 +146,11 @@ impl Tracker {
                     split: e.split.as_str(),
                     model: e.model.as_str(),
                 };
-                gathered.entry(key).or_default().push(e.clone());
+                gathered.entry(key).or_default().push(ClientResult {
+                    accuracy: e.accuracy,
+                    loss: e.loss,
+                    rows: e.n_samples as f64,
+                });
             }
             Record::Round(round) => self.write(round.end, round.round, &round_values(round)),
             Record::Gossip(g) => {
@@ -150,22 +168,18 @@ impl Tracker {
         }
     }
 
-    /// Ends the run's tracking: the last evaluation, then the summary's figures (`summary/…`,
-    /// at the last round) and the run's state (finished, or failed with `failed`).
-    pub fn finish(
-        mut self,
-        last_round: u32,
-        end: SimTime,
-        summary: &[(String, f64)],
-        failed: bool,
-    ) -> Option<TrackerError> {
+    /// Ends the run's tracking: the last evaluation, then, for a finished run, the summary's
+    /// figures (`summary/…`) at its last round and end, and the run's state (finished, or
+    /// failed where `summary` is `None`).
+    pub fn finish(mut self, summary: Option<Finished<'_>>) -> Option<TrackerError> {
         self.flush_evaluation();
-        self.write(end, last_round, summary);
+        if let Some(f) = &summary {
+            self.write(f.end, f.last_round, f.values);
+        }
         if let Some(mlflow) = &self.mlflow {
-            let status = if failed {
-                RunStatus::Failed
-            } else {
-                RunStatus::Finished
+            let status = match summary {
+                Some(_) => RunStatus::Finished,
+                None => RunStatus::Failed,
             };
             if let Err(e) = mlflow.set_status(status, Some(wall_clock_ms())) {
                 self.error.get_or_insert(e);
@@ -186,16 +200,11 @@ impl Tracker {
                 key.split,
                 key.model
             );
-            let per_client: Vec<(f64, f64)> = (records.iter())
-                .map(|r| (r.accuracy, r.n_samples as f64))
-                .collect();
+            let per_client: Vec<(f64, f64)> =
+                records.iter().map(|r| (r.accuracy, r.rows)).collect();
             let fairness = Fairness::of(&per_client);
-            let rows: f64 = per_client.iter().map(|(_, n)| n).sum();
-            let loss = records
-                .iter()
-                .map(|r| r.loss * r.n_samples as f64)
-                .sum::<f64>()
-                / rows;
+            let rows: f64 = records.iter().map(|r| r.rows).sum();
+            let loss = records.iter().map(|r| r.loss * r.rows).sum::<f64>() / rows;
             values.push((format!("{prefix}/accuracy"), fairness.weighted_mean));
             values.push((format!("{prefix}/loss"), loss));
             values.push((

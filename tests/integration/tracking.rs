@@ -103,7 +103,7 @@ fn a_run_reports_to_tensorboard_and_mlflow_as_their_own_readers_read_them() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/quickstart.yaml");
-    let run = |out: &str| {
+    let run = |out: &str, threads: &str| {
         let o = fedsim(
             &[
                 "run",
@@ -116,13 +116,15 @@ fn a_run_reports_to_tensorboard_and_mlflow_as_their_own_readers_read_them() {
                 "tracking={tensorboard: tb, mlflow: ml}",
                 "--out",
                 out,
+                "--threads",
+                threads,
                 "-q",
             ],
             dir,
         );
         assert!(o.status.success(), "{}", stderr(&o));
     };
-    run("first");
+    run("first", "2");
     let first = dir.join("first");
     let run_id = std::fs::read_to_string(first.join("summary.csv")).unwrap();
     let run_id = run_id
@@ -195,11 +197,12 @@ fn a_run_reports_to_tensorboard_and_mlflow_as_their_own_readers_read_them() {
         [(4, mean)]
     );
 
-    // The same run again: new files beside the old, which stay as they were. The event
-    // files are byte for byte the same (their times are the simulated clock's).
+    // The same run again, on 1 trainer thread against 2: new files beside the old, which
+    // stay as they were. The event files are byte for byte the same (their times are the
+    // simulated clock's).
     let events = folder.join("events.out.tfevents.0000000000.fedsim");
     let before = std::fs::read(&events).unwrap();
-    run("second");
+    run("second", "1");
     assert_eq!(std::fs::read(&events).unwrap(), before);
     let again = std::fs::read(folder.join("events.out.tfevents.0000000001.fedsim")).unwrap();
     assert_eq!(again, before);
