@@ -162,12 +162,12 @@ femnist_run() {
 }
 
 # FedEM synthetic on DEVICE killed with kill -9 after its first checkpoint and run again: it
-# resumes, and its files equal an uninterrupted run's (`identical FILE` for each). Momentum is
-# not kept between rounds: cohorts that keep it on a GPU take no checkpoint yet.
+# resumes, and its files equal an uninterrupted run's (`identical FILE` for each). The clients'
+# momentum buffers stay on the GPU between rounds; the checkpoint carries them.
 resumed_run() {
   local dir=$1 device=$2 bin=$out/root/bin pid file
   local args=(run scenarios/paper/fedem_synthetic_fedem.yaml --device "$device" -q
-    --set rounds=20 --set training.keep_momentum=false)
+    --set rounds=20)
   "$bin/fedsim" "${args[@]}" --checkpoint-every off --out "$dir/whole"
   "$bin/fedsim" "${args[@]}" --checkpoint-every 1 --out "$dir/killed" &
   pid=$!

@@ -1,38 +1,44 @@
-//! Checkpoints inside a run: the state of a run at a point at rest, and how a run starts from
-//! one.
+//! Checkpoints inside a run: the state of a run at a point where it can be saved, and how a
+//! run starts from one.
 //!
-//! A point at rest is the start of a synchronous round when nothing else is left to happen: no
-//! job in flight, no update held, no evaluation gathering, every client asleep (the kernel
-//! asks at [`crate::sim::World::at_rest`]). There the rest of the run is decided by the
-//! scenario and by [`RunState`]: the clock and the count of events, the server's state (its
-//! global model, counts, accountants, optimizer moments, feedback, the clients' downlink
-//! copy) and what each client keeps (its state, residual, last round trained, divergence
-//! watch). No random stream needs its position saved: every stream is drawn from the seed tree
-//! by entity, purpose and index ([`crate::sim::SeedTree`]), and a stream that lives longer
-//! than one job does not exist. Runs whose rounds never come to rest (FedBuff, decentralized
-//! runs, deadlines whose stragglers run into the next round) write no checkpoint.
+//! A run with a server can be saved before the start of a synchronous round, and (FedBuff)
+//! before an update arrives, when every event waiting is one a checkpoint can hold: the
+//! server's messages to itself, updates and notices on their way to the server, training
+//! orders on their way to clients, and the results of training jobs in flight; no evaluation
+//! is under way (the kernel offers the points, [`crate::sim::World::may_save`]). There the rest
+//! of the run is decided by the scenario and by [`RunState`]: the clock and the count of
+//! events, the events waiting, the server's state (its global model, the jobs in flight and
+//! their models, the updates its round policy holds, counts, accountants, optimizer moments,
+//! feedback, the clients' downlink copy) and what each client keeps (its state, residual, last
+//! round trained, divergence watch, and the order of its job in flight). A job in flight is
+//! saved as its order and the state it started from, and started again on resume: its result
+//! is a function of them and of its seed-tree streams, and comes due at the same time and rank.
+//! No random stream needs its position saved: every stream is drawn from the seed tree by
+//! entity, purpose and index ([`crate::sim::SeedTree`]), and a stream that lives longer than
+//! one job does not exist. Decentralized runs write no checkpoint yet.
 //!
 //! This room must not decide when a checkpoint is due, read a wall clock, or write a file: the
 //! run's caller does ([`Checkpoints`]).
 
-use crate::sim::{SimError, SimTime};
+use crate::sim::{Effects, Pending, SimError, SimTime};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{Read, Write};
+use std::sync::Arc;
 
-/// A run's state at a point at rest, less what the clients keep (written and read as a
-/// stream, client by client: [`WriteClients`], [`Resumed::clients`]) and the records made
+/// A run's state at a point where it is saved, less what the clients keep (written and read
+/// as a stream, client by client: [`WriteClients`], [`Resumed::clients`]) and the records made
 /// before it (the caller's to keep).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunState {
-    /// The clock when the round starts.
+    /// The clock when the next event is due.
     pub now: SimTime,
-    /// Events delivered before the round's start.
+    /// Events delivered before the next one.
     pub events: u64,
-    /// The round about to start.
+    /// The round under way, or about to start.
     pub round: u32,
-    /// The events waiting, in the order they are delivered: the round's start first, then any
-    /// the server scheduled for itself (a closed round's deadline, a wake-up).
-    pub waiting: Vec<Waiting>,
+    /// The events waiting, in the order they are delivered, encoded.
+    pub waiting: Vec<u8>,
     /// The server's state, encoded.
     pub server: Vec<u8>,
 }
@@ -48,30 +54,124 @@ pub struct Resumed {
     pub clients: Box<dyn Read>,
 }
 
-/// A message the server sent itself, waiting at a point at rest: when it is due, and what.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Waiting {
-    pub at: SimTime,
-    pub event: ServerEvent,
-}
-
-/// The server's messages to itself (the only ones that wait at a point at rest).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub enum ServerEvent {
-    StartRound { round: u32 },
-    Deadline { round: u32 },
-    Wake,
-}
-
 /// How a run takes checkpoints, and whether it starts from one.
 pub struct Checkpoints {
     /// The checkpoint the run starts from (a resumed run); `None`: from the start.
     pub resume: Option<Resumed>,
-    /// Whether a checkpoint is due before round `round` starts (asked at points at rest only).
+    /// Whether a checkpoint is due at round `round` (asked where one can be saved only).
     pub due: Box<dyn FnMut(u32) -> bool>,
     /// Saves one: the run's state, and the clients' through the writer it is handed.
     #[allow(clippy::type_complexity)]
     pub save: Box<dyn FnMut(&RunState, WriteClients<'_>) -> Result<(), SimError>>,
+}
+
+/// The distinct models a checkpoint refers to, each saved once: the same model (not an equal
+/// one) has one index, so models that runs share stay shared when they are read back.
+pub(crate) struct ModelTable<G> {
+    models: Vec<Arc<G>>,
+    /// Index by the model's address (each kept alive in `models`).
+    index: HashMap<usize, u32>,
+}
+
+impl<G> ModelTable<G> {
+    pub fn new() -> Self {
+        ModelTable {
+            models: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+
+    /// The index of `model`, added if it is new.
+    pub fn index(&mut self, model: &Arc<G>) -> u32 {
+        let at = Arc::as_ptr(model) as usize;
+        *self.index.entry(at).or_insert_with(|| {
+            self.models.push(model.clone());
+            (self.models.len() - 1) as u32
+        })
+    }
+
+    /// The models, by index.
+    pub fn models(&self) -> &[Arc<G>] {
+        &self.models
+    }
+}
+
+/// The models a checkpoint saved ([`ModelTable`]), shared again by index.
+pub(crate) struct SavedModels<G>(pub Vec<Arc<G>>);
+
+impl<G> SavedModels<G> {
+    pub fn get(&self, index: u32) -> Result<Arc<G>, SimError> {
+        (self.0.get(index as usize).cloned()).ok_or_else(|| {
+            SimError::Internal(format!("a checkpoint refers to a model it lacks ({index})"))
+        })
+    }
+}
+
+/// The results of the jobs a resumed run started again, by member (client or peer), in the
+/// order the scheduler delivers them: by due time, then in the order they started (a member's
+/// results all have its rank).
+pub(super) struct Restarted<M> {
+    results: BTreeMap<u32, VecDeque<(SimTime, Pending<M>)>>,
+    /// What a member's jobs that do not start again as saved are (the error to give).
+    what: &'static str,
+}
+
+impl<M> Restarted<M> {
+    /// `what`: the members' kind, for errors ("client", "peer").
+    pub fn new(what: &'static str) -> Self {
+        Restarted {
+            results: BTreeMap::new(),
+            what,
+        }
+    }
+
+    /// `member`'s jobs started again: each its start time and the effects of starting it,
+    /// which must be one result to come, for the member itself.
+    pub fn add<R>(
+        &mut self,
+        member: u32,
+        started: Vec<(SimTime, Effects<M, R>)>,
+    ) -> Result<(), SimError> {
+        let mut results = Vec::with_capacity(started.len());
+        for (at, effects) in started {
+            let due: Vec<_> = (effects.sends())
+                .map(|(to, delay, msg)| {
+                    (to == super::world::member_entity(member) && msg.is_none()).then_some(delay)
+                })
+                .collect();
+            match (due.as_slice(), effects.into_pending().pop()) {
+                ([Some(delay)], Some(result)) => results.push((at + *delay, result)),
+                _ => return Err(self.mismatch(member)),
+            }
+        }
+        results.sort_by_key(|(due, _)| *due);
+        self.results.insert(member, results.into());
+        Ok(())
+    }
+
+    /// `member`'s next result, which must be due `at`.
+    pub fn take(&mut self, member: u32, at: SimTime) -> Result<Pending<M>, SimError> {
+        let next = self.results.get_mut(&member).and_then(VecDeque::pop_front);
+        match next {
+            Some((due, result)) if due == at => Ok(result),
+            _ => Err(self.mismatch(member)),
+        }
+    }
+
+    /// Checks that every result has been taken.
+    pub fn finish(self) -> Result<(), SimError> {
+        match self.results.iter().find(|(_, left)| !left.is_empty()) {
+            Some((&member, _)) => Err(self.mismatch(member)),
+            None => Ok(()),
+        }
+    }
+
+    pub fn mismatch(&self, member: u32) -> SimError {
+        SimError::Internal(format!(
+            "{} {member}'s jobs in flight do not start again as they were saved",
+            self.what
+        ))
+    }
 }
 
 /// Writes `value` in the checkpoints' binary form into `w`.

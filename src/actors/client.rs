@@ -5,13 +5,14 @@
 //! mixture weights), and it scores its rows when the server hands it every evaluated client's
 //! (their mean).
 
-use super::checkpoint::{decode_from, encode_into};
+use super::checkpoint::{decode, decode_from, encode_into};
 use super::cohort::{Dispatch, EvalJob, TrainJob};
 use super::divergence::{DivergenceWatch, Seen};
 use super::evaluation::EvalContext;
 use super::job::JobContext;
 use super::messages::{
-    FinishedWork, FlEffects, Msg, PooledNovelty, PrivacyNote, ToClient, ToServer, TrainOrder,
+    FinishedWork, FlEffects, Msg, PooledNovelty, PrivacyNote, SavedOrder, ToClient, ToServer,
+    TrainOrder,
 };
 use super::resident::KeptFloats;
 use super::world::{Deliver, Members, Outbox, Routed};
@@ -46,6 +47,30 @@ pub(super) struct Client<A: Algorithm> {
     roster: Option<Weak<Roster<A>>>,
     /// Its device is still to be recorded (with the effects of its first message ever).
     introduce: bool,
+    /// Its training and evaluation jobs in flight, in the order they started (what a
+    /// checkpoint saves of them).
+    in_flight: Vec<JobInFlight<A::Global>>,
+    /// How many times its state has changed (a training job's result): an evaluation in
+    /// flight started from the state of its version.
+    version: u64,
+}
+
+/// A client's job in flight as a checkpoint saves it. Each starts from the client's [`Kept`]
+/// state (which changes only when a training job's result comes): a training job from its
+/// order (less the model, which the server saves) and the residual it took; an evaluation from
+/// the round's global model (the server's, where a checkpoint can be saved).
+enum JobInFlight<G> {
+    Training {
+        started: SimTime,
+        order: SavedOrder,
+        residual: Option<Stored<Vec<f32>>>,
+    },
+    Evaluation {
+        started: SimTime,
+        round: u32,
+        global: Arc<G>,
+        version: u64,
+    },
 }
 
 /// What a client keeps between its participations, whether awake (an actor) or asleep (in
@@ -89,6 +114,8 @@ impl<A: Algorithm> Client<A> {
             awaited: 0,
             roster: None,
             introduce: false,
+            in_flight: Vec::new(),
+            version: 0,
         }
     }
 
@@ -153,6 +180,7 @@ impl<A: Algorithm> Client<A> {
         order: TrainOrder<A>,
         eff: &mut FlEffects<A>,
     ) -> Result<(), SimError> {
+        let saved = order.saved();
         let TrainOrder {
             round,
             job,
@@ -173,6 +201,12 @@ impl<A: Algorithm> Client<A> {
             self.fail(round, after, after, eff);
             return Ok(());
         }
+        let residual = self.kept().residual.clone();
+        self.in_flight.push(JobInFlight::Training {
+            started: now,
+            order: saved,
+            residual,
+        });
         let base = global.clone();
         // Local privacy's noise (or its share of the server's): the client's own stream for
         // this job.
@@ -296,6 +330,8 @@ impl<A: Algorithm> Client<A> {
             loss,
             ..
         } = work;
+        (self.in_flight).retain(|j| !matches!(j, JobInFlight::Training { .. }));
+        self.version += 1;
         let kept = self.kept();
         kept.state = state;
         kept.residual = residual;
@@ -328,7 +364,19 @@ impl<A: Algorithm> Client<A> {
         Ok(())
     }
 
-    fn evaluate(&mut self, round: u32, global: Arc<A::Global>, eff: &mut FlEffects<A>) {
+    fn evaluate(
+        &mut self,
+        now: SimTime,
+        round: u32,
+        global: Arc<A::Global>,
+        eff: &mut FlEffects<A>,
+    ) {
+        self.in_flight.push(JobInFlight::Evaluation {
+            started: now,
+            round,
+            global: global.clone(),
+            version: self.version,
+        });
         let job = EvalJob {
             client: self.id,
             round,
@@ -470,6 +518,8 @@ impl<A: Algorithm> Roster<A> {
             awaited: 0,
             roster: Some(Rc::downgrade(self)),
             introduce,
+            in_flight: Vec::new(),
+            version: 0,
         }
         .start();
         self.awake.borrow_mut().insert(id, addr.clone());
@@ -484,15 +534,20 @@ impl<A: Algorithm> Roster<A> {
         }
     }
 
-    /// Whether every client is asleep (a point at rest).
-    pub fn at_rest(&self) -> bool {
-        self.awake.borrow().is_empty()
+    /// The awake clients, in id order.
+    pub fn awake(&self) -> Vec<(u32, Addr<Client<A>>)> {
+        let mut awake: Vec<_> = (self.awake.borrow().iter())
+            .map(|(&id, addr)| (id, addr.clone()))
+            .collect();
+        awake.sort_unstable_by_key(|(id, _)| *id);
+        awake
     }
 
-    /// Writes what the sleeping clients keep into `w`, one client at a time (read back from
-    /// the spill file where it was spilled): who has woken, how many keep something, then each
-    /// one's id and what it keeps, in id order.
-    pub fn write_kept(&self, w: &mut dyn Write) -> Result<(), SimError> {
+    /// Writes what the clients keep into `w`, one sleeping client at a time (read back from
+    /// the spill file where it was spilled): who has woken, how many sleeping clients keep
+    /// something, then each one's id and what it keeps, in id order; then `awake`, what each
+    /// awake client saved ([`SaveClient`]), in id order.
+    pub fn write_kept(&self, w: &mut dyn Write, awake: &[(u32, Vec<u8>)]) -> Result<(), SimError> {
         let asleep = self.asleep.borrow();
         encode_into(&*self.woken.borrow(), w)?;
         encode_into(&(asleep.len() as u64), w)?;
@@ -514,12 +569,14 @@ impl<A: Algorithm> Roster<A> {
             };
             encode_into(&(id, kept), w)?;
         }
-        Ok(())
+        encode_into(&awake, w)
     }
 
     /// Gives a roster of sleeping clients what [`Roster::write_kept`] wrote, read from `r`
-    /// one client at a time (each spilled as the run spills values of its size).
-    pub fn read_kept(&self, r: &mut dyn Read) -> Result<(), SimError> {
+    /// one client at a time (each spilled as the run spills values of its size); the clients
+    /// that were awake keep what their jobs in flight started from, and the jobs are handed
+    /// back by client, in the order they started, to be started again ([`Restart`]).
+    pub fn read_kept(&self, r: &mut dyn Read) -> Result<Vec<(u32, Vec<SavedJob>)>, SimError> {
         let woken: Vec<u64> = decode_from(r, "the clients who have woken")?;
         if woken.len() != self.woken.borrow().len() {
             return Err(SimError::Internal(
@@ -530,17 +587,24 @@ impl<A: Algorithm> Roster<A> {
         let count: u64 = decode_from(r, "the number of clients kept")?;
         let jobs = &self.parts.jobs;
         let mut asleep = self.asleep.borrow_mut();
+        let kept = |k: KeptState<A::ClientState>| Kept {
+            state: jobs.keep(k.state),
+            residual: k.residual.map(|r| jobs.keep(r)),
+            last_trained: k.last_trained,
+            watch: k.watch,
+        };
         for _ in 0..count {
             let (id, k): (u32, KeptState<A::ClientState>) = decode_from(r, "a client's state")?;
-            let kept = Kept {
-                state: jobs.keep(k.state),
-                residual: k.residual.map(|r| jobs.keep(r)),
-                last_trained: k.last_trained,
-                watch: k.watch,
-            };
-            asleep.insert(id, kept);
+            asleep.insert(id, kept(k));
         }
-        Ok(())
+        let awake: Vec<(u32, Vec<u8>)> = decode_from(r, "the awake clients")?;
+        let mut restarts = Vec::with_capacity(awake.len());
+        for (id, bytes) in awake {
+            let a: AwakeClient<A::ClientState> = decode(&bytes, "an awake client's state")?;
+            asleep.insert(id, kept(a.kept));
+            restarts.push((id, a.jobs));
+        }
+        Ok(restarts)
     }
 
     /// Clients awake now, and asleep with something kept.
@@ -603,13 +667,17 @@ impl<A: Algorithm> Client<A> {
                     .check(work.finite, at, DivergenceStage::Training, &mut eff);
                 self.trained(now, work, &mut eff)?
             }
-            ToClient::Evaluate { round, global } => self.evaluate(round, global, &mut eff),
+            ToClient::Evaluate { round, global } => self.evaluate(now, round, global, &mut eff),
             ToClient::Evaluated {
                 round,
                 results,
                 report,
             } => {
                 self.awaited -= 1;
+                let done = (self.in_flight.iter()).position(
+                    |j| matches!(j, JobInFlight::Evaluation { round: r, .. } if *r == round),
+                );
+                done.map(|i| self.in_flight.remove(i));
                 let at = Seen {
                     round,
                     time: now,
@@ -632,6 +700,139 @@ impl<A: Algorithm> Client<A> {
             }
         }
         Ok(eff)
+    }
+}
+
+/// Asks an awake client for what a checkpoint saves of it: an [`AwakeClient`], encoded, with
+/// the global model each of its evaluations in flight started from (which must be the
+/// server's); `None` where it cannot be saved now (it is scoring novelty, or an evaluation
+/// started from a state it has since changed).
+pub(super) struct SaveClient<G>(std::marker::PhantomData<fn() -> G>);
+
+impl<G> SaveClient<G> {
+    pub fn new() -> Self {
+        SaveClient(std::marker::PhantomData)
+    }
+}
+
+impl<G: 'static> actix::Message for SaveClient<G> {
+    type Result = Result<Option<(Vec<u8>, Vec<Arc<G>>)>, SimError>;
+}
+
+/// What a checkpoint saves of an awake client: what it keeps, as it was when its jobs in
+/// flight started, and the jobs, in the order they started.
+#[derive(Serialize, Deserialize)]
+struct AwakeClient<S> {
+    kept: KeptState<S>,
+    jobs: Vec<SavedJob>,
+}
+
+/// A client's job in flight as a checkpoint saves it ([`JobInFlight`] less its models).
+#[derive(Clone, Copy, Serialize, Deserialize)]
+pub(super) enum SavedJob {
+    Training { started: SimTime, order: SavedOrder },
+    Evaluation { started: SimTime, round: u32 },
+}
+
+impl<A: Algorithm> Handler<SaveClient<A::Global>> for Client<A> {
+    type Result = Result<Option<(Vec<u8>, Vec<Arc<A::Global>>)>, SimError>;
+
+    fn handle(&mut self, _: SaveClient<A::Global>, _: &mut Context<Self>) -> Self::Result {
+        let current = |j: &JobInFlight<_>| match j {
+            JobInFlight::Evaluation { version, .. } => *version == self.version,
+            JobInFlight::Training { .. } => true,
+        };
+        // Where cohorts keep momentum on the device, a started shard holds its buffer.
+        let training = (self.in_flight.iter()).any(|j| matches!(j, JobInFlight::Training { .. }));
+        let resident = training && self.dispatch.keeps_state_outside_clients();
+        if self.awaited != self.in_flight.len() || !self.in_flight.iter().all(current) || resident {
+            return Ok(None);
+        }
+        let id = self.id;
+        let read = |e: crate::io::SpillError| {
+            SimError::JobFailed(format!("reading client {id}'s state for a checkpoint: {e}"))
+        };
+        let kept = self.kept.as_ref().expect("an awake client keeps its state");
+        // A training job took the residual: it started from it.
+        let taken = self.in_flight.iter().find_map(|j| match j {
+            JobInFlight::Training { residual, .. } => Some(residual),
+            JobInFlight::Evaluation { .. } => None,
+        });
+        let residual = taken.unwrap_or(&kept.residual);
+        let kept = KeptState {
+            state: kept.state.clone().into_inner().map_err(read)?,
+            residual: (residual.clone())
+                .map(Stored::into_inner)
+                .transpose()
+                .map_err(read)?,
+            last_trained: kept.last_trained,
+            watch: kept.watch,
+        };
+        let mut globals = Vec::new();
+        let jobs = (self.in_flight.iter())
+            .map(|j| match j {
+                JobInFlight::Training { started, order, .. } => SavedJob::Training {
+                    started: *started,
+                    order: *order,
+                },
+                JobInFlight::Evaluation {
+                    started,
+                    round,
+                    global,
+                    ..
+                } => {
+                    globals.push(global.clone());
+                    SavedJob::Evaluation {
+                        started: *started,
+                        round: *round,
+                    }
+                }
+            })
+            .collect();
+        let awake = AwakeClient { kept, jobs };
+        Ok(Some((super::checkpoint::encode(&awake), globals)))
+    }
+}
+
+/// Starts a client's saved jobs again, each at the time it started and in the order they
+/// started ([`Roster::read_kept`] gave the client the state they started from): training
+/// jobs with the model the server saved for them, evaluations with the server's global model.
+pub(super) struct Restart<A: Algorithm> {
+    pub jobs: Vec<SavedJob>,
+    pub job_model: Option<Arc<A::Global>>,
+    pub global: Arc<A::Global>,
+}
+
+impl<A: Algorithm> actix::Message for Restart<A> {
+    type Result = Result<Vec<(SimTime, FlEffects<A>)>, SimError>;
+}
+
+impl<A: Algorithm> Handler<Restart<A>> for Client<A> {
+    type Result = Result<Vec<(SimTime, FlEffects<A>)>, SimError>;
+
+    fn handle(&mut self, r: Restart<A>, _: &mut Context<Self>) -> Self::Result {
+        let mut restarted = Vec::with_capacity(r.jobs.len());
+        for job in r.jobs {
+            let mut eff = FlEffects::<A>::new();
+            let at = match job {
+                SavedJob::Training { started, order } => {
+                    let model = (r.job_model.clone()).ok_or_else(|| {
+                        SimError::Internal(format!(
+                            "client {}'s training job in flight has no saved model",
+                            self.id
+                        ))
+                    })?;
+                    self.train(started, TrainOrder::from_saved(order, model), &mut eff)?;
+                    started
+                }
+                SavedJob::Evaluation { started, round } => {
+                    self.evaluate(started, round, r.global.clone(), &mut eff);
+                    started
+                }
+            };
+            restarted.push((at, eff));
+        }
+        Ok(restarted)
     }
 }
 

@@ -7,6 +7,7 @@
 
 use crate::algorithms::{Algorithm, Gossip};
 use crate::topology::GossipMode;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -33,6 +34,58 @@ pub(super) trait Inbox<A: Gossip> {
 
     /// The round to mix now, if one is complete.
     fn complete(&mut self) -> Option<Complete<A>>;
+
+    /// What it holds, as a checkpoint saves it.
+    fn saved(&self) -> InboxState<Model<A>>;
+
+    /// Takes back what [`Inbox::saved`] held; `None` where it is another mode's.
+    fn restore(&mut self, state: InboxState<Model<A>>) -> Option<()>;
+}
+
+/// What an inbox holds, its models as `M` (the models themselves, or where a checkpoint saved
+/// them).
+#[derive(Serialize, Deserialize)]
+pub(super) enum InboxState<M> {
+    Synchronous {
+        own: Option<(u32, M, usize)>,
+        models: Vec<((u32, u32), M)>,
+        absent: Vec<(u32, u32)>,
+        arrived: Vec<(u32, usize)>,
+        sat_out: Vec<u32>,
+    },
+    Asynchronous {
+        own: Option<(u32, M)>,
+        newest: Vec<(u32, (u32, M))>,
+    },
+}
+
+impl<M> InboxState<M> {
+    /// The same state with each model `m` as `f(m)`, in a fixed order (own first).
+    pub fn map<N, E>(self, mut f: impl FnMut(M) -> Result<N, E>) -> Result<InboxState<N>, E> {
+        Ok(match self {
+            InboxState::Synchronous {
+                own,
+                models,
+                absent,
+                arrived,
+                sat_out,
+            } => InboxState::Synchronous {
+                own: own.map(|(r, m, n)| f(m).map(|m| (r, m, n))).transpose()?,
+                models: (models.into_iter())
+                    .map(|(k, m)| f(m).map(|m| (k, m)))
+                    .collect::<Result<_, _>>()?,
+                absent,
+                arrived,
+                sat_out,
+            },
+            InboxState::Asynchronous { own, newest } => InboxState::Asynchronous {
+                own: own.map(|(r, m)| f(m).map(|m| (r, m))).transpose()?,
+                newest: (newest.into_iter())
+                    .map(|(from, (r, m))| f(m).map(|m| (from, (r, m))))
+                    .collect::<Result<_, _>>()?,
+            },
+        })
+    }
 }
 
 /// The inbox of gossip mode `mode`, empty.
@@ -99,6 +152,35 @@ impl<A: Gossip> Inbox<A> for Synchronous<A> {
         *self.arrived.entry(round).or_insert(0) += 1;
     }
 
+    fn saved(&self) -> InboxState<Model<A>> {
+        InboxState::Synchronous {
+            own: self.own.clone(),
+            models: (self.models.iter()).map(|(k, m)| (*k, m.clone())).collect(),
+            absent: self.absent.iter().copied().collect(),
+            arrived: self.arrived.iter().map(|(r, n)| (*r, *n)).collect(),
+            sat_out: self.sat_out.iter().copied().collect(),
+        }
+    }
+
+    fn restore(&mut self, state: InboxState<Model<A>>) -> Option<()> {
+        let InboxState::Synchronous {
+            own,
+            models,
+            absent,
+            arrived,
+            sat_out,
+        } = state
+        else {
+            return None;
+        };
+        self.own = own;
+        self.models = models.into_iter().collect();
+        self.absent = absent.into_iter().collect();
+        self.arrived = arrived.into_iter().collect();
+        self.sat_out = sat_out.into_iter().collect();
+        Some(())
+    }
+
     fn complete(&mut self) -> Option<Complete<A>> {
         let (round, _, expected) = self.own.as_ref()?;
         let round = *round;
@@ -154,6 +236,22 @@ impl<A: Gossip> Inbox<A> for Asynchronous<A> {
         if self.newest.get(&from).is_none_or(|(r, _)| *r <= round) {
             self.newest.insert(from, (round, model));
         }
+    }
+
+    fn saved(&self) -> InboxState<Model<A>> {
+        InboxState::Asynchronous {
+            own: self.own.clone(),
+            newest: (self.newest.iter()).map(|(k, v)| (*k, v.clone())).collect(),
+        }
+    }
+
+    fn restore(&mut self, state: InboxState<Model<A>>) -> Option<()> {
+        let InboxState::Asynchronous { own, newest } = state else {
+            return None;
+        };
+        self.own = own;
+        self.newest = newest.into_iter().collect();
+        Some(())
     }
 
     /// Everything that arrived goes: models from peers that are no longer neighbours

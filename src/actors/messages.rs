@@ -1,13 +1,13 @@
 //! The messages of a run with a server, each in its recipient's own type, and what they carry.
 //! This room holds types only: no handler, no scheduling, no I/O.
 
-use super::checkpoint::ServerEvent;
 use super::world::Routed;
 use crate::algorithms::{Algorithm, ClientReport, Evaluation, NoveltyShare};
 use crate::io::Stored;
 use crate::records::{NoveltyScores, Record};
 use crate::sampling::ReportedLoss;
-use crate::sim::{Effects, SimDuration};
+use crate::sim::{Effects, SimDuration, SimTime};
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// The messages of a run with a server, each in its recipient's own type.
@@ -52,27 +52,6 @@ pub enum ToServer<A: Algorithm> {
         client: u32,
         compute: SimDuration,
     },
-}
-
-impl<A: Algorithm> ToServer<A> {
-    /// The message as a checkpoint saves it, where it is one the server sends itself.
-    pub(super) fn as_saved(&self) -> Option<ServerEvent> {
-        match *self {
-            ToServer::StartRound { round } => Some(ServerEvent::StartRound { round }),
-            ToServer::Deadline { round } => Some(ServerEvent::Deadline { round }),
-            ToServer::Wake => Some(ServerEvent::Wake),
-            _ => None,
-        }
-    }
-
-    /// The message a checkpoint saved.
-    pub(super) fn saved(event: ServerEvent) -> Self {
-        match event {
-            ServerEvent::StartRound { round } => ToServer::StartRound { round },
-            ServerEvent::Deadline { round } => ToServer::Deadline { round },
-            ServerEvent::Wake => ToServer::Wake,
-        }
-    }
 }
 
 /// What every evaluated client's rows are scored by once all of a round's
@@ -154,7 +133,7 @@ pub struct FinishedWork<A: Algorithm> {
 }
 
 /// What privacy tells the server about an update besides the update itself.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrivacyNote {
     /// Client-level privacy: clipping scaled the update down (it was above the bound).
     pub clipped: bool,
@@ -165,3 +144,102 @@ pub struct PrivacyNote {
 }
 
 pub(super) type FlEffects<A> = Effects<Msg<A>, Record>;
+
+/// An event waiting at a point where a checkpoint is saved: when it is due, its sender's rank
+/// (which orders it among the events due then), and what it is.
+#[derive(Serialize, Deserialize)]
+pub(super) struct SavedEvent<U> {
+    pub at: SimTime,
+    pub origin: u32,
+    pub event: Saved<U>,
+}
+
+/// A message as a checkpoint saves it: the messages of a run with a server that can wait
+/// where one is saved, without the models they carry (a training order's model is the base of
+/// its job, which the server saves), and a job's result still to come as the client whose job
+/// it is (which the client starts again from what it saves).
+#[derive(Serialize, Deserialize)]
+pub(super) enum Saved<U> {
+    StartRound {
+        round: u32,
+    },
+    Deadline {
+        round: u32,
+    },
+    Wake,
+    Update {
+        round: u32,
+        client: u32,
+        update: U,
+        bytes: u64,
+        compute: SimDuration,
+        privacy: PrivacyNote,
+        loss: Option<ReportedLoss>,
+    },
+    Done {
+        round: u32,
+        client: u32,
+        compute: SimDuration,
+    },
+    Failed {
+        round: u32,
+        client: u32,
+        compute: SimDuration,
+    },
+    /// A training order on its way to `client`.
+    Train {
+        client: u32,
+        order: SavedOrder,
+    },
+    /// The result of one of `client`'s jobs (training or evaluation; its jobs' results come
+    /// in the order they are due, then in the order they started).
+    JobResult {
+        client: u32,
+    },
+}
+
+/// A [`TrainOrder`] less its model.
+#[derive(Clone, Copy, Serialize, Deserialize)]
+pub(super) struct SavedOrder {
+    pub round: u32,
+    pub job: u64,
+    pub lr: f64,
+    pub upload: bool,
+    pub clip: Option<f64>,
+    pub compute_by: Option<SimTime>,
+}
+
+impl<A: Algorithm> TrainOrder<A> {
+    /// The order as a checkpoint saves it (less its model).
+    pub(super) fn saved(&self) -> SavedOrder {
+        SavedOrder {
+            round: self.round,
+            job: self.job,
+            lr: self.lr,
+            upload: self.upload,
+            clip: self.clip,
+            compute_by: self.compute_by,
+        }
+    }
+
+    /// The order a checkpoint saved, with its model `global`.
+    pub(super) fn from_saved(order: SavedOrder, global: Arc<A::Global>) -> Self {
+        let SavedOrder {
+            round,
+            job,
+            lr,
+            upload,
+            clip,
+            compute_by,
+        } = order;
+        TrainOrder {
+            round,
+            job,
+            global,
+            lr,
+            upload,
+            clip,
+            compute_by,
+        }
+    }
+}

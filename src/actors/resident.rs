@@ -7,10 +7,13 @@
 //! order or with any other arithmetic than the host's: a value here or on the host holds the
 //! same bits, and a sum here is the host's sum.
 
+use super::checkpoint::{decode_from, encode_into};
 use crate::algorithms::WeightedSum;
 use crate::io::{DeviceFloats, Floats, Stored};
 use crate::models::profile::{crossed, kept_on_device, timed, Crossing, Phase};
+use crate::sim::SimError;
 use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use tch::{Device, Kind, Tensor};
 
@@ -97,6 +100,45 @@ impl ResidentMomenta {
             return Some(Some(buffer));
         }
         self.budget.take(bytes).then_some(None)
+    }
+
+    /// Writes the buffers kept into `w` for a checkpoint, one at a time in (client, run) order,
+    /// each read back to the host with the device it is on. Only where no training job is in
+    /// flight: a shard that has started holds its clients' buffers.
+    pub(super) fn write_kept(&self, w: &mut dyn Write) -> Result<(), SimError> {
+        let buffers = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut keys: Vec<(u32, usize)> = buffers.keys().copied().collect();
+        keys.sort_unstable();
+        encode_into(&(keys.len() as u64), w)?;
+        for (client, run) in keys {
+            let buffer = &buffers[&(client, run)];
+            let cuda = match buffer.device() {
+                Device::Cuda(index) => Some(index),
+                _ => None,
+            };
+            encode_into(&(client, run, cuda, to_host(buffer)), w)?;
+        }
+        Ok(())
+    }
+
+    /// Puts back the buffers [`ResidentMomenta::write_kept`] wrote, each on its device, their
+    /// bytes taken from the run's budget as when they were made.
+    pub(super) fn read_kept(&self, r: &mut dyn Read) -> Result<(), SimError> {
+        let count: u64 = decode_from(r, "the number of momentum buffers on the device")?;
+        let mut buffers = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..count {
+            let (client, run, cuda, values): (u32, usize, Option<usize>, Vec<f32>) =
+                decode_from(r, "a momentum buffer kept on the device")?;
+            if !self.budget.take(4 * values.len() as u64) {
+                return Err(SimError::Internal(
+                    "a checkpoint's momentum buffers do not fit the device budget".into(),
+                ));
+            }
+            let device = cuda.map_or(Device::Cpu, Device::Cuda);
+            crossed(Crossing::VectorsIn, 4 * values.len());
+            buffers.insert((client, run), Tensor::from_slice(&values).to_device(device));
+        }
+        Ok(())
     }
 
     /// Puts back what a slot holds after training; an empty slot (no buffer was made) gives

@@ -4,7 +4,7 @@
 
 use crate::records::Record;
 use crate::sim::{
-    Delivery, Effects, EntityId, Pending, Queued, RecordObserver, RestPoint, Resume, Saving,
+    Delivery, Effects, EntityId, Pending, Queued, RecordObserver, Resume, SavePoint, Saving,
     Scheduler, SimDuration, SimError, SimTime, World,
 };
 use actix::dev::ToEnvelope;
@@ -126,18 +126,18 @@ where
     }
 }
 
-/// What a hub world does at a point at rest whose waiting events are all messages to the hub
-/// (checkpoints): whether it saves before the hub's next message `wants` says (cheap: asked at
-/// most events), then `save` (with the events delivered before, and every event waiting).
+/// What a hub world does where it may save its run (checkpoints): whether it saves before the
+/// hub's next message `wants` says (cheap: asked at most events), then `save` (with the events
+/// delivered before, and every event waiting, `None` for a job's result to come).
 #[allow(clippy::type_complexity)]
-pub(super) struct AtRest<HM> {
+pub(super) struct Saver<HM, MM> {
     pub(super) wants: Rc<dyn Fn(&HM) -> bool>,
-    pub(super) save: Rc<dyn Fn(u64, Vec<Queued<&HM>>) -> Option<Saving>>,
+    pub(super) save: Rc<dyn Fn(u64, Vec<Queued<Option<&Routed<HM, MM>>>>) -> Option<Saving>>,
 }
 
-impl<HM> Clone for AtRest<HM> {
+impl<HM, MM> Clone for Saver<HM, MM> {
     fn clone(&self) -> Self {
-        AtRest {
+        Saver {
             wants: self.wants.clone(),
             save: self.save.clone(),
         }
@@ -152,8 +152,9 @@ pub(super) struct HubWorld<H: Actor, Ms, HM, MM> {
     members: Ms,
     /// The cohort queue the scheduler flushes before it waits, if members train in cohorts.
     pub(super) cohorts: Option<Arc<dyn Flush>>,
-    /// What to do at points at rest before a message to the hub (checkpoints), if anything.
-    pub(super) at_rest: Option<AtRest<HM>>,
+    /// What to do where the run may be saved before a message to the hub (checkpoints), if
+    /// anything.
+    pub(super) saver: Option<Saver<HM, MM>>,
     _msg: PhantomData<fn() -> (HM, MM)>,
 }
 
@@ -163,7 +164,7 @@ impl<H: Actor, Ms, HM, MM> HubWorld<H, Ms, HM, MM> {
             hub,
             members,
             cohorts: None,
-            at_rest: None,
+            saver: None,
             _msg: PhantomData,
         }
     }
@@ -175,7 +176,7 @@ impl<H: Actor, Ms: Clone, HM, MM> Clone for HubWorld<H, Ms, HM, MM> {
             hub: self.hub.clone(),
             members: self.members.clone(),
             cohorts: self.cohorts.clone(),
-            at_rest: self.at_rest.clone(),
+            saver: self.saver.clone(),
             _msg: PhantomData,
         }
     }
@@ -214,30 +215,19 @@ where
         }
     }
 
-    fn rests(&self) -> bool {
-        self.at_rest.is_some()
+    fn saves(&self) -> bool {
+        self.saver.is_some()
     }
 
-    fn at_rest(&self, at: RestPoint<'_, Self::Msg>) -> Option<Saving> {
-        let at_rest = self.at_rest.as_ref()?;
-        if !(at_rest.wants)(to_hub(at.next)?.msg) {
+    fn may_save(&self, at: SavePoint<'_, Self::Msg>) -> Option<Saving> {
+        let saver = self.saver.as_ref()?;
+        let (HUB, Routed::Hub(next)) = (at.next.to, at.next.msg) else {
+            return None;
+        };
+        if !(saver.wants)(next) {
             return None;
         }
-        let waiting: Option<Vec<_>> = at.waiting().into_iter().map(to_hub).collect();
-        (at_rest.save)(at.events, waiting?)
-    }
-}
-
-/// `q`, where it is a message to the hub, as the hub's message.
-fn to_hub<HM, MM>(q: Queued<&Routed<HM, MM>>) -> Option<Queued<&HM>> {
-    match (q.to, q.msg) {
-        (HUB, Routed::Hub(msg)) => Some(Queued {
-            at: q.at,
-            origin: q.origin,
-            to: q.to,
-            msg,
-        }),
-        _ => None,
+        (saver.save)(at.events, at.waiting())
     }
 }
 

@@ -101,7 +101,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
     }
     if let Some(round) = report.resumed_at {
         errln!(
-            "note: resumed from the checkpoint in {} at the start of round {round}",
+            "note: resumed from the checkpoint in {} at round {round}",
             opts.out_dir.display()
         );
     }

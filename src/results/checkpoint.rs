@@ -29,8 +29,9 @@ pub const CHECKPOINT_FILE: &str = "checkpoint.fedsim";
 
 const MAGIC: &[u8] = b"fedsim checkpoint\n";
 
-/// The layout of the file; a reader refuses any other.
-const FORMAT: u32 = 1;
+/// The layout of the file; a reader refuses any other (2: the events waiting and jobs in
+/// flight of every kind of run, and momentum buffers kept on the device).
+const FORMAT: u32 = 2;
 
 /// What a run does with checkpoints: how often it saves one (`--checkpoint-every`; `None`:
 /// as the scenario's `checkpoint:` says, by default every minute), and whether it discards

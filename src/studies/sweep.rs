@@ -283,7 +283,7 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
                 outcome.diverged.extend(remarks.diverged.map(note));
                 outcome.ended_early.extend(remarks.ended_early.map(note));
                 let resumed = (remarks.resumed_at)
-                    .map(|r| format!("resumed from its checkpoint at the start of round {r}"));
+                    .map(|r| format!("resumed from its checkpoint at round {r}"));
                 outcome.notes.extend(
                     (resumed.into_iter().chain(remarks.moved_aside))
                         .chain(remarks.run_notes)

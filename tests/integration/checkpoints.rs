@@ -1,8 +1,9 @@
 //! Checkpoints inside a run: a run killed with `kill -9` at random points and started again
 //! with the same command ends with the result files of a run that never stopped, byte for
-//! byte, for every registered algorithm and with every round policy, privacy, compression,
-//! Byzantine clients, loss-guided selection and a server optimizer switched on; and the
-//! checkpoint a run cannot resume from is refused with the way out.
+//! byte, for every registered algorithm and with every round policy (stragglers and FedBuff's
+//! jobs in flight included), privacy, compression, Byzantine clients, loss-guided selection and
+//! a server optimizer switched on; and the checkpoint a run cannot resume from is refused with
+//! the way out.
 //!
 //! Each killed process is killed a random 0–3 ms after it has written its first to third
 //! checkpoint (so every process but the last moves the run on), at most `FEDSIM_KILL_CASES`
@@ -152,14 +153,54 @@ fn every_registered_algorithm_resumes_after_kills_with_the_files_of_an_uninterru
     let mut delays = Delays(0x9e37_79b9_7f4a_7c15);
     for r in fedsim::algorithms::registry::REGISTRY {
         let mut sets = algorithm_example(r);
-        // Decentralized runs never come to rest (no checkpoint yet): they run again from the
-        // start, to the same files.
         let decentralized = r.declared.capabilities.decentralized;
         if decentralized {
             sets.push("topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}".into());
         }
         let text = if decentralized { &peers } else { &text };
-        check_case(r.name, text, &sets, !decentralized, &mut delays);
+        check_case(r.name, text, &sets, true, &mut delays);
+    }
+}
+
+/// Gossip, synchronous and asynchronous, with slow peers, dropouts, availability and links that
+/// fail: saved with models on their way, inboxes part full and jobs in flight.
+#[test]
+fn decentralized_runs_resume_after_kills() {
+    let text = scenario_text().replace("sampling: {fraction: 0.5}\n", "");
+    let mut delays = Delays(0x5851_f42d_4c95_7f2d);
+    let slow = "system={compute: {samples_per_second: {dist: lognormal, median: 50, sigma: 1}}, \
+                dropout: 0.1, availability: {kind: markov, mean_online_s: 40, mean_offline_s: 120}}";
+    let cases: [(&str, &[&str]); 3] = [
+        (
+            "synchronous gossip, slow peers, dropouts, availability",
+            &[
+                "algorithm={name: d_psgd}",
+                "topology={graph: {kind: erdos_renyi, p: 0.3}, mixing: {rule: metropolis_hastings}, \
+                 time_varying: {kind: drop_links, p: 0.2}}",
+                slow,
+            ],
+        ),
+        (
+            "asynchronous gossip, slow peers",
+            &[
+                "algorithm={name: d_psgd}",
+                "topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}, \
+                 gossip: asynchronous}",
+                slow,
+            ],
+        ),
+        (
+            "D-FedEM, slow peers",
+            &[
+                "algorithm={name: d_fedem}",
+                "topology={graph: {kind: ring}, mixing: {rule: metropolis_hastings}}",
+                slow,
+            ],
+        ),
+    ];
+    for (name, sets) in cases {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        check_case(name, &text, &sets, true, &mut delays);
     }
 }
 
@@ -169,7 +210,11 @@ fn policies_privacy_compression_attacks_and_selection_resume_after_kills() {
     let mut delays = Delays(0x2545_f491_4f6c_dd1d);
     let slow = "system={compute: {samples_per_second: {dist: lognormal, median: 50, sigma: 1}}}";
     let fast = "system={compute: {samples_per_second: {dist: lognormal, median: 500, sigma: 1}}}";
-    let cases: [(&str, &[&str], bool); 11] = [
+    let cases: [(&str, &[&str], bool); 15] = [
+        // Momentum buffers kept on the device between rounds (the GPU path, here on the CPU).
+        ("cohorts keep momentum", &["training.cohorts=always"], true),
+        // Evaluations still in flight where a round starts: started again on resume.
+        ("every round evaluated", &["eval_every=1"], true),
         (
             "central DP",
             &["privacy={clip: 1, noise_multiplier: 1}"],
@@ -221,23 +266,42 @@ fn policies_privacy_compression_attacks_and_selection_resume_after_kills() {
             ],
             true,
         ),
-        // Stragglers run into the next round: its rounds rarely come to rest.
+        // Stragglers run into the next round: saved with their jobs in flight.
         (
             "deadline with late updates",
             &[
                 slow,
                 "policy={kind: synchronous, deadline_s: 2, late_updates: next_round}",
             ],
-            false,
+            true,
         ),
-        // FedBuff never comes to rest: it runs again from the start, to the same files.
+        // The jobs over-selection discards run on into the next rounds.
+        (
+            "over-selection",
+            &[slow, "sampling={fraction: 0.5, over_selection: 0.5}"],
+            true,
+        ),
+        // FedBuff: saved before an update arrives, with jobs in flight and updates held.
         (
             "FedBuff",
             &[
                 "sampling={strategy: uniform}",
                 "policy={kind: fedbuff, concurrency: 6, buffer_size: 3}",
             ],
-            false,
+            true,
+        ),
+        // ... with stale updates, wake-ups, residuals and the clients' downlink copy.
+        (
+            "FedBuff with slow devices, availability and compression",
+            &[
+                "sampling={strategy: uniform}",
+                "policy={kind: fedbuff, concurrency: 6, buffer_size: 3}",
+                "system={compute: {samples_per_second: {dist: lognormal, median: 50, sigma: 1}}, \
+                 availability: {kind: markov, mean_online_s: 40, mean_offline_s: 120}}",
+                "compression={uplink: {kind: top_k, fraction: 0.1, error_feedback: true}, \
+                 downlink: {kind: qsgd, levels: 7}}",
+            ],
+            true,
         ),
     ];
     for (name, sets, resumes) in cases {

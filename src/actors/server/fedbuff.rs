@@ -3,7 +3,9 @@
 //! `buffer_size` arrivals are aggregated with staleness weights, and each aggregation is a
 //! "round". A job's random streams are indexed by how many jobs started before it.
 
+use super::saved::{mismatch, Models, PolicyState, SavedModels};
 use super::{Core, Held, InFlight, Report, RoundPolicy};
+use crate::actors::job::JobContext;
 use crate::actors::messages::{FlEffects, ToServer};
 use crate::actors::world::Outbox;
 use crate::algorithms::Algorithm;
@@ -96,6 +98,42 @@ impl<A: Algorithm> Fedbuff<A> {
 }
 
 impl<A: Algorithm> RoundPolicy<A> for Fedbuff<A> {
+    /// Anywhere: the buffer, the jobs started so far and the wake-up scheduled.
+    fn saved(
+        &self,
+        models: &mut Models<A::Global>,
+    ) -> Result<Option<PolicyState<A::Update>>, SimError> {
+        let buffer = (self.buffer.iter())
+            .map(|h| h.saved(models))
+            .collect::<Result<_, _>>()?;
+        Ok(Some(PolicyState::Fedbuff {
+            buffer,
+            jobs_started: self.jobs_started,
+            wake_at: self.wake_at,
+        }))
+    }
+
+    fn restore(
+        &mut self,
+        state: PolicyState<A::Update>,
+        models: &SavedModels<A::Global>,
+        jobs: &JobContext<A>,
+    ) -> Result<(), SimError> {
+        let PolicyState::Fedbuff {
+            buffer,
+            jobs_started,
+            wake_at,
+        } = state
+        else {
+            return Err(mismatch("policy"));
+        };
+        self.buffer = (buffer.into_iter())
+            .map(|h| Held::from_saved(h, models, jobs))
+            .collect::<Result<_, _>>()?;
+        (self.jobs_started, self.wake_at) = (jobs_started, wake_at);
+        Ok(())
+    }
+
     /// The run's start: fill every slot.
     fn start(
         &mut self,

@@ -23,7 +23,7 @@ mod online;
 mod saved;
 mod synchronous;
 
-pub(super) use saved::SaveState;
+pub(super) use saved::{Restored, SaveState};
 
 use super::divergence::{DivergenceWatch, Seen};
 use super::evaluation::EvaluatedClients;
@@ -222,18 +222,20 @@ trait RoundPolicy<A: Algorithm> {
         eff: &mut FlEffects<A>,
     ) -> Result<(), SimError>;
 
-    /// What the policy keeps between rounds, where it is at rest (no job it waits for, no
-    /// update it holds) before round `StartRound`; `None` where it is not (or never is:
-    /// FedBuff).
-    fn at_rest(&self) -> Option<saved::PolicyState> {
-        None
-    }
+    /// What the policy keeps, where the run can be saved now (the models its held updates
+    /// started from go into `models`); `None` where it cannot.
+    fn saved(
+        &self,
+        models: &mut saved::Models<A::Global>,
+    ) -> Result<Option<saved::PolicyState<A::Update>>, SimError>;
 
-    /// Takes back what [`RoundPolicy::at_rest`] kept.
-    fn restore(&mut self, state: saved::PolicyState) -> Result<(), SimError> {
-        let _ = state;
-        Err(saved::mismatch("policy"))
-    }
+    /// Takes back what [`RoundPolicy::saved`] kept.
+    fn restore(
+        &mut self,
+        state: saved::PolicyState<A::Update>,
+        models: &saved::SavedModels<A::Global>,
+        jobs: &JobContext<A>,
+    ) -> Result<(), SimError>;
 
     /// `Deadline { round }`, which only a policy with deadlines schedules (and implements).
     fn deadline(

@@ -5,8 +5,9 @@
 //! and its unmasking after the round closes ([`crate::system::secagg`]); a round whose masks
 //! cannot be removed aggregates nothing.
 
-use super::saved::PolicyState;
+use super::saved::{mismatch, Models, PolicyState, SavedModels};
 use super::{Core, Held, InFlight, Report, RoundPolicy};
+use crate::actors::job::JobContext;
 use crate::actors::messages::{FlEffects, ToServer};
 use crate::actors::world::Outbox;
 use crate::algorithms::Algorithm;
@@ -239,17 +240,41 @@ impl<A: Algorithm> Synchronous<A> {
 }
 
 impl<A: Algorithm> RoundPolicy<A> for Synchronous<A> {
-    fn at_rest(&self) -> Option<PolicyState> {
-        let quiet = !self.open && !self.start_when_idle && self.outstanding == 0;
-        let holds = !self.fresh.is_empty() || !self.late.is_empty() || !self.held_jobs.is_empty();
-        (quiet && !holds && self.setup.is_none()).then(|| PolicyState::Synchronous {
+    /// Between two rounds (the last one aggregated, the next not started, no secure
+    /// aggregation under way): the last round's sampled clients and the stragglers' updates
+    /// held for the next aggregation.
+    fn saved(
+        &self,
+        models: &mut Models<A::Global>,
+    ) -> Result<Option<PolicyState<A::Update>>, SimError> {
+        // (`outstanding` counts only while a round is open.)
+        let between = !self.open && !self.start_when_idle;
+        let holds = !self.fresh.is_empty() || !self.held_jobs.is_empty();
+        if !between || holds || self.setup.is_some() {
+            return Ok(None);
+        }
+        let late = (self.late.iter())
+            .map(|h| h.saved(models))
+            .collect::<Result<_, _>>()?;
+        Ok(Some(PolicyState::Synchronous {
             selected: self.selected.clone(),
-        })
+            late,
+        }))
     }
 
-    fn restore(&mut self, state: PolicyState) -> Result<(), SimError> {
-        let PolicyState::Synchronous { selected } = state;
+    fn restore(
+        &mut self,
+        state: PolicyState<A::Update>,
+        models: &SavedModels<A::Global>,
+        jobs: &JobContext<A>,
+    ) -> Result<(), SimError> {
+        let PolicyState::Synchronous { selected, late } = state else {
+            return Err(mismatch("policy"));
+        };
         self.selected = selected;
+        self.late = (late.into_iter())
+            .map(|h| Held::from_saved(h, models, jobs))
+            .collect::<Result<_, _>>()?;
         Ok(())
     }
 

@@ -193,6 +193,7 @@ impl super::Finite for AflGlobal {
 
 /// A client's trained model with its weight in the average (λ_k as it received it; with
 /// groups λ_g·n_k/N_g), F_k(w) and its training rows.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct AflUpdate {
     pub params: Vec<f32>,
     pub client: u32,

@@ -78,7 +78,7 @@ impl super::Finite for Clusters {
 }
 
 /// A client's change to its cluster's model, with its weight n_t.
-#[derive(Clone)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct ClusterUpdate {
     pub delta: Vec<f32>,
     pub weight: f64,

@@ -173,6 +173,7 @@ macro_rules! model_update_aggregation {
 pub(crate) use model_update_aggregation;
 
 /// A client's model after local training, with its aggregation weight n_t.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct ModelUpdate {
     pub params: Vec<f32>,
     pub weight: f64,

@@ -232,6 +232,7 @@ impl crate::io::Floats for FedEmClient {
 }
 
 /// The client's M components after its local M-step, with its weight n_t.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct FedEmUpdate {
     pub components: Vec<Vec<f32>>,
     pub weight: f64,

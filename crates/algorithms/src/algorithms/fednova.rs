@@ -42,6 +42,7 @@ pub struct FedNova;
 
 /// A client's model after its local run, with its training-set size n_i and its normalizer
 /// a_i.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct NovaUpdate {
     pub params: Vec<f32>,
     pub rows: f64,

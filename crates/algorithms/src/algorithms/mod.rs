@@ -373,7 +373,8 @@ pub trait Algorithm: Send + Sync + 'static {
         + DeserializeOwned
         + 'static;
     /// What a client sends back (its float buffers may be spilled until the aggregation).
-    type Update: Finite + Floats + Send + Unpin + 'static;
+    /// (Serialized into a run's checkpoints while it is on its way or held for an aggregation.)
+    type Update: Finite + Floats + Clone + Send + Unpin + Serialize + DeserializeOwned + 'static;
 
     /// The initial global model: its models from `init` ([`InitialModels::model`], drawn or
     /// from `model.init`'s file, in the order [`Algorithm::models`] lists them), anything

@@ -47,6 +47,7 @@ pub struct QFedAvg {
 }
 
 /// The client's trained model w̄_k, F_k^q and η·h_k.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct QUpdate {
     pub params: Vec<f32>,
     pub loss_power: f64,

@@ -107,6 +107,7 @@ impl crate::io::Floats for ScaffoldClient {
 }
 
 /// The trained model y and the change Δc_i of the client's control variate.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct ScaffoldUpdate {
     pub params: Vec<f32>,
     pub control_change: Vec<f32>,

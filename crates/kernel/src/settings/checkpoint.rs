@@ -7,9 +7,10 @@ use super::FieldError;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// How often a run saves a checkpoint (`--checkpoint-every`): at the first point at rest (a
-/// synchronous round's start with nothing else left to happen) after this many rounds, or this
-/// much wall-clock time, since the last one. By default every minute: a run shorter than a
+/// How often a run saves a checkpoint (`--checkpoint-every`): at the first point where the run
+/// can be saved (a synchronous round's start, an update's arrival under FedBuff, a peer's mixed
+/// model reaching the monitor) after this many rounds, or this much wall-clock time, since the
+/// last one. By default every minute: a run shorter than a
 /// minute writes none. A wall-clock cadence also waits nine times as long as the last
 /// checkpoint took to write, so that checkpoints never take more than a tenth of a run (a
 /// FEMNIST run's clients keep gigabytes).

@@ -29,8 +29,8 @@ mod time;
 
 pub use queue::{EventKey, EventQueue};
 pub use scheduler::{
-    Delivery, Effects, EntityId, Outcome, Payload, Pending, Queued, RecordObserver, RestPoint,
-    Resume, Saving, Scheduler, SimError, World,
+    Delivery, Effects, EntityId, Outcome, Payload, Pending, Queued, RecordObserver, Resume,
+    SavePoint, Saving, Scheduler, SimError, World,
 };
 pub use seed::{Entity, SeedTree};
 pub use time::{SimDuration, SimTime};

@@ -166,18 +166,19 @@ pub trait World: Clone + Unpin + 'static {
     /// the event order alone, never of timing.
     fn flush(&self) {}
 
-    /// Whether the world saves its state at points at rest ([`World::at_rest`]): asked
-    /// before each such point, so that a world that never does costs nothing there.
-    fn rests(&self) -> bool {
+    /// Whether the world may save its state ([`World::may_save`]): asked before each event,
+    /// so that a world that never does costs nothing there.
+    fn saves(&self) -> bool {
         false
     }
 
-    /// Called before the scheduler delivers the next event when no result is pending anywhere
-    /// in the queue: a point at rest, where everything that decides the rest of the run is in
-    /// the entities' state and the events waiting (plain messages). The world may save both
-    /// there (a checkpoint, [`Resume`] starts from it); the future it returns runs before the
-    /// next event is delivered. Calls come at points of the event order alone.
-    fn at_rest(&self, _at: RestPoint<'_, Self::Msg>) -> Option<Saving> {
+    /// Called before the scheduler delivers each event that is a plain message: a point where
+    /// everything that decides the rest of the run is in the entities' state and the events
+    /// waiting (plain messages, and the results of jobs in flight, which the world can start
+    /// again from what it keeps). The world may save both there (a checkpoint, [`Resume`]
+    /// starts from it); the future it returns runs before the next event is delivered. Calls
+    /// come at points of the event order alone.
+    fn may_save(&self, _at: SavePoint<'_, Self::Msg>) -> Option<Saving> {
         None
     }
 }
@@ -192,8 +193,8 @@ pub struct Queued<M> {
     pub msg: M,
 }
 
-/// A point at rest ([`World::at_rest`]).
-pub struct RestPoint<'a, M> {
+/// A point where a world may save its run ([`World::may_save`]).
+pub struct SavePoint<'a, M> {
     /// Events delivered before the next one.
     pub events: u64,
     /// The next event.
@@ -202,29 +203,43 @@ pub struct RestPoint<'a, M> {
     queue: &'a EventQueue<Event<M>>,
 }
 
-impl<'a, M> RestPoint<'a, M> {
-    /// Every event waiting, in the order they are delivered, the next one first. It sorts the
-    /// queue: a world asks only where it saves (points at rest come at most events).
-    pub fn waiting(&self) -> Vec<Queued<&'a M>> {
+impl<'a, M> SavePoint<'a, M> {
+    /// Every event waiting, in the order they are delivered, the next one first; a job's
+    /// result still to come has no message (`None`). It sorts the queue: a world asks only
+    /// where it saves (these points come at most events).
+    pub fn waiting(&self) -> Vec<Queued<Option<&'a M>>> {
+        let Queued {
+            at,
+            origin,
+            to,
+            msg,
+        } = self.next;
+        let next = Queued {
+            at,
+            origin,
+            to,
+            msg: Some(msg),
+        };
         let later = self.queue.in_order().into_iter();
-        std::iter::once(self.next)
-            .chain(later.filter_map(|(key, event)| ready(&key, event)))
+        std::iter::once(next)
+            .chain(later.map(|(key, event)| queued(&key, event)))
             .collect()
     }
 }
 
-/// What saving a run's state at a point at rest amounts to.
+/// What saving a run's state at a [`SavePoint`] amounts to.
 pub type Saving = Pin<Box<dyn Future<Output = Result<(), SimError>>>>;
 
-/// Where a simulation resumes ([`Scheduler::resume`]): a point at rest that was saved, whose
-/// entities have been given their saved state.
+/// Where a simulation resumes ([`Scheduler::resume`]): a point that was saved, whose entities
+/// have been given their saved state.
 pub struct Resume<M> {
     /// The clock (when the next event is due).
     pub now: SimTime,
     /// Events delivered before the next one.
     pub events: u64,
-    /// The events that were waiting, in the order they are delivered.
-    pub waiting: Vec<Queued<M>>,
+    /// The events that were waiting, in the order they are delivered: messages, and the
+    /// results of the jobs in flight then (started again).
+    pub waiting: Vec<Queued<Payload<M>>>,
 }
 
 /// What a finished simulation hands back.
@@ -270,8 +285,6 @@ impl<R> RecordObserver<R> {
 pub struct Scheduler<W: World> {
     world: W,
     queue: EventQueue<Event<W::Msg>>,
-    /// Events in the queue whose message is a pending result.
-    pending: usize,
     now: SimTime,
     events: u64,
     records: Vec<W::Record>,
@@ -296,14 +309,14 @@ impl<W: World> Scheduler<W> {
     ) -> Result<Outcome<W::Record>, SimError> {
         let initial = initial
             .into_iter()
-            .map(|(origin, to, msg)| (SimTime::ZERO, origin, to, msg));
+            .map(|(origin, to, msg)| (SimTime::ZERO, origin, to, Payload::Ready(msg)));
         Self::start_with(world, SimTime::ZERO, 0, initial.collect(), observer).await
     }
 
-    /// Runs a simulation from a point at rest that [`World::at_rest`] saved: the clock and
-    /// the count of events as they were, and the events that were waiting, queued again in
-    /// their order (so they keep it among themselves and before every event sent later, as
-    /// in the run that saved them).
+    /// Runs a simulation from a point that [`World::may_save`] saved: the clock and the count
+    /// of events as they were, and the events that were waiting, queued again in their order
+    /// (so they keep it among themselves and before every event sent later, as in the run
+    /// that saved them).
     pub async fn resume(
         world: W,
         from: Resume<W::Msg>,
@@ -319,19 +332,17 @@ impl<W: World> Scheduler<W> {
         world: W,
         now: SimTime,
         events: u64,
-        initial: Vec<(SimTime, EntityId, EntityId, W::Msg)>,
+        initial: Vec<(SimTime, EntityId, EntityId, Payload<W::Msg>)>,
         observer: RecordObserver<W::Record>,
     ) -> Result<Outcome<W::Record>, SimError> {
         let (tx, rx) = oneshot::channel();
         let mut queue = EventQueue::new();
-        for (at, origin, to, msg) in initial {
-            let payload = Payload::Ready(msg);
+        for (at, origin, to, payload) in initial {
             queue.push(at, origin.0, Event { to, payload });
         }
         Scheduler {
             world,
             queue,
-            pending: 0,
             now,
             events,
             records: Vec::new(),
@@ -369,23 +380,22 @@ impl<W: World> Scheduler<W> {
                 delay,
                 to: to.0,
             })?;
-            self.pending += usize::from(matches!(payload, Payload::Pending(_)));
             self.queue.push(at, origin.0, Event { to, payload });
         }
         Ok(effects.stop)
     }
 }
 
-/// `event` (due at `key`) as it waits, where its message is ready.
-fn ready<'a, M>(key: &EventKey, event: &'a Event<M>) -> Option<Queued<&'a M>> {
-    match &event.payload {
-        Payload::Ready(msg) => Some(Queued {
-            at: key.time,
-            origin: EntityId(key.origin_rank),
-            to: event.to,
-            msg,
-        }),
-        Payload::Pending(_) => None,
+/// `event` (due at `key`) as it waits: its message, or `None` for a job's result to come.
+fn queued<'a, M>(key: &EventKey, event: &'a Event<M>) -> Queued<Option<&'a M>> {
+    Queued {
+        at: key.time,
+        origin: EntityId(key.origin_rank),
+        to: event.to,
+        msg: match &event.payload {
+            Payload::Ready(msg) => Some(msg),
+            Payload::Pending(_) => None,
+        },
     }
 }
 
@@ -408,24 +418,20 @@ impl<W: World> Handler<Step> for Scheduler<W> {
         };
         debug_assert!(key.time >= self.now, "time never goes backwards");
         let saving = match &event.payload {
-            Payload::Pending(_) => {
-                self.pending -= 1;
-                None
-            }
-            Payload::Ready(msg) if self.pending == 0 && self.world.rests() => {
+            Payload::Ready(msg) if self.world.saves() => {
                 let next = Queued {
                     at: key.time,
                     origin: EntityId(key.origin_rank),
                     to: event.to,
                     msg,
                 };
-                self.world.at_rest(RestPoint {
+                self.world.may_save(SavePoint {
                     events: self.events,
                     next,
                     queue: &self.queue,
                 })
             }
-            Payload::Ready(_) => None,
+            _ => None,
         };
         self.now = key.time;
         self.events += 1;
@@ -658,18 +664,19 @@ mod tests {
         assert_eq!(log.len(), 1, "nothing is delivered after an error");
     }
 
-    /// A point at rest as a test keeps it: events before it, and the waiting events.
-    type Rest = (u64, Vec<(u64, u32, u32, &'static str)>);
+    /// A point a test keeps: events before it, and the waiting events (`None`: a job's
+    /// result to come).
+    type Point = (u64, Vec<(u64, u32, u32, Option<&'static str>)>);
 
-    /// [`Toy`], saving every point at rest it is offered (the entities keep no state: the
-    /// waiting events are all there is to save).
+    /// [`Toy`], saving every point it is offered (the entities keep no state: the waiting
+    /// events are all there is to save, and a job's result is made again from its target).
     #[derive(Clone)]
-    struct Resting {
+    struct Keeping {
         toy: Toy,
-        rests: Rc<RefCell<Vec<Rest>>>,
+        points: Rc<RefCell<Vec<Point>>>,
     }
 
-    impl World for Resting {
+    impl World for Keeping {
         type Msg = &'static str;
         type Record = String;
 
@@ -682,21 +689,21 @@ mod tests {
             self.toy.deliver(now, to, msg)
         }
 
-        fn rests(&self) -> bool {
+        fn saves(&self) -> bool {
             true
         }
 
-        fn at_rest(&self, at: RestPoint<'_, Self::Msg>) -> Option<Saving> {
+        fn may_save(&self, at: SavePoint<'_, Self::Msg>) -> Option<Saving> {
             let waiting = (at.waiting().iter())
-                .map(|q| (q.at.0, q.origin.0, q.to.0, *q.msg))
+                .map(|q| (q.at.0, q.origin.0, q.to.0, q.msg.copied()))
                 .collect();
-            self.rests.borrow_mut().push((at.events, waiting));
+            self.points.borrow_mut().push((at.events, waiting));
             None
         }
     }
 
-    /// Entity 1 starts two messages due together and a job; they start more, one of them
-    /// from the same entity at the same time as another's.
+    /// Entity 1 starts two messages due together and a job due after them; they start more,
+    /// one of them from the same entity at the same time as another's.
     fn chain(to: EntityId, msg: &'static str) -> Result<Effects<&'static str, String>, SimError> {
         let mut eff = Effects::new();
         match (to.0, msg) {
@@ -705,7 +712,7 @@ mod tests {
                 eff.send(e(3), after(5), "b");
                 let (tx, job) = oneshot::channel();
                 let _ = tx.send(Ok("job"));
-                eff.send_pending(e(4), after(3), job);
+                eff.send_pending(e(4), after(7), job);
             }
             (2, "a") => {
                 eff.send(e(5), after(20), "late");
@@ -718,20 +725,20 @@ mod tests {
         Ok(eff)
     }
 
-    /// Resuming from any point at rest, with its waiting events, delivers what the whole run
-    /// delivered after it, at the same times and in the same order; no point has a pending
-    /// result waiting (the job's).
+    /// Resuming from any saved point, with its waiting events and its job started again,
+    /// delivers what the whole run delivered after it, at the same times and in the same
+    /// order.
     #[test]
-    fn a_run_resumed_from_any_point_at_rest_delivers_the_rest_of_the_run() {
+    fn a_run_resumed_from_any_saved_point_delivers_the_rest_of_the_run() {
         let whole_log = Log::default();
-        let rests = Rc::new(RefCell::new(Vec::new()));
+        let points = Rc::new(RefCell::new(Vec::new()));
         let toy = |log: &Log| Toy {
             log: log.clone(),
             script: Rc::new(chain),
         };
-        let world = Resting {
+        let world = Keeping {
             toy: toy(&whole_log),
-            rests: rests.clone(),
+            points: points.clone(),
         };
         let initial = vec![(e(1), e(1), "go")];
         let observer = || RecordObserver::keeping(|_| {});
@@ -740,15 +747,29 @@ mod tests {
             .unwrap();
         let whole_log = whole_log.take();
         assert_eq!(whole.events, 8);
-        let rests = rests.take();
-        let at: Vec<u64> = rests.iter().map(|(events, _)| *events).collect();
-        // Not before the job's result (event 1 leaves it waiting) nor at it.
-        assert_eq!(at, [0, 2, 3, 4, 5, 6, 7]);
-        assert_eq!(rests[1].1, [(5, 1, 2, "a"), (5, 1, 3, "b")]);
+        let points = points.take();
+        let at: Vec<u64> = points.iter().map(|(events, _)| *events).collect();
+        // Not at the job's result (event 4), but with it waiting (events 1 to 3).
+        assert_eq!(at, [0, 1, 2, 3, 5, 6, 7]);
+        assert_eq!(
+            points[1].1,
+            [(5, 1, 2, Some("a")), (5, 1, 3, Some("b")), (7, 1, 4, None)]
+        );
         // "late" and "c" are due together from the same sender: they keep its order.
-        assert_eq!(rests[4].1, [(25, 2, 5, "late"), (25, 2, 3, "c")]);
-        for (events, waiting) in rests {
+        assert_eq!(
+            points[4].1,
+            [(25, 2, 5, Some("late")), (25, 2, 3, Some("c"))]
+        );
+        for (events, waiting) in points {
             let log = Log::default();
+            let payload = |msg: Option<&'static str>| match msg {
+                Some(msg) => Payload::Ready(msg),
+                None => {
+                    let (tx, job) = oneshot::channel();
+                    let _ = tx.send(Ok("job"));
+                    Payload::Pending(job)
+                }
+            };
             let from = Resume {
                 now: SimTime(waiting[0].0),
                 events,
@@ -757,7 +778,7 @@ mod tests {
                         at: SimTime(at),
                         origin: e(origin),
                         to: e(to),
-                        msg,
+                        msg: payload(msg),
                     })
                     .collect(),
             };

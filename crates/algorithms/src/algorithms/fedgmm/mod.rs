@@ -302,6 +302,7 @@ impl crate::io::Floats for GmmClient {
 
 /// A client's local estimates with their weights: γ_k = Σ_i Σ_m r for the Gaussians and
 /// Σ_i Σ_k r for the classifiers.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct GmmUpdate {
     pub gaussians: Vec<Gaussian>,
     pub gaussian_weights: Vec<f64>,

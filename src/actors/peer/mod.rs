@@ -28,6 +28,9 @@
 //! bytes once every peer has mixed it. Peer p has rank p + 1 and uses client p's data and random
 //! streams, so a peer trains exactly like client p would.
 
+mod saved;
+
+use super::checkpoint::Checkpoints;
 use super::cohort::{Dispatch, EvalJob, TrainJob};
 use super::divergence::{DivergenceWatch, Seen};
 use super::evaluation::EvaluatedClients;
@@ -127,6 +130,19 @@ struct Peer<A: Gossip> {
     /// Bytes sent this round.
     sent: u64,
     watch: DivergenceWatch,
+    /// Its training and evaluation jobs in flight, in the order they started, each with the
+    /// version of the model and state it started from (what a checkpoint saves of them).
+    in_flight: Vec<(PeerJob, u64)>,
+    /// How many times its model or state has changed.
+    version: u64,
+}
+
+/// A peer's job in flight as a checkpoint saves it: it starts again from the peer's model and
+/// state, at the time it started.
+#[derive(Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+enum PeerJob {
+    Training { started: SimTime, round: u32 },
+    Evaluation { started: SimTime, round: u32 },
 }
 
 impl<A: Gossip> Peer<A> {
@@ -176,6 +192,11 @@ impl<A: Gossip> Peer<A> {
             uploads: false,
             keeps_state: false,
         };
+        let started = PeerJob::Training {
+            started: now,
+            round,
+        };
+        self.in_flight.push((started, self.version));
         let pending = self.shared.dispatch.train(job, move |t| {
             Routed::Member(PeerMsg::Trained {
                 round,
@@ -214,11 +235,14 @@ impl<A: Gossip> Peer<A> {
     /// peer's uplink, then mixes (now, or when the neighbours' models are in).
     fn trained(
         &mut self,
+        now: SimTime,
         round: u32,
         model: A::Global,
         state: A::ClientState,
         eff: &mut PeerEffects<A>,
     ) -> Result<(), SimError> {
+        (self.in_flight).retain(|(j, _)| !matches!(j, PeerJob::Training { .. }));
+        self.version += 1;
         self.state = state;
         let model = Arc::new(model);
         let topology = self.shared.round_topology(round)?;
@@ -240,24 +264,25 @@ impl<A: Gossip> Peer<A> {
             neighbours += 1;
         }
         self.inbox.own(round, model, neighbours);
-        self.mix_if_complete(eff)
+        self.mix_if_complete(now, eff)
     }
 
     /// Neighbour `from`'s model of `round`, or (`None`) its notice that it sat the round out.
     fn received(
         &mut self,
+        now: SimTime,
         round: u32,
         from: u32,
         model: Option<Arc<A::Global>>,
         eff: &mut PeerEffects<A>,
     ) -> Result<(), SimError> {
         self.inbox.neighbour(round, from, model);
-        self.mix_if_complete(eff)
+        self.mix_if_complete(now, eff)
     }
 
     /// Mixes the round the inbox has complete, if any, with this peer's row of the round's
     /// mixing matrix: a neighbour without a model in it leaves its weight on this peer.
-    fn mix_if_complete(&mut self, eff: &mut PeerEffects<A>) -> Result<(), SimError> {
+    fn mix_if_complete(&mut self, now: SimTime, eff: &mut PeerEffects<A>) -> Result<(), SimError> {
         let Some(Complete {
             round,
             own,
@@ -276,7 +301,7 @@ impl<A: Gossip> Peer<A> {
                     false => (w, neighbours.remove(&j).expect("present")),
                 })
                 .collect();
-        self.finish_round(round, Some(&models), eff);
+        self.finish_round(now, round, Some(&models), eff);
         Ok(())
     }
 
@@ -284,6 +309,7 @@ impl<A: Gossip> Peer<A> {
     /// keeps its model), reports to the monitor, evaluates if due and starts the next round.
     fn finish_round(
         &mut self,
+        now: SimTime,
         round: u32,
         models: Option<&[Weighted<A>]>,
         eff: &mut PeerEffects<A>,
@@ -291,6 +317,7 @@ impl<A: Gossip> Peer<A> {
         if let Some(models) = models {
             let items: Vec<(f64, &A::Global)> = models.iter().map(|(w, m)| (*w, &**m)).collect();
             self.model = Arc::new(self.shared.jobs.algorithm.mix(&items));
+            self.version += 1;
         }
         let bytes = std::mem::take(&mut self.sent);
         let mixed = Mixed {
@@ -301,11 +328,11 @@ impl<A: Gossip> Peer<A> {
             dropped: models.is_none(),
         };
         eff.to_hub(SimDuration::ZERO, mixed);
-        let shared = &self.shared;
+        let shared = self.shared.clone();
         if shared.evaluated.is_due(round, shared.rounds)
             && shared.evaluated.includes(round, self.id)
         {
-            self.evaluate(round, eff);
+            self.evaluate(now, round, eff);
         }
         if round < shared.rounds {
             eff.to_member(
@@ -316,7 +343,12 @@ impl<A: Gossip> Peer<A> {
         }
     }
 
-    fn evaluate(&self, round: u32, eff: &mut PeerEffects<A>) {
+    fn evaluate(&mut self, now: SimTime, round: u32, eff: &mut PeerEffects<A>) {
+        let started = PeerJob::Evaluation {
+            started: now,
+            round,
+        };
+        self.in_flight.push((started, self.version));
         let job = EvalJob {
             client: self.id,
             round,
@@ -382,8 +414,8 @@ impl<A: Gossip> Peer<A> {
         let mut eff = PeerEffects::<A>::new();
         match d.msg {
             PeerMsg::Train { round } => self.train(d.now, round, &mut eff)?,
-            PeerMsg::Absent { round, from } => self.received(round, from, None, &mut eff)?,
-            PeerMsg::SatOut { round } => self.finish_round(round, None, &mut eff),
+            PeerMsg::Absent { round, from } => self.received(d.now, round, from, None, &mut eff)?,
+            PeerMsg::SatOut { round } => self.finish_round(d.now, round, None, &mut eff),
             PeerMsg::Trained {
                 round,
                 model,
@@ -397,16 +429,20 @@ impl<A: Gossip> Peer<A> {
                 };
                 self.watch
                     .check(finite, at, DivergenceStage::Training, &mut eff);
-                self.trained(round, model, state, &mut eff)?
+                self.trained(d.now, round, model, state, &mut eff)?
             }
             PeerMsg::Model { round, from, model } => {
-                self.received(round, from, Some(model), &mut eff)?
+                self.received(d.now, round, from, Some(model), &mut eff)?
             }
             PeerMsg::Evaluated {
                 round,
                 results,
                 report,
             } => {
+                let done = (self.in_flight.iter()).position(
+                    |(j, _)| matches!(j, PeerJob::Evaluation { round: r, .. } if *r == round),
+                );
+                done.map(|i| self.in_flight.remove(i));
                 let at = Seen {
                     round,
                     time: d.now,
@@ -581,10 +617,13 @@ impl<A: Gossip> Handler<Deliver<Mixed<A>, GossipMsg<A>>> for Monitor<A> {
 
 /// Runs `planned` on peers over `setup`'s topology. Every peer starts from the same initial
 /// model (the run's `model_init` stream).
+/// With `checkpoints`, the run saves its state where one is due ([`saved`]), and starts from
+/// the checkpoint it is given, if any.
 pub(super) fn simulate_peers<A: Gossip>(
     planned: Planned<A>,
     setup: Setup,
     observer: RecordObserver<Record>,
+    checkpoints: Option<Checkpoints>,
 ) -> Result<SimOutput, SimError> {
     let system = actix::System::new();
     system.block_on(async move {
@@ -633,48 +672,67 @@ pub(super) fn simulate_peers<A: Gossip>(
             step_weights,
         });
         let _drain = shared.dispatch.pool().drain_on_drop();
-        let peer_addrs: Vec<Addr<Peer<A>>> = states
-            .into_iter()
-            .enumerate()
-            .map(|(p, state)| {
-                Peer {
-                    watch: DivergenceWatch::new(spec.on_divergence),
-                    id: p as u32,
-                    model: init.clone(),
-                    state,
-                    shared: shared.clone(),
-                    inbox: super::gossip::inbox(topology_spec.gossip),
-                    sent: 0,
-                }
-                .start()
-            })
-            .collect();
+        let (resume, checkpoints) = match checkpoints {
+            Some(mut c) => (c.resume.take(), Some(c)),
+            None => (None, None),
+        };
+        let mut resumed = (resume)
+            .map(|from| saved::ResumedPeers::<A>::read(from, peers, &shared.jobs))
+            .transpose()?;
+        let mut saved_peers = (resumed.as_mut()).map(|r| std::mem::take(&mut r.peers).into_iter());
+        let mut jobs = Vec::new();
+        let mut peer_addrs: Vec<Addr<Peer<A>>> = Vec::with_capacity(peers);
+        for (p, state) in states.into_iter().enumerate() {
+            let mut peer = Peer {
+                watch: DivergenceWatch::new(spec.on_divergence),
+                id: p as u32,
+                model: init.clone(),
+                state,
+                shared: shared.clone(),
+                inbox: super::gossip::inbox(topology_spec.gossip),
+                sent: 0,
+                in_flight: Vec::new(),
+                version: 0,
+            };
+            if let Some(saved) = saved_peers.as_mut().and_then(Iterator::next) {
+                jobs.push(peer.restore(saved)?);
+            }
+            peer_addrs.push(peer.start());
+        }
         let queue = shared.dispatch.queue();
-        let monitor = Monitor {
+        let job_context = shared.jobs.clone();
+        let mut monitor = Monitor {
             watch: DivergenceWatch::new(spec.on_divergence),
             shared,
             peers,
             rounds: BTreeMap::new(),
+        };
+        if let Some(resumed) = resumed.as_mut() {
+            resumed.restore_monitor(&mut monitor);
         }
-        .start();
+        let monitor = monitor.start();
+        let peer_addrs = Arc::new(peer_addrs);
         let mut world: HubWorld<_, _, Mixed<A>, PeerMsg<A>> =
-            HubWorld::new(monitor, Arc::new(peer_addrs));
+            HubWorld::new(monitor.clone(), peer_addrs.clone());
         world.cohorts = queue.map(|queue| queue as Arc<dyn super::world::Flush>);
-        let start = (0..peers as u32)
-            .map(|p| {
-                let train = Routed::Member(PeerMsg::Train { round: 1 });
-                (member_entity(p), member_entity(p), train)
-            })
-            .collect();
-        run_world(
-            world,
-            Start::Fresh {
-                start,
-                first: devices,
-            },
-            observer,
-        )
-        .await
+        world.saver = (checkpoints)
+            .map(|c| saved::checkpoint_saver(c, monitor, peer_addrs.clone(), job_context));
+        let start = match resumed {
+            Some(resumed) => Start::Resume(resumed.resume(&peer_addrs, jobs).await?),
+            None => {
+                let start = (0..peers as u32)
+                    .map(|p| {
+                        let train = Routed::Member(PeerMsg::Train { round: 1 });
+                        (member_entity(p), member_entity(p), train)
+                    })
+                    .collect();
+                Start::Fresh {
+                    start,
+                    first: devices,
+                }
+            }
+        };
+        run_world(world, start, observer).await
     })
 }
 
