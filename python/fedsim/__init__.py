@@ -31,6 +31,8 @@ __all__ = [
     "sweep",
     "SweepResults",
     "schema",
+    "describe",
+    "Description",
     "FedsimError",
     "ScenarioError",
     "RunError",
@@ -230,6 +232,42 @@ def sweep(
 def read(path: PathLike) -> Run:
     """A finished run's folder, as written by ``fedsim run``, a sweep cell or :func:`run`."""
     return Run(path)
+
+
+class Description:
+    """What ``fedsim describe`` says of a scenario before anything trains. ``str()`` of it is
+    the command's text; ``notes`` what it says on standard error; ``clients``, ``features`` and
+    ``classes`` the data's figures; ``splits`` one row per split (rows, sizes per client, label
+    shares) as a polars DataFrame."""
+
+    def __init__(self, described: dict):
+        self.text: str = described["text"]
+        self.notes: list = described["notes"]
+        self.clients: int = described["clients"]
+        self.features: int = described["features"]
+        self.classes: int = described["classes"]
+        self._splits: list = described["splits"]
+
+    @property
+    def splits(self):
+        import polars
+
+        return polars.DataFrame(self._splits)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def describe(scenario: Union[Scenario, PathLike]) -> Description:
+    """Describes ``scenario`` (a :class:`Scenario` or a file) as ``fedsim describe`` does: its
+    data built and its run decided (model, availability, compression, adversary, privacy),
+    nothing trained."""
+    if not isinstance(scenario, Scenario):
+        scenario = Scenario.from_file(scenario)
+    return Description(_native.describe(scenario._inner))
 
 
 def schema() -> dict:

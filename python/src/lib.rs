@@ -266,6 +266,45 @@ fn sweep(
     Ok((out, cells))
 }
 
+/// What `fedsim describe` says of `scenario` (its data built and its run decided, nothing
+/// trained): a dict of its text, its notes, and the data's figures (clients, features, classes,
+/// and each split's rows, sizes per client and label shares).
+#[pyfunction]
+fn describe(py: Python<'_>, scenario: &Scenario) -> PyResult<Py<PyDict>> {
+    let (mut text, mut notes) = (String::new(), Vec::new());
+    let described = py.detach(|| {
+        fedsim::results::describe_scenario(&scenario.inner, &mut |said| match said {
+            fedsim::results::Said::Text(t) => text.push_str(&t),
+            fedsim::results::Said::Note(n) => notes.push(n),
+        })
+    });
+    let data = match described {
+        Ok(described) => described.data,
+        Err(fedsim::results::DescribeError::Scenario(e)) => return Err(scenario_error(e)),
+        Err(e) => return Err(RunError::new_err(fedsim::error_chain(&e))),
+    };
+    let out = PyDict::new(py);
+    out.set_item("text", text)?;
+    out.set_item("notes", notes)?;
+    out.set_item("clients", data.clients)?;
+    out.set_item("features", data.dim)?;
+    out.set_item("classes", data.classes)?;
+    let splits: Vec<Bound<'_, PyDict>> = (data.splits.iter())
+        .map(|split| {
+            let row = PyDict::new(py);
+            row.set_item("split", split.split.as_str())?;
+            row.set_item("rows", split.rows)?;
+            row.set_item("min_per_client", split.min)?;
+            row.set_item("median_per_client", split.median)?;
+            row.set_item("max_per_client", split.max)?;
+            row.set_item("label_shares", split.label_shares.clone())?;
+            Ok(row)
+        })
+        .collect::<PyResult<_>>()?;
+    out.set_item("splits", splits)?;
+    Ok(out.unbind())
+}
+
 /// The JSON Schema of scenario files (what `fedsim schema` prints).
 #[pyfunction]
 fn schema() -> String {
@@ -278,6 +317,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(sweep, m)?)?;
     m.add_function(wrap_pyfunction!(schema, m)?)?;
+    m.add_function(wrap_pyfunction!(describe, m)?)?;
     m.add("FedsimError", m.py().get_type::<FedsimError>())?;
     m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;
     m.add("RunError", m.py().get_type::<RunError>())?;

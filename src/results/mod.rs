@@ -14,6 +14,7 @@ mod mlflow;
 mod novelty;
 mod run;
 mod run_files;
+mod scenario_description;
 mod summary;
 mod tensorboard;
 mod tracking;
@@ -33,6 +34,7 @@ pub use run::{
     RunOptions, RunReport,
 };
 pub use run_files::{RunFiles, BUFFER_BYTES, CLIENT_MODELS_FILE, MODELS_FILE, ROW_GROUP};
+pub use scenario_description::{describe_scenario, DescribeError, Said, ScenarioDescription};
 pub use summary::{percentile, time_to_accuracy, Fairness, RunIdentity, Summary, SummaryInputs};
 pub use tracking::{Evaluation, OnEvaluation};
 

@@ -79,6 +79,9 @@ out = {
     "schema_title": "properties" in fedsim.schema(),
     "evaluations": [[e["round"], e["test/global/accuracy"]] for e in evaluations],
 }
+d = fedsim.describe(s)
+out["describe"] = [str(d), d.clients, d.features, d.splits["split"].to_list(),
+    d.splits["rows"].to_list(), d.notes]
 swept = fedsim.sweep("sweep.yaml", out="swept", jobs=2)
 out["sweep"] = [list(swept.runs), swept.summary.height, sorted(swept.summary["cell"].to_list())]
 def fails(evaluation):
@@ -183,6 +186,30 @@ fn python_runs_a_scenario_as_the_command_line_does() {
         stderr(&refused)
     );
     assert_eq!(got["is_fedsim_error"], true);
+
+    // `describe` from Python: the command's text, and the data's figures.
+    let described = fedsim(
+        &[
+            "describe",
+            quickstart,
+            "--set",
+            "rounds=3",
+            "--set",
+            "eval_every=1",
+        ],
+        dir,
+    );
+    assert!(described.status.success(), "{}", stderr(&described));
+    let text = String::from_utf8(described.stdout).unwrap();
+    assert_eq!(got["describe"][0].as_str().unwrap(), text);
+    assert_eq!(got["describe"][1], 100);
+    assert_eq!(got["describe"][2], 150);
+    assert_eq!(got["describe"][3], serde_json::json!(["train", "test"]));
+    assert!(
+        text.contains(&format!("train   {}", got["describe"][4][0])),
+        "{text}"
+    );
+    assert_eq!(got["describe"][5], serde_json::json!([]));
 
     // Another Python thread went on while the run ran (the GIL was released).
     let during: u64 = stderr(&out).trim().lines().last().unwrap().parse().unwrap();
