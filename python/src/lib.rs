@@ -165,7 +165,7 @@ fn run(
             restart: false,
         },
     };
-    let (report, raised) = py.detach(|| match on_evaluation {
+    let (report, raised) = interruptible(py, || match on_evaluation {
         None => (run_scenario(s, &opts), None),
         Some(callback) => {
             let raised = Rc::new(RefCell::new(None::<PyErr>));
@@ -191,7 +191,7 @@ fn run(
             let raised = raised.borrow_mut().take();
             (report, raised)
         }
-    });
+    })?;
     let report = report.map_err(|e| {
         RunError::new_err(format!(
             "running {}: {}",
@@ -234,7 +234,7 @@ fn sweep(
             restart: false,
         },
     };
-    let outcome = py.detach(|| run_sweep(&plan, &opts)).map_err(|e| {
+    let outcome = interruptible(py, || run_sweep(&plan, &opts))?.map_err(|e| {
         RunError::new_err(format!(
             "sweep {}: {}",
             path.display(),
@@ -303,6 +303,35 @@ fn describe(py: Python<'_>, scenario: &Scenario) -> PyResult<Py<PyDict>> {
         .collect::<PyResult<_>>()?;
     out.set_item("splits", splits)?;
     Ok(out.unbind())
+}
+
+/// Runs `work` (runs of the simulator) on a thread of its own while Python's thread waits
+/// without the GIL, looking at Python's signals every 20 ms. Where Python reports one as an
+/// exception (Ctrl-C: `KeyboardInterrupt`), the runs are stopped at their next event (they
+/// publish nothing, and the next run into their folder resumes from their last checkpoint)
+/// and the exception is raised once `work` has returned.
+fn interruptible<T: Send>(py: Python<'_>, work: impl FnOnce() -> T + Send) -> PyResult<T> {
+    fedsim::sim::clear_interrupt();
+    std::thread::scope(|scope| {
+        let running = scope.spawn(work);
+        let mut raised = None;
+        while !running.is_finished() {
+            py.detach(|| std::thread::sleep(std::time::Duration::from_millis(20)));
+            if raised.is_none() {
+                if let Err(e) = py.check_signals() {
+                    fedsim::sim::interrupt();
+                    raised = Some(e);
+                }
+            }
+        }
+        let done = running
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        match raised {
+            Some(e) => Err(e),
+            None => Ok(done),
+        }
+    })
 }
 
 /// The JSON Schema of scenario files (what `fedsim schema` prints).

@@ -125,6 +125,14 @@ pub enum RunError {
     },
 }
 
+impl RunError {
+    /// Whether the run was stopped from outside ([`crate::sim::interrupt`]): it publishes
+    /// nothing, and the next run resumes from its last checkpoint.
+    pub fn is_interrupted(&self) -> bool {
+        matches!(self, RunError::Sim(SimError::Interrupted))
+    }
+}
+
 /// The most trainer threads a run takes: twice this machine's cores, and at least 256 (a
 /// thread per client beyond the cores runs no faster, and thousands of threads can exhaust
 /// the process's memory before a run begins).
@@ -379,7 +387,9 @@ fn run_observed(
         Ok(done) => done,
         // Failed once it had begun: what it wrote is published where asked for. Otherwise
         // the files go with their staging folder, and the folder keeps what it held.
-        Err(e @ RunError::Sim(_)) if opts.keep_unfinished && files.rounds_done() > 0 => {
+        Err(e @ RunError::Sim(_))
+            if opts.keep_unfinished && files.rounds_done() > 0 && !e.is_interrupted() =>
+        {
             let rounds = files.rounds_done();
             let machine = Machine::here(opts.threads, &s.run.training.device);
             let published =

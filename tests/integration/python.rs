@@ -215,3 +215,66 @@ fn python_runs_a_scenario_as_the_command_line_does() {
     let during: u64 = stderr(&out).trim().lines().last().unwrap().parse().unwrap();
     assert!(during > 0, "no other thread ran during the run");
 }
+
+const INTERRUPTED: &str = r#"
+import os, signal, sys, threading
+import fedsim
+s = (fedsim.Scenario.from_file(sys.argv[1]).set("rounds", 3000).set("eval_every", 500)
+     .set("checkpoint", {"every_rounds": 20}))
+# Ctrl-C, as a notebook's interrupt button sends it, once the run has saved a checkpoint.
+def press_ctrl_c():
+    while not os.path.exists("stopped/checkpoint.fedsim"):
+        threading.Event().wait(0.01)
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=press_ctrl_c, daemon=True).start()
+try:
+    fedsim.run(s, out="stopped", threads=2)
+    print("finished")
+except KeyboardInterrupt:
+    print("interrupted")
+print(os.path.exists("stopped/summary.csv"), os.path.exists("stopped/checkpoint.fedsim"))
+fedsim.run(s, out="stopped", threads=2)
+print("resumed")
+"#;
+
+/// Ctrl-C in Python stops a run at its next event and raises `KeyboardInterrupt`; the run
+/// publishes nothing, keeps its checkpoint, and the same call again resumes and ends with the
+/// files of a run that never stopped.
+#[test]
+fn ctrl_c_in_python_stops_a_run_that_then_resumes() {
+    let check = "python::ctrl_c_in_python_stops_a_run_that_then_resumes";
+    let Some(python) = python_with_polars(check) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let Some(path) = package(check, &dir.join("site")) else {
+        return;
+    };
+    let quickstart = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/quickstart.yaml");
+    let quickstart = quickstart.to_str().unwrap();
+    let out = std::process::Command::new(&python)
+        .args(["-c", INTERRUPTED, quickstart])
+        .env("PYTHONPATH", &path)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(
+        said,
+        "interrupted\nFalse True\nresumed\n",
+        "{}",
+        stderr(&out)
+    );
+    let sets = ["rounds=3000", "eval_every=500"]
+        .map(|s| ["--set", s])
+        .concat();
+    let whole = fedsim(
+        &[&["run", quickstart, "--out", "whole", "-q"][..], &sets].concat(),
+        dir,
+    );
+    assert!(whole.status.success(), "{}", stderr(&whole));
+    let differ = fedsim::results::differing_files(&dir.join("whole"), &dir.join("stopped"));
+    assert!(differ.is_empty(), "{differ:?} differ after Ctrl-C");
+}

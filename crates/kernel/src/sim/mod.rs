@@ -22,11 +22,13 @@
 //! What this module must not do: look at wall-clock time, iterate hash maps, or know what a
 //! message means.
 
+mod interrupt;
 mod queue;
 mod scheduler;
 mod seed;
 mod time;
 
+pub use interrupt::{clear_interrupt, interrupt, interrupted};
 pub use queue::{EventKey, EventQueue};
 pub use scheduler::{
     Delivery, Effects, EntityId, Outcome, Payload, Pending, Queued, RecordObserver, Resume,

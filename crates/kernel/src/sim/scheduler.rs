@@ -48,6 +48,9 @@ pub enum SimError {
          to run without checkpoints)"
     )]
     Checkpoint(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The run was stopped from outside before it ended ([`super::interrupt`]).
+    #[error("the run was interrupted")]
+    Interrupted,
     /// A rule of the simulation broke: a bug in fedsim, never a user's input.
     #[error("internal error (a bug in fedsim; please report it): {0}")]
     Internal(String),
@@ -411,6 +414,12 @@ impl<W: World> Handler<Step> for Scheduler<W> {
     type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, _: Step, _ctx: &mut Context<Self>) -> Self::Result {
+        if super::interrupted() {
+            return AtomicResponse::new(Box::pin(
+                fut::ready(())
+                    .map(|(), act: &mut Self, ctx| act.finish(Err(SimError::Interrupted), ctx)),
+            ));
+        }
         let Some((key, event)) = self.queue.pop() else {
             return AtomicResponse::new(Box::pin(
                 fut::ready(()).map(|(), act: &mut Self, ctx| act.finish(Ok(()), ctx)),
