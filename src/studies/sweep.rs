@@ -177,8 +177,9 @@ fn run_cell(
     // Staging folders of processes killed before cells kept theirs (`prefix<pid>`).
     clear_staging(out, &partial_prefix(cell)).map_err(|e| RunError::Report(e.into()))?;
     // The cell's own staging folder, which a killed process leaves with the cell's checkpoint
-    // for the next to resume from (its lock says who runs the cell). Removed with all it
-    // holds when this returns early: a failed cell leaves nothing.
+    // for the next to resume from (its lock says who runs the cell), and so does an
+    // interrupted one. Removed with all it holds when this returns early otherwise: a failed
+    // cell leaves nothing.
     let partial = make_staging(&out.join(format!("{}{RESUMABLE}", partial_prefix(cell))))
         .map_err(|e| RunError::Report(e.into()))?;
     let run = RunOptions {
@@ -191,7 +192,14 @@ fn run_cell(
         keep_unfinished: false,
         checkpoint: opts.checkpoint.clone(),
     };
-    let report = run_scenario_with_bar(&cell.scenario, &run, bar)?;
+    let report = match run_scenario_with_bar(&cell.scenario, &run, bar) {
+        Ok(report) => report,
+        Err(e) if e.is_interrupted() => {
+            partial.left_behind();
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     let moved_aside =
         publish_folder(out, partial, &name).map_err(|e| RunError::Report(e.into()))?;
     Ok(CellRun::Ran(CellRemarks {
@@ -253,6 +261,10 @@ pub fn run_sweep(sweep: &Sweep, opts: &SweepOptions) -> Result<SweepOutcome, Run
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(todo.len()) {
             scope.spawn(|| loop {
+                // Interrupted (Ctrl-C in Python): no cell starts any more.
+                if crate::sim::interrupted() {
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(cell) = todo.get(i) else { break };
                 let bar = multi.add(ProgressBar::new(0));

@@ -217,16 +217,18 @@ fn python_runs_a_scenario_as_the_command_line_does() {
 }
 
 const INTERRUPTED: &str = r#"
-import os, signal, sys, threading
+import glob, os, signal, sys, threading
 import fedsim
 s = (fedsim.Scenario.from_file(sys.argv[1]).set("rounds", 3000).set("eval_every", 500)
      .set("checkpoint", {"every_rounds": 20}))
-# Ctrl-C, as a notebook's interrupt button sends it, once the run has saved a checkpoint.
-def press_ctrl_c():
-    while not os.path.exists("stopped/checkpoint.fedsim"):
-        threading.Event().wait(0.01)
-    os.kill(os.getpid(), signal.SIGINT)
-threading.Thread(target=press_ctrl_c, daemon=True).start()
+# Ctrl-C, as a notebook's interrupt button sends it, once `pattern` (a checkpoint) exists.
+def press_ctrl_c(pattern):
+    def press():
+        while not glob.glob(pattern):
+            threading.Event().wait(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=press, daemon=True).start()
+press_ctrl_c("stopped/checkpoint.fedsim")
 try:
     fedsim.run(s, out="stopped", threads=2)
     print("finished")
@@ -235,11 +237,22 @@ except KeyboardInterrupt:
 print(os.path.exists("stopped/summary.csv"), os.path.exists("stopped/checkpoint.fedsim"))
 fedsim.run(s, out="stopped", threads=2)
 print("resumed")
+# A sweep's cell keeps its checkpoint in its staging folder, and the next sweep resumes it.
+cell_checkpoint = "swept/.partial-cell=*-resumable/checkpoint.fedsim"
+press_ctrl_c(cell_checkpoint)
+try:
+    fedsim.sweep("sweep.yaml", out="swept")
+    print("finished")
+except KeyboardInterrupt:
+    print("interrupted")
+print(len(glob.glob(cell_checkpoint)), len(glob.glob("swept/cell=*/summary.csv")))
+swept = fedsim.sweep("sweep.yaml", out="swept")
+print(len(swept.runs))
 "#;
 
-/// Ctrl-C in Python stops a run at its next event and raises `KeyboardInterrupt`; the run
-/// publishes nothing, keeps its checkpoint, and the same call again resumes and ends with the
-/// files of a run that never stopped.
+/// Ctrl-C in Python stops a run (or a sweep's cell) at its next event and raises
+/// `KeyboardInterrupt`; the run publishes nothing, keeps its checkpoint, and the same call
+/// again resumes and ends with the files of a run (or sweep) that never stopped.
 #[test]
 fn ctrl_c_in_python_stops_a_run_that_then_resumes() {
     let check = "python::ctrl_c_in_python_stops_a_run_that_then_resumes";
@@ -253,6 +266,11 @@ fn ctrl_c_in_python_stops_a_run_that_then_resumes() {
     };
     let quickstart = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/quickstart.yaml");
     let quickstart = quickstart.to_str().unwrap();
+    let sweep = format!(
+        "name: swept\nbase: {quickstart}\nset: {{rounds: 1500, eval_every: 500, checkpoint: \
+         {{every_rounds: 20}}}}\ngrid:\n  training.lr: [0.05, 0.1]\n"
+    );
+    crate::common::write(&dir.join("sweep.yaml"), &sweep);
     let out = std::process::Command::new(&python)
         .args(["-c", INTERRUPTED, quickstart])
         .env("PYTHONPATH", &path)
@@ -263,7 +281,7 @@ fn ctrl_c_in_python_stops_a_run_that_then_resumes() {
     let said = String::from_utf8(out.stdout.clone()).unwrap();
     assert_eq!(
         said,
-        "interrupted\nFalse True\nresumed\n",
+        "interrupted\nFalse True\nresumed\ninterrupted\n1 0\n2\n",
         "{}",
         stderr(&out)
     );
@@ -277,4 +295,20 @@ fn ctrl_c_in_python_stops_a_run_that_then_resumes() {
     assert!(whole.status.success(), "{}", stderr(&whole));
     let differ = fedsim::results::differing_files(&dir.join("whole"), &dir.join("stopped"));
     assert!(differ.is_empty(), "{differ:?} differ after Ctrl-C");
+    let whole = fedsim(&["sweep", "sweep.yaml", "--out", "whole-sweep", "-q"], dir);
+    assert!(whole.status.success(), "{}", stderr(&whole));
+    for cell in std::fs::read_dir(dir.join("whole-sweep")).unwrap() {
+        let cell = cell.unwrap().file_name();
+        if cell.to_string_lossy().starts_with("cell=") {
+            let (a, b) = (
+                dir.join("whole-sweep").join(&cell),
+                dir.join("swept").join(&cell),
+            );
+            let differ = fedsim::results::differing_files(&a, &b);
+            assert!(
+                differ.is_empty(),
+                "{cell:?}: {differ:?} differ after Ctrl-C"
+            );
+        }
+    }
 }

@@ -637,8 +637,9 @@ impl Staging {
         Ok(path)
     }
 
-    /// Leaves the folder where it stands, marked, as a process killed while writing it would
-    /// (for tests of what the next writer does with such folders).
+    /// Leaves the folder where it stands, marked, as a process killed while writing it would:
+    /// for an interrupted sweep cell, whose next run resumes from the checkpoint in it, and for
+    /// tests of what the next writer does with such folders.
     pub fn left_behind(self) -> PathBuf {
         let dir = self.dir.clone();
         std::mem::forget(self);
